@@ -1,0 +1,24 @@
+# Two commands set everything up: `make run` and `make test`. Both bootstrap first.
+.PHONY: bootstrap run test bench screenshots clean
+
+VENV := .venv
+PY := $(VENV)/bin/python
+TPMTOP := $(VENV)/bin/tpmtop
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+run: bootstrap
+	$(TPMTOP) --sim
+
+test: bootstrap
+	$(PY) -m pytest -q
+
+bench: bootstrap
+	$(TPMTOP) bench --sim --op extend --modes none,per-command,reuse,saved --engine native,esys -n 200
+
+screenshots: bootstrap
+	$(PY) scripts/screenshots.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

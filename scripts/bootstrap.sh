@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what tpmtop needs and is missing, and nothing else. Fast when all is there:
+# it only checks for commands/headers and compares a stamp of pyproject.toml.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_pkgs=()
+command -v swtpm >/dev/null 2>&1 || need_pkgs+=(swtpm)
+command -v swtpm_setup >/dev/null 2>&1 || need_pkgs+=(swtpm-tools)
+command -v pkg-config >/dev/null 2>&1 || need_pkgs+=(pkg-config)
+command -v tpm2_getcap >/dev/null 2>&1 || need_pkgs+=(tpm2-tools)
+command -v tmux >/dev/null 2>&1 || need_pkgs+=(tmux)
+if ! pkg-config --exists tss2-esys 2>/dev/null; then need_pkgs+=(libtss2-dev); fi
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then need_pkgs+=(python3-venv); fi
+
+if ((${#need_pkgs[@]})); then
+    echo "bootstrap: installing Debian packages: ${need_pkgs[*]}" >&2
+    if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    echo "bootstrap: creating .venv" >&2
+    "$PY" -m venv .venv
+fi
+stamp=.venv/.tpmtop-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "bootstrap: installing tpmtop (editable) and its dependencies into .venv" >&2
+    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+    .venv/bin/python -m pip install -q -e '.[test]'
+    touch "$stamp"
+fi
