@@ -1,0 +1,3 @@
+from tpmtop.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,151 @@
+"""Command line: ``tpmtop`` (the dashboard) and its headless subcommands.
+
+Kept light at import: argparse only. Each subcommand's module imports what it needs when it
+runs, so ``tpmtop handles`` over SSH never loads Textual, and ``tpmtop boot`` never loads
+tpm2-pytss unless it talks to a TPM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import signal
+import sys
+
+from tpmtop import __version__
+from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, TpmtopError
+
+# name -> (module, one-line help). The module defines add_<name>_arguments(parser) and
+# run_<name>(args) -> exit status (dashes in <name> become underscores).
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "info": ("tpmtop.cli.tpm_commands", "TPM identity and the properties that matter for sessions"),
+    "handles": ("tpmtop.cli.tpm_commands", "list every handle the TPM reports"),
+    "flush": ("tpmtop.cli.tpm_commands", "flush a transient object or a session"),
+}
+
+EPILOG = """exit status: 0 ok, 1 the TPM or the system failed, 2 bad usage or bad input,
+130 interrupted (Ctrl-C, SIGTERM, SIGHUP). Diagnostics go to stderr, data to stdout.
+TPM selection: --sim, else -T/--tcti, else $TPM2TOOLS_TCTI, else /dev/tpmrm0, else a private swtpm."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and exit status 2)."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        raise TpmtopError_usage(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+class TpmtopError_usage(Exception):
+    pass
+
+
+def add_tpm_options(p: argparse.ArgumentParser, top: bool = False) -> None:
+    """TPM selection options. On subcommands the defaults are suppressed so that
+    ``tpmtop --sim handles`` and ``tpmtop handles --sim`` mean the same."""
+    d = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
+    g = p.add_argument_group("TPM selection")
+    g.add_argument("-T", "--tcti", default=d(None), metavar="TCTI",
+                   help="tpm2-tools TCTI string, e.g. device:/dev/tpmrm0 or swtpm:host=127.0.0.1,port=2321 "
+                        "(beats $TPM2TOOLS_TCTI)")
+    g.add_argument("--sim", action="store_true", default=d(False),
+                   help="start a private swtpm for this run (removed on exit)")
+    g.add_argument("--raw-device", action="store_true", default=d(False),
+                   help="allow /dev/tpm0 (no resource manager)")
+    g.add_argument("--read-only", action="store_true", default=d(False),
+                   help="refuse every action that changes TPM state")
+
+
+def add_common(p: argparse.ArgumentParser, top: bool = False) -> None:
+    d = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
+    p.add_argument("--debug", action="store_true", default=d(False), help="show tracebacks")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="tpmtop", description="See what a TPM 2.0 is doing: handles, sessions, "
+                    "command latencies and the cost of HMAC sessions. Without a subcommand: the dashboard.",
+                    epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"tpmtop {__version__}")
+    add_common(parser, top=True)
+    add_tpm_options(parser, top=True)
+    dash = _load("tpmtop.cli.dashboard_args")
+    if dash is not None:
+        dash.add_arguments(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for name, (modname, helptext) in SUBCOMMANDS.items():
+        mod = importlib.import_module(modname)
+        sp = sub.add_parser(name, help=helptext, description=helptext, epilog=EPILOG,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        add_common(sp)
+        ident = name.replace("-", "_")
+        getattr(mod, f"add_{ident}_arguments")(sp)
+        sp.set_defaults(_run=getattr(mod, f"run_{ident}"))
+    return parser
+
+
+def _load(modname: str):
+    try:
+        return importlib.import_module(modname)
+    except ModuleNotFoundError as e:
+        if e.name == modname:
+            return None
+        raise
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(f"stopped by {signal.Signals(signum).name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+    except TpmtopError_usage as e:
+        print(str(e), file=sys.stderr)
+        return EXIT_USAGE
+    # SIGTERM and SIGHUP (an SSH drop) unwind like Ctrl-C, so every `finally` runs:
+    # handles are flushed, the private swtpm is stopped, partial captures are written.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_interrupted)
+    run = getattr(args, "_run", None)
+    if run is None:
+        dash = _load("tpmtop.cli.dashboard_args")
+        if dash is None:
+            print("tpmtop: the dashboard is not built yet; try `tpmtop info --sim`", file=sys.stderr)
+            return EXIT_USAGE
+        run = dash.run
+    try:
+        return int(run(args) or 0)
+    except TpmtopError as e:
+        if debug:
+            raise
+        print(f"tpmtop: {e}", file=sys.stderr)
+        return e.exit_status
+    except KeyboardInterrupt:
+        print("tpmtop: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # stdout closed early (| head): not an error worth a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as e:
+        if debug:
+            raise
+        msg = _tss_message(e)
+        if msg:
+            print(f"tpmtop: {msg}", file=sys.stderr)
+            return EXIT_FAILURE
+        print(f"tpmtop: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
+              file=sys.stderr)
+        return EXIT_FAILURE
+
+
+
+
+def _tss_message(e: Exception) -> str | None:
+    """A tpm2-tss error (TSS2_Exception) as tpm2_rc_decode words it."""
+    if type(e).__name__ == "TSS2_Exception":
+        rc = getattr(e, "rc", None)
+        return f"TPM error 0x{int(rc):x}: {e}" if rc is not None else f"TPM error: {e}"
+    return None

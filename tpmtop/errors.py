@@ -1,0 +1,45 @@
+"""Errors that reach the user as one line and a documented exit status.
+
+Exit statuses: 0 ok, 1 the TPM or the system failed, 2 bad usage or bad input,
+130 interrupted (Ctrl-C, SIGTERM, SIGHUP).
+"""
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class TpmtopError(Exception):
+    """Base class: ``str(err)`` is the one line shown to the user."""
+
+    exit_status = EXIT_FAILURE
+
+
+class UsageError(TpmtopError):
+    """Bad arguments or bad input files (exit status 2)."""
+
+    exit_status = EXIT_USAGE
+
+
+class TpmError(TpmtopError):
+    """The TPM answered with an error response code."""
+
+    def __init__(self, message: str, rc: int | None = None, command: str | None = None):
+        super().__init__(message)
+        self.rc = rc
+        self.command = command
+
+
+class TpmConnectionError(TpmtopError):
+    """The TPM stopped answering (swtpm killed, device gone, socket closed)."""
+
+
+class IntegrityError(TpmtopError):
+    """A response failed its HMAC check, or the null primary's name changed."""
+
+
+class Interrupted(TpmtopError):
+    """Raised from a signal handler (SIGTERM, SIGHUP) so that clean-up runs."""
+
+    exit_status = EXIT_INTERRUPTED

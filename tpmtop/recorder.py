@@ -1,0 +1,200 @@
+"""The recorder: every TPM command tpmtop sends, as an :class:`Event`, in a bounded ring
+buffer, plus one latency histogram per (origin, command code).
+
+Readers (the dashboard, a bench report) may read at any time from another thread; one lock
+guards the update of the ring, the histograms and the handle book-keeping together so a
+reader never sees a command counted in one and missing from the other.
+
+Origins keep tpmtop's own traffic out of the workload's numbers: ``workload`` (the session
+engine's operations), ``poll`` (the dashboard asking the TPM for handles/properties),
+``user`` (a command the operator asked for: info, handles, flush).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from tpmtop.stats import LatencyHistogram
+from tpmtop.tpm import names
+
+DEFAULT_CAPACITY = 100_000
+RECENT_PER_COMMAND = 120  # samples kept per command for sparklines
+
+ORIGINS = ("workload", "poll", "user")
+
+
+@dataclass(slots=True)
+class Event:
+    seq: int
+    t_ns: int  # perf_counter_ns() when the command was handed to the transport
+    cc: int | None
+    handles: tuple[int, ...]
+    sessions: tuple[tuple[int, int], ...]  # (session handle, TPMA_SESSION byte)
+    cmd_size: int
+    rsp_size: int
+    rc: int | None  # None: no response (transport failure)
+    rsp_handle: int | None
+    wire_ns: int  # transmit start to end of receive
+    origin: str
+    engine: str | None = None
+    mode: str | None = None
+    op: str | None = None
+    op_seq: int | None = None
+    garbled: bool = False
+    error: str | None = None
+    command: bytes | None = field(default=None, repr=False)
+    response: bytes | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return names.cc_name(self.cc)
+
+    @property
+    def rc_text(self) -> str:
+        return self.error or names.rc_text(self.rc)
+
+
+@dataclass(slots=True)
+class HandleUse:
+    """What the wire told us about one handle."""
+
+    handle: int
+    first_seen_ns: int
+    last_use_ns: int
+    uses: int = 0
+    ours: bool = False  # the TPM returned it to tpmtop (CreatePrimary, StartAuthSession, ContextLoad …)
+    created_by: str | None = None
+
+
+@dataclass(slots=True)
+class CommandStats:
+    hist: LatencyHistogram = field(default_factory=LatencyHistogram)
+    errors: int = 0
+    last_ns: int = 0
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT_PER_COMMAND))
+
+
+class Recorder:
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, keep_buffers: bool = True):
+        self.capacity = capacity
+        self.keep_buffers = keep_buffers
+        self.enabled = True
+        self._lock = threading.Lock()
+        self._events: deque[Event] = deque(maxlen=capacity)
+        self._stats: dict[tuple[str, int | None], CommandStats] = {}
+        self._handles: dict[int, HandleUse] = {}
+        self._seq = 0
+        self.started_ns = time.perf_counter_ns()
+        self.marks: list[tuple[int, str]] = []  # (t_ns, text): boundaries such as a TPM reset
+
+    # -- writing (the transport's thread) ---------------------------------------------------
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def add(self, ev: Event) -> None:
+        now = ev.t_ns + ev.wire_ns
+        with self._lock:
+            self._events.append(ev)
+            key = (ev.origin, ev.cc)
+            st = self._stats.get(key)
+            if st is None:
+                st = self._stats[key] = CommandStats()
+            if ev.rc is None:
+                st.errors += 1
+                return
+            st.hist.record(ev.wire_ns)
+            st.last_ns = ev.wire_ns
+            st.recent.append(ev.wire_ns)
+            if ev.rc != 0:
+                st.errors += 1
+            self._track_handles(ev, now)
+
+    def _track_handles(self, ev: Event, now: int) -> None:
+        for h in ev.handles:
+            self._use(h, now)
+        for sh, attrs in ev.sessions:
+            if sh == 0x40000009:  # TPM_RS_PW is not a handle anyone holds
+                continue
+            self._use(sh, now)
+            # A session used without continueSession is flushed by the TPM on success.
+            if ev.rc == 0 and not attrs & 0x01:
+                self._handles.pop(sh, None)
+        if ev.rc != 0:
+            return
+        if ev.rsp_handle is not None:
+            u = self._use(ev.rsp_handle, now)
+            u.ours = True
+            u.created_by = names.cc_short(ev.cc)
+        if ev.cc == 0x165 and ev.command is not None and len(ev.command) >= 14:
+            self._handles.pop(int.from_bytes(ev.command[10:14], "big"), None)
+
+    def _use(self, handle: int, now: int) -> HandleUse:
+        u = self._handles.get(handle)
+        if u is None:
+            u = self._handles[handle] = HandleUse(handle, now, now)
+        u.uses += 1
+        u.last_use_ns = now
+        return u
+
+    def mark(self, text: str) -> None:
+        with self._lock:
+            self.marks.append((time.perf_counter_ns(), text))
+
+    def forget_handle(self, handle: int) -> None:
+        with self._lock:
+            self._handles.pop(handle, None)
+
+    def reset_stats(self) -> None:
+        """Drop the latency statistics and events; keep handle ownership (the TPM still holds them)."""
+        with self._lock:
+            self._events.clear()
+            self._stats.clear()
+            self.started_ns = time.perf_counter_ns()
+
+    # -- reading (any thread) ---------------------------------------------------------------
+    def events(self, last: int | None = None) -> list[Event]:
+        with self._lock:
+            if last is None or last >= len(self._events):
+                return list(self._events)
+            return [self._events[i] for i in range(len(self._events) - last, len(self._events))]
+
+    def events_since(self, seq: int) -> list[Event]:
+        with self._lock:
+            out = []
+            for ev in reversed(self._events):
+                if ev.seq <= seq:
+                    break
+                out.append(ev)
+        out.reverse()
+        return out
+
+    @property
+    def total(self) -> int:
+        return self._seq
+
+    def command_stats(self, origin: str | None = "workload") -> dict[int | None, CommandStats]:
+        """Per command code; ``origin=None`` merges all origins (a fresh histogram)."""
+        with self._lock:
+            items = list(self._stats.items())
+        if origin is not None:
+            return {cc: st for (o, cc), st in items if o == origin}
+        merged: dict[int | None, CommandStats] = {}
+        for (_, cc), st in items:
+            m = merged.setdefault(cc, CommandStats())
+            m.hist.merge(st.hist)
+            m.errors += st.errors
+            m.last_ns = st.last_ns or m.last_ns
+        return merged
+
+    def handle_uses(self) -> dict[int, HandleUse]:
+        with self._lock:
+            return {h: HandleUse(u.handle, u.first_seen_ns, u.last_use_ns, u.uses, u.ours, u.created_by)
+                    for h, u in self._handles.items()}
+
+    def owned_handles(self) -> set[int]:
+        with self._lock:
+            return {h for h, u in self._handles.items() if u.ours}

@@ -1,0 +1,71 @@
+"""Listing and flushing handles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpmtop.errors import UsageError
+from tpmtop.tpm.commands import flush_context, get_handles
+
+# (GetCapability selector, kind as tpmtop names it). A selector of 0x02… lists *loaded*
+# sessions (HMAC and policy alike), 0x03… lists *saved* ones (spec Part 2, TPM_HT).
+CATEGORIES = (
+    (0x80000000, "transient"),
+    (0x02000000, "loaded-session"),
+    (0x03000000, "saved-session"),
+    (0x81000000, "persistent"),
+)
+
+
+@dataclass(frozen=True)
+class HandleEntry:
+    handle: int
+    kind: str
+    session_type: str | None  # "hmac"/"policy" for sessions
+    ours: bool
+
+    def to_json(self) -> dict:
+        d = {"handle": f"0x{self.handle:08x}", "kind": self.kind, "created_by_tpmtop": self.ours}
+        if self.session_type:
+            d["session_type"] = self.session_type
+        return d
+
+
+def list_handles(transport, owned: set[int] | None = None) -> list[HandleEntry]:
+    owned = owned or set()
+    out: list[HandleEntry] = []
+    for first, kind in CATEGORIES:
+        for h in get_handles(transport, first):
+            st = None
+            if kind.endswith("session"):
+                # The top byte of a session handle says HMAC (0x02) or policy (0x03),
+                # whichever list (loaded/saved) it came from.
+                st = "hmac" if h >> 24 == 0x02 else "policy"
+            out.append(HandleEntry(h, kind, st, h in owned))
+    return out
+
+
+def parse_handle(text: str) -> int:
+    """A handle as the user typed it: 0x80000000, 80000000 or decimal. Exit 2 if malformed."""
+    t = text.strip().lower()
+    try:
+        value = int(t, 16) if t.startswith("0x") or any(c in "abcdef" for c in t) or len(t) == 8 else int(t, 10)
+    except ValueError:
+        raise UsageError(f"malformed handle '{text}': expected e.g. 0x80000000") from None
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise UsageError(f"handle '{text}' is out of range (32 bits)")
+    return value
+
+
+def check_flushable(handle: int) -> None:
+    top = handle >> 24
+    if top == 0x81:
+        raise UsageError(f"0x{handle:08x} is a persistent object: removing it needs EvictControl with "
+                         "owner authorization, which tpmtop never uses")
+    if top not in (0x80, 0x02, 0x03):
+        raise UsageError(f"0x{handle:08x} is not a transient object or a session and cannot be flushed")
+
+
+def flush(transport, handle: int) -> None:
+    check_flushable(handle)
+    flush_context(transport, handle)

@@ -1,0 +1,93 @@
+"""Names for command codes, response codes and handles, from tpm2-pytss's own tables.
+
+Spec spellings ("TPM2_CC_PCR_Extend") are built from tpm2-pytss's ``TPM2_CC`` attribute
+names; response codes are worded by tpm2-tss's ``Tss2_RC_Decode`` (what tpm2_rc_decode
+prints). Both are cached: the recorder asks on every command.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from tpm2_pytss.constants import TPM2_CC, TSS2_RC
+
+
+def _build_cc_tables() -> tuple[dict[int, str], dict[str, int]]:
+    by_code: dict[int, str] = {}
+    for attr in dir(TPM2_CC):
+        if attr.startswith("_") or not attr[0].isupper() or attr in ("FIRST", "LAST"):
+            continue
+        value = getattr(TPM2_CC, attr)
+        if isinstance(value, int):
+            by_code.setdefault(int(value), f"TPM2_CC_{attr}")
+    return by_code, {v: k for k, v in by_code.items()}
+
+
+CC_NAMES, CC_BY_NAME = _build_cc_tables()
+
+
+def cc_name(cc: int | None) -> str:
+    if cc is None:
+        return "(garbled)"
+    return CC_NAMES.get(cc, f"TPM2_CC_0x{cc:08x}")
+
+
+def cc_short(cc: int | None) -> str:
+    """``PCR_Extend`` for tables where the prefix is noise."""
+    return cc_name(cc).removeprefix("TPM2_CC_")
+
+
+def cc_from_name(name: str) -> int | None:
+    if name.startswith("TPM2_CC_"):
+        return CC_BY_NAME.get(name)
+    return CC_BY_NAME.get("TPM2_CC_" + name)
+
+
+@lru_cache(maxsize=4096)
+def rc_text(rc: int | None) -> str:
+    """The response code as tpm2_rc_decode words it; ``success`` for 0."""
+    if rc is None:
+        return "(no response)"
+    if rc == 0:
+        return "success"
+    try:
+        return TSS2_RC(rc).decode()
+    except Exception:  # an rc tpm2-tss cannot word is still shown, as hex
+        return f"unknown response code 0x{rc:x}"
+
+
+def rc_base(rc: int) -> int:
+    """The format-one / format-zero base code without handle/session/parameter numbers."""
+    if rc & 0x80:  # format one: bits 8-11 say which handle/session/parameter
+        return rc & 0xBF
+    return rc & 0xFFFF_F97F if rc & 0x900 == 0x900 else rc
+
+
+HANDLE_KINDS = {
+    0x00: "pcr",
+    0x01: "nv-index",
+    0x02: "hmac-session",
+    0x03: "policy-session",
+    0x40: "permanent",
+    0x80: "transient",
+    0x81: "persistent",
+}
+
+
+def handle_kind(handle: int) -> str:
+    return HANDLE_KINDS.get(handle >> 24, "unknown")
+
+
+SESSION_ATTR_BITS = (
+    (0x01, "continueSession"),
+    (0x02, "auditExclusive"),
+    (0x04, "auditReset"),
+    (0x20, "decrypt"),
+    (0x40, "encrypt"),
+    (0x80, "audit"),
+)
+
+
+def session_attr_text(attrs: int) -> str:
+    names = [n for bit, n in SESSION_ATTR_BITS if attrs & bit]
+    return "|".join(names) if names else "0"

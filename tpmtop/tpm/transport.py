@@ -1,0 +1,251 @@
+"""The instrumented transport: the one path every TPM command tpmtop sends goes through.
+
+``InstrumentedTransport`` is a tpm2-pytss ``PyTCTI`` (so ESAPI can use it) that also offers
+``transact(command) -> response`` for tpmtop's own raw commands and the native session
+engine. Both paths record the same :class:`~tpmtop.recorder.Event`.
+
+Under it sits a *backend* that moves bytes: a persistent socket to swtpm (twice as fast as
+tpm2-tss's swtpm TCTI, which reconnects for every command), ``/dev/tpmrm0`` opened directly,
+or any tpm2-tss TCTI through ``TCTILdr`` (tabrmd, mssim, …).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import struct
+import threading
+import time
+from typing import Callable, Protocol
+
+from tpm2_pytss.TCTI import PyTCTI
+
+from tpmtop.errors import TpmConnectionError
+from tpmtop.recorder import Event, Recorder
+from tpmtop.tpm import wire
+
+MAX_RESPONSE = 4096
+
+
+class Backend(Protocol):
+    description: str
+
+    def transact(self, command: bytes) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class SocketBackend:
+    """Raw TPM commands over a connected stream socket (swtpm's data channel)."""
+
+    def __init__(self, sock: socket.socket, description: str):
+        self.sock = sock
+        self.description = description
+        self._hdr = bytearray(10)
+
+    def _recv_exact(self, view: memoryview) -> None:
+        got = 0
+        n = len(view)
+        while got < n:
+            k = self.sock.recv_into(view[got:], n - got)
+            if k == 0:
+                raise TpmConnectionError(f"TPM closed the connection ({self.description})")
+            got += k
+
+    def transact(self, command: bytes) -> bytes:
+        try:
+            self.sock.sendall(command)
+            hdr = bytearray(10)
+            self._recv_exact(memoryview(hdr))
+            size = int.from_bytes(hdr[2:6], "big")
+            if size < 10 or size > 65536:
+                raise TpmConnectionError(f"TPM sent a response of impossible size {size}")
+            if size == 10:
+                return bytes(hdr)
+            buf = bytearray(size)
+            buf[:10] = hdr
+            self._recv_exact(memoryview(buf)[10:])
+            return bytes(buf)
+        except OSError as e:
+            raise TpmConnectionError(f"TPM connection lost ({self.description}): {e.strerror or e}") from None
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def connect_tcp(host: str, port: int, timeout: float = 5.0) -> socket.socket:
+    try:
+        s = socket.create_connection((host, port), timeout=timeout)
+    except OSError as e:
+        raise TpmConnectionError(f"cannot connect to TPM at {host}:{port}: {e.strerror or e}") from None
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.settimeout(None)
+    return s
+
+
+class DeviceBackend:
+    """A TPM character device (/dev/tpmrm0): one write, one read per command."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.description = path
+        try:
+            self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except PermissionError:
+            raise TpmConnectionError(permission_hint(path)) from None
+        except FileNotFoundError:
+            raise TpmConnectionError(f"{path} does not exist (no TPM, or its driver is not loaded)") from None
+        except OSError as e:
+            if e.errno == errno.EBUSY:
+                raise TpmConnectionError(f"{path} is busy: another program holds it open "
+                                         "(use /dev/tpmrm0, the resource manager)") from None
+            raise TpmConnectionError(f"cannot open {path}: {e.strerror}") from None
+
+    def transact(self, command: bytes) -> bytes:
+        try:
+            os.write(self.fd, command)
+            return os.read(self.fd, MAX_RESPONSE)
+        except OSError as e:
+            raise TpmConnectionError(f"TPM device {self.path} failed: {e.strerror}") from None
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+def permission_hint(path: str) -> str:
+    import grp
+
+    try:
+        st = os.stat(path)
+        group = grp.getgrgid(st.st_gid).gr_name
+    except (OSError, KeyError):
+        group = "tss"
+    return (f"permission denied on {path}: join the '{group}' group "
+            f"(sudo usermod -aG {group} $USER, then log in again) or run as root")
+
+
+class TctiLdrBackend:
+    """Any tpm2-tss TCTI (tabrmd, mssim, libtpms …) through tpm2-pytss's TCTILdr."""
+
+    def __init__(self, name: str, conf: str | None):
+        from tpm2_pytss.TCTILdr import TCTILdr
+
+        self.description = f"{name}:{conf}" if conf else name
+        try:
+            self.tcti = TCTILdr(name, conf)
+        except Exception as e:
+            raise TpmConnectionError(f"cannot open TCTI {self.description}: {e}") from None
+
+    def transact(self, command: bytes) -> bytes:
+        try:
+            self.tcti.transmit(command)
+            return bytes(self.tcti.receive(-1))
+        except Exception as e:
+            raise TpmConnectionError(f"TCTI {self.description} failed: {e}") from None
+
+    def close(self) -> None:
+        try:
+            self.tcti.finalize()
+        except Exception:
+            pass
+
+
+# A latency shaper (issue: chip profiles) returns how long, in ns since the command was
+# sent, the response must be held back; None means "as fast as it came".
+Shaper = Callable[[wire.CommandInfo], "int | None"]
+
+
+class InstrumentedTransport(PyTCTI):
+    """Records every command; never changes a byte of what is sent or received."""
+
+    def __init__(self, backend: Backend, recorder: Recorder | None = None):
+        super().__init__(max_size=MAX_RESPONSE, magic=b"TPMTOP\x00\x00")
+        self.backend = backend
+        self.recorder = recorder if recorder is not None else Recorder()
+        self.shaper: Shaper | None = None
+        # Labels stamped on each event; the session engine and the dashboard set them.
+        self.origin = "user"
+        self.engine: str | None = None
+        self.mode: str | None = None
+        self.op: str | None = None
+        self.op_seq: int | None = None
+        self._pending: bytes | None = None
+        self._lock = threading.Lock()  # one command on the wire at a time
+        self.closed = False
+
+    def transact(self, command: bytes) -> bytes:
+        rec = self.recorder
+        if not rec.enabled and self.shaper is None:
+            with self._lock:
+                return self.backend.transact(command)
+        info = wire.decode_command(command)
+        with self._lock:
+            t0 = time.perf_counter_ns()
+            try:
+                rsp = self.backend.transact(command)
+            except Exception as e:
+                wire_ns = time.perf_counter_ns() - t0
+                if rec.enabled:
+                    rec.add(self._event(info, None, t0, wire_ns, command, None, str(e)))
+                raise
+            if self.shaper is not None:
+                hold = self.shaper(info)
+                if hold:
+                    _sleep_until(t0 + hold)
+            wire_ns = time.perf_counter_ns() - t0
+        if rec.enabled:
+            rec.add(self._event(info, rsp, t0, wire_ns, command, rsp, None))
+        return rsp
+
+    def _event(self, info: wire.CommandInfo, rsp: bytes | None, t0: int, wire_ns: int,
+               command: bytes, response: bytes | None, error: str | None) -> Event:
+        r = wire.decode_response(rsp, info.cc)
+        keep = self.recorder.keep_buffers
+        return Event(
+            seq=self.recorder.next_seq(), t_ns=t0, cc=info.cc, handles=info.handles,
+            sessions=info.sessions, cmd_size=info.size, rsp_size=r.size, rc=r.rc,
+            rsp_handle=r.handle, wire_ns=wire_ns, origin=self.origin, engine=self.engine,
+            mode=self.mode, op=self.op, op_seq=self.op_seq,
+            garbled=info.garbled or (r.garbled and rsp is not None), error=error,
+            command=command if keep else None, response=response if keep else None,
+        )
+
+    # -- PyTCTI: ESAPI calls transmit then receive on the same thread ----------------------
+    def do_transmit(self, command: bytes) -> None:
+        self._pending = self.transact(bytes(command))
+
+    def do_receive(self, timeout: int) -> bytes:
+        rsp, self._pending = self._pending, None
+        if rsp is None:
+            raise TpmConnectionError("receive without a transmitted command")
+        return rsp
+
+    def do_finalize(self) -> None:
+        pass  # the connection owns the backend; ESAPI closing must not close it
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.backend.close()
+
+
+def _sleep_until(deadline_ns: int) -> None:
+    # sleep() for the bulk, then spin the last 200 µs: a profile's figures are ms-scale and
+    # the scheduler's wake-up jitter would otherwise add ~60 µs to every held response.
+    while True:
+        left = deadline_ns - time.perf_counter_ns()
+        if left <= 0:
+            return
+        if left > 300_000:
+            time.sleep((left - 200_000) / 1e9)
+
+
+def raw_response_code(rsp: bytes) -> int:
+    return struct.unpack_from(">I", rsp, 6)[0] if len(rsp) >= 10 else -1

@@ -1,0 +1,150 @@
+"""Cheap decoding of TPM command and response buffers for the recorder's hot path.
+
+Only the 10-byte headers, the handle area and the authorization area are read (a few µs).
+The number of handles per command comes from tpm2-pytss's command parser classes, looked up
+once per command code. Nothing here raises on bad bytes: a short or garbled buffer comes
+back flagged, because the recorder must record whatever went on the wire.
+Full parameter decoding (tpm2-pytss ``command_parser``, ~120 µs) is :func:`full_decode`,
+called only when someone looks at one command.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+TPM_ST_NO_SESSIONS = 0x8001
+TPM_ST_SESSIONS = 0x8002
+TPM_RS_PW = 0x40000009
+CC_FLUSH_CONTEXT = 0x165
+
+_HDR = struct.Struct(">HII")
+_U32 = struct.Struct(">I")
+
+_handle_counts: dict[int, int] = {}
+_rsp_has_handle: dict[int, bool] = {}
+
+
+def num_handles(cc: int) -> int | None:
+    """Handles in the command's handle area, or None for a command tpm2-pytss doesn't know."""
+    n = _handle_counts.get(cc)
+    if n is None and cc not in _handle_counts:
+        try:
+            from tpm2_pytss.command_parser import tpm2_command
+            from tpm2_pytss.constants import TPM2_CC
+
+            n = tpm2_command.lookup_command_class(TPM2_CC(cc)).num_handles()
+        except Exception:
+            n = None
+        _handle_counts[cc] = n
+    return n
+
+
+def response_has_handle(cc: int) -> bool:
+    v = _rsp_has_handle.get(cc)
+    if v is None:
+        try:
+            from tpm2_pytss.command_parser import tpm2_response
+            from tpm2_pytss.constants import TPM2_CC
+
+            v = tpm2_response.lookup_response_class(TPM2_CC(cc)).has_handle()
+        except Exception:
+            v = False
+        _rsp_has_handle[cc] = v
+    return v
+
+
+@dataclass(slots=True)
+class CommandInfo:
+    cc: int | None
+    size: int
+    handles: tuple[int, ...]
+    sessions: tuple[tuple[int, int], ...]  # (session handle, attributes)
+    flush_handle: int | None  # the parameter of TPM2_FlushContext
+    garbled: bool
+
+
+@dataclass(slots=True)
+class ResponseInfo:
+    rc: int | None
+    size: int
+    handle: int | None  # the response handle (object or session created)
+    garbled: bool
+
+
+def decode_command(buf: bytes) -> CommandInfo:
+    n = len(buf)
+    if n < 10:
+        return CommandInfo(None, n, (), (), None, True)
+    tag, size, cc = _HDR.unpack_from(buf, 0)
+    garbled = size != n or tag not in (TPM_ST_NO_SESSIONS, TPM_ST_SESSIONS)
+    nh = num_handles(cc)
+    if nh is None:
+        return CommandInfo(cc, n, (), (), None, garbled)
+    off = 10
+    if off + 4 * nh > n:
+        return CommandInfo(cc, n, (), (), None, True)
+    handles = tuple(_U32.unpack_from(buf, off + 4 * i)[0] for i in range(nh))
+    off += 4 * nh
+    sessions: list[tuple[int, int]] = []
+    if tag == TPM_ST_SESSIONS:
+        try:
+            (auth_size,) = _U32.unpack_from(buf, off)
+            off += 4
+            end = off + auth_size
+            if end > n:
+                raise struct.error("authorization area past end")
+            while off < end:
+                (sh,) = _U32.unpack_from(buf, off)
+                (nlen,) = struct.unpack_from(">H", buf, off + 4)
+                attrs = buf[off + 6 + nlen]
+                (hlen,) = struct.unpack_from(">H", buf, off + 7 + nlen)
+                off += 9 + nlen + hlen
+                sessions.append((sh, attrs))
+            if off != end:
+                garbled = True
+        except (struct.error, IndexError):
+            return CommandInfo(cc, n, handles, tuple(sessions), None, True)
+    flush_handle = None
+    if cc == CC_FLUSH_CONTEXT and off + 4 <= n:
+        (flush_handle,) = _U32.unpack_from(buf, off)
+    return CommandInfo(cc, n, handles, tuple(sessions), flush_handle, garbled)
+
+
+def decode_response(buf: bytes | None, cc: int | None) -> ResponseInfo:
+    if not buf:
+        return ResponseInfo(None, 0, None, True)
+    n = len(buf)
+    if n < 10:
+        return ResponseInfo(None, n, None, True)
+    tag, size, rc = _HDR.unpack_from(buf, 0)
+    garbled = size != n or tag not in (TPM_ST_NO_SESSIONS, TPM_ST_SESSIONS)
+    handle = None
+    if rc == 0 and cc is not None and n >= 14 and response_has_handle(cc):
+        (handle,) = _U32.unpack_from(buf, 10)
+    return ResponseInfo(rc, n, handle, garbled)
+
+
+def full_decode(command: bytes, response: bytes | None = None) -> dict:
+    """Everything tpm2-pytss can tell about one command (and its response), as text.
+
+    Slow (~120 µs); never on the hot path. Failures are reported in the result.
+    """
+    import io
+
+    from tpm2_pytss import command_parser as cp
+
+    out: dict = {}
+    try:
+        cmd = cp.read_command(io.BytesIO(command))
+        out["command"] = repr(cmd)
+        cc = cmd.command_code
+    except Exception as e:  # decoding arbitrary wire bytes: any failure is data, not a crash
+        out["command_error"] = f"{type(e).__name__}: {e}"
+        cc = None
+    if response is not None and cc is not None:
+        try:
+            out["response"] = repr(cp.read_response(io.BytesIO(response), cc))
+        except Exception as e:
+            out["response_error"] = f"{type(e).__name__}: {e}"
+    return out
