@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "info": ("tpmtop.cli.tpm_commands", "TPM identity and the properties that matter for sessions"),
     "handles": ("tpmtop.cli.tpm_commands", "list every handle the TPM reports"),
     "flush": ("tpmtop.cli.tpm_commands", "flush a transient object or a session"),
+    "bench": ("tpmtop.cli.bench", "measure each HMAC session strategy (none, per-command, reuse, saved)"),
 }
 
 EPILOG = """exit status: 0 ok, 1 the TPM or the system failed, 2 bad usage or bad input,

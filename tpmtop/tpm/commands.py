@@ -66,14 +66,17 @@ def get_handles(transport, first: int, count: int = 64) -> list[int]:
     GetCapability's count bounds one answer, and a TPM may return fewer than asked."""
     out: list[int] = []
     prop = first
-    top = first >> 24
+    # Session lists (loaded 0x02…, saved 0x03…) hold HMAC (0x02…) and policy (0x03…) handles.
+    tops = {0x02, 0x03} if first >> 24 in (0x02, 0x03) else {first >> 24}
     while True:
         more, data = get_capability(transport, TPM_CAP_HANDLES, prop, count)
         got = [int(h) for h in data.data.handles]
-        out.extend(h for h in got if h >> 24 == top)
+        out.extend(h for h in got if h >> 24 in tops)
         if not more or not got:
             return out
         prop = got[-1] + 1
+        if prop >> 24 not in tops:
+            return out
 
 
 def flush_context(transport, handle: int) -> None:

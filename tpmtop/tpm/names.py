@@ -58,9 +58,9 @@ def rc_text(rc: int | None) -> str:
 
 def rc_base(rc: int) -> int:
     """The format-one / format-zero base code without handle/session/parameter numbers."""
-    if rc & 0x80:  # format one: bits 8-11 say which handle/session/parameter
-        return rc & 0xBF
-    return rc & 0xFFFF_F97F if rc & 0x900 == 0x900 else rc
+    if rc & 0x80:  # format one: bits 6 and 8-11 say which handle/session/parameter
+        return (rc & 0x3F) | 0x80
+    return rc
 
 
 HANDLE_KINDS = {

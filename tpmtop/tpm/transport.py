@@ -176,13 +176,16 @@ class InstrumentedTransport(PyTCTI):
         self.mode: str | None = None
         self.op: str | None = None
         self.op_seq: int | None = None
+        # When a list, (command code, wire ns) of each command is appended: the session
+        # engine sums an operation's wire time from it.
+        self.acc: list | None = None
         self._pending: bytes | None = None
         self._lock = threading.Lock()  # one command on the wire at a time
         self.closed = False
 
     def transact(self, command: bytes) -> bytes:
         rec = self.recorder
-        if not rec.enabled and self.shaper is None:
+        if not rec.enabled and self.shaper is None and self.acc is None:
             with self._lock:
                 return self.backend.transact(command)
         info = wire.decode_command(command)
@@ -192,6 +195,8 @@ class InstrumentedTransport(PyTCTI):
                 rsp = self.backend.transact(command)
             except Exception as e:
                 wire_ns = time.perf_counter_ns() - t0
+                if self.acc is not None:
+                    self.acc.append((info.cc, wire_ns))
                 if rec.enabled:
                     rec.add(self._event(info, None, t0, wire_ns, command, None, str(e)))
                 raise
@@ -200,6 +205,8 @@ class InstrumentedTransport(PyTCTI):
                 if hold:
                     _sleep_until(t0 + hold)
             wire_ns = time.perf_counter_ns() - t0
+        if self.acc is not None:
+            self.acc.append((info.cc, wire_ns))
         if rec.enabled:
             rec.add(self._event(info, rsp, t0, wire_ns, command, rsp, None))
         return rsp

@@ -1,0 +1,159 @@
+"""``tpmtop bench``'s core: run (engine, mode) pairs interleaved in rounds, then report.
+
+Interleaving matters on shared, noisy machines: a burst of load hits every pair alike, so
+their *ratios* stay meaningful even when absolute figures wander.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tpmtop import __version__
+from tpmtop.sessions.accounting import RunAccount
+from tpmtop.sessions.workload import Workload
+
+
+@dataclass
+class BenchPlan:
+    op: str
+    modes: list[str]
+    engines: list[str]
+    n: int = 200
+    warmup: int = 10
+    batch: int = 10
+    pcr: int = 16
+    param_encryption: bool = True
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        return [(e, m) for e in self.engines for m in self.modes]
+
+
+@dataclass
+class BenchResult:
+    accounts: list[RunAccount]
+    interrupted: bool = False
+    error: str | None = None
+    elapsed_s: float = 0.0
+    integrity_failures: int = 0
+    ops_log: list = field(default_factory=list)
+
+
+def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None = None,
+              keep_ops: bool = False) -> BenchResult:
+    """Run the plan; always flush what was created. KeyboardInterrupt/TPM failures stop the
+    run early with what was completed kept (``interrupted``/``error`` say why)."""
+    wl = Workload(conn, plan.engines[0], plan.modes[0], plan.op, pcr=plan.pcr,
+                  param_encryption=plan.param_encryption)
+    total = plan.n * len(plan.pairs)
+    done = 0
+    t_start = time.perf_counter()
+    result = BenchResult([])
+    try:
+        # Warm-up: each pair's first operations pay for imports, caches and ESAPI set-up.
+        for engine, mode in plan.pairs:
+            wl.set(engine, mode)
+            for _ in range(plan.warmup):
+                wl.run_one()
+        wl.accounts.clear()
+        if keep_ops:
+            wl.ops_log = result.ops_log
+        remaining = {p: plan.n for p in plan.pairs}
+        while any(remaining.values()):
+            for pair in plan.pairs:
+                k = min(plan.batch, remaining[pair])
+                if not k:
+                    continue
+                wl.set(*pair)
+                for _ in range(k):
+                    wl.run_one()
+                    done += 1
+                    if progress:
+                        progress(done, total)
+                remaining[pair] -= k
+    except KeyboardInterrupt:
+        result.interrupted = True
+    except Exception as e:  # a TPM failure: keep what was completed, report, exit 1
+        from tpmtop.errors import TpmtopError
+
+        if not isinstance(e, TpmtopError) and type(e).__name__ != "TSS2_Exception":
+            raise
+        result.error = str(e)
+    finally:
+        try:
+            wl.close()
+        except Exception as e:  # the TPM may be gone; nothing more can be flushed then
+            if result.error is None and not result.interrupted:
+                result.error = f"clean-up failed: {e}"
+    result.elapsed_s = time.perf_counter() - t_start
+    order = {p: i for i, p in enumerate(plan.pairs)}
+    result.accounts = sorted((a for a in wl.accounts.values() if a.ops),
+                             key=lambda a: order.get((a.engine, a.mode), 99))
+    result.integrity_failures = wl.integrity_failures
+    return result
+
+
+def capture_dict(conn, accounts: list[RunAccount], *, events: list | None = None,
+                 ops_log: list | None = None, extra: dict | None = None) -> dict:
+    """The ``tpmtop.capture/1`` document (see tpmtop/schema/capture-1.json)."""
+    cap = {
+        "schema": "tpmtop.capture/1",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "tool": {"version": __version__},
+        "host": {"hostname": socket.gethostname(), "kernel": platform.release(),
+                 "machine": platform.machine(), "cpus": os.cpu_count()},
+        "tpm": conn.tpm_json(),
+        "runs": [a.to_json() for a in accounts],
+    }
+    if extra:
+        cap.update(extra)
+    if events is not None:
+        t0 = events[0].t_ns if events else 0
+        if ops_log:
+            t0 = min(t0, ops_log[0][4]) if events else ops_log[0][4]
+        cap["events"] = _events_json(events, t0)
+        cap["ops"] = [{"op_seq": s, "engine": e, "mode": m, "op": o, "t_ns": t - t0, "total_ns": tot,
+                       "wire_ns": w, "ok": ok} for (s, e, m, o, t, tot, w, ok) in (ops_log or [])]
+    return cap
+
+
+def _events_json(events: list, t0: int) -> list[dict]:
+    try:
+        from tpmtop.capture import events_json  # the fast writer, when present
+    except ImportError:
+        events_json = None
+    if events_json is not None:
+        return events_json(events, t0)
+    out = []
+    for ev in events:
+        out.append({"t_ns": ev.t_ns - t0, "command": ev.name, "handles": [f"0x{h:08x}" for h in ev.handles],
+                    "sessions": [{"handle": f"0x{h:08x}", "attrs": a} for h, a in ev.sessions],
+                    "rc": ev.rc, "rc_text": ev.rc_text, "wire_ns": ev.wire_ns, "origin": ev.origin,
+                    "engine": ev.engine, "mode": ev.mode, "op": ev.op, "op_seq": ev.op_seq})
+    return out
+
+
+def write_capture_file(path: str, cap: dict) -> None:
+    try:
+        from tpmtop.capture import write_capture
+    except ImportError:
+        write_capture = None
+    if write_capture is not None:
+        write_capture(path, cap)
+        return
+    import json
+    import tempfile
+
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tpmtop-", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(cap, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

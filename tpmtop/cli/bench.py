@@ -1,0 +1,138 @@
+"""``tpmtop bench``: the cost of each HMAC session strategy on this TPM."""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_bench_arguments(p) -> None:
+    from tpmtop.cli import add_tpm_options
+
+    add_tpm_options(p)
+    p.add_argument("--op", default="extend", help="extend (PCR_Extend), get_random, create_primary (default: extend)")
+    p.add_argument("--modes", default="none,per-command,reuse,saved",
+                   help="comma-separated session modes: none, per-command, reuse, saved (default: all)")
+    p.add_argument("--engine", default="native,esys",
+                   help="comma-separated crypto engines: native (tpmtop's), esys (tpm2-pytss ESAPI) (default: both)")
+    p.add_argument("-n", type=int, default=200, metavar="N", help="operations per (engine, mode) (default: 200)")
+    p.add_argument("--warmup", type=int, default=10, metavar="N", help="uncounted operations per pair first (default: 10)")
+    p.add_argument("--batch", type=int, default=10, metavar="N",
+                   help="operations per pair per round; pairs are interleaved in rounds (default: 10)")
+    p.add_argument("--pcr", type=int, default=16, help="PCR to extend (default: 16; 0-15 need --allow-pcr)")
+    p.add_argument("--allow-pcr", action="store_true", help="allow extending PCRs 0-15 (changes boot measurements!)")
+    p.add_argument("--no-param-encryption", action="store_true",
+                   help="clear the decrypt/encrypt session attributes where the kernel sets them")
+    p.add_argument("--json", metavar="FILE", help="write a tpmtop.capture/1 file (atomically)")
+    p.add_argument("--events", action="store_true", help="include every TPM command in the --json capture")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+
+
+def _plan(args):
+    from tpmtop.bench import BenchPlan
+    from tpmtop.errors import UsageError
+    from tpmtop.sessions.modes import ENGINES, MODES, OPS, check_pcr, parse_list
+
+    if args.op not in OPS:
+        raise UsageError(f"unknown --op '{args.op}' (choose from {', '.join(OPS)})")
+    for name in ("n", "warmup", "batch"):
+        v = getattr(args, name)
+        if v < (1 if name != "warmup" else 0):
+            raise UsageError(f"-{'-' if name != 'n' else ''}{name} must be {'≥ 1' if name != 'warmup' else '≥ 0'}")
+    if args.events and not args.json:
+        raise UsageError("--events goes with --json FILE")
+    if args.read_only:
+        raise UsageError("--read-only: a bench changes TPM state (PCR extends, sessions); refusing")
+    check_pcr(args.pcr, args.allow_pcr)
+    return BenchPlan(op=args.op, modes=parse_list(args.modes, MODES, "mode"),
+                     engines=parse_list(args.engine, ENGINES, "engine"), n=args.n, warmup=args.warmup,
+                     batch=args.batch, pcr=args.pcr, param_encryption=not args.no_param_encryption)
+
+
+class _Progress:
+    """A one-line progress bar on a terminal; silent when stderr is piped."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        import time
+
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.last < 0.1 and done != total:
+            return
+        self.last = now
+        w = 30
+        fill = int(w * done / total)
+        sys.stderr.write(f"\r  [{'#' * fill}{'.' * (w - fill)}] {done}/{total} ops")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r" + " " * 60 + "\r")
+
+
+def format_table(accounts) -> str:
+    from tpmtop.cli.common import table
+
+    base = {a.engine: a.op_hist.percentile_ns(50) for a in accounts if a.mode == "none"}
+    rows = []
+    for a in accounts:
+        s, w, h = a.op_hist.summary(), a.wire_hist.summary(), a.host_hist.summary()
+        ratio = ""
+        if a.engine in base and base[a.engine]:
+            ratio = f"{a.op_hist.percentile_ns(50) / base[a.engine]:.1f}x"
+        cmds = sum(a.commands.values()) / a.ops if a.ops else 0
+        rows.append([a.engine, a.mode, str(a.ops), f"{1e6 / s['mean']:.0f}" if s["mean"] else "-",
+                     _us(s["p50"]), _us(s["p99"]), _us(w["p50"]), _us(h["p50"]), f"{cmds:g}", ratio])
+    return table(rows, ["engine", "mode", "ops", "ops/s", "op p50", "op p99", "wire p50", "host p50",
+                        "cmds/op", "vs none"], right={2, 3, 4, 5, 6, 7, 8, 9})
+
+
+def _us(v: float) -> str:
+    if v >= 10_000:
+        return f"{v / 1000:.1f} ms"
+    if v >= 1000:
+        return f"{v / 1000:.2f} ms"
+    return f"{v:.0f} µs"
+
+
+def run_bench(args) -> int:
+    from tpmtop.bench import capture_dict, run_bench as _run, write_capture_file
+    from tpmtop.cli.common import notice, tpm_from_args
+    from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED
+
+    plan = _plan(args)
+    progress = _Progress(not args.quiet)
+    with tpm_from_args(args) as conn:
+        ident = conn.identity()
+        print(f"# {ident.manufacturer} {ident.vendor} fw {ident.firmware} via {conn.target.tcti}"
+              f"{' (simulated)' if conn.simulated else ''}; op {plan.op}, PCR {plan.pcr}, "
+              f"n={plan.n}, warmup={plan.warmup}, batch={plan.batch}")
+        sys.stdout.flush()
+        if args.events:
+            conn.recorder.reset_stats()
+        result = _run(conn, plan, progress=progress, keep_ops=args.events)
+        progress.close()
+        if result.accounts:
+            print(format_table(result.accounts))
+        if result.integrity_failures:
+            notice(f"{result.integrity_failures} responses failed their HMAC check and were rejected")
+        if args.json and result.accounts:
+            events = [e for e in conn.recorder.events() if e.origin == "workload" and e.op_seq is not None] \
+                if args.events else None
+            cap = capture_dict(conn, result.accounts, events=events, ops_log=result.ops_log if args.events else None,
+                               extra={"bench": {"n": plan.n, "warmup": plan.warmup, "batch": plan.batch,
+                                                "pcr": plan.pcr, "param_encryption": plan.param_encryption,
+                                                "complete": not (result.interrupted or result.error)}})
+            write_capture_file(args.json, cap)
+            notice(f"capture written to {args.json}")
+    if result.interrupted:
+        notice("interrupted: partial results above" + (f", saved to {args.json}" if args.json else ""))
+        return EXIT_INTERRUPTED
+    if result.error:
+        notice(f"stopped: {result.error}")
+        return EXIT_FAILURE
+    return 0

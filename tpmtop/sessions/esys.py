@@ -1,0 +1,95 @@
+"""The same session strategies through tpm2-pytss ESAPI: what user-space tools pay.
+
+ESAPI keeps its own resource objects (ESYS_TR) for every handle; when the TPM ends a session
+(continueSession clear) or a session is context-saved, the ESYS_TR must be closed host-side
+(``tr_close``), or ESAPI's list grows without bound.
+"""
+
+from __future__ import annotations
+
+from tpm2_pytss import ESAPI
+from tpm2_pytss.constants import ESYS_TR, TPM2_ALG, TPM2_SE
+from tpm2_pytss.types import TPM2B_SENSITIVE_CREATE, TPML_DIGEST_VALUES, TPMT_HA, TPMT_SYM_DEF
+
+from tpmtop.sessions.native import EXTEND_DIGEST, RANDOM_BYTES
+from tpmtop.sessions.templates import null_primary_public
+
+_SYM = TPMT_SYM_DEF(algorithm=TPM2_ALG.AES)
+_SYM.keyBits.aes = 128
+_SYM.mode.aes = TPM2_ALG.CFB
+
+
+def _extend_digests() -> TPML_DIGEST_VALUES:
+    ha = TPMT_HA(hashAlg=TPM2_ALG.SHA256)
+    ha.digest.sha256 = EXTEND_DIGEST
+    return TPML_DIGEST_VALUES([ha])
+
+
+class EsysSession:
+    __slots__ = ("tr", "context")
+
+    def __init__(self, tr):
+        self.tr = tr
+        self.context = None
+
+
+class EsysEngine:
+    name = "esys"
+
+    def __init__(self, transport, esapi: ESAPI):
+        self.t = transport
+        self.esys = esapi
+        self.null_context = None
+        self.null_name: bytes | None = None
+        self.integrity_failures = 0  # ESAPI checks response HMACs itself and raises
+
+    def create_null_primary(self) -> None:
+        handle, _, _, _, _ = self.esys.create_primary(TPM2B_SENSITIVE_CREATE(), null_primary_public(),
+                                                      primary_handle=ESYS_TR.NULL)
+        name = bytes(self.esys.tr_get_name(handle))
+        self.null_context = self.esys.context_save(handle)
+        self.esys.flush_context(handle)
+        self.null_name = name
+
+    def load_null(self):
+        return self.esys.context_load(self.null_context)
+
+    def start_session(self, tpm_key) -> EsysSession:
+        tr = self.esys.start_auth_session(tpm_key=tpm_key, bind=ESYS_TR.NONE, session_type=TPM2_SE.HMAC,
+                                          symmetric=_SYM, auth_hash=TPM2_ALG.SHA256)
+        return EsysSession(tr)
+
+    def flush(self, handle) -> None:
+        self.esys.flush_context(handle)
+
+    def save_session(self, s: EsysSession) -> None:
+        s.context = self.esys.context_save(s.tr)  # ESAPI invalidates the ESYS_TR of a saved session
+        s.tr = None
+
+    def load_session(self, s: EsysSession) -> None:
+        s.tr = self.esys.context_load(s.context)
+        s.context = None
+
+    def forget_session(self, s: EsysSession) -> None:
+        if s.tr is not None:
+            try:
+                self.esys.tr_close(s.tr)
+            except Exception:
+                pass  # ESAPI already dropped it
+            s.tr = None
+
+    def op(self, op: str, session: EsysSession | None, attrs: int, pcr: int) -> None:
+        e = self.esys
+        if session is not None:
+            e.trsess_set_attributes(session.tr, attrs, 0xFF)
+        if op == "extend":
+            e.pcr_extend(ESYS_TR.PCR0 + pcr, _extend_digests(),
+                         session1=session.tr if session else ESYS_TR.PASSWORD)
+        elif op == "get_random":
+            e.get_random(RANDOM_BYTES, session1=session.tr if session else ESYS_TR.NONE)
+        elif op == "create_primary":
+            handle = e.create_primary(TPM2B_SENSITIVE_CREATE(), null_primary_public(), primary_handle=ESYS_TR.NULL,
+                                      session1=session.tr if session else ESYS_TR.PASSWORD)[0]
+            e.flush_context(handle)
+        else:
+            raise ValueError(op)

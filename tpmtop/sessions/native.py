@@ -1,0 +1,232 @@
+"""tpmtop's own implementation of the kernel's session protocol (crypto in ``crypto.py``).
+
+Commands are built as bytes (parameters with tpm2-pytss types where they are structures) and
+sent through the instrumented transport. Every response HMAC is checked; a mismatch is an
+:class:`IntegrityError`, counted, never accepted. Like the kernel, the engine remembers the
+null primary's name and refuses to go on if a re-created primary has another one.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+
+from tpmtop.errors import IntegrityError, TpmConnectionError, TpmError
+from tpmtop.sessions import crypto
+from tpmtop.sessions.templates import TPM_RH_NULL, null_primary_public_bytes
+from tpmtop.tpm import names
+
+ST_NO_SESSIONS = 0x8001
+ST_SESSIONS = 0x8002
+RS_PW = 0x40000009
+CC_CREATE_PRIMARY = 0x131
+CC_CONTEXT_LOAD = 0x161
+CC_CONTEXT_SAVE = 0x162
+CC_FLUSH_CONTEXT = 0x165
+CC_START_AUTH_SESSION = 0x176
+CC_GET_RANDOM = 0x17B
+CC_PCR_EXTEND = 0x182
+
+# ContextLoad failures that mean "this context is from another TPM life": TPM_RC_INTEGRITY,
+# TPM_RC_HIERARCHY, TPM_RC_HANDLE, TPM_RC_VALUE
+CONTEXT_INVALID = {0x09F, 0x085, 0x08B, 0x084}
+
+ATTR_CONTINUE = 0x01
+ATTR_DECRYPT = 0x20
+ATTR_ENCRYPT = 0x40
+
+_PW_AUTH = struct.pack(">IIHBH", 9, RS_PW, 0, 0, 0)  # size, TPM_RS_PW, empty nonce, attrs 0, empty hmac
+_SYM_AES128_CFB = struct.pack(">HHH", 0x0006, 128, 0x0043)
+EXTEND_DIGEST = bytes.fromhex("6d3c1f5e3ad2b2f0c0ffee0ddba11ad5e1ec7ed1ab1e5eed0fbadc0ffee15600")
+RANDOM_BYTES = 32
+
+
+@dataclass
+class Session:
+    handle: int
+    key: bytes
+    nonce_tpm: bytes
+    context: bytes | None = None  # TPMS_CONTEXT while context-saved
+
+
+def _tpm2b(data: bytes) -> bytes:
+    return struct.pack(">H", len(data)) + data
+
+
+class NativeEngine:
+    name = "native"
+
+    def __init__(self, transport):
+        self.t = transport
+        self.null_context: bytes | None = None
+        self.null_name: bytes | None = None
+        self.null_x = self.null_y = b""
+        self.integrity_failures = 0
+
+    # -- wire helpers -----------------------------------------------------------------------
+    def _send(self, cmd: bytes, cc: int) -> bytes:
+        rsp = self.t.transact(cmd)
+        if len(rsp) < 10:
+            raise TpmConnectionError(f"{names.cc_short(cc)}: short response")
+        rc = int.from_bytes(rsp[6:10], "big")
+        if rc:
+            raise TpmError(f"{names.cc_short(cc)} failed: 0x{rc:03x} {names.rc_text(rc)}", rc, names.cc_name(cc))
+        return rsp
+
+    def _plain(self, cc: int, body: bytes) -> bytes:
+        return self._send(struct.pack(">HII", ST_NO_SESSIONS, 10 + len(body), cc) + body, cc)
+
+    def execute(self, cc: int, handles: tuple[int, ...], names_: bytes, params: bytes,
+                session: Session | None, attrs: int, rsp_handle: bool = False) -> tuple[int | None, bytes]:
+        """One authorised command. With ``session`` None: password authorisation (empty) if
+        the command has handles needing it, else no authorisation area at all."""
+        hbytes = b"".join(struct.pack(">I", h) for h in handles)
+        if session is None:
+            if handles:
+                body = hbytes + _PW_AUTH + params
+                tag = ST_SESSIONS
+            else:
+                body, tag = params, ST_NO_SESSIONS
+            rsp = self._send(struct.pack(">HII", tag, 10 + len(body), cc) + body, cc)
+            return self._split(rsp, tag, rsp_handle)[:2]
+
+        nonce_caller = os.urandom(32)
+        key = session.key  # ‖ authValue, which is empty for PCR 16 and the null hierarchy
+        if attrs & ATTR_DECRYPT:
+            # the first parameter must be a TPM2B: encrypt its data in place
+            n = int.from_bytes(params[:2], "big")
+            params = params[:2] + crypto.cfb(key, nonce_caller, session.nonce_tpm, params[2:2 + n], True) + params[2 + n:]
+        mac = crypto.session_hmac(key, crypto.cp_hash(cc, names_, params), nonce_caller, session.nonce_tpm, attrs)
+        auth = struct.pack(">I", session.handle) + _tpm2b(nonce_caller) + bytes((attrs,)) + _tpm2b(mac)
+        body = hbytes + struct.pack(">I", len(auth)) + auth + params
+        rsp = self._send(struct.pack(">HII", ST_SESSIONS, 10 + len(body), cc) + body, cc)
+        handle, rparams, rsess = self._split(rsp, ST_SESSIONS, rsp_handle)
+        nonce_tpm, rattrs, rmac = rsess
+        expect = crypto.session_hmac(key, crypto.rp_hash(cc, rparams), nonce_tpm, nonce_caller, rattrs)
+        if not crypto.equal(expect, rmac):
+            self.integrity_failures += 1
+            raise IntegrityError(f"{names.cc_short(cc)}: response HMAC check failed (response altered in "
+                                 "transit, or not from this TPM); response rejected")
+        session.nonce_tpm = nonce_tpm
+        if attrs & ATTR_ENCRYPT and len(rparams) >= 2:
+            n = int.from_bytes(rparams[:2], "big")
+            rparams = rparams[:2] + crypto.cfb(key, nonce_tpm, nonce_caller, rparams[2:2 + n], False) + rparams[2 + n:]
+        return handle, rparams
+
+    @staticmethod
+    def _split(rsp: bytes, tag: int, rsp_handle: bool):
+        """(response handle, parameters, (nonceTPM, attrs, hmac) or None)."""
+        try:
+            off = 10
+            handle = None
+            if rsp_handle:
+                handle = int.from_bytes(rsp[off:off + 4], "big")
+                off += 4
+            if int.from_bytes(rsp[:2], "big") != ST_SESSIONS:
+                return handle, rsp[off:], None
+            psize = int.from_bytes(rsp[off:off + 4], "big")
+            off += 4
+            params = rsp[off:off + psize]
+            off += psize
+            nlen = int.from_bytes(rsp[off:off + 2], "big")
+            nonce = rsp[off + 2:off + 2 + nlen]
+            off += 2 + nlen
+            rattrs = rsp[off]
+            hlen = int.from_bytes(rsp[off + 1:off + 3], "big")
+            mac = rsp[off + 3:off + 3 + hlen]
+            if off + 3 + hlen != len(rsp) or len(params) != psize:
+                raise IndexError
+            return handle, params, (nonce, rattrs, mac)
+        except IndexError:
+            raise IntegrityError("malformed response authorization area; response rejected") from None
+
+    # -- the kernel's probe: create the null primary, save it, flush it ------------------------
+    def create_null_primary(self) -> None:
+        handle, rparams = self.execute(CC_CREATE_PRIMARY, (TPM_RH_NULL,), struct.pack(">I", TPM_RH_NULL),
+                                       _create_primary_params(), None, 0, rsp_handle=True)
+        name = _name_from_create_primary(rparams)
+        x, y = _ecc_point_from_public(rparams)
+        ctx = self._plain(CC_CONTEXT_SAVE, struct.pack(">I", handle))[10:]
+        self.flush(handle)
+        if self.null_name is not None and name != self.null_name:
+            raise IntegrityError("the null primary's name has changed (TPM reset or interference); "
+                                 "stopping as the kernel does")
+        self.null_name, self.null_x, self.null_y, self.null_context = name, x, y, ctx
+
+    def load_null(self) -> int:
+        try:
+            rsp = self._plain(CC_CONTEXT_LOAD, self.null_context)
+        except TpmError as e:
+            if e.rc is None or names.rc_base(e.rc) not in CONTEXT_INVALID:
+                raise
+            # A reset TPM has a new null seed: the saved context no longer loads. Re-create
+            # and compare names, as the kernel does (tpm2_load_null).
+            self.create_null_primary()  # raises IntegrityError when the name changed
+            rsp = self._plain(CC_CONTEXT_LOAD, self.null_context)
+        return int.from_bytes(rsp[10:14], "big")
+
+    def start_session(self, tpm_key: int) -> Session:
+        salt, ex, ey = crypto.ecdh_salt(self.null_x, self.null_y)
+        nonce_caller = os.urandom(32)
+        body = (struct.pack(">II", tpm_key, TPM_RH_NULL) + _tpm2b(nonce_caller)
+                + _tpm2b(_tpm2b(ex) + _tpm2b(ey)) + b"\x00" + _SYM_AES128_CFB + struct.pack(">H", 0x000B))
+        rsp = self._plain(CC_START_AUTH_SESSION, body)
+        handle = int.from_bytes(rsp[10:14], "big")
+        nlen = int.from_bytes(rsp[14:16], "big")
+        nonce_tpm = rsp[16:16 + nlen]
+        return Session(handle, crypto.session_key(salt, nonce_tpm, nonce_caller), nonce_tpm)
+
+    def flush(self, handle: int) -> None:
+        self._plain(CC_FLUSH_CONTEXT, struct.pack(">I", handle))
+
+    def save_session(self, s: Session) -> None:
+        s.context = self._plain(CC_CONTEXT_SAVE, struct.pack(">I", s.handle))[10:]
+
+    def load_session(self, s: Session) -> None:
+        self._plain(CC_CONTEXT_LOAD, s.context)
+        s.context = None
+
+    def forget_session(self, s: Session) -> None:
+        pass  # nothing held host-side beyond the Python object
+
+    # -- operations ---------------------------------------------------------------------------
+    def op(self, op: str, session: Session | None, attrs: int, pcr: int) -> None:
+        if op == "extend":
+            params = struct.pack(">IH", 1, 0x000B) + EXTEND_DIGEST
+            self.execute(CC_PCR_EXTEND, (pcr,), struct.pack(">I", pcr), params, session, attrs)
+        elif op == "get_random":
+            _, rparams = self.execute(CC_GET_RANDOM, (), b"", struct.pack(">H", RANDOM_BYTES), session, attrs)
+            if int.from_bytes(rparams[:2], "big") != RANDOM_BYTES:
+                raise TpmError("GetRandom returned fewer bytes than asked")
+        elif op == "create_primary":
+            handle, _ = self.execute(CC_CREATE_PRIMARY, (TPM_RH_NULL,), struct.pack(">I", TPM_RH_NULL),
+                                     _create_primary_params(), session, attrs, rsp_handle=True)
+            self.flush(handle)
+        else:
+            raise ValueError(op)
+
+
+def _create_primary_params() -> bytes:
+    # inSensitive (empty userAuth and data), inPublic, outsideInfo (empty), creationPCR (none)
+    return _tpm2b(b"\0\0\0\0") + null_primary_public_bytes() + b"\0\0" + b"\0\0\0\0"
+
+
+def _name_from_create_primary(rparams: bytes) -> bytes:
+    from tpm2_pytss.types import (TPM2B_CREATION_DATA, TPM2B_DIGEST, TPM2B_NAME, TPM2B_PUBLIC,
+                                  TPMT_TK_CREATION)
+
+    off = 0
+    for t in (TPM2B_PUBLIC, TPM2B_CREATION_DATA, TPM2B_DIGEST, TPMT_TK_CREATION):
+        _, used = t.unmarshal(rparams[off:])
+        off += used
+    name, _ = TPM2B_NAME.unmarshal(rparams[off:])
+    return bytes(name)
+
+
+def _ecc_point_from_public(rparams: bytes) -> tuple[bytes, bytes]:
+    from tpm2_pytss.types import TPM2B_PUBLIC
+
+    pub, _ = TPM2B_PUBLIC.unmarshal(rparams)
+    ecc = pub.publicArea.unique.ecc
+    return bytes(ecc.x), bytes(ecc.y)

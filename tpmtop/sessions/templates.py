@@ -1,0 +1,22 @@
+"""The null-hierarchy primary the kernel creates at probe (tpm2-sessions.c, tpm2_create_null_primary):
+ECC NIST P-256, nameAlg SHA-256, objectAttributes 0x00030472 (fixedTPM|fixedParent|
+sensitiveDataOrigin|userWithAuth|noDA|restricted|decrypt), AES-128-CFB, empty unique."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+NULL_PRIMARY_ATTRS = 0x00030472
+TPM_RH_NULL = 0x40000007
+
+
+@lru_cache(maxsize=1)
+def null_primary_public():
+    from tpm2_pytss.types import TPM2B_PUBLIC
+
+    return TPM2B_PUBLIC.parse("ecc256:aes128cfb", objectAttributes=NULL_PRIMARY_ATTRS, nameAlg="sha256")
+
+
+@lru_cache(maxsize=1)
+def null_primary_public_bytes() -> bytes:
+    return bytes(null_primary_public().marshal())

@@ -1,0 +1,242 @@
+"""The workload: one operation at a time, in the chosen engine and session mode.
+
+The four strategies live here, once, and drive either engine through the same small
+interface (load_null, start_session, flush, save_session, load_session, op) — so both
+engines put the same command sequence on the wire for the same mode.
+
+Session set-up for ``reuse`` and ``saved`` happens when the mode starts, outside the timed
+operation (the kernel pays it once, then never again until the session is lost); it is
+counted in ``RunAccount.setups``. A session lost mid-run is set up again *inside* the
+operation that found out, and that operation pays for it, as the kernel's would.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tpmtop.errors import TpmError
+from tpmtop.sessions.accounting import RunAccount
+from tpmtop.sessions.modes import DEFAULT_PCR, ENGINES, MODES, OPS
+from tpmtop.sessions.native import ATTR_CONTINUE, ATTR_DECRYPT, ATTR_ENCRYPT, NativeEngine
+from tpmtop.tpm import names
+
+# A kept session the TPM no longer has: TPM_RC_REFERENCE_S0..S6 (not loaded), or a
+# format-one error naming the session (TPM_RC_HANDLE/VALUE + session number).
+_SESSION_GONE = set(range(0x910, 0x917))
+
+
+def session_gone(rc: int | None) -> bool:
+    if rc is None:
+        return False
+    if rc in _SESSION_GONE:
+        return True
+    # format one, N in 8..15 means session N-8, P (bit 6) clear
+    return bool(rc & 0x80) and not rc & 0x40 and (rc >> 8) & 0xF >= 8 and names.rc_base(rc) in (0x08B, 0x084)
+
+
+def session_attrs(op: str, continue_session: bool, param_encryption: bool) -> int:
+    attrs = ATTR_CONTINUE if continue_session else 0
+    if param_encryption:
+        # What the kernel does: GetRandom's response is encrypted (0x40); PCR_Extend has no
+        # TPM2B first parameter to encrypt. CreatePrimary's inSensitive can be (0x20).
+        attrs |= {"get_random": ATTR_ENCRYPT, "create_primary": ATTR_DECRYPT}.get(op, 0)
+    elif op == "get_random":
+        # A TPM rejects an HMAC session on a command with no authorization handle unless it
+        # audits, encrypts or decrypts: GetRandom keeps encrypt even with encryption "off".
+        attrs |= ATTR_ENCRYPT
+    return attrs
+
+
+class Workload:
+    def __init__(self, conn, engine: str = "native", mode: str = "per-command", op: str = "extend",
+                 pcr: int = DEFAULT_PCR, param_encryption: bool = True, origin: str = "workload"):
+        self.conn = conn
+        self.t = conn.transport
+        self.pcr = pcr
+        self.param_encryption = param_encryption
+        self.origin = origin
+        self.accounts: dict[tuple[str, str, str], RunAccount] = {}
+        self._engines: dict[str, object] = {}
+        self.engine_name, self.mode, self.op = engine, mode, op
+        self.kept = None  # the reuse/saved session of the current engine
+        self._prepared = False
+        self._op_seq = 0
+        self.ops_log: list[tuple[int, str, str, str, int, int, int, bool]] | None = None
+        self.set(engine, mode, op)
+
+    # -- configuration ------------------------------------------------------------------------
+    def set(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> None:
+        """Takes effect before the next operation; the kept session is ended now."""
+        engine = engine or self.engine_name
+        mode = mode or self.mode
+        op = op or self.op
+        for v, allowed in ((engine, ENGINES), (mode, MODES), (op, OPS)):
+            if v not in allowed:
+                raise ValueError(f"{v!r} not in {allowed}")
+        if (engine, mode) != (self.engine_name, self.mode):
+            self._teardown()
+        self.engine_name, self.mode, self.op = engine, mode, op
+
+    def engine(self):
+        e = self._engines.get(self.engine_name)
+        if e is None:
+            if self.engine_name == "native":
+                e = NativeEngine(self.t)
+            else:
+                from tpmtop.sessions.esys import EsysEngine
+
+                e = EsysEngine(self.t, self.conn.esapi())
+            self._label(None)
+            e.create_null_primary()  # the kernel's probe, once per engine
+            self._engines[self.engine_name] = e
+        return e
+
+    def account(self) -> RunAccount:
+        key = (self.engine_name, self.mode, self.op)
+        a = self.accounts.get(key)
+        if a is None:
+            a = self.accounts[key] = RunAccount(*key)
+        return a
+
+    def _label(self, op_seq: int | None) -> None:
+        t = self.t
+        t.origin, t.engine, t.mode, t.op, t.op_seq = self.origin, self.engine_name, self.mode, self.op, op_seq
+
+    # -- sessions -----------------------------------------------------------------------------
+    def _new_session(self, e):
+        primary = e.load_null()
+        try:
+            s = e.start_session(primary)
+        finally:
+            e.flush(primary)
+        return s
+
+    def _prepare(self, e) -> None:
+        if self.mode in ("reuse", "saved") and self.kept is None:
+            self._label(None)
+            self.kept = self._new_session(e)
+            if self.mode == "saved":
+                e.save_session(self.kept)
+            self.account().setups += 1
+        self._prepared = True
+
+    def _teardown(self) -> None:
+        s, self.kept = self.kept, None
+        self._prepared = False
+        if s is None:
+            return
+        e = self._engines.get(self.engine_name)
+        if e is None:
+            return
+        self._label(None)
+        handle = getattr(s, "handle", None) if self.engine_name == "native" else None
+        try:
+            if self.engine_name == "native":
+                e.flush(handle)
+            else:
+                if s.tr is None and s.context is not None:
+                    e.load_session(s)
+                e.flush(s.tr)
+                s.tr = None
+        except TpmError:
+            pass  # already gone (TPM reset, flushed by someone else): nothing left to leak
+        finally:
+            e.forget_session(s)
+
+    # -- one operation ------------------------------------------------------------------------
+    def run_one(self) -> int:
+        """Run one operation; return its total ns. Raises TpmtopError subclasses."""
+        e = self.engine()
+        if not self._prepared:
+            self._prepare(e)
+        acct = self.account()
+        self._op_seq += 1
+        self._label(self._op_seq)
+        wire: list[tuple[int | None, int]] = []
+        self.t.acc = wire
+        t0 = time.perf_counter_ns()
+        ok = False
+        try:
+            self._run_mode(e)
+            ok = True
+        except BaseException:
+            acct.errors += 1
+            raise
+        finally:
+            total = time.perf_counter_ns() - t0
+            self.t.acc = None
+            self._label(None)
+            if self.ops_log is not None:
+                self.ops_log.append((self._op_seq, self.engine_name, self.mode, self.op, t0, total,
+                                     sum(w for _, w in wire), ok))
+        acct.add(total, wire)
+        return total
+
+    def _run_mode(self, e) -> None:
+        mode, op, pcr = self.mode, self.op, self.pcr
+        if mode == "none":
+            e.op(op, None, 0, pcr)
+        elif mode == "per-command":
+            s = self._new_session(e)
+            try:
+                e.op(op, s, session_attrs(op, False, self.param_encryption), pcr)
+            except TpmError:
+                # On an error the TPM keeps the session even without continueSession.
+                self._flush_quietly(e, s)
+                raise
+            finally:
+                e.forget_session(s)
+        elif mode == "reuse":
+            try:
+                e.op(op, self.kept, session_attrs(op, True, self.param_encryption), pcr)
+            except TpmError as err:
+                if not session_gone(err.rc):
+                    raise
+                self._recover(e)
+                e.op(op, self.kept, session_attrs(op, True, self.param_encryption), pcr)
+        elif mode == "saved":
+            try:
+                e.load_session(self.kept)
+            except TpmError as err:
+                if names.rc_base(err.rc or 0) not in (0x08B, 0x084, 0x09F) and err.rc not in (0x901,):
+                    raise
+                self._recover(e)  # saved context gone or too old (TPM_RC_CONTEXT_GAP): start over
+                e.load_session(self.kept)
+            e.op(op, self.kept, session_attrs(op, True, self.param_encryption), pcr)
+            e.save_session(self.kept)
+
+    def _recover(self, e) -> None:
+        self.account().sessions_lost += 1
+        e.forget_session(self.kept)
+        self.kept = self._new_session(e)
+        if self.mode == "saved":
+            e.save_session(self.kept)
+
+    def _flush_quietly(self, e, s) -> None:
+        try:
+            e.flush(s.handle if self.engine_name == "native" else s.tr)
+        except Exception:
+            pass
+
+    # -- the end ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush every handle tpmtop created that the TPM still holds."""
+        from tpmtop.tpm.handles import flush, list_handles
+
+        try:
+            self._teardown()
+        except Exception:
+            pass
+        self.t.origin, self.t.op_seq = "user", None
+        self.t.acc = None
+        for entry in list_handles(self.t, self.conn.recorder.owned_handles()):
+            if entry.ours and entry.kind != "persistent":
+                try:
+                    flush(self.t, entry.handle)
+                except TpmError:
+                    pass
+                self.conn.recorder.forget_handle(entry.handle)
+
+    @property
+    def integrity_failures(self) -> int:
+        return sum(getattr(e, "integrity_failures", 0) for e in self._engines.values())
