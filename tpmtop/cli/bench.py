@@ -25,6 +25,9 @@ def add_bench_arguments(p) -> None:
     p.add_argument("--json", metavar="FILE", help="write a tpmtop.capture/1 file (atomically)")
     p.add_argument("--events", action="store_true", help="include every TPM command in the --json capture")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    from tpmtop.profiles.apply import add_profile_options  # issue 7: --profile/--seed
+
+    add_profile_options(p)
 
 
 def _plan(args):
@@ -105,12 +108,19 @@ def run_bench(args) -> int:
     from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED
 
     plan = _plan(args)
+    # issue 7: checked (and the file validated) before the TPM is opened: refused on real hardware.
+    from tpmtop.profiles.apply import apply_profile, describe, profile_from_args
+
+    profile = profile_from_args(args)
     progress = _Progress(not args.quiet)
     with tpm_from_args(args) as conn:
+        apply_profile(conn, profile, getattr(args, "seed", None))
         ident = conn.identity()
         print(f"# {ident.manufacturer} {ident.vendor} fw {ident.firmware} via {conn.target.tcti}"
               f"{' (simulated)' if conn.simulated else ''}; op {plan.op}, PCR {plan.pcr}, "
               f"n={plan.n}, warmup={plan.warmup}, batch={plan.batch}")
+        if profile is not None:
+            print(f"# {describe(profile, getattr(args, 'seed', None))}")
         sys.stdout.flush()
         if args.events:
             conn.recorder.reset_stats()

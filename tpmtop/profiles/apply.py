@@ -1,0 +1,63 @@
+"""``--profile NAME|FILE`` and ``--seed N`` for ``tpmtop`` and ``tpmtop bench``.
+
+A profile only ever slows down a *simulator*. On real hardware it would make tpmtop lie
+about the chip in front of the user, so it is refused, with one line and exit status 2,
+before anything is opened or sent. Only an explicit ``--sim`` counts: the fallback swtpm
+(no /dev/tpmrm0 here) would make the same command line mean different things on different
+machines.
+"""
+
+from __future__ import annotations
+
+from tpmtop.errors import UsageError
+
+
+def add_profile_options(parser, top: bool = False) -> None:
+    """On subcommands the defaults are suppressed, like the TPM selection options, so that
+    ``tpmtop --profile X bench --sim`` and ``tpmtop bench --sim --profile X`` agree."""
+    import argparse
+
+    d = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
+    g = parser.add_argument_group("chip latency profile (simulator only)")
+    g.add_argument("--profile", default=d(None), metavar="NAME|FILE",
+                   help="make the simulator answer as slowly as a real chip: a built-in profile "
+                        "(slb9670) or a tpmtop.profile/1 file; needs --sim")
+    g.add_argument("--seed", type=int, default=d(None), metavar="N",
+                   help="seed for sampling latencies from a profile's spread (repeatable runs)")
+
+
+def profile_from_args(args):
+    """The profile to apply (or None), checked against the TPM selection. Raises UsageError."""
+    spec = getattr(args, "profile", None)
+    seed = getattr(args, "seed", None)
+    if spec is None:
+        if seed is not None:
+            raise UsageError("--seed goes with --profile")
+        return None
+    if not getattr(args, "sim", False):
+        where = getattr(args, "tcti", None) or "the default TPM"
+        raise UsageError(f"--profile {spec}: only a simulator can be slowed down to a chip's latencies; "
+                         f"add --sim (refusing to apply it to {where})")
+    from tpmtop.profiles.loader import load_profile
+
+    return load_profile(spec)
+
+
+def apply_profile(conn, profile, seed: int | None = None) -> None:
+    """Hold each response as the profile says; captures and headers then name the profile."""
+    if profile is None:
+        return
+    if not conn.simulated:  # second line of defence: a caller that skipped profile_from_args
+        raise UsageError(f"--profile {profile.name}: refusing to apply a latency profile to a real TPM "
+                         f"({conn.target.tcti})")
+    conn.transport.shaper = profile.shaper(seed)
+    conn.profile_name = profile.name
+
+
+def describe(profile, seed: int | None = None) -> str:
+    """One line for headers: which profile, and that latencies are the profile's, not the host's."""
+    chip = " ".join(str(profile.chip[k]) for k in ("manufacturer", "model") if profile.chip.get(k))
+    s = f"profile {profile.name}" + (f" ({chip})" if chip else "")
+    if seed is not None:
+        s += f", seed {seed}"
+    return s + ": latencies are the chip's, reproduced on the simulator"

@@ -1,0 +1,156 @@
+"""Reading, validating and writing ``tpmtop.profile/1`` files; the built-in profiles.
+
+Any problem with a profile file is a :class:`UsageError` (exit 2) worded as one line that
+names the file and the place in it: a profile is user input, and a bad one must never get
+as far as a TPM.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from importlib import resources
+
+from tpmtop.errors import UsageError
+from tpmtop.profiles.model import SCHEMA_ID, Figure, Profile
+
+BUILTIN = ("slb9670",)
+
+
+@functools.lru_cache(maxsize=1)
+def schema() -> dict:
+    return json.loads(resources.files("tpmtop").joinpath("schema/profile-1.json").read_text("utf-8"))
+
+
+@functools.lru_cache(maxsize=1)
+def _validator():
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(schema())
+
+
+def _where(err) -> str:
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
+    return path.lstrip(".") or "(top level)"
+
+
+def validate(doc, label: str) -> None:
+    """Schema check plus what a schema cannot say; raises UsageError with one line."""
+    from jsonschema.exceptions import best_match
+
+    if isinstance(doc, dict) and doc.get("schema") not in (None, SCHEMA_ID) and isinstance(doc.get("schema"), str):
+        raise UsageError(f"profile {label}: schema is '{doc['schema']}', expected '{SCHEMA_ID}'"
+                         + (" (that is a capture: use `tpmtop profile from-capture`)"
+                            if doc["schema"].startswith("tpmtop.capture") else ""))
+    err = best_match(_validator().iter_errors(doc))
+    if err is not None:
+        msg = err.message if len(err.message) <= 160 else err.message[:157] + "..."
+        raise UsageError(f"profile {label}: {_where(err)}: {msg}")
+    from tpmtop.tpm import names
+
+    seen: dict[int, str] = {}
+    for key, entry in doc["commands"].items():
+        cc = _cc_of(key)
+        if cc is None:
+            raise UsageError(f"profile {label}: commands.{key}: unknown TPM command "
+                             "(use the spec name without TPM2_CC_, e.g. PCR_Extend, or 0x%08x)")
+        if cc in seen:
+            raise UsageError(f"profile {label}: commands.{key}: same command as commands.{seen[cc]}")
+        seen[cc] = key
+        for variant, fig in entry.items():
+            here = f"commands.{key}.{variant}"
+            p10, med, p90 = fig.get("p10_us"), fig["median_us"], fig.get("p90_us")
+            if p10 is not None and not p10 <= med <= p90:
+                raise UsageError(f"profile {label}: {here}: needs p10_us ≤ median_us ≤ p90_us "
+                                 f"(got {p10}, {med}, {p90})")
+            hist = fig.get("histogram")
+            if hist:
+                bounds = [b for b, _ in hist]
+                if any(b2 <= b1 for b1, b2 in zip(bounds, bounds[1:])):
+                    raise UsageError(f"profile {label}: {here}.histogram: bucket bounds must ascend")
+                if not any(c for _, c in hist):
+                    raise UsageError(f"profile {label}: {here}.histogram: all counts are zero")
+
+
+def _cc_of(key: str) -> int | None:
+    from tpmtop.tpm import names
+
+    if key.startswith("0x"):
+        return int(key, 16)
+    return names.cc_from_name(key)
+
+
+def from_json(doc: dict, label: str = "(document)", origin: str | None = None) -> Profile:
+    validate(doc, label)
+    cmds = {_cc_of(k): {v: Figure.from_json(f) for v, f in entry.items()} for k, entry in doc["commands"].items()}
+    return Profile(name=doc["name"], chip=dict(doc["chip"]), commands=cmds, description=doc.get("description", ""),
+                   created=doc.get("created"), notes=list(doc.get("notes", [])), origin=origin)
+
+
+def load_builtin(name: str) -> Profile:
+    text = resources.files("tpmtop.profiles").joinpath(f"{name}.json").read_text("utf-8")
+    return from_json(json.loads(text), f"built-in '{name}'", origin="built-in")
+
+
+def load_file(path: str) -> Profile:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise UsageError(f"profile {path}: no such file (built-in profiles: {', '.join(BUILTIN)})") from None
+    except IsADirectoryError:
+        raise UsageError(f"profile {path}: is a directory") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"profile {path}: not a text file (expected tpmtop.profile/1 JSON)") from None
+    except OSError as e:
+        raise UsageError(f"profile {path}: cannot read: {e.strerror}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"profile {path}: not JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    return from_json(doc, path, origin=path)
+
+
+def load_profile(spec: str) -> Profile:
+    """``spec`` is a built-in name (``slb9670``) or a file path."""
+    if spec in BUILTIN and not os.path.exists(spec):
+        return load_builtin(spec)
+    if os.sep in spec or spec.endswith(".json") or os.path.exists(spec):
+        return load_file(spec)
+    raise UsageError(f"no profile '{spec}': not a built-in ({', '.join(BUILTIN)}) and no such file")
+
+
+def dumps(profile: Profile) -> str:
+    doc = profile.to_json()
+    validate(doc, profile.name)  # never write a file we would refuse to read
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_profile(path: str, profile: Profile) -> None:
+    """Atomically: a half-written profile must not replace a good one."""
+    import tempfile
+
+    text = dumps(profile)
+    if path == "-":
+        import sys
+
+        sys.stdout.write(text)
+        return
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tpmtop-profile-", suffix=".tmp")
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
