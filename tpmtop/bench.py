@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tpmtop import __version__
+from tpmtop.errors import Interrupted, TpmtopError
 from tpmtop.sessions.accounting import RunAccount
 from tpmtop.sessions.workload import Workload
 
@@ -77,11 +78,9 @@ def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None
                     if progress:
                         progress(done, total)
                 remaining[pair] -= k
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):
         result.interrupted = True
     except Exception as e:  # a TPM failure: keep what was completed, report, exit 1
-        from tpmtop.errors import TpmtopError
-
         if not isinstance(e, TpmtopError) and type(e).__name__ != "TSS2_Exception":
             raise
         result.error = str(e)

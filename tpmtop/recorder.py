@@ -87,6 +87,7 @@ class Recorder:
         self._stats: dict[tuple[str, int | None], CommandStats] = {}
         self._handles: dict[int, HandleUse] = {}
         self._seq = 0
+        self._op_seq = 0
         self.started_ns = time.perf_counter_ns()
         self.marks: list[tuple[int, str]] = []  # (t_ns, text): boundaries such as a TPM reset
 
@@ -94,6 +95,11 @@ class Recorder:
     def next_seq(self) -> int:
         self._seq += 1
         return self._seq
+
+    def next_op_seq(self) -> int:
+        """Operation numbers are unique per recorder, whichever workload runs them."""
+        self._op_seq += 1
+        return self._op_seq
 
     def add(self, ev: Event) -> None:
         now = ev.t_ns + ev.wire_ns

@@ -150,7 +150,7 @@ class Workload:
         if not self._prepared:
             self._prepare(e)
         acct = self.account()
-        self._op_seq += 1
+        self._op_seq = self.conn.recorder.next_op_seq()
         self._label(self._op_seq)
         wire: list[tuple[int | None, int]] = []
         self.t.acc = wire

@@ -37,36 +37,48 @@ class Backend(Protocol):
 
 
 class SocketBackend:
-    """Raw TPM commands over a connected stream socket (swtpm's data channel)."""
+    """Raw TPM commands over a connected stream socket (swtpm's data channel).
+
+    A signal (Ctrl-C, SIGTERM) can land between sending a command and reading all of its
+    response. The partial response is kept and the rest drained before the next command, so
+    the stream never falls out of step — the clean-up that follows an interruption (flushing
+    tpmtop's handles) must still be able to talk to the TPM.
+    """
 
     def __init__(self, sock: socket.socket, description: str):
         self.sock = sock
         self.description = description
-        self._hdr = bytearray(10)
+        self._buf = bytearray()
+        self._pending = False
 
-    def _recv_exact(self, view: memoryview) -> None:
-        got = 0
-        n = len(view)
-        while got < n:
-            k = self.sock.recv_into(view[got:], n - got)
-            if k == 0:
+    def _read_response(self) -> bytes:
+        buf = self._buf
+        while True:
+            if len(buf) >= 10:
+                size = int.from_bytes(buf[2:6], "big")
+                if size < 10 or size > 65536:
+                    raise TpmConnectionError(f"TPM sent a response of impossible size {size}")
+                if len(buf) >= size:
+                    rsp = bytes(buf[:size])
+                    del buf[:size]
+                    self._pending = False
+                    return rsp
+                want = size - len(buf)
+            else:
+                want = 10 - len(buf)
+            chunk = self.sock.recv(max(want, 4096) if len(buf) >= 10 else want)
+            if not chunk:
                 raise TpmConnectionError(f"TPM closed the connection ({self.description})")
-            got += k
+            buf += chunk
 
     def transact(self, command: bytes) -> bytes:
         try:
+            if self._pending:
+                self._read_response()  # the answer to an interrupted command: discard
+            self._buf.clear()
             self.sock.sendall(command)
-            hdr = bytearray(10)
-            self._recv_exact(memoryview(hdr))
-            size = int.from_bytes(hdr[2:6], "big")
-            if size < 10 or size > 65536:
-                raise TpmConnectionError(f"TPM sent a response of impossible size {size}")
-            if size == 10:
-                return bytes(hdr)
-            buf = bytearray(size)
-            buf[:10] = hdr
-            self._recv_exact(memoryview(buf)[10:])
-            return bytes(buf)
+            self._pending = True
+            return self._read_response()
         except OSError as e:
             raise TpmConnectionError(f"TPM connection lost ({self.description}): {e.strerror or e}") from None
 
@@ -93,6 +105,7 @@ class DeviceBackend:
     def __init__(self, path: str):
         self.path = path
         self.description = path
+        self._pending = False
         try:
             self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except PermissionError:
@@ -107,8 +120,14 @@ class DeviceBackend:
 
     def transact(self, command: bytes) -> bytes:
         try:
+            if self._pending:  # interrupted between write and read: collect that answer first
+                os.read(self.fd, MAX_RESPONSE)
+                self._pending = False
             os.write(self.fd, command)
-            return os.read(self.fd, MAX_RESPONSE)
+            self._pending = True
+            rsp = os.read(self.fd, MAX_RESPONSE)
+            self._pending = False
+            return rsp
         except OSError as e:
             raise TpmConnectionError(f"TPM device {self.path} failed: {e.strerror}") from None
 

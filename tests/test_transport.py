@@ -1,0 +1,118 @@
+"""The instrumented transport: what it records, how it decodes, what it survives."""
+
+import struct
+
+import pytest
+
+from tpmtop.recorder import Recorder
+from tpmtop.sessions.modes import ENGINES, MODES, OPS
+from tpmtop.sessions.workload import Workload
+from tpmtop.stats import LatencyHistogram
+from tpmtop.tpm import names, wire
+from tpmtop.tpm.handles import flush, list_handles
+from tpmtop.tpm.identity import read_identity, read_variable
+
+
+def test_every_command_tpmtop_issues_decodes(tpm):
+    """Run every engine × mode × op plus info/handles/flush, then decode each recorded
+    command both cheaply (the hot path) and fully (tpm2-pytss command_parser)."""
+    read_identity(tpm.transport)
+    read_variable(tpm.transport)
+    wl = Workload(tpm)
+    for engine in ENGINES:
+        for mode in MODES:
+            for op in OPS:
+                wl.set(engine, mode, op)
+                wl.run_one()
+    wl.close()
+    events = tpm.recorder.events()
+    seen = {e.name for e in events}
+    assert {"TPM2_CC_PCR_Extend", "TPM2_CC_GetRandom", "TPM2_CC_CreatePrimary", "TPM2_CC_ContextLoad",
+            "TPM2_CC_ContextSave", "TPM2_CC_StartAuthSession", "TPM2_CC_FlushContext",
+            "TPM2_CC_GetCapability"} <= seen
+    for e in events:
+        assert not e.garbled and e.rc == 0, (e.name, e.rc_text)
+        info = wire.decode_command(e.command)
+        assert info.cc == e.cc and len(info.handles) == wire.num_handles(e.cc)
+        full = wire.full_decode(e.command, e.response)
+        assert "command" in full and "command_error" not in full, (e.name, full)
+    # Session attributes on the wire are what the mode says (get_random: encrypt|continue in reuse).
+    reuse_random = [e for e in events if e.mode == "reuse" and e.name == "TPM2_CC_GetRandom"]
+    assert reuse_random and all(e.sessions[0][1] == 0x41 for e in reuse_random)
+
+
+@pytest.mark.parametrize("buf", [b"", b"\x80", b"\x80\x01\x00\x00\x00\x0c", b"\xff" * 40,
+                                 struct.pack(">HII", 0x8002, 30, 0x182) + b"\x00\x00\x00\x10" + b"\xff\xff\xff\xff",
+                                 struct.pack(">HII", 0x8001, 12, 0xDEADBEEF) + b"\0\0"])
+def test_garbled_buffers_are_flagged_not_raised(buf):
+    info = wire.decode_command(buf)
+    assert info.garbled or info.cc == 0xDEADBEEF
+    r = wire.decode_response(buf, info.cc)
+    assert r.garbled or r.size == len(buf)
+
+
+def test_garbled_command_on_the_wire_is_recorded(tpm):
+    bad = struct.pack(">HII", 0x8001, 99, 0x17B) + b"\x00\x08"  # size field lies
+    rsp = tpm.transport.transact(bad)
+    ev = tpm.recorder.events()[-1]
+    assert ev.garbled and ev.rc == int.from_bytes(rsp[6:10], "big") and ev.rc != 0
+    assert "size" in names.rc_text(ev.rc) or ev.rc_text
+
+
+def test_histogram_percentiles_against_known_latencies():
+    h = LatencyHistogram()
+    for us in range(1, 1001):  # 1 µs … 1 ms, one each
+        h.record(us * 1000)
+    s = h.summary()
+    assert s["count"] == 1000
+    # HDR with 3 significant digits: each value within 0.1 % of the exact order statistic
+    for key, exact in (("p50", 500), ("p90", 900), ("p99", 990), ("max", 1000)):
+        assert abs(s[key] - exact) <= exact * 0.001 + 0.001, (key, s[key])
+    assert s["mean"] == pytest.approx(500.5, rel=1e-6)
+    buckets = h.buckets()
+    assert sum(c for _, c in buckets) == 1000 and buckets[-1][0] >= 1000
+
+
+def test_histogram_clamps_instead_of_dropping():
+    h = LatencyHistogram()
+    h.record(10)  # 10 ns: below the 1 µs floor
+    h.record(120 * 10**9)  # 2 minutes: above the 60 s ceiling
+    assert h.count == 2
+
+
+def test_ring_buffer_is_bounded(tpm):
+    tpm.transport.recorder = rec = Recorder(capacity=5)
+    for _ in range(12):
+        read_variable(tpm.transport)
+    assert len(rec.events()) == 5 and rec.total >= 12
+    assert rec.command_stats("user")[0x17A].hist.count >= 12
+
+
+def test_poll_origin_kept_out_of_workload_stats(tpm):
+    tpm.transport.origin = "poll"
+    list_handles(tpm.transport)
+    wl = Workload(tpm, "native", "none", "get_random")
+    wl.run_one()
+    work = tpm.recorder.command_stats("workload")
+    assert 0x17A not in work and work[0x17B].hist.count == 1
+    assert tpm.recorder.command_stats("poll")[0x17A].hist.count >= 4
+
+
+def test_handles_appear_and_disappear(tpm):
+    from tpmtop.sessions.native import NativeEngine
+
+    e = NativeEngine(tpm.transport)
+    e.create_null_primary()
+    assert list_handles(tpm.transport) == []
+    h = e.load_null()
+    s = e.start_session(h)
+    listed = {x.handle: x for x in list_handles(tpm.transport, tpm.recorder.owned_handles())}
+    assert listed[h].kind == "transient" and listed[h].ours
+    assert listed[s.handle].kind == "loaded-session" and listed[s.handle].ours
+    e.save_session(s)
+    listed = {x.handle: x.kind for x in list_handles(tpm.transport)}
+    assert listed[s.handle] == "saved-session"
+    flush(tpm.transport, h)
+    flush(tpm.transport, s.handle)
+    assert list_handles(tpm.transport) == []
+    assert tpm.recorder.owned_handles() == set()
