@@ -1,0 +1,253 @@
+"""Boot-cost projection: how long the kernel's PCR extends take under each session mode.
+
+Per-extend cost of each mode, built from per-command costs (the kernel's own sequences,
+see domain notes §2):
+
+    none         N × E0                    PCR_Extend with a password session
+    per-command  N × (L + S + F + Eh)      6.10–6.11.6: a fresh salted session per extend
+    reuse        (L + S + F) + N × Eh      6.12+: the session is kept (a lower bound: every
+                                           user-space TPM access, resume … pays L+S+F again)
+    saved        (L + S + F) + N × (L + Eh)  the proposed context-save variant
+
+L = ContextLoad, S = StartAuthSession (salted), F = FlushContext, Eh = PCR_Extend in an
+HMAC session, E0 = PCR_Extend without one. A capture from ``tpmtop bench`` measures a whole
+mode per extend and is used as is. All arithmetic is Decimal; estimates are rounded to two
+significant figures because the per-call cost varies from call to call and the models leave
+things out (host-side HMAC work of a few µs, ContextSave).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal
+
+from tpmtop.boot.traces import OP_EXTEND, OP_EXTEND_HMAC, TraceResult, merged_operations
+from tpmtop.errors import UsageError
+
+MODES = ("none", "per-command", "reuse", "saved")
+COMPONENTS = {
+    "E0": OP_EXTEND,
+    "L": "ContextLoad",
+    "S": "StartAuthSession",
+    "F": "FlushContext",
+    "Eh": OP_EXTEND_HMAC,
+}
+PUBLISHED_SOURCE = ("published SLB9670 figures (Infineon TPM, kernel 6.11-rc2, Sept 2024) — another "
+                    "machine's TPM, a last resort")
+# domain notes §3, µs.
+PUBLISHED_US = {"E0": Decimal(6360), "L": Decimal(36977), "S": Decimal(84747), "F": Decimal(3195),
+                "Eh": Decimal(24356)}
+SIG = 2
+
+
+@dataclass
+class Cost:
+    us: Decimal
+    source: str
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        return {"us": float(self.us), "source": self.source, "detail": self.detail}
+
+
+@dataclass
+class ModeCost:
+    mode: str
+    formula: str
+    arithmetic: str | None = None
+    total_s: Decimal | None = None
+    estimate_s: Decimal | None = None
+    sources: list[str] = field(default_factory=list)
+    note: str | None = None
+    reason: str | None = None  # why no figure
+
+    def to_json(self) -> dict:
+        return {"mode": self.mode, "formula": self.formula, "arithmetic": self.arithmetic,
+                "total_s": float(self.total_s) if self.total_s is not None else None,
+                "estimate_s": float(self.estimate_s) if self.estimate_s is not None else None,
+                "sources": self.sources, "note": self.note, "reason": self.reason}
+
+
+@dataclass
+class Projection:
+    extends: int | None
+    extends_source: str
+    components: dict[str, Cost]
+    modes: dict[str, ModeCost]
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"extends": self.extends, "extends_source": self.extends_source,
+                "components_us": {k: c.to_json() for k, c in self.components.items()},
+                "modes": {k: m.to_json() for k, m in self.modes.items()},
+                "significant_figures": SIG, "notes": self.notes}
+
+
+def round_sig(x: Decimal, n: int = SIG) -> Decimal:
+    if x == 0:
+        return Decimal(0)
+    exp = x.adjusted() - n + 1
+    return x.quantize(Decimal(1).scaleb(exp), rounding=ROUND_HALF_EVEN)
+
+
+def fmt_us(x: Decimal) -> str:
+    """As many decimals as the input had (at most 3): the arithmetic shows the inputs verbatim."""
+    q = x.quantize(Decimal("0.001")).normalize()
+    s = f"{q:,f}"
+    return s
+
+
+def fmt_seconds(x: Decimal, digits: int | None = None) -> str:
+    """A duration in s (or ms below 1 s) with ``digits`` significant figures (None: 4)."""
+    v = round_sig(x, digits or 4)
+    if abs(v) < 1:
+        return f"{(v * 1000).normalize():,f} ms"
+    return f"{v.normalize():,f} s"
+
+
+def fmt_estimate(x: Decimal | None) -> str:
+    return "?" if x is None else "about " + fmt_seconds(x, SIG)
+
+
+def costs_from_traces(traces: list[TraceResult], calls_per_sum: int | None) -> tuple[dict[str, Cost], list[str]]:
+    out: dict[str, Cost] = {}
+    notes: list[str] = []
+    ops = merged_operations(traces)
+    for comp, op in COMPONENTS.items():
+        s = ops.get(op)
+        if s is None:
+            continue
+        ns, how = s.per_call_ns(calls_per_sum)
+        # Name only the traces whose kind of data the figure came from (exact beats bucketed beats sums).
+        kind = "samples_ns" if s.samples_ns else "buckets" if s.buckets else "sums"
+        files = [t.path for t in traces if op in t.operations and getattr(t.operations[op], kind)]
+        src = "trace " + ", ".join(files)
+        if ns is None:
+            notes.append(f"{op} in the trace is not usable as a per-call cost: {how}")
+            continue
+        out[comp] = Cost((Decimal(repr(ns)) / 1000).quantize(Decimal("0.001")), src, how)
+    return out, notes
+
+
+def load_capture_costs(path: str) -> tuple[dict[str, Cost], list[str]]:
+    """Per-mode extend cost (op_us p50) from a ``tpmtop bench --json`` capture."""
+    data = None
+    try:
+        from tpmtop.capture import load_capture  # the schema-checked loader, once it exists
+    except ImportError:
+        load_capture = None
+    if load_capture is not None:
+        data = load_capture(path)
+        if not isinstance(data, dict) and hasattr(data, "to_json"):
+            data = data.to_json()
+    if data is None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except OSError as e:
+            raise UsageError(f"{path}: cannot read capture: {e.strerror or e}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            line = getattr(e, "lineno", 1)
+            raise UsageError(f"{path}:{line}: not a JSON capture: {getattr(e, 'msg', e)}") from None
+    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("tpmtop.capture/"):
+        raise UsageError(f"{path}: not a tpmtop capture (no \"schema\": \"tpmtop.capture/1\")")
+    runs = data.get("runs")
+    if not isinstance(runs, list):
+        raise UsageError(f"{path}: capture has no \"runs\" list")
+    tpm = data.get("tpm") if isinstance(data.get("tpm"), dict) else {}
+    where = " ".join(str(tpm[k]) for k in ("manufacturer", "vendor", "tcti") if tpm.get(k)) or "an unnamed TPM"
+    if tpm.get("simulated"):
+        where += ", a simulator — not this machine's TPM"
+    best: dict[str, tuple[int, Cost]] = {}
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict) or run.get("op") != "extend":
+            continue
+        mode, engine = run.get("mode"), run.get("engine")
+        p50 = (run.get("op_us") or {}).get("p50") if isinstance(run.get("op_us"), dict) else None
+        if mode not in MODES:
+            continue
+        if not isinstance(p50, (int, float)) or p50 <= 0:
+            raise UsageError(f"{path}: runs[{i}] (extend, {mode}) has no positive op_us.p50")
+        # The kernel's host-side cost is a few µs; the native engine is closer to that than ESAPI.
+        rank = 0 if engine == "native" else 1
+        count = (run.get("op_us") or {}).get("count")
+        cost = Cost(Decimal(repr(float(p50))), f"capture {path} ({where})",
+                    f"p50 of {count} extends, engine {engine}")
+        if mode not in best or rank < best[mode][0]:
+            best[mode] = (rank, cost)
+    notes = []
+    if not best:
+        notes.append(f"capture {path} has no extend runs")
+    engines = {c.detail.rsplit("engine ", 1)[-1] for _, c in best.values()}
+    if "native" not in engines and best:
+        notes.append("capture has only ESAPI runs: their host cost (OpenSSL look-ups) is far above the kernel's")
+    return {m: c for m, (_, c) in best.items()}, notes
+
+
+def _sum(names: list[str], comps: dict[str, Cost]) -> Decimal:
+    return sum((comps[n].us for n in names), Decimal(0))
+
+
+def project(extends: int | None, extends_source: str, components: dict[str, Cost],
+            per_mode: dict[str, Cost] | None = None) -> Projection:
+    """``components``: per-command costs by letter (E0, L, S, F, Eh); ``per_mode``: whole-mode
+    per-extend costs (from a capture), which win over the components for their mode."""
+    per_mode = per_mode or {}
+    proj = Projection(extends, extends_source, components, {})
+    n = extends
+    setup = ["L", "S", "F"]
+    plans = {
+        "none": ([], ["E0"], "N × E0"),
+        "per-command": ([], ["L", "S", "F", "Eh"], "N × (L + S + F + Eh)"),
+        "reuse": (setup, ["Eh"], "(L + S + F) + N × Eh"),
+        "saved": (setup, ["L", "Eh"], "(L + S + F) + N × (L + Eh)"),
+    }
+    notes = {
+        "reuse": "a lower bound: each user-space TPM command, hwrng read (before 6.15) or resume "
+                 "pays L + S + F again",
+        "saved": "the saved session's ContextLoad priced as the null primary's; ContextSave not priced",
+    }
+    for mode, (once, each, formula) in plans.items():
+        mc = ModeCost(mode, formula, note=notes.get(mode))
+        proj.modes[mode] = mc
+        if mode in per_mode:
+            c = per_mode[mode]
+            mc.formula = "N × (capture p50 for this mode)"
+            mc.sources = [f"{c.source}: {c.detail}"]
+            if n is None:
+                mc.reason = "number of extends unknown"
+                continue
+            mc.total_s = Decimal(n) * c.us / Decimal(10 ** 6)
+            mc.arithmetic = f"{n:,} × {fmt_us(c.us)} µs = {fmt_seconds(mc.total_s)}"
+            mc.estimate_s = round_sig(mc.total_s)
+            continue
+        missing = [x for x in once + each if x not in components]
+        if missing:
+            mc.reason = "no cost for " + ", ".join(f"{x} ({COMPONENTS[x]})" for x in dict.fromkeys(missing))
+            continue
+        mc.sources = sorted({components[x].source for x in once + each})
+        if n is None:
+            mc.reason = "number of extends unknown"
+            continue
+        per = _sum(each, components)
+        first = _sum(once, components)
+        mc.total_s = (first + Decimal(n) * per) / Decimal(10 ** 6)
+        mc.estimate_s = round_sig(mc.total_s)
+        def terms(names: list[str]) -> str:
+            t = " + ".join(fmt_us(components[x].us) for x in names)
+            return f"({t})" if len(names) > 1 else t
+
+        steps = [f"{n:,} × {terms(each)} µs"]
+        if len(each) > 1:
+            steps.append(f"{n:,} × {fmt_us(per)} µs")
+        if once:
+            steps = [f"{terms(once)} µs + {s}" for s in steps]
+            if len(each) > 1:
+                steps[-1] = f"{fmt_us(first)} µs + {n:,} × {fmt_us(per)} µs"
+        mc.arithmetic = " = ".join(steps + [fmt_seconds(mc.total_s)])
+    return proj
+
+
+def published_components() -> dict[str, Cost]:
+    return {k: Cost(v, PUBLISHED_SOURCE) for k, v in PUBLISHED_US.items()}

@@ -1,0 +1,293 @@
+"""The boot report as plain data and plain text, shared by ``tpmtop boot`` and the Boot tab."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from tpmtop.boot import projection as pj
+from tpmtop.boot.facts import SystemFacts, collect
+from tpmtop.boot.rootfs import RootReader
+from tpmtop.boot.session_mode import SessionMode, infer
+from tpmtop.boot.traces import TraceResult
+
+
+@dataclass
+class BootReport:
+    facts: SystemFacts
+    session: SessionMode
+    traces: list[TraceResult]
+    extends: int | None
+    extends_source: str
+    projection: pj.Projection | None
+    projection_reason: str | None
+    verdict: str
+    identity: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "schema": "tpmtop.boot/1",
+            "root": self.facts.root,
+            "facts": self.facts.to_json()["facts"],
+            "session_mode": self.session.to_json(),
+            "tpm_identity": self.identity,
+            "traces": [t.to_json() for t in self.traces],
+            "extends": {"count": self.extends, "source": self.extends_source},
+            "projection": self.projection.to_json() if self.projection else None,
+            "projection_reason": self.projection_reason,
+            "verdict": self.verdict,
+            "notes": self.notes,
+        }
+
+
+def _extends(sf: SystemFacts, override: int | None) -> tuple[int | None, str]:
+    if override is not None:
+        return override, "--extends"
+    f = sf.get("ima.measurements")
+    if f is not None and f.ok:
+        return f.value, (f"{f.source}: one PCR extend per IMA measurement, counted since boot "
+                         "(so it includes measurements made after boot finished)")
+    if sf.config is not None and sf.config.get("CONFIG_IMA", "n") == "n":
+        return 0, "CONFIG_IMA is not set: the kernel measures nothing"
+    if f is not None and f.reason and f.reason.startswith("IMA is off"):
+        return 0, f.reason
+    return None, f.reason if f is not None and f.reason else "IMA measurement count unknown"
+
+
+def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
+                 capture: str | None = None, extends: int | None = None,
+                 calls_per_sum: int | None = None, identity: dict | None = None) -> BootReport:
+    traces = traces or []
+    sf = collect(reader)
+    sm = infer(sf)
+    notes: list[str] = []
+    n, n_src = _extends(sf, extends)
+
+    components, tnotes = pj.costs_from_traces(traces, calls_per_sum)
+    notes += tnotes
+    per_mode: dict[str, pj.Cost] = {}
+    if capture:
+        per_mode, cnotes = pj.load_capture_costs(capture)
+        notes += cnotes
+    projection, reason = None, None
+    if not sf.chips and extends is None:
+        chips = sf.get("tpm.chips")
+        reason = (chips.reason if chips is not None and chips.reason else "no TPM") + \
+            "; pass --extends N to project anyway"
+    else:
+        published = pj.published_components()
+        filled = [k for k in published if k not in components]
+        if filled and len(per_mode) < len(pj.MODES):
+            for k in filled:
+                components[k] = published[k]
+            notes.append("costs of " + ", ".join(f"{k} ({pj.COMPONENTS[k]})" for k in filled) + " are "
+                         + pj.PUBLISHED_SOURCE + "; import a trace (--trace) or a capture (--capture) "
+                         "for this machine's figures")
+        projection = pj.project(n, n_src, components, per_mode)
+    rep = BootReport(sf, sm, traces, n, n_src, projection, reason, "", identity, notes)
+    rep.verdict = verdict(rep)
+    return rep
+
+
+def _cost_basis(p: pj.Projection, mode: str) -> str:
+    m = p.modes[mode]
+    if any(s.startswith("capture") for s in m.sources):
+        return "costs from a tpmtop bench capture"
+    if any(s.startswith("published") for s in m.sources):
+        return "costs partly from published SLB9670 figures, not this TPM"
+    return "costs from the imported trace"
+
+
+def verdict(rep: BootReport) -> str:
+    sf, p, sm = rep.facts, rep.projection, rep.session
+    if p is None:
+        why = rep.projection_reason.split(";")[0].removeprefix("no TPM: ")
+        return f"No TPM is visible ({why}), so TPM sessions cannot be slowing this boot."
+    if rep.extends is None:
+        return (f"Cannot size the TPM's share of this boot: the number of PCR extends is unknown "
+                f"({rep.extends_source}); rerun as root or pass --extends N.")
+    if rep.extends == 0:
+        return ("IMA is off, so the kernel extends no PCRs while booting and its TPM session mode "
+                "costs this boot nothing.")
+    n = f"{rep.extends:,}"
+    none = p.modes["none"]
+    bt = sf.boot_times
+    of_boot = f" of a {bt.total_text} boot" if bt and bt.total_text else " of this boot"
+    if sm.mode is None:
+        pc = p.modes["per-command"]
+        return (f"Cannot tell which session mode this kernel uses ({'; '.join(sm.reasons)}): "
+                f"{n} extends would cost {pj.fmt_estimate(pc.estimate_s)} with per-command sessions and "
+                f"{pj.fmt_estimate(none.estimate_s)} without ({_cost_basis(p, 'per-command')}).")
+    cur = p.modes[sm.mode]
+    if cur.estimate_s is None:
+        return f"The kernel uses {sm.mode} sessions, but its cost cannot be projected: {cur.reason}."
+    basis = _cost_basis(p, sm.mode)
+    if sm.mode == "none":
+        return (f"PCR extends run without HMAC sessions here ({sm.reasons[-1]}): {n} extends cost "
+                f"{pj.fmt_estimate(cur.estimate_s)}{of_boot} ({basis}), so the session mode is not what "
+                "slows it.")
+    saving = None
+    if none.total_s is not None:
+        saving = pj.round_sig(cur.total_s - none.total_s)
+    fix = ("`tpm.disable_pcr_integrity=1` (6.12+) or CONFIG_TCG_TPM2_HMAC=n" if sm.mode == "reuse" else
+           "a kernel with the fix (6.12+ keeps the session; add `tpm.disable_pcr_integrity=1` to skip it) "
+           "or CONFIG_TCG_TPM2_HMAC=n")
+    label = "HMAC per-command sessions" if sm.mode == "per-command" else "The kept HMAC session"
+    tail = f"; {fix} would save {pj.fmt_estimate(saving)}" if saving is not None and saving > 0 else ""
+    return f"{label} cost {pj.fmt_estimate(cur.estimate_s)}{of_boot} ({n} extends, {basis}){tail}."
+
+
+# -- text -----------------------------------------------------------------------------------
+
+def _table(rows: list[list[str]], header: list[str], right: set[int] = frozenset(), indent: str = "  ") -> list[str]:
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+
+    def fmt(r):
+        return indent + "  ".join(c.rjust(widths[i]) if i in right else c.ljust(widths[i])
+                                  for i, c in enumerate(r)).rstrip()
+
+    return [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
+
+
+def _show(v) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, dict):
+        return " ".join(k if x is None else f"{k}={x}" for k, x in v.items()) or "(none)"
+    if isinstance(v, list):
+        return ", ".join(map(str, v)) or "(none)"
+    return str(v)
+
+
+def _us(v: float) -> str:
+    return f"{v:,.1f}" if v < 1000 else f"{v:,.0f}"
+
+
+FACT_LABELS = [
+    ("kernel.release", "kernel"), ("kernel.config", "kernel config"),
+    ("config.CONFIG_TCG_TPM2_HMAC", "CONFIG_TCG_TPM2_HMAC"), ("config.CONFIG_IMA", "CONFIG_IMA"),
+    ("config.CONFIG_IMA_ARCH_POLICY", "CONFIG_IMA_ARCH_POLICY"), ("config.CONFIG_HW_RANDOM_TPM", "CONFIG_HW_RANDOM_TPM"),
+    ("config.CONFIG_TCG_TIS_SPI", "CONFIG_TCG_TIS_SPI"),
+    ("cmdline.tpm_ima", "TPM/IMA parameters"), ("tpm.disable_pcr_integrity", "disable_pcr_integrity"),
+    ("tpm.chips", "TPM chips"), ("tpm.version", "TPM version"), ("tpm.driver", "driver"),
+    ("tpm.description", "description"), ("tpm.hid", "ACPI HID"), ("tpm.null_name", "null_name (HMAC)"),
+    ("tpm.devices", "device nodes"), ("ima.measurements", "IMA measurements"), ("ima.violations", "IMA violations"),
+    ("ima.policy_hints", "IMA policy hints"), ("eventlog", "firmware event log"), ("dmesg", "kernel log"),
+    ("systemd", "systemd-analyze"),
+]
+
+
+def _fact_value(name: str, f) -> str:
+    v = f.value
+    if name == "eventlog":
+        return (f"{v.events} events ({v.extends} extends by firmware, {v.format}: "
+                f"{', '.join(v.algorithms)})" + (f"; {v.note}" if v.note else ""))
+    if name == "dmesg":
+        return (f"{len(v.tpm_lines)} TPM/IMA lines, {len(v.warnings)} warnings, initcall_debug "
+                + ("on" if v.initcall_debug else "off"))
+    if name == "systemd":
+        return " + ".join(f"{t} ({k})" for k, t in v.phase_text.items()) + f" = {v.total_text}"
+    return _show(v)
+
+
+def render_text(rep: BootReport) -> str:
+    sf = rep.facts
+    out: list[str] = [f"tpmtop boot — {'this system' if sf.root == '/' else sf.root} "
+                      "(read from files only; no TPM commands sent)" if rep.identity is None else
+                      f"tpmtop boot — {sf.root}", ""]
+    rows, missing = [], []
+    for name, label in FACT_LABELS:
+        f = sf.get(name)
+        if f is None:
+            continue
+        if f.ok:
+            rows.append([label, _fact_value(name, f), f.source or ""])
+        else:
+            missing.append(f"  {label}: {f.reason}")
+    out += ["System"] + _table(rows, ["fact", "value", "source"]) + [""]
+    if missing:
+        out += ["Could not see"] + missing + [""]
+
+    if rep.identity:
+        i = rep.identity
+        out += [f"TPM (asked directly): {i.get('manufacturer')} {i.get('vendor', '')} firmware {i.get('firmware')}",
+                "  note: on Linux 6.12+ this query ended the kernel's kept HMAC session", ""]
+
+    sm = rep.session
+    out.append(f"Kernel session mode for PCR extends: {sm.mode or 'cannot tell'}")
+    out += [f"  - {r}" for r in sm.reasons] + [""]
+
+    kl = sf.kernel_log
+    if kl is not None:
+        if kl.warnings:
+            out += ["Kernel log warnings"] + [f"  {w}" for w in kl.warnings] + [""]
+        if kl.tpm_lines:
+            shown = kl.tpm_lines[:12]
+            out += ["Kernel log: TPM/IMA lines"] + [f"  {ln}" for ln in shown]
+            if len(kl.tpm_lines) > len(shown):
+                out.append(f"  … {len(kl.tpm_lines) - len(shown)} more (--json has all)")
+            out.append("")
+        if kl.initcall_debug:
+            tic = kl.tpm_initcalls()
+            total = kl.initcall_total_usecs
+            out.append(f"initcall_debug: {len(kl.initcalls)} initcalls, {total:,} µs in all")
+            if tic:
+                out += _table([[i.name + (f" [{i.module}]" if i.module else ""), f"{i.usecs:,}",
+                                f"{100 * i.usecs / total:.1f} %" if total else "-"] for i in tic],
+                              ["TPM/IMA initcall", "µs", "share"], right={1, 2})
+            unfinished = kl.to_json()["unfinished_tpm_initcalls"]
+            if unfinished:
+                out.append(f"  never returned: {', '.join(unfinished)}")
+            out.append("")
+        elif kl is not None:
+            out += ["initcall_debug: off (add initcall_debug to the kernel command line to time TPM/IMA init)", ""]
+
+    for t in rep.traces:
+        out.append(f"Trace {t.path} ({t.format}{', HMAC sessions seen' if t.hmac_seen else ''})")
+        for title, series in (("TPM command", t.operations), ("function", t.functions)):
+            rows = []
+            for name, s in sorted(series.items()):
+                j = s.to_json()
+                if "summary_us" in j and s.precision != "sum":
+                    sm_ = j["summary_us"]
+                    rows.append([name, str(s.calls), _us(sm_["p50"]), _us(sm_["max"]),
+                                 _us(j.get("total_us", sm_["mean"] * sm_["count"])), s.precision])
+                else:
+                    tot = sum(x["total"] for x in j.get("sums_us", []))
+                    rows.append([name, "?" if s.calls is None else str(s.calls), "-", "-", _us(tot), "sum"])
+            if rows:
+                out += _table(rows, [title, "calls", "p50 µs", "max µs", "total µs", "precision"],
+                              right={1, 2, 3, 4})
+        out += [f"  note: {n}" for n in t.notes] + [""]
+
+    p = rep.projection
+    if p is None:
+        out += [f"Projection: not made — {rep.projection_reason}", ""]
+    else:
+        cnt = "unknown" if p.extends is None else f"{p.extends:,}"
+        out += [f"Projection: N = {cnt} kernel PCR extends ({p.extends_source})"]
+        if sf.event_log is not None:
+            out.append(f"  (the firmware's {sf.event_log.extends} event-log extends happen before Linux "
+                       "and do not depend on the kernel's session mode)")
+        for k, c in p.components.items():
+            out.append(f"  {k:<2} = {pj.fmt_us(c.us):>10} µs  {pj.COMPONENTS[k]}: {c.source}"
+                       + (f" ({c.detail})" if c.detail else ""))
+        rows = []
+        for m in pj.MODES:
+            mc = p.modes[m]
+            mark = " ◀ this kernel" if m == rep.session.mode else ""
+            rows.append([m + mark, pj.fmt_estimate(mc.estimate_s) if mc.estimate_s is not None else "-",
+                         mc.formula, mc.note or mc.reason or ""])
+        out += _table(rows, ["mode", "estimate", "formula", "caveat"])
+        out.append("  arithmetic:")
+        for m in pj.MODES:
+            mc = p.modes[m]
+            out.append(f"    {m:<11} {mc.arithmetic or '(' + (mc.reason or '?') + ')'}")
+        out.append(f"  estimates rounded to {pj.SIG} significant figures")
+        out.append("")
+    out += [f"note: {n}" for n in rep.notes]
+    if rep.notes:
+        out.append("")
+    out.append(f"Verdict: {rep.verdict}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,66 @@
+"""``tpmtop boot``: is the TPM what makes this boot slow? Reads files only, unless -T/--sim."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    return v
+
+
+def add_boot_arguments(p: argparse.ArgumentParser) -> None:
+    from tpmtop.cli import add_tpm_options
+
+    p.add_argument("--root", default="/", metavar="DIR",
+                   help="read the system's files under DIR (a mounted disk, a saved tree); "
+                        "command output comes from DIR/run/tpmtop/{dmesg,systemd-analyze}.txt")
+    p.add_argument("--trace", action="append", default=[], metavar="FILE",
+                   help="import an ftrace function_graph or bpftrace output (repeatable)")
+    p.add_argument("--capture", metavar="FILE", help="per-extend costs from a `tpmtop bench --json` capture")
+    p.add_argument("--extends", type=_positive, metavar="N",
+                   help="number of boot-time PCR extends (default: IMA's measurement count)")
+    p.add_argument("--bpftrace-calls", type=_positive, metavar="N",
+                   help="how many calls each bpftrace sum() value covers (bpftrace does not say)")
+    p.add_argument("--bpftrace-unit", choices=["ns", "us", "ms"], default=None,
+                   help="unit of bpftrace values whose map name does not say (default ns)")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    add_tpm_options(p)
+
+
+def run_boot(args) -> int:
+    import os
+
+    from tpmtop.boot.report import build_report, render_text
+    from tpmtop.boot.rootfs import RootReader
+    from tpmtop.boot.traces import load_trace
+    from tpmtop.cli.common import notice, print_json
+    from tpmtop.errors import UsageError
+
+    if not os.path.isdir(args.root):
+        raise UsageError(f"--root {args.root}: not a directory")
+    if args.bpftrace_calls == 0:
+        raise UsageError("--bpftrace-calls must be at least 1")
+    traces = [load_trace(path, unit=args.bpftrace_unit) for path in args.trace]
+    identity = None
+    # Only on request: on 6.12+ a user-space TPM command ends the kernel's kept session.
+    if getattr(args, "tcti", None) or getattr(args, "sim", False):
+        from tpmtop.cli.common import tpm_from_args
+
+        with tpm_from_args(args) as conn:
+            identity = conn.tpm_json()
+        if not getattr(args, "sim", False):
+            notice("read the TPM's identity directly: on Linux 6.12+ this ends the kernel's kept HMAC session")
+    rep = build_report(RootReader(args.root), traces=traces, capture=args.capture, extends=args.extends,
+                       calls_per_sum=args.bpftrace_calls, identity=identity)
+    if args.json:
+        print_json(rep.to_json())
+    else:
+        print(render_text(rep), end="")
+    return 0
