@@ -22,7 +22,7 @@ from typing import Callable, Protocol
 from tpm2_pytss.TCTI import PyTCTI
 
 from tpmtop.errors import TpmConnectionError
-from tpmtop.recorder import Event, Recorder
+from tpmtop.recorder import Recorder
 from tpmtop.tpm import wire
 
 MAX_RESPONSE = 4096
@@ -207,7 +207,6 @@ class InstrumentedTransport(PyTCTI):
         if not rec.enabled and self.shaper is None and self.acc is None:
             with self._lock:
                 return self.backend.transact(command)
-        info = wire.decode_command(command)
         with self._lock:
             t0 = time.perf_counter_ns()
             try:
@@ -215,33 +214,22 @@ class InstrumentedTransport(PyTCTI):
             except Exception as e:
                 wire_ns = time.perf_counter_ns() - t0
                 if self.acc is not None:
-                    self.acc.append((info.cc, wire_ns))
+                    self.acc.append((_cc(command), wire_ns))
                 if rec.enabled:
-                    rec.add(self._event(info, None, t0, wire_ns, command, None, str(e)))
+                    rec.add_raw((t0, wire_ns, command, None, str(e), self.origin, self.engine, self.mode,
+                                 self.op, self.op_seq))
                 raise
             if self.shaper is not None:
-                hold = self.shaper(info)
+                hold = self.shaper(wire.decode_command(command))
                 if hold:
                     _sleep_until(t0 + hold)
             wire_ns = time.perf_counter_ns() - t0
         if self.acc is not None:
-            self.acc.append((info.cc, wire_ns))
+            self.acc.append((_cc(command), wire_ns))
         if rec.enabled:
-            rec.add(self._event(info, rsp, t0, wire_ns, command, rsp, None))
+            rec.add_raw((t0, wire_ns, command, rsp, None, self.origin, self.engine, self.mode, self.op,
+                         self.op_seq))
         return rsp
-
-    def _event(self, info: wire.CommandInfo, rsp: bytes | None, t0: int, wire_ns: int,
-               command: bytes, response: bytes | None, error: str | None) -> Event:
-        r = wire.decode_response(rsp, info.cc)
-        keep = self.recorder.keep_buffers
-        return Event(
-            seq=self.recorder.next_seq(), t_ns=t0, cc=info.cc, handles=info.handles,
-            sessions=info.sessions, cmd_size=info.size, rsp_size=r.size, rc=r.rc,
-            rsp_handle=r.handle, wire_ns=wire_ns, origin=self.origin, engine=self.engine,
-            mode=self.mode, op=self.op, op_seq=self.op_seq,
-            garbled=info.garbled or (r.garbled and rsp is not None), error=error,
-            command=command if keep else None, response=response if keep else None,
-        )
 
     # -- PyTCTI: ESAPI calls transmit then receive on the same thread ----------------------
     def do_transmit(self, command: bytes) -> None:
@@ -260,6 +248,10 @@ class InstrumentedTransport(PyTCTI):
         if not self.closed:
             self.closed = True
             self.backend.close()
+
+
+def _cc(command: bytes) -> int | None:
+    return int.from_bytes(command[6:10], "big") if len(command) >= 10 else None
 
 
 def _sleep_until(deadline_ns: int) -> None:

@@ -72,43 +72,48 @@ class ResponseInfo:
     garbled: bool
 
 
+_U16 = struct.Struct(">H")
+_HANDLES = [struct.Struct(">" + "I" * n) for n in range(8)]
+
+
 def decode_command(buf: bytes) -> CommandInfo:
     n = len(buf)
     if n < 10:
         return CommandInfo(None, n, (), (), None, True)
     tag, size, cc = _HDR.unpack_from(buf, 0)
-    garbled = size != n or tag not in (TPM_ST_NO_SESSIONS, TPM_ST_SESSIONS)
-    nh = num_handles(cc)
+    garbled = size != n or (tag != TPM_ST_SESSIONS and tag != TPM_ST_NO_SESSIONS)
+    nh = _handle_counts.get(cc, -1)
+    if nh == -1:
+        nh = num_handles(cc)
     if nh is None:
         return CommandInfo(cc, n, (), (), None, garbled)
-    off = 10
-    if off + 4 * nh > n:
+    off = 10 + 4 * nh
+    if off > n:
         return CommandInfo(cc, n, (), (), None, True)
-    handles = tuple(_U32.unpack_from(buf, off + 4 * i)[0] for i in range(nh))
-    off += 4 * nh
-    sessions: list[tuple[int, int]] = []
+    handles = _HANDLES[nh].unpack_from(buf, 10) if nh < 8 else ()
+    sessions = ()
     if tag == TPM_ST_SESSIONS:
+        found = []
         try:
-            (auth_size,) = _U32.unpack_from(buf, off)
+            end = off + 4 + _U32.unpack_from(buf, off)[0]
             off += 4
-            end = off + auth_size
             if end > n:
-                raise struct.error("authorization area past end")
+                raise IndexError
             while off < end:
-                (sh,) = _U32.unpack_from(buf, off)
-                (nlen,) = struct.unpack_from(">H", buf, off + 4)
+                sh = _U32.unpack_from(buf, off)[0]
+                nlen = _U16.unpack_from(buf, off + 4)[0]
                 attrs = buf[off + 6 + nlen]
-                (hlen,) = struct.unpack_from(">H", buf, off + 7 + nlen)
-                off += 9 + nlen + hlen
-                sessions.append((sh, attrs))
+                off += 9 + nlen + _U16.unpack_from(buf, off + 7 + nlen)[0]
+                found.append((sh, attrs))
             if off != end:
                 garbled = True
         except (struct.error, IndexError):
-            return CommandInfo(cc, n, handles, tuple(sessions), None, True)
+            return CommandInfo(cc, n, handles, tuple(found), None, True)
+        sessions = tuple(found)
     flush_handle = None
     if cc == CC_FLUSH_CONTEXT and off + 4 <= n:
-        (flush_handle,) = _U32.unpack_from(buf, off)
-    return CommandInfo(cc, n, handles, tuple(sessions), flush_handle, garbled)
+        flush_handle = _U32.unpack_from(buf, off)[0]
+    return CommandInfo(cc, n, handles, sessions, flush_handle, garbled)
 
 
 def decode_response(buf: bytes | None, cc: int | None) -> ResponseInfo:
