@@ -124,7 +124,13 @@ def load_profile(spec: str) -> Profile:
 def dumps(profile: Profile) -> str:
     doc = profile.to_json()
     validate(doc, profile.name)  # never write a file we would refuse to read
-    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    text = json.dumps(doc, indent=2, ensure_ascii=False)
+    # One histogram bucket per line ([bound, count]), not four: profiles are read by people.
+    text = _PAIR.sub(lambda m: f"[{m.group(1)}, {m.group(2)}]", text)
+    return text + "\n"
+
+
+_PAIR = __import__("re").compile(r"\[\s*(-?[0-9.eE+-]+),\s*(-?[0-9.eE+-]+)\s*\]")
 
 
 def write_profile(path: str, profile: Profile) -> None:

@@ -74,20 +74,31 @@ class Figure:
             if u <= 0.9:
                 return self.median_us + (self.p90_us - self.median_us) * (u - 0.5) / 0.4
             return self.p90_us
-        if self.histogram:
-            counts = [c for _, c in self.histogram]
-            total = sum(counts)
-            if total > 0:
-                cum, acc = [], 0.0
-                for c in counts:
-                    acc += c
-                    cum.append(acc)
-                i = bisect.bisect_left(cum, rng.random() * total)
-                i = min(i, len(cum) - 1)
-                hi = self.histogram[i][0]
-                lo = self.histogram[i - 1][0] if i > 0 else (self.min_us if self.min_us is not None else hi)
-                return rng.uniform(min(lo, hi), hi)
+        if self.histogram and sum(c for _, c in self.histogram) > 0:
+            # Buckets can be coarse (a capture's are 4 per decade): the draw is rescaled so
+            # that the histogram's own median lands on median_us, which is exact.
+            mid = self._hist_quantile(0.5)
+            v = self._hist_quantile(rng.random())
+            return v * self.median_us / mid if mid > 0 else self.median_us
         return self.median_us
+
+    def _hist_quantile(self, u: float) -> float:
+        """Inverse CDF of the histogram, uniform inside each bucket."""
+        h = self.histogram
+        total = sum(c for _, c in h)
+        cum, acc = [], 0.0
+        for _, c in h:
+            acc += c
+            cum.append(acc)
+        target = u * total
+        i = min(bisect.bisect_left(cum, target), len(h) - 1)
+        while i < len(h) - 1 and h[i][1] == 0:
+            i += 1
+        hi = h[i][0]
+        lo = h[i - 1][0] if i > 0 else (self.min_us if self.min_us is not None else hi)
+        before = cum[i - 1] if i > 0 else 0.0
+        frac = (target - before) / h[i][1] if h[i][1] else 1.0
+        return lo + (hi - lo) * min(max(frac, 0.0), 1.0)
 
     def to_json(self) -> dict:
         d: dict = {"median_us": _num(self.median_us)}

@@ -1,0 +1,259 @@
+"""Profiles from what tpmtop already measures: a live TPM (record), a capture, a kernel trace.
+
+All three end in :func:`figure_from_ns`: the median of what was seen, deciles once there are
+enough samples to mean something, and a histogram of the raw values. Only successful
+commands count: an error response is usually fast and would drag a chip's figure down.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import statistics
+
+from tpmtop.errors import UsageError
+from tpmtop.profiles.model import ANY, HMAC_SESSION, NO_SESSION, Figure, Profile, has_hmac_session
+from tpmtop.tpm import names
+
+# Below this many samples deciles are mostly noise: give the median only (no spread).
+MIN_FOR_SPREAD = 10
+# Commands that carry an authorization area and cost differently inside an HMAC session;
+# every other command the session modes send keeps one "any" figure.
+AUTHORIZED = {"PCR_Extend", "GetRandom", "CreatePrimary"}
+# Histogram resolution for raw samples: 20 buckets per decade (12 % wide).
+PER_DECADE = 20
+
+
+def today() -> str:
+    return _dt.date.today().isoformat()
+
+
+def figure_from_ns(values_ns: list[int], source: dict) -> Figure:
+    vals = sorted(values_ns)
+    med = statistics.median(vals) / 1000
+    f = Figure(median_us=max(med, 0.001), source=source, samples=len(vals))
+    if len(vals) >= MIN_FOR_SPREAD:
+        q = statistics.quantiles(vals, n=10, method="inclusive")
+        f.p10_us, f.p90_us = max(q[0] / 1000, 0.001), q[-1] / 1000
+        from tpmtop.stats import LatencyHistogram
+
+        h = LatencyHistogram()
+        for v in vals:
+            h.record(v)
+        f.histogram = h.buckets(per_decade=PER_DECADE)
+        f.min_us = max(vals[0] / 1000, 0.001)
+        f.histogram[0][0] = max(f.histogram[0][0], f.min_us)
+    return f
+
+
+def _variant(short: str, hmac: bool) -> str:
+    if short not in AUTHORIZED:
+        return ANY
+    return HMAC_SESSION if hmac else NO_SESSION
+
+
+def profile_from_samples(name: str, chip: dict, samples: dict[tuple[int, str], list[int]],
+                         source: dict, description: str = "", notes: list[str] | None = None) -> Profile:
+    if not samples:
+        raise UsageError("nothing to build a profile from: no successful TPM commands with latencies")
+    cmds: dict[int, dict[str, Figure]] = {}
+    for (cc, variant), vals in sorted(samples.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        if vals:
+            cmds.setdefault(cc, {})[variant] = figure_from_ns(vals, dict(source))
+    return Profile(name=name, chip=chip, commands=cmds, description=description, created=today(),
+                   notes=notes or [])
+
+
+def _add(samples, cc: int, hmac: bool, ns: int) -> None:
+    samples.setdefault((cc, _variant(names.cc_short(cc), hmac)), []).append(int(ns))
+
+
+# -- from recorder events (profile record) ---------------------------------------------------
+def samples_from_events(events) -> dict[tuple[int, str], list[int]]:
+    out: dict = {}
+    for ev in events:
+        if ev.cc is None or ev.rc != 0 or ev.garbled or ev.error:
+            continue
+        _add(out, ev.cc, has_hmac_session(ev.sessions), ev.wire_ns)
+    return out
+
+
+def chip_from_identity(conn) -> dict:
+    ident = conn.identity()
+    return {"manufacturer": ident.manufacturer, "vendor": ident.vendor, "firmware": ident.firmware,
+            "simulated": conn.simulated, "tcti": conn.target.tcti}
+
+
+# -- from a capture ---------------------------------------------------------------------------
+def _load_capture(path: str) -> dict:
+    try:
+        from tpmtop.capture import load_capture  # validates against capture-1.json
+    except ImportError:
+        load_capture = None
+    if load_capture is not None:
+        return load_capture(path)
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read capture: {e.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}: not a JSON capture ({e})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != "tpmtop.capture/1":
+        raise UsageError(f"{path}: not a tpmtop.capture/1 file")
+    return doc
+
+
+def profile_from_capture(path: str, name: str) -> tuple[Profile, list[str]]:
+    """Per-command events when the capture has them (exact, and they tell sessions apart);
+    else the runs' per-command histograms (bucket resolution)."""
+    cap = _load_capture(path)
+    tpm = cap.get("tpm") or {}
+    warnings = []
+    if tpm.get("profile"):
+        warnings.append(f"{path} was itself recorded under profile '{tpm['profile']}': "
+                        "the result describes that profile, not a chip")
+    chip = {k: tpm[k] for k in ("manufacturer", "vendor", "firmware", "simulated", "tcti") if k in tpm}
+    date = str(cap.get("created", ""))[:10] or None
+    src = {"kind": "capture", "file": path, **({"date": date} if date else {})}
+    host = cap.get("host") or {}
+    where = f"{tpm.get('manufacturer', '?')} via {tpm.get('tcti', '?')} on {host.get('hostname', '?')}"
+    events = cap.get("events") or []
+    samples: dict = {}
+    for e in events:
+        cc = names.cc_from_name(str(e.get("command", "")))
+        if cc is None or e.get("rc") != 0 or not isinstance(e.get("wire_ns"), int):
+            continue
+        sess = [(int(s["handle"], 16), s.get("attrs", 0)) for s in e.get("sessions", [])
+                if isinstance(s, dict) and isinstance(s.get("handle"), str)]
+        _add(samples, cc, has_hmac_session(sess), e["wire_ns"])
+    if samples:
+        src["detail"] = f"median of the capture's per-command wire latencies ({where})"
+        return profile_from_samples(name, chip, samples, src, f"derived from capture {path}"), warnings
+    prof = _profile_from_runs(cap, name, chip, src, where, path)
+    return prof, warnings + ["the capture has no per-command events (bench --json FILE --events gives them): "
+                             "figures come from the runs' histograms, 4 buckets per decade"]
+
+
+def _profile_from_runs(cap, name, chip, src, where, path) -> Profile:
+    from tpmtop.stats import LatencyHistogram
+
+    merged: dict[tuple[int, str], LatencyHistogram] = {}
+    for run in cap.get("runs") or []:
+        op_cc = {"extend": "PCR_Extend", "get_random": "GetRandom", "create_primary": "CreatePrimary"}.get(run.get("op"))
+        for cname, summ in (run.get("commands") or {}).items():
+            cc = names.cc_from_name(cname)
+            if cc is None:
+                continue
+            short = names.cc_short(cc)
+            # In a run, only the operation's own command carries the HMAC session, and only
+            # outside mode "none"; set-up commands (ContextLoad, …) never carry one.
+            hmac = short == op_cc and run.get("mode") != "none"
+            h = merged.setdefault((cc, _variant(short, hmac)), LatencyHistogram())
+            for bound, count in summ.get("histogram") or []:
+                h.record(int(bound * 1000), int(count))
+    if not merged:
+        raise UsageError(f"{path}: no per-command latencies in this capture")
+    cmds: dict[int, dict[str, Figure]] = {}
+    for (cc, variant), h in merged.items():
+        hist = h.buckets()
+        med = h.percentile_ns(50) / 1000
+        f = Figure(median_us=med, source=dict(src, detail=f"median of the capture's per-command histograms, "
+                                                          f"bucket resolution ({where})"),
+                   histogram=hist, min_us=round(hist[0][0] / 10 ** 0.25, 3), samples=h.count)
+        cmds.setdefault(cc, {})[variant] = f
+    return Profile(name=name, chip=chip, commands=cmds, description=f"derived from capture {path}", created=today())
+
+
+# -- from kernel traces -------------------------------------------------------------------------
+def profile_from_traces(paths: list[str], name: str, calls: int | None = None,
+                        unit: str | None = None) -> tuple[Profile, list[str]]:
+    try:
+        from tpmtop.boot.traces import OP_EXTEND_HMAC, load_trace
+    except ImportError:
+        raise UsageError("profile from-trace needs tpmtop's trace parsers (tpmtop/boot/traces.py), "
+                         "which this installation lacks") from None
+    cmds: dict[int, dict[str, Figure]] = {}
+    warnings: list[str] = []
+    for path in paths:
+        tr = load_trace(path, unit=unit)
+        for op, series in tr.operations.items():
+            hmac = op == OP_EXTEND_HMAC or (op == "GetRandom" and tr.hmac_seen)
+            short = op.split(" ")[0]
+            cc = names.cc_from_name(short)
+            if cc is None:
+                warnings.append(f"{path}: '{op}' is not a TPM command tpmtop knows; skipped")
+                continue
+            variant = _variant(short, hmac)
+            src = {"kind": "trace", "file": path}
+            if series.precision == "exact":
+                f = figure_from_ns(series.samples_ns, dict(src, detail=f"{tr.format} trace: "
+                                   f"{'1 call' if len(series.samples_ns) == 1 else f'median of {len(series.samples_ns)} calls'}"))
+            else:
+                per, how = series.per_call_ns(calls)
+                if per is None:
+                    raise UsageError(f"{path}: {op}: {how.replace('--bpftrace-calls', '--calls')}")
+                f = Figure(median_us=per / 1000, source=dict(src, detail=f"{tr.format} trace: {how}"))
+                if series.precision == "sum":
+                    f.source["detail"] += " (a mean, not a median: the trace kept only sums)"
+            if variant in cmds.get(cc, {}):
+                old = cmds[cc][variant]
+                warnings.append(f"{path}: {op} also in {old.source.get('file')}: keeping the later one")
+            cmds.setdefault(cc, {})[variant] = f
+        warnings += [f"{path}: {n}" for n in tr.notes]
+    if not cmds:
+        raise UsageError(f"{', '.join(paths)}: no TPM commands with durations in the trace(s)")
+    return Profile(name=name, chip={}, commands=cmds, created=today(),
+                   description=f"derived from kernel trace(s): {', '.join(paths)}"), warnings
+
+
+# -- from a live TPM ---------------------------------------------------------------------------
+RECORD_OPS = ("extend", "get_random")
+
+
+def record(conn, n: int, pcr: int, ops=RECORD_OPS, warmup: int = 2,
+           progress=None) -> tuple[Profile, object]:
+    """Characterise the connected TPM: every session mode of each op, native engine (its wire
+    traffic is the same as ESAPI's and it adds no host work between commands).
+
+    Returns (profile, last bench result). Warm-up operations run but are not counted: the
+    first commands on a fresh connection pay for caches that a chip in use has warm.
+    """
+    from tpmtop.bench import BenchPlan, run_bench
+    from tpmtop.errors import TpmtopError
+    from tpmtop.sessions.modes import MODES
+
+    plans = [BenchPlan(op=op, modes=list(MODES), engines=["native"], n=n, warmup=warmup, batch=max(1, min(10, n)),
+                       pcr=pcr) for op in ops]
+    total = sum(p.n * len(p.pairs) for p in plans)
+    done_before = 0
+    start_seq = conn.recorder.next_seq()
+    result = None
+    for plan in plans:
+        def prog(done, _t, base=done_before):
+            if progress:
+                progress(base + done, total)
+
+        result = run_bench(conn, plan, progress=prog)
+        done_before += plan.n * len(plan.pairs)
+        if result.interrupted:
+            raise KeyboardInterrupt
+        if result.error:
+            raise TpmtopError(f"profile record stopped: {result.error}")
+    evs = [e for e in conn.recorder.events_since(start_seq) if e.origin == "workload" and e.op_seq is not None]
+    # Drop each (mode, op)'s warm-up operations: they are the first `warmup` op_seqs of it.
+    seen: dict[tuple, list[int]] = {}
+    for e in evs:
+        lst = seen.setdefault((e.mode, e.op), [])
+        if not lst or lst[-1] != e.op_seq:
+            lst.append(e.op_seq)
+    skip = {s for lst in seen.values() for s in lst[:warmup]}
+    counted = [e for e in evs if e.op_seq not in skip]
+    chip = chip_from_identity(conn)
+    src = {"kind": "recorded", "date": today(),
+           "detail": f"tpmtop profile record: {chip.get('manufacturer')} {chip.get('vendor', '')} "
+                     f"via {chip.get('tcti')}, {n} operations per session mode and op ({', '.join(ops)})"}
+    prof = profile_from_samples("recorded", chip, samples_from_events(counted), src,
+                                description=f"recorded from {chip.get('tcti')}")
+    return prof, result
