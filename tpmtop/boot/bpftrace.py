@@ -81,7 +81,7 @@ def attribute(parts: list[str | list[str]]) -> tuple[str | None, str | None, boo
         if isinstance(part, str):
             name = part.rsplit(":", 1)[-1].strip('"')
             if name in OP_FUNCS:
-                return name, OP_FUNCS[name], False
+                return name, OP_FUNCS[name], name in HMAC_FUNCS
             if name.startswith("tpm"):
                 return name, name, name in HMAC_FUNCS
     return None, None, False

@@ -33,8 +33,9 @@ COMPONENTS = {
     "F": "FlushContext",
     "Eh": OP_EXTEND_HMAC,
 }
-PUBLISHED_SOURCE = ("published SLB9670 figures (Infineon TPM, kernel 6.11-rc2, Sept 2024) — another "
-                    "machine's TPM, a last resort")
+PUBLISHED_SOURCE = "published SLB9670 figures (last resort)"
+PUBLISHED_ABOUT = ("Infineon SLB9670 via ftrace on kernel 6.11-rc2, Sept 2024: another machine's TPM, "
+                   "so the estimates only show the order of magnitude")
 # domain notes §3, µs.
 PUBLISHED_US = {"E0": Decimal(6360), "L": Decimal(36977), "S": Decimal(84747), "F": Decimal(3195),
                 "Eh": Decimal(24356)}
@@ -134,11 +135,15 @@ def load_capture_costs(path: str) -> tuple[dict[str, Cost], list[str]]:
     """Per-mode extend cost (op_us p50) from a ``tpmtop bench --json`` capture."""
     data = None
     try:
-        from tpmtop.capture import load_capture  # the schema-checked loader, once it exists
+        from tpmtop.capture import load_capture  # the schema-checked loader (raises UsageError)
     except ImportError:
         load_capture = None
     if load_capture is not None:
-        data = load_capture(path)
+        try:
+            data = load_capture(path)
+        except UsageError as e:
+            msg = str(e)  # the user passed several files: the line must say which one
+            raise UsageError(msg if path in msg else f"{path}: {msg}") from None
         if not isinstance(data, dict) and hasattr(data, "to_json"):
             data = data.to_json()
     if data is None:
@@ -150,6 +155,11 @@ def load_capture_costs(path: str) -> tuple[dict[str, Cost], list[str]]:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             line = getattr(e, "lineno", 1)
             raise UsageError(f"{path}:{line}: not a JSON capture: {getattr(e, 'msg', e)}") from None
+    return capture_costs(data, path)
+
+
+def capture_costs(data, path: str) -> tuple[dict[str, Cost], list[str]]:
+    """The checks tpmtop boot itself relies on, whichever loader read ``data``."""
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("tpmtop.capture/"):
         raise UsageError(f"{path}: not a tpmtop capture (no \"schema\": \"tpmtop.capture/1\")")
     runs = data.get("runs")

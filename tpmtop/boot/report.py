@@ -81,9 +81,8 @@ def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
         if filled and len(per_mode) < len(pj.MODES):
             for k in filled:
                 components[k] = published[k]
-            notes.append("costs of " + ", ".join(f"{k} ({pj.COMPONENTS[k]})" for k in filled) + " are "
-                         + pj.PUBLISHED_SOURCE + "; import a trace (--trace) or a capture (--capture) "
-                         "for this machine's figures")
+            notes.append(f"{', '.join(filled)}: {pj.PUBLISHED_ABOUT}; import a trace (--trace) or a "
+                         "capture (--capture) for this machine's figures")
         projection = pj.project(n, n_src, components, per_mode)
     rep = BootReport(sf, sm, traces, n, n_src, projection, reason, "", identity, notes)
     rep.verdict = verdict(rep)
@@ -94,6 +93,8 @@ def _cost_basis(p: pj.Projection, mode: str) -> str:
     m = p.modes[mode]
     if any(s.startswith("capture") for s in m.sources):
         return "costs from a tpmtop bench capture"
+    if m.sources and all(s.startswith("published") for s in m.sources):
+        return "costs from published SLB9670 figures, not this TPM"
     if any(s.startswith("published") for s in m.sources):
         return "costs partly from published SLB9670 figures, not this TPM"
     return "costs from the imported trace"
