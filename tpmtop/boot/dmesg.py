@@ -21,7 +21,7 @@ WARNINGS = (
     "A TPM error",
     "tpm_try_transmit",
 )
-_CALLING = re.compile(r"^calling  (\S+?)\+0x[0-9a-f]+/0x[0-9a-f]+ @ \d+( \[\S+\])?\s*$")
+_CALLING = re.compile(r"^calling  (\S+?)\+0x[0-9a-f]+/0x[0-9a-f]+(?: \[\S+\])? @ \d+\s*$")
 _RETURNED = re.compile(
     r"^initcall (\S+?)\+0x[0-9a-f]+/0x[0-9a-f]+( \[\S+\])? returned (-?\d+) after (\d+) usecs\s*$")
 _TPM_INITCALL = re.compile(r"tpm|tis|crb|ima|integrity", re.I)

@@ -1,0 +1,59 @@
+"""``tpmtop boot`` end to end through the CLI entry point."""
+
+import json
+from pathlib import Path
+
+from tpmtop.cli import main
+
+HERE = Path(__file__).parent
+TREES = HERE / "fixtures" / "boot"
+TRACES = HERE / "fixtures" / "traces"
+
+
+def test_this_machine_reports_and_exits_0(capsys):
+    assert main(["boot"]) == 0
+    out = capsys.readouterr().out
+    assert "Verdict: " in out
+    assert "no TPM commands sent" in out
+
+
+def test_fixture_json_has_facts_sources_and_projection(capsys):
+    args = ["boot", "--root", str(TREES / "laptop-6.10-hmac"), "--json",
+            "--trace", str(TRACES / "ftrace-graph-extend-hmac-slb9670.txt"),
+            "--trace", str(TRACES / "ftrace-graph-extend-nohmac-slb9670.txt")]
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    facts = {f["name"]: f for f in doc["facts"]}
+    assert facts["ima.measurements"] == {"name": "ima.measurements", "value": 87,
+                                         "source": "/sys/kernel/security/ima/runtime_measurements_count",
+                                         "reason": None}
+    assert doc["session_mode"]["mode"] == "per-command"
+    comps = doc["projection"]["components_us"]
+    assert comps["L"]["us"] == 36976.99 and comps["E0"]["us"] == 6360.029
+    # 87 × (36976.99 + 84746.51 + 3195.083 + 24356.46) µs = 87 × 149275.043 = 12986928.741 µs
+    assert doc["projection"]["modes"]["per-command"]["total_s"] == 12.986928741
+    assert doc["traces"][0]["operations"]["ContextLoad"]["summary_us"]["p50"] == 36976.99
+
+
+def test_bad_trace_is_one_line_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("# tracer: function_graph\n 0)               |  f() {\n 0) # oops us |  }\n")
+    assert main(["boot", "--root", str(TREES / "vm-no-tpm"), "--trace", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{bad}:3: unreadable DURATION cell" in err
+
+
+def test_bad_arguments_exit_2(capsys):
+    assert main(["boot", "--root", "/nonexistent-dir"]) == 2
+    assert main(["boot", "--extends", "many"]) == 2
+    assert main(["boot", "--trace", "/nonexistent-file"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(ln.startswith("tpmtop") for ln in lines)
+
+
+def test_boot_module_is_light_at_import():
+    import subprocess
+    import sys
+
+    code = "import sys, tpmtop.cli.boot; print(any(m.startswith(('textual', 'tpm2_pytss', 'tpmtop.boot')) for m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
