@@ -78,7 +78,7 @@ def _fact(sf: SystemFacts, name: str, fn, source: str) -> Fact:
 
 
 def collect(reader: RootReader) -> SystemFacts:
-    sf = SystemFacts(reader.root)
+    sf = SystemFacts(reader.shown_root if not reader.live else "/")
     if reader.live and not sys.platform.startswith("linux"):
         sf.add(Fact("kernel.release", None, None, f"not Linux ({sys.platform}): no kernel facts to read"))
         return sf

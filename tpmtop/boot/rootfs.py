@@ -28,6 +28,7 @@ class Unavailable(Exception):
 class RootReader:
     def __init__(self, root: str = "/", euid: int | None = None) -> None:
         self.root = os.path.abspath(root)
+        self.shown_root = root  # as the user typed it, for the report's header
         self.euid = os.geteuid() if euid is None and hasattr(os, "geteuid") else (euid or 0)
 
     @property
