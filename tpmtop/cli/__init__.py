@@ -23,8 +23,6 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "handles": ("tpmtop.cli.tpm_commands", "list every handle the TPM reports"),
     "flush": ("tpmtop.cli.tpm_commands", "flush a transient object or a session"),
     "boot": ("tpmtop.cli.boot", "is the TPM slowing this boot? system facts, trace import, cost projection"),
-    "compare": ("tpmtop.cli.compare", "compare captures: p50/p99 before and after, and whether it is noise"),
-    "export": ("tpmtop.cli.export", "a capture as a Chrome/Perfetto trace or OpenMetrics histograms"),
     "bench": ("tpmtop.cli.bench", "measure each HMAC session strategy (none, per-command, reuse, saved)"),
     "profile": ("tpmtop.cli.profile", "chip latency profiles: record one from a TPM, derive one from a capture or trace"),
 }
