@@ -212,8 +212,11 @@ def render_text(rep: BootReport) -> str:
 
     if rep.identity:
         i = rep.identity
-        out += [f"TPM (asked directly): {i.get('manufacturer')} {i.get('vendor', '')} firmware {i.get('firmware')}",
-                "  note: on Linux 6.12+ this query ended the kernel's kept HMAC session", ""]
+        out.append(f"TPM (asked directly): {i.get('manufacturer')} {i.get('vendor', '')} firmware {i.get('firmware')}"
+                   + (" — a simulator, not this machine's TPM" if i.get("simulated") else ""))
+        if not i.get("simulated"):
+            out.append("  note: on Linux 6.12+ this query ended the kernel's kept HMAC session")
+        out.append("")
 
     sm = rep.session
     out.append(f"Kernel session mode for PCR extends: {sm.mode or 'cannot tell'}")
