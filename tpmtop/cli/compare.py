@@ -1,0 +1,83 @@
+"""``tpmtop compare A.json B.json [...]``: before/after, p50/p99 side by side."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP_RULE = """Each capture after the first is compared with the first (the baseline): for every
+(engine, mode, op) present in both, the whole operation and every command code present in both.
+Ratio is later/baseline: above 1 means slower.
+
+Verdict (noise rule): for a percentile p of n samples the distribution-free 95 % confidence
+interval spans the samples of rank n*p -/+ 1.96*sqrt(n*p*(1-p)) (binomial order statistics,
+no assumption about the shape of the distribution), read from each capture's histogram. Only
+when the two intervals do not overlap is a difference called "slower" or "faster"; otherwise
+"within noise". With few samples (p99 of 20 runs) an interval is open-ended and the verdict
+stays "within noise" unless the gap is huge. "no histogram": a capture without histograms.
+This covers sampling noise only, not drift during a run.
+
+examples:
+  tpmtop compare kernel-6.10.json kernel-6.12.json
+  tpmtop compare infineon.json ftpm.json --json | jq '.comparisons[0].rows'"""
+
+
+def add_compare_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = HELP_RULE + "\n\n" + (p.epilog or "")
+    p.add_argument("captures", nargs="+", metavar="CAPTURE.json",
+                   help="two or more captures (tpmtop bench --json); the first is the baseline")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+
+def _fmt_us(v: float) -> str:
+    if v >= 10_000:
+        return f"{v / 1000:,.1f} ms"
+    return f"{v:,.1f} µs"
+
+
+def _fmt_ratio(r) -> str:
+    return "-" if r is None else f"×{r:.2f}"
+
+
+def run_compare(args) -> int:
+    from tpmtop.capture import load_summary
+    from tpmtop.cli.common import print_json, table
+    from tpmtop.compare import compare, only_in
+    from tpmtop.errors import UsageError
+
+    if len(args.captures) < 2:
+        raise UsageError("tpmtop compare: give at least two captures (the first is the baseline)")
+    docs = [load_summary(p) for p in args.captures]
+    base = docs[0]
+    results = []
+    for path, doc in zip(args.captures[1:], docs[1:]):
+        rows = compare(base, doc)
+        results.append({"baseline": args.captures[0], "capture": path, "rows": rows,
+                        "only_in_baseline": [list(k) for k in only_in(base, doc)],
+                        "only_in_capture": [list(k) for k in only_in(doc, base)]})
+    if args.json:
+        print_json({"schema": "tpmtop.compare/1", "comparisons": results})
+        return 0
+
+    def who(doc, path):
+        t = doc["tpm"]
+        return f"{path}  ({t['manufacturer']} fw {t['firmware']}, kernel {doc['host']['kernel']})"
+
+    for res, doc in zip(results, docs[1:]):
+        print(f"A: {who(base, res['baseline'])}")
+        print(f"B: {who(doc, res['capture'])}")
+        if not res["rows"]:
+            print("no (engine, mode, op) in common: nothing to compare\n")
+            continue
+        out = []
+        for r in res["rows"]:
+            what = f"{r['engine']}/{r['mode']}/{r['op']}" if r["kind"] == "operation" else f"  {r['command'].removeprefix('TPM2_CC_')}"
+            out.append([what, f"{r['count'][0]}/{r['count'][1]}",
+                        _fmt_us(r["p50"][0]), _fmt_us(r["p50"][1]), _fmt_ratio(r["p50_ratio"]), r["p50_verdict"],
+                        _fmt_us(r["p99"][0]), _fmt_us(r["p99"][1]), _fmt_ratio(r["p99_ratio"]), r["p99_verdict"]])
+        print(table(out, ["operation / command", "n A/B", "p50 A", "p50 B", "B/A", "p50 verdict",
+                          "p99 A", "p99 B", "B/A", "p99 verdict"], right={1, 2, 3, 4, 6, 7, 8}))
+        for label, keys in (("only in A", res["only_in_baseline"]), ("only in B", res["only_in_capture"])):
+            if keys:
+                print(f"{label}: " + ", ".join("/".join(k) for k in keys))
+        print()
+    return 0

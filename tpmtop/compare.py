@@ -1,0 +1,109 @@
+"""Before/after comparison of captures: p50 and p99 side by side, their ratio, and whether the
+difference is more than the noise of the two histograms.
+
+The noise rule (also in ``tpmtop compare --help``): for a percentile p of n samples, the
+distribution-free 95 % confidence interval runs from the sample of rank n·p − 1.96·√(n·p·(1−p))
+to the one of rank n·p + 1.96·√(n·p·(1−p)) + 1 (the binomial order-statistic interval; no
+assumption about the shape of the latency distribution). Those ranks are read from each
+capture's histogram, interpolating log-linearly inside a bucket. A difference is reported as
+``slower``/``faster`` only when the two intervals do not overlap; otherwise it is ``within
+noise``. A rank beyond the sample (p99 of a few dozen samples) leaves that side of the interval
+open, so small captures are called ``within noise`` unless the gap is very large. Without a
+histogram on either side no interval exists: ``no histogram``.
+
+Non-overlapping 95 % intervals is a stricter test than a 5 % significance test — deliberately:
+a kernel regression report should not rest on a borderline result. It only covers sampling
+noise; drift during a run (thermal, another process on the TPM) is not in the histograms.
+"""
+
+from __future__ import annotations
+
+import math
+
+Z95 = 1.959964
+BUCKETS_PER_DECADE = 4  # tpmtop.stats.LatencyHistogram.buckets()
+_STEP = 10 ** (1 / BUCKETS_PER_DECADE)
+
+
+def value_at_rank(hist: list, rank: float) -> float:
+    """The latency (µs) at 1-based ``rank`` of a ``[[upper_bound_us, count], …]`` histogram."""
+    items = sorted((float(b), int(c)) for b, c in hist if c > 0)
+    n = sum(c for _, c in items)
+    if n == 0:
+        return math.nan
+    rank = min(max(rank, 1.0), float(n))
+    cum = 0
+    prev_ub = 0.0
+    for ub, c in items:
+        if cum + c >= rank:
+            # Bucket k covers (10**((k-1)/4), 10**(k/4)]; tpmtop omits empty buckets, so the
+            # lower edge is one step down, but never below the previous bucket's bound.
+            lo = max(ub / _STEP, prev_ub, 1e-9)
+            frac = (rank - cum) / c
+            return lo * (ub / lo) ** frac
+        cum += c
+        prev_ub = ub
+    return items[-1][0]
+
+
+def interval(hist: list, p: float) -> tuple[float, float] | None:
+    """95 % confidence interval (µs) of percentile ``p`` (0..1); None without samples.
+    An open side is 0 or +inf."""
+    n = sum(int(c) for _, c in hist) if hist else 0
+    if n == 0:
+        return None
+    half = Z95 * math.sqrt(n * p * (1 - p))
+    lo_rank = n * p - half
+    hi_rank = n * p + half + 1
+    lo = value_at_rank(hist, lo_rank) if lo_rank >= 1 else 0.0
+    hi = value_at_rank(hist, hi_rank) if hi_rank <= n else math.inf
+    return lo, hi
+
+
+def verdict(a: dict, b: dict, p: float) -> str:
+    ha, hb = a.get("histogram"), b.get("histogram")
+    if not ha or not hb:
+        return "no histogram"
+    ia, ib = interval(ha, p), interval(hb, p)
+    if ia is None or ib is None:
+        return "no samples"
+    if ib[0] > ia[1]:
+        return "slower"
+    if ib[1] < ia[0]:
+        return "faster"
+    return "within noise"
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(b / a, 3) if a > 0 else None
+
+
+def _row(kind: str, key: dict, a: dict, b: dict) -> dict:
+    row = {"kind": kind, **key, "count": [a["count"], b["count"]]}
+    for name, p in (("p50", 0.5), ("p99", 0.99)):
+        row[name] = [a[name], b[name]]
+        row[f"{name}_ratio"] = _ratio(a[name], b[name])
+        row[f"{name}_verdict"] = verdict(a, b, p)
+    return row
+
+
+def compare(a: dict, b: dict) -> list[dict]:
+    """Rows for every (engine, mode, op) in both captures (the whole operation) and every
+    command code present in both for it. Ratios are B/A: above 1 means B is slower."""
+    runs_b = {(r["engine"], r["mode"], r["op"]): r for r in b["runs"]}
+    rows = []
+    for ra in a["runs"]:
+        k = (ra["engine"], ra["mode"], ra["op"])
+        rb = runs_b.get(k)
+        if rb is None:
+            continue
+        key = {"engine": k[0], "mode": k[1], "op": k[2]}
+        rows.append(_row("operation", {**key, "command": None}, ra["op_us"], rb["op_us"]))
+        for cc in sorted(set(ra["commands"]) & set(rb["commands"])):
+            rows.append(_row("command", {**key, "command": cc}, ra["commands"][cc], rb["commands"][cc]))
+    return rows
+
+
+def only_in(a: dict, b: dict) -> list[tuple[str, str, str]]:
+    kb = {(r["engine"], r["mode"], r["op"]) for r in b["runs"]}
+    return [(r["engine"], r["mode"], r["op"]) for r in a["runs"] if (r["engine"], r["mode"], r["op"]) not in kb]
