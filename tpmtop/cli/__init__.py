@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "info": ("tpmtop.cli.tpm_commands", "TPM identity and the properties that matter for sessions"),
     "handles": ("tpmtop.cli.tpm_commands", "list every handle the TPM reports"),
     "flush": ("tpmtop.cli.tpm_commands", "flush a transient object or a session"),
+    "replay": ("tpmtop.cli.dashboard_args", "open the dashboard on a saved capture"),
     "boot": ("tpmtop.cli.boot", "is the TPM slowing this boot? system facts, trace import, cost projection"),
     "compare": ("tpmtop.cli.compare", "compare captures: p50/p99 before and after, and whether it is noise"),
     "export": ("tpmtop.cli.export", "a capture as a Chrome/Perfetto trace or OpenMetrics histograms"),

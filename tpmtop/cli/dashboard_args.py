@@ -1,0 +1,150 @@
+"""The dashboard's command line: options on the top-level parser, and ``tpmtop replay``.
+
+Argparse only at import: ``tpmtop handles`` builds the whole parser, and must not pay for
+Textual. Textual (and the TPM stack) are imported inside ``run``/``run_replay``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+
+from tpmtop.errors import UsageError
+
+
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds") from None
+    if not 0.1 <= v <= 3600:
+        raise argparse.ArgumentTypeError("must be between 0.1 and 3600 seconds")
+    return v
+
+
+def _rate(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a rate") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError("must be ≥ 0 (0: as fast as the TPM allows)")
+    return v
+
+
+def _display_options(g) -> None:
+    g.add_argument("--theme", metavar="NAME",
+                   help="colour theme: dark (default), light, high-contrast, colour-blind-safe, or any "
+                        "Textual theme; remembered for next time. NO_COLOR=1 turns colour off")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("dashboard (no subcommand)")
+    _display_options(g)
+    g.add_argument("--passive", action="store_true",
+                   help="send nothing to the TPM: show only what sysfs and securityfs tell "
+                        "(IMA measurements/s, PCR values). On Linux 6.12+ any command a program sends "
+                        "ends the kernel's kept HMAC session, so this is how to watch a kernel unperturbed")
+    g.add_argument("--poll-interval", type=_positive, metavar="SECONDS",
+                   help="how often to ask the TPM for its handles and slots (default 1 with --sim, "
+                        "5 on a real TPM: each poll perturbs the kernel's session, see --passive)")
+    g.add_argument("--rate", type=_rate, default=100.0, metavar="OPS",
+                   help="workload operations per second (default 100; 0: as fast as the TPM allows)")
+    g.add_argument("--mode", default="per-command", choices=("none", "per-command", "reuse", "saved"),
+                   help="session mode the workload starts in (default per-command)")
+    g.add_argument("--engine", default="native", choices=("native", "esys"), help="crypto engine (default native)")
+    g.add_argument("--op", default="extend", choices=("extend", "get_random", "create_primary"),
+                   help="workload operation (default extend, on PCR 16)")
+    g.add_argument("--start", choices=("running", "paused"),
+                   help="workload state at start (default: running with --sim, paused on a real TPM, "
+                        "where it changes PCR 16)")
+    g.add_argument("--export-dir", default=".", metavar="DIR", help="where the export key writes captures")
+
+
+def add_replay_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("capture", metavar="CAPTURE.json", help="a capture from `tpmtop bench --json` or the dashboard's export")
+    _display_options(p)
+
+
+GRACE_S = 3.0
+
+
+def _run_app(app, cleanup=None) -> int:
+    """Run the app with SIGTERM/SIGHUP (an SSH drop) asking it to exit cleanly, so the
+    caller's ``finally`` flushes handles and stops a private swtpm.
+
+    With the terminal gone (SIGHUP) Textual's shutdown can block for ever writing to it
+    (seen with Textual 8.2: the driver's writer queue never drains). So a signal also starts
+    a watchdog: if the app has not returned within GRACE_S, it runs ``cleanup`` itself and
+    leaves with status 130 — the TPM is left clean either way."""
+    import asyncio
+    import threading
+
+    from tpmtop.errors import EXIT_INTERRUPTED
+
+    done = threading.Event()
+
+    def watchdog():
+        if done.wait(GRACE_S):
+            return
+        try:
+            if cleanup is not None:
+                cleanup()
+        finally:
+            os._exit(EXIT_INTERRUPTED)
+
+    def ask_exit(signum, frame):
+        threading.Thread(target=watchdog, name="tpmtop-exit-watchdog", daemon=True).start()
+        try:
+            asyncio.get_event_loop().call_soon_threadsafe(lambda: app.exit(return_code=EXIT_INTERRUPTED))
+        except RuntimeError:
+            app.exit(return_code=EXIT_INTERRUPTED)
+
+    old = {s: signal.signal(s, ask_exit) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        app.run()
+    finally:
+        done.set()
+        for s, h in old.items():
+            signal.signal(s, h)
+    return int(app.return_code or 0)
+
+
+def run(args) -> int:
+    from tpmtop.tui.app import TpmtopApp
+
+    if args.passive:
+        if args.sim or args.tcti:
+            raise UsageError("--passive sends nothing to any TPM: it cannot be combined with --sim or -T")
+        from tpmtop.tui.sysfs import PassiveSource
+
+        return _run_app(TpmtopApp(PassiveSource(), theme=args.theme, export_dir=args.export_dir))
+
+    from tpmtop.cli.common import notice
+    from tpmtop.tpm.connection import open_tpm
+    from tpmtop.tui.live import LiveSource
+
+    if not os.path.isdir(args.export_dir):
+        raise UsageError(f"--export-dir {args.export_dir}: no such directory")
+    conn = open_tpm(tcti=args.tcti, sim=args.sim, raw_device=args.raw_device, notice=notice)
+    source = None
+    try:
+        start = None if args.start is None else args.start == "running"
+        source = LiveSource(conn, read_only=args.read_only, poll_interval=args.poll_interval, rate=args.rate,
+                            start_running=start, engine=args.engine, mode=args.mode, op=args.op)
+        return _run_app(TpmtopApp(source, theme=args.theme, export_dir=args.export_dir), cleanup=source.close)
+    finally:
+        if source is not None:
+            source.close()
+        else:
+            conn.close()
+
+
+def run_replay(args) -> int:
+    from tpmtop.tui.replay import ReplaySource, load
+
+    source = ReplaySource(load(args.capture), args.capture)  # a bad file: one line, exit 2
+    from tpmtop.tui.app import TpmtopApp
+
+    return _run_app(TpmtopApp(source, theme=args.theme))

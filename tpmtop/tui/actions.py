@@ -1,0 +1,89 @@
+"""Every operator action, once: key, binding id, footer label, palette title, help text.
+
+The footer bindings, the command palette and the ``?`` help screen are all built from
+:data:`ACTIONS`, so they cannot disagree. Palette titles follow "category: Verb object".
+No Textual here (the table is data; the screen turns it into ``Binding``s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+try:
+    from tpmtop.sessions.modes import ENGINES, MODES, OPS
+except ImportError:  # the session engine is optional for replay and passive use
+    MODES = ("none", "per-command", "reuse", "saved")
+    ENGINES = ("native", "esys")
+    OPS = ("extend", "get_random", "create_primary")
+
+
+@dataclass(frozen=True)
+class Action:
+    id: str  # kebab-case binding id: users remap keys by it (App.set_keymap)
+    key: str
+    action: str  # Textual action string on the main screen
+    label: str  # footer
+    title: str  # command palette: "category: Verb object"
+    help: str
+    show: bool = True  # in the footer
+    changes_tpm: bool = False  # refused with --read-only and in replay/passive
+
+
+ACTIONS: tuple[Action, ...] = (
+    Action("toggle-workload", "space", "toggle_workload", "Pause", "workload: Pause or resume",
+           "Pause or resume the workload (it changes PCR 16 on a real TPM, so it starts paused there)",
+           changes_tpm=True),
+    Action("next-mode", "m", "next_mode", "Mode", "session: Switch to next mode",
+           "Cycle the HMAC session mode: none → per-command → reuse → saved "
+           "(in replay: show that mode's run)"),
+    Action("next-engine", "e", "next_engine", "Engine", "engine: Switch to next engine",
+           "Switch the crypto engine: native ↔ esys"),
+    Action("next-op", "o", "next_op", "Op", "operation: Switch to next operation",
+           "Cycle the operation: extend → get_random → create_primary"),
+    Action("rate-up", "plus", "rate(1)", "Faster", "workload: Increase rate",
+           "Raise the workload's target rate (last step: as fast as the TPM allows)", show=False),
+    Action("rate-down", "minus", "rate(-1)", "Slower", "workload: Decrease rate",
+           "Lower the workload's target rate", show=False),
+    Action("flush-handle", "f", "flush_selected", "Flush", "handle: Flush selected",
+           "Flush the handle selected in the Handles panel (asks first if tpmtop did not create it)",
+           changes_tpm=True),
+    Action("flush-ours", "F", "flush_ours", "Flush ours", "handle: Flush all of tpmtop's",
+           "Flush every handle tpmtop created", show=False, changes_tpm=True),
+    Action("reset-stats", "r", "reset_stats", "Reset", "stats: Reset statistics",
+           "Forget the latency statistics and the command stream (the TPM is not touched)"),
+    Action("export-capture", "x", "export", "Export", "capture: Export capture",
+           "Write a capture (the `tpmtop bench --json` contract) to a timestamped file, atomically"),
+    Action("toggle-stream", "s", "toggle_stream", "Stream", "stream: Pause or resume",
+           "Freeze or follow the command stream (recording goes on)", show=False),
+    Action("filter-stream", "slash", "filter_stream", "Filter", "stream: Filter by command",
+           "Show only commands whose name or origin contains the text (empty: all)", show=False),
+    Action("next-theme", "t", "next_theme", "Theme", "theme: Switch to next theme",
+           "Cycle the colour theme; the choice is remembered"),
+    Action("help", "question_mark", "help", "Help", "help: Show keys",
+           "This list"),
+    Action("quit", "q", "quit", "Quit", "app: Quit tpmtop",
+           "Quit (stops the workload, flushes tpmtop's handles, stops a private swtpm)"),
+)
+
+PANELS: tuple[tuple[str, str, str], ...] = (
+    # (key, widget id, title)
+    ("1", "handles", "Handles"),
+    ("2", "resources", "Resources"),
+    ("3", "latency", "Latency"),
+    ("4", "modes", "Modes"),
+    ("5", "stream", "Stream"),
+    ("6", "system", "System"),
+)
+
+BY_ACTION = {a.action: a for a in ACTIONS}
+
+
+def palette_entries() -> list[tuple[str, str, str]]:
+    """(title, help, action string) for the command palette, including one entry per target
+    so that "session: Switch to reuse" can be typed directly."""
+    out = [(a.title, a.help, a.action) for a in ACTIONS]
+    out += [(f"session: Switch to {m}", f"HMAC session mode {m}", f"set_mode('{m}')") for m in MODES]
+    out += [(f"engine: Switch to {e}", f"crypto engine {e}", f"set_engine('{e}')") for e in ENGINES]
+    out += [(f"operation: Run {o}", f"operation {o}", f"set_op('{o}')") for o in OPS]
+    out += [(f"panel: Show {t.lower()}", f"key {k}", f"show_panel('{pid}')") for k, pid, t in PANELS]
+    return out

@@ -1,0 +1,67 @@
+"""The Textual application: themes, the command palette, and one screen. Small on purpose;
+the dashboard lives in ``screens/main.py`` and its panels in ``widgets/``."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from textual.app import App, SystemCommand
+
+from tpmtop.tui.actions import palette_entries
+from tpmtop.tui.screens.main import MainScreen
+from tpmtop.tui.themes import DEFAULT_THEME, VARIABLE_DEFAULTS, load_themes, remember_theme, remembered_theme
+
+
+class TpmtopApp(App):
+    CSS_PATH = "tpmtop.tcss"
+    TITLE = "tpmtop"
+
+    def __init__(self, source, *, theme: str | None = None, remember: bool = True, export_dir: str = ".",
+                 themes=None) -> None:
+        super().__init__()
+        self.source = source
+        self.export_dir = export_dir
+        loaded = themes or load_themes()
+        self.theme_notices = list(loaded.notices)
+        for t in loaded.themes:
+            self.register_theme(t)
+        self.tpmtop_themes = loaded.names
+        wanted = theme or (remembered_theme() if remember else None) or DEFAULT_THEME
+        if wanted not in self.available_themes:
+            self.theme_notices.append(f"no theme '{wanted}' (have: {', '.join(self.tpmtop_themes)}); using {DEFAULT_THEME}")
+            wanted = DEFAULT_THEME
+        self.theme = wanted
+        self._remember = remember
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(VARIABLE_DEFAULTS)
+
+    def on_mount(self) -> None:
+        self.push_screen(MainScreen(self.source, self.export_dir))
+        for n in self.theme_notices:
+            self.notify(n, title="theme", severity="warning", timeout=8)
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+
+    def _theme_changed(self, theme) -> None:
+        if self._remember:
+            err = remember_theme(theme.name)
+            if err:
+                self.notify(err, severity="warning")
+
+    def cycle_theme(self) -> None:
+        names = self.tpmtop_themes
+        i = names.index(self.theme) if self.theme in names else -1
+        self.theme = names[(i + 1) % len(names)]
+        self.notify(f"theme {self.theme}", timeout=2)
+
+    def get_system_commands(self, screen):
+        yield from super().get_system_commands(screen)
+        if not isinstance(screen, MainScreen):
+            return
+        for title, help_text, action in palette_entries():
+            name = action.split("(")[0]
+            if screen.check_action(name, ()) is None:
+                continue  # not available in this kind of sitting
+            yield SystemCommand(title, help_text, partial(screen.run_action, action))
+        for name in self.tpmtop_themes:
+            yield SystemCommand(f"theme: Use {name}", f"switch to the {name} theme", partial(setattr, self, "theme", name))

@@ -1,0 +1,393 @@
+"""The dashboard's side of a live TPM: polling, user actions and the workload loop, as plain
+blocking calls that the dashboard runs in thread workers. No Textual here.
+
+One :class:`FairLock` (the *gate*) serialises every use of the transport: the workload
+thread, the poller and user actions each hold it for one operation. The transport's
+``origin`` label is set inside the gate, so a poll's GetCapability can never be stamped
+"workload" (or the reverse) and tpmtop's own traffic never pollutes the workload's
+histograms. The lock is FIFO because a workload running flat out would otherwise re-take a
+plain ``threading.Lock`` before the waiting poller wakes.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpmtop.errors import TpmConnectionError, TpmtopError, UsageError
+
+RATES = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 0.0)  # 0: unpaced
+MAX_CONSECUTIVE_ERRORS = 3
+
+
+class FairLock:
+    """A FIFO (ticket) lock. ``acquire(timeout)`` that gives up leaves its ticket behind to be
+    skipped, so later waiters are not stuck behind it."""
+
+    def __init__(self):
+        self._cv = threading.Condition(threading.Lock())
+        self._next = 0
+        self._serving = 0
+        self._abandoned: set[int] = set()
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        with self._cv:
+            ticket = self._next
+            self._next += 1
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while ticket != self._serving:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    self._abandoned.add(ticket)
+                    return False
+                self._cv.wait(left)
+            return True
+
+    def release(self) -> None:
+        with self._cv:
+            self._serving += 1
+            while self._serving in self._abandoned:
+                self._abandoned.discard(self._serving)
+                self._serving += 1
+            self._cv.notify_all()
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+@dataclass
+class PollResult:
+    entries: list  # tpmtop.tpm.handles.HandleEntry
+    var: dict[str, int]
+    t: float  # monotonic time of the poll
+
+
+def workload_class():
+    """The session engine's Workload, or None if this tree does not have it."""
+    try:
+        from tpmtop.sessions.workload import Workload
+    except ImportError:
+        return None
+    return Workload
+
+
+class LiveSource:
+    kind = "live"
+    needs_tpm = True
+
+    def __init__(self, conn, *, read_only: bool = False, poll_interval: float | None = None,
+                 rate: float = 100.0, start_running: bool | None = None, engine: str = "native",
+                 mode: str = "per-command", op: str = "extend", pcr: int = 16):
+        self.conn = conn
+        self.recorder = conn.recorder
+        self.gate = FairLock()
+        self.read_only = read_only
+        self.simulated = bool(conn.simulated)
+        # The observer effect concerns a kernel's TPM: a device node, not a simulator on a socket.
+        self.kernel_device = conn.target.kind == "device"
+        self.poll_interval = poll_interval or (1.0 if self.simulated else 5.0)
+        if start_running is None:
+            start_running = self.simulated  # a real TPM's PCR 16 is not ours to change unasked
+        self.running = bool(start_running) and not read_only
+        self.engine, self.mode, self.op, self.pcr = engine, mode, op, pcr
+        self.rate = rate
+        self.workload = None
+        self.workload_error: str | None = None
+        self.errors_in_row = 0
+        self.connected = True
+        self.last_error: str | None = None
+        self.stopping = threading.Event()
+        self.resume = threading.Event()
+        if self.running:
+            self.resume.set()
+        self.identity = None
+        self.tcti = conn.target.tcti
+        self.has_engine = workload_class() is not None
+        self._old_accounts: dict = {}
+        self._close_lock = threading.Lock()
+        self._closed = False
+
+    # -- the gate ----------------------------------------------------------------------------
+    @contextmanager
+    def tpm(self, origin: str):
+        with self.gate:
+            if self.stopping.is_set():
+                raise TpmtopError("tpmtop is stopping")
+            t = self.conn.transport
+            t.origin = origin
+            try:
+                yield t
+            except TpmConnectionError as e:
+                self.connected = False
+                self.last_error = str(e)
+                raise
+            finally:
+                t.origin = "user"
+
+    # -- polling (a worker thread) -------------------------------------------------------------
+    def poll(self) -> PollResult:
+        from tpmtop.tpm.handles import list_handles
+        from tpmtop.tpm.identity import read_variable
+
+        with self.tpm("poll") as t:
+            if self.identity is None:
+                self.identity = self.conn.identity()
+            entries = list_handles(t, self.recorder.owned_handles())
+            var = read_variable(t)
+        return PollResult(entries, var, time.monotonic())
+
+    def reconnect(self) -> None:
+        with self.gate:
+            if self.stopping.is_set():
+                return
+            self.conn.reconnect()
+            # The old engine's sessions and null key died with the TPM; never flush "its"
+            # handles on the new one (they could be someone else's).
+            self.workload = None
+            self.connected = True
+            self.last_error = None
+            self.recorder.mark("reconnected")
+
+    # -- the workload (its own worker thread) ---------------------------------------------------
+    def workload_loop(self, cancelled) -> None:
+        """Run operations until ``cancelled()`` or stopping; paced to ``self.rate``.
+        Errors are reported through ``on_error`` style state (``workload_error``) and the
+        loop goes on; a lost TPM ends the loop (the poller reconnects and restarts it)."""
+        next_t = time.perf_counter()
+        while not cancelled() and not self.stopping.is_set():
+            if not self.running or not self.connected:
+                self.resume.wait(0.2)
+                next_t = time.perf_counter()
+                continue
+            self.step()
+            if self.rate > 0:
+                next_t += 1.0 / self.rate
+                delay = next_t - time.perf_counter()
+                if delay > 0:
+                    self.stopping.wait(delay)
+                elif delay < -1.0:
+                    next_t = time.perf_counter()  # fell behind (slow TPM): don't burst to catch up
+
+    def step(self) -> None:
+        if self.read_only:
+            return
+        try:
+            with self.tpm("workload"):
+                if not self.running:
+                    return
+                w = self._workload()
+                if w is None:
+                    return
+                w.run_one()
+            self.errors_in_row = 0
+            self.workload_error = None
+        except TpmConnectionError:
+            raise
+        except TpmtopError as e:
+            self._workload_failed(str(e))
+        except Exception as e:  # a TSS2_Exception from ESAPI, or a bug in the engine
+            self._workload_failed(f"{type(e).__name__}: {e}")
+
+    def _workload_failed(self, message: str) -> None:
+        self.workload_error = message
+        self.errors_in_row += 1
+        self._drop_workload()
+        if self.errors_in_row >= MAX_CONSECUTIVE_ERRORS:
+            self.set_running(False)
+
+    def _workload(self):
+        if self.workload is None:
+            cls = workload_class()
+            if cls is None:
+                self.workload_error = "the session engine (tpmtop.sessions.workload) is not in this build"
+                self.set_running(False)
+                return None
+            self.workload = cls(self.conn, engine=self.engine, mode=self.mode, op=self.op, pcr=self.pcr)
+            self._accounts_from_old()
+        else:
+            w = self.workload
+            if (w.engine_name, w.mode, w.op) != (self.engine, self.mode, self.op):
+                w.set(engine=self.engine, mode=self.mode, op=self.op)
+        return self.workload
+
+    def _drop_workload(self) -> None:
+        """Close the engine (flushing its handles) while the TPM is there; keep its accounts."""
+        w, self.workload = self.workload, None
+        if w is None:
+            return
+        self._old_accounts = self.accounts()
+        if self.connected:
+            try:
+                w.close()
+            except Exception:
+                pass
+
+    def _accounts_from_old(self) -> None:
+        # A new engine after an error or a reconnect starts with empty accounts; merge the old
+        # ones in so the mode comparison keeps what this sitting measured.
+        old = self._old_accounts
+        if not old:
+            return
+        self._old_accounts = {}
+        new = getattr(self.workload, "accounts", None)
+        if isinstance(new, dict):
+            for k, v in old.items():
+                new.setdefault(k, v)
+
+    def accounts(self) -> dict:
+        w = self.workload
+        acc = getattr(w, "accounts", None) if w is not None else None
+        return dict(acc) if acc else dict(self._old_accounts)
+
+    def set_running(self, running: bool) -> None:
+        self.running = running and not self.read_only
+        if self.running:
+            self.resume.set()
+        else:
+            self.resume.clear()
+
+    def set_rate_step(self, direction: int) -> float:
+        try:
+            i = RATES.index(self.rate)
+        except ValueError:
+            i = min(range(len(RATES)), key=lambda k: abs((RATES[k] or 1e9) - self.rate))
+        self.rate = RATES[max(0, min(len(RATES) - 1, i + direction))]
+        return self.rate
+
+    def choose(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> None:
+        """Takes effect before the next operation (the engine tears down kept sessions)."""
+        self.engine = engine or self.engine
+        self.mode = mode or self.mode
+        self.op = op or self.op
+
+    # -- user actions (worker threads) -----------------------------------------------------------
+    def flush(self, handle: int) -> None:
+        from tpmtop.tpm.handles import flush
+
+        if self.read_only:
+            raise UsageError("--read-only: refusing to flush")
+        with self.tpm("user") as t:
+            flush(t, handle)
+        self.recorder.forget_handle(handle)
+
+    def flush_ours(self) -> list[int]:
+        """Close the engine (which flushes every handle it made), then flush whatever else
+        tpmtop created that the TPM still lists."""
+        from tpmtop.tpm.handles import flush, list_handles
+
+        if self.read_only:
+            raise UsageError("--read-only: refusing to flush")
+        done: list[int] = []
+        before = self.recorder.owned_handles()
+        with self.tpm("user") as t:
+            self._drop_workload()
+            listed = {e.handle for e in list_handles(t, self.recorder.owned_handles())}
+            for h in sorted(self.recorder.owned_handles() & listed):
+                if h >> 24 in (0x80, 0x02, 0x03):
+                    try:
+                        flush(t, h)
+                    except TpmtopError:
+                        continue
+                    self.recorder.forget_handle(h)
+                    done.append(h)
+        done += sorted((before - set(done)) - self.recorder.owned_handles())
+        return sorted(set(done))
+
+    def reset_stats(self) -> None:
+        self.recorder.reset_stats()
+        w = self.workload
+        acc = getattr(w, "accounts", None) if w is not None else None
+        if isinstance(acc, dict):
+            acc.clear()
+        self._old_accounts = {}
+
+    def capture(self, max_events: int = 20_000) -> dict:
+        """The ``tpmtop bench --json`` contract (``tpmtop.bench.capture_dict``), with the latest
+        events so that ``tpmtop replay`` can show the command stream too."""
+        from tpmtop.bench import capture_dict
+
+        with self.gate:  # the engine's accounts are consistent between operations
+            accounts = [a for a in self.accounts().values() if a.ops]
+            events = [e for e in self.recorder.events(max_events) if e.origin == "workload"]
+            if self.identity is None:
+                raise TpmtopError("nothing to export yet: the TPM has not answered")
+            return capture_dict(self.conn, accounts, events=events)
+
+    def tpm_json(self) -> dict:
+        ident = self.identity
+        d = {"tcti": self.tcti, "simulated": self.simulated}
+        if ident is not None:
+            d |= {"manufacturer": ident.manufacturer, "vendor": ident.vendor, "firmware": ident.firmware}
+        return d
+
+    # -- the end ---------------------------------------------------------------------------------
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the workload, flush the engine's handles, close the TPM (stops a private swtpm).
+        Idempotent: the exit watchdog and the normal path may both call it."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.running = False
+        self.resume.set()  # wake a paused loop so it sees `stopping`
+        got = self.gate.acquire(timeout)
+        self.stopping.set()
+        try:
+            w, self.workload = self.workload, None
+            if w is not None and self.connected and got:
+                try:
+                    w.close()
+                except Exception:
+                    pass
+        finally:
+            try:
+                self.conn.close()
+            finally:
+                if got:
+                    self.gate.release()
+
+
+def export_capture(cap: dict, directory: str | os.PathLike = ".", now: _dt.datetime | None = None) -> Path:
+    """Write ``tpmtop-YYYYmmdd-HHMMSS.json`` atomically; never overwrite an earlier export."""
+    now = now or _dt.datetime.now()
+    d = Path(directory)
+    base = f"tpmtop-{now:%Y%m%d-%H%M%S}"
+    path = d / f"{base}.json"
+    n = 1
+    while path.exists():
+        n += 1
+        path = d / f"{base}-{n}.json"
+    try:
+        from tpmtop.capture import write_capture
+    except ImportError:  # the capture module is optional; the contract is the same
+        write_capture = _atomic_json
+    write_capture(path, cap)
+    return path.resolve()
+
+
+def _atomic_json(path: Path, obj) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

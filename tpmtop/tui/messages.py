@@ -1,0 +1,57 @@
+"""Past-tense messages that thread workers post; the main screen's handlers own the state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.message import Message
+
+
+class PollDone(Message):
+    def __init__(self, result) -> None:
+        super().__init__()
+        self.result = result
+
+
+class PollFailed(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class Disconnected(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class Reconnected(Message):
+    pass
+
+
+class SysfsRead(Message):
+    def __init__(self, snapshot) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, SysfsRead)  # a newer reading makes a queued one moot
+
+
+class HandlesFlushed(Message):
+    def __init__(self, handles: list[int]) -> None:
+        super().__init__()
+        self.handles = handles
+
+
+class ActionFailed(Message):
+    def __init__(self, what: str, error: str) -> None:
+        super().__init__()
+        self.what = what
+        self.error = error
+
+
+class CaptureExported(Message):
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path

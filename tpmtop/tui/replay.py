@@ -1,0 +1,92 @@
+"""A saved capture as the dashboard's data source: no TPM, nothing changes. No Textual here.
+
+Loaded with :func:`tpmtop.capture.load_capture` (schema validation, clear one-line errors)
+when that module is present, else as plain JSON with the minimum checks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tpmtop.errors import UsageError
+from tpmtop.tui.model import RunView, StreamRow, run_from_capture, stream_row_from_dict
+
+MAX_STREAM_ROWS = 2000
+
+
+def load(path: str | Path) -> dict:
+    try:
+        from tpmtop.capture import load_capture
+    except ImportError:
+        load_capture = None
+    if load_capture is not None:
+        return load_capture(path)
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UsageError(f"{p}: not a tpmtop capture ({e})") from None
+    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("tpmtop.capture/"):
+        raise UsageError(f"{p}: not a tpmtop capture (no \"schema\": \"tpmtop.capture/1\")")
+    if not isinstance(data.get("runs", []), list):
+        raise UsageError(f"{p}: 'runs' must be a list")
+    return data
+
+
+class ReplaySource:
+    kind = "replay"
+    needs_tpm = False
+    read_only = True
+    simulated = False
+    kernel_device = False
+    connected = True
+
+    def __init__(self, capture: dict, path: str | Path = "capture"):
+        self.capture = capture
+        self.path = Path(path)
+        self.tpm = dict(capture.get("tpm") or {})
+        self.runs: list[RunView] = [run_from_capture(r) for r in capture.get("runs") or [] if isinstance(r, dict)]
+        events = capture.get("events") or []
+        self.stream: list[StreamRow] = [stream_row_from_dict(i, e) for i, e in
+                                        enumerate(events[-MAX_STREAM_ROWS:]) if isinstance(e, dict)]
+        self.created = str(capture.get("created", ""))
+        self.host = capture.get("host") or {}
+        first = self.runs[0] if self.runs else None
+        self.engine = first.engine if first else "-"
+        self.mode = first.mode if first else "-"
+        self.op = first.op if first else "-"
+
+    @property
+    def tcti(self) -> str:
+        return str(self.tpm.get("tcti", "?"))
+
+    def current_run(self) -> RunView | None:
+        for r in self.runs:
+            if (r.engine, r.mode, r.op) == (self.engine, self.mode, self.op):
+                return r
+        return None
+
+    def choose(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> bool:
+        """Show another run of the capture; False (and nothing changes) if it has none."""
+        want = (engine or self.engine, mode or self.mode, op or self.op)
+        keys = [r.key for r in self.runs]
+        if want not in keys:
+            # keep what was asked for and take the first run that matches it
+            asked = {"engine": engine, "mode": mode, "op": op}
+            for k in keys:
+                if all(v is None or k[i] == v for i, v in enumerate(asked.values())):
+                    want = k
+                    break
+            else:
+                return False
+        self.engine, self.mode, self.op = want
+        return True
+
+    def values(self, what: str) -> list[str]:
+        """The engines/modes/ops present in the capture, in order of appearance."""
+        i = {"engine": 0, "mode": 1, "op": 2}[what]
+        return list(dict.fromkeys(r.key[i] for r in self.runs))

@@ -1,0 +1,37 @@
+"""``?``: every key, from the same table as the footer and the command palette."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.markup import escape
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from tpmtop.tui.actions import ACTIONS, PANELS
+
+KEY_NAMES = {"space": "space", "plus": "+", "minus": "-", "slash": "/", "question_mark": "?"}
+
+
+def help_markup() -> str:
+    lines = ["[b]Keys[/]  (all of these are also in the command palette: ctrl+p)", ""]
+    for a in ACTIONS:
+        lines.append(f"  [b $accent]{escape(KEY_NAMES.get(a.key, a.key)):>6}[/]  {escape(a.help)}")
+    lines.append(f"  [b $accent]{'1–6':>6}[/]  show a panel: " + ", ".join(f"{k} {t}" for k, _, t in PANELS))
+    lines.append(f"  [b $accent]{'tab':>6}[/]  move between panels; arrows move in a table; the mouse works too")
+    lines += ["", "[b]Observer effect[/]: on Linux 6.12+ every command a program sends to /dev/tpmrm0 ends the "
+              "kernel's kept HMAC session, so the kernel's next PCR extend pays the whole session setup again. "
+              "On a real TPM tpmtop polls rarely (--poll-interval, default 5 s) and --passive sends nothing.",
+              "", "[dim]Esc, q or ? closes this screen.[/]"]
+    return "\n".join(lines)
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close", id="help-close",
+                        tooltip="Back to the dashboard")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help-box"):
+            yield Static(Content.from_markup(help_markup()), id="help-text")

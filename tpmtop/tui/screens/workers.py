@@ -1,0 +1,76 @@
+"""The main screen's thread workers: every TPM (and sysfs) access happens here, never on the
+UI thread. Workers touch no widget; they post past-tense messages (``tpmtop.tui.messages``)
+and the screen's handlers change state. Each group is exclusive, and the poller is re-armed
+by a one-shot timer only after a poll finished, so polls can never overlap (Dolphie's loop)
+even when the TPM answers slower than the poll interval.
+"""
+
+from __future__ import annotations
+
+from textual import work
+from textual.worker import get_current_worker
+
+from tpmtop.errors import TpmConnectionError
+from tpmtop.tui import messages as m
+
+
+class TpmWorkers:
+    source: object
+    export_dir: str
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="poll", description="poll the TPM")
+    def poll_tpm(self) -> None:
+        src = self.source
+        try:
+            if not src.connected:
+                src.reconnect()
+                self.post_message(m.Reconnected())
+            self.post_message(m.PollDone(src.poll()))
+        except TpmConnectionError as e:
+            self.post_message(m.Disconnected(str(e)))
+        except Exception as e:  # noqa: BLE001 - one failed poll must not end the dashboard
+            self.post_message(m.PollFailed(f"{type(e).__name__}: {e}"))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="workload", description="run the workload")
+    def run_workload(self) -> None:
+        worker = get_current_worker()
+        try:
+            self.source.workload_loop(lambda: worker.is_cancelled)
+        except TpmConnectionError as e:
+            self.post_message(m.Disconnected(str(e)))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="sysfs", description="read sysfs")
+    def read_sysfs(self, with_pcrs: bool) -> None:
+        try:
+            self.post_message(m.SysfsRead(self.source.sysfs.read(with_pcrs=with_pcrs)))
+        except Exception as e:  # noqa: BLE001
+            self.post_message(m.PollFailed(f"sysfs: {e}"))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="user", description="flush handles")
+    def flush_handles(self, handles: list[int] | None) -> None:
+        """``None``: every handle tpmtop created."""
+        src = self.source
+        try:
+            if handles is None:
+                done = src.flush_ours()
+            else:
+                for h in handles:
+                    src.flush(h)
+                done = handles
+        except TpmConnectionError as e:
+            self.post_message(m.Disconnected(str(e)))
+        except Exception as e:  # noqa: BLE001
+            self.post_message(m.ActionFailed("flush", str(e)))
+        else:
+            self.post_message(m.HandlesFlushed(done))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="export", description="export a capture")
+    def export_capture(self) -> None:
+        from tpmtop.tui.live import export_capture
+
+        try:
+            path = export_capture(self.source.capture(), self.export_dir)
+        except Exception as e:  # noqa: BLE001
+            self.post_message(m.ActionFailed("export", str(e)))
+        else:
+            self.post_message(m.CaptureExported(path))

@@ -1,0 +1,84 @@
+"""What a running kernel tells without a single TPM command: sysfs and securityfs.
+
+This is all ``--passive`` reads. On Linux 6.12+ every user-space command to /dev/tpmrm0 ends
+the kernel's kept HMAC session (the observer effect), so these files are the only way to
+watch a kernel's TPM use without changing it. Reading ``pcr-sha256/N`` makes the kernel send
+a PCR_Read, which uses no session; it is read rarely all the same. No Textual here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PCRS_SHOWN = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 14, 16, 23)
+
+
+@dataclass
+class SysfsSnapshot:
+    tpm_present: bool
+    tpm_version: str | None = None
+    hmac_compiled: bool | None = None  # /sys/class/tpm/tpm0/null_name exists
+    disable_pcr_integrity: str | None = None  # Y/N, 6.12+
+    ima_count: int | None = None
+    ima_violations: int | None = None
+    pcrs: dict[int, str] = field(default_factory=dict)
+    kernel: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+class Sysfs:
+    def __init__(self, root: str | os.PathLike = "/", tpm: str = "tpm0"):
+        self.root = Path(root)
+        self.tpm_dir = self.root / "sys/class/tpm" / tpm
+        self.ima_dir = self.root / "sys/kernel/security/ima"
+
+    def _read(self, path: Path) -> str | None:
+        try:
+            return path.read_text(errors="replace").strip()
+        except OSError:
+            return None
+
+    def _int(self, path: Path) -> int | None:
+        v = self._read(path)
+        try:
+            return int(v) if v is not None else None
+        except ValueError:
+            return None
+
+    def read(self, with_pcrs: bool = True) -> SysfsSnapshot:
+        s = SysfsSnapshot(tpm_present=self.tpm_dir.is_dir(), kernel=os.uname().release)
+        if s.tpm_present:
+            s.tpm_version = self._read(self.tpm_dir / "tpm_version_major")
+            s.hmac_compiled = (self.tpm_dir / "null_name").exists()
+            if with_pcrs:
+                for i in PCRS_SHOWN:
+                    v = self._read(self.tpm_dir / "pcr-sha256" / str(i))
+                    if v is not None:
+                        s.pcrs[i] = v.lower()
+        else:
+            s.notes.append(f"no {self.tpm_dir} (no TPM driver loaded, or not Linux)")
+        s.disable_pcr_integrity = self._read(self.root / "sys/module/tpm/parameters/disable_pcr_integrity")
+        s.ima_count = self._int(self.ima_dir / "runtime_measurements_count")
+        s.ima_violations = self._int(self.ima_dir / "violations")
+        if s.ima_count is None:
+            s.notes.append(f"no {self.ima_dir} (IMA off, securityfs not mounted, or not root)")
+        return s
+
+
+class PassiveSource:
+    """``--passive``: no TPM connection at all, only :class:`Sysfs`."""
+
+    kind = "passive"
+    needs_tpm = False
+    read_only = True
+    simulated = False
+    kernel_device = True
+    connected = True
+    engine = mode = op = "-"
+
+    def __init__(self, sysfs: Sysfs | None = None, interval: float = 1.0):
+        self.sysfs = sysfs or Sysfs()
+        self.poll_interval = interval
+        self.tcti = f"none (--passive: {self.sysfs.tpm_dir} and securityfs only)"

@@ -1,0 +1,50 @@
+"""Every handle the TPM reports, with what the wire told us about it."""
+
+from __future__ import annotations
+
+import math
+
+from textual.app import ComposeResult
+from textual.content import Content
+
+from tpmtop.tui.model import HandleRow, fmt_age
+from tpmtop.tui.widgets.panel import Panel
+from tpmtop.tui.widgets.table import KeyedTable
+
+COLUMNS = (("handle", "handle", 10), ("kind", "kind", 10), ("by", "by", 6), ("age", "age", 6),
+           ("last", "used", 6), ("uses", "uses", 5))
+KINDS = {"transient": "object", "loaded-session": "session", "saved-session": "saved", "persistent": "persistent"}
+
+
+class HandlesPanel(Panel):
+    title = "Handles"
+
+    def compose(self) -> ComposeResult:
+        yield KeyedTable(COLUMNS, id="handles-table")
+
+    @property
+    def table(self) -> KeyedTable:
+        return self.query_one(KeyedTable)
+
+    @property
+    def selected(self) -> int | None:
+        key = self.table.selected_key
+        return int(key, 16) if key else None
+
+    def selected_row(self) -> HandleRow | None:
+        return self._rows.get(self.table.selected_key or "")
+
+    _rows: dict = {}
+
+    def show(self, rows: list[HandleRow]) -> None:
+        self._rows = {r.key: r for r in rows}
+        cells = []
+        for r in rows:
+            style = {"new": "$handle-new", "gone": "$handle-gone strike"}.get(r.state, "")
+            who = Content.from_markup("[$handle-ours]tpmtop[/]") if r.ours else Content.from_markup("[$handle-foreign]other[/]")
+            h = Content.styled(r.key, style) if style else Content(r.key)
+            cells.append((r.key, (h, KINDS.get(r.kind, r.kind), who, "?" if math.isnan(r.age_s) else fmt_age(r.age_s),
+                                  "" if r.last_use_s is None else fmt_age(r.last_use_s),
+                                  str(r.uses) if r.uses else "")))
+        self.table.sync(cells, order=lambda first: first)
+        self.border_subtitle = f"{sum(1 for r in rows if r.state != 'gone')} handles"

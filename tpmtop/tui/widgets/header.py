@@ -1,0 +1,32 @@
+"""Two lines: who the TPM is and over what; what runs, how fast, and the state."""
+
+from __future__ import annotations
+
+from textual.content import Content
+from textual.markup import escape as e
+from textual.widgets import Static
+
+STATES = {
+    "running": "[$success]● running[/]",
+    "paused": "[$warning]❚❚ paused[/]",
+    "disconnected": "[$error]✕ disconnected[/]",
+    "replay": "[$accent]↺ replay[/]",
+    "passive": "[$secondary]◌ passive[/]",
+    "read-only": "[$warning]❚❚ read-only[/]",
+}
+
+
+class StatusHeader(Static):
+    DEFAULT_CSS = """
+    StatusHeader { height: 2; padding: 0 1; background: $panel; color: $foreground; }
+    """
+
+    def show(self, *, state: str, identity: str, tcti: str, simulated: bool, engine: str, mode: str,
+             op: str, ops_per_s: float | None, rate: str = "", extra: str = "") -> None:
+        sim = "  [b $accent]simulated[/]" if simulated else ""
+        line1 = f"[b]tpmtop[/]  {STATES.get(state, e(state))}  [b]{e(identity)}[/]  [dim]via[/] {e(tcti)}{sim}"
+        ops = f"{ops_per_s:,.1f} ops/s" if ops_per_s is not None else ""
+        line2 = (f"engine [b]{e(engine)}[/]  mode [b]{e(mode)}[/]  op [b]{e(op)}[/]  "
+                 f"[b]{ops}[/]{('  ' + e(rate)) if rate else ''}{('  ' + e(extra)) if extra else ''}")
+        self.update(Content.from_markup(line1 + "\n" + line2))
+

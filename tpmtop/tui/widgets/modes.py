@@ -1,0 +1,40 @@
+"""The screen that explains HMAC overhead: each (engine, mode)'s operation p50 as a bar, with
+its ratio to `none` of the same engine."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.content import Content
+from textual.widgets import Static
+
+from tpmtop.tui.model import CompareRow, fmt_us
+from tpmtop.tui.widgets.panel import Panel
+
+
+class ModesPanel(Panel):
+    title = "Modes"
+
+    def compose(self) -> ComposeResult:
+        yield Static("no operations yet", id="bars")
+
+    def show(self, rows: list[CompareRow], op: str, current: tuple[str, str]) -> None:
+        self.border_title = f"Modes · {op} · op p50"
+        bars = self.query_one("#bars", Static)
+        if not rows:
+            bars.update(Content.from_markup("[dim]no operations yet: each (engine, mode) you run shows up here[/]"))
+            return
+        avail = max(20, (self.size.width or 60) - 4)
+        two_lines = avail < 70  # narrow: numbers on one line, the bar under them
+        width = avail - 2 if two_lines else avail - 48
+        top = max(r.p50_us for r in rows) or 1.0
+        lines = []
+        for r in rows:
+            n = max(1, round(r.p50_us / top * width))
+            tone = "bar-baseline" if r.mode == "none" else "bar-session"
+            mark = "▶" if (r.engine, r.mode) == current else " "
+            ratio = f"×{r.ratio:,.1f}" if r.ratio is not None else "–"
+            text = (f"{mark}{r.engine:<6} {r.mode:<11} {fmt_us(r.p50_us):>7} µs {ratio:>6} "
+                    f"[dim]{r.commands_per_op:.0f} cmd/op[/]")
+            bar = f"[${tone}]{'█' * n}[/]"
+            lines += [text, f"  {bar}"] if two_lines else [f"{text} {bar}"]
+        bars.update(Content.from_markup("\n".join(lines)))

@@ -1,0 +1,31 @@
+"""Gauges: object slots, sessions, and the context-gap distance."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.content import Content
+from textual.widgets import Static
+
+from tpmtop.tui.model import Gauge
+from tpmtop.tui.widgets.panel import Panel
+
+BAR = 20
+
+
+class ResourcesPanel(Panel):
+    title = "Resources"
+
+    def compose(self) -> ComposeResult:
+        yield Static("waiting for the first poll…", id="gauges")
+
+    def show(self, gauges: list[Gauge]) -> None:
+        lines = []
+        width = max((len(g.label) for g in gauges), default=0)
+        bar_w = max(5, min(BAR, (self.size.width or 40) - width - 16))
+        for g in gauges:
+            filled = min(bar_w, round(g.fraction * bar_w)) if g.total else 0
+            bar = f"[$gauge-{g.level}]{'█' * filled}[/][dim]{'░' * (bar_w - filled)}[/]"
+            note = f"  [dim]{g.note}[/]" if g.note else ""
+            warn = "  [b $gauge-full]FULL[/]" if g.level == "full" and not g.note else ""
+            lines.append(f"{g.label.ljust(width)} {bar} {g.used:>3}/{g.total:<5}{warn}{note}")
+        self.query_one("#gauges", Static).update(Content.from_markup("\n".join(lines) or "no data"))

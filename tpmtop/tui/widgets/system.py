@@ -1,0 +1,35 @@
+"""What sysfs and securityfs say (no TPM traffic): the panel --passive lives on."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.content import Content
+from textual.markup import escape
+from textual.widgets import Static
+
+from tpmtop.tui.widgets.panel import Panel
+
+
+def system_markup(s, ima_rate: float | None) -> str:
+    yn = {True: "[$success]yes[/]", False: "no", None: "?"}
+    lines = [f"kernel {escape(s.kernel)}   TPM {escape(s.tpm_version or '-')}   "
+             f"HMAC sessions compiled in {yn[s.hmac_compiled]}   "
+             f"disable_pcr_integrity {escape(s.disable_pcr_integrity or '-')}"]
+    if s.ima_count is not None:
+        rate = f"{ima_rate:,.1f}/s" if ima_rate is not None else "…"
+        lines.append(f"IMA measurements [b]{s.ima_count:,}[/]  ({rate})  violations {s.ima_violations or 0}")
+    for i, v in sorted(s.pcrs.items()):
+        lines.append(f"PCR {i:>2} sha256 [dim]{escape(v[:32])}…[/]")
+    lines += [f"[dim]{escape(n)}[/]" for n in s.notes]
+    return "\n".join(lines)
+
+
+class SystemPanel(Panel):
+    title = "System · sysfs, no TPM traffic"
+    needs_tpm = False
+
+    def compose(self) -> ComposeResult:
+        yield Static("reading sysfs…", id="sysfs")
+
+    def show(self, snapshot, ima_rate: float | None) -> None:
+        self.query_one("#sysfs", Static).update(Content.from_markup(system_markup(snapshot, ima_rate)))
