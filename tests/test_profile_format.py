@@ -180,3 +180,17 @@ def test_unknown_builtin_and_stray_seed(capsys):
     assert "not a built-in" in capsys.readouterr().err
     assert main(["bench", "--sim", "--seed", "3", "-n", "1"]) == 2
     assert "--seed goes with --profile" in capsys.readouterr().err
+
+
+def test_from_trace_bpftrace_sums_need_calls(tmp_path, capsys):
+    trace = str(Path(__file__).parent / "profile_fixtures" / "bpftrace-ima-extend-nohmac.txt")
+    out = tmp_path / "bp.json"
+    assert main(["profile", "from-trace", trace, "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--calls N" in err[0] and not out.exists()
+    assert main(["profile", "from-trace", trace, "--calls", "2", "-o", str(out), "--model", "SLB9670"]) == 0
+    p = load_profile(str(out))
+    f = p.figure(CC["PCR_Extend"], NO_SESSION)
+    assert f.median_us == pytest.approx(5_273.648 / 2, abs=0.01)  # the fixture's sum over 2 calls
+    assert f.source["kind"] == "trace" and "a mean, not a median" in f.source["detail"]
+    assert p.chip == {"model": "SLB9670"}

@@ -137,32 +137,47 @@ def profile_from_capture(path: str, name: str) -> tuple[Profile, list[str]]:
 
 
 def _profile_from_runs(cap, name, chip, src, where, path) -> Profile:
-    from tpmtop.stats import LatencyHistogram
-
-    merged: dict[tuple[int, str], LatencyHistogram] = {}
+    # Per key: the runs' exact p50s with their counts, and the buckets summed bound by bound
+    # (captures bucket on fixed log bounds, so summing counts is an exact merge).
+    p50s: dict[tuple[int, str], list[tuple[float, int]]] = {}
+    buckets: dict[tuple[int, str], dict[float, int]] = {}
     for run in cap.get("runs") or []:
         op_cc = {"extend": "PCR_Extend", "get_random": "GetRandom", "create_primary": "CreatePrimary"}.get(run.get("op"))
         for cname, summ in (run.get("commands") or {}).items():
             cc = names.cc_from_name(cname)
-            if cc is None:
+            if cc is None or not summ.get("count"):
                 continue
             short = names.cc_short(cc)
             # In a run, only the operation's own command carries the HMAC session, and only
             # outside mode "none"; set-up commands (ContextLoad, …) never carry one.
             hmac = short == op_cc and run.get("mode") != "none"
-            h = merged.setdefault((cc, _variant(short, hmac)), LatencyHistogram())
+            key = (cc, _variant(short, hmac))
+            p50s.setdefault(key, []).append((float(summ["p50"]), int(summ["count"])))
+            b = buckets.setdefault(key, {})
             for bound, count in summ.get("histogram") or []:
-                h.record(int(bound * 1000), int(count))
-    if not merged:
+                b[float(bound)] = b.get(float(bound), 0) + int(count)
+    if not p50s:
         raise UsageError(f"{path}: no per-command latencies in this capture")
     cmds: dict[int, dict[str, Figure]] = {}
-    for (cc, variant), h in merged.items():
-        hist = h.buckets()
-        med = h.percentile_ns(50) / 1000
-        f = Figure(median_us=med, source=dict(src, detail=f"median of the capture's per-command histograms, "
-                                                          f"bucket resolution ({where})"),
-                   histogram=hist, min_us=round(hist[0][0] / 10 ** 0.25, 3), samples=h.count)
-        cmds.setdefault(cc, {})[variant] = f
+    for key, meds in p50s.items():
+        # The count-weighted median of the runs' medians: exact when one run has the command.
+        meds.sort()
+        total, acc = sum(c for _, c in meds), 0
+        med = meds[-1][0]
+        for m, c in meds:
+            acc += c
+            if acc * 2 >= total:
+                med = m
+                break
+        hist = [[b, c] for b, c in sorted(buckets[key].items()) if c]
+        how = "its p50" if len(meds) == 1 else f"the count-weighted median of {len(meds)} runs' p50s"
+        f = Figure(median_us=max(med, 0.001), samples=total,
+                   source=dict(src, detail=f"from the capture's per-command summaries, {how}; spread from its "
+                                           f"histograms, 4 buckets per decade ({where})"))
+        if hist:
+            f.histogram = hist
+            f.min_us = round(hist[0][0] / 10 ** 0.25, 3)  # capture buckets are 10**(1/4) wide
+        cmds.setdefault(key[0], {})[key[1]] = f
     return Profile(name=name, chip=chip, commands=cmds, description=f"derived from capture {path}", created=today())
 
 
