@@ -10,7 +10,9 @@ Ratio is later/baseline: above 1 means slower.
 
 Verdict (noise rule): for a percentile p of n samples the distribution-free 95 % confidence
 interval spans the samples of rank n*p -/+ 1.96*sqrt(n*p*(1-p)) (binomial order statistics,
-no assumption about the shape of the distribution), read from each capture's histogram. Only
+no assumption about the shape of the distribution), read from each capture's histogram and
+centred on the capture's exact p50; for p99 the interval is widened to whole histogram
+buckets (1.78x wide), because interpolation in the sparse tail is too optimistic. Only
 when the two intervals do not overlap is a difference called "slower" or "faster"; otherwise
 "within noise". With few samples (p99 of 20 runs) an interval is open-ended and the verdict
 stays "within noise" unless the gap is huge. "no histogram": a capture without histograms.

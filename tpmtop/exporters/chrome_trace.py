@@ -89,16 +89,35 @@ def export_chrome_trace(capture_path: str | os.PathLike, out_path: str | os.Path
         return tid
 
     out_dir = os.path.dirname(os.path.realpath(os.fspath(out_path))) or "."
-    spill = tempfile.TemporaryFile(dir=out_dir)  # derived op slices, used if no "ops" array
-    spill_w = _Writer(spill)
+    # Operations derived from the events' op_seq, for events whose operation is not in the
+    # "ops" array (the bench's uncounted warm-up, or a capture without "ops"). They are
+    # spilled to a temporary file, one "op_seq<TAB>slice" line each, and added at the end
+    # unless the "ops" array (if it came after the events) covers them after all.
+    spill = tempfile.TemporaryFile(dir=out_dir)
+    spill_lines: list[str] = []
     open_ops: dict[int, list] = {}  # tid -> [op_seq, op_j, start_ns, end_ns, n, errors]
+    covered = bytearray()  # covered[op_seq] == 1: the "ops" array has it
+    covered_big: set[int] = set()
+
+    def cover(seq: int) -> None:
+        if seq < 1 << 26:  # a byte per op_seq up to 64 M; beyond that a set
+            if seq >= len(covered):
+                covered.extend(bytes(max(seq + 1 - len(covered), len(covered))))
+            covered[seq] = 1
+        else:
+            covered_big.add(seq)
+
+    def is_covered(seq: int) -> bool:
+        return (covered[seq] == 1) if seq < len(covered) else seq in covered_big
 
     def close_op(tid: int, st: list) -> None:
         seq, op_j, start, end, n, errors = st
-        spill_w.add(f'{{"name":{op_j},"cat":"op","ph":"X","ts":{_us(start)},"dur":{_us(end - start)},'
-                    f'"pid":{PID},"tid":{tid},"args":{{"op_seq":{seq},"commands":{n},'
-                    f'"ok":{"false" if errors else "true"},"derived":true}}}}')
-        counts["derived_ops"] += 1
+        spill_lines.append(f'{seq}\t{{"name":{op_j},"cat":"op","ph":"X","ts":{_us(start)},"dur":{_us(end - start)},'
+                           f'"pid":{PID},"tid":{tid},"args":{{"op_seq":{seq},"commands":{n},'
+                           f'"ok":{"false" if errors else "true"},"derived":true}}}}\n')
+        if len(spill_lines) >= _BATCH:
+            spill.write("".join(spill_lines).encode("utf-8"))
+            spill_lines.clear()
 
     with open_atomic(out_path, text=False, background_sync=False) as out:
         out.write(b'{"displayTimeUnit":"ms","traceEvents":[\n')
@@ -111,6 +130,7 @@ def export_chrome_trace(capture_path: str | os.PathLike, out_path: str | os.Path
             host = int(total_ns) - int(wire_ns)
             add(_OP_FMT % (op_j, _us_text(t_ns), _us_text(total_ns), tid, seq, ok, _us_text(wire_ns),
                            _us(max(host, 0))))
+            cover(int(seq))
             counts["ops"] += 1
 
         rc_cache: dict[tuple, tuple] = {}
@@ -138,8 +158,10 @@ def export_chrome_trace(capture_path: str | os.PathLike, out_path: str | os.Path
             rc_hex, rc_text_j, cname = rc_info(rc, rc_text_j)
             add(_EVENT_FMT % (name_j, _us_text(t_ns), _us_text(wire_ns), tid, cname, command_j, rc_hex,
                               rc_text_j, handles_j, sessions_j, op_seq, origin_j))
-            if op_seq != "null" and not reader.has_ops:
-                derive(tid, int(op_seq), op_j, int(t_ns), int(wire_ns), rc_hex != '"0x000"')
+            if op_seq != "null":
+                seq = int(op_seq)
+                if not is_covered(seq):
+                    derive(tid, seq, op_j, int(t_ns), int(wire_ns), rc_hex != '"0x000"')
 
         def derive(tid, op_seq, op_j, t_ns, wire_ns, failed) -> None:
             st = open_ops.get(tid)
@@ -160,18 +182,16 @@ def export_chrome_trace(capture_path: str | os.PathLike, out_path: str | os.Path
                 raise CaptureError(f"{os.fspath(capture_path)}: the capture has no events, so there is "
                                    f"nothing to put on a timeline; record one with "
                                    f"`tpmtop bench ... --json FILE --events`")
-            if not reader.has_ops:
-                for tid, st in open_ops.items():
-                    close_op(tid, st)
-                spill_w.flush()
-                if counts["derived_ops"]:
-                    w.flush()
-                    if not w.first:
-                        out.write(b",\n")
-                    spill.seek(0)
-                    while chunk := spill.read(8 * 1024 * 1024):
-                        out.write(chunk)
-                    w.first = False
+            for tid, st in open_ops.items():
+                close_op(tid, st)
+            spill.write("".join(spill_lines).encode("utf-8"))
+            spill.seek(0)
+            for line in spill:
+                seq_b, _, slice_b = line.partition(b"\t")
+                if is_covered(int(seq_b)):
+                    continue  # the "ops" array, read after these events, has this operation
+                w.add(slice_b.rstrip(b"\n").decode("utf-8"))
+                counts["derived_ops"] += 1
         finally:
             spill.close()
         tpm = doc.get("tpm", {})
