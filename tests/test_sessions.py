@@ -154,3 +154,18 @@ def test_bench_json_contract(tmp_path):
 def test_bench_refuses_bad_or_unsafe_arguments(args):
     r = run_tpmtop("bench", "--sim", *args)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_bench_writes_openmetrics_from_a_live_run(tmp_path):
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    out = tmp_path / "tpmtop.prom"
+    r = run_tpmtop("bench", "--sim", "-n", "5", "--warmup", "0", "--modes", "none,reuse", "--engine", "native",
+                   "--openmetrics", str(out))
+    assert r.returncode == 0, r.stderr
+    fams = {f.name: f for f in text_string_to_metric_families(out.read_text())}
+    ops = [s for s in fams["tpmtop_operation_seconds"].samples if s.name.endswith("_count")] \
+        if "tpmtop_operation_seconds" in fams else []
+    assert ops, list(fams)
+    assert {s.labels["mode"] for s in ops} == {"none", "reuse"} and all(s.value == 5 for s in ops)
+    assert all(s.labels["manufacturer"] == "IBM" for s in ops)

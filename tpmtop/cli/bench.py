@@ -24,6 +24,8 @@ def add_bench_arguments(p) -> None:
                    help="clear the decrypt/encrypt session attributes where the kernel sets them")
     p.add_argument("--json", metavar="FILE", help="write a tpmtop.capture/1 file (atomically)")
     p.add_argument("--events", action="store_true", help="include every TPM command in the --json capture")
+    p.add_argument("--openmetrics", metavar="FILE",
+                   help="also write the histograms as OpenMetrics text (node_exporter textfile collector), atomically")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     from tpmtop.profiles.apply import add_profile_options  # issue 7: --profile/--seed
 
@@ -130,15 +132,22 @@ def run_bench(args) -> int:
             print(format_table(result.accounts))
         if result.integrity_failures:
             notice(f"{result.integrity_failures} responses failed their HMAC check and were rejected")
-        if args.json and result.accounts:
+        if (args.json or args.openmetrics) and result.accounts:
             events = [e for e in conn.recorder.events() if e.origin == "workload" and e.op_seq is not None] \
                 if args.events else None
             cap = capture_dict(conn, result.accounts, events=events, ops_log=result.ops_log if args.events else None,
                                extra={"bench": {"n": plan.n, "warmup": plan.warmup, "batch": plan.batch,
                                                 "pcr": plan.pcr, "param_encryption": plan.param_encryption,
                                                 "complete": not (result.interrupted or result.error)}})
-            write_capture_file(args.json, cap)
-            notice(f"capture written to {args.json}")
+            if args.json:
+                write_capture_file(args.json, cap)
+                notice(f"capture written to {args.json}")
+            if args.openmetrics:
+                from tpmtop.atomic import write_atomic
+                from tpmtop.exporters.openmetrics import render
+
+                write_atomic(args.openmetrics, render(cap))
+                notice(f"OpenMetrics written to {args.openmetrics}")
     if result.interrupted:
         notice("interrupted: partial results above" + (f", saved to {args.json}" if args.json else ""))
         return EXIT_INTERRUPTED
