@@ -134,6 +134,13 @@ def test_read_only_refuses_flush(tcp_swtpm):
     assert h not in tcp_state(tcp_swtpm)[1]
 
 
+def test_read_only_refuses_profile_record(tcp_swtpm):
+    before = tcp_state(tcp_swtpm)
+    r = run_tpmtop("profile", "record", "--read-only", "-T", tcp_swtpm.tcti, "-n", "1", "--warmup", "0", "-q")
+    assert r.returncode == 2 and "--read-only" in r.stderr, r.stderr
+    assert tcp_state(tcp_swtpm) == before
+
+
 def test_read_only_still_reads(tcp_swtpm):
     for cmd in ("info", "handles"):
         r = run_tpmtop(cmd, "--read-only", "-T", tcp_swtpm.tcti)
