@@ -195,3 +195,14 @@ def test_every_mode_op_engine_leaves_da_counter_and_boot_pcrs(tpm):
     assert pcr_read(t, 16) != pcr16_before  # the extends did happen, on PCR 16
     assert lockout_counter(t) == 0
     assert not [h for h in handles(t) if h >> 24 in (0x02, 0x03, 0x80)], "handles left behind"
+
+
+def test_workload_itself_refuses_boot_pcrs(tpm):
+    # The rule holds for every caller of the session engine, not only the CLI.
+    from tpmtop.errors import UsageError
+    from tpmtop.sessions.workload import Workload
+
+    for pcr in (0, 7, 15):
+        with pytest.raises(UsageError):
+            Workload(tpm, "native", "none", "extend", pcr=pcr)
+    assert [e for e in tpm.recorder.events() if e.name == "TPM2_CC_PCR_Extend"] == []

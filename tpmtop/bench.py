@@ -30,6 +30,7 @@ class BenchPlan:
     batch: int = 10
     pcr: int = 16
     param_encryption: bool = True
+    allow_pcr: bool = False
 
     @property
     def pairs(self) -> list[tuple[str, str]]:
@@ -51,7 +52,7 @@ def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None
     """Run the plan; always flush what was created. KeyboardInterrupt/TPM failures stop the
     run early with what was completed kept (``interrupted``/``error`` say why)."""
     wl = Workload(conn, plan.engines[0], plan.modes[0], plan.op, pcr=plan.pcr,
-                  param_encryption=plan.param_encryption)
+                  param_encryption=plan.param_encryption, allow_pcr=plan.allow_pcr)
     total = plan.n * len(plan.pairs)
     done = 0
     t_start = time.perf_counter()

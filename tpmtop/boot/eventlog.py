@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from tpmtop.errors import UsageError
 
 EV_NO_ACTION = 0x3
 SPEC_ID_SIGNATURE = b"Spec ID Event03\0"
 ALG_NAMES = {0x0004: "sha1", 0x000B: "sha256", 0x000C: "sha384", 0x000D: "sha512", 0x0012: "sm3_256"}
 
 
-class EventLogError(ValueError):
-    pass
+class EventLogError(UsageError):
+    """A firmware event log that does not parse: reported as a fact's reason, or exit 2."""
 
 
 @dataclass

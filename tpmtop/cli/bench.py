@@ -50,7 +50,8 @@ def _plan(args):
     check_pcr(args.pcr, args.allow_pcr)
     return BenchPlan(op=args.op, modes=parse_list(args.modes, MODES, "mode"),
                      engines=parse_list(args.engine, ENGINES, "engine"), n=args.n, warmup=args.warmup,
-                     batch=args.batch, pcr=args.pcr, param_encryption=not args.no_param_encryption)
+                     batch=args.batch, pcr=args.pcr, param_encryption=not args.no_param_encryption,
+                     allow_pcr=args.allow_pcr)
 
 
 class _Progress:

@@ -47,7 +47,7 @@ def run_compare(args) -> int:
     from tpmtop.errors import UsageError
 
     if len(args.captures) < 2:
-        raise UsageError("tpmtop compare: give at least two captures (the first is the baseline)")
+        raise UsageError("compare: give at least two captures (the first is the baseline)")
     docs = [load_summary(p) for p in args.captures]
     base = docs[0]
     results = []

@@ -16,7 +16,7 @@ import time
 
 from tpmtop.errors import TpmError
 from tpmtop.sessions.accounting import RunAccount
-from tpmtop.sessions.modes import DEFAULT_PCR, ENGINES, MODES, OPS
+from tpmtop.sessions.modes import DEFAULT_PCR, ENGINES, MODES, OPS, check_pcr
 from tpmtop.sessions.native import ATTR_CONTINUE, ATTR_DECRYPT, ATTR_ENCRYPT, NativeEngine
 from tpmtop.tpm import names
 
@@ -49,7 +49,10 @@ def session_attrs(op: str, continue_session: bool, param_encryption: bool) -> in
 
 class Workload:
     def __init__(self, conn, engine: str = "native", mode: str = "per-command", op: str = "extend",
-                 pcr: int = DEFAULT_PCR, param_encryption: bool = True, origin: str = "workload"):
+                 pcr: int = DEFAULT_PCR, param_encryption: bool = True, origin: str = "workload",
+                 allow_pcr: bool = False):
+        # Here and not only in the CLI: no caller may extend a boot PCR by accident.
+        check_pcr(pcr, allow_pcr)
         self.conn = conn
         self.t = conn.transport
         self.pcr = pcr
