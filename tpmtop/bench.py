@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tpmtop import __version__
-from tpmtop.errors import Interrupted, TpmtopError
+from tpmtop.errors import Interrupted, NullNameChanged, TpmtopError
 from tpmtop.sessions.accounting import RunAccount
 from tpmtop.sessions.workload import Workload
 
@@ -45,10 +45,12 @@ class BenchResult:
     elapsed_s: float = 0.0
     integrity_failures: int = 0
     ops_log: list = field(default_factory=list)
+    resets: list[str] = field(default_factory=list)  # why each earlier period ended
+    periods: list[list[RunAccount]] = field(default_factory=list)  # accounts before each reset
 
 
 def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None = None,
-              keep_ops: bool = False) -> BenchResult:
+              keep_ops: bool = False, notice: Callable[[str], None] | None = None) -> BenchResult:
     """Run the plan; always flush what was created. KeyboardInterrupt/TPM failures stop the
     run early with what was completed kept (``interrupted``/``error`` say why)."""
     wl = Workload(conn, plan.engines[0], plan.modes[0], plan.op, pcr=plan.pcr,
@@ -74,7 +76,15 @@ def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None
                     continue
                 wl.set(*pair)
                 for _ in range(k):
-                    wl.run_one()
+                    try:
+                        wl.run_one()
+                    except NullNameChanged as e:
+                        # A reset TPM (or interference): say so, keep both periods apart, go on.
+                        result.resets.append(str(e))
+                        if notice:
+                            notice(f"{e}; re-establishing sessions; statistics before and after are kept apart")
+                        wl.recover_from_reset(str(e))
+                        continue
                     done += 1
                     if progress:
                         progress(done, total)
@@ -93,15 +103,23 @@ def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None
                 result.error = f"clean-up failed: {e}"
     result.elapsed_s = time.perf_counter() - t_start
     order = {p: i for i, p in enumerate(plan.pairs)}
-    result.accounts = sorted((a for a in wl.accounts.values() if a.ops),
-                             key=lambda a: order.get((a.engine, a.mode), 99))
+    def ordered(accounts):
+        return sorted((a for a in accounts.values() if a.ops), key=lambda a: order.get((a.engine, a.mode), 99))
+
+    result.accounts = ordered(wl.accounts)
+    result.periods = [ordered(p) for p in wl.periods]
     result.integrity_failures = wl.integrity_failures
     return result
 
 
 def capture_dict(conn, accounts: list[RunAccount], *, events: list | None = None,
-                 ops_log: list | None = None, extra: dict | None = None) -> dict:
-    """The ``tpmtop.capture/1`` document (see tpmtop/schema/capture-1.json)."""
+                 ops_log: list | None = None, extra: dict | None = None,
+                 periods: list[list[RunAccount]] | None = None) -> dict:
+    """The ``tpmtop.capture/1`` document (see tpmtop/schema/capture-1.json).
+
+    After a TPM reset the runs of each period are kept apart: every run then carries
+    ``period`` (0 = before the first reset) and ``marks`` says when and why.
+    """
     cap = {
         "schema": "tpmtop.capture/1",
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -111,12 +129,18 @@ def capture_dict(conn, accounts: list[RunAccount], *, events: list | None = None
         "tpm": conn.tpm_json(),
         "runs": [a.to_json() for a in accounts],
     }
+    if periods:
+        cap["runs"] = [a.to_json() | {"period": i} for i, p in enumerate(periods) for a in p] + \
+                      [a.to_json() | {"period": len(periods)} for a in accounts]
     if extra:
         cap.update(extra)
+    # One time origin for events, operations and marks: the earliest of them.
+    starts = ([events[0].t_ns] if events else []) + ([ops_log[0][4]] if ops_log else [])
+    t0 = min(starts) if starts else conn.recorder.started_ns
+    marks = list(conn.recorder.marks)
+    if marks:
+        cap["marks"] = [{"t_ns": max(t - t0, 0), "text": text} for t, text in marks]
     if events is not None:
-        t0 = events[0].t_ns if events else 0
-        if ops_log:
-            t0 = min(t0, ops_log[0][4]) if events else ops_log[0][4]
         cap["events"] = _events_json(events, t0)
         cap["ops"] = [{"op_seq": s, "engine": e, "mode": m, "op": o, "t_ns": t - t0, "total_ns": tot,
                        "wire_ns": w, "ok": ok} for (s, e, m, o, t, tot, w, ok) in (ops_log or [])]

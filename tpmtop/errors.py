@@ -39,6 +39,11 @@ class IntegrityError(TpmtopError):
     """A response failed its HMAC check, or the null primary's name changed."""
 
 
+class NullNameChanged(IntegrityError):
+    """The null primary re-created after a failed ContextLoad has another name: the TPM was
+    reset (new null seed) or someone is interfering. The kernel disables the TPM here."""
+
+
 class Interrupted(TpmtopError):
     """Raised from a signal handler (SIGTERM, SIGHUP) so that clean-up runs."""
 

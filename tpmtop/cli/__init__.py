@@ -105,6 +105,10 @@ def _raise_interrupted(signum, frame):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
+    # tpm2-tss logs TPM errors to stderr itself ("WARNING:esys:…"); tpmtop reports them in
+    # its own one line, so keep the library quiet unless asked (--debug, or TSS2_LOG set).
+    if not debug:
+        os.environ.setdefault("TSS2_LOG", "all+NONE")
     try:
         args = build_parser().parse_args(argv)
     except TpmtopError_usage as e:

@@ -127,16 +127,22 @@ def run_bench(args) -> int:
         sys.stdout.flush()
         if args.events:
             conn.recorder.reset_stats()
-        result = _run(conn, plan, progress=progress, keep_ops=args.events)
+        result = _run(conn, plan, progress=progress, keep_ops=args.events, notice=notice)
         progress.close()
+        for i, period in enumerate(result.periods):
+            print(f"## period {i + 1}, ended by: {result.resets[i]}")
+            print(format_table(period))
+        if result.periods:
+            print(f"## period {len(result.periods) + 1}, after the TPM reset")
         if result.accounts:
             print(format_table(result.accounts))
         if result.integrity_failures:
             notice(f"{result.integrity_failures} responses failed their HMAC check and were rejected")
-        if (args.json or args.openmetrics) and result.accounts:
+        if (args.json or args.openmetrics) and (result.accounts or result.periods):
             events = [e for e in conn.recorder.events() if e.origin == "workload" and e.op_seq is not None] \
                 if args.events else None
-            cap = capture_dict(conn, result.accounts, events=events, ops_log=result.ops_log if args.events else None,
+            cap = capture_dict(conn, result.accounts, periods=result.periods, events=events,
+                               ops_log=result.ops_log if args.events else None,
                                extra={"bench": {"n": plan.n, "warmup": plan.warmup, "batch": plan.batch,
                                                 "pcr": plan.pcr, "param_encryption": plan.param_encryption,
                                                 "complete": not (result.interrupted or result.error)}})

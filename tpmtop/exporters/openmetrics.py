@@ -71,6 +71,13 @@ def _histogram(lines: list[str], name: str, labels: dict, s: dict) -> None:
     lines.append(f"{name}_sum{{{base}}} {_num(s['mean'] * count / 1e6)}")
 
 
+def _run_labels(r: dict) -> dict:
+    lab = {"engine": r["engine"], "mode": r["mode"], "op": r["op"]}
+    if "period" in r:  # runs on both sides of a TPM reset are separate series
+        lab["period"] = str(r["period"])
+    return lab
+
+
 def render(capture: dict) -> str:
     """The OpenMetrics text of a validated capture (ends with ``# EOF``)."""
     from tpmtop.errors import UsageError
@@ -80,7 +87,7 @@ def render(capture: dict) -> str:
     runs = capture["runs"]
     seen = set()
     for i, r in enumerate(runs):
-        key = (r["engine"], r["mode"], r["op"])
+        key = (r["engine"], r["mode"], r["op"], r.get("period"))
         if key in seen:
             # Two series with one label set would be rejected by Prometheus; say which.
             raise UsageError(f"runs[{i}]: a second run for engine={key[0]} mode={key[1]} op={key[2]}; "
@@ -92,19 +99,18 @@ def render(capture: dict) -> str:
         out.append(f"# UNIT {name} seconds")
         out.append(f"# HELP {name} {help_}")
         for r in runs:
-            _histogram(out, name, {"engine": r["engine"], "mode": r["mode"], "op": r["op"], **common}, r[field])
+            _histogram(out, name, _run_labels(r) | common, r[field])
     out.append("# TYPE tpmtop_command_seconds histogram")
     out.append("# UNIT tpmtop_command_seconds seconds")
     out.append("# HELP tpmtop_command_seconds Wire time of one TPM command, per command code.")
     for r in runs:
         for cc, s in sorted(r["commands"].items()):
-            _histogram(out, "tpmtop_command_seconds",
-                       {"command": cc, "engine": r["engine"], "mode": r["mode"], "op": r["op"], **common}, s)
+            _histogram(out, "tpmtop_command_seconds", {"command": cc} | _run_labels(r) | common, s)
     out.append("# TYPE tpmtop_commands_per_operation gauge")
     out.append("# HELP tpmtop_commands_per_operation TPM commands of each code sent per operation.")
     for r in runs:
         for cc, v in sorted(r["commands_per_op"].items()):
-            lab = _labels({"command": cc, "engine": r["engine"], "mode": r["mode"], "op": r["op"], **common})
+            lab = _labels({"command": cc} | _run_labels(r) | common)
             out.append(f"tpmtop_commands_per_operation{{{lab}}} {_num(v)}")
     created = _timestamp(capture.get("created"))
     if created is not None:

@@ -11,8 +11,28 @@ from tpm2_pytss import ESAPI
 from tpm2_pytss.constants import ESYS_TR, TPM2_ALG, TPM2_SE
 from tpm2_pytss.types import TPM2B_SENSITIVE_CREATE, TPML_DIGEST_VALUES, TPMT_HA, TPMT_SYM_DEF
 
-from tpmtop.sessions.native import EXTEND_DIGEST, RANDOM_BYTES
+from contextlib import contextmanager
+
+from tpm2_pytss.TSS2_Exception import TSS2_Exception
+
+from tpmtop.errors import NullNameChanged, TpmError
+from tpmtop.sessions.native import CONTEXT_INVALID, EXTEND_DIGEST, RANDOM_BYTES
 from tpmtop.sessions.templates import null_primary_public
+from tpmtop.tpm import names
+
+
+@contextmanager
+def tpm_errors(what: str):
+    """ESAPI's exceptions as tpmtop's: the same one line, rc and hint as the native engine's,
+    so the workload's recovery (session lost, TPM reset) treats both engines alike."""
+    try:
+        yield
+    except TSS2_Exception as e:
+        rc = int(e.rc)
+        # TPM-layer codes (layer 0) are the TPM's own; others are tpm2-tss's (ESAPI, TCTI …)
+        tpm_rc = rc if rc >> 16 == 0 else None
+        hint = names.rc_hint(tpm_rc)
+        raise TpmError(f"{what} failed: 0x{rc:x} {e}" + (f" — {hint}" if hint else ""), tpm_rc) from None
 
 _SYM = TPMT_SYM_DEF(algorithm=TPM2_ALG.AES)
 _SYM.keyBits.aes = 128
@@ -44,30 +64,46 @@ class EsysEngine:
         self.integrity_failures = 0  # ESAPI checks response HMACs itself and raises
 
     def create_null_primary(self) -> None:
-        handle, _, _, _, _ = self.esys.create_primary(TPM2B_SENSITIVE_CREATE(), null_primary_public(),
-                                                      primary_handle=ESYS_TR.NULL)
-        name = bytes(self.esys.tr_get_name(handle))
-        self.null_context = self.esys.context_save(handle)
-        self.esys.flush_context(handle)
-        self.null_name = name
+        with tpm_errors("CreatePrimary"):
+            handle, _, _, _, _ = self.esys.create_primary(TPM2B_SENSITIVE_CREATE(), null_primary_public(),
+                                                          primary_handle=ESYS_TR.NULL)
+            name = bytes(self.esys.tr_get_name(handle))
+            ctx = self.esys.context_save(handle)
+            self.esys.flush_context(handle)
+        if self.null_name is not None and name != self.null_name:
+            raise NullNameChanged("the null primary's name has changed (TPM reset or interference); "
+                                  "stopping as the kernel does")
+        self.null_name, self.null_context = name, ctx
 
     def load_null(self):
-        return self.esys.context_load(self.null_context)
+        try:
+            with tpm_errors("ContextLoad"):
+                return self.esys.context_load(self.null_context)
+        except TpmError as e:
+            if e.rc is None or names.rc_base(e.rc) not in CONTEXT_INVALID:
+                raise
+            self.create_null_primary()  # as the kernel: re-create, compare names
+            with tpm_errors("ContextLoad"):
+                return self.esys.context_load(self.null_context)
 
     def start_session(self, tpm_key) -> EsysSession:
-        tr = self.esys.start_auth_session(tpm_key=tpm_key, bind=ESYS_TR.NONE, session_type=TPM2_SE.HMAC,
-                                          symmetric=_SYM, auth_hash=TPM2_ALG.SHA256)
+        with tpm_errors("StartAuthSession"):
+            tr = self.esys.start_auth_session(tpm_key=tpm_key, bind=ESYS_TR.NONE, session_type=TPM2_SE.HMAC,
+                                              symmetric=_SYM, auth_hash=TPM2_ALG.SHA256)
         return EsysSession(tr)
 
     def flush(self, handle) -> None:
-        self.esys.flush_context(handle)
+        with tpm_errors("FlushContext"):
+            self.esys.flush_context(handle)
 
     def save_session(self, s: EsysSession) -> None:
-        s.context = self.esys.context_save(s.tr)  # ESAPI invalidates the ESYS_TR of a saved session
+        with tpm_errors("ContextSave"):
+            s.context = self.esys.context_save(s.tr)  # ESAPI invalidates the ESYS_TR of a saved session
         s.tr = None
 
     def load_session(self, s: EsysSession) -> None:
-        s.tr = self.esys.context_load(s.context)
+        with tpm_errors("ContextLoad"):
+            s.tr = self.esys.context_load(s.context)
         s.context = None
 
     def forget_session(self, s: EsysSession) -> None:
@@ -79,6 +115,10 @@ class EsysEngine:
             s.tr = None
 
     def op(self, op: str, session: EsysSession | None, attrs: int, pcr: int) -> None:
+        with tpm_errors({"extend": "PCR_Extend", "get_random": "GetRandom"}.get(op, "CreatePrimary")):
+            self._op(op, session, attrs, pcr)
+
+    def _op(self, op: str, session: EsysSession | None, attrs: int, pcr: int) -> None:
         e = self.esys
         if session is not None:
             e.trsess_set_attributes(session.tr, attrs, 0xFF)

@@ -12,7 +12,7 @@ import os
 import struct
 from dataclasses import dataclass
 
-from tpmtop.errors import IntegrityError, TpmConnectionError, TpmError
+from tpmtop.errors import IntegrityError, NullNameChanged, TpmConnectionError, TpmError
 from tpmtop.sessions import crypto
 from tpmtop.sessions.templates import TPM_RH_NULL, null_primary_public_bytes
 from tpmtop.tpm import names
@@ -50,6 +50,13 @@ class Session:
     context: bytes | None = None  # TPMS_CONTEXT while context-saved
 
 
+def tpm_error(cc: int, rc: int) -> TpmError:
+    """The one line for a failed command: name, code, tpm2_rc_decode's words, and what to do."""
+    hint = names.rc_hint(rc)
+    return TpmError(f"{names.cc_short(cc)} failed: 0x{rc:03x} {names.rc_text(rc)}" + (f" — {hint}" if hint else ""),
+                    rc, names.cc_name(cc))
+
+
 def _tpm2b(data: bytes) -> bytes:
     return struct.pack(">H", len(data)) + data
 
@@ -71,7 +78,7 @@ class NativeEngine:
             raise TpmConnectionError(f"{names.cc_short(cc)}: short response")
         rc = int.from_bytes(rsp[6:10], "big")
         if rc:
-            raise TpmError(f"{names.cc_short(cc)} failed: 0x{rc:03x} {names.rc_text(rc)}", rc, names.cc_name(cc))
+            raise tpm_error(cc, rc)
         return rsp
 
     def _plain(self, cc: int, body: bytes) -> bytes:
@@ -150,8 +157,8 @@ class NativeEngine:
         ctx = self._plain(CC_CONTEXT_SAVE, struct.pack(">I", handle))[10:]
         self.flush(handle)
         if self.null_name is not None and name != self.null_name:
-            raise IntegrityError("the null primary's name has changed (TPM reset or interference); "
-                                 "stopping as the kernel does")
+            raise NullNameChanged("the null primary's name has changed (TPM reset or interference); "
+                                  "stopping as the kernel does")
         self.null_name, self.null_x, self.null_y, self.null_context = name, x, y, ctx
 
     def load_null(self) -> int:

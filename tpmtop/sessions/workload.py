@@ -20,9 +20,9 @@ from tpmtop.sessions.modes import DEFAULT_PCR, ENGINES, MODES, OPS, check_pcr
 from tpmtop.sessions.native import ATTR_CONTINUE, ATTR_DECRYPT, ATTR_ENCRYPT, NativeEngine
 from tpmtop.tpm import names
 
-# A kept session the TPM no longer has: TPM_RC_REFERENCE_S0..S6 (not loaded), or a
+# A kept session the TPM no longer has: TPM_RC_REFERENCE_S0..S6 (0x918…, not loaded), or a
 # format-one error naming the session (TPM_RC_HANDLE/VALUE + session number).
-_SESSION_GONE = set(range(0x910, 0x917))
+_SESSION_GONE = set(range(0x918, 0x91F))
 
 
 def session_gone(rc: int | None) -> bool:
@@ -59,6 +59,8 @@ class Workload:
         self.param_encryption = param_encryption
         self.origin = origin
         self.accounts: dict[tuple[str, str, str], RunAccount] = {}
+        # Accounts of earlier TPM lives (before a reset), never merged with the current one.
+        self.periods: list[dict[tuple[str, str, str], RunAccount]] = []
         self._engines: dict[str, object] = {}
         self.engine_name, self.mode, self.op = engine, mode, op
         self.kept = None  # the reuse/saved session of the current engine
@@ -109,10 +111,45 @@ class Workload:
     def _new_session(self, e):
         primary = e.load_null()
         try:
-            s = e.start_session(primary)
+            try:
+                s = e.start_session(primary)
+            except TpmError as err:
+                # Session slots full: free the sessions tpmtop itself left behind (an
+                # interrupted run, a mode switch that failed half-way), then try once more.
+                if err.rc not in (0x903, 0x905) or not self._flush_stray_sessions():
+                    raise
+                s = e.start_session(primary)
         finally:
             e.flush(primary)
         return s
+
+    def _flush_stray_sessions(self) -> int:
+        from tpmtop.tpm.handles import flush, list_handles
+
+        kept = getattr(self.kept, "handle", None)
+        n = 0
+        for entry in list_handles(self.t, self.conn.recorder.owned_handles()):
+            if entry.ours and entry.kind.endswith("session") and entry.handle != kept:
+                try:
+                    flush(self.t, entry.handle)
+                    n += 1
+                except TpmError:
+                    pass
+        return n
+
+    def recover_from_reset(self, reason: str) -> None:
+        """The TPM came back as a new TPM (null seed changed: reset, or interference). Say so
+        in the recorder, keep this period's accounts apart, and start again from the probe."""
+        self.conn.recorder.mark(f"TPM reset: {reason}")
+        if self.accounts:
+            self.periods.append(self.accounts)
+        self.accounts = {}
+        for e in self._engines.values():
+            if self.kept is not None and e.name == self.engine_name:
+                e.forget_session(self.kept)
+        self._engines.clear()
+        self.kept = None
+        self._prepared = False
 
     def _prepare(self, e) -> None:
         if self.mode in ("reuse", "saved") and self.kept is None:
@@ -206,7 +243,15 @@ class Workload:
                 self._recover(e)  # saved context gone or too old (TPM_RC_CONTEXT_GAP): start over
                 e.load_session(self.kept)
             e.op(op, self.kept, session_attrs(op, True, self.param_encryption), pcr)
-            e.save_session(self.kept)
+            try:
+                e.save_session(self.kept)
+            except TpmError as err:
+                # TPM_RC_CONTEXT_GAP: some saved session is so old that the context counter
+                # cannot advance. If it is one tpmtop left behind, flushing it clears the gap.
+                if err.rc != 0x901 or not self._flush_stray_sessions():
+                    raise
+                self.account().sessions_lost += 1
+                e.save_session(self.kept)
 
     def _recover(self, e) -> None:
         self.account().sessions_lost += 1

@@ -91,3 +91,22 @@ SESSION_ATTR_BITS = (
 def session_attr_text(attrs: int) -> str:
     names = [n for bit, n in SESSION_ATTR_BITS if attrs & bit]
     return "|".join(names) if names else "0"
+
+
+# What to do about the response codes an operator meets when a TPM is full or was reset.
+_HINTS = {
+    0x902: "the TPM's transient object slots are full (handles leaked by some client?): "
+           "see `tpmtop handles` and free them with `tpmtop flush HANDLE`",
+    0x903: "the TPM's loaded-session slots are full: see `tpmtop handles` for sessions some "
+           "client left loaded",
+    0x905: "the TPM has no free session handles (TPM2_PT_ACTIVE_SESSIONS_MAX reached): "
+           "saved sessions are held by some client; see `tpmtop handles`",
+    0x901: "TPM_RC_CONTEXT_GAP: a long-saved session blocks further context saves until it is "
+           "loaded and saved again, or flushed; see `tpmtop handles` (saved sessions)",
+}
+
+
+def rc_hint(rc: int | None) -> str | None:
+    if rc is None:
+        return None
+    return _HINTS.get(rc) or _HINTS.get(rc_base(rc))
