@@ -141,43 +141,15 @@ def capture_dict(conn, accounts: list[RunAccount], *, events: list | None = None
     if marks:
         cap["marks"] = [{"t_ns": max(t - t0, 0), "text": text} for t, text in marks]
     if events is not None:
-        cap["events"] = _events_json(events, t0)
+        from tpmtop.capture import events_json
+
+        cap["events"] = events_json(events, t0)
         cap["ops"] = [{"op_seq": s, "engine": e, "mode": m, "op": o, "t_ns": t - t0, "total_ns": tot,
                        "wire_ns": w, "ok": ok} for (s, e, m, o, t, tot, w, ok) in (ops_log or [])]
     return cap
 
 
-def _events_json(events: list, t0: int) -> list[dict]:
-    try:
-        from tpmtop.capture import events_json  # the fast writer, when present
-    except ImportError:
-        events_json = None
-    if events_json is not None:
-        return events_json(events, t0)
-    out = []
-    for ev in events:
-        out.append({"t_ns": ev.t_ns - t0, "command": ev.name, "handles": [f"0x{h:08x}" for h in ev.handles],
-                    "sessions": [{"handle": f"0x{h:08x}", "attrs": a} for h, a in ev.sessions],
-                    "rc": ev.rc, "rc_text": ev.rc_text, "wire_ns": ev.wire_ns, "origin": ev.origin,
-                    "engine": ev.engine, "mode": ev.mode, "op": ev.op, "op_seq": ev.op_seq})
-    return out
-
-
 def write_capture_file(path: str, cap: dict) -> None:
-    try:
-        from tpmtop.capture import write_capture
-    except ImportError:
-        write_capture = None
-    if write_capture is not None:
-        write_capture(path, cap)
-        return
-    import json
-    import tempfile
+    from tpmtop.capture import write_capture  # validates, then writes atomically
 
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tpmtop-", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(cap, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_capture(path, cap)

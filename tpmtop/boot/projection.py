@@ -133,28 +133,13 @@ def costs_from_traces(traces: list[TraceResult], calls_per_sum: int | None) -> t
 
 def load_capture_costs(path: str) -> tuple[dict[str, Cost], list[str]]:
     """Per-mode extend cost (op_us p50) from a ``tpmtop bench --json`` capture."""
-    data = None
+    from tpmtop.capture import load_capture  # the schema-checked loader (raises UsageError)
+
     try:
-        from tpmtop.capture import load_capture  # the schema-checked loader (raises UsageError)
-    except ImportError:
-        load_capture = None
-    if load_capture is not None:
-        try:
-            data = load_capture(path)
-        except UsageError as e:
-            msg = str(e)  # the user passed several files: the line must say which one
-            raise UsageError(msg if path in msg else f"{path}: {msg}") from None
-        if not isinstance(data, dict) and hasattr(data, "to_json"):
-            data = data.to_json()
-    if data is None:
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except OSError as e:
-            raise UsageError(f"{path}: cannot read capture: {e.strerror or e}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            line = getattr(e, "lineno", 1)
-            raise UsageError(f"{path}:{line}: not a JSON capture: {getattr(e, 'msg', e)}") from None
+        data = load_capture(path)
+    except UsageError as e:
+        msg = str(e)  # the user passed several files: the line must say which one
+        raise UsageError(msg if path in msg else f"{path}: {msg}") from None
     return capture_costs(data, path)
 
 

@@ -84,31 +84,12 @@ def chip_from_identity(conn) -> dict:
 
 
 # -- from a capture ---------------------------------------------------------------------------
-def _load_capture(path: str) -> dict:
-    try:
-        from tpmtop.capture import load_capture  # validates against capture-1.json
-    except ImportError:
-        load_capture = None
-    if load_capture is not None:
-        return load_capture(path)
-    import json
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read capture: {e.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UsageError(f"{path}: not a JSON capture ({e})") from None
-    if not isinstance(doc, dict) or doc.get("schema") != "tpmtop.capture/1":
-        raise UsageError(f"{path}: not a tpmtop.capture/1 file")
-    return doc
-
-
 def profile_from_capture(path: str, name: str) -> tuple[Profile, list[str]]:
     """Per-command events when the capture has them (exact, and they tell sessions apart);
     else the runs' per-command histograms (bucket resolution)."""
-    cap = _load_capture(path)
+    from tpmtop.capture import load_capture  # validates against capture-1.json
+
+    cap = load_capture(path)
     tpm = cap.get("tpm") or {}
     warnings = []
     if tpm.get("profile"):

@@ -135,28 +135,15 @@ _PAIR = __import__("re").compile(r"\[\s*(-?[0-9.eE+-]+),\s*(-?[0-9.eE+-]+)\s*\]"
 
 def write_profile(path: str, profile: Profile) -> None:
     """Atomically: a half-written profile must not replace a good one."""
-    import tempfile
-
     text = dumps(profile)
     if path == "-":
         import sys
 
         sys.stdout.write(text)
         return
-    d = os.path.dirname(os.path.abspath(path))
+    from tpmtop.atomic import write_atomic
+
     try:
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tpmtop-profile-", suffix=".tmp")
+        write_atomic(path, text)
     except OSError as e:
         raise UsageError(f"cannot write {path}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
