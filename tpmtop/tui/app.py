@@ -3,6 +3,7 @@ the dashboard lives in ``screens/main.py`` and its panels in ``widgets/``."""
 
 from __future__ import annotations
 
+import sys
 from functools import partial
 
 from textual.app import App, SystemCommand
@@ -37,6 +38,11 @@ class TpmtopApp(App):
         return dict(VARIABLE_DEFAULTS)
 
     def on_mount(self) -> None:
+        if self.source.kind == "live":
+            # The workload thread is Python between TPM round trips; with the default 5 ms
+            # GIL switch interval a key waits behind it for whole intervals, many times over.
+            # 1 ms cut the worst key-to-screen time under an unpaced workload (ui_load.py).
+            sys.setswitchinterval(0.001)
         self.push_screen(MainScreen(self.source, self.export_dir))
         for n in self.theme_notices:
             self.notify(n, title="theme", severity="warning", timeout=8)
@@ -60,7 +66,7 @@ class TpmtopApp(App):
             return
         for title, help_text, action in palette_entries():
             name = action.split("(")[0]
-            if screen.check_action(name, ()) is None:
+            if screen.check_action(name, ()) is False:
                 continue  # not available in this kind of sitting
             yield SystemCommand(title, help_text, partial(screen.run_action, action))
         for name in self.tpmtop_themes:

@@ -178,6 +178,10 @@ class LiveSource:
                     self.stopping.wait(delay)
                 elif delay < -1.0:
                     next_t = time.perf_counter()  # fell behind (slow TPM): don't burst to catch up
+            else:
+                # Unpaced, this thread is pure Python between round trips and would hold the
+                # GIL for whole switch intervals (5 ms); yielding keeps keys responsive.
+                time.sleep(0)
 
     def step(self) -> None:
         if self.read_only:

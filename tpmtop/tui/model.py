@@ -34,6 +34,34 @@ def fmt_age(seconds: float) -> str:
     return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"
 
 
+# -- cached histogram reads ---------------------------------------------------------------------
+# hdrh walks its counts array in Python: one summary() costs ~1 ms, and a dashboard reads a
+# dozen histograms per refresh. A histogram whose count did not change has the same summary,
+# so reads are cached by (histogram, count) — a paused dashboard then costs nearly nothing.
+_cache: dict[tuple[int, str], tuple[object, int, object]] = {}
+
+
+def _cached(h, what: str, compute):
+    n = h.count
+    key = (id(h), what)
+    hit = _cache.get(key)
+    if hit is not None and hit[0] is h and hit[1] == n:
+        return hit[2]
+    if len(_cache) > 4096:
+        _cache.clear()
+    value = compute()
+    _cache[key] = (h, n, value)
+    return value
+
+
+def summary_of(h) -> dict:
+    return _cached(h, "summary", h.summary)
+
+
+def buckets_of(h) -> Callable[[], list]:
+    return lambda: _cached(h, "buckets", h.buckets)
+
+
 # -- latency rows -------------------------------------------------------------------------------
 @dataclass
 class CommandRow:
@@ -54,8 +82,8 @@ def command_rows_live(recorder, origin: str = "workload") -> list[CommandRow]:
     rows = []
     for cc, st in sorted(recorder.command_stats(origin).items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
         rows.append(CommandRow(
-            key=f"cc:{cc if cc is not None else -1}", label=names.cc_short(cc), summary=st.hist.summary(),
-            last_us=st.last_ns / 1000 if st.last_ns else None, errors=st.errors, buckets=st.hist.buckets,
+            key=f"cc:{cc if cc is not None else -1}", label=names.cc_short(cc), summary=summary_of(st.hist),
+            last_us=st.last_ns / 1000 if st.last_ns else None, errors=st.errors, buckets=buckets_of(st.hist),
             recent_us=[v / 1000 for v in list(st.recent)]))
     return rows
 
@@ -110,10 +138,11 @@ def run_from_account(key: tuple[str, str, str], acc) -> RunView:
     cmds = dict(getattr(acc, "commands", {}) or {})
     hists = dict(getattr(acc, "command_hists", {}) or {})
     return RunView(
-        engine, mode, op, ops, acc.op_hist.summary(), acc.wire_hist.summary(), acc.host_hist.summary(),
+        engine, mode, op, ops, summary_of(acc.op_hist), summary_of(acc.wire_hist), summary_of(acc.host_hist),
         commands_per_op={names.cc_name(cc): n / ops for cc, n in cmds.items()} if ops else {},
-        commands={names.cc_name(cc): h.summary() | {"histogram": h.buckets} for cc, h in hists.items()},
-        op_buckets=acc.op_hist.buckets, wire_buckets=acc.wire_hist.buckets, host_buckets=acc.host_hist.buckets)
+        commands={names.cc_name(cc): summary_of(h) | {"histogram": buckets_of(h)} for cc, h in hists.items()},
+        op_buckets=buckets_of(acc.op_hist), wire_buckets=buckets_of(acc.wire_hist),
+        host_buckets=buckets_of(acc.host_hist))
 
 
 def runs_from_accounts(accounts: dict) -> list[RunView]:
@@ -151,7 +180,8 @@ def comparison(runs: list[RunView], op: str, modes_order: tuple[str, ...]) -> li
     mine = [r for r in runs if r.op == op and r.ops]
     base = {r.engine: r.op_us["p50"] for r in mine if r.mode == "none" and r.op_us["p50"]}
     order = {m: i for i, m in enumerate(modes_order)}
-    mine.sort(key=lambda r: (r.engine, order.get(r.mode, 99)))
+    engines = {"native": 0, "esys": 1}
+    mine.sort(key=lambda r: (engines.get(r.engine, 9), r.engine, order.get(r.mode, 99)))
     return [CompareRow(r.engine, r.mode, r.op_us["p50"],
                        r.op_us["p50"] / base[r.engine] if r.engine in base else None,
                        r.ops, r.commands_total) for r in mine]

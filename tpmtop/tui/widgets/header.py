@@ -28,5 +28,10 @@ class StatusHeader(Static):
         ops = f"{ops_per_s:,.1f} ops/s" if ops_per_s is not None else ""
         line2 = (f"engine [b]{e(engine)}[/]  mode [b]{e(mode)}[/]  op [b]{e(op)}[/]  "
                  f"[b]{ops}[/]{('  ' + e(rate)) if rate else ''}{('  ' + e(extra)) if extra else ''}")
-        self.update(Content.from_markup(line1 + "\n" + line2))
+        text = line1 + "\n" + line2
+        if text != self._last:
+            self._last = text
+            self.update(Content.from_markup(text))
+
+    _last = ""
 

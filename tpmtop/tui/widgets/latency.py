@@ -3,9 +3,14 @@ row a logarithmic histogram and a sparkline of recent values."""
 
 from __future__ import annotations
 
+import time
+
+from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.content import Content
+from textual.markup import escape
+from textual.message import Message
 from textual.widgets import Sparkline, Static
 
 from tpmtop.tui.model import CommandRow, fmt_us
@@ -15,6 +20,7 @@ from tpmtop.tui.widgets.table import KeyedTable
 COLUMNS = (("name", "command", 24), ("count", "count", 7), ("p50", "p50 µs", 7), ("p90", "p90 µs", 7),
            ("p99", "p99 µs", 7), ("max", "max µs", 7), ("last", "last µs", 7))
 HIST_BAR = 24
+HIST_EVERY_S = 2.0
 
 
 def histogram_markup(buckets: list, summary: dict, lines: int) -> str:
@@ -66,22 +72,60 @@ class LatencyPanel(Panel):
         self.border_subtitle = subtitle
         self.show_detail()
 
-    def show_detail(self) -> None:
+    def show_detail(self, force: bool = False) -> None:
         key = self.table.selected_key
         row = self._rows.get(key or "")
         hist = self.query_one("#histogram", Static)
         spark = self.query_one("#sparkline", Sparkline)
         if row is None:
-            hist.update("")
-            spark.data = []
+            self._set(hist, "")
+            spark.display = False
             return
-        lines = max(3, self.query_one("#latency-detail").size.height or 7)
-        hist.update(Content.from_markup(f"[b]{row.label.strip(' ▸')}[/] {self.run_label if row.key.startswith('op:') else ''}\n" +
-                                        histogram_markup(row.histogram(), row.summary, lines - 1)))
-        spark.data = row.recent_us[-60:] if row.recent_us else []
-        spark.display = bool(row.recent_us)  # a flat line would claim "all equal"
+        lines = max(3, self.query_one("#latency-detail").size.height or 7) - 1
+        title = f"[b]{escape(row.label.strip(' ▸'))}[/] {escape(self.run_label) if row.key.startswith('op:') else ''}"
+        if callable(row.buckets):
+            # Live: walking an HDR histogram takes up to ~170 ms of Python, so it runs in a
+            # worker, for the selected row only, at most every HIST_EVERY_S.
+            now = time.monotonic()
+            if force or key != self._hist_key or now - self._hist_t >= HIST_EVERY_S:
+                self._hist_key, self._hist_t = key, now
+                self.compute_histogram(key, row.buckets, row.summary, lines, title)
+            if key != self._hist_for:
+                self._set(hist, title + "\n[dim]…[/]")
+        else:
+            self._set(hist, title + "\n" + histogram_markup(row.histogram(), row.summary, lines))
+        data = row.recent_us[-60:] if row.recent_us else []
+        if data != spark.data:
+            spark.data = data
+        spark.display = bool(data)  # a flat line would claim "all equal"
         spark.tooltip = (f"last {len(row.recent_us)} samples, {fmt_us(min(row.recent_us))}–"
                          f"{fmt_us(max(row.recent_us))} µs" if row.recent_us else "no recent samples")
 
+    _hist_key: str | None = None
+    _hist_for: str | None = None
+    _hist_t = 0.0
+
+    class HistogramReady(Message):
+        def __init__(self, key: str, markup: str) -> None:
+            super().__init__()
+            self.key = key
+            self.markup = markup
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="histogram", description="histogram")
+    def compute_histogram(self, key, buckets, summary, lines, title) -> None:
+        self.post_message(self.HistogramReady(key, title + "\n" + histogram_markup(buckets(), summary, lines)))
+
+    def on_latency_panel_histogram_ready(self, message: "LatencyPanel.HistogramReady") -> None:
+        if message.key == self.table.selected_key:
+            self._hist_for = message.key
+            self._set(self.query_one("#histogram", Static), message.markup)
+
+    _shown = ""
+
+    def _set(self, hist: Static, markup: str) -> None:
+        if markup != self._shown:
+            self._shown = markup
+            hist.update(Content.from_markup(markup))
+
     def on_data_table_row_highlighted(self, event) -> None:
-        self.show_detail()
+        self.show_detail(force=True)

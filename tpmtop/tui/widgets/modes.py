@@ -17,15 +17,22 @@ class ModesPanel(Panel):
     def compose(self) -> ComposeResult:
         yield Static("no operations yet", id="bars")
 
+    _last: tuple | None = None
+
+    def on_resize(self, event) -> None:
+        if self._last is not None:
+            self.show(*self._last)
+
     def show(self, rows: list[CompareRow], op: str, current: tuple[str, str]) -> None:
+        self._last = (rows, op, current)
         self.border_title = f"Modes · {op} · op p50"
         bars = self.query_one("#bars", Static)
         if not rows:
             bars.update(Content.from_markup("[dim]no operations yet: each (engine, mode) you run shows up here[/]"))
             return
-        avail = max(20, (self.size.width or 60) - 4)
-        two_lines = avail < 70  # narrow: numbers on one line, the bar under them
-        width = avail - 2 if two_lines else avail - 48
+        avail = max(30, self.content_size.width or 60)
+        two_lines = avail < 72  # narrow: the numbers, then the bar under them
+        width = avail - 5 if two_lines else avail - 50
         top = max(r.p50_us for r in rows) or 1.0
         lines = []
         for r in rows:
@@ -33,8 +40,9 @@ class ModesPanel(Panel):
             tone = "bar-baseline" if r.mode == "none" else "bar-session"
             mark = "▶" if (r.engine, r.mode) == current else " "
             ratio = f"×{r.ratio:,.1f}" if r.ratio is not None else "–"
-            text = (f"{mark}{r.engine:<6} {r.mode:<11} {fmt_us(r.p50_us):>7} µs {ratio:>6} "
-                    f"[dim]{r.commands_per_op:.0f} cmd/op[/]")
+            text = f"{mark}{r.engine:<6} {r.mode:<11} {fmt_us(r.p50_us):>8} µs {ratio:>6}"
+            if avail >= 48:
+                text += f" [dim]{r.commands_per_op:>2.0f} cmd/op[/]"
             bar = f"[${tone}]{'█' * n}[/]"
             lines += [text, f"  {bar}"] if two_lines else [f"{text} {bar}"]
         bars.update(Content.from_markup("\n".join(lines)))

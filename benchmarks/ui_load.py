@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""How the dashboard holds up under the fastest workload a swtpm allows (not part of the tests).
+
+    .venv/bin/python benchmarks/ui_load.py [--seconds 10] [--mode none] [--json]
+
+Runs the real app (headless Textual driver, 140×44) on a private swtpm with the workload
+unpaced (``rate 0``) and reports:
+
+- **events/s ingested**: TPM commands the recorder took in per second while the dashboard
+  refreshed from it, and how many of them the refresh loop read (it must keep up: it reads
+  the recorder's state, never one message per event);
+- **refresh cost**: p50/max of one refresh tick (UI thread);
+- **key → screen**: for each key, the worst time from the key event reaching the app (posted
+  as the terminal driver posts it) until the first screen update after the key's effect is
+  visible in the app's state (a compositor update handed to ``App._display``; the headless
+  driver then skips only the terminal write). Target ≤ 100 ms;
+- **CPU while paused**: the process's CPU time (all threads, psutil) over a window with the
+  workload paused and polling on. Target ≤ 5 % of one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def machine() -> str:
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+
+
+async def run(seconds: float, mode: str, presses: int, rate: float = 0.0) -> dict:
+    import psutil
+
+    from tpmtop.tpm.connection import open_tpm
+    from tpmtop.tui.app import TpmtopApp
+    from tpmtop.tui.live import LiveSource
+    from tpmtop.tui.screens.main import MainScreen
+
+    ticks: list[float] = []
+    orig_tick = MainScreen.tick
+
+    def timed_tick(self):
+        t0 = time.perf_counter()
+        orig_tick(self)
+        ticks.append(time.perf_counter() - t0)
+
+    MainScreen.tick = timed_tick
+    src = LiveSource(open_tpm(sim=True), start_running=True, rate=rate, mode=mode)
+    proc = psutil.Process()
+    out: dict = {"machine": machine(), "mode": mode, "engine": "native", "op": "extend", "rate": rate}
+    try:
+        app = TpmtopApp(src, theme="dark", remember=False)
+        async with app.run_test(size=(140, 44)) as pilot:
+            main = next(s for s in app.screen_stack if isinstance(s, MainScreen))
+            await pilot.pause(1.0)  # warm up
+            rec = src.recorder
+            n0, t0 = rec.total, time.perf_counter()
+            seen0 = main._seen_seq
+            await pilot.pause(seconds)
+            n1, t1 = rec.total, time.perf_counter()
+            out["events_per_s"] = round((n1 - n0) / (t1 - t0))
+            out["events_read_by_ui_per_s"] = round((main._seen_seq - seen0) / (t1 - t0))
+            out["ops_per_s"] = round(main.ops_rate.add(sum(a.ops for a in src.accounts().values())))
+            out["refresh_ms_p50"] = round(statistics.median(ticks) * 1000, 2)
+            out["refresh_ms_max"] = round(max(ticks) * 1000, 2)
+            out["refreshes_per_s"] = round(len(ticks) / (seconds + 1.0), 1)
+
+            # key -> screen, under load
+            from textual import events
+            from textual.app import App
+
+            stamps: list[float] = []
+            orig_display = App._display
+
+            def display(self, screen, renderable):
+                if renderable is not None:
+                    stamps.append(time.perf_counter())
+                return orig_display(self, screen, renderable)
+
+            App._display = display
+            stream = main.query_one("#stream")
+            effects = {
+                "m": lambda: src.mode, "e": lambda: src.engine, "space": lambda: src.running,
+                "s": lambda: stream.frozen, "t": lambda: app.theme,
+                "3": lambda: main.query_one("#latency-table").has_focus,
+            }
+            chars = {"space": " "}
+            worst: dict[str, float] = {}
+            try:
+                for key, state in effects.items():
+                    times = []
+                    for i in range(presses):
+                        if key == "3" and state():
+                            main.query_one("#handles-table").focus()
+                            await pilot.pause(0.1)
+                        before = state()
+                        k0 = time.perf_counter()
+                        app.post_message(events.Key(key, chars.get(key, key)))
+                        while state() == before and time.perf_counter() - k0 < 10:
+                            await asyncio.sleep(0.001)
+                        t_effect = time.perf_counter()
+                        while not (stamps and stamps[-1] > t_effect) and time.perf_counter() - k0 < 10:
+                            await asyncio.sleep(0.001)
+                        times.append((stamps[-1] if stamps else time.perf_counter()) - k0)
+                        await pilot.pause(0.15)
+                    worst[key] = round(max(times) * 1000, 1)
+            finally:
+                App._display = orig_display
+            out["key_to_screen_ms_worst"] = worst
+            if not src.running:
+                await pilot.press("space")
+                await pilot.pause(0.5)
+            if src.running:
+                await pilot.press("space")
+            # CPU while paused (polling every second goes on)
+            await pilot.pause(1.5)
+            c0 = proc.cpu_times()
+            w0 = time.perf_counter()
+            await pilot.pause(seconds)
+            c1 = proc.cpu_times()
+            w1 = time.perf_counter()
+            cpu = (c1.user - c0.user + c1.system - c0.system) / (w1 - w0)
+            out["cpu_paused_pct_of_one_core"] = round(cpu * 100, 2)
+            out["poll_interval_s"] = src.poll_interval
+    finally:
+        MainScreen.tick = orig_tick
+        src.close()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--mode", default="none", choices=("none", "per-command", "reuse", "saved"))
+    ap.add_argument("--presses", type=int, default=5, help="presses per key")
+    ap.add_argument("--rate", type=float, default=0.0, help="workload ops/s (default 0: unpaced, the worst case)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    os.environ["TEXTUAL_ANIMATIONS"] = "none"
+    os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="tpmtop-bench-")
+    r = asyncio.run(run(args.seconds, args.mode, args.presses, args.rate))
+    if args.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    print(f"machine: {r['machine']}")
+    pace = "unpaced" if not r["rate"] else f"{r['rate']:g} ops/s"
+    print(f"workload: native/{r['mode']}/extend, {pace}; dashboard 140x44, headless driver")
+    print(f"events/s ingested (recorder)        {r['events_per_s']:>8,}")
+    print(f"events/s read by the refresh loop   {r['events_read_by_ui_per_s']:>8,}")
+    print(f"operations/s                        {r['ops_per_s']:>8,}")
+    print(f"refresh tick p50 / max              {r['refresh_ms_p50']} / {r['refresh_ms_max']} ms "
+          f"({r['refreshes_per_s']}/s)")
+    worst = r["key_to_screen_ms_worst"]
+    print("key -> screen, worst of", args.presses, ":", "  ".join(f"{k} {v} ms" for k, v in worst.items()),
+          f"  (overall {max(worst.values())} ms; target <= 100)")
+    print(f"CPU while paused                    {r['cpu_paused_pct_of_one_core']} % of one core "
+          f"(poll every {r['poll_interval_s']:g} s; target <= 5 %)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
