@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import argparse
 import platform
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 

@@ -18,7 +18,6 @@ things out (host-side HMAC work of a few µs, ContextSave).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 

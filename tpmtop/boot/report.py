@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import Decimal
+
 
 from tpmtop.boot import projection as pj
 from tpmtop.boot.facts import SystemFacts, collect

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 
 
 def add_profile_arguments(p) -> None:

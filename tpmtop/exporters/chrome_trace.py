@@ -72,7 +72,6 @@ def export_chrome_trace(capture_path: str | os.PathLike, out_path: str | os.Path
     tracks: dict[tuple, int] = {}  # key -> tid
     track_names: dict[int, str] = {}
     name_cache: dict[str, str] = {}
-    rc_text_cache: dict[int | None, str] = {}
     counts = {"events": 0, "ops": 0, "derived_ops": 0}
 
     def tid_for(origin_j: str, engine_j: str, mode_j: str) -> int:

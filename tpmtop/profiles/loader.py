@@ -47,7 +47,6 @@ def validate(doc, label: str) -> None:
     if err is not None:
         msg = err.message if len(err.message) <= 160 else err.message[:157] + "..."
         raise UsageError(f"profile {label}: {_where(err)}: {msg}")
-    from tpmtop.tpm import names
 
     seen: dict[int, str] = {}
     for key, entry in doc["commands"].items():

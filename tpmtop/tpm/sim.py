@@ -10,7 +10,6 @@ directory is removed unless the caller passed one in.
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
 import signal
 import socket
@@ -18,7 +17,6 @@ import struct
 import subprocess
 import tempfile
 import threading
-import time
 import weakref
 
 from tpmtop.errors import TpmConnectionError, TpmtopError
