@@ -127,10 +127,6 @@ class Recorder:
         with self._lock:
             self._process()
 
-    def next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
-
     def next_op_seq(self) -> int:
         """Operation numbers are unique per recorder, whichever workload runs them."""
         self._op_seq += 1

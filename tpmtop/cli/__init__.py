@@ -39,11 +39,11 @@ class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (and exit status 2)."""
 
     def error(self, message: str):  # noqa: D401 - argparse API
-        raise TpmtopError_usage(f"{self.prog}: {message} (see {self.prog} --help)")
+        raise _UsageExit(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-class TpmtopError_usage(Exception):
-    pass
+class _UsageExit(Exception):
+    """argparse's complaint, carried to main() so that it prints one line and exits 2."""
 
 
 def add_tpm_options(p: argparse.ArgumentParser, top: bool = False) -> None:
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TSS2_LOG", "all+NONE")
     try:
         args = build_parser().parse_args(argv)
-    except TpmtopError_usage as e:
+    except _UsageExit as e:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE
     # SIGTERM and SIGHUP (an SSH drop) unwind like Ctrl-C, so every `finally` runs:

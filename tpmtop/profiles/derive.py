@@ -224,7 +224,7 @@ def record(conn, n: int, pcr: int, ops=RECORD_OPS, warmup: int = 2,
                        pcr=pcr) for op in ops]
     total = sum(p.n * len(p.pairs) for p in plans)
     done_before = 0
-    start_seq = conn.recorder.next_seq()
+    start_seq = conn.recorder.total  # every command so far has a seq ≤ this
     result = None
     for plan in plans:
         def prog(done, _t, base=done_before):
