@@ -6,64 +6,14 @@ Each test asserts on what the TPM and the recorder now hold, not only on widget 
 from __future__ import annotations
 
 import asyncio
-import time
 
-import pytest
-
-from tpmtop.tpm.connection import open_tpm
 from tpmtop.tpm.handles import list_handles
 from tpmtop.tui import messages as m
 from tpmtop.tui.app import TpmtopApp
-from tpmtop.tui.live import LiveSource
 from tpmtop.tui.replay import ReplaySource, load
 from tpmtop.tui.screens.confirm import ConfirmScreen
-from tpmtop.tui.screens.main import MainScreen
-
-SIZE = (120, 40)
-
-
-@pytest.fixture(autouse=True)
-def _private_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("TEXTUAL_ANIMATIONS", "none")
-
-
-@pytest.fixture
-def live(tmp_path):
-    """A LiveSource on a fresh private swtpm; closed (handles flushed, swtpm stopped) after."""
-    made = []
-
-    def make(**kw):
-        conn = open_tpm(sim=True)
-        kw.setdefault("poll_interval", 0.3)
-        src = LiveSource(conn, **kw)
-        made.append(src)
-        return src
-
-    yield make
-    for src in made:
-        src.close()
-
-
-def app_for(src, tmp_path, **kw) -> TpmtopApp:
-    return TpmtopApp(src, theme="dark", remember=False, export_dir=str(tmp_path), **kw)
-
-
-async def until(pilot, cond, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def main_screen(app) -> MainScreen:
-    return next(s for s in app.screen_stack if isinstance(s, MainScreen))
-
-
-def header_text(app) -> str:
-    return str(main_screen(app).query_one("#header").render())
+from tui_helpers import SIZE, app_for, header_text, main_screen, until
+from tui_helpers import _private_config, live  # noqa: F401 - fixtures
 
 
 class TestWorkload:

@@ -60,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="workload state at start (default: running with --sim, paused on a real TPM, "
                         "where it changes PCR 16)")
     g.add_argument("--export-dir", default=".", metavar="DIR", help="where the export key writes captures")
+    # Top-level, not in the dashboard group: `tpmtop --profile X bench --sim` must mean the
+    # same as `tpmtop bench --sim --profile X` (bench adds them with suppressed defaults).
+    from tpmtop.profiles.apply import add_profile_options
+
+    add_profile_options(parser, top=True)
 
 
 def add_replay_arguments(p: argparse.ArgumentParser) -> None:
@@ -117,22 +122,29 @@ def run(args) -> int:
     if args.passive:
         if args.sim or args.tcti:
             raise UsageError("--passive sends nothing to any TPM: it cannot be combined with --sim or -T")
+        if args.profile is not None or args.seed is not None:
+            raise UsageError("--passive sends nothing to any TPM: there is no simulator for --profile/--seed to slow down")
         from tpmtop.tui.sysfs import PassiveSource
 
         return _run_app(TpmtopApp(PassiveSource(), theme=args.theme, export_dir=args.export_dir))
 
     from tpmtop.cli.common import notice
+    from tpmtop.profiles.apply import apply_profile, describe, profile_from_args
     from tpmtop.tpm.connection import open_tpm
     from tpmtop.tui.live import LiveSource
 
     if not os.path.isdir(args.export_dir):
         raise UsageError(f"--export-dir {args.export_dir}: no such directory")
+    # Checked (and a profile file validated) before anything is opened: refused without --sim.
+    profile = profile_from_args(args)
     conn = open_tpm(tcti=args.tcti, sim=args.sim, raw_device=args.raw_device, notice=notice)
     source = None
     try:
+        apply_profile(conn, profile, args.seed)
         start = None if args.start is None else args.start == "running"
         source = LiveSource(conn, read_only=args.read_only, poll_interval=args.poll_interval, rate=args.rate,
-                            start_running=start, engine=args.engine, mode=args.mode, op=args.op)
+                            start_running=start, engine=args.engine, mode=args.mode, op=args.op,
+                            profile_note=describe(profile, args.seed) if profile is not None else None)
         return _run_app(TpmtopApp(source, theme=args.theme, export_dir=args.export_dir), cleanup=source.close)
     finally:
         if source is not None:
@@ -143,6 +155,12 @@ def run(args) -> int:
 
 def run_replay(args) -> int:
     from tpmtop.tui.replay import ReplaySource, load
+
+    # `tpmtop --profile X replay F` parses (the options are top-level): refuse it rather than
+    # ignore it. A capture's timings are what they are; its header names the profile it had.
+    if getattr(args, "profile", None) is not None or getattr(args, "seed", None) is not None:
+        raise UsageError("replay shows a capture's own timings: --profile/--seed apply to a live --sim "
+                         "dashboard (the replay header names the profile the capture was taken with)")
 
     source = ReplaySource(load(args.capture), args.capture)  # a bad file: one line, exit 2
     from tpmtop.tui.app import TpmtopApp

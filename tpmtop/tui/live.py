@@ -88,7 +88,7 @@ class LiveSource:
 
     def __init__(self, conn, *, read_only: bool = False, poll_interval: float | None = None,
                  rate: float = 100.0, start_running: bool | None = None, engine: str = "native",
-                 mode: str = "per-command", op: str = "extend", pcr: int = 16):
+                 mode: str = "per-command", op: str = "extend", pcr: int = 16, profile_note: str | None = None):
         self.conn = conn
         self.recorder = conn.recorder
         self.gate = FairLock()
@@ -113,6 +113,9 @@ class LiveSource:
             self.resume.set()
         self.identity = None
         self.tcti = conn.target.tcti
+        # Set by tpmtop.profiles.apply.apply_profile: every latency shown is then the profile's.
+        self.profile: str | None = getattr(conn, "profile_name", None)
+        self.profile_note = profile_note or (f"profile {self.profile}" if self.profile else None)
         self.has_engine = workload_class() is not None
         self._old_accounts: dict = {}
         self._close_lock = threading.Lock()
@@ -331,6 +334,8 @@ class LiveSource:
     def tpm_json(self) -> dict:
         ident = self.identity
         d = {"tcti": self.tcti, "simulated": self.simulated}
+        if self.profile:
+            d["profile"] = self.profile
         if ident is not None:
             d |= {"manufacturer": ident.manufacturer, "vendor": ident.vendor, "firmware": ident.firmware}
         return d

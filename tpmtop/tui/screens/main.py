@@ -106,6 +106,11 @@ class MainScreen(TpmWorkers, Screen):
             banner.update(OBSERVER.format(interval=src.poll_interval))
         else:
             banner.display = False
+        if self.kind == "live" and src.profile_note:
+            self.query_one(StatusHeader).tooltip = src.profile_note
+        elif self.kind == "replay" and src.tpm.get("profile"):
+            self.query_one(StatusHeader).tooltip = (f"profile {src.tpm['profile']}: the capture's latencies "
+                                                    "were reproduced on a simulator")
         # The System panel only earns its place where there is a kernel to read.
         self.show_system = self.kind == "passive" or getattr(src, "kernel_device", False)
         if self.kind == "passive":
@@ -277,7 +282,8 @@ class MainScreen(TpmWorkers, Screen):
                 extra = f"retrying: {src.last_error or ''}"[:80]
             self.query_one(StatusHeader).show(
                 state=st, identity=identity, tcti=src.tcti, simulated=src.simulated, engine=src.engine,
-                mode=src.mode, op=src.op, ops_per_s=self._ops_per_s, rate=rate, extra=extra)
+                mode=src.mode, op=src.op, ops_per_s=self._ops_per_s, rate=rate, extra=extra,
+                profile=src.profile)
         elif self.kind == "replay":
             t = src.tpm
             identity = f"{t.get('manufacturer', '?')} {t.get('vendor', '')} fw {t.get('firmware', '?')}"
@@ -285,7 +291,8 @@ class MainScreen(TpmWorkers, Screen):
             self.query_one(StatusHeader).show(
                 state="replay", identity=identity, tcti=src.tcti, simulated=bool(t.get("simulated")),
                 engine=src.engine, mode=src.mode, op=src.op, ops_per_s=None,
-                extra=f"{src.path.name} · {src.created} · {host.get('hostname', '?')} {host.get('kernel', '')}")
+                extra=f"{src.path.name} · {src.created} · {host.get('hostname', '?')} {host.get('kernel', '')}",
+                profile=str(t["profile"]) if t.get("profile") else None)
         else:
             self.query_one(StatusHeader).show(
                 state="passive", identity="kernel TPM (not contacted)", tcti=src.tcti, simulated=False,
