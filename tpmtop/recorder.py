@@ -132,11 +132,6 @@ class Recorder:
         self._op_seq += 1
         return self._op_seq
 
-    def add(self, ev: Event) -> None:
-        with self._lock:
-            self._process()
-            self._add_locked(ev)
-
     def _add_locked(self, ev: Event) -> None:
         now = ev.t_ns + ev.wire_ns
         self._events.append(ev)
