@@ -57,6 +57,9 @@ ACTIONS: tuple[Action, ...] = (
            "Freeze or follow the command stream (recording goes on)", show=False),
     Action("filter-stream", "slash", "filter_stream", "Filter", "stream: Filter by command",
            "Show only commands whose name or origin contains the text (empty: all)", show=False),
+    Action("boot-report", "b", "show_boot", "Boot", "boot: Show report",
+           "The `tpmtop boot` report: is the TPM what slows this machine's boot? (reads files, "
+           "sends no TPM command)"),
     Action("next-theme", "t", "next_theme", "Theme", "theme: Switch to next theme",
            "Cycle the colour theme; the choice is remembered"),
     Action("help", "question_mark", "help", "Help", "help: Show keys",

@@ -18,9 +18,10 @@ class TpmtopApp(App):
     TITLE = "tpmtop"
 
     def __init__(self, source, *, theme: str | None = None, remember: bool = True, export_dir: str = ".",
-                 themes=None) -> None:
+                 themes=None, boot_root: str = "/") -> None:
         super().__init__()
         self.source = source
+        self.boot_root = boot_root  # the Boot screen's --root; tests point it at a fixture tree
         self.export_dir = export_dir
         loaded = themes or load_themes()
         self.theme_notices = list(loaded.notices)

@@ -490,6 +490,14 @@ class MainScreen(TpmWorkers, Screen):
     def action_next_theme(self) -> None:
         self.app.cycle_theme()
 
+    def action_show_boot(self) -> None:
+        # Installed once: the report is built the first time only ('r' on that screen rebuilds).
+        if not self.app.is_screen_installed("boot"):
+            from tpmtop.tui.screens.boot import BootScreen
+
+            self.app.install_screen(BootScreen(getattr(self.app, "boot_root", "/")), "boot")
+        self.app.push_screen("boot")
+
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())
 
