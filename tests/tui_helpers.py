@@ -25,8 +25,13 @@ def live(tmp_path):
     """A LiveSource on a fresh private swtpm; closed (handles flushed, swtpm stopped) after."""
     made = []
 
-    def make(**kw):
+    def make(profile: str | None = None, **kw):
         conn = open_tpm(sim=True)
+        if profile is not None:  # a chip's latencies, as `tpmtop --sim --profile NAME` applies them
+            from tpmtop.profiles import load_profile
+            from tpmtop.profiles.apply import apply_profile
+
+            apply_profile(conn, load_profile(profile))
         kw.setdefault("poll_interval", 0.3)
         src = LiveSource(conn, **kw)
         made.append(src)

@@ -21,10 +21,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpmtop.errors import TpmConnectionError, TpmtopError, UsageError
+from tpmtop.errors import NullNameChanged, TpmConnectionError, TpmError, TpmtopError, UsageError
 
 RATES = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 0.0)  # 0: unpaced
 MAX_CONSECUTIVE_ERRORS = 3
+# A full TPM (object slots, session slots, session handles): retrying cannot help until
+# someone frees a slot, and every retry is one more failed command on the operator's TPM.
+SLOTS_FULL = {0x902: "object slots", 0x903: "session slots", 0x905: "session handles"}
 
 
 class FairLock:
@@ -104,7 +107,12 @@ class LiveSource:
         self.rate = rate
         self.workload = None
         self.workload_error: str | None = None
+        self.pause_reason: str | None = None  # why the workload paused itself (header)
         self.errors_in_row = 0
+        # Accounts of earlier TPM lives (a reset, or a restart found by reconnecting), oldest
+        # first: never merged with the current one, so no panel mixes two TPMs' numbers.
+        self.periods: list[dict] = []
+        self.boundaries: list[tuple[float, str]] = []  # (time.time(), why) of each new TPM life
         self.connected = True
         self.last_error: str | None = None
         self.stopping = threading.Event()
@@ -157,10 +165,17 @@ class LiveSource:
             self.conn.reconnect()
             # The old engine's sessions and null key died with the TPM; never flush "its"
             # handles on the new one (they could be someone else's).
-            self.workload = None
+            w, self.workload = self.workload, None
             self.connected = True
             self.last_error = None
-            self.recorder.mark("reconnected")
+            # A TPM that comes back has been through TPM2_Startup: a new null seed, a new life.
+            why = "the TPM restarted (it answers again after it stopped)"
+            acc = w.accounts if w is not None else self._old_accounts
+            if w is not None:
+                self.periods.extend(w.periods)
+            self._old_accounts = {}
+            self._end_period(acc, why)
+            self.recorder.mark(f"reconnected: {why}")
 
     # -- the workload (its own worker thread) ---------------------------------------------------
     def workload_loop(self, cancelled) -> None:
@@ -196,22 +211,49 @@ class LiveSource:
                 w = self._workload()
                 if w is None:
                     return
-                w.run_one()
+                try:
+                    w.run_one()
+                except NullNameChanged as e:
+                    # The TPM was reset (new null seed) or someone interferes. The engine marks
+                    # the recorder and starts a new period; sessions are set up again on the
+                    # next operation. Not an error streak: the workload goes on.
+                    w.recover_from_reset(str(e))
+                    self.periods.extend(w.periods)
+                    del w.periods[:]
+                    self.boundaries.append((time.time(), "the TPM was reset (its null primary's name changed)"))
+                    return
             self.errors_in_row = 0
             self.workload_error = None
         except TpmConnectionError:
             raise
+        except TpmError as e:
+            what = SLOTS_FULL.get(e.rc or 0)
+            if what is None:
+                self._workload_failed(str(e))
+                return
+            self._workload_failed(f"{e}. The workload is paused: in the Handles panel select a handle "
+                                  "tpmtop did not create, press f to flush it (it asks first), then space to resume",
+                                  pause=f"paused: TPM {what} full, see Handles")
         except TpmtopError as e:
             self._workload_failed(str(e))
         except Exception as e:  # a TSS2_Exception from ESAPI, or a bug in the engine
             self._workload_failed(f"{type(e).__name__}: {e}")
 
-    def _workload_failed(self, message: str) -> None:
+    def _workload_failed(self, message: str, pause: str | None = None) -> None:
         self.workload_error = message
         self.errors_in_row += 1
         self._drop_workload()
-        if self.errors_in_row >= MAX_CONSECUTIVE_ERRORS:
+        if pause is None and self.errors_in_row >= MAX_CONSECUTIVE_ERRORS:
+            pause = f"paused after {self.errors_in_row} failed operations in a row"
+        if pause is not None:
             self.set_running(False)
+            self.pause_reason = pause
+
+    def _end_period(self, accounts: dict, why: str) -> None:
+        done = {k: a for k, a in accounts.items() if getattr(a, "ops", 0)}
+        if done:
+            self.periods.append(done)
+        self.boundaries.append((time.time(), why))
 
     def _workload(self):
         if self.workload is None:
@@ -234,6 +276,8 @@ class LiveSource:
         if w is None:
             return
         self._old_accounts = self.accounts()
+        self.periods.extend(w.periods)  # earlier TPM lives stay apart from the accounts merged back
+        del w.periods[:]
         if self.connected:
             try:
                 w.close()
@@ -260,6 +304,8 @@ class LiveSource:
     def set_running(self, running: bool) -> None:
         self.running = running and not self.read_only
         if self.running:
+            self.pause_reason = None
+            self.errors_in_row = 0  # the operator resumed: a fresh streak
             self.resume.set()
         else:
             self.resume.clear()
@@ -318,6 +364,7 @@ class LiveSource:
         if isinstance(acc, dict):
             acc.clear()
         self._old_accounts = {}
+        self.periods = []
 
     def capture(self, max_events: int = 20_000) -> dict:
         """The ``tpmtop bench --json`` contract (``tpmtop.bench.capture_dict``), with the latest
@@ -326,10 +373,12 @@ class LiveSource:
 
         with self.gate:  # the engine's accounts are consistent between operations
             accounts = [a for a in self.accounts().values() if a.ops]
+            periods = [[a for a in p.values() if a.ops] for p in self.periods]
             events = [e for e in self.recorder.events(max_events) if e.origin == "workload"]
             if self.identity is None:
                 raise TpmtopError("nothing to export yet: the TPM has not answered")
-            return capture_dict(self.conn, accounts, events=events)
+            # Each run then carries its period, and the recorder's marks say when and why.
+            return capture_dict(self.conn, accounts, events=events, periods=periods or None)
 
     def tpm_json(self) -> dict:
         ident = self.identity

@@ -215,6 +215,11 @@ def stream_row(ev, t0_ns: int) -> StreamRow:
                      short_rc(ev.rc, ev.error), fmt_us(ev.wire_ns / 1000), ev.rc == 0)
 
 
+def mark_row(t_ns: int, t0_ns: int, text: str) -> StreamRow:
+    """A boundary in the stream (TPM reset, reconnection): origin "mark", the text as command."""
+    return StreamRow(f"mark-{t_ns}", f"{(t_ns - t0_ns) / 1e9:9.3f}", "mark", text, "", "", "", "", True)
+
+
 def stream_row_from_dict(i: int, e: dict) -> StreamRow:
     """An event of a capture's optional ``events`` array (tpmtop.capture/1)."""
     t = e.get("t_ns", e.get("offset_ns", e.get("t", 0))) or 0

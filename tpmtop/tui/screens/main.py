@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Footer, Static, Tab, Tabs
 from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS, ENGINES, MODES, OPS, PANELS
 from tpmtop.tui.model import (ContextGapTracker, HandleBook, RateMeter, command_rows_live,
-                              command_rows_run, comparison, gauges, op_rows, runs_from_accounts,
+                              command_rows_run, comparison, gauges, mark_row, op_rows, runs_from_accounts,
                               stream_row)
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tpmtop.tui.screens.help import HelpScreen
@@ -72,6 +72,8 @@ class MainScreen(TpmWorkers, Screen):
         self.ima_rate = RateMeter(window_s=5.0)
         self._seen_seq = 0
         self._seen_total = -1
+        self._seen_marks = 0
+        self._seen_boundaries = 0
         self._last_slow = 0.0
         self._notified_error: str | None = None
         self._sysfs_reads = 0
@@ -196,7 +198,11 @@ class MainScreen(TpmWorkers, Screen):
                 for ev in events:
                     if ev.cc in (0x161, 0x162, 0x165):
                         self.gap.feed(ev)
-                self._ingest_stream(events)
+            marks = rec.marks[self._seen_marks:]
+            self._seen_marks += len(marks)
+            if events or marks:
+                self._ingest_stream(events, marks)
+        self._notify_boundaries()
         if now - self._last_slow >= 1.0:
             self._last_slow = now
             self._refresh_stats()
@@ -207,7 +213,7 @@ class MainScreen(TpmWorkers, Screen):
             self.notify(err, title="workload", severity="error" if not src.running else "warning", timeout=8)
         self._notified_error = err
 
-    def _ingest_stream(self, events) -> None:
+    def _ingest_stream(self, events, marks=()) -> None:
         stream = self.query_one(StreamPanel)
         if stream.frozen:
             return
@@ -215,7 +221,20 @@ class MainScreen(TpmWorkers, Screen):
         if needle:
             events = [e for e in events[-STREAM_INGEST * 4:] if needle in e.origin or needle in e.name.lower()]
         t0 = self.source.recorder.started_ns
-        stream.add([stream_row(ev, t0) for ev in events[-STREAM_ROWS:]])
+        rows = [(ev.t_ns, stream_row(ev, t0)) for ev in events[-STREAM_ROWS:]]
+        # Boundaries (a TPM reset, a reconnection) sit in the stream where they happened.
+        rows += [(t, mark_row(t, t0, text)) for t, text in marks]
+        rows.sort(key=lambda r: r[0])
+        stream.add([r for _, r in rows])
+
+    def _notify_boundaries(self) -> None:
+        new = self.source.boundaries[self._seen_boundaries:]
+        self._seen_boundaries += len(new)
+        for _, why in new:
+            self.notify(f"{why}. Sessions are set up again; the Latency and Modes panels now show this "
+                        "period only, earlier ones are kept apart (and in an export)",
+                        title="new TPM period", severity="warning", timeout=10)
+            self._stats_dirty = True
 
     def refresh_all(self) -> None:
         if self.kind == "live":
@@ -238,13 +257,24 @@ class MainScreen(TpmWorkers, Screen):
         runs = runs_from_accounts(accounts)
         self._ops_per_s = self.ops_rate.add(self._total_ops(accounts))
         current = next((r for r in runs if r.key == (src.engine, src.mode, src.op)), None)
-        rows = command_rows_live(src.recorder, "workload")
-        subtitle = "workload commands, all modes since reset"
-        if not rows:
-            rows = command_rows_live(src.recorder, None)
-            subtitle = "all origins (no workload yet)"
+        modes = self.query_one(ModesPanel)
+        if src.boundaries:
+            # The recorder's per-command histograms span every TPM life; the engine's accounts
+            # are per period. After a boundary, show the current period's own figures.
+            since = time.strftime("%H:%M:%S", time.localtime(src.boundaries[-1][0]))
+            rows = command_rows_run(current) if current else []
+            subtitle = f"this TPM period only (since {since}), {src.engine}/{src.mode}"
+            earlier = sum(a.ops for p in src.periods for a in p.values())
+            modes.border_subtitle = (f"since {since}; {len(src.periods)} earlier period"
+                                     f"{'s' if len(src.periods) != 1 else ''} kept apart ({earlier} ops)")
+        else:
+            rows = command_rows_live(src.recorder, "workload")
+            subtitle = "workload commands, all modes since reset"
+            if not rows:
+                rows = command_rows_live(src.recorder, None)
+                subtitle = "all origins (no workload yet)"
         self.query_one(LatencyPanel).show(op_rows(current) + rows, subtitle, f"{src.engine}/{src.mode}")
-        self.query_one(ModesPanel).show(comparison(runs, src.op, MODES), src.op, (src.engine, src.mode))
+        modes.show(comparison(runs, src.op, MODES), src.op, (src.engine, src.mode))
 
     def _refresh_handles(self) -> None:
         src = self.source
@@ -280,10 +310,15 @@ class MainScreen(TpmWorkers, Screen):
             extra = f"poll {src.poll_interval:g} s"
             if st == "disconnected":
                 extra = f"retrying: {src.last_error or ''}"[:80]
+            marker = ""
+            if st == "paused" and src.pause_reason:
+                marker = src.pause_reason
+            elif src.boundaries:
+                marker = f"TPM period {len(src.boundaries) + 1}"
             self.query_one(StatusHeader).show(
                 state=st, identity=identity, tcti=src.tcti, simulated=src.simulated, engine=src.engine,
                 mode=src.mode, op=src.op, ops_per_s=self._ops_per_s, rate=rate, extra=extra,
-                profile=src.profile)
+                profile=src.profile, marker=marker)
         elif self.kind == "replay":
             t = src.tpm
             identity = f"{t.get('manufacturer', '?')} {t.get('vendor', '')} fw {t.get('firmware', '?')}"
@@ -472,6 +507,7 @@ class MainScreen(TpmWorkers, Screen):
         stream = self.query_one(StreamPanel)
         stream.clear()
         self._seen_total = -1
+        self._seen_marks = len(self.source.recorder.marks)
         self.refresh_all()
         self.notify("statistics reset", timeout=2)
 

@@ -65,6 +65,9 @@ class StreamView(Widget, can_focus=True):
         shown = self.rows[max(0, end - (height - 1)):end]
         lines = [f"[b $foreground-muted]{escape(header)}[/]"]
         for r in shown:
+            if r.origin == "mark":  # a boundary: one line across every column
+                lines.append(f"{escape(_fit(r.t, 9))} [b $warning]── {escape(r.command)} ──[/]")
+                continue
             rc = _fit(r.rc, 10)
             rc = escape(rc) if r.ok else f"[$error]{escape(rc)}[/]"
             origin = _fit(r.origin, 8)
@@ -108,7 +111,8 @@ class StreamPanel(Panel):
 
     def _render_rows(self) -> None:
         n = self.needle.lower()
-        self.view.set_rows([r for r in self.buffer if r.matches(n)] if n else list(self.buffer))
+        # Marks stay through any filter: a boundary matters whatever the command.
+        self.view.set_rows([r for r in self.buffer if r.origin == "mark" or r.matches(n)] if n else list(self.buffer))
         self._subtitle()
 
     def _subtitle(self) -> None:
