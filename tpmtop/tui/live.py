@@ -12,9 +12,7 @@ plain ``threading.Lock`` before the waiting poller wakes.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
-import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -426,26 +424,10 @@ def export_capture(cap: dict, directory: str | os.PathLike = ".", now: _dt.datet
     while path.exists():
         n += 1
         path = d / f"{base}-{n}.json"
-    try:
-        from tpmtop.capture import write_capture
-    except ImportError:  # the capture module is optional; the contract is the same
-        write_capture = _atomic_json
+    # Validated against the capture schema and written atomically (temp file, fsync, rename):
+    # the one writer every capture goes through, so `tpmtop replay` reads what it wrote.
+    from tpmtop.capture import write_capture
+
     write_capture(path, cap)
     return path.resolve()
 
-
-def _atomic_json(path: Path, obj) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

@@ -1,40 +1,22 @@
 """A saved capture as the dashboard's data source: no TPM, nothing changes. No Textual here.
 
-Loaded with :func:`tpmtop.capture.load_capture` (schema validation, clear one-line errors)
-when that module is present, else as plain JSON with the minimum checks.
+Loaded with :func:`tpmtop.capture.load_capture`: schema validation, clear one-line errors.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from tpmtop.errors import UsageError
 from tpmtop.tui.model import RunView, StreamRow, run_from_capture, stream_row_from_dict
 
 MAX_STREAM_ROWS = 2000
 
 
 def load(path: str | Path) -> dict:
-    try:
-        from tpmtop.capture import load_capture
-    except ImportError:
-        load_capture = None
-    if load_capture is not None:
-        return load_capture(path)
-    p = Path(path)
-    try:
-        with open(p, "rb") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise UsageError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UsageError(f"{p}: not a tpmtop capture ({e})") from None
-    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("tpmtop.capture/"):
-        raise UsageError(f"{p}: not a tpmtop capture (no \"schema\": \"tpmtop.capture/1\")")
-    if not isinstance(data.get("runs", []), list):
-        raise UsageError(f"{p}: 'runs' must be a list")
-    return data
+    """Schema-checked; a bad file is one clear line (a UsageError), exit status 2."""
+    from tpmtop.capture import load_capture
+
+    return load_capture(path)
 
 
 class ReplaySource:
