@@ -12,12 +12,24 @@ then not visible).
 Streaming: events are read from the capture and written out one by one (see
 :class:`tpmtop.capture.CaptureReader`), so a million events need neither 1 GB of dicts nor
 1 GB of output strings in memory.
+
+Speed: the work is a few microseconds of Python per event (regular-expression parse, then
+formatting), so a million-event capture takes seconds. Two things keep it short: each event is
+one ``%`` with a template cached per (command, handles, sessions, rc, origin, track) — only the
+timestamps and op_seq vary — and, on a machine with a spare core, a forked helper process
+converts the second half of the events array while this process does the first (see
+:class:`_Helper`). The helper's output is used only if it is exactly what this process would
+have written (same track numbers: when both parts meet tracks that were not known at the fork
+— a capture without "ops" — they may not be); otherwise this process converts that part too.
+So the trace never depends on the split; only derived operations may come in another order.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
+import signal
 import tempfile
 
 from tpmtop.capture import CaptureError, CaptureReader
@@ -25,6 +37,11 @@ from tpmtop.atomic import open_atomic
 
 PID = 1
 _BATCH = 8192
+# A helper process pays off only for a big events array (fork, copying its output).
+_SPLIT_MIN_BYTES = 16 * 1024 * 1024
+# Where in the events array (by bytes) the helper takes over. This process also writes the
+# metadata and copies the helper's part afterwards, so a bit less than half is left to it.
+_SPLIT_AT = 0.48
 
 
 def _us(ns: int) -> str:
@@ -33,18 +50,23 @@ def _us(ns: int) -> str:
     return f"{q}.{r:03d}" if r else str(q)
 
 
-def _us_text(digits: str) -> str:
-    """ns as JSON digits -> µs as JSON number text, by moving the decimal point (no int())."""
-    return digits[:-3] + "." + digits[-3:] if len(digits) > 3 else "0.%03d" % int(digits)
+def _esc(json_text: str) -> str:
+    """JSON text pasted into a %-template: a '%' in a string must not be read as a directive."""
+    return json_text.replace("%", "%%")
 
 
-_EVENT_FMT = ('{"name":%s,"cat":"tpm","ph":"X","ts":%s,"dur":%s,"pid":1,"tid":%d,%s"args":{'
-              '"command":%s,"rc":%s,"rc_text":%s,"handles":%s,"sessions":%s,"op_seq":%s,"origin":%s}}')
-_OP_FMT = ('{"name":%s,"cat":"op","ph":"X","ts":%s,"dur":%s,"pid":1,"tid":%d,"args":{'
-           '"op_seq":%s,"ok":%s,"wire_us":%s,"host_us":%s}}')
+# The templates: "%s.%s" is a timestamp in µs, written from the ns digits split before their
+# last three (no int(), no float), "%s" op_seq as it stands in the capture.
+_EVENT_TPL = ('{"name":%s,"cat":"tpm","ph":"X","ts":%%s.%%s,"dur":%%s.%%s,"pid":1,"tid":%d,%s"args":{'
+              '"command":%s,"rc":%s,"rc_text":%s,"handles":%s,"sessions":%s,"op_seq":%%s,"origin":%s}}')
+_OP_TPL = ('{"name":%s,"cat":"op","ph":"X","ts":%%s.%%s,"dur":%%s.%%s,"pid":1,"tid":%d,"args":{'
+           '"op_seq":%%s,"ok":%s,"wire_us":%%s.%%s,"host_us":%%d.%%03d}}')
+_MAX_TEMPLATES = 100_000  # a capture with ever-new rc_text strings must not grow memory
 
 
 class _Writer:
+    """Output lines joined with ",\\n", written in batches."""
+
     def __init__(self, out):
         self.out = out
         self.batch: list[str] = []
@@ -60,154 +82,435 @@ class _Writer:
             text = ",\n".join(self.batch)
             self.out.write(((",\n" if not self.first else "") + text).encode("utf-8"))
             self.first = False
-            self.batch = []
+            self.batch.clear()  # in place: the event handlers hold this list
+
+
+def _copy_file(src, dst) -> None:
+    """Append all of the (flushed) file ``src`` to the binary file ``dst``, in the kernel."""
+    dst.flush()
+    src_fd, dst_fd = src.fileno(), dst.fileno()
+    size = os.fstat(src_fd).st_size
+    off = 0
+    while off < size:
+        try:
+            n = os.copy_file_range(src_fd, dst_fd, size - off, off)
+        except OSError:  # e.g. a file system without it: plain reads and writes
+            n = os.write(dst_fd, os.pread(src_fd, min(size - off, 1 << 22), off))
+        if n <= 0:
+            raise OSError(f"short copy of the helper's part ({off} of {size} bytes)")
+        off += n
+    dst.seek(0, os.SEEK_END)  # the buffered writer's idea of the position, after the raw writes
+
+
+class _Export:
+    """The state of one export. A forked helper starts with a copy of it (see _Helper)."""
+
+    def __init__(self, out, out_dir: str):
+        from tpmtop.tpm import names  # rc wording for events written without rc_text
+
+        self.rc_text = names.rc_text
+        self.out_dir = out_dir
+        self.w = _Writer(out)
+        self.tracks: dict[tuple, int] = {}  # key -> tid, numbered in order of appearance
+        self.track_names: dict[int, str] = {}
+        self.templates: dict[tuple, str] = {}
+        self.op_templates: dict[tuple, str] = {}
+        self.n_ops = 0
+        self.covered = bytearray()  # covered[op_seq] == 1: the "ops" array has it
+        self.covered_big: set[int] = set()
+        # Operations derived from the events' op_seq, for events whose operation is not in the
+        # "ops" array (the bench's uncounted warm-up, or a capture without "ops"). They are
+        # spilled to a temporary file, one "op_seq<TAB>slice" line each, and added at the end
+        # unless the "ops" array (if it came after the events) covers them after all.
+        self.spill = tempfile.TemporaryFile(dir=out_dir)
+        self.spill_lines: list[str] = []
+        self.open_ops: dict[int, list] = {}  # tid -> [op_seq, op_j, start_ns, end_ns, n, errors]
+        self.heads: dict[int, list] | None = None  # the helper's first closed operation per track
+        self.helper: _Helper | None = None
+
+    # -- tracks and templates --------------------------------------------------------------
+
+    def tid_for(self, origin_j: str, engine_j: str, mode_j: str) -> int:
+        key = (engine_j, mode_j) if engine_j != "null" else (origin_j,)
+        tid = self.tracks.get(key)
+        if tid is None:
+            tid = self.tracks[key] = len(self.tracks) + 1
+            if len(key) == 2:
+                label = f"{json.loads(engine_j)} / {json.loads(mode_j) if mode_j != 'null' else '?'}"
+            else:
+                label = {"poll": "tpmtop polling", "user": "operator commands"}.get(
+                    json.loads(origin_j), json.loads(origin_j))
+            self.track_names[tid] = label
+        return tid
+
+    def event_template(self, key: tuple) -> str:
+        command_j, handles_j, sessions_j, rc, rc_text_j, origin_j, engine_j, mode_j = key
+        tid = self.tid_for(origin_j, engine_j, mode_j)
+        c = json.loads(command_j)
+        name_j = json.dumps(c[8:] if c.startswith("TPM2_CC_") else c)
+        code = None if rc == "null" else int(rc)
+        if rc_text_j == "null":
+            rc_text_j = json.dumps(self.rc_text(code))
+        rc_hex = "null" if code is None else f'"0x{code:03x}"'
+        # Errors get a red slice: the eye finds the one failing command in a million.
+        cname = "" if code == 0 else '"cname":"terrible",'
+        tpl = _EVENT_TPL % (_esc(name_j), tid, cname, _esc(command_j), rc_hex, _esc(rc_text_j), handles_j,
+                            sessions_j, _esc(origin_j))
+        if len(self.templates) >= _MAX_TEMPLATES:
+            self.templates.clear()
+        self.templates[key] = tpl
+        return tpl
+
+    def op_template(self, key: tuple) -> str:
+        engine_j, mode_j, op_j, ok = key
+        tid = self.tracks.get((engine_j, mode_j)) or self.tid_for('"workload"', engine_j, mode_j)
+        tpl = _OP_TPL % (_esc(op_j), tid, ok)
+        if len(self.op_templates) >= _MAX_TEMPLATES:
+            self.op_templates.clear()
+        self.op_templates[key] = tpl
+        return tpl
+
+    # -- per element: the hot paths (a million calls; locals, no helper calls) -------------
+
+    def op_handler(self):
+        templates = self.op_templates
+        template = self.op_template
+        w = self.w
+        batch = w.batch
+        append = batch.append
+        covered = self.covered
+
+        def on_op(row) -> None:
+            seq, engine_j, mode_j, op_j, t_ns, total_ns, wire_ns, ok, _ = row
+            tpl = templates.get((engine_j, mode_j, op_j, ok)) or template((engine_j, mode_j, op_j, ok))
+            if len(t_ns) < 4 or len(total_ns) < 4 or len(wire_ns) < 4:
+                t_ns, total_ns, wire_ns = t_ns.zfill(4), total_ns.zfill(4), wire_ns.zfill(4)
+            host_q, host_r = divmod(max(int(total_ns) - int(wire_ns), 0), 1000)
+            append(tpl % (t_ns[:-3], t_ns[-3:], total_ns[:-3], total_ns[-3:], seq, wire_ns[:-3], wire_ns[-3:],
+                          host_q, host_r))
+            if len(batch) >= _BATCH:
+                w.flush()
+            n = int(seq)
+            if n < len(covered):
+                covered[n] = 1
+            else:
+                self.cover(n)
+            self.n_ops += 1
+
+        return on_op
+
+    def event_handler(self):
+        templates = self.templates
+        template = self.event_template
+        w = self.w
+        batch = w.batch
+        append = batch.append
+        is_covered = self.is_covered
+        derive = self.derive
+        tracks = self.tracks
+        last_seq = None  # consecutive events mostly belong to the same operation
+        last_derived = False
+
+        def on_event(row) -> None:
+            nonlocal last_seq, last_derived
+            (t_ns, command_j, handles_j, sessions_j, rc, rc_text_j, wire_ns, origin_j, engine_j, mode_j,
+             op_j, op_seq, _) = row
+            key = (command_j, handles_j, sessions_j, rc, rc_text_j, origin_j, engine_j, mode_j)
+            tpl = templates.get(key) or template(key)
+            if len(t_ns) < 4 or len(wire_ns) < 4:
+                t_ns, wire_ns = t_ns.zfill(4), wire_ns.zfill(4)
+            append(tpl % (t_ns[:-3], t_ns[-3:], wire_ns[:-3], wire_ns[-3:], op_seq))
+            if len(batch) >= _BATCH:
+                w.flush()
+            if op_seq != last_seq:
+                last_seq = op_seq
+                last_derived = op_seq != "null" and not is_covered(int(op_seq))
+            if last_derived:
+                tid = tracks[(engine_j, mode_j) if engine_j != "null" else (origin_j,)]
+                derive(tid, int(op_seq), op_j, int(t_ns), int(wire_ns), rc != "0")
+
+        return on_event
+
+    # -- operations: the "ops" array and the derived ones ----------------------------------
+
+    def cover(self, seq: int) -> None:
+        if seq < 1 << 26:  # a byte per op_seq up to 64 M; beyond that a set
+            covered = self.covered
+            if seq >= len(covered):
+                covered.extend(bytes(max(seq + 1 - len(covered), len(covered))))
+            covered[seq] = 1
+        else:
+            self.covered_big.add(seq)
+
+    def is_covered(self, seq: int) -> bool:
+        return (self.covered[seq] == 1) if seq < len(self.covered) else seq in self.covered_big
+
+    def derive(self, tid: int, op_seq: int, op_j: str, t_ns: int, wire_ns: int, failed: bool) -> None:
+        st = self.open_ops.get(tid)
+        end = t_ns + wire_ns
+        if st is not None and st[0] == op_seq:
+            st[3] = max(st[3], end)
+            st[4] += 1
+            st[5] += failed
+        else:
+            if st is not None:
+                self.close_op(tid, st)
+            self.open_ops[tid] = [op_seq, op_j if op_j != "null" else '"op"', t_ns, end, 1, int(failed)]
+
+    def close_op(self, tid: int, st: list) -> None:
+        if self.heads is not None and tid not in self.heads:
+            # In the helper: the first operation of a track may have begun before the split,
+            # in the parent's part; the parent completes and writes it.
+            self.heads[tid] = st
+            return
+        seq, op_j, start, end, n, errors = st
+        self.spill_lines.append(
+            f'{seq}\t{{"name":{op_j},"cat":"op","ph":"X","ts":{_us(start)},"dur":{_us(end - start)},'
+            f'"pid":{PID},"tid":{tid},"args":{{"op_seq":{seq},"commands":{n},'
+            f'"ok":{"false" if errors else "true"},"derived":true}}}}\n')
+        if len(self.spill_lines) >= _BATCH:
+            self.flush_spill()
+
+    def flush_spill(self) -> None:
+        self.spill.write("".join(self.spill_lines).encode("utf-8"))
+        self.spill_lines.clear()
+
+    def merge_ops(self, heads: dict, open_ops: dict) -> None:
+        """The helper's derived-operation state joined to this process's at the split."""
+        for tid in {**heads, **open_ops}:
+            first = heads.get(tid) or open_ops[tid]  # the helper's earliest operation on the track
+            mine = self.open_ops.pop(tid, None)
+            if mine is not None:
+                if mine[0] == first[0]:  # one operation across the split
+                    first[1], first[2] = mine[1], mine[2]
+                    first[3] = max(first[3], mine[3])
+                    first[4] += mine[4]
+                    first[5] += mine[5]
+                else:
+                    self.close_op(tid, mine)
+            if tid in heads:
+                self.close_op(tid, heads[tid])
+        self.open_ops.update(open_ops)
+
+    # -- the split (see CaptureReader.split_events) ----------------------------------------
+
+    def on_events_start(self, reader: CaptureReader, offset: int) -> None:
+        if not _have_spare_core():
+            return
+        try:
+            size = os.path.getsize(reader.path)
+            if size - offset < _SPLIT_MIN_BYTES:
+                return
+            split = _line_start(reader.path, offset + int((size - offset) * _SPLIT_AT))
+        except OSError:
+            return
+        if split is not None:
+            self.helper = _Helper.start(self, reader.path, split)
+            if self.helper is not None and not reader.split_events(split, self.helper):
+                self.helper.abandon()
+
+    def run_helper(self, path: str, split: int, out_part, spill_part) -> dict:
+        """(In the forked helper.) Convert the events from ``split`` to the array's end."""
+        n_tracks = len(self.tracks)
+        self.w = _Writer(out_part)
+        self.spill, self.spill_lines = spill_part, []
+        self.open_ops, self.heads = {}, {}
+        reader = CaptureReader(path, on_event=self.event_handler())
+        n, end, newlines = reader.read_events_tail(split)
+        self.w.flush()
+        self.flush_spill()
+        out_part.flush()
+        spill_part.flush()
+        new = list(self.tracks.items())[n_tracks:]
+        return {"n": n, "end": end, "newlines": newlines, "tracks": list(self.tracks.items()),
+                "labels": {tid: self.track_names[tid] for _, tid in new}, "wrote": not self.w.first,
+                "heads": self.heads, "open_ops": self.open_ops}
+
+    def join(self, res: dict, out_part, spill_part) -> bool:
+        """Take the helper's part if its track numbers are the ones this process would give."""
+        tracks = dict(self.tracks)
+        for key, tid in res["tracks"]:
+            have = tracks.get(key)
+            if have is None:
+                if tid != len(tracks) + 1:  # both parts met new tracks: numbered differently
+                    return False
+                tracks[key] = tid
+            elif have != tid:
+                return False
+        for key, tid in tracks.items():
+            if tid not in self.track_names:
+                self.track_names[tid] = res["labels"][tid]
+        self.tracks.update(tracks)
+        self.w.flush()
+        if res["wrote"]:
+            self.w.out.write(b",\n" if not self.w.first else b"")
+            self.w.first = False
+            _copy_file(out_part, self.w.out)
+        self.merge_ops(res["heads"], res["open_ops"])
+        self.flush_spill()
+        _copy_file(spill_part, self.spill)
+        return True
+
+
+def _have_spare_core() -> bool:
+    if not hasattr(os, "fork") or os.environ.get("TPMTOP_EXPORT_SPLIT") == "0":
+        return False
+    try:
+        return len(os.sched_getaffinity(0)) > 1
+    except (AttributeError, OSError):
+        return (os.cpu_count() or 1) > 1
+
+
+def _die_with(parent: int) -> None:
+    """(In the helper.) A killed export must not leave its helper converting for seconds."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before that
+        os._exit(1)
+
+
+def _line_start(path: str, at: int) -> int | None:
+    """The offset of the first line at or after ``at`` that starts an event as write_capture
+    writes it. Only a guess: the reader checks it is really between two events."""
+    with open(path, "rb") as f:
+        f.seek(at)
+        window = f.read(1 << 20)
+    i = window.find(b'\n{"t_ns":')
+    return None if i < 0 else at + i + 1
+
+
+class _Helper:
+    """A forked process converting the second part of the events array into a temporary file
+    (in the output's folder, unlinked: nothing is left behind if anything dies).
+
+    It reports through a pipe: the events and newlines it read, where the array ended, the
+    tracks it numbered and its derived-operation state at both ends. Any failure there (an
+    invalid event, an exception, a signal) only means that the parent parses that part itself
+    — and then reports an invalid event with its real index and line.
+    """
+
+    def __init__(self, pid: int, rfd: int, exp: _Export, out_part, spill_part):
+        self.pid, self.rfd, self.exp = pid, rfd, exp
+        self.out_part, self.spill_part = out_part, spill_part
+
+    @classmethod
+    def start(cls, exp: _Export, path: str, split: int) -> _Helper | None:
+        out_part = tempfile.TemporaryFile(dir=exp.out_dir)
+        spill_part = tempfile.TemporaryFile(dir=exp.out_dir)
+        rfd, wfd = os.pipe()
+        parent = os.getpid()
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (rfd, wfd):
+                os.close(fd)
+            out_part.close()
+            spill_part.close()
+            return None
+        if pid == 0:  # the helper: never returns into the caller (os._exit, no cleanup of the parent's files)
+            status = 1
+            try:
+                os.close(rfd)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                _die_with(parent)
+                data = pickle.dumps(exp.run_helper(path, split, out_part, spill_part))
+                with os.fdopen(wfd, "wb") as f:
+                    f.write(data)
+                status = 0
+            except BaseException:
+                pass
+            finally:
+                os._exit(status)
+        os.close(wfd)
+        return cls(pid, rfd, exp, out_part, spill_part)
+
+    def join(self, reader: CaptureReader) -> tuple[int, int, int] | None:
+        """(Called by the reader at the split.) The helper's (events, end offset, newlines)."""
+        chunks = []
+        while True:
+            b = os.read(self.rfd, 1 << 16)
+            if not b:
+                break
+            chunks.append(b)
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = None
+        try:
+            if status != 0 or not chunks:
+                return None
+            res = pickle.loads(b"".join(chunks))
+            if not self.exp.join(res, self.out_part, self.spill_part):
+                return None
+            return res["n"], res["end"], res["newlines"]
+        finally:
+            self.close()
+
+    def abandon(self) -> None:
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except OSError:
+                pass
+            self.pid = None
+        self.close()
+
+    def close(self) -> None:
+        if self.rfd is not None:
+            os.close(self.rfd)
+            self.rfd = None
+        self.out_part.close()
+        self.spill_part.close()
 
 
 def export_chrome_trace(capture_path: str | os.PathLike, out_path: str | os.PathLike) -> dict:
     """Write the trace atomically; returns counts ``{"events", "ops", "tracks"}``.
 
     Raises :class:`CaptureError` (exit 2) for an invalid capture or one without events."""
-    from tpmtop.tpm import names  # rc wording for events written without rc_text
-
-    tracks: dict[tuple, int] = {}  # key -> tid
-    track_names: dict[int, str] = {}
-    name_cache: dict[str, str] = {}
-    counts = {"events": 0, "ops": 0, "derived_ops": 0}
-
-    def tid_for(origin_j: str, engine_j: str, mode_j: str) -> int:
-        key = (engine_j, mode_j) if engine_j != "null" else (origin_j,)
-        tid = tracks.get(key)
-        if tid is None:
-            tid = tracks[key] = len(tracks) + 1
-            if len(key) == 2:
-                label = f"{json.loads(engine_j)} / {json.loads(mode_j) if mode_j != 'null' else '?'}"
-            else:
-                label = {"poll": "tpmtop polling", "user": "operator commands"}.get(
-                    json.loads(origin_j), json.loads(origin_j))
-            track_names[tid] = label
-        return tid
-
     out_dir = os.path.dirname(os.path.realpath(os.fspath(out_path))) or "."
-    # Operations derived from the events' op_seq, for events whose operation is not in the
-    # "ops" array (the bench's uncounted warm-up, or a capture without "ops"). They are
-    # spilled to a temporary file, one "op_seq<TAB>slice" line each, and added at the end
-    # unless the "ops" array (if it came after the events) covers them after all.
-    spill = tempfile.TemporaryFile(dir=out_dir)
-    spill_lines: list[str] = []
-    open_ops: dict[int, list] = {}  # tid -> [op_seq, op_j, start_ns, end_ns, n, errors]
-    covered = bytearray()  # covered[op_seq] == 1: the "ops" array has it
-    covered_big: set[int] = set()
-
-    def cover(seq: int) -> None:
-        if seq < 1 << 26:  # a byte per op_seq up to 64 M; beyond that a set
-            if seq >= len(covered):
-                covered.extend(bytes(max(seq + 1 - len(covered), len(covered))))
-            covered[seq] = 1
-        else:
-            covered_big.add(seq)
-
-    def is_covered(seq: int) -> bool:
-        return (covered[seq] == 1) if seq < len(covered) else seq in covered_big
-
-    def close_op(tid: int, st: list) -> None:
-        seq, op_j, start, end, n, errors = st
-        spill_lines.append(f'{seq}\t{{"name":{op_j},"cat":"op","ph":"X","ts":{_us(start)},"dur":{_us(end - start)},'
-                           f'"pid":{PID},"tid":{tid},"args":{{"op_seq":{seq},"commands":{n},'
-                           f'"ok":{"false" if errors else "true"},"derived":true}}}}\n')
-        if len(spill_lines) >= _BATCH:
-            spill.write("".join(spill_lines).encode("utf-8"))
-            spill_lines.clear()
-
+    derived = 0
     with open_atomic(out_path, text=False, background_sync=False) as out:
         out.write(b'{"displayTimeUnit":"ms","traceEvents":[\n')
-        w = _Writer(out)
-        add = w.add
-
-        def on_op(row) -> None:
-            seq, engine_j, mode_j, op_j, t_ns, total_ns, wire_ns, ok, _ = row
-            tid = tracks.get((engine_j, mode_j)) or tid_for('"workload"', engine_j, mode_j)
-            host = int(total_ns) - int(wire_ns)
-            add(_OP_FMT % (op_j, _us_text(t_ns), _us_text(total_ns), tid, seq, ok, _us_text(wire_ns),
-                           _us(max(host, 0))))
-            cover(int(seq))
-            counts["ops"] += 1
-
-        rc_cache: dict[tuple, tuple] = {}
-
-        def rc_info(rc: str, rc_text_j: str) -> tuple:
-            v = rc_cache.get((rc, rc_text_j))
-            if v is None:
-                code = None if rc == "null" else int(rc)
-                if rc_text_j == "null":
-                    rc_text_j = json.dumps(names.rc_text(code))
-                # Errors get a red slice: the eye finds the one failing command in a million.
-                v = rc_cache[(rc, rc_text_j)] = ("null" if code is None else f'"0x{code:03x}"', rc_text_j,
-                                                 "" if code == 0 else '"cname":"terrible",')
-            return v
-
-        def on_event(row) -> None:
-            (t_ns, command_j, handles_j, sessions_j, rc, rc_text_j, wire_ns, origin_j, engine_j, mode_j,
-             op_j, op_seq, _) = row
-            key = (engine_j, mode_j) if engine_j != "null" else (origin_j,)
-            tid = tracks.get(key) or tid_for(origin_j, engine_j, mode_j)
-            name_j = name_cache.get(command_j)
-            if name_j is None:
-                c = json.loads(command_j)
-                name_j = name_cache[command_j] = json.dumps(c[8:] if c.startswith("TPM2_CC_") else c)
-            rc_hex, rc_text_j, cname = rc_info(rc, rc_text_j)
-            add(_EVENT_FMT % (name_j, _us_text(t_ns), _us_text(wire_ns), tid, cname, command_j, rc_hex,
-                              rc_text_j, handles_j, sessions_j, op_seq, origin_j))
-            if op_seq != "null":
-                seq = int(op_seq)
-                if not is_covered(seq):
-                    derive(tid, seq, op_j, int(t_ns), int(wire_ns), rc_hex != '"0x000"')
-
-        def derive(tid, op_seq, op_j, t_ns, wire_ns, failed) -> None:
-            st = open_ops.get(tid)
-            end = t_ns + wire_ns
-            if st is not None and st[0] == op_seq:
-                st[3] = max(st[3], end)
-                st[4] += 1
-                st[5] += failed
-            else:
-                if st is not None:
-                    close_op(tid, st)
-                open_ops[tid] = [op_seq, op_j if op_j != "null" else '"op"', t_ns, end, 1, int(failed)]
-
-        reader = CaptureReader(capture_path, on_event=on_event, on_op=on_op)
+        exp = _Export(out, out_dir)
+        reader = CaptureReader(capture_path, on_event=exp.event_handler(), on_op=exp.op_handler())
+        reader.on_events_start = exp.on_events_start
         try:
             doc = reader.read()
             if not reader.has_events or reader.n_events == 0:
                 raise CaptureError(f"{os.fspath(capture_path)}: the capture has no events, so there is "
                                    f"nothing to put on a timeline; record one with "
                                    f"`tpmtop bench ... --json FILE --events`")
-            for tid, st in open_ops.items():
-                close_op(tid, st)
-            spill.write("".join(spill_lines).encode("utf-8"))
-            spill.seek(0)
-            for line in spill:
+            for tid, st in exp.open_ops.items():
+                exp.close_op(tid, st)
+            exp.flush_spill()
+            exp.spill.seek(0)
+            for line in exp.spill:
                 seq_b, _, slice_b = line.partition(b"\t")
-                if is_covered(int(seq_b)):
+                if exp.is_covered(int(seq_b)):
                     continue  # the "ops" array, read after these events, has this operation
-                w.add(slice_b.rstrip(b"\n").decode("utf-8"))
-                counts["derived_ops"] += 1
+                exp.w.add(slice_b.rstrip(b"\n").decode("utf-8"))
+                derived += 1
         finally:
-            spill.close()
+            if exp.helper is not None:
+                exp.helper.abandon()  # no-op once joined; else (an error before the split) stop it
+            exp.spill.close()
+        add = exp.w.add
         tpm = doc.get("tpm", {})
         host = doc.get("host", {})
         pname = (f"TPM {tpm.get('manufacturer', '?')} fw {tpm.get('firmware', '?')}"
                  f"{' (simulated)' if tpm.get('simulated') else ''} on {host.get('hostname', '?')}")
         add(json.dumps({"name": "process_name", "ph": "M", "pid": PID, "args": {"name": pname}}))
-        for tid, label in sorted(track_names.items()):
+        for tid, label in sorted(exp.track_names.items()):
             add(json.dumps({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": label}}))
             add(json.dumps({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid,
                             "args": {"sort_index": tid}}))
         for m in doc.get("marks", ()):
             add(json.dumps({"name": m["text"], "ph": "i", "s": "g", "ts": m["t_ns"] / 1000, "pid": PID, "tid": 0}))
-        w.flush()
+        exp.w.flush()
         other = {"schema": doc.get("schema"), "created": doc.get("created"), "tpm": tpm, "host": host,
                  "tool": doc.get("tool")}
         out.write(b'\n],\n"otherData":' + json.dumps(other).encode("utf-8") + b"}\n")
-    counts["tracks"] = len(tracks)
-    counts["events"] = reader.n_events
-    return counts
+    return {"events": reader.n_events, "ops": exp.n_ops, "derived_ops": derived, "tracks": len(exp.tracks)}
