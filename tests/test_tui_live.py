@@ -93,6 +93,29 @@ class TestHandles:
             await until(pilot, lambda: key not in table._shadow, what="row removed")
             assert h not in {e.handle for e in list_handles(src.conn.transport)}
 
+    async def test_footer_follows_what_can_be_done(self, live, tmp_path):
+        """The footer skips rebuilds that change nothing, yet still shows Flush enabled once a
+        handle is selected (its enabled state is part of what it compares)."""
+        from textual.widgets._footer import FooterKey
+
+        src = live(start_running=False)
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            screen = main_screen(app)
+            screen.book.HIGHLIGHT_S = 0.0
+
+            def flush_key():
+                return next(k for k in screen.query(FooterKey) if k.action == "flush_selected")
+
+            await until(pilot, lambda: src.identity is not None, what="first poll")
+            assert flush_key().has_class("-disabled")
+            h = await self._primary(src)
+            table = screen.query_one("#handles-table")
+            await until(pilot, lambda: f"0x{h:08x}" in table._shadow, what="handle in table")
+            table.focus()
+            table.move_cursor(row=table.get_row_index(f"0x{h:08x}"))
+            await until(pilot, lambda: not flush_key().has_class("-disabled"), what="Flush enabled in the footer")
+
     async def test_flush_of_foreign_handle_asks_first(self, live, tmp_path):
         """A handle tpmtop did not create is flushed only after the operator says yes."""
         src = live(start_running=False)

@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static, Tab, Tabs
+from textual.widgets import DataTable, Static, Tab, Tabs
 
 from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS, ENGINES, MODES, OPS, PANELS
@@ -23,6 +23,7 @@ from tpmtop.tui.model import (ContextGapTracker, HandleBook, RateMeter, command_
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tpmtop.tui.screens.help import HelpScreen
 from tpmtop.tui.screens.workers import TpmWorkers
+from tpmtop.tui.widgets.footer import TpmtopFooter
 from tpmtop.tui.widgets.handles import HandlesPanel
 from tpmtop.tui.widgets.header import StatusHeader
 from tpmtop.tui.widgets.latency import LatencyPanel
@@ -95,7 +96,7 @@ class MainScreen(TpmWorkers, Screen):
             with Horizontal(id="bottom"):
                 yield ModesPanel(id="modes")
                 yield StreamPanel(id="stream")
-        yield Footer()
+        yield TpmtopFooter()
 
     @property
     def kind(self) -> str:

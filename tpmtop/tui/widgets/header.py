@@ -37,7 +37,8 @@ class StatusHeader(Static):
         text = line1 + "\n" + line2
         if text != self._last:
             self._last = text
-            self.update(Content.from_markup(text))
+            # Two lines, always (height: 2): a new text never needs a screen relayout.
+            self.update(Content.from_markup(text), layout=False)
 
     _last = ""
 

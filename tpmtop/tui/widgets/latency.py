@@ -125,7 +125,7 @@ class LatencyPanel(Panel):
     def _set(self, hist: Static, markup: str) -> None:
         if markup != self._shown:
             self._shown = markup
-            hist.update(Content.from_markup(markup))
+            hist.update(Content.from_markup(markup), layout=False)  # fixed-size box (#latency-detail)
 
     def on_data_table_row_highlighted(self, event) -> None:
         self.show_detail(force=True)

@@ -4,11 +4,10 @@ its ratio to `none` of the same engine."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.content import Content
 from textual.widgets import Static
 
 from tpmtop.tui.model import CompareRow, fmt_us
-from tpmtop.tui.widgets.panel import Panel
+from tpmtop.tui.widgets.panel import Panel, QuietStatic
 
 
 class ModesPanel(Panel):
@@ -19,6 +18,10 @@ class ModesPanel(Panel):
 
     _last: tuple | None = None
 
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self._text = QuietStatic()  # refreshed every second, mostly with the same text
+
     def on_resize(self, event) -> None:
         if self._last is not None:
             self.show(*self._last)
@@ -28,7 +31,7 @@ class ModesPanel(Panel):
         self.border_title = f"Modes · {op} · op p50"
         bars = self.query_one("#bars", Static)
         if not rows:
-            bars.update(Content.from_markup("[dim]no operations yet: each (engine, mode) you run shows up here[/]"))
+            self._text.set(bars, "[dim]no operations yet: each (engine, mode) you run shows up here[/]")
             return
         avail = max(30, self.content_size.width or 60)
         two_lines = avail < 72  # narrow: the numbers, then the bar under them
@@ -45,4 +48,4 @@ class ModesPanel(Panel):
                 text += f" [dim]{r.commands_per_op:>2.0f} cmd/op[/]"
             bar = f"[${tone}]{'█' * n}[/]"
             lines += [text, f"  {bar}"] if two_lines else [f"{text} {bar}"]
-        bars.update(Content.from_markup("\n".join(lines)))
+        self._text.set(bars, "\n".join(lines))

@@ -25,3 +25,28 @@ class Panel(Vertical):
     def mark_replay(self) -> None:
         self.add_class("-passive")
         self.mount(Static(NOT_IN_CAPTURE, classes="passive-note"), before=0)
+
+
+class QuietStatic:
+    """Update a Static with markup only when the text changed, and ask for a screen relayout
+    only when the rows it occupies changed (count of lines, and how each wraps at the current
+    width). A Static update relayouts the whole screen by default; these panels re-send the same
+    or same-shaped text every second, and a key pressed meanwhile waits behind that layout
+    (benchmarks/ui_load.py)."""
+
+    def __init__(self) -> None:
+        self.markup = ""
+        self.shape: tuple | None = None
+
+    def set(self, static: Static, markup: str) -> None:
+        from textual.content import Content
+
+        if markup == self.markup and self.shape is not None:
+            return
+        content = Content.from_markup(markup)
+        width = static.size.width
+        rows = tuple(-(-line.cell_length // width) if width else -1 for line in content.split("\n"))
+        shape = (width, rows)
+        self.markup = markup
+        static.update(content, layout=shape != self.shape or not width)
+        self.shape = shape

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.content import Content
 from textual.widgets import Static
 
 from tpmtop.tui.model import Gauge
-from tpmtop.tui.widgets.panel import Panel
+from tpmtop.tui.widgets.panel import Panel, QuietStatic
 
 BAR = 20
 
 
 class ResourcesPanel(Panel):
     title = "Resources"
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self._text = QuietStatic()  # every poll and tick re-sends mostly the same gauges
 
     def compose(self) -> ComposeResult:
         yield Static("waiting for the first poll…", id="gauges")
@@ -28,4 +31,4 @@ class ResourcesPanel(Panel):
             note = f"  [dim]{g.note}[/]" if g.note else ""
             warn = "  [b $gauge-full]FULL[/]" if g.level == "full" and not g.note else ""
             lines.append(f"{g.label.ljust(width)} {bar} {g.used:>3}/{g.total:<5}{warn}{note}")
-        self.query_one("#gauges", Static).update(Content.from_markup("\n".join(lines) or "no data"))
+        self._text.set(self.query_one("#gauges", Static), "\n".join(lines) or "no data")
