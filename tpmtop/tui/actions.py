@@ -9,12 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-try:
-    from tpmtop.sessions.modes import ENGINES, MODES, OPS
-except ImportError:  # the session engine is optional for replay and passive use
-    MODES = ("none", "per-command", "reuse", "saved")
-    ENGINES = ("native", "esys")
-    OPS = ("extend", "get_random", "create_primary")
+from tpmtop.sessions.modes import ENGINES, MODES, OPS
 
 
 @dataclass(frozen=True)

@@ -74,15 +74,6 @@ class PollResult:
     t: float  # monotonic time of the poll
 
 
-def workload_class():
-    """The session engine's Workload, or None if this tree does not have it."""
-    try:
-        from tpmtop.sessions.workload import Workload
-    except ImportError:
-        return None
-    return Workload
-
-
 class LiveSource:
     kind = "live"
     needs_tpm = True
@@ -122,7 +113,6 @@ class LiveSource:
         # Set by tpmtop.profiles.apply.apply_profile: every latency shown is then the profile's.
         self.profile: str | None = getattr(conn, "profile_name", None)
         self.profile_note = profile_note or (f"profile {self.profile}" if self.profile else None)
-        self.has_engine = workload_class() is not None
         self._old_accounts: dict = {}
         self._close_lock = threading.Lock()
         self._closed = False
@@ -255,12 +245,9 @@ class LiveSource:
 
     def _workload(self):
         if self.workload is None:
-            cls = workload_class()
-            if cls is None:
-                self.workload_error = "the session engine (tpmtop.sessions.workload) is not in this build"
-                self.set_running(False)
-                return None
-            self.workload = cls(self.conn, engine=self.engine, mode=self.mode, op=self.op, pcr=self.pcr)
+            from tpmtop.sessions.workload import Workload  # imported here: replay never needs it
+
+            self.workload = Workload(self.conn, engine=self.engine, mode=self.mode, op=self.op, pcr=self.pcr)
             self._accounts_from_old()
         else:
             w = self.workload

@@ -18,8 +18,9 @@ from textual.widgets import Input
 from tpmtop.tui.model import StreamRow
 from tpmtop.tui.widgets.panel import Panel
 
-# (header, width); most telling first: on a narrow screen handles and sessions are cut off.
-COLUMNS = (("t s", 9), ("origin", 8), ("command", 17), ("µs", 8), ("rc", 10), ("handles", 17), ("sessions", 22))
+# (header, width); most telling first: on a narrow screen the handles are cut off first,
+# then the sessions (handle:attributes — what shows an HMAC session on the wire).
+COLUMNS = (("t s", 9), ("origin", 8), ("command", 17), ("µs", 8), ("rc", 10), ("sessions", 22), ("handles", 17))
 KEEP = 2000
 
 
@@ -73,8 +74,8 @@ class StreamView(Widget, can_focus=True):
             origin = _fit(r.origin, 8)
             origin = f"[dim]{origin}[/]" if r.origin != "workload" else origin
             lines.append(" ".join((escape(_fit(r.t, 9)), origin, escape(_fit(r.command, 17)),
-                                   escape(_fit(r.us, 8, right=True)), rc, escape(_fit(r.handles, 17)),
-                                   escape(_fit(r.sessions, 22)))))
+                                   escape(_fit(r.us, 8, right=True)), rc, escape(_fit(r.sessions, 22)),
+                                   escape(_fit(r.handles, 17)))))
         if not shown:
             lines.append("[dim]no commands yet[/]")
         return Content.from_markup("\n".join(lines))
