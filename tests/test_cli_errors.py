@@ -167,3 +167,9 @@ def test_tpm_error_with_debug_shows_traceback():
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     r = run_tpmtop("info", "-T", DEAD, "--debug")
     assert r.returncode != 0 and "Traceback" in r.stderr
+
+
+def test_top_level_profile_is_refused_where_it_would_be_ignored():
+    r = run_tpmtop("--profile", "slb9670", "info", "--sim")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--profile" in r.stderr
+    assert r.stdout == ""  # refused before any TPM was opened

@@ -114,6 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     except _UsageExit as e:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE
+    if getattr(args, "profile", None) and args.command not in (None, "bench"):
+        # A top-level option that only the dashboard and bench act on must not be ignored.
+        print(f"tpmtop: --profile applies to the dashboard and `tpmtop bench`, not `tpmtop {args.command}`",
+              file=sys.stderr)
+        return EXIT_USAGE
     # SIGTERM and SIGHUP (an SSH drop) unwind like Ctrl-C, so every `finally` runs:
     # handles are flushed, the private swtpm is stopped, partial captures are written.
     for sig in (signal.SIGTERM, signal.SIGHUP):
