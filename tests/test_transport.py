@@ -116,3 +116,16 @@ def test_handles_appear_and_disappear(tpm):
     flush(tpm.transport, s.handle)
     assert list_handles(tpm.transport) == []
     assert tpm.recorder.owned_handles() == set()
+
+
+def test_raw_buffers_kept_for_the_newest_events_only(tpm, monkeypatch):
+    import tpmtop.recorder as recorder_mod
+
+    monkeypatch.setattr(recorder_mod, "BUFFERS_KEPT", 10)
+    for _ in range(25):
+        read_variable(tpm.transport)  # one GetCapability each
+    evs = tpm.recorder.events()
+    assert len(evs) >= 20
+    assert all(e.command is None and e.response is None for e in evs[:-10])
+    assert all(e.command is not None and e.response is not None for e in evs[-10:])
+    assert all(e.cc == 0x17A and e.rc == 0 for e in evs)  # the decoded fields stay

@@ -21,6 +21,10 @@ from tpmtop.stats import LatencyHistogram
 from tpmtop.tpm import names
 
 DEFAULT_CAPACITY = 100_000
+# Raw command/response bytes are kept for the newest events only (for a full decode of the
+# one someone looks at): a ring of 100,000 events with their buffers held up to ~150 MB,
+# depending on how many carried ~1 KB context blobs; this bounds it to ~20 MB.
+BUFFERS_KEPT = 16_384
 RECENT_PER_COMMAND = 120  # samples kept per command for sparklines
 
 ORIGINS = ("workload", "poll", "user")
@@ -89,6 +93,7 @@ class Recorder:
         self._seq = 0
         self._op_seq = 0
         self._raw: list[tuple] = []
+        self._buffered: deque[Event] = deque()  # the events still holding their raw bytes
         self.started_ns = time.perf_counter_ns()
         self.marks: list[tuple[int, str]] = []  # (t_ns, text): boundaries such as a TPM reset
 
@@ -112,16 +117,23 @@ class Recorder:
         from tpmtop.tpm import wire
 
         keep = self.keep_buffers
+        buffered = self._buffered
         for (t0, wire_ns, cmd, rsp, error, origin, engine, mode, op, op_seq) in raw:
             info = wire.decode_command(cmd)
             r = wire.decode_response(rsp, info.cc)
             self._seq += 1
-            self._add_locked(Event(
+            ev = Event(
                 seq=self._seq, t_ns=t0, cc=info.cc, handles=info.handles, sessions=info.sessions,
                 cmd_size=info.size, rsp_size=r.size, rc=r.rc, rsp_handle=r.handle, wire_ns=wire_ns,
                 origin=origin, engine=engine, mode=mode, op=op, op_seq=op_seq,
                 garbled=info.garbled or (r.garbled and rsp is not None), error=error,
-                command=cmd if keep else None, response=rsp if keep else None))
+                command=cmd if keep else None, response=rsp if keep else None)
+            self._add_locked(ev)
+            if keep:
+                buffered.append(ev)
+                if len(buffered) > BUFFERS_KEPT:
+                    old = buffered.popleft()
+                    old.command = old.response = None
 
     def flush_pending(self) -> None:
         with self._lock:
@@ -189,6 +201,7 @@ class Recorder:
         """Drop the latency statistics and events; keep handle ownership (the TPM still holds them)."""
         with self._lock:
             self._raw.clear()
+            self._buffered.clear()
             self._events.clear()
             self._stats.clear()
             self.started_ns = time.perf_counter_ns()
