@@ -41,7 +41,9 @@ async def live_shots() -> None:
             main = next(s for s in app.screen_stack if isinstance(s, MainScreen))
             table = main.query_one("#latency-table")
             table.focus()
-            await pilot.pause(0.5)
+            # The selected row's histogram is built in a worker that competes with the
+            # workload for the GIL: give it time to land before the shot.
+            await pilot.pause(2.0)
             app.save_screenshot("live-sim.svg", path=str(OUT))
             await pilot.resize_terminal(80, 24)
             await pilot.pause(0.5)

@@ -63,6 +63,33 @@ class TestWorkload:
                         what="workload resumed")
 
 
+class TestLatency:
+    async def test_selected_row_shows_its_histogram(self, live, tmp_path):
+        """The selected row's histogram (built in a worker) lands in the detail box, as many
+        bucket lines as the box holds, their counts those of the operations recorded."""
+        import re
+
+        src = live(start_running=True, rate=0, mode="none")
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: any(a.ops > 50 for a in src.accounts().values()), what="ops")
+            await pilot.press("space")  # freeze the counts
+            with src.gate:
+                pass
+            hist = main_screen(app).query_one("#histogram")
+            main_screen(app).query_one("#latency-table").focus()
+
+            def buckets():
+                return [int(n) for n in re.findall(r"^≤\s*[\d,.]+\s+\S*\s+(\d+)\s*$", str(hist.render()), re.M)]
+
+            ops = sum(a.ops for a in src.accounts().values())
+            # The box (7 lines here) shows the first buckets; the tail may fall below it.
+            await until(pilot, lambda: len(buckets()) >= 3, what="bucket lines in the histogram box")
+            counts = buckets()
+            assert len(counts) == hist.size.height - 1  # the title, then a bucket per line
+            assert all(c > 0 for c in counts) and ops / 2 <= sum(counts) <= ops
+
+
 class TestHandles:
     async def _primary(self, src) -> int:
         def create():

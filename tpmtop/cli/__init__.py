@@ -114,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     except _UsageExit as e:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE
-    if getattr(args, "profile", None) and args.command not in (None, "bench"):
-        # A top-level option that only the dashboard and bench act on must not be ignored.
+    if getattr(args, "profile", None) and args.command not in (None, "bench", "replay"):
+        # A top-level option that only the dashboard and bench act on must not be ignored
+        # (replay refuses it itself, saying why).
         print(f"tpmtop: --profile applies to the dashboard and `tpmtop bench`, not `tpmtop {args.command}`",
               file=sys.stderr)
         return EXIT_USAGE
