@@ -22,6 +22,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from machine import describe  # noqa: E402 - benchmarks/machine.py
 from tpmtop.capture import write_capture  # noqa: E402
 from tpmtop.stats import LatencyHistogram  # noqa: E402
 
@@ -111,19 +112,6 @@ def run_export(capture: str, fmt: str, out: str) -> tuple[float, float, int]:
     return wall, ru.ru_maxrss / 1024, os.path.getsize(out)
 
 
-def machine() -> str:
-    cpu = "?"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
-    return f"{os.cpu_count()} CPUs ({cpu}), {mem:.0f} GiB RAM, Linux {platform.release()}, Python {platform.python_version()}"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=1_000_000)
@@ -145,7 +133,7 @@ def main() -> int:
                           "--generate-only", cap], check=True, capture_output=True, text=True)
     ev, ops = gen.stdout.split()
     n = {"events": int(ev), "ops": int(ops)}
-    print(f"machine: {machine()}")
+    print(f"machine: {describe()}")
     print(f"capture: {n['events']:,} events, {n['ops']:,} ops, {os.path.getsize(cap) / 1e6:.0f} MB "
           f"(written in {time.perf_counter() - t:.1f} s)")
     ok = True

@@ -15,9 +15,7 @@ user-facing figure: c against a.
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +27,7 @@ from tpm2_pytss.constants import ESYS_TR, TPM2_ALG  # noqa: E402
 from tpm2_pytss.TCTILdr import TCTILdr  # noqa: E402
 from tpm2_pytss.types import TPML_DIGEST_VALUES, TPMT_HA  # noqa: E402
 
+from machine import describe  # noqa: E402 - benchmarks/machine.py
 from tpmtop.recorder import Recorder  # noqa: E402
 from tpmtop.tpm.transport import InstrumentedTransport, SocketBackend, connect_tcp  # noqa: E402
 
@@ -84,10 +83,7 @@ def main() -> int:
         sw.stop()
 
     med = {v: {k: statistics.median(xs) for k, xs in r.items()} for v, r in results.items()}
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
-    print(f"machine: {cpu}, {__import__('os').cpu_count()} CPUs, {platform.system()} {platform.release()}; "
-          f"swtpm {subprocess.run(['swtpm', '--version'], capture_output=True, text=True).stdout.split()[3].rstrip(',')}")
+    print(f"machine: {describe()}")
     print(f"{a.rounds} rounds x {a.per_round} ops of each workload per variant, interleaved; median µs per ESAPI call")
     print(f"{'workload':<12}{'(a) stock TCTI':>16}{'(b) tpmtop, off':>17}{'(c) tpmtop, on':>16}")
     for k in ("GetRandom", "PCR_Extend"):

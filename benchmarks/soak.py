@@ -17,13 +17,14 @@ import argparse
 import itertools
 import json
 import os
-import platform
 import sys
 import time
 
 import psutil
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from machine import describe  # noqa: E402 - benchmarks/machine.py
 
 from tpmtop.errors import TpmtopError  # noqa: E402
 from tpmtop.sessions.modes import MODES, OPS  # noqa: E402
@@ -116,7 +117,7 @@ def main(argv=None) -> int:
         "rss_start_mb": round(rss_start / MB, 1), "rss_after_warm_mb": None if rss_warm is None else round(rss_warm / MB, 1),
         "rss_end_mb": round(rss_end / MB, 1), "rss_peak_mb": round(rss_peak / MB, 1),
         "rss_growth_after_warm_mb": None if growth is None else round(growth, 2),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Linux {platform.release()}",
+        "machine": describe(),
         "per_mode_op": per_combo,
     }
     print(f"soak: {result['seconds']} s, native engine, mode/op switch every {args.switch:g} s ({switches} switches)")

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -33,17 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-
-def machine() -> str:
-    cpu = "?"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+from machine import describe  # noqa: E402 - benchmarks/machine.py
 
 
 async def run(seconds: float, mode: str, presses: int, rate: float = 0.0) -> dict:
@@ -65,7 +54,7 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0) -> dic
     MainScreen.tick = timed_tick
     src = LiveSource(open_tpm(sim=True), start_running=True, rate=rate, mode=mode)
     proc = psutil.Process()
-    out: dict = {"machine": machine(), "mode": mode, "engine": "native", "op": "extend", "rate": rate}
+    out: dict = {"machine": describe(), "mode": mode, "engine": "native", "op": "extend", "rate": rate}
     try:
         app = TpmtopApp(src, theme="dark", remember=False)
         async with app.run_test(size=(140, 44)) as pilot:
