@@ -17,7 +17,7 @@ import time
 from tpmtop.errors import TpmError
 from tpmtop.sessions.accounting import RunAccount
 from tpmtop.sessions.modes import DEFAULT_PCR, ENGINES, MODES, OPS, check_pcr
-from tpmtop.sessions.native import ATTR_CONTINUE, ATTR_DECRYPT, ATTR_ENCRYPT, NativeEngine
+from tpmtop.sessions.native import ATTR_CONTINUE, ATTR_DECRYPT, ATTR_ENCRYPT, CONTEXT_INVALID, NativeEngine
 from tpmtop.tpm import names
 
 # A kept session the TPM no longer has: TPM_RC_REFERENCE_S0..S6 (0x918…, not loaded), or a
@@ -238,7 +238,7 @@ class Workload:
             try:
                 e.load_session(self.kept)
             except TpmError as err:
-                if names.rc_base(err.rc or 0) not in (0x08B, 0x084, 0x09F) and err.rc not in (0x901,):
+                if names.rc_base(err.rc or 0) not in CONTEXT_INVALID and err.rc != 0x901:
                     raise
                 self._recover(e)  # saved context gone or too old (TPM_RC_CONTEXT_GAP): start over
                 e.load_session(self.kept)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from tpmtop.errors import TpmConnectionError, UsageError
+from tpmtop.errors import TpmConnectionError
 from tpmtop.recorder import Recorder
 from tpmtop.tpm import tcti as tcti_mod
 from tpmtop.tpm.identity import Identity, read_identity
@@ -123,5 +123,3 @@ def open_tpm(tcti: str | None = None, sim: bool = False, env: dict | None = None
         notice(target.note)
     return TpmConnection(target, recorder).open()
 
-
-__all__ = ["TpmConnection", "open_tpm", "UsageError"]

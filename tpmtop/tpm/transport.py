@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import os
 import socket
-import struct
 import threading
 import time
 from typing import Callable, Protocol
@@ -263,7 +262,3 @@ def _sleep_until(deadline_ns: int) -> None:
             return
         if left > 300_000:
             time.sleep((left - 200_000) / 1e9)
-
-
-def raw_response_code(rsp: bytes) -> int:
-    return struct.unpack_from(">I", rsp, 6)[0] if len(rsp) >= 10 else -1
