@@ -40,7 +40,7 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0) -> dic
 
     from tpmtop.tpm.connection import open_tpm
     from tpmtop.tui.app import TpmtopApp
-    from tpmtop.tui.live import LiveSource
+    from tpmtop.sources.live import LiveSource
     from tpmtop.tui.screens.main import MainScreen
 
     ticks: list[float] = []

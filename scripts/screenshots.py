@@ -26,7 +26,7 @@ CAPTURE = REPO / "tests" / "tui_fixtures" / "slb9670-extend.json"
 async def live_shots() -> None:
     from tpmtop.tpm.connection import open_tpm
     from tpmtop.tui.app import TpmtopApp
-    from tpmtop.tui.live import LiveSource
+    from tpmtop.sources.live import LiveSource
     from tpmtop.tui.screens.main import MainScreen
 
     src = LiveSource(open_tpm(sim=True), start_running=True, rate=200, mode="none", poll_interval=0.5)
@@ -57,7 +57,7 @@ async def live_shots() -> None:
 
 async def replay_shots() -> None:
     from tpmtop.tui.app import TpmtopApp
-    from tpmtop.tui.replay import ReplaySource, load
+    from tpmtop.sources.replay import ReplaySource, load
 
     for theme in ("dark", "light", "high-contrast", "colour-blind-safe"):
         app = TpmtopApp(ReplaySource(load(CAPTURE), CAPTURE), theme=theme, remember=False)

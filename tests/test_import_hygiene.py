@@ -23,10 +23,10 @@ HEADLESS = [
     "tpmtop.sessions.workload",
     "tpmtop.bench",
     "tpmtop.capture",
-    "tpmtop.tui.live",
-    "tpmtop.tui.model",
-    "tpmtop.tui.replay",
-    "tpmtop.tui.sysfs",
+    "tpmtop.sources.live",
+    "tpmtop.sources.model",
+    "tpmtop.sources.replay",
+    "tpmtop.sources.passive",
     "tpmtop.tui.actions",
 ]
 

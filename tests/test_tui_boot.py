@@ -7,7 +7,7 @@ from pathlib import Path
 from tpmtop.boot.report import build_report
 from tpmtop.boot.rootfs import RootReader
 from tpmtop.tui.app import TpmtopApp
-from tpmtop.tui.replay import ReplaySource, load
+from tpmtop.sources.replay import ReplaySource, load
 from tpmtop.tui.screens.boot import BootScreen
 from tui_helpers import SIZE, app_for, until
 from tui_helpers import _private_config, live  # noqa: F401 - fixtures

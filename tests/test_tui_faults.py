@@ -15,7 +15,7 @@ from tpmtop.sessions.native import NativeEngine
 from tpmtop.tpm.handles import list_handles
 from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS, palette_entries
-from tpmtop.tui.model import summary_of
+from tpmtop.sources.model import summary_of
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tui_helpers import SIZE, app_for, header_text, main_screen, until
 from tui_helpers import _private_config, live  # noqa: F401 - fixtures

@@ -10,7 +10,7 @@ import asyncio
 from tpmtop.tpm.handles import list_handles
 from tpmtop.tui import messages as m
 from tpmtop.tui.app import TpmtopApp
-from tpmtop.tui.replay import ReplaySource, load
+from tpmtop.sources.replay import ReplaySource, load
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tui_helpers import SIZE, app_for, header_text, main_screen, until
 from tui_helpers import _private_config, live  # noqa: F401 - fixtures

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tpmtop.tui.app import TpmtopApp
-from tpmtop.tui.sysfs import PassiveSource, Sysfs
+from tpmtop.sources.passive import PassiveSource, Sysfs
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from tpmtop.profiles import load_profile
 from tpmtop.profiles.apply import apply_profile, describe
 from tpmtop.tpm.connection import open_tpm
 from tpmtop.tui.app import TpmtopApp
-from tpmtop.tui.live import LiveSource
-from tpmtop.tui.replay import ReplaySource, load
+from tpmtop.sources.live import LiveSource
+from tpmtop.sources.replay import ReplaySource, load
 from tui_helpers import SIZE, app_for, header_text, main_screen, until
 from tui_helpers import _private_config  # noqa: F401 - fixture
 

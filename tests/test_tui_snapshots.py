@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tpmtop.tui.app import TpmtopApp
-from tpmtop.tui.replay import ReplaySource, load
+from tpmtop.sources.replay import ReplaySource, load
 
 FIXTURE = Path(__file__).parent / "tui_fixtures" / "slb9670-extend.json"
 

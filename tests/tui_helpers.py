@@ -8,7 +8,7 @@ import pytest
 
 from tpmtop.tpm.connection import open_tpm
 from tpmtop.tui.app import TpmtopApp
-from tpmtop.tui.live import LiveSource
+from tpmtop.sources.live import LiveSource
 from tpmtop.tui.screens.main import MainScreen
 
 SIZE = (120, 40)

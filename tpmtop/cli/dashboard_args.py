@@ -124,14 +124,14 @@ def run(args) -> int:
             raise UsageError("--passive sends nothing to any TPM: it cannot be combined with --sim or -T")
         if args.profile is not None or args.seed is not None:
             raise UsageError("--passive sends nothing to any TPM: there is no simulator for --profile/--seed to slow down")
-        from tpmtop.tui.sysfs import PassiveSource
+        from tpmtop.sources.passive import PassiveSource
 
         return _run_app(TpmtopApp(PassiveSource(), theme=args.theme, export_dir=args.export_dir))
 
     from tpmtop.cli.common import notice
     from tpmtop.profiles.apply import apply_profile, describe, profile_from_args
     from tpmtop.tpm.connection import open_tpm
-    from tpmtop.tui.live import LiveSource
+    from tpmtop.sources.live import LiveSource
 
     if not os.path.isdir(args.export_dir):
         raise UsageError(f"--export-dir {args.export_dir}: no such directory")
@@ -154,7 +154,7 @@ def run(args) -> int:
 
 
 def run_replay(args) -> int:
-    from tpmtop.tui.replay import ReplaySource, load
+    from tpmtop.sources.replay import ReplaySource, load
 
     # `tpmtop --profile X replay F` parses (the options are top-level): refuse it rather than
     # ignore it. A capture's timings are what they are; its header names the profile it had.

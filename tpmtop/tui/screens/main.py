@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Static, Tab, Tabs
 
 from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS, ENGINES, MODES, OPS, PANELS
-from tpmtop.tui.model import (ContextGapTracker, HandleBook, RateMeter, command_rows_live,
+from tpmtop.sources.model import (ContextGapTracker, HandleBook, RateMeter, command_rows_live,
                               command_rows_run, comparison, gauges, mark_row, op_rows, runs_from_accounts,
                               stream_row)
 from tpmtop.tui.screens.confirm import ConfirmScreen

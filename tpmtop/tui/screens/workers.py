@@ -66,7 +66,7 @@ class TpmWorkers:
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="export", description="export a capture")
     def export_capture(self) -> None:
-        from tpmtop.tui.live import export_capture
+        from tpmtop.sources.live import export_capture
 
         try:
             path = export_capture(self.source.capture(), self.export_dir)

@@ -7,7 +7,7 @@ import math
 from textual.app import ComposeResult
 from textual.content import Content
 
-from tpmtop.tui.model import HandleRow, fmt_age
+from tpmtop.sources.model import HandleRow, fmt_age
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
 

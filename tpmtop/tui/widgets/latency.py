@@ -13,7 +13,7 @@ from textual.markup import escape
 from textual.message import Message
 from textual.widgets import Sparkline, Static
 
-from tpmtop.tui.model import CommandRow, fmt_us
+from tpmtop.sources.model import CommandRow, fmt_us
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from tpmtop.tui.model import CompareRow, fmt_us
+from tpmtop.sources.model import CompareRow, fmt_us
 from tpmtop.tui.widgets.panel import Panel, QuietStatic
 
 

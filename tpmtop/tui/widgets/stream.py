@@ -15,7 +15,7 @@ from textual.markup import escape
 from textual.widget import Widget
 from textual.widgets import Input
 
-from tpmtop.tui.model import StreamRow
+from tpmtop.sources.model import StreamRow
 from tpmtop.tui.widgets.panel import Panel
 
 # (header, width); most telling first: on a narrow screen the handles are cut off first,

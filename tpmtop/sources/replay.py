@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpmtop.tui.model import RunView, StreamRow, run_from_capture, stream_row_from_dict
+from tpmtop.sources.model import RunView, StreamRow, run_from_capture, stream_row_from_dict
 
 MAX_STREAM_ROWS = 2000
 
