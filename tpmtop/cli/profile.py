@@ -8,7 +8,7 @@ import re
 
 
 def add_profile_arguments(p) -> None:
-    from tpmtop.cli import add_tpm_options
+    from tpmtop.cli import add_common, add_tpm_options
 
     sub = p.add_subparsers(dest="profile_action", metavar="ACTION", parser_class=type(p), required=True)
 
@@ -49,7 +49,11 @@ def add_profile_arguments(p) -> None:
     _naming(t)
 
     s = sub.add_parser("show", help="print a profile's figures and where each came from")
-    s.add_argument("profile", metavar="NAME|FILE")
+    # Not dest="profile": that is the top-level --profile's name, which main() refuses for
+    # subcommands that would ignore it.
+    s.add_argument("profile_ref", metavar="NAME|FILE")
+    for action in (r, c, t, s):
+        add_common(action)  # `profile show X --debug` as well as `profile --debug show X`
 
 
 def _naming(p) -> None:
@@ -157,7 +161,7 @@ def _show(args) -> int:
     from tpmtop.profiles.loader import load_profile
     from tpmtop.tpm import names
 
-    p = load_profile(args.profile)
+    p = load_profile(args.profile_ref)
     chip = ", ".join(f"{k} {v}" for k, v in p.chip.items())
     print(f"# profile {p.name}" + (f": {p.description}" if p.description else ""))
     if chip:
