@@ -2,6 +2,7 @@
 
 import json
 import os
+import stat
 
 import pytest
 
@@ -59,11 +60,78 @@ def test_permission_denied_names_the_group(tmp_path):
     # A device node we cannot open, as an unprivileged user meets /dev/tpmrm0 (root:tss 0660).
     # The tests run as root, so the child drops the capabilities that let root ignore file
     # modes (setpriv, util-linux) instead of switching user (the venv lives under /root).
+    # The node is a real character device (a file is refused before anything is opened);
+    # with no TPM driver here it has the raw TPM's number, hence --raw-device.
     dev = tmp_path / "tpmrm0"
-    dev.write_bytes(b"")
+    os.mknod(dev, 0o660 | stat.S_IFCHR, os.makedev(10, 224))
     os.chown(dev, 65534, 65534)
-    os.chmod(dev, 0o660)
-    r = run_tpmtop("info", "-T", f"device:{dev}",
+    r = run_tpmtop("info", "--raw-device", "-T", f"device:{dev}",
                    prefix=["setpriv", "--bounding-set=-dac_override,-dac_read_search"])
     assert r.returncode == 1, r.stderr
     assert "permission denied" in r.stderr and "group" in r.stderr and "Traceback" not in r.stderr
+
+
+# -- the /dev/tpm0 guard decides by device number, not by name (issue 12, item 14) ------------
+# Device nodes made with mknod (the tests run as root): 10:224 is what the kernel gives the
+# first TPM's /dev/tpm0. No TPM driver is loaded here, so the nodes cannot be opened by
+# accident; the refusal must come before any open anyway.
+def _node(path, major, minor):
+    os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(major, minor))
+    return str(path)
+
+
+@pytest.mark.parametrize("disguise", ["symlink", "renamed", "char-dir"])
+def test_raw_tpm_refused_whatever_it_is_called(tmp_path, disguise):
+    raw = _node(tmp_path / "tpm0", 10, 224)
+    if disguise == "symlink":
+        path = tmp_path / "tpmrm0"
+        path.symlink_to(raw)
+    elif disguise == "renamed":
+        path = _node(tmp_path / "tpmrm3", 10, 224)
+    else:  # /dev/char/10:224, as udev names it
+        (tmp_path / "char").mkdir()
+        path = tmp_path / "char" / "10:224"
+        path.symlink_to(raw)
+    with pytest.raises(UsageError, match="raw TPM device.*--raw-device"):
+        choose(f"device:{path}", False, env={})
+    assert choose(f"device:{path}", False, env={}, raw_device=True).device_path == str(path)
+    r = run_tpmtop("handles", "-T", f"device:{path}")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "raw TPM device" in r.stderr and "--raw-device" in r.stderr
+    assert r.stdout == ""
+
+
+def test_other_nodes_refused(tmp_path):
+    null = _node(tmp_path / "tpmrm0", 1, 3)  # /dev/null's number, named like a resource manager
+    with pytest.raises(UsageError, match="not a TPM"):
+        choose(f"device:{null}", False, env={})
+    plain = tmp_path / "tpmrm1"
+    plain.write_bytes(b"")  # a regular file would have TPM commands written into it
+    with pytest.raises(UsageError, match="not a character device"):
+        choose(f"device:{plain}", False, env={})
+    assert plain.read_bytes() == b""
+
+
+def test_device_class_reads_the_kernel_numbers(tmp_path):
+    from tpmtop.tpm.tcti import device_class
+
+    devices = tmp_path / "devices"
+    devices.write_text("Character devices:\n  1 mem\n 10 misc\n253 tpm\n\nBlock devices:\n259 blkext\n")
+    nosys = str(tmp_path / "nosysfs")
+    kw = dict(sysfs=nosys, proc_devices=str(devices))
+    assert device_class(_node(tmp_path / "a", 253, 65536), **kw) == "rm"   # tpmrm0
+    assert device_class(_node(tmp_path / "b", 253, 65537), **kw) == "rm"   # tpmrm1
+    assert device_class(_node(tmp_path / "c", 253, 1), **kw) == "raw"      # tpm1
+    assert device_class(_node(tmp_path / "d", 10, 224), **kw) == "raw"     # tpm0
+    assert device_class(_node(tmp_path / "e", 254, 65536), **kw) == "other"
+    assert device_class(str(tmp_path / "missing"), **kw) is None
+    # sysfs, when it has the number, names the device whatever the node is called
+    sysfs = tmp_path / "sys"
+    (tmp_path / "devs" / "tpmrm0").mkdir(parents=True)
+    (tmp_path / "devs" / "tpm0").mkdir(parents=True)
+    sysfs.mkdir()
+    (sysfs / "10:224").symlink_to(tmp_path / "devs" / "tpmrm0")
+    (sysfs / "253:1").symlink_to(tmp_path / "devs" / "tpm0")
+    kw = dict(sysfs=str(sysfs), proc_devices=str(devices))
+    assert device_class(str(tmp_path / "d"), **kw) == "rm"
+    assert device_class(str(tmp_path / "c"), **kw) == "raw"

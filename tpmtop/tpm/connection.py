@@ -91,7 +91,7 @@ class TpmConnection:
     def is_kernel_rm(self) -> bool:
         """Through /dev/tpmrm0 transient handles are virtualised and per-client."""
         p = self.target.device_path
-        return bool(p and "tpmrm" in p)
+        return bool(p) and tcti_mod.device_class(p) == "rm"  # by device number, not name
 
     def identity(self) -> Identity:
         if self._identity is None:

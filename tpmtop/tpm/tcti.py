@@ -8,6 +8,7 @@ private swtpm (said in one line). TCTI strings are tpm2-tools' own: ``device:/de
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from tpmtop.errors import UsageError
@@ -98,10 +99,67 @@ def choose(tcti: str | None, sim: bool, env: dict | None = None, raw_device: boo
     return t
 
 
+# The kernel's TPM device numbers (drivers/char/tpm/tpm-chip.c): the first chip's /dev/tpm0 is
+# the misc device 10:224 (TPM_MINOR); every other /dev/tpmN is N on the "tpm" major, and
+# /dev/tpmrmN is N + TPM_NUM_DEVICES (65536) on the same major.
+MISC_MAJOR, TPM_MINOR, TPM_NUM_DEVICES = 10, 224, 65536
+
+
+def device_class(path: str, sysfs: str = "/sys/dev/char", proc_devices: str = "/proc/devices") -> str | None:
+    """What the node at *path* really is, by its device number, whatever it or a symlink to
+    it is called: "rm" (/dev/tpmrmN), "raw" (/dev/tpmN), "other" (another character device),
+    "not-char" (a file, a directory…), or None when nothing is there."""
+    import re
+    import stat
+
+    try:
+        st = os.stat(path)  # follows symlinks: /dev/char/10:224 or a link named tpmrm0
+    except OSError:
+        return None
+    if not stat.S_ISCHR(st.st_mode):
+        return "not-char"
+    major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
+    # sysfs names the kernel's device for that number (tpm0, tpmrm0, null, vtpm0 …)
+    entry = f"{sysfs}/{major}:{minor}"
+    if os.path.exists(entry):
+        name = os.path.basename(os.path.realpath(entry))
+        return "rm" if re.fullmatch(r"tpmrm\d+", name) else "raw" if re.fullmatch(r"tpm\d+", name) else "other"
+    # No sysfs entry (sysfs not mounted, or the node outlived its driver): the kernel's rules.
+    if (major, minor) == (MISC_MAJOR, TPM_MINOR):
+        return "raw"
+    try:
+        with open(proc_devices, encoding="ascii", errors="replace") as f:
+            tpm_majors = {int(m) for m, n in re.findall(r"^\s*(\d+)\s+(\S+)$", f.read(), re.M) if n == "tpm"}
+    except OSError:
+        tpm_majors = set()
+    if major in tpm_majors:
+        return "rm" if minor >= TPM_NUM_DEVICES else "raw"
+    return "other"
+
+
 def check_raw_device(t: Target, raw_device: bool) -> None:
+    """Only a resource-manager node (/dev/tpmrmN) is used without --raw-device. Decided by the
+    device number, not the name: a symlink to /dev/tpm0, /dev/char/10:224 or a node
+    renamed tpmrm0 is still the raw TPM whose handles collide with everyone else's."""
     path = t.device_path
-    if path and os.path.basename(path).startswith("tpm") and not os.path.basename(path).startswith("tpmrm") \
-            and not raw_device:
+    if not path or raw_device:
+        return
+    kind = device_class(path)
+    base = os.path.basename(path)
+    if kind is None:
+        # Nothing there: opening it will say so (exit 1), unless the name alone shows a raw TPM.
+        if re.fullmatch(r"tpm\d+", base):
+            kind = "raw"
+        else:
+            return
+    if kind == "rm":
+        return
+    if kind == "raw":
+        rm = path.replace("/tpm", "/tpmrm") if re.fullmatch(r"tpm\d+", base) else "/dev/tpmrm0"
+        real = os.path.realpath(path)
+        shown = path if real == path else f"{path} (-> {real})"
         raise UsageError(
-            f"{path} has no resource manager: tpmtop's handles and sessions would collide with the "
-            f"kernel's and other programs'. Use {path.replace('/tpm', '/tpmrm')} or pass --raw-device")
+            f"{shown} is a raw TPM device with no resource manager: tpmtop's handles and sessions would "
+            f"collide with the kernel's and other programs'. Use {rm} or pass --raw-device")
+    what = "not a character device" if kind == "not-char" else "a character device that is not a TPM"
+    raise UsageError(f"{path} is {what} (expected /dev/tpmrmN); pass --raw-device if it really is a TPM")
