@@ -35,6 +35,10 @@ class TpmConnectionError(TpmtopError):
     """The TPM stopped answering (swtpm killed, device gone, socket closed)."""
 
 
+class TpmTimeout(TpmConnectionError):
+    """The TPM did not answer within --timeout: busy (another program holds it) or hung."""
+
+
 class IntegrityError(TpmtopError):
     """A response failed its HMAC check, or the null primary's name changed."""
 

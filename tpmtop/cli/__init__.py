@@ -60,6 +60,21 @@ def add_tpm_options(p: argparse.ArgumentParser, top: bool = False) -> None:
                    help="allow /dev/tpm0 (no resource manager)")
     g.add_argument("--read-only", action="store_true", default=d(False),
                    help="refuse every action that changes TPM state")
+    g.add_argument("--timeout", type=_seconds, default=d(None), metavar="SECONDS",
+                   help="how long to wait for the TPM to answer one command before giving up with exit "
+                        "status 1 (default: 120; a slow chip's RSA CreatePrimary can take tens of seconds)")
+
+
+def _seconds(text: str) -> float:
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not math.isfinite(v) or not 0.001 <= v <= 86400:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds between 0.001 and 86400")
+    return v
 
 
 def add_common(p: argparse.ArgumentParser, top: bool = False) -> None:

@@ -18,7 +18,8 @@ def tpm_from_args(args, recorder=None):
     from tpmtop.tpm.connection import open_tpm
 
     conn = open_tpm(tcti=getattr(args, "tcti", None), sim=getattr(args, "sim", False),
-                    raw_device=getattr(args, "raw_device", False), recorder=recorder, notice=notice)
+                    raw_device=getattr(args, "raw_device", False), recorder=recorder, notice=notice,
+                    timeout=getattr(args, "timeout", None))
     try:
         yield conn
     finally:

@@ -137,7 +137,7 @@ def run(args) -> int:
         raise UsageError(f"--export-dir {args.export_dir}: no such directory")
     # Checked (and a profile file validated) before anything is opened: refused without --sim.
     profile = profile_from_args(args)
-    conn = open_tpm(tcti=args.tcti, sim=args.sim, raw_device=args.raw_device, notice=notice)
+    conn = open_tpm(tcti=args.tcti, sim=args.sim, raw_device=args.raw_device, notice=notice, timeout=args.timeout)
     source = None
     try:
         apply_profile(conn, profile, args.seed)

@@ -13,13 +13,15 @@ from tpmtop.errors import TpmConnectionError
 from tpmtop.recorder import Recorder
 from tpmtop.tpm import tcti as tcti_mod
 from tpmtop.tpm.identity import Identity, read_identity
-from tpmtop.tpm.transport import (DeviceBackend, InstrumentedTransport, SocketBackend,
+from tpmtop.tpm.transport import (DEFAULT_TIMEOUT, DeviceBackend, InstrumentedTransport, SocketBackend,
                                   TctiLdrBackend, connect_tcp)
 
 
 class TpmConnection:
-    def __init__(self, target: tcti_mod.Target, recorder: Recorder | None = None):
+    def __init__(self, target: tcti_mod.Target, recorder: Recorder | None = None,
+                 timeout: float = DEFAULT_TIMEOUT):
         self.target = target
+        self.timeout = timeout  # every backend's wait for the TPM (--timeout)
         self.recorder = recorder if recorder is not None else Recorder()
         self.sim = None
         self.transport: InstrumentedTransport | None = None
@@ -42,14 +44,14 @@ class TpmConnection:
             from tpmtop.tpm.sim import Swtpm
 
             self.sim = Swtpm().start()
-            return self.sim.backend()
+            return self.sim.backend(self.timeout)
         if t.kind == "device":
-            return DeviceBackend(t.device_path)
+            return DeviceBackend(t.device_path, self.timeout)
         if t.kind == "swtpm":
             # swtpm's data channel speaks raw TPM commands; keep one connection open.
             host, port = tcti_mod.parse_host_port(t.conf or "", 2321)
-            return SocketBackend(connect_tcp(host, port), f"swtpm {host}:{port}")
-        return TctiLdrBackend(t.kind, t.conf)
+            return SocketBackend(connect_tcp(host, port, self.timeout), f"swtpm {host}:{port}", self.timeout)
+        return TctiLdrBackend(t.kind, t.conf, self.timeout)
 
     def reconnect(self) -> None:
         """After the TPM went away: a new backend under the same transport and recorder."""
@@ -57,7 +59,7 @@ class TpmConnection:
             raise TpmConnectionError("not connected")
         if self.sim is not None:
             self.sim.restart()
-            self.transport.backend = self.sim.backend()
+            self.transport.backend = self.sim.backend(self.timeout)
         else:
             self.transport.backend.close()
             self.transport.backend = self._backend()
@@ -117,9 +119,9 @@ class TpmConnection:
 
 def open_tpm(tcti: str | None = None, sim: bool = False, env: dict | None = None,
              raw_device: bool = False, recorder: Recorder | None = None,
-             notice: Callable[[str], None] | None = None) -> TpmConnection:
+             notice: Callable[[str], None] | None = None, timeout: float | None = None) -> TpmConnection:
     target = tcti_mod.choose(tcti, sim, env, raw_device)
     if target.note and notice:
         notice(target.note)
-    return TpmConnection(target, recorder).open()
+    return TpmConnection(target, recorder, DEFAULT_TIMEOUT if timeout is None else timeout).open()
 

@@ -20,7 +20,7 @@ import threading
 import weakref
 
 from tpmtop.errors import TpmConnectionError, TpmtopError
-from tpmtop.tpm.transport import SocketBackend
+from tpmtop.tpm.transport import DEFAULT_TIMEOUT, SocketBackend
 
 # swtpm control channel commands (swtpm's tpm_ioctl.h)
 CMD_INIT = 0x02
@@ -105,10 +105,10 @@ class Swtpm:
             return lines[-1] if lines else ""
         return ""
 
-    def backend(self) -> SocketBackend:
+    def backend(self, timeout: float = DEFAULT_TIMEOUT) -> SocketBackend:
         if self.data is None:
             raise TpmConnectionError("swtpm is not running")
-        return SocketBackend(self.data, f"swtpm pid {self.pid}")
+        return SocketBackend(self.data, f"private swtpm (pid {self.pid})", timeout)
 
     def control(self, cmd: int, payload: bytes = b"") -> int:
         """Send one control-channel command; return swtpm's result code."""

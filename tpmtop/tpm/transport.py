@@ -13,18 +13,42 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import socket
+import struct
 import threading
 import time
 from typing import Callable, Protocol
 
 from tpm2_pytss.TCTI import PyTCTI
 
-from tpmtop.errors import TpmConnectionError
+from tpmtop.errors import TpmConnectionError, TpmTimeout
 from tpmtop.recorder import Recorder
 from tpmtop.tpm import wire
 
 MAX_RESPONSE = 4096
+
+# How long a backend waits for the TPM to take a command or answer it. Long enough for a slow
+# chip's RSA CreatePrimary (tens of seconds on some chips); a busy TPM (another program holds
+# a standalone swtpm's one connection) or a hung one is reported after it. --timeout sets it.
+DEFAULT_TIMEOUT = 120.0
+# Connecting is quick or never: a host that does not answer is not worth the full wait.
+CONNECT_TIMEOUT = 10.0
+
+
+def no_answer(description: str, command: bytes | None, timeout: float) -> TpmTimeout:
+    """The one line for a TPM that did not answer: which TPM, which command, how long."""
+    what = "a command"
+    if command is not None and len(command) >= 10:
+        from tpmtop.tpm.names import cc_short
+
+        what = cc_short(int.from_bytes(command[6:10], "big"))
+    return TpmTimeout(f"{description} did not answer {what} within {timeout:g} s: the TPM is busy (another "
+                      f"program holds it) or hung (--timeout SECONDS waits longer)")
+
+
+def _dead(description: str, why: str) -> TpmConnectionError:
+    return TpmConnectionError(f"TPM connection lost ({description}): {why}")
 
 
 class Backend(Protocol):
@@ -42,13 +66,25 @@ class SocketBackend:
     response. The partial response is kept and the rest drained before the next command, so
     the stream never falls out of step — the clean-up that follows an interruption (flushing
     tpmtop's handles) must still be able to talk to the TPM.
+
+    Every send and receive is bounded by *timeout* (the kernel's SO_SNDTIMEO/SO_RCVTIMEO: no
+    extra system call per command). A TPM that stays silent that long ends the connection:
+    its late answer would put the stream out of step, and clean-up must not wait again.
     """
 
-    def __init__(self, sock: socket.socket, description: str):
+    def __init__(self, sock: socket.socket, description: str, timeout: float = DEFAULT_TIMEOUT):
         self.sock = sock
         self.description = description
+        self.timeout = timeout
         self._buf = bytearray()
         self._pending = False
+        self._broken: str | None = None
+        tv = struct.pack("@ll", int(timeout), int((timeout % 1) * 1e6))
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+        except OSError:
+            pass  # a closed socket: the first command says so
 
     def _read_response(self) -> bytes:
         buf = self._buf
@@ -71,6 +107,8 @@ class SocketBackend:
             buf += chunk
 
     def transact(self, command: bytes) -> bytes:
+        if self._broken:
+            raise _dead(self.description, self._broken)
         try:
             if self._pending:
                 self._read_response()  # the answer to an interrupted command: discard
@@ -78,8 +116,12 @@ class SocketBackend:
             self.sock.sendall(command)
             self._pending = True
             return self._read_response()
+        except (BlockingIOError, socket.timeout):  # SO_RCVTIMEO/SO_SNDTIMEO ran out
+            err = no_answer(self.description, command, self.timeout)
+            self._broken = str(err)
+            raise err from None
         except OSError as e:
-            raise TpmConnectionError(f"TPM connection lost ({self.description}): {e.strerror or e}") from None
+            raise _dead(self.description, e.strerror or str(e)) from None
 
     def close(self) -> None:
         try:
@@ -88,9 +130,12 @@ class SocketBackend:
             pass
 
 
-def connect_tcp(host: str, port: int, timeout: float = 5.0) -> socket.socket:
+def connect_tcp(host: str, port: int, timeout: float = CONNECT_TIMEOUT) -> socket.socket:
     try:
-        s = socket.create_connection((host, port), timeout=timeout)
+        s = socket.create_connection((host, port), timeout=min(timeout, CONNECT_TIMEOUT))
+    except socket.timeout:
+        raise TpmTimeout(f"cannot connect to TPM at {host}:{port}: no answer within "
+                         f"{min(timeout, CONNECT_TIMEOUT):g} s") from None
     except OSError as e:
         raise TpmConnectionError(f"cannot connect to TPM at {host}:{port}: {e.strerror or e}") from None
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -101,10 +146,12 @@ def connect_tcp(host: str, port: int, timeout: float = 5.0) -> socket.socket:
 class DeviceBackend:
     """A TPM character device (/dev/tpmrm0): one write, one read per command."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, timeout: float = DEFAULT_TIMEOUT):
         self.path = path
         self.description = path
+        self.timeout = timeout
         self._pending = False
+        self._broken: str | None = None
         try:
             self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except PermissionError:
@@ -116,15 +163,28 @@ class DeviceBackend:
                 raise TpmConnectionError(f"{path} is busy: another program holds it open "
                                          "(use /dev/tpmrm0, the resource manager)") from None
             raise TpmConnectionError(f"cannot open {path}: {e.strerror}") from None
+        self._poll = select.poll()
+        self._poll.register(self.fd, select.POLLIN)
+
+    def _read(self, command: bytes) -> bytes:
+        # The TPM driver supports poll(): wait for the answer at most `timeout` (a real chip
+        # answers in ms, so the extra system call is noise).
+        if not self._poll.poll(int(self.timeout * 1000)):
+            err = no_answer(self.description, command, self.timeout)
+            self._broken = str(err)
+            raise err
+        return os.read(self.fd, MAX_RESPONSE)
 
     def transact(self, command: bytes) -> bytes:
+        if self._broken:
+            raise _dead(self.description, self._broken)
         try:
             if self._pending:  # interrupted between write and read: collect that answer first
-                os.read(self.fd, MAX_RESPONSE)
+                self._read(command)
                 self._pending = False
             os.write(self.fd, command)
             self._pending = True
-            rsp = os.read(self.fd, MAX_RESPONSE)
+            rsp = self._read(command)
             self._pending = False
             return rsp
         except OSError as e:
@@ -149,23 +209,34 @@ def permission_hint(path: str) -> str:
             f"(sudo usermod -aG {group} $USER, then log in again) or run as root")
 
 
+_TCTI_RC_TRY_AGAIN = 0xA0009  # TSS2_TCTI_RC_TRY_AGAIN: the TCTI's receive timed out
+
+
 class TctiLdrBackend:
     """Any tpm2-tss TCTI (tabrmd, mssim, libtpms …) through tpm2-pytss's TCTILdr."""
 
-    def __init__(self, name: str, conf: str | None):
+    def __init__(self, name: str, conf: str | None, timeout: float = DEFAULT_TIMEOUT):
         from tpm2_pytss.TCTILdr import TCTILdr
 
         self.description = f"{name}:{conf}" if conf else name
+        self.timeout = timeout
+        self._broken: str | None = None
         try:
             self.tcti = TCTILdr(name, conf)
         except Exception as e:
             raise TpmConnectionError(f"cannot open TCTI {self.description}: {e}") from None
 
     def transact(self, command: bytes) -> bytes:
+        if self._broken:
+            raise _dead(self.description, self._broken)
         try:
             self.tcti.transmit(command)
-            return bytes(self.tcti.receive(-1))
+            return bytes(self.tcti.receive(-1, int(self.timeout * 1000)))
         except Exception as e:
+            if getattr(e, "rc", None) == _TCTI_RC_TRY_AGAIN:  # receive's timeout ran out
+                err = no_answer(f"TCTI {self.description}", command, self.timeout)
+                self._broken = str(err)
+                raise err from None
             raise TpmConnectionError(f"TCTI {self.description} failed: {e}") from None
 
     def close(self) -> None:
