@@ -18,20 +18,65 @@ from tpmtop.tpm.handles import flush, list_handles
 from conftest import REPO, TPMTOP, run_tpmtop, swtpm_children
 
 
-def test_bench_survives_tpm_killed_and_saves_what_it_had(tcp_swtpm, tmp_path):
+def _wait_busy(tcp_swtpm, pid, cpu_s: float = 0.3, limit: float = 60) -> None:
+    """Until the bench in *pid* has the swtpm working for it (connected, and the swtpm has
+    spent *cpu_s* of CPU on its commands): a condition, not a fixed sleep."""
+    sw = psutil.Process(tcp_swtpm.proc.pid)
+    start = sw.cpu_times()
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        assert psutil.pid_exists(pid)
+        used = sum(sw.cpu_times()[:2]) - sum(start[:2])
+        if used >= cpu_s:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the bench never got the swtpm working")
+
+
+@pytest.mark.parametrize("engine", ["native", "esys"])
+def test_bench_survives_tpm_killed_and_saves_what_it_had(tcp_swtpm, tmp_path, engine):
     out = tmp_path / "partial.json"
     p = subprocess.Popen(TPMTOP + ["bench", "-T", tcp_swtpm.tcti, "-n", "1000000", "--warmup", "0", "--modes",
-                                   "none", "--engine", "native", "--json", str(out)],
+                                   "none,per-command", "--engine", engine, "--json", str(out)],
                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2.0)
-    tcp_swtpm.proc.kill()  # the TPM dies mid-run
-    stdout, stderr = p.communicate(timeout=30)
+    try:
+        _wait_busy(tcp_swtpm, p.pid)
+        tcp_swtpm.proc.kill()  # the TPM dies mid-run
+        stdout, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
     assert p.returncode == 1, stderr
     assert "Traceback" not in stderr
-    assert any(line.startswith("tpmtop: stopped: ") and "TPM" in line for line in stderr.splitlines())
+    stopped = [line for line in stderr.splitlines() if line.startswith("tpmtop: stopped: ")]
+    # what happened, not a follow-on error (esys used to say "Function called in the wrong order")
+    assert len(stopped) == 1 and "TPM connection lost" in stopped[0], stderr
+    assert f"127.0.0.1:{tcp_swtpm.port}" in stopped[0]
     cap = json.loads(out.read_text())
     assert cap["bench"]["complete"] is False and cap["runs"][0]["ops"] > 0
-    assert "native" in stdout  # the table of what was completed
+    assert engine in stdout  # the table of what was completed
+
+
+@pytest.mark.parametrize("engine,mode", [("esys", "per-command"), ("esys", "reuse"), ("native", "per-command")])
+def test_tpm_gone_is_connection_lost_in_every_call(tcp_swtpm, engine, mode):
+    """In-process, so the TPM dies exactly between two operations: the next operation and the
+    clean-up both say the connection is lost, for ESAPI as for the native engine."""
+    from tpmtop.errors import TpmConnectionError
+
+    conn = tcp_swtpm.connect()
+    try:
+        wl = Workload(conn, engine, mode, "extend")
+        for _ in range(3):
+            wl.run_one()
+        tcp_swtpm.proc.kill()
+        tcp_swtpm.proc.wait()
+        with pytest.raises(TpmConnectionError, match="TPM connection lost"):
+            wl.run_one()
+        with pytest.raises(TpmConnectionError, match="TPM connection lost"):
+            wl.close()
+    finally:
+        conn.close()
 
 
 def test_reset_mid_bench_is_noticed_and_periods_kept_apart(tpm):

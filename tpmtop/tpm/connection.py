@@ -105,7 +105,9 @@ class TpmConnection:
         if self._esapi is None:
             from tpm2_pytss import ESAPI
 
-            self._esapi = ESAPI(self.transport)
+            from tpmtop.tpm.esapi import EsapiOnTransport
+
+            self._esapi = EsapiOnTransport(ESAPI(self.transport), self.transport)
         return self._esapi
 
     def tpm_json(self) -> dict:

@@ -108,7 +108,7 @@ class Swtpm:
     def backend(self, timeout: float = DEFAULT_TIMEOUT) -> SocketBackend:
         if self.data is None:
             raise TpmConnectionError("swtpm is not running")
-        return SocketBackend(self.data, f"private swtpm (pid {self.pid})", timeout)
+        return SocketBackend(self.data, f"private swtpm, pid {self.pid}", timeout)
 
     def control(self, cmd: int, payload: bytes = b"") -> int:
         """Send one control-channel command; return swtpm's result code."""

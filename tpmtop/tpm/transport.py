@@ -47,8 +47,6 @@ def no_answer(description: str, command: bytes | None, timeout: float) -> TpmTim
                       f"program holds it) or hung (--timeout SECONDS waits longer)")
 
 
-def _dead(description: str, why: str) -> TpmConnectionError:
-    return TpmConnectionError(f"TPM connection lost ({description}): {why}")
 
 
 class Backend(Protocol):
@@ -78,7 +76,9 @@ class SocketBackend:
         self.timeout = timeout
         self._buf = bytearray()
         self._pending = False
-        self._broken: str | None = None
+        # Set once the connection is gone (closed, failed, timed out): every later command
+        # gets the same error at once, and ESAPI's follow-on errors are reported as it.
+        self.lost: TpmConnectionError | None = None
         tv = struct.pack("@ll", int(timeout), int((timeout % 1) * 1e6))
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
@@ -103,12 +103,12 @@ class SocketBackend:
                 want = 10 - len(buf)
             chunk = self.sock.recv(max(want, 4096) if len(buf) >= 10 else want)
             if not chunk:
-                raise TpmConnectionError(f"TPM closed the connection ({self.description})")
+                raise TpmConnectionError(f"TPM connection lost ({self.description}): it closed the connection")
             buf += chunk
 
     def transact(self, command: bytes) -> bytes:
-        if self._broken:
-            raise _dead(self.description, self._broken)
+        if self.lost:
+            raise self.lost
         try:
             if self._pending:
                 self._read_response()  # the answer to an interrupted command: discard
@@ -117,11 +117,12 @@ class SocketBackend:
             self._pending = True
             return self._read_response()
         except (BlockingIOError, socket.timeout):  # SO_RCVTIMEO/SO_SNDTIMEO ran out
-            err = no_answer(self.description, command, self.timeout)
-            self._broken = str(err)
-            raise err from None
+            self.lost = no_answer(self.description, command, self.timeout)
         except OSError as e:
-            raise _dead(self.description, e.strerror or str(e)) from None
+            self.lost = TpmConnectionError(f"TPM connection lost ({self.description}): {e.strerror or e}")
+        except TpmConnectionError as e:
+            self.lost = e
+        raise self.lost
 
     def close(self) -> None:
         try:
@@ -151,7 +152,7 @@ class DeviceBackend:
         self.description = path
         self.timeout = timeout
         self._pending = False
-        self._broken: str | None = None
+        self.lost: TpmConnectionError | None = None  # set by a time-out: see SocketBackend
         try:
             self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except PermissionError:
@@ -170,14 +171,13 @@ class DeviceBackend:
         # The TPM driver supports poll(): wait for the answer at most `timeout` (a real chip
         # answers in ms, so the extra system call is noise).
         if not self._poll.poll(int(self.timeout * 1000)):
-            err = no_answer(self.description, command, self.timeout)
-            self._broken = str(err)
-            raise err
+            self.lost = no_answer(self.description, command, self.timeout)
+            raise self.lost
         return os.read(self.fd, MAX_RESPONSE)
 
     def transact(self, command: bytes) -> bytes:
-        if self._broken:
-            raise _dead(self.description, self._broken)
+        if self.lost:
+            raise self.lost
         try:
             if self._pending:  # interrupted between write and read: collect that answer first
                 self._read(command)
@@ -220,23 +220,22 @@ class TctiLdrBackend:
 
         self.description = f"{name}:{conf}" if conf else name
         self.timeout = timeout
-        self._broken: str | None = None
+        self.lost: TpmConnectionError | None = None  # set by a time-out: see SocketBackend
         try:
             self.tcti = TCTILdr(name, conf)
         except Exception as e:
             raise TpmConnectionError(f"cannot open TCTI {self.description}: {e}") from None
 
     def transact(self, command: bytes) -> bytes:
-        if self._broken:
-            raise _dead(self.description, self._broken)
+        if self.lost:
+            raise self.lost
         try:
             self.tcti.transmit(command)
             return bytes(self.tcti.receive(-1, int(self.timeout * 1000)))
         except Exception as e:
             if getattr(e, "rc", None) == _TCTI_RC_TRY_AGAIN:  # receive's timeout ran out
-                err = no_answer(f"TCTI {self.description}", command, self.timeout)
-                self._broken = str(err)
-                raise err from None
+                self.lost = no_answer(f"TCTI {self.description}", command, self.timeout)
+                raise self.lost from None
             raise TpmConnectionError(f"TCTI {self.description} failed: {e}") from None
 
     def close(self) -> None:
