@@ -8,7 +8,6 @@ import os
 import pty
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -49,36 +48,42 @@ TEST_PROFILE = {
         "ContextSave": {"any": {"median_us": 5000, "p10_us": 4500, "p90_us": 5500, "source": _src("x")}},
     },
 }
-# Tolerance on each held response: _sleep_until spins the last 200 µs, so the overshoot is
-# the recorder's bookkeeping plus a late wake-up — tens of µs on an idle machine, but a busy
-# 2-core CI container can deschedule us for a few ms. Hence: every command ≤ figure + 5 ms
-# (a hold applied twice, or the wrong variant, overshoots by ≥ 1–7 ms *systematically*), and
-# the median overshoot ≤ 0.5 ms (what a correct hold gives even under moderate load).
-MAX_OVERSHOOT_NS = 5_000_000
-MEDIAN_OVERSHOOT_NS = 500_000
-
-
+# No upper bound on how late a held response may be: on a loaded machine that is the
+# scheduler's business, not tpmtop's behaviour (benchmarks/shaper_bias.py measures it). What
+# is tpmtop's: one hold decided per command, the figure of the right command and session
+# variant (or the seeded draw from its spread), and never a response before its figure.
 def test_each_command_is_held_at_least_as_long_as_the_profile_says():
     prof = from_json(TEST_PROFILE)
     with open_tpm(sim=True) as conn:
         apply_profile(conn, prof, seed=11)
+        decided = conn.transport.shaper
+        holds: list[tuple[int | None, int | None]] = []
+
+        def spy(info):  # records what the shaper decided for each command, changes nothing
+            h = decided(info)
+            holds.append((info.cc, h))
+            return h
+
+        conn.transport.shaper = spy
         res = run_bench(conn, BenchPlan(op="extend", modes=["none", "per-command", "reuse", "saved"],
                                         engines=["native"], n=3, warmup=0, batch=3))
         assert res.error is None and not res.interrupted
-        events = [e for e in conn.recorder.events() if e.rc == 0]
-        # Replay the same seed: the i-th held command drew the i-th sample.
-        replay = prof.shaper(seed=11)
-        held, overshoot = 0, []
-        for e in events:
-            f = prof.figure(e.cc, "hmac_session" if has_hmac_session(e.sessions) else "no_session")
-            if f is None:
-                continue
-            want = replay(wire.CommandInfo(e.cc, 0, e.handles, e.sessions, None, False))
-            assert e.wire_ns >= want, (names.cc_short(e.cc), e.wire_ns, want)
-            assert e.wire_ns <= want + MAX_OVERSHOOT_NS, (names.cc_short(e.cc), e.wire_ns, want)
-            overshoot.append(e.wire_ns - want)
+        events = conn.recorder.events()
+    assert [cc for cc, _ in holds] == [e.cc for e in events]  # one decision per command, in order
+    replay = prof.shaper(seed=11)  # the same seed: the i-th held command drew the i-th sample
+    held = 0
+    for e, (_, hold) in zip(events, holds):
+        f = prof.figure(e.cc, "hmac_session" if has_hmac_session(e.sessions) else "no_session")
+        if f is None:
+            assert hold is None, names.cc_short(e.cc)  # an unprofiled command is not held
+            continue
+        want = replay(wire.CommandInfo(e.cc, 0, e.handles, e.sessions, None, False))
+        assert hold == want, (names.cc_short(e.cc), hold, want)
+        if f.p10_us is None:  # no spread: exactly the figure of this command and variant
+            assert hold == round(f.median_us * 1000), (names.cc_short(e.cc), hold, f.median_us)
+        if e.rc == 0:
+            assert e.wire_ns >= hold, (names.cc_short(e.cc), e.wire_ns, hold)
             held += 1
-        assert statistics.median(overshoot) <= MEDIAN_OVERSHOOT_NS
     seen = {names.cc_short(e.cc) for e in events}
     assert {"PCR_Extend", "ContextLoad", "StartAuthSession", "FlushContext", "ContextSave"} <= seen
     assert held >= 3 * (1 + 4 + 1 + 3)
@@ -122,12 +127,27 @@ def test_from_capture_gives_back_the_profile(slb_capture, events, tmp_path, caps
     assert "was itself recorded under profile 'slb9670'" in err
     assert ("no per-command events" in err) is not events
     got, want = load_profile(str(out)), load_profile("slb9670")
+    # How close the figures come back is the shaper's wake-up bias on this machine, measured
+    # by benchmarks/shaper_bias.py, not asserted here. What from-capture must do: every
+    # profiled command and session variant the bench used comes back, from this capture, as
+    # the figure it was held to — never below it (beyond the histograms' 3-digit resolution),
+    # and nearer to it than to any other variant of the same command.
+    exercised = {("PCR_Extend", "no_session"), ("PCR_Extend", "hmac_session"), ("ContextLoad", "any"),
+                 ("StartAuthSession", "any"), ("FlushContext", "any"), ("ContextSave", "any")}
+    back = set()
     for cc, entry in got.commands.items():
         for variant, f in entry.items():
             w = want.figure(cc, variant)
-            if w is not None:  # e.g. CreatePrimary (unprofiled) is simply the swtpm's time
-                assert f.median_us == pytest.approx(w.median_us, rel=0.03), (names.cc_short(cc), variant)
-                assert f.source["kind"] == "capture" and f.source["file"] == str(slb_capture)
+            if w is None:  # e.g. CreatePrimary (unprofiled) is simply the swtpm's time
+                continue
+            what = (names.cc_short(cc), variant)
+            assert f.source["kind"] == "capture" and f.source["file"] == str(slb_capture), what
+            assert f.median_us >= w.median_us * 0.995, (what, f.median_us, w.median_us)
+            others = {v: o.median_us for v, o in want.commands[cc].items() if o.median_us != w.median_us}
+            for v, o in others.items():
+                assert abs(f.median_us - w.median_us) < abs(f.median_us - o), (what, f.median_us, v, o)
+            back.add((names.cc_short(cc), "any" if len(want.commands[cc]) == 1 else variant))
+    assert exercised <= back, exercised - back
 
 
 # -- refused on real hardware -------------------------------------------------------------

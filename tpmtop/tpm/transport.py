@@ -25,6 +25,7 @@ from tpm2_pytss.TCTI import PyTCTI
 from tpmtop.errors import TpmConnectionError, TpmTimeout
 from tpmtop.recorder import Recorder
 from tpmtop.tpm import wire
+from tpmtop.tpm.holdclock import sleep_until
 
 MAX_RESPONSE = 4096
 
@@ -291,7 +292,7 @@ class InstrumentedTransport(PyTCTI):
             if self.shaper is not None:
                 hold = self.shaper(wire.decode_command(command))
                 if hold:
-                    _sleep_until(t0 + hold)
+                    sleep_until(t0 + hold)
             wire_ns = time.perf_counter_ns() - t0
         if self.acc is not None:
             self.acc.append((_cc(command), wire_ns))
@@ -321,14 +322,3 @@ class InstrumentedTransport(PyTCTI):
 
 def _cc(command: bytes) -> int | None:
     return int.from_bytes(command[6:10], "big") if len(command) >= 10 else None
-
-
-def _sleep_until(deadline_ns: int) -> None:
-    # sleep() for the bulk, then spin the last 200 µs: a profile's figures are ms-scale and
-    # the scheduler's wake-up jitter would otherwise add ~60 µs to every held response.
-    while True:
-        left = deadline_ns - time.perf_counter_ns()
-        if left <= 0:
-            return
-        if left > 300_000:
-            time.sleep((left - 200_000) / 1e9)
