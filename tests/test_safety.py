@@ -197,6 +197,43 @@ def test_every_mode_op_engine_leaves_da_counter_and_boot_pcrs(tpm):
     assert not [h for h in handles(t) if h >> 24 in (0x02, 0x03, 0x80)], "handles left behind"
 
 
+def test_da_counter_can_move_positive_control(tcp_swtpm):
+    """The check above reads TPM2_PT_LOCKOUT_COUNTER and expects 0: show that the same reading
+    does rise when an authorization on a DA-protected object fails — so a 0 there means
+    nothing was counted, not that the counter is not read. In a throwaway swtpm, through
+    tpm2-tss's own swtpm TCTI (never tpmtop's transport or workload), on an object without
+    noDA in the null hierarchy (no hierarchy authorization needed)."""
+    from tpm2_pytss import ESAPI, TPM2B_MAX_BUFFER, TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE
+    from tpm2_pytss.constants import ESYS_TR, TPM2_ALG
+    from tpm2_pytss.TCTILdr import TCTILdr
+    from tpm2_pytss.TSS2_Exception import TSS2_Exception
+
+    def counter() -> int:
+        conn = tcp_swtpm.connect()  # swtpm serves one connection at a time: closed again
+        try:
+            return lockout_counter(conn.transport)
+        finally:
+            conn.close()
+
+    assert counter() == 0
+    tcti = TCTILdr("swtpm", f"host=127.0.0.1,port={tcp_swtpm.port}")
+    esys = ESAPI(tcti)
+    try:
+        pub = TPM2B_PUBLIC.parse("hmac:sha256",
+                                 objectAttributes="userwithauth|sign|fixedtpm|fixedparent|sensitivedataorigin")
+        sens = TPM2B_SENSITIVE_CREATE()
+        sens.sensitive.userAuth = b"right"
+        key = esys.create_primary(sens, pub, primary_handle=ESYS_TR.NULL)[0]
+        esys.tr_set_auth(key, b"wrong")
+        with pytest.raises(TSS2_Exception) as failed:
+            esys.hmac(key, TPM2B_MAX_BUFFER(b"x"), TPM2_ALG.SHA256)
+        assert int(failed.value.rc) == 0x98E  # TPM_RC_AUTH_FAIL, session 1: "DA counter incremented"
+        esys.flush_context(key)
+    finally:
+        esys.close()
+    assert counter() == 1
+
+
 def test_workload_itself_refuses_boot_pcrs(tpm):
     # The rule holds for every caller of the session engine, not only the CLI.
     from tpmtop.errors import UsageError
