@@ -1,5 +1,5 @@
 # Two commands set everything up: `make run` and `make test`. Both bootstrap first.
-.PHONY: bootstrap run test bench screenshots clean
+.PHONY: bootstrap run test test-stress bench screenshots clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -13,6 +13,10 @@ run: bootstrap
 
 test: bootstrap
 	$(PY) -m pytest -q
+
+# The whole suite three times under two busy loops (scripts/stress-test.sh): a loaded 2-core CI box.
+test-stress: bootstrap
+	scripts/stress-test.sh
 
 bench: bootstrap
 	$(TPMTOP) bench --sim --op extend --modes none,per-command,reuse,saved --engine native,esys -n 200
