@@ -48,7 +48,11 @@ class NullNameChanged(IntegrityError):
     reset (new null seed) or someone is interfering. The kernel disables the TPM here."""
 
 
-class Interrupted(TpmtopError):
-    """Raised from a signal handler (SIGTERM, SIGHUP) so that clean-up runs."""
+class Interrupted(KeyboardInterrupt):
+    """Raised by tpmtop's signal handler (SIGTERM, SIGHUP, SIGINT) so that clean-up runs.
+
+    A KeyboardInterrupt, not a TpmtopError: like Ctrl-C it must get past every ``except
+    Exception`` on its way out (a library's, a lazy import's), or the signal is lost and the
+    run goes on. ``str(err)`` says which signal."""
 
     exit_status = EXIT_INTERRUPTED

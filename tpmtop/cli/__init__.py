@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import signal
 import sys
 
 from tpmtop import __version__
 from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, TpmtopError
+from tpmtop.tpm import interrupts
 
 # name -> (module, one-line help). The module defines add_<name>_arguments(parser) and
 # run_<name>(args) -> exit status (dashes in <name> become underscores).
@@ -113,10 +113,6 @@ def _load(modname: str):
         raise
 
 
-def _raise_interrupted(signum, frame):
-    raise Interrupted(f"stopped by {signal.Signals(signum).name}")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
@@ -135,10 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tpmtop: --profile applies to the dashboard and `tpmtop bench`, not `tpmtop {args.command}`",
               file=sys.stderr)
         return EXIT_USAGE
-    # SIGTERM and SIGHUP (an SSH drop) unwind like Ctrl-C, so every `finally` runs:
-    # handles are flushed, the private swtpm is stopped, partial captures are written.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_interrupted)
+    # SIGTERM, SIGHUP (an SSH drop) and Ctrl-C unwind as Interrupted, so every `finally`
+    # runs: handles are flushed, the private swtpm is stopped, partial captures are written.
+    # (The dashboard installs its own SIGTERM/SIGHUP handlers: it asks the app to exit.)
+    interrupts.install()
     run = getattr(args, "_run", None)
     if run is None:
         dash = _load("tpmtop.cli.dashboard_args")
@@ -153,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"tpmtop: {e}", file=sys.stderr)
         return e.exit_status
-    except KeyboardInterrupt:
-        print("tpmtop: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # Ctrl-C, or Interrupted from a signal
+        print(f"tpmtop: interrupted{f' ({e})' if isinstance(e, Interrupted) else ''}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # stdout closed early (| head): not an error worth a traceback

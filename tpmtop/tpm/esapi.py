@@ -6,11 +6,17 @@ sees only a TCTI error ("tcti:Catch all") and then refuses every later call with
 report. Every ESAPI call made through :class:`EsapiOnTransport` checks the backend instead:
 if the connection is lost, the backend's own error (``TPM connection lost (…)``, or the
 time-out naming the TPM) is raised in place of tpm2-tss's.
+
+A signal (Ctrl-C, SIGTERM) during an ESAPI call is held until the call returns
+(:func:`tpmtop.tpm.interrupts.held`): raised inside the transport's C callback it would come
+back as "tcti:Catch all", or be lost, and leave ESAPI unusable for the clean-up.
 """
 
 from __future__ import annotations
 
 from tpm2_pytss.TSS2_Exception import TSS2_Exception
+
+from tpmtop.tpm.interrupts import held
 
 
 class EsapiOnTransport:
@@ -28,7 +34,8 @@ class EsapiOnTransport:
 
         def call(*args, **kwargs):
             try:
-                return attr(*args, **kwargs)
+                with held():
+                    return attr(*args, **kwargs)
             except TSS2_Exception:
                 lost = getattr(transport.backend, "lost", None)
                 if lost is not None:
