@@ -120,3 +120,83 @@ def swtpm_children(pid: int) -> list:
         return [c for c in psutil.Process(pid).children(recursive=True) if c.name() == "swtpm"]
     except psutil.NoSuchProcess:
         return []
+
+
+class BenchProcess:
+    """A ``tpmtop bench`` as a user runs it (a separate process), for signal and fault tests.
+
+    Waits are on conditions with generous limits, never fixed sleeps: ``swtpm()`` until the
+    private swtpm is there, ``working()`` until the bench has printed its header and its TPM
+    has spent CPU on its commands. ``kill()`` (the ``bench`` fixture's finalizer) ends it
+    whatever happened, so a test that fails never leaves a million-operation bench running.
+    """
+
+    LIMIT = 60.0
+
+    def __init__(self, *args: str):
+        import threading
+
+        self.proc = subprocess.Popen(TPMTOP + ["bench", *args], cwd=REPO, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self.out: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.out.extend(iter(self.proc.stdout.readline, "")),
+                                        daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _until(self, cond, what: str) -> None:
+        deadline = time.monotonic() + self.LIMIT
+        while not cond():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"bench exited ({self.proc.returncode}) before {what}: {self.proc.stderr.read()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"bench: no {what} within {self.LIMIT:.0f} s")
+            time.sleep(0.01)
+
+    def swtpm(self):
+        """The private swtpm (psutil.Process), once it is there."""
+        self._until(lambda: swtpm_children(self.pid), "private swtpm")
+        return swtpm_children(self.pid)[0]
+
+    def working(self, tpm_pid: int | None = None, cpu_s: float = 0.05) -> None:
+        """Until the header is out and the TPM (the private swtpm unless *tpm_pid*) has spent
+        *cpu_s* of CPU since then: the workload's commands are flowing."""
+        import psutil
+
+        tpm = psutil.Process(tpm_pid) if tpm_pid else self.swtpm()
+        self._until(lambda: self.out, "header")
+        start = sum(tpm.cpu_times()[:2])
+        self._until(lambda: sum(tpm.cpu_times()[:2]) - start >= cpu_s, "TPM work")
+
+    def finish(self, timeout: float = LIMIT) -> tuple[int, str, str]:
+        """Exit status, stdout, stderr (waits at most *timeout*)."""
+        rc = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout)
+        return rc, "".join(self.out), self.proc.stderr.read()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for f in (self.proc.stdout, self.proc.stderr):
+            f.close()
+
+
+@pytest.fixture
+def bench():
+    """bench(*args) -> BenchProcess; every one started is killed at the end of the test."""
+    started: list[BenchProcess] = []
+
+    def start(*args: str) -> BenchProcess:
+        b = BenchProcess(*args)
+        started.append(b)
+        return b
+
+    try:
+        yield start
+    finally:
+        for b in started:
+            b.kill()

@@ -165,20 +165,21 @@ def test_session_flushed_by_someone_else_is_recreated_and_counted(tpm, engine, m
     assert list_handles(tpm.transport) == []
 
 
-def test_slow_tpm_ctrl_c_is_prompt():
-    p = subprocess.Popen(TPMTOP + ["bench", "--sim", "--profile", "slb9670", "-n", "1000", "--warmup", "0",
-                                   "--modes", "per-command", "--engine", "native"],
-                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 20
-    while not swtpm_children(p.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    sw = swtpm_children(p.pid)[0]
-    time.sleep(1.5)  # inside 85 ms StartAuthSession holds
-    t = time.monotonic()
-    p.send_signal(signal.SIGINT)
-    p.communicate(timeout=20)
-    assert time.monotonic() - t < 1.0  # a 151 ms operation at most, plus clean-up
-    assert p.returncode == 130
+def test_slow_tpm_ctrl_c_stops_the_run(bench):
+    """Ctrl-C on a chip that takes 151 ms per operation: the run stops after the operation in
+    hand (how quickly is benchmarks' business, not a bound here), clean-up finishes on the
+    slow chip, and the swtpm goes."""
+    b = bench("--sim", "--profile", "slb9670", "-n", "1000", "--warmup", "0", "--modes", "per-command",
+              "--engine", "native")
+    sw = b.swtpm()
+    b.working()  # inside 85 ms StartAuthSession holds
+    b.proc.send_signal(signal.SIGINT)
+    rc, out, err = b.finish()
+    assert rc == 130, err
+    assert err.splitlines() == ["tpmtop: interrupted: partial results above"], err
+    row = next(ln.split() for ln in out.splitlines() if ln.startswith("native "))
+    assert row[:2] == ["native", "per-command"] and int(row[2]) < 1000, out  # stopped early
+    sw.wait(timeout=60)
     assert not psutil.pid_exists(sw.pid) or sw.status() == psutil.STATUS_ZOMBIE
 
 
