@@ -5,8 +5,6 @@ someone else, a TPM that takes 150 ms a command while the user presses Ctrl-C.""
 import json
 import signal
 import struct
-import subprocess
-import time
 
 import psutil
 import pytest
@@ -15,39 +13,18 @@ from tpmtop.bench import BenchPlan, capture_dict, run_bench
 from tpmtop.sessions.native import NativeEngine
 from tpmtop.sessions.workload import Workload
 from tpmtop.tpm.handles import flush, list_handles
-from conftest import REPO, TPMTOP, run_tpmtop, swtpm_children
-
-
-def _wait_busy(tcp_swtpm, pid, cpu_s: float = 0.3, limit: float = 60) -> None:
-    """Until the bench in *pid* has the swtpm working for it (connected, and the swtpm has
-    spent *cpu_s* of CPU on its commands): a condition, not a fixed sleep."""
-    sw = psutil.Process(tcp_swtpm.proc.pid)
-    start = sw.cpu_times()
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        assert psutil.pid_exists(pid)
-        used = sum(sw.cpu_times()[:2]) - sum(start[:2])
-        if used >= cpu_s:
-            return
-        time.sleep(0.05)
-    raise AssertionError("the bench never got the swtpm working")
+from conftest import run_tpmtop
 
 
 @pytest.mark.parametrize("engine", ["native", "esys"])
-def test_bench_survives_tpm_killed_and_saves_what_it_had(tcp_swtpm, tmp_path, engine):
+def test_bench_survives_tpm_killed_and_saves_what_it_had(tcp_swtpm, tmp_path, bench, engine):
     out = tmp_path / "partial.json"
-    p = subprocess.Popen(TPMTOP + ["bench", "-T", tcp_swtpm.tcti, "-n", "1000000", "--warmup", "0", "--modes",
-                                   "none,per-command", "--engine", engine, "--json", str(out)],
-                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_busy(tcp_swtpm, p.pid)
-        tcp_swtpm.proc.kill()  # the TPM dies mid-run
-        stdout, stderr = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert p.returncode == 1, stderr
+    b = bench("-T", tcp_swtpm.tcti, "-n", "1000000", "--warmup", "0", "--modes", "none,per-command",
+              "--engine", engine, "--json", str(out))
+    b.working(tpm_pid=tcp_swtpm.proc.pid, cpu_s=0.3)
+    tcp_swtpm.proc.kill()  # the TPM dies mid-run
+    rc, stdout, stderr = b.finish()
+    assert rc == 1, stderr
     assert "Traceback" not in stderr
     stopped = [line for line in stderr.splitlines() if line.startswith("tpmtop: stopped: ")]
     # what happened, not a follow-on error (esys used to say "Function called in the wrong order")

@@ -10,6 +10,7 @@ implementation passes every draw; a race fails some of them.
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import struct
@@ -20,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import REPO, TPMTOP, TcpSwtpm, swtpm_children
+from conftest import REPO, TPMTOP, TcpSwtpm, run_tpmtop, swtpm_children
 from tpmtop.errors import Interrupted
 from tpmtop.sessions.workload import Workload
 from tpmtop.tpm import commands, interrupts
@@ -113,7 +114,7 @@ def test_signal_right_after_the_swtpm_starts_is_never_lost(sig):
 
 
 # -- item 3: the stream stays in step, whatever moment the signal picks -------------------------------
-@pytest.mark.xfail(strict=True, reason="item 3: raw commands are not yet shielded from signals")
+
 def test_interrupted_raw_commands_leave_the_stream_in_step(tpm, alarm):
     rng = random.Random(12)
     t = tpm.transport
@@ -132,9 +133,7 @@ def test_interrupted_raw_commands_leave_the_stream_in_step(tpm, alarm):
 
 
 # -- items 4 and 5: interrupted operations, both engines, leave no handle -----------------------------
-@pytest.mark.parametrize("engine", [
-    pytest.param("native", marks=pytest.mark.xfail(strict=True, reason="item 5: raw path not yet shielded")),
-    "esys"])
+@pytest.mark.parametrize("engine", ["native", "esys"])
 def test_interrupted_operations_leave_no_handle(engine, alarm):
     sw = TcpSwtpm()  # an external TPM: what tpmtop leaves, it keeps
     try:
@@ -162,3 +161,19 @@ def test_interrupted_operations_leave_no_handle(engine, alarm):
             conn.close()
     finally:
         sw.stop()
+
+
+@pytest.mark.parametrize("engine", ["native", "esys"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_on_external_tpm_leaves_no_handle(tcp_swtpm, bench, engine, sig):
+    """On someone's real TPM a leaked session takes one of its three or so slots."""
+    b = bench("-T", tcp_swtpm.tcti, "-n", "1000000", "--warmup", "0", "--modes", "per-command,reuse,saved",
+              "--engine", engine, "-q")
+    b.working(tpm_pid=tcp_swtpm.proc.pid, cpu_s=0.2)
+    b.proc.send_signal(sig)
+    rc, out, err = b.finish()
+    assert rc == 130, err
+    assert err.splitlines() == ["tpmtop: interrupted: partial results above"], err
+    r = run_tpmtop("handles", "--json", "-T", tcp_swtpm.tcti)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["handles"] == []

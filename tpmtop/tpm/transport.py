@@ -26,6 +26,7 @@ from tpmtop.errors import TpmConnectionError, TpmTimeout
 from tpmtop.recorder import Recorder
 from tpmtop.tpm import wire
 from tpmtop.tpm.holdclock import sleep_until
+from tpmtop.tpm.interrupts import held
 
 MAX_RESPONSE = 4096
 
@@ -273,6 +274,12 @@ class InstrumentedTransport(PyTCTI):
         self.closed = False
 
     def transact(self, command: bytes) -> bytes:
+        # A signal waits until this command is answered and recorded: the stream stays in
+        # step, and a handle the command created is known to the clean-up that follows.
+        with held():
+            return self._transact(command)
+
+    def _transact(self, command: bytes) -> bytes:
         rec = self.recorder
         if not rec.enabled and self.shaper is None and self.acc is None:
             with self._lock:
