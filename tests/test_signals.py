@@ -114,7 +114,6 @@ def test_signal_right_after_the_swtpm_starts_is_never_lost(sig):
 
 
 # -- item 3: the stream stays in step, whatever moment the signal picks -------------------------------
-
 def test_interrupted_raw_commands_leave_the_stream_in_step(tpm, alarm):
     rng = random.Random(12)
     t = tpm.transport
