@@ -19,6 +19,7 @@ import sys
 import textwrap
 import time
 
+import psutil
 import pytest
 
 from conftest import REPO, TPMTOP, TcpSwtpm, run_tpmtop, swtpm_children
@@ -176,3 +177,32 @@ def test_signal_on_external_tpm_leaves_no_handle(tcp_swtpm, bench, engine, sig):
     r = run_tpmtop("handles", "--json", "-T", tcp_swtpm.tcti)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["handles"] == []
+
+
+def test_second_signal_does_not_wait_for_a_silent_tpm(tcp_swtpm):
+    """The first signal waits for the command in flight (so the stream stays in step); on a
+    TPM that does not answer, a second one stops tpmtop long before its time-out."""
+    import socket
+
+    hold = socket.create_connection(("127.0.0.1", tcp_swtpm.port))  # the swtpm is busy with us
+    p = subprocess.Popen(TPMTOP + ["handles", "-T", tcp_swtpm.tcti, "--timeout", "3600"], cwd=REPO,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        # until tpmtop has connected and sent its first command (it sits in the swtpm's backlog)
+        while not [c for c in psutil.Process(p.pid).net_connections("tcp")
+                   if c.raddr and c.raddr.port == tcp_swtpm.port]:
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            time.sleep(0.01)
+        # two different signals (two of one kind may merge into one before Python sees them)
+        p.send_signal(signal.SIGINT)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        hold.close()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, err
+    assert err.splitlines() == ["tpmtop: interrupted (stopped by SIGTERM)"], err
+    assert out == ""

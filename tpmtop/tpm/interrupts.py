@@ -8,7 +8,8 @@ Some stretches must not be broken into half-way: an ESAPI call runs tpmtop's tra
 C callback, and an exception raised there either comes back as "tcti:Catch all" or is lost
 ("Exception ignored from cffi callback"), leaving ESAPI's state broken. Inside
 :func:`held` a signal is noted instead, and raised when the outermost ``held`` ends — one
-TPM command later at most (bounded by ``--timeout``).
+TPM command later at most (bounded by ``--timeout``). A second signal while the first is
+waiting does not wait: it is raised at once.
 """
 
 from __future__ import annotations
@@ -28,9 +29,12 @@ def handler(signum, frame) -> None:
     """The signal handler tpmtop's CLI installs (SIGTERM, SIGHUP, SIGINT)."""
     global _pending
     why = f"stopped by {signal.Signals(signum).name}"
-    if _depth:
-        _pending = _pending or why
+    if _depth and _pending is None:
+        _pending = why  # raised once the command in flight is answered
         return
+    # Not inside a held stretch — or a second signal while one is already waiting: the user
+    # will not wait for a TPM that is slow to answer (at most --timeout), so stop now.
+    _pending = None
     raise Interrupted(why)
 
 
