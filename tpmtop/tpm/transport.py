@@ -49,8 +49,6 @@ def no_answer(description: str, command: bytes | None, timeout: float) -> TpmTim
                       f"program holds it) or hung (--timeout SECONDS waits longer)")
 
 
-
-
 class Backend(Protocol):
     description: str
 
@@ -62,10 +60,10 @@ class Backend(Protocol):
 class SocketBackend:
     """Raw TPM commands over a connected stream socket (swtpm's data channel).
 
-    A signal (Ctrl-C, SIGTERM) can land between sending a command and reading all of its
-    response. The partial response is kept and the rest drained before the next command, so
-    the stream never falls out of step — the clean-up that follows an interruption (flushing
-    tpmtop's handles) must still be able to talk to the TPM.
+    A signal waits until the command in flight is answered (``InstrumentedTransport`` holds
+    it), but a second one does not: then the partial response is kept and the rest drained
+    before the next command, so the stream never falls out of step — the clean-up that
+    follows an interruption (flushing tpmtop's handles) must still be able to talk to the TPM.
 
     Every send and receive is bounded by *timeout* (the kernel's SO_SNDTIMEO/SO_RCVTIMEO: no
     extra system call per command). A TPM that stays silent that long ends the connection:
