@@ -211,3 +211,15 @@ def test_load_trace_rejects_other_text(tmp_path):
     p.write_bytes(b"# tracer: function_graph\n\xff\xfe\n")
     with pytest.raises(UsageError, match=r"x.txt:2: not a text trace"):
         load_trace(str(p))
+
+
+def test_trace_parsers_do_not_import_the_loader():
+    """#11 item 5: boot/traces.py imports the parsers; the parsers import only the model
+    (boot/series.py), so there is no import cycle between them."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tpmtop.boot.ftrace, tpmtop.boot.bpftrace; "
+            "print('tpmtop.boot.traces' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

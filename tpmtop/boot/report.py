@@ -9,7 +9,7 @@ from tpmtop.boot import projection as pj
 from tpmtop.boot.facts import SystemFacts, collect
 from tpmtop.boot.rootfs import RootReader
 from tpmtop.boot.session_mode import SessionMode, infer
-from tpmtop.boot.traces import TraceResult
+from tpmtop.boot.series import TraceResult
 
 
 @dataclass
