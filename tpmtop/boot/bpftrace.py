@@ -115,11 +115,16 @@ class _Parser:
             self.hist = None
             m = _STATS.match(value)
             if m:
-                s.sums.append((int(m.group("total")) * self.unit, int(m.group("count"))))
+                total, calls = int(m.group("total")), int(m.group("count"))
             elif re.fullmatch(r"-?\d+", value):
-                s.sums.append((int(value) * self.unit, None))
+                total, calls = int(value), None
             else:
                 self.fail(lineno, "unreadable map value", line)
+            # A sum of durations is never negative: such a value is a counter that wrapped, a
+            # map of something else (a difference, a return value), or an edited file.
+            if total < 0:
+                self.fail(lineno, "negative value: not a sum of durations", line)
+            s.sums.append((total * self.unit, calls))
         if func is None:
             func = f"@{name}[{key.strip()}]" if key is not None else f"@{name}"
         self.entries.append((func, op, s))

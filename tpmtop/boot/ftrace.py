@@ -35,6 +35,9 @@ _SKIP = (
 # Without the CPU/TIME/TASK columns a row starts with its mark, and `#` is also the comment
 # character: a `#` line is a row only when a duration follows.
 _HASH_ROW = re.compile(r"^#\s+\d+(?:\.\d*)?\s*us\s*\|")
+# The kernel prints a duration as `%llu.%03lu` of a u64 nanosecond count: nothing larger is a
+# duration a kernel wrote (and Decimal arithmetic on it would overflow the default context).
+MAX_DURATION_NS = 2 ** 64 - 1
 # Lower bound each mark promises (strictly greater than), in µs.
 MARKS = {"+": 10, "!": 100, "#": 1_000, "*": 10_000, "@": 100_000, "$": 1_000_000}
 
@@ -78,14 +81,21 @@ class _Parser:
         m = _DUR.match(cell)
         if not m:
             self.fail(lineno, "unreadable DURATION cell", line)
+        digits = m.group("us")
+        whole, _, frac = digits.partition(".")
+        if len(whole.lstrip("0")) > 17:  # 2**64 ns is 18,446,744,073,709,551 µs: 17 digits
+            self.fail(lineno, "duration larger than a kernel can print (2^64 ns)", line)
         try:
-            us = Decimal(m.group("us"))
+            us = Decimal(digits)
         except InvalidOperation:
             self.fail(lineno, "unreadable duration", line)
         mark = m.group("mark")
         if mark and mark in MARKS and not us > MARKS[mark]:
             self.bad_marks += 1
-        return int(us * 1000)
+        ns = int(us * 1000)
+        if ns > MAX_DURATION_NS:
+            self.fail(lineno, "duration larger than a kernel can print (2^64 ns)", line)
+        return ns
 
     # -- attribution ----------------------------------------------------------------------
     def command_done(self, stack: list[_Frame], ns: int) -> None:

@@ -109,8 +109,14 @@ def verdict(rep: BootReport) -> str:
         return (f"Cannot size the TPM's share of this boot: the number of PCR extends is unknown "
                 f"({rep.extends_source}); rerun as root or pass --extends N.")
     if rep.extends == 0:
-        return ("IMA is off, so the kernel extends no PCRs while booting and its TPM session mode "
-                "costs this boot nothing.")
+        if rep.extends_source == "--extends":
+            ima = sf.value("ima.measurements")
+            counted = (f"; IMA counted {ima:,} measurements on this system, each one a PCR extend"
+                       if ima else "")
+            return ("With --extends 0 the projection assumes the kernel extends no PCRs while booting"
+                    f"{counted}: under that assumption its TPM session mode costs this boot nothing.")
+        return (f"The kernel extends no PCRs while booting ({rep.extends_source}), so its TPM session "
+                "mode costs this boot nothing.")
     n = f"{rep.extends:,}"
     none = p.modes["none"]
     bt = sf.boot_times

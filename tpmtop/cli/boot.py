@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+# No boot extends a PCR 100 million times: IMA on a busy server counts hundreds of thousands.
+MAX_COUNT = 100_000_000
+
 
 def _positive(text: str) -> int:
     try:
@@ -12,6 +15,9 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    if v > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"at most {MAX_COUNT:,}: {text!r} (even at 1 ms each, that many "
+                                         "TPM commands would take longer than a day)")
     return v
 
 
