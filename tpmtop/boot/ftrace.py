@@ -27,9 +27,12 @@ _DUR = re.compile(r"^(?:(?P<mark>[+!#*@$])\s*)?(?P<us>\d+(?:\.\d*)?)\s*us$")
 _ARROW = re.compile(r"^(?:=+>|<=+)$")
 _CALL = re.compile(r"^(?P<name>[A-Za-z_$][\w.$]*)\((?P<args>.*)\)\s*(?P<kind>[;{])\s*(?:/\*(?P<c>.*?)\*/)?\s*$")
 _EXIT = re.compile(r"^\}\s*(?:/\*(?P<c>.*?)\*/)?\s*$")
+# The context-switch banner verif_pid() prints whenever another task runs on a CPU, whatever
+# the columns: ` 1)  migrati-7     =>  systemd-1   ` (comm cut to 7 characters, then -pid).
+_SWITCH = re.compile(r"^\s*\|?\s*(?P<cpu>\d+)\)\s*(?P<prev>\S.*?-\d+)\s*=>\s*(?P<next>\S.*?-\d+)\s*$")
 _SKIP = (
     re.compile(r"^\s*-{3,}\s*$"),                     # context-switch rule
-    re.compile(r"=>"),                                 # ` 1)  bash-12 => cat-34 `
+    re.compile(r"=>"),                                 # ` 1)  bash-12 => cat-34 ` (a banner without a CPU)
     re.compile(r"^\s*CPU:\s*\d+\s*\[LOST \d+ EVENTS\]"),
 )
 # Without the CPU/TIME/TASK columns a row starts with its mark, and `#` is also the comment
@@ -46,8 +49,16 @@ MARKS = {"+": 10, "!": 100, "#": 1_000, "*": 10_000, "@": 100_000, "$": 1_000_00
 class _Frame:
     name: str
     lineno: int
+    depth: int  # from the indentation: 2 spaces per level
+    time: Decimal | None = None  # funcgraph-abstime of the entry, when shown
+    cpu: str | None = None
     hmac: bool = False
     transmits: list[int] = field(default_factory=list)  # ns of commands sent directly from here
+
+
+def _task_key(task: str) -> str:
+    """``systemd-1`` → ``pid 1``: the comm is cut to 7 characters in some places, not the pid."""
+    return "pid " + task.rsplit("-", 1)[-1]
 
 
 def _comment_name(c: str | None) -> str | None:
@@ -61,13 +72,25 @@ def _comment_name(c: str | None) -> str | None:
 
 
 class _Parser:
+    """Call stacks are kept per *task*. With the TASK/PID column (funcgraph-proc) the task is
+    known and a call that starts on one CPU and returns on another is simply followed. Without
+    it, each CPU runs one stack at a time; a line that does not fit its CPU's stack (an exit
+    whose function is not open there, a call deeper than the stack) is matched against the
+    stacks open elsewhere — the ``/* name */`` tail, the depth and, with the TIME column, the
+    entry time + duration = exit time decide — and that stack moves to this CPU."""
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.res = TraceResult(path, "ftrace function_graph")
-        self.stacks: dict[tuple, list[_Frame]] = {}
+        self.stacks: dict[object, list[_Frame]] = {}  # task name, or a chain number without TASK
+        self.on_cpu: dict[str | None, object] = {}  # CPU → the chain it runs (no TASK column)
+        self.chains = 0
         self.bad_marks = 0
         self.orphans = 0
         self.inferred_setups = 0
+        self.migrated = 0
+        self.migrated_by_task = 0
+        self.timed = False
 
     def fail(self, lineno: int, why: str, line: str):
         shown = line.strip()
@@ -96,6 +119,71 @@ class _Parser:
         if ns > MAX_DURATION_NS:
             self.fail(lineno, "duration larger than a kernel can print (2^64 ns)", line)
         return ns
+
+    # -- which stack a row belongs to -----------------------------------------------------
+    def _chain_of(self, cpu: str | None) -> list[_Frame]:
+        key = self.on_cpu.get(cpu)
+        if key is None:
+            key = self.chains = self.chains + 1
+            self.on_cpu[cpu] = key
+            self.stacks[key] = []
+        return self.stacks[key]
+
+    def _switch(self, cpu: str, prev: str, nxt: str) -> None:
+        """A banner: from here on ``nxt`` runs on ``cpu``. The calls seen there so far without
+        a task name were ``prev``'s."""
+        cur = self.on_cpu.get(cpu)
+        prev_key, next_key = _task_key(prev), _task_key(nxt)
+        if isinstance(cur, int):
+            chain = self.stacks.pop(cur)
+            if chain or prev_key not in self.stacks:
+                self.stacks[prev_key] = chain
+        for c, k in list(self.on_cpu.items()):
+            if k == next_key:
+                del self.on_cpu[c]  # the task moved here from another CPU
+        self.stacks.setdefault(next_key, [])
+        self.on_cpu[cpu] = next_key
+
+    def _adopt(self, cpu: str | None, stack: list[_Frame]) -> None:
+        """``stack`` now runs on ``cpu``; the chain that ran there is parked (another task,
+        switched out), or forgotten when it holds nothing."""
+        key = next(k for k, v in self.stacks.items() if v is stack)
+        for c, k in list(self.on_cpu.items()):
+            if k == key:
+                del self.on_cpu[c]
+        old = self.on_cpu.get(cpu)
+        if old is not None and not self.stacks[old]:
+            del self.stacks[old]
+        self.on_cpu[cpu] = key
+
+    def _elsewhere(self, stack: list[_Frame], kind: str, depth: int, name: str | None,
+                   ns: int | None, time: Decimal | None) -> list[_Frame] | None:
+        """An open stack on another CPU that this row continues: for an exit, one whose
+        innermost frame is at this depth (and has this name, when the tail gives it); for a
+        call, one whose innermost frame is this call's caller (one level up)."""
+        want = depth + 1 if kind == "exit" else depth
+        best, best_gap = None, None
+        for other in self.stacks.values():
+            if other is stack or not other or len(other) != want:
+                continue
+            top = other[-1]
+            if kind == "exit" and name is not None and top.name != name:
+                continue
+            gap = Decimal(0)
+            if time is not None and top.time is not None:
+                spent = time - top.time  # s
+                if spent < 0:
+                    continue
+                if kind == "exit" and ns is not None:
+                    # Printed when the call returns: entry time + duration ≈ exit time.
+                    gap = abs(spent * 1_000_000_000 - ns)
+                    if spent * 1_000_000_000 + 1000 < ns:
+                        continue  # it would have started before its entry was printed
+                else:
+                    gap = spent
+            if best is None or gap < best_gap:
+                best, best_gap = other, gap
+        return best
 
     # -- attribution ----------------------------------------------------------------------
     def command_done(self, stack: list[_Frame], ns: int) -> None:
@@ -136,27 +224,53 @@ class _Parser:
     def row(self, lineno: int, line: str) -> None:
         if line.startswith("#") and not _HASH_ROW.match(line):
             return  # header, `##### CPU 2 buffer started ####`
+        if "=>" in line:
+            sw = _SWITCH.match(line)
+            if sw:
+                self._switch(sw.group("cpu"), sw.group("prev"), sw.group("next"))
+                return
         m = _ROW.match(line)
         if not m:
             if not line.strip() or any(p.search(line) for p in _SKIP):
                 return
             self.fail(lineno, "not a function_graph row", line)
         cell = m.group("dur").strip()
-        func = m.group("func").strip()
+        raw_func = m.group("func")
+        func = raw_func.strip()
         if _ARROW.match(cell):
             return  # IRQ entry/exit arrow
         ns = self.duration_ns(cell, lineno, line)
-        key = (m.group("cpu"), (m.group("task") or "").strip() or None)
-        stack = self.stacks.setdefault(key, [])
         if not func:
             if ns is None:
                 return
             self.fail(lineno, "a duration without a function", line)
         if func.startswith("/*"):
             return  # trace_printk or event annotation
+        cpu = m.group("cpu")
+        task = (m.group("task") or "").strip() or None
+        time = Decimal(m.group("time")) if m.group("time") else None
+        self.timed = self.timed or time is not None
+        # The kernel indents FUNCTION by 2 spaces, then 2 per call depth.
+        depth = max(0, (len(raw_func) - len(raw_func.lstrip(" ")) - 2) // 2)
+        if task is not None:
+            stack = self.stacks.setdefault(_task_key(task), [])
+        else:
+            stack = self._chain_of(cpu)
+            if isinstance(self.on_cpu.get(cpu), str):
+                task = self.on_cpu[cpu]  # named by a context-switch banner
         c = _CALL.match(func)
         if c:
             name = c.group("name")
+            if task is None and len(stack) > depth == 0:
+                # An outermost call on a CPU whose chain is still open: another task runs here.
+                self.chains += 1
+                self._adopt(cpu, self.stacks.setdefault(self.chains, []))
+                stack = self.stacks[self.chains]
+            elif task is None and depth > 0 and len(stack) != depth:
+                other = self._elsewhere(stack, "call", depth, name, ns, time)
+                if other is not None:
+                    self._adopt(cpu, other)
+                    stack = other
             if name in HMAC_FUNCS:
                 self.res.hmac_seen = True
                 for f in stack:
@@ -164,7 +278,7 @@ class _Parser:
             if c.group("kind") == "{":
                 if ns is not None:
                     self.fail(lineno, "a function entry with a duration", line)
-                stack.append(_Frame(name, lineno, hmac=name in HMAC_FUNCS))
+                stack.append(_Frame(name, lineno, depth, time, cpu, hmac=name in HMAC_FUNCS))
                 return
             if ns is None:
                 self.fail(lineno, "a leaf call without a duration", line)
@@ -178,11 +292,22 @@ class _Parser:
         if ns is None:
             self.fail(lineno, "a function exit without a duration", line)
         name = _comment_name(e.group("c"))
-        if stack and (name is None or name == stack[-1].name or name in {f.name for f in stack}):
+        fits = stack and (name in {f.name for f in stack} if name is not None else len(stack) == depth + 1)
+        if task is None and not fits:
+            other = self._elsewhere(stack, "exit", depth, name, ns, time)
+            if other is not None:
+                self._adopt(cpu, other)
+                stack = other
+        if stack and (name is None or name in {f.name for f in stack}):
             # Exits whose entries fell out of the buffer close the frames above them too.
             while name is not None and stack[-1].name != name:
                 self.close(stack.pop(), stack)
             f = stack.pop()
+            if f.cpu != cpu and f.cpu is not None and cpu is not None:
+                if task is None:
+                    self.migrated += 1
+                else:
+                    self.migrated_by_task += 1
             self.res.function(f.name).samples_ns.append(ns)
             if f.name in TRANSMIT_FUNCS:
                 self.command_done(stack, ns)
@@ -208,6 +333,12 @@ class _Parser:
             notes.append(f"{self.orphans} exit(s) whose entry was not in the trace")
         if self.bad_marks:
             notes.append(f"{self.bad_marks} duration mark(s) disagree with their value")
+        if self.migrated_by_task:
+            notes.append(f"{self.migrated_by_task} call(s) returned on another CPU than they started on "
+                         "(followed by the TASK/PID column)")
+        if self.migrated:
+            notes.append(f"{self.migrated} call(s) returned on another CPU than they started on (matched "
+                         "to the open call by name, depth" + (" and time)" if self.timed else ")"))
         if self.inferred_setups:
             notes.append(f"{self.inferred_setups} session setup(s) split into ContextLoad, StartAuthSession, "
                          "FlushContext by the order tpm2_start_auth_session() sends them")
