@@ -295,3 +295,15 @@ def test_context_switch_banner_names_the_task_without_a_task_column():
     assert samples(r.operations) == {"PCR_Extend": [6_000_000], "GetRandom": [500_000]}
     assert r.functions["tpm2_pcr_extend"].samples_ns == [6_100_000]
     assert r.functions["tpm2_get_random"].samples_ns == [510_000]
+
+
+def test_many_gaps_do_not_keep_every_parked_chain(monkeypatch):
+    """Lost exits park a chain at every outermost call; only the newest are kept for matching,
+    the others' open calls are counted as still open."""
+    import tpmtop.boot.ftrace as ft
+
+    monkeypatch.setattr(ft, "MAX_CHAINS", 4)
+    text = "".join(" 0)               |  f() {\n 0)               |    g() {\n" for _ in range(10))
+    r = parse(text)
+    assert "20 call(s) still open at the end of the trace (no duration)" in r.notes
+    assert r.functions == {}

@@ -144,10 +144,10 @@ class _Parser:
                 self.fail(lineno, "histogram bucket with upper bound <= lower bound", line)
             self.hist.buckets.append((lo, hi, count))
 
-    def parse(self, lines: list[str]) -> TraceResult:
+    def parse(self, lines) -> TraceResult:
         key_lines: list[str] | None = None
         key_name = ""
-        key_start = 0
+        key_start, key_first = 0, ""
         for lineno, raw in enumerate(lines, 1):
             line = raw.rstrip("\n")
             if key_lines is not None:
@@ -157,7 +157,7 @@ class _Parser:
                     self.entry(key_name, "\n".join(key_lines), m.group("value"), lineno, line)
                     key_lines = None
                 elif line.startswith("@") or _ROW.match(line):
-                    self.fail(key_start, "map key never closed with ']:'", lines[key_start - 1])
+                    self.fail(key_start, "map key never closed with ']:'", key_first)
                 else:
                     key_lines.append(line)
                 continue
@@ -177,7 +177,7 @@ class _Parser:
                     continue
                 m = _OPEN_KEY.match(line)
                 if m:
-                    key_lines, key_name, key_start = [m.group("key")], m.group("name"), lineno
+                    key_lines, key_name, key_start, key_first = [m.group("key")], m.group("name"), lineno, line
                     continue
                 self.fail(lineno, "unreadable map line", line)
             m = _ROW.match(line)
@@ -188,7 +188,7 @@ class _Parser:
                 continue
             self.fail(lineno, "not bpftrace map output", line)
         if key_lines is not None:
-            self.fail(key_start, "map key never closed with ']:'", lines[key_start - 1])
+            self.fail(key_start, "map key never closed with ']:'", key_first)
         return self.finish()
 
     def finish(self) -> TraceResult:
@@ -205,5 +205,5 @@ class _Parser:
         return self.res
 
 
-def parse_bpftrace(lines: list[str], path: str = "<trace>", unit: str | None = None) -> TraceResult:
+def parse_bpftrace(lines, path: str = "<trace>", unit: str | None = None) -> TraceResult:
     return _Parser(path, UNITS[unit or "ns"]).parse(lines)

@@ -41,6 +41,8 @@ _HASH_ROW = re.compile(r"^#\s+\d+(?:\.\d*)?\s*us\s*\|")
 # The kernel prints a duration as `%llu.%03lu` of a u64 nanosecond count: nothing larger is a
 # duration a kernel wrote (and Decimal arithmetic on it would overflow the default context).
 MAX_DURATION_NS = 2 ** 64 - 1
+# Open call chains kept for matching rows that migrated CPU (no TASK column).
+MAX_CHAINS = 256
 # Lower bound each mark promises (strictly greater than), in µs.
 MARKS = {"+": 10, "!": 100, "#": 1_000, "*": 10_000, "@": 100_000, "$": 1_000_000}
 
@@ -91,6 +93,7 @@ class _Parser:
         self.migrated = 0
         self.migrated_by_task = 0
         self.timed = False
+        self.abandoned = 0  # open calls dropped with a parked chain
 
     def fail(self, lineno: int, why: str, line: str):
         shown = line.strip()
@@ -155,6 +158,12 @@ class _Parser:
         if old is not None and not self.stacks[old]:
             del self.stacks[old]
         self.on_cpu[cpu] = key
+        # A trace with lost events parks a chain at every gap; each later misfit row looks
+        # through them, so keep the newest few (the oldest are calls whose exits were lost).
+        if len(self.stacks) > MAX_CHAINS:
+            running = set(self.on_cpu.values())
+            for k in [k for k in self.stacks if k not in running][:len(self.stacks) - MAX_CHAINS]:
+                self.abandoned += len(self.stacks.pop(k))
 
     def _elsewhere(self, stack: list[_Frame], kind: str, depth: int, name: str | None,
                    ns: int | None, time: Decimal | None) -> list[_Frame] | None:
@@ -321,7 +330,7 @@ class _Parser:
             self.command_done(stack, ns)
 
     def finish(self) -> TraceResult:
-        open_frames = 0
+        open_frames = self.abandoned
         for stack in self.stacks.values():
             while stack:
                 open_frames += 1
@@ -345,7 +354,7 @@ class _Parser:
         return self.res
 
 
-def parse_function_graph(lines: list[str], path: str = "<trace>") -> TraceResult:
+def parse_function_graph(lines, path: str = "<trace>") -> TraceResult:
     p = _Parser(path)
     for lineno, line in enumerate(lines, 1):
         p.row(lineno, line.rstrip("\n"))

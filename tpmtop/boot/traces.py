@@ -7,6 +7,8 @@ the top without a cycle. Names of the model are re-exported here for older impor
 
 from __future__ import annotations
 
+import itertools
+
 from tpmtop.boot.bpftrace import parse_bpftrace
 from tpmtop.boot.ftrace import parse_function_graph
 from tpmtop.boot.series import (HMAC_FUNCS, OP_EXTEND, OP_EXTEND_HMAC, OP_FUNCS, OP_SETUP_UNATTRIBUTED,  # noqa: F401
@@ -14,39 +16,64 @@ from tpmtop.boot.series import (HMAC_FUNCS, OP_EXTEND, OP_EXTEND_HMAC, OP_FUNCS,
 from tpmtop.errors import UsageError
 
 
-def sniff_format(lines: list[str]) -> str | None:
-    for line in lines:
-        s = line.strip()
-        if not s:
-            continue
-        if s.startswith("# tracer:") or s.startswith("# CPU") or "FUNCTION CALLS" in s:
-            return "ftrace"
-        if s.startswith("@") or s.startswith("Attaching ") or s == "^C":
-            return "bpftrace"
-        if line.startswith("#"):
-            continue
-        if "|" in s and ("()" in s or s.endswith("|") or "}" in s):
-            return "ftrace"
+def _classify(line: str) -> str | None:
+    """One line's say on the format: "ftrace", "bpftrace", "neither", or None (no say)."""
+    s = line.strip()
+    if not s:
         return None
+    if s.startswith("# tracer:") or s.startswith("# CPU") or "FUNCTION CALLS" in s:
+        return "ftrace"
+    if s.startswith("@") or s.startswith("Attaching ") or s == "^C":
+        return "bpftrace"
+    if line.startswith("#"):
+        return None
+    if "|" in s and ("()" in s or s.endswith("|") or "}" in s):
+        return "ftrace"
+    return "neither"
+
+
+def sniff_format(lines) -> str | None:
+    for line in lines:
+        kind = _classify(line)
+        if kind is not None:
+            return None if kind == "neither" else kind
     return None
 
 
+def _text_lines(f, path: str):
+    """The file's lines as text, one at a time (a trace can be hundreds of MB)."""
+    for lineno, raw in enumerate(f, 1):
+        try:
+            yield raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as e:
+            raise UsageError(f"{path}:{lineno}: not a text trace (byte 0x{raw[e.start]:02x} is not UTF-8)") from None
+
+
 def load_trace(path: str, unit: str | None = None) -> TraceResult:
+    """Streams the file: memory grows with the number of TPM calls, not with the file."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        f = open(path, "rb")
     except OSError as e:
         raise UsageError(f"{path}: cannot read trace: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[:e.start].count(b"\n") + 1
-        raise UsageError(f"{path}:{line}: not a text trace (byte 0x{raw[e.start]:02x} is not UTF-8)") from None
-    lines = text.splitlines()
-    kind = sniff_format(lines)
-    if kind == "ftrace":
-        return parse_function_graph(lines, path)
-    if kind == "bpftrace":
-        return parse_bpftrace(lines, path, unit=unit)
-    first = next((i for i, ln in enumerate(lines, 1) if ln.strip() and not ln.startswith("#")), 1)
+    with f:
+        lines = _text_lines(f, path)
+        head: list[str] = []
+        kind = None
+        try:
+            for line in lines:
+                head.append(line)
+                kind = _classify(line)
+                if kind is not None:
+                    break
+        except OSError as e:
+            raise UsageError(f"{path}: cannot read trace: {e.strerror or e}") from None
+        rest = itertools.chain(head, lines)
+        try:
+            if kind == "ftrace":
+                return parse_function_graph(rest, path)
+            if kind == "bpftrace":
+                return parse_bpftrace(rest, path, unit=unit)
+        except OSError as e:
+            raise UsageError(f"{path}: cannot read trace: {e.strerror or e}") from None
+    first = next((i for i, ln in enumerate(head, 1) if ln.strip() and not ln.startswith("#")), 1)
     raise UsageError(f"{path}:{first}: neither ftrace function_graph nor bpftrace map output")
