@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 
 from tpmtop.boot import projection as pj
@@ -24,6 +25,7 @@ class BootReport:
     verdict: str
     identity: dict | None = None
     notes: list[str] = field(default_factory=list)
+    verdict_parts: list[dict] = field(default_factory=list)  # what the verdict weighed, largest first
 
     def to_json(self) -> dict:
         return {
@@ -36,7 +38,14 @@ class BootReport:
             "extends": {"count": self.extends, "source": self.extends_source},
             "projection": self.projection.to_json() if self.projection else None,
             "projection_reason": self.projection_reason,
+            "kernel_tpm_problems": ([pr.to_json() for pr in self.facts.kernel_log.problems]
+                                    if self.facts.kernel_log else None),
+            "systemd_tpm_units": ([u.to_json() for u in self.facts.units]
+                                  if self.facts.units is not None else None),
+            "journal_tpm_errors": ([e.to_json() for e in self.facts.journal.errors]
+                                   if self.facts.journal is not None else None),
             "verdict": self.verdict,
+            "verdict_parts": self.verdict_parts,
             "notes": self.notes,
         }
 
@@ -71,7 +80,7 @@ def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
         per_mode, cnotes = pj.load_capture_costs(capture)
         notes += cnotes
     projection, reason = None, None
-    if not sf.chips and extends is None:
+    if not sf.tpm_seen and extends is None:
         chips = sf.get("tpm.chips")
         reason = (chips.reason if chips is not None and chips.reason else "no TPM") + \
             "; pass --extends N to project anyway"
@@ -84,9 +93,25 @@ def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
             notes.append(f"{', '.join(filled)}: {pj.PUBLISHED_ABOUT}; import a trace (--trace) or a "
                          "capture (--capture) for this machine's figures")
         projection = pj.project(n, n_src, components, per_mode)
+        if not sm.applies:
+            _without_sessions(projection, sf, notes)
     rep = BootReport(sf, sm, traces, n, n_src, projection, reason, "", identity, notes)
     rep.verdict = verdict(rep)
     return rep
+
+
+def _without_sessions(p: pj.Projection, sf: SystemFacts, notes: list[str]) -> None:
+    """A TPM 1.2: only the session-less mode is a real possibility; the others are not
+    projected rather than projected for a session the kernel cannot open."""
+    for mode in ("per-command", "reuse", "saved"):
+        mc = p.modes[mode]
+        mc.total_s = mc.estimate_s = mc.arithmetic = None
+        mc.note = None
+        mc.reason = "no HMAC sessions on a TPM 1.2"
+    e0 = p.components.get("E0")
+    if e0 is not None and e0.source == pj.PUBLISHED_SOURCE:
+        notes.append("E0 is a TPM 2.0 chip's PCR_Extend (SLB9670); a TPM 1.2's TPM_Extend may differ: "
+                     "import a trace of this machine (--trace) for its own figure")
 
 
 def _cost_basis(p: pj.Projection, mode: str) -> str:
@@ -101,39 +126,88 @@ def _cost_basis(p: pj.Projection, mode: str) -> str:
 
 
 def verdict(rep: BootReport) -> str:
+    """Every TPM cost the inputs show, the largest first: the kernel's session mode, systemd's
+    TPM units on the critical path, retry loops in the journal."""
+    parts: list[tuple[float, str, str]] = []  # (seconds, what, sentence)
+    kernel_s, kernel = _kernel_verdict(rep)
+    parts.append((kernel_s, "kernel", kernel))
+    parts += _systemd_verdict(rep)
+    parts += _journal_verdict(rep)
+    parts.sort(key=lambda x: -x[0])
+    rep.verdict_parts = [{"what": w, "seconds": round(t, 6), "text": txt} for t, w, txt in parts]
+    return " ".join(txt for _, _, txt in parts)
+
+
+def _systemd_verdict(rep: BootReport) -> list[tuple[float, str, str]]:
+    units = rep.facts.units or []
+    out = []
+    on = [u for u in units if u.on_critical_path and u.took is not None]
+    if on:
+        total = sum(u.took for u in on)
+        bt = rep.facts.boot_times
+        of = f" of a {bt.total_text} boot" if bt and bt.total_text else ""
+        names = ", ".join(f"{u.unit} {pj.fmt_seconds(u.took, 2)}" for u in on)
+        out.append((float(total), "systemd", f"On the critical path{of}, systemd's TPM units took "
+                    f"{pj.fmt_seconds(total, 2)}: {names}."))
+    off = [u for u in units if u.on_critical_path is not True and u.took is not None and u.took >= 1]
+    if off:
+        names = ", ".join(f"{u.unit} {pj.fmt_seconds(u.took, 2)}" for u in off)
+        where = ("off the critical path, so they delay only what waits for them"
+                 if rep.facts.critical_chain is not None else "(no critical-chain read: on the path or not is unknown)")
+        out.append((float(max(u.took for u in off)) / 10, "systemd-off-path", f"Slow TPM units {where}: {names}."))
+    return out
+
+
+def _journal_verdict(rep: BootReport) -> list[tuple[float, str, str]]:
+    j = rep.facts.journal
+    out = []
+    for e in (j.errors if j else []):
+        if e.count < 3:
+            continue
+        code = f" ({e.rc_text or 'rc'} 0x{e.rc:x})" if e.rc is not None else ""
+        out.append((float(e.span), "journal",
+                    f"{e.ident} logged the same TPM error {e.count} times over {pj.fmt_seconds(e.span, 2)}, "
+                    f"every {pj.fmt_seconds(e.interval, 2)}{code}: a retry loop that costs the boot that long."))
+    return out
+
+
+def _kernel_verdict(rep: BootReport) -> tuple[float, str]:
     sf, p, sm = rep.facts, rep.projection, rep.session
     if p is None:
         why = rep.projection_reason.split(";")[0].removeprefix("no TPM: ")
-        return f"No TPM is visible ({why}), so TPM sessions cannot be slowing this boot."
+        return 0.0, f"No TPM is visible ({why}), so TPM sessions cannot be slowing this boot."
+    if not sm.applies:
+        return _tpm12_verdict(rep)
     if rep.extends is None:
-        return (f"Cannot size the TPM's share of this boot: the number of PCR extends is unknown "
-                f"({rep.extends_source}); rerun as root or pass --extends N.")
+        return 0.0, (f"Cannot size the TPM's share of this boot: the number of PCR extends is unknown "
+                     f"({rep.extends_source}); rerun as root or pass --extends N.")
     if rep.extends == 0:
         if rep.extends_source == "--extends":
             ima = sf.value("ima.measurements")
             counted = (f"; IMA counted {ima:,} measurements on this system, each one a PCR extend"
                        if ima else "")
-            return ("With --extends 0 the projection assumes the kernel extends no PCRs while booting"
-                    f"{counted}: under that assumption its TPM session mode costs this boot nothing.")
-        return (f"The kernel extends no PCRs while booting ({rep.extends_source}), so its TPM session "
-                "mode costs this boot nothing.")
+            return 0.0, ("With --extends 0 the projection assumes the kernel extends no PCRs while booting"
+                         f"{counted}: under that assumption its TPM session mode costs this boot nothing.")
+        return 0.0, (f"The kernel extends no PCRs while booting ({rep.extends_source}), so its TPM session "
+                     "mode costs this boot nothing.")
     n = f"{rep.extends:,}"
     none = p.modes["none"]
     bt = sf.boot_times
     of_boot = f" of a {bt.total_text} boot" if bt and bt.total_text else " of this boot"
     if sm.mode is None:
         pc = p.modes["per-command"]
-        return (f"Cannot tell which session mode this kernel uses ({'; '.join(sm.reasons)}): "
-                f"{n} extends would cost {pj.fmt_estimate(pc.estimate_s)} with per-command sessions and "
-                f"{pj.fmt_estimate(none.estimate_s)} without ({_cost_basis(p, 'per-command')}).")
+        return float(pc.estimate_s or 0), (
+            f"Cannot tell which session mode this kernel uses ({'; '.join(sm.reasons)}): "
+            f"{n} extends would cost {pj.fmt_estimate(pc.estimate_s)} with per-command sessions and "
+            f"{pj.fmt_estimate(none.estimate_s)} without ({_cost_basis(p, 'per-command')}).")
     cur = p.modes[sm.mode]
     if cur.estimate_s is None:
-        return f"The kernel uses {sm.mode} sessions, but its cost cannot be projected: {cur.reason}."
+        return 0.0, f"The kernel uses {sm.mode} sessions, but its cost cannot be projected: {cur.reason}."
     basis = _cost_basis(p, sm.mode)
     if sm.mode == "none":
-        return (f"PCR extends run without HMAC sessions here ({sm.reasons[-1]}): {n} extends cost "
-                f"{pj.fmt_estimate(cur.estimate_s)}{of_boot} ({basis}), so the session mode is not what "
-                "slows it.")
+        return float(cur.estimate_s), (
+            f"PCR extends run without HMAC sessions here ({sm.rule}): {n} extends cost "
+            f"{pj.fmt_estimate(cur.estimate_s)}{of_boot} ({basis}), so the session mode is not what slows it.")
     saving = None
     if none.total_s is not None:
         saving = pj.round_sig(cur.total_s - none.total_s)
@@ -142,7 +216,32 @@ def verdict(rep: BootReport) -> str:
            "or CONFIG_TCG_TPM2_HMAC=n")
     label = "HMAC per-command sessions" if sm.mode == "per-command" else "The kept HMAC session"
     tail = f"; {fix} would save {pj.fmt_estimate(saving)}" if saving is not None and saving > 0 else ""
-    return f"{label} cost {pj.fmt_estimate(cur.estimate_s)}{of_boot} ({n} extends, {basis}){tail}."
+    return float(cur.estimate_s), (f"{label} cost {pj.fmt_estimate(cur.estimate_s)}{of_boot} ({n} extends, "
+                                   f"{basis}; decided by {sm.rule}){tail}.")
+
+
+def _tpm12_verdict(rep: BootReport) -> tuple[float, str]:
+    sf, p = rep.facts, rep.projection
+    fam = sf.get("tpm.family")
+    head = f"This is a TPM 1.2 ({fam.source}): the kernel opens no HMAC sessions on it, so no session mode applies."
+    parts = [head]
+    kl = sf.kernel_log
+    secs = 0.0
+    if kl is not None and kl.initcall_debug:
+        tic = sorted(kl.tpm_initcalls(), key=lambda i: -i.usecs)
+        if tic:
+            top = tic[0]
+            secs = top.usecs / 1e6
+            parts.append(f"Its boot costs are the initcalls ({top.name} {pj.fmt_seconds(Decimal(top.usecs) / 10**6, 2)}"
+                         + (", where IMA reads PCRs 0–7 for its boot aggregate" if "ima" in top.name else "") + ")")
+    none = p.modes["none"]
+    if rep.extends and none.estimate_s is not None:
+        secs = max(secs, float(none.estimate_s))
+        parts.append(f"and {rep.extends:,} PCR extends, about {pj.fmt_seconds(none.estimate_s, 2)} "
+                     f"({_cost_basis(p, 'none')}).")
+    elif len(parts) > 1:
+        parts[-1] += "."
+    return secs, " ".join(parts)
 
 
 # -- text -----------------------------------------------------------------------------------
