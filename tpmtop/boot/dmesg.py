@@ -36,6 +36,7 @@ WARNINGS = (
 # `[    1.234567] msg`: the time since boot, when the prefix gives it.
 _TIME = re.compile(r"^\[\s*(\d+\.\d+)\]")
 _LINUX_VERSION = re.compile(r"^Linux version (\S+)")
+_COMMAND_LINE = re.compile(r"^Command line: (.*)$")
 # tpm_tis_core.c's probe line; `driver device: family TPM (device-id 0x…, rev-id …)`.
 _PROBE = re.compile(r"^(?P<driver>\S+) (?P<device>\S+): (?P<family>1\.2|2\.0) TPM "
                     r"\(device-id 0x(?P<did>[0-9A-Fa-f]+), rev-id (?P<rid>\d+)\)")
@@ -147,6 +148,8 @@ class KernelLog:
     unfinished: list[str] = field(default_factory=list)  # `calling` without `returned`
     release: str | None = None  # from `Linux version …`
     release_line: int | None = None
+    cmdline: str | None = None  # from `Command line: …` (x86 prints it at boot)
+    cmdline_line: int | None = None
     probes: list[TpmProbe] = field(default_factory=list)
     problems: list[KernelProblem] = field(default_factory=list)
 
@@ -168,7 +171,7 @@ class KernelLog:
                 "initcalls_total_usecs": self.initcall_total_usecs if self.initcalls else None,
                 "tpm_initcalls": [i.to_json() for i in self.tpm_initcalls()],
                 "unfinished_tpm_initcalls": [n for n in self.unfinished if _TPM_INITCALL.search(n)],
-                "release": self.release, "tpm_probes": [p.to_json() for p in self.probes],
+                "release": self.release, "cmdline": self.cmdline, "tpm_probes": [p.to_json() for p in self.probes],
                 "problems": [p.to_json() for p in self.problems]}
 
 
@@ -208,6 +211,11 @@ def parse_kernel_log(text: str) -> KernelLog:
             mv = _LINUX_VERSION.match(line)
             if mv:
                 log.release, log.release_line = mv.group(1), lineno
+                continue
+        if log.cmdline is None:
+            mc = _COMMAND_LINE.match(line)
+            if mc:
+                log.cmdline, log.cmdline_line = mc.group(1).strip(), lineno
                 continue
         m = _CALLING.match(line)
         if m:

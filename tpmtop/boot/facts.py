@@ -49,12 +49,17 @@ class Fact:
         """The source, and what the others said."""
         if not self.others:
             return self.source or ""
+        if all(o.get("reason") for o in self.others):
+            return f"{self.source} (" + "; ".join(o["reason"] for o in self.others) + ")"
         if self.agree:
             return f"{self.source} ({', '.join(o['source'] for o in self.others)} agrees)"
-        return f"{self.source} (won over " + ", ".join(f"{o['source']}: {o['value']}" for o in self.others) + ")"
+        return f"{self.source} (won over " + ", ".join(
+            f"{o['source']}: {o.get('reason') or o['value']}" for o in self.others) + ")"
 
     def to_json(self) -> dict:
         v = self.value.to_json() if hasattr(self.value, "to_json") else self.value
+        if isinstance(v, list):
+            v = [x.to_json() if hasattr(x, "to_json") else x for x in v]
         d = {"name": self.name, "value": v, "source": self.source, "reason": self.reason}
         if self.others:
             d["other_sources"] = self.others
@@ -182,10 +187,14 @@ def _config(sf: SystemFacts, r: RootReader) -> None:
 
 def _cmdline(sf: SystemFacts, r: RootReader) -> None:
     f = _fact(sf, "cmdline", lambda: r.read_line("/proc/cmdline"), "/proc/cmdline")
+    kl = sf.kernel_log
+    if not f.ok and kl is not None and kl.cmdline is not None:
+        f = sf.add(Fact("cmdline", kl.cmdline, f"{sf.get('dmesg').source}:{kl.cmdline_line} (`Command line:` line)",
+                        others=[{"source": f.source, "value": None, "reason": f.reason}]))
     if not f.ok:
         return
     sf.params = cmdline_mod.parse_cmdline(f.value)
-    sf.add(Fact("cmdline.tpm_ima", cmdline_mod.relevant(sf.params), "/proc/cmdline"))
+    sf.add(Fact("cmdline.tpm_ima", cmdline_mod.relevant(sf.params), f.source))
     _fact(sf, "tpm.disable_pcr_integrity", lambda: r.read_line(PCR_INTEGRITY_PARAM), PCR_INTEGRITY_PARAM)
 
 
@@ -286,7 +295,9 @@ def _ima(sf: SystemFacts, r: RootReader) -> None:
     params = sf.params or {}
     hints = {k: params[k][-1] for k in ("ima_policy", "ima_appraise", "ima_tcb", "ima_hash", "ima_template")
              if k in params}
-    sf.add(Fact("ima.policy_hints", hints, "/proc/cmdline") if sf.params is not None
+    cmd = sf.get("cmdline")
+    sf.add(Fact("ima.policy_hints", hints, cmd.source if cmd is not None and cmd.ok else "/proc/cmdline")
+           if sf.params is not None
            else Fact("ima.policy_hints", None, "/proc/cmdline", "kernel command line unreadable"))
 
 

@@ -35,6 +35,8 @@ _FAILED = re.compile(r"(?i)\bfail|\berror\b|\bretry|\brestarting\b|\btimed? ?out
                      r"\bnot (?:found|available|supported)\b")
 _RC_HEX = (re.compile(r"ErrorCode \((?P<rc>0x[0-9a-fA-F]+)\)"), re.compile(r"\b(?:rc|RC|Error Code)[=: ]+(?P<rc>0x[0-9a-fA-F]+)"),
            re.compile(r"\(\s*(?P<rc>0x[0-9a-fA-F]{3,8})\s*\)"), re.compile(r"\bTPM error (?P<rc>0x[0-9a-fA-F]+)"))
+# Programs whose every failure is a TPM failure: tpm2-tools (tpm2_*), tpm2-abrmd, TrouSerS.
+TPM_PROGRAMS = ("tpm2_", "tpm2-", "tcsd", "tpm_")
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
 _PATHLINE = re.compile(r"(\.c):\d+:")
 
@@ -158,7 +160,7 @@ def parse_journal(text: str, path: str = "journalctl -b -o short-monotonic") -> 
             if p is None:
                 continue
             kind, rc, meaning = "kernel", p.rc, KIND_TEXT[p.kind]
-        elif _TPM_WORD.search(msg) and _FAILED.search(msg):
+        elif (_TPM_WORD.search(msg) or ident.startswith(TPM_PROGRAMS)) and _FAILED.search(msg):
             kind, rc = ("systemd" if ident.startswith("systemd") else "other"), _rc(msg)
         else:
             continue
@@ -168,6 +170,6 @@ def parse_journal(text: str, path: str = "journalctl -b -o short-monotonic") -> 
             g = groups[key] = JournalError(ident, msg, key, kind, rc=rc, meaning=meaning)
         g.times.append(t)
         g.lines.append(lineno)
-    j.errors = sorted(groups.values(), key=lambda g: (-g.span, -g.count, g.first))
+    j.errors = sorted(groups.values(), key=lambda g: (-g.span, -g.count, g.rc is None, g.first))
     return j
 

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 
 from tpmtop.boot import projection as pj
+from tpmtop.boot.dmesg import KIND_TEXT
 from tpmtop.boot.facts import SystemFacts, collect
 from tpmtop.boot.rootfs import RootReader
 from tpmtop.boot.session_mode import SessionMode, infer
@@ -86,6 +87,9 @@ def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
             "; pass --extends N to project anyway"
     else:
         published = pj.published_components()
+        if not sm.applies:  # TPM 1.2: only the session-less extend has a meaning
+            published = {"E0": published["E0"]}
+            components = {k: c for k, c in components.items() if k == "E0"}
         filled = [k for k in published if k not in components]
         if filled and len(per_mode) < len(pj.MODES):
             for k in filled:
@@ -141,17 +145,23 @@ def verdict(rep: BootReport) -> str:
 def _systemd_verdict(rep: BootReport) -> list[tuple[float, str, str]]:
     units = rep.facts.units or []
     out = []
-    on = [u for u in units if u.on_critical_path and u.took is not None]
-    if on:
-        total = sum(u.took for u in on)
+    # The chain's `+` times are each unit's own start-up on the path, one after another: they
+    # add up. A device's blame time is a wait that overlaps everything else: named, not added.
+    on = [u for u in units if u.on_critical_path and u.chain_took is not None]
+    waits = [u for u in units if u.on_critical_path and u.chain_took is None and u.took is not None]
+    if on or waits:
+        total = sum((u.chain_took for u in on), Decimal(0))
         bt = rep.facts.boot_times
         of = f" of a {bt.total_text} boot" if bt and bt.total_text else ""
-        names = ", ".join(f"{u.unit} {pj.fmt_seconds(u.took, 2)}" for u in on)
-        out.append((float(total), "systemd", f"On the critical path{of}, systemd's TPM units took "
-                    f"{pj.fmt_seconds(total, 2)}: {names}."))
+        names = ", ".join(f"{u.unit} +{u.chain_took_text}" for u in on)
+        text = (f"On the critical path{of}, systemd's TPM units took {pj.fmt_seconds(total, 3)}: {names}"
+                if on else f"systemd's TPM units are on the critical path{of}")
+        if waits:
+            text += ("; " if on else ": ") + ", ".join(f"{u.unit} waited {u.took_text} (blame)" for u in waits)
+        out.append((float(max([total] + [u.took for u in waits])), "systemd", text + "."))
     off = [u for u in units if u.on_critical_path is not True and u.took is not None and u.took >= 1]
     if off:
-        names = ", ".join(f"{u.unit} {pj.fmt_seconds(u.took, 2)}" for u in off)
+        names = ", ".join(f"{u.unit} {u.took_text}" for u in off)
         where = ("off the critical path, so they delay only what waits for them"
                  if rep.facts.critical_chain is not None else "(no critical-chain read: on the path or not is unknown)")
         out.append((float(max(u.took for u in off)) / 10, "systemd-off-path", f"Slow TPM units {where}: {names}."))
@@ -161,13 +171,20 @@ def _systemd_verdict(rep: BootReport) -> list[tuple[float, str, str]]:
 def _journal_verdict(rep: BootReport) -> list[tuple[float, str, str]]:
     j = rep.facts.journal
     out = []
-    for e in (j.errors if j else []):
-        if e.count < 3:
+    seen: set[str] = set()
+    for e in (j.errors if j else []):  # longest loop first
+        # One process logs a loop in several lines a try (tpm2-tss's ERROR, then its own
+        # message): the longest group of each speaks for it.
+        if e.count < 3 or e.ident in seen:
             continue
-        code = f" ({e.rc_text or 'rc'} 0x{e.rc:x})" if e.rc is not None else ""
+        seen.add(e.ident)
+        code = f" (0x{e.rc:x}" + (f", {e.rc_text})" if e.rc_text else ")") if e.rc is not None else ""
+        unit = next((u.unit for u in rep.facts.units or [] if u.on_critical_path
+                     and (u.unit.startswith(e.ident + "@") or u.unit == e.ident + ".service")), None)
+        where = (f"inside {unit}, on the critical path" if unit else "a retry loop that costs the boot that long")
         out.append((float(e.span), "journal",
-                    f"{e.ident} logged the same TPM error {e.count} times over {pj.fmt_seconds(e.span, 2)}, "
-                    f"every {pj.fmt_seconds(e.interval, 2)}{code}: a retry loop that costs the boot that long."))
+                    f"{e.ident} logged the same TPM error {e.count} times over {pj.fmt_seconds(e.span, 3)}, "
+                    f"every {pj.fmt_seconds(e.interval, 3)}{code}: {where}."))
     return out
 
 
@@ -230,15 +247,20 @@ def _tpm12_verdict(rep: BootReport) -> tuple[float, str]:
     if kl is not None and kl.initcall_debug:
         tic = sorted(kl.tpm_initcalls(), key=lambda i: -i.usecs)
         if tic:
-            top = tic[0]
-            secs = top.usecs / 1e6
-            parts.append(f"Its boot costs are the initcalls ({top.name} {pj.fmt_seconds(Decimal(top.usecs) / 10**6, 2)}"
-                         + (", where IMA reads PCRs 0–7 for its boot aggregate" if "ima" in top.name else "") + ")")
+            secs = sum(i.usecs for i in tic) / 1e6
+
+            def one(i) -> str:
+                why = " (IMA reads PCRs 0–7 for its boot aggregate)" if i.name == "init_ima" else ""
+                return f"{i.name} {pj.fmt_seconds(Decimal(i.usecs) / 10**6, 2)}{why}"
+
+            parts.append("Its TPM boot costs are the initcalls: " + ", ".join(one(i) for i in tic[:3]))
     none = p.modes["none"]
     if rep.extends and none.estimate_s is not None:
         secs = max(secs, float(none.estimate_s))
         parts.append(f"and {rep.extends:,} PCR extends, about {pj.fmt_seconds(none.estimate_s, 2)} "
                      f"({_cost_basis(p, 'none')}).")
+        if len(parts) == 2:
+            parts[1] = "Its TPM boot cost: " + parts[1].removeprefix("and ")
     elif len(parts) > 1:
         parts[-1] += "."
     return secs, " ".join(parts)
@@ -276,11 +298,13 @@ FACT_LABELS = [
     ("config.CONFIG_IMA_ARCH_POLICY", "CONFIG_IMA_ARCH_POLICY"), ("config.CONFIG_HW_RANDOM_TPM", "CONFIG_HW_RANDOM_TPM"),
     ("config.CONFIG_TCG_TIS_SPI", "CONFIG_TCG_TIS_SPI"),
     ("cmdline.tpm_ima", "TPM/IMA parameters"), ("tpm.disable_pcr_integrity", "disable_pcr_integrity"),
-    ("tpm.chips", "TPM chips"), ("tpm.version", "TPM version"), ("tpm.driver", "driver"),
+    ("tpm.chips", "TPM chips"), ("tpm.version", "TPM version"), ("tpm.family", "TPM family"),
+    ("tpm.driver", "interface (driver)"), ("tpm.device_id", "device id"), ("tpm.vendor", "vendor"),
     ("tpm.description", "description"), ("tpm.hid", "ACPI HID"), ("tpm.null_name", "null_name (HMAC)"),
     ("tpm.devices", "device nodes"), ("ima.measurements", "IMA measurements"), ("ima.violations", "IMA violations"),
     ("ima.policy_hints", "IMA policy hints"), ("eventlog", "firmware event log"), ("dmesg", "kernel log"),
-    ("systemd", "systemd-analyze"),
+    ("systemd", "systemd-analyze"), ("systemd.blame", "systemd-analyze blame"),
+    ("systemd.critical-chain", "critical chain"), ("journal", "journal"),
 ]
 
 
@@ -294,7 +318,44 @@ def _fact_value(name: str, f) -> str:
                 + ("on" if v.initcall_debug else "off"))
     if name == "systemd":
         return " + ".join(f"{t} ({k})" for k, t in v.phase_text.items()) + f" = {v.total_text}"
+    if name == "journal":
+        return (f"{v.entries:,} entries, {v.error_lines} TPM/TSS error lines in {len(v.errors)} group(s)")
     return _show(v)
+
+
+def _units_section(sf) -> list[str]:
+    if not sf.units:
+        return []
+    rows = []
+    for u in sf.units:
+        path = "?" if u.on_critical_path is None else "yes" if u.on_critical_path else "no"
+        rows.append([u.unit, u.took_text or "-", path, pj.fmt_seconds(u.at) if u.at is not None else "-",
+                     u.role or ""])
+    out = ["systemd TPM units"] + _table(rows, ["unit", "took", "critical path", "active at", "what it does"],
+                                        right={1, 3})
+    if sf.critical_chain is None:
+        out.append("  (no critical-chain read: whether a unit delayed the boot is unknown)")
+    else:
+        out.append(f"  critical chain to {sf.critical_chain[0].unit}: {len(sf.critical_chain)} units")
+    return out + [""]
+
+
+def _journal_section(sf) -> list[str]:
+    j = sf.journal
+    if j is None or not j.errors:
+        return []
+    rows = []
+    for e in j.errors:
+        iv = e.interval
+        code = f"0x{e.rc:x} {e.rc_text or ''}".strip() if e.rc is not None else ""
+        msg = e.message if len(e.message) <= 70 else e.message[:67] + "..."
+        rows.append([str(e.count), f"{e.first:.3f}", f"{e.last:.3f}",
+                     pj.fmt_seconds(iv, 2) if iv is not None else "-", e.ident, msg])
+        if code:
+            rows.append(["", "", "", "", "", f"  → {code}"])
+    return (["TPM errors in the journal (times: seconds since boot)"]
+            + _table(rows, ["count", "first", "last", "every", "logged by", "message"], right={0, 1, 2, 3})
+            + [""])
 
 
 def render_text(rep: BootReport) -> str:
@@ -308,7 +369,7 @@ def render_text(rep: BootReport) -> str:
         if f is None:
             continue
         if f.ok:
-            rows.append([label, _fact_value(name, f), f.source or ""])
+            rows.append([label, _fact_value(name, f), f.source_note])
         else:
             missing.append(f"  {label}: {f.reason}")
     out += ["System"] + _table(rows, ["fact", "value", "source"]) + [""]
@@ -324,13 +385,27 @@ def render_text(rep: BootReport) -> str:
         out.append("")
 
     sm = rep.session
-    out.append(f"Kernel session mode for PCR extends: {sm.mode or 'cannot tell'}")
-    out += [f"  - {r}" for r in sm.reasons] + [""]
+    mode = sm.mode or ("does not apply (TPM 1.2)" if not sm.applies else "cannot tell")
+    out.append(f"Kernel session mode for PCR extends: {mode}")
+    out += [f"  - {r}" for r in sm.reasons]
+    if sm.rule:
+        out.append(f"  decided by: {sm.rule}")
+    out.append("")
 
     kl = sf.kernel_log
     if kl is not None:
-        if kl.warnings:
-            out += ["Kernel log warnings"] + [f"  {w}" for w in kl.warnings] + [""]
+        if kl.problems:
+            out.append("Kernel TPM errors and warnings")
+            for pr in kl.problems:
+                at = f"[{pr.time_s}] " if pr.time_s is not None else ""
+                out.append(f"  {at}{pr.text}")
+                code = (f" — response code 0x{pr.rc:x}: {pr.rc_text or '(tpm2-tss not available to word it)'}"
+                        if pr.rc is not None else "")
+                out.append(f"      {KIND_TEXT[pr.kind]}{code}")
+            out.append("")
+        other = [w for w in kl.warnings if w not in {pr.text for pr in kl.problems}]
+        if other:
+            out += ["Kernel log warnings"] + [f"  {w}" for w in other] + [""]
         if kl.tpm_lines:
             shown = kl.tpm_lines[:12]
             out += ["Kernel log: TPM/IMA lines"] + [f"  {ln}" for ln in shown]
@@ -351,6 +426,8 @@ def render_text(rep: BootReport) -> str:
             out.append("")
         elif kl is not None:
             out += ["initcall_debug: off (add initcall_debug to the kernel command line to time TPM/IMA init)", ""]
+
+    out += _units_section(sf) + _journal_section(sf)
 
     for t in rep.traces:
         out.append(f"Trace {t.path} ({t.format}{', HMAC sessions seen' if t.hmac_seen else ''})")
@@ -385,7 +462,8 @@ def render_text(rep: BootReport) -> str:
         rows = []
         for m in pj.MODES:
             mc = p.modes[m]
-            mark = " ◀ this kernel" if m == rep.session.mode else ""
+            mark = (" ◀ this kernel" if m == rep.session.mode else
+                    " ◀ TPM 1.2" if m == "none" and not rep.session.applies else "")
             rows.append([m + mark, pj.fmt_estimate(mc.estimate_s) if mc.estimate_s is not None else "-",
                          mc.formula, mc.note or mc.reason or ""])
         out += _table(rows, ["mode", "estimate", "formula", "caveat"])

@@ -96,7 +96,7 @@ TPM_UNITS = (
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _CHAIN_HEAD = re.compile(r"^The ?time ?(when|after) ?(the ?)?unit|^The ?time ?the ?unit ?(took|takes) ?to ?start")
-_CHAIN_ROW = re.compile(r"^(?P<indent>[ │|]*)(?:[└├`|]-+|[└├]─)?(?P<unit>[^\s@+]+)"
+_CHAIN_ROW = re.compile(r"^(?P<indent>[ │|]*)(?:[└├`|]-+|[└├]─)?(?P<unit>[^\s└├─│]\S*?)"
                         r"(?:\s+@(?P<at>[^+]*?))?(?:\s+\+(?P<took>.+?))?\s*$")
 
 
@@ -112,13 +112,16 @@ class UnitTime:
     unit: str
     took: Decimal | None = None  # blame / critical-chain `+` time
     took_text: str | None = None
-    at: Decimal | None = None  # critical-chain `@`: when it became active
+    at: Decimal | None = None  # critical-chain `@`: when it became active (since userspace began)
     on_critical_path: bool | None = None  # None when no critical-chain was read
     role: str | None = None
+    chain_took: Decimal | None = None  # critical-chain `+`: its own start-up time on the path
+    chain_took_text: str | None = None
 
     def to_json(self) -> dict:
         return {"unit": self.unit, "role": self.role,
                 "took_s": float(self.took) if self.took is not None else None, "took_text": self.took_text,
+                "critical_chain_took_s": float(self.chain_took) if self.chain_took is not None else None,
                 "active_at_s": float(self.at) if self.at is not None else None,
                 "on_critical_path": self.on_critical_path}
 
@@ -167,8 +170,8 @@ def parse_critical_chain(text: str, path: str = "systemd-analyze critical-chain"
                 took = parse_timespan(m.group("took"))
         except SystemdAnalyzeError:
             _fail(path, lineno, "unreadable time in a critical-chain line", raw)
-        chain.append(UnitTime(m.group("unit"), took, m.group("took").strip() if m.group("took") else None,
-                              at, True, tpm_unit_role(m.group("unit"))))
+        text = m.group("took").strip() if m.group("took") else None
+        chain.append(UnitTime(m.group("unit"), took, text, at, True, tpm_unit_role(m.group("unit")), took, text))
     if not chain:
         _fail(path, 1, "no unit in `systemd-analyze critical-chain` output", text.strip()[:60] or "(empty)")
     return chain
@@ -183,7 +186,8 @@ def tpm_units(blame: dict[str, UnitTime] | None, chain: list[UnitTime] | None) -
             continue
         c = on_path.get(u.unit)
         out[u.unit] = UnitTime(u.unit, u.took, u.took_text, c.at if c else None,
-                               (c is not None) if chain is not None else None, u.role)
+                               (c is not None) if chain is not None else None, u.role,
+                               c.chain_took if c else None, c.chain_took_text if c else None)
     for c in chain or []:
         if c.role is not None and c.unit not in out:
             out[c.unit] = c
