@@ -217,3 +217,27 @@ def test_before_615_hwrng_reads_end_the_kept_session(tmp_path):
     sm = _tree(tmp_path, "6.14.2", null_name=True)
     assert sm.mode == "reuse" and sm.hwrng_ends_session is True
     assert sm.rule == "null_name present in sysfs, and 6.11.7+ keep the session"
+
+
+# -- one reader of sysfs/securityfs for `tpmtop boot` and the dashboard's --passive ------------
+
+def test_pcr_integrity_opt_out_is_read_without_a_command_line(tmp_path):
+    (tmp_path / "sys/module/tpm/parameters").mkdir(parents=True)
+    (tmp_path / "sys/module/tpm/parameters/disable_pcr_integrity").write_text("Y\n")
+    sf = collect(RootReader(str(tmp_path)))
+    assert sf.value("tpm.disable_pcr_integrity") == "Y"
+    assert sf.get("cmdline").reason == "/proc/cmdline absent"
+
+
+def test_passive_source_reads_what_boot_reads():
+    from tpmtop.sources.passive import Sysfs
+
+    snap = Sysfs(D).read()
+    sf = collect(RootReader(str(D)))
+    assert (snap.tpm_present, snap.tpm_version, snap.hmac_compiled, snap.disable_pcr_integrity,
+            snap.ima_count, snap.kernel) == (True, sf.value("tpm.version"), sf.value("tpm.null_name"),
+                                             sf.value("tpm.disable_pcr_integrity"), sf.value("ima.measurements"),
+                                             sf.value("kernel.release"))
+    assert (snap.tpm_version, snap.ima_count, snap.kernel) == ("2", 64, "6.12.9-200.fc41.x86_64")
+    gone = Sysfs(TREES / "tpm12-dmesg-only").read()
+    assert not gone.tpm_present and gone.notes[0].startswith("no TPM: /sys/class/tpm absent")

@@ -191,11 +191,12 @@ def _cmdline(sf: SystemFacts, r: RootReader) -> None:
     if not f.ok and kl is not None and kl.cmdline is not None:
         f = sf.add(Fact("cmdline", kl.cmdline, f"{sf.get('dmesg').source}:{kl.cmdline_line} (`Command line:` line)",
                         others=[{"source": f.source, "value": None, "reason": f.reason}]))
+    # The module parameter is sysfs, not the command line: read it whatever /proc/cmdline says.
+    _fact(sf, "tpm.disable_pcr_integrity", lambda: r.read_line(PCR_INTEGRITY_PARAM), PCR_INTEGRITY_PARAM)
     if not f.ok:
         return
     sf.params = cmdline_mod.parse_cmdline(f.value)
     sf.add(Fact("cmdline.tpm_ima", cmdline_mod.relevant(sf.params), f.source))
-    _fact(sf, "tpm.disable_pcr_integrity", lambda: r.read_line(PCR_INTEGRITY_PARAM), PCR_INTEGRITY_PARAM)
 
 
 def _tpm(sf: SystemFacts, r: RootReader) -> None:
