@@ -329,7 +329,7 @@ def _units_section(sf) -> list[str]:
     rows = []
     for u in sf.units:
         path = "?" if u.on_critical_path is None else "yes" if u.on_critical_path else "no"
-        rows.append([u.unit, u.took_text or "-", path, pj.fmt_seconds(u.at) if u.at is not None else "-",
+        rows.append([u.unit, u.took_text or "-", path, "@" + u.at_text if u.at_text else "-",
                      u.role or ""])
     out = ["systemd TPM units"] + _table(rows, ["unit", "took", "critical path", "active at", "what it does"],
                                         right={1, 3})

@@ -117,6 +117,7 @@ class UnitTime:
     role: str | None = None
     chain_took: Decimal | None = None  # critical-chain `+`: its own start-up time on the path
     chain_took_text: str | None = None
+    at_text: str | None = None
 
     def to_json(self) -> dict:
         return {"unit": self.unit, "role": self.role,
@@ -171,7 +172,8 @@ def parse_critical_chain(text: str, path: str = "systemd-analyze critical-chain"
         except SystemdAnalyzeError:
             _fail(path, lineno, "unreadable time in a critical-chain line", raw)
         text = m.group("took").strip() if m.group("took") else None
-        chain.append(UnitTime(m.group("unit"), took, text, at, True, tpm_unit_role(m.group("unit")), took, text))
+        chain.append(UnitTime(m.group("unit"), took, text, at, True, tpm_unit_role(m.group("unit")), took, text,
+                              m.group("at").strip() if m.group("at") else None))
     if not chain:
         _fail(path, 1, "no unit in `systemd-analyze critical-chain` output", text.strip()[:60] or "(empty)")
     return chain
@@ -187,7 +189,8 @@ def tpm_units(blame: dict[str, UnitTime] | None, chain: list[UnitTime] | None) -
         c = on_path.get(u.unit)
         out[u.unit] = UnitTime(u.unit, u.took, u.took_text, c.at if c else None,
                                (c is not None) if chain is not None else None, u.role,
-                               c.chain_took if c else None, c.chain_took_text if c else None)
+                               c.chain_took if c else None, c.chain_took_text if c else None,
+                               c.at_text if c else None)
     for c in chain or []:
         if c.role is not None and c.unit not in out:
             out[c.unit] = c
