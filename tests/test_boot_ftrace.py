@@ -307,3 +307,32 @@ def test_many_gaps_do_not_keep_every_parked_chain(monkeypatch):
     r = parse(text)
     assert "20 call(s) still open at the end of the trace (no duration)" in r.notes
     assert r.functions == {}
+
+
+def test_the_importer_streams_and_stops_at_a_bad_line_before_the_file_ends(tmp_path):
+    """#12 item 16: the trace is read line by line — a bad line 3 is reported while the writer
+    of a FIFO is still writing, where reading the whole file first would wait for its end."""
+    import os
+    import threading
+
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+    release = threading.Event()
+    state = {"closed": False}
+
+    def writer():
+        with open(fifo, "w") as f:
+            f.write("# tracer: function_graph\n 0)               |  f() {\n 0) # oops us |  }\n")
+            f.flush()
+            release.wait(60)  # hold the FIFO open until the reader has answered (or 60 s)
+            state["closed"] = True
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(UsageError, match=r":3: unreadable DURATION cell"):
+            load_trace(str(fifo))
+        assert not state["closed"]
+    finally:
+        release.set()
+        t.join(60)
