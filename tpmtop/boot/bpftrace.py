@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from tpmtop.boot.series import HMAC_FUNCS, OP_EXTEND, OP_EXTEND_HMAC, OP_FUNCS, TRANSMIT_FUNCS, Series, TraceResult
-from tpmtop.errors import UsageError
+from tpmtop.boot.badline import bad_line
 
 _SUFFIX = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4, "P": 1024 ** 5}
 _NUM = r"-?\d+[KMGTP]?"
@@ -98,9 +98,7 @@ class _Parser:
         self.skipped_counts: set[str] = set()
 
     def fail(self, lineno: int, why: str, line: str):
-        shown = line.strip()
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        raise UsageError(f"{self.path}:{lineno}: {why}: {shown!r}")
+        raise bad_line(self.path, lineno, why, line)
 
     def entry(self, name: str, key: str | None, value: str, lineno: int, line: str) -> None:
         parts = split_key(key) if key is not None else []

@@ -15,7 +15,7 @@ from decimal import Decimal, InvalidOperation
 
 from tpmtop.boot.series import (HMAC_FUNCS, OP_EXTEND, OP_EXTEND_HMAC, OP_FUNCS, OP_SETUP_UNATTRIBUTED,
                                 SETUP_SEQUENCE, TRANSMIT_FUNCS, TraceResult)
-from tpmtop.errors import UsageError
+from tpmtop.boot.badline import bad_line
 
 _ROW = re.compile(r"""
     ^\s*(?:(?P<time>\d+\.\d+)\s*\|)?      # funcgraph-abstime
@@ -96,9 +96,7 @@ class _Parser:
         self.abandoned = 0  # open calls dropped with a parked chain
 
     def fail(self, lineno: int, why: str, line: str):
-        shown = line.strip()
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        raise UsageError(f"{self.path}:{lineno}: {why}: {shown!r}")
+        raise bad_line(self.path, lineno, why, line)
 
     def duration_ns(self, cell: str, lineno: int, line: str) -> int | None:
         cell = cell.strip()

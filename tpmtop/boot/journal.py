@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from tpmtop.boot.dmesg import KIND_TEXT, classify
-from tpmtop.errors import UsageError
+from tpmtop.boot.badline import bad_line
 
 _LINE = re.compile(r"^\[\s*(?P<t>\d+\.\d+)\]\s+(?P<host>\S+)\s+(?P<ident>[^\s\[:]+)(?:\[(?P<pid>\d+)\])?:\s?(?P<msg>.*)$")
 _BANNER = re.compile(r"^-- .* --$|^-- No entries --$")
@@ -118,9 +118,7 @@ def _key(ident: str, msg: str) -> str:
 
 
 def _fail(path: str, lineno: int, why: str, line: str):
-    shown = line.strip()
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    raise UsageError(f"{path}:{lineno}: {why}: {shown!r}")
+    raise bad_line(path, lineno, why, line)
 
 
 def parse_journal(text: str, path: str = "journalctl -b -o short-monotonic") -> Journal:

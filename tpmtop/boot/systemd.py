@@ -128,11 +128,9 @@ class UnitTime:
 
 
 def _fail(path: str, lineno: int, why: str, line: str):
-    from tpmtop.errors import UsageError
+    from tpmtop.boot.badline import bad_line
 
-    shown = line.strip()
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    raise UsageError(f"{path}:{lineno}: {why}: {shown!r}")
+    raise bad_line(path, lineno, why, line)
 
 
 def parse_blame(text: str, path: str = "systemd-analyze blame") -> dict[str, UnitTime]:
