@@ -241,3 +241,15 @@ def test_passive_source_reads_what_boot_reads():
     assert (snap.tpm_version, snap.ima_count, snap.kernel) == ("2", 64, "6.12.9-200.fc41.x86_64")
     gone = Sysfs(TREES / "tpm12-dmesg-only").read()
     assert not gone.tpm_present and gone.notes[0].startswith("no TPM: /sys/class/tpm absent")
+
+
+def test_saved_blame_is_read_without_the_systemd_marker(tmp_path):
+    (tmp_path / "run/tpmtop").mkdir(parents=True)
+    (tmp_path / "run/tpmtop/systemd-analyze-blame.txt").write_text("  4.212s systemd-tpm2-setup.service\n")
+    sf = collect(RootReader(str(tmp_path)))
+    assert [(u.unit, u.took, u.on_critical_path) for u in sf.units] == [
+        ("systemd-tpm2-setup.service", Decimal("4.212"), None)]
+    rep = build_report(RootReader(str(tmp_path)))
+    assert ("Slow TPM units (no critical-chain read: on the path or not is unknown): "
+            "systemd-tpm2-setup.service 4.212s.") in rep.verdict
+    assert sf.get("systemd.critical-chain") is None  # not running there: a missing file is no news

@@ -336,6 +336,8 @@ def _systemd(sf: SystemFacts, r: RootReader) -> None:
     # sd_booted(): systemd is PID 1 exactly when this directory exists.
     if not r.exists("/run/systemd/system"):
         sf.add(Fact("systemd", None, "/run/systemd/system", "systemd is not running (no /run/systemd/system)"))
+        if not r.live:
+            _units(sf, r, quiet=True)  # saved blame/critical-chain files speak for themselves
         return
     try:
         text, src = r.command_output(["systemd-analyze"])
@@ -360,9 +362,9 @@ def _saved_or_live(r: RootReader, argv: list[str], saved: str):
     return r.read_text(saved), saved
 
 
-def _units(sf: SystemFacts, r: RootReader) -> None:
+def _units(sf: SystemFacts, r: RootReader, quiet: bool = False) -> None:
+    """``quiet``: systemd is not running there, so a missing output is not worth a line."""
     blame = chain = None
-    reasons = []
     for what, argv, saved, parse in (
             ("blame", ["systemd-analyze", "blame"], "/run/tpmtop/systemd-analyze-blame.txt", parse_blame),
             ("critical-chain", ["systemd-analyze", "critical-chain"],
@@ -370,8 +372,8 @@ def _units(sf: SystemFacts, r: RootReader) -> None:
         try:
             text, src = _saved_or_live(r, argv, saved)
         except Unavailable as e:
-            reasons.append(str(e))
-            sf.add(Fact(f"systemd.{what}", None, saved if not r.live else " ".join(argv), str(e)))
+            if not quiet:
+                sf.add(Fact(f"systemd.{what}", None, saved if not r.live else " ".join(argv), str(e)))
             continue
         # A saved file that does not parse is bad input (exit 2, FILE:LINE); so is live output
         # we cannot read, which says this parser is wrong for that systemd.
