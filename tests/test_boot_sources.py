@@ -253,3 +253,21 @@ def test_saved_blame_is_read_without_the_systemd_marker(tmp_path):
     assert ("Slow TPM units (no critical-chain read: on the path or not is unknown): "
             "systemd-tpm2-setup.service 4.212s.") in rep.verdict
     assert sf.get("systemd.critical-chain") is None  # not running there: a missing file is no news
+
+
+@pytest.mark.parametrize("line, kind, rc", [
+    ("tpm tpm0: A TPM error (2306) occurred attempting extend a PCR value", "tpm-error", 0x902),
+    ("tpm tpm0: tpm2_load_context: failed with a TPM error 0x0901", "context-load", 0x901),
+    ("tpm tpm0: NULL name has changed, disabling TPM due to interference", "interference", None),
+    ("tpm tpm0: null key integrity check failed", "null-key", None),
+    ("tpm tpm0: auth session is active", "auth-session", None),
+    ("tpm tpm0: [Firmware Bug]: TPM interrupt not working, polling instead", "polling", None),
+    ("tpm tpm0: Operation Timed out", "timeout", None),
+    ("tpm tpm0: tpm_try_transmit: send(): error -62", "timeout", None),
+    ("tpm_tis 00:05: Adjusting reported timeouts: A 10000->750000us B 10000->2000000us", None, None),
+])
+def test_kernel_tpm_messages_are_classified(line, kind, rc):
+    from tpmtop.boot.dmesg import classify
+
+    p = classify(line)
+    assert (p.kind, p.rc) == (kind, rc) if kind else p is None

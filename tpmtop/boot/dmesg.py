@@ -7,7 +7,9 @@ Messages as the kernel's TPM drivers print them (drivers/char/tpm/):
 - tpm-interface.c: ``A TPM error (%d) occurred %s`` — the response code in *decimal*;
 - tpm2-space.c: ``tpm2_load_context: failed with a TPM error 0x%04X``;
 - tpm2-sessions.c: ``NULL key integrity failure!``, ``NULL name has changed, disabling TPM due
-  to interference``, ``null key integrity check failed``, ``TPM: HMAC check failed``;
+  to interference``, ``null key integrity check failed``, ``TPM: HMAC check failed``, and the
+  auth-session warnings ``auth session is active`` / ``… is not active``,
+  ``tpm2_start_auth_session: encryption is not active``, ``tpm session not filled correctly``;
 - timeouts: ``Operation Timed out``, ``tpm_try_transmit: send(): error -62``.
 """
 
@@ -56,7 +58,8 @@ PROBLEMS = (
     ("null-key", re.compile(r"(?i)null key integrity (?:check )?fail")),
     ("null-key", re.compile(r"NULL Seed name comparison failed")),
     ("hmac", re.compile(r"HMAC check failed")),
-    ("auth-session", re.compile(r"(?i)(?:auth(?:orization)? )?session.*fail|fail.*auth(?:orization)? session")),
+    ("auth-session", re.compile(r"auth session is (?:not )?active|encryption is not active|"
+                                r"tpm session not filled correctly|TPM: too many handles")),
     ("polling", re.compile(r"TPM interrupt not working, polling instead")),
     ("timeout", re.compile(r"(?i)\btimed out\b|\btime-?out\b(?!s)|send\(\): error -62\b")),
     ("transmit", re.compile(r"tpm_try_transmit: \w+\(\): error (?P<errno>-?\d+)")),

@@ -3,8 +3,10 @@
 Row layout (kernel/trace/trace_functions_graph.c), each column optional except DURATION and
 FUNCTION: ``[TIME |] [CPU)] [TASK-PID |] [mark] DURATION us | FUNCTION``. Durations are in µs
 with up to three decimals and are converted exactly to integer ns (Decimal), never via float.
-Call nesting is followed with a stack per CPU (and task, when shown), not by indentation,
-so exits whose entries were not in the buffer (``} /* name */``) are handled.
+Call nesting is followed with a stack per task — named by the TASK/PID column or by the
+context-switch banners, else matched across CPUs (see :class:`_Parser`) — not by indentation
+alone, so exits whose entries were not in the buffer (``} /* name */``) and calls that return
+on another CPU are handled. Lines are consumed one at a time (a trace can be 100 MB).
 """
 
 from __future__ import annotations
@@ -144,6 +146,8 @@ class _Parser:
                 del self.on_cpu[c]  # the task moved here from another CPU
         self.stacks.setdefault(next_key, [])
         self.on_cpu[cpu] = next_key
+        if prev_key in self.stacks and not self.stacks[prev_key] and prev_key not in self.on_cpu.values():
+            del self.stacks[prev_key]  # nothing open: forget it (a long trace sees many tasks)
 
     def _adopt(self, cpu: str | None, stack: list[_Frame]) -> None:
         """``stack`` now runs on ``cpu``; the chain that ran there is parked (another task,
