@@ -271,3 +271,26 @@ def test_kernel_tpm_messages_are_classified(line, kind, rc):
 
     p = classify(line)
     assert (p.kind, p.rc) == (kind, rc) if kind else p is None
+
+
+def test_json_has_the_new_facts_with_their_sources(capsys):
+    assert main(["boot", "--root", str(D), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    facts = {f["name"]: f for f in doc["facts"]}
+    assert facts["tpm.family"] == {"name": "tpm.family", "value": "2.0",
+                                   "source": "/sys/class/tpm/tpm0/tpm_version_major", "reason": None,
+                                   "other_sources": [{"source": "/run/tpmtop/dmesg.txt:4", "value": "2.0"}]}
+    assert facts["tpm.device_id"]["value"] == "0x1B (rev-id 22)"
+    assert facts["journal"]["source"] == "/run/tpmtop/journal.txt"
+    units = {u["unit"]: u for u in doc["systemd_tpm_units"]}
+    assert units["systemd-tpm2-setup.service"] == {
+        "unit": "systemd-tpm2-setup.service", "role": "creates the SRK / NvPCRs (systemd-tpm2-setup)",
+        "took_s": 1.044, "took_text": "1.044s", "critical_chain_took_s": 1.044, "active_at_s": 9.934,
+        "on_critical_path": True}
+    loop = doc["journal_tpm_errors"][0]
+    assert (loop["count"], loop["first_s"], loop["last_s"], loop["interval_s"], loop["rc"]) == (
+        30, 15.912391, 44.912391, 1.0, "0x128")
+    assert doc["kernel_tpm_problems"][0]["rc_text"] == "tpm:warn(2.0): out of memory for object contexts"
+    assert doc["session_mode"]["rule"] == ("CONFIG_TCG_TPM2_HMAC=y in /boot/config-6.12.9-200.fc41.x86_64, "
+                                           "and 6.11.7+ keep the session")
+    assert doc["session_mode"]["hwrng_ends_kept_session"] is True
