@@ -13,13 +13,14 @@ from typing import Any
 
 from tpmtop.boot import cmdline as cmdline_mod
 from tpmtop.boot.dmesg import KernelLog, TpmProbe, parse_kernel_log
-from tpmtop.boot.journal import Journal, parse_journal
 from tpmtop.boot.eventlog import EventLog, EventLogError, parse_event_log
+from tpmtop.boot.journal import Journal, parse_journal
 from tpmtop.boot.kconfig import OPTIONS, read_config
-from tpmtop.boot.rootfs import RootReader, Unavailable
 from tpmtop.boot.rcwords import word_all
+from tpmtop.boot.rootfs import RootReader, Unavailable
 from tpmtop.boot.systemd import (BootTimes, SystemdAnalyzeError, UnitTime, parse_blame, parse_critical_chain,
                                  parse_systemd_analyze, tpm_units)
+from tpmtop.errors import UsageError
 
 IMA_DIR = "/sys/kernel/security/ima"
 TPM_CLASS = "/sys/class/tpm"
@@ -375,9 +376,15 @@ def _units(sf: SystemFacts, r: RootReader, quiet: bool = False) -> None:
             if not quiet:
                 sf.add(Fact(f"systemd.{what}", None, saved if not r.live else " ".join(argv), str(e)))
             continue
-        # A saved file that does not parse is bad input (exit 2, FILE:LINE); so is live output
-        # we cannot read, which says this parser is wrong for that systemd.
-        value = parse(text, r.host_path(saved) if not r.live else src)
+        # A saved file that does not parse is bad input (exit 2, FILE:LINE); live output that
+        # does not is a fact this systemd's format hides from us, said as such.
+        try:
+            value = parse(text, r.host_path(saved) if not r.live else src)
+        except UsageError as e:
+            if not r.live:
+                raise
+            sf.add(Fact(f"systemd.{what}", None, src, f"unreadable output: {e}"))
+            continue
         if what == "blame":
             blame = value
             sf.add(Fact("systemd.blame", f"{len(value)} units", src))
@@ -398,5 +405,11 @@ def _journal(sf: SystemFacts, r: RootReader) -> None:
     except Unavailable as e:
         sf.add(Fact("journal", None, saved if not r.live else " ".join(argv), str(e)))
         return
-    sf.journal = parse_journal(text, r.host_path(saved) if not r.live else src)
+    try:
+        sf.journal = parse_journal(text, r.host_path(saved) if not r.live else src)
+    except UsageError as e:
+        if not r.live:
+            raise
+        sf.add(Fact("journal", None, src, f"unreadable output: {e}"))
+        return
     sf.add(Fact("journal", sf.journal, src))
