@@ -277,7 +277,7 @@ class _Parser:
                 self.chains += 1
                 self._adopt(cpu, self.stacks.setdefault(self.chains, []))
                 stack = self.stacks[self.chains]
-            elif task is None and depth > 0 and len(stack) != depth:
+            elif task is None and depth > 0 and len(stack) < depth:  # its caller is open elsewhere
                 other = self._elsewhere(stack, "call", depth, name, ns, time)
                 if other is not None:
                     self._adopt(cpu, other)
@@ -303,7 +303,10 @@ class _Parser:
         if ns is None:
             self.fail(lineno, "a function exit without a duration", line)
         name = _comment_name(e.group("c"))
-        fits = stack and (name in {f.name for f in stack} if name is not None else len(stack) == depth + 1)
+        # Look elsewhere only when nothing here can be what closes: an unnamed exit on an empty
+        # stack, or a named one whose function is not open here (a deeper or shallower stack
+        # here is lost entries or exits of this CPU's own task, handled below as before).
+        fits = stack and (name is None or name in {f.name for f in stack})
         if task is None and not fits:
             other = self._elsewhere(stack, "exit", depth, name, ns, time)
             if other is not None:
