@@ -25,8 +25,9 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
     from tpmtop.cli import add_tpm_options
 
     p.add_argument("--root", default="/", metavar="DIR",
-                   help="read the system's files under DIR (a mounted disk, a saved tree); "
-                        "command output comes from DIR/run/tpmtop/{dmesg,systemd-analyze}.txt")
+                   help="read the system's files under DIR (a mounted disk, a saved tree); command output "
+                        "comes from DIR/run/tpmtop/: dmesg.txt, systemd-analyze.txt, systemd-analyze-blame.txt, "
+                        "systemd-analyze-critical-chain.txt, journal.txt (journalctl -b -o short-monotonic)")
     p.add_argument("--trace", action="append", default=[], metavar="FILE",
                    help="import an ftrace function_graph or bpftrace output (repeatable)")
     p.add_argument("--capture", metavar="FILE", help="per-extend costs from a `tpmtop bench --json` capture")
