@@ -132,7 +132,7 @@ def run(args) -> int:
 
     from tpmtop.cli.common import notice
     from tpmtop.profiles.apply import apply_profile, describe, profile_from_args
-    from tpmtop.tpm.connection import open_tpm
+    from tpmtop.connect import open_tpm
     from tpmtop.sources.live import LiveSource
 
     if not os.path.isdir(args.export_dir):
