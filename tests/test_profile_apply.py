@@ -25,11 +25,9 @@ from tpmtop.connect import open_tpm
 
 pytestmark = pytest.mark.skipif(shutil.which("swtpm") is None, reason="swtpm not installed")
 
-# Published whole-kernel tpm2_pcr_extend costs (domain notes §3) and the thread's predictions.
-PUBLISHED_NONE_US = 6_415
-PUBLISHED_PER_COMMAND_US = 151_171
-PREDICTED_REUSE_US = 24_356  # "reuse ≈ PCR_Extend with an HMAC session"
-PREDICTED_SAVED_US = 61_000  # "one ~37 ms ContextLoad instead of the 125 ms setup": ContextLoad + extend
+# The published tpm_transmit_cmd durations on the SLB9670 (domain notes §3), µs: what the
+# built-in profile holds each command to.
+TRACE_US = {"E0": 6_360.029, "Eh": 24_356.46, "L": 36_976.99, "S": 84_746.51, "F": 3_195.083}
 
 # Figures far above what the swtpm needs (≤ 0.5 ms here, see domain notes §4) and distinct by
 # ≥ 1 ms, so that a response held for the wrong command or the wrong session variant shows.
@@ -100,18 +98,23 @@ def slb_capture(tmp_path_factory):
 
 
 def test_builtin_profile_reproduces_the_published_figures(slb_capture):
+    """Each mode's operation costs at least what the published trace says its commands cost
+    on the SLB9670 (the profile holds every response that long), with the commands the
+    kernel sends. How far above — the host's share plus the shaper's wake-up bias on this
+    machine — is benchmarks/shaper_bias.py's to measure: no upper bound here, the test must
+    hold on a loaded machine."""
     cap = json.loads(slb_capture.read_text())
     assert cap["tpm"]["profile"] == "slb9670" and cap["tpm"]["simulated"] is True
     runs = {r["mode"]: r for r in cap["runs"]}
-    # Published (±10 %): whole tpm2_pcr_extend without and with a per-command session.
-    assert runs["none"]["op_us"]["p50"] == pytest.approx(PUBLISHED_NONE_US, rel=0.10)
-    assert runs["per-command"]["op_us"]["p50"] == pytest.approx(PUBLISHED_PER_COMMAND_US, rel=0.10)
-    # The thread's predictions (±10 %): reuse ≈ one HMAC PCR_Extend; saved ≈ ContextLoad +
-    # PCR_Extend (the thread did not count ContextSave, so it is compared without it).
-    assert runs["reuse"]["op_us"]["p50"] == pytest.approx(PREDICTED_REUSE_US, rel=0.10)
+    e0, eh, load, start, flush = (TRACE_US[k] for k in ("E0", "Eh", "L", "S", "F"))
+    assert runs["none"]["op_us"]["p50"] >= e0
+    assert runs["per-command"]["op_us"]["p50"] >= load + start + flush + eh  # 149,275 of the published 151,171
+    assert runs["reuse"]["op_us"]["p50"] >= eh  # the thread's prediction: reuse ≈ one HMAC PCR_Extend
     saved = runs["saved"]["commands"]
-    load_plus_extend = saved["TPM2_CC_ContextLoad"]["p50"] + saved["TPM2_CC_PCR_Extend"]["p50"]
-    assert load_plus_extend == pytest.approx(PREDICTED_SAVED_US, rel=0.10)
+    # the thread's ~61 ms: ContextLoad + PCR_Extend (it did not count ContextSave)
+    assert saved["TPM2_CC_ContextLoad"]["p50"] + saved["TPM2_CC_PCR_Extend"]["p50"] >= load + eh
+    assert {m: sum(r["commands_per_op"].values()) for m, r in runs.items()} == \
+        {"none": 1, "per-command": 4, "reuse": 1, "saved": 3}
 
 
 @pytest.mark.parametrize("events", [True, False])
