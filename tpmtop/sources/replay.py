@@ -13,10 +13,33 @@ MAX_STREAM_ROWS = 2000
 
 
 def load(path: str | Path) -> dict:
-    """Schema-checked; a bad file is one clear line (a UsageError), exit status 2."""
-    from tpmtop.capture import load_capture
+    """Schema-checked; a bad file is one clear line (a UsageError), exit status 2. Only the
+    newest MAX_STREAM_ROWS events are kept (a capture may hold a million), and every string
+    is made safe for a terminal (tpmtop.textsafe): the capture may come from anyone."""
+    from tpmtop.capture import CaptureReader
+    from tpmtop.textsafe import safe_tree
 
-    return load_capture(path)
+    return safe_tree(_read_tail(CaptureReader, path))
+
+
+def _read_tail(reader_cls, path) -> dict:
+    from collections import deque
+
+    tail: deque = deque(maxlen=MAX_STREAM_ROWS)
+    r = reader_cls(path, on_event=tail.append, on_op=lambda row: None)
+    doc = r.read()
+    if r.has_events:
+        doc["events"] = [_event_from_row(row) for row in tail]
+    return doc
+
+
+def _event_from_row(row: tuple) -> dict:
+    """A reader row (JSON text per member, see tpmtop.capture.read) back into an event."""
+    import json
+
+    from tpmtop.capture.model import EVENT_KEYS
+
+    return {k: json.loads(v) for k, v in zip(EVENT_KEYS, row)}
 
 
 class ReplaySource:
