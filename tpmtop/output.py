@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
@@ -60,20 +61,21 @@ class Output:
             raise UsageError(f"{self.what} '': an empty file name")
         if p.endswith(os.sep) or p.endswith(os.sep + ".") or p in (".", ".."):
             raise UsageError(f"{label}: names a directory; give a file name (e.g. {p.rstrip(os.sep) or '.'}/out.json)")
-        real = os.path.realpath(p)
+        # os.stat follows symlinks the way open() does, including /proc's magic links
+        # (/dev/stdout -> /proc/self/fd/1 -> "pipe:[…]", which realpath cannot name).
         try:
-            st = os.stat(real)
+            st = os.stat(p)
         except FileNotFoundError:
             st = None
         except OSError as e:
             raise UsageError(f"{label}: {e.strerror}") from None
+        real = os.path.realpath(p)
         if st is not None:
             mode = st.st_mode
             if stat.S_ISDIR(mode):
                 raise UsageError(f"{label}: is a directory; give a file name")
             if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-                if not os.access(real, os.W_OK):
-                    raise UsageError(f"{label}: not writable (permission denied)")
+                self._try_open(label)
                 self.kind = "stream"
                 self._same_as_input(st, label)
                 return self
@@ -97,6 +99,18 @@ class Output:
         self.kind = "file"
         return self
 
+    def _try_open(self, label: str) -> None:
+        """Open a device or FIFO for writing and close it again: permission, a read-only
+        file system, a device that refuses writes show up now. O_NONBLOCK: a FIFO nobody
+        reads yet must not block here (ENXIO), the write later waits for its reader."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
+        except OSError as e:
+            if e.errno == errno.ENXIO:
+                return
+            raise UsageError(f"{label}: cannot write: {e.strerror}") from None
+        os.close(fd)
+
     def _same_as_input(self, st: os.stat_result, label: str) -> None:
         for inp in self.inputs:
             try:
@@ -110,9 +124,20 @@ class Output:
     # -- at the end ---------------------------------------------------------------------------
     @contextmanager
     def open(self) -> Iterator[IO[bytes]]:
-        """A binary file to write the output to (see the module doc for what it is)."""
+        """A binary file to write the output to (see the module doc for what it is). An
+        OSError while writing becomes an :class:`OutputError` (one line, exit status 1)."""
         if self.kind is None:
             self.check()
+        try:
+            with self._open() as f:
+                yield f
+        except BrokenPipeError:  # the reader of a pipe went away (| head): main() exits quietly
+            raise
+        except OSError as e:
+            raise OutputError(f"cannot write {self.path}: {e.strerror or e}") from e
+
+    @contextmanager
+    def _open(self) -> Iterator[IO[bytes]]:
         if self.kind == "stdout":
             out = sys.stdout.buffer
             sys.stdout.flush()
@@ -121,7 +146,7 @@ class Output:
             return
         if self.kind == "stream":
             # O_WRONLY without O_CREAT/O_TRUNC: the node is used as it is, never replaced.
-            fd = os.open(os.path.realpath(self.path), os.O_WRONLY | os.O_NOCTTY)
+            fd = os.open(self.path, os.O_WRONLY | os.O_NOCTTY)
             with os.fdopen(fd, "wb", buffering=1024 * 1024) as f:
                 yield f
             return
@@ -153,10 +178,9 @@ class Output:
         try:
             self.write_chunks(make_chunks())
             return
-        except BrokenPipeError:  # the reader of a pipe went away (| head): not a failure to keep from
-            raise
-        except OSError as e:
-            why = e.strerror or str(e)
+        except OutputError as e:
+            cause = e.__cause__
+            why = getattr(cause, "strerror", None) or str(cause or e)
         fd, fallback = tempfile.mkstemp(prefix=f"tpmtop-{label}-", suffix=suffix)
         try:
             with os.fdopen(fd, "wb") as f:
