@@ -75,7 +75,10 @@ class Output:
             if stat.S_ISDIR(mode):
                 raise UsageError(f"{label}: is a directory; give a file name")
             if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-                self._try_open(label)
+                if stat.S_ISCHR(mode):
+                    # Not a FIFO: opening one and closing it would hand its waiting reader an
+                    # end of file. A FIFO's problems show up when it is written.
+                    self._try_open(label)
                 self.kind = "stream"
                 self._same_as_input(st, label)
                 return self
@@ -100,9 +103,8 @@ class Output:
         return self
 
     def _try_open(self, label: str) -> None:
-        """Open a device or FIFO for writing and close it again: permission, a read-only
-        file system, a device that refuses writes show up now. O_NONBLOCK: a FIFO nobody
-        reads yet must not block here (ENXIO), the write later waits for its reader."""
+        """Open a character device for writing and close it again: permission, a read-only
+        file system, a device that refuses writes show up now."""
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
         except OSError as e:

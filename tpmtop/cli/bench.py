@@ -43,7 +43,7 @@ def _plan(args):
         v = getattr(args, name)
         if v < (1 if name != "warmup" else 0):
             raise UsageError(f"-{'-' if name != 'n' else ''}{name} must be {'≥ 1' if name != 'warmup' else '≥ 0'}")
-    if args.events and not args.json:
+    if args.events and args.json is None:
         raise UsageError("--events goes with --json FILE")
     if args.read_only:
         raise UsageError("--read-only: a bench changes TPM state (PCR extends, sessions); refusing")
@@ -117,9 +117,9 @@ def run_bench(args) -> int:
     from tpmtop.errors import UsageError
     from tpmtop.output import Output
 
-    json_out = Output(args.json, what="--json", big=True).check() if args.json else None
-    om_out = Output(args.openmetrics, what="--openmetrics").check() if args.openmetrics else None
-    if args.json and args.json == args.openmetrics:
+    json_out = Output(args.json, what="--json", big=True).check() if args.json is not None else None
+    om_out = Output(args.openmetrics, what="--openmetrics").check() if args.openmetrics is not None else None
+    if args.json is not None and args.json == args.openmetrics:
         raise UsageError("--json and --openmetrics name the same file")
     # With a data file on stdout (-), the report goes to stderr so that stdout stays parseable.
     report = sys.stderr if "-" in (args.json, args.openmetrics) else sys.stdout
@@ -150,7 +150,7 @@ def run_bench(args) -> int:
             print(format_table(result.accounts), file=report)
         if result.integrity_failures:
             notice(f"{result.integrity_failures} responses failed their HMAC check and were rejected")
-        if (args.json or args.openmetrics) and (result.accounts or result.periods):
+        if (json_out or om_out) and (result.accounts or result.periods):
             events = [e for e in conn.recorder.events() if e.origin == "workload" and e.op_seq is not None] \
                 if args.events else None
             cap = capture_dict(conn, result.accounts, periods=result.periods, events=events,
@@ -158,10 +158,10 @@ def run_bench(args) -> int:
                                extra={"bench": {"n": plan.n, "warmup": plan.warmup, "batch": plan.batch,
                                                 "pcr": plan.pcr, "param_encryption": plan.param_encryption,
                                                 "complete": not (result.interrupted or result.error)}})
-            if args.json:
+            if json_out:
                 write_capture_file(json_out, cap)
                 notice(f"capture written to {'stdout' if args.json == '-' else args.json}")
-            if args.openmetrics:
+            if om_out:
                 from tpmtop.exporters.openmetrics import render
 
                 text = render(cap)
