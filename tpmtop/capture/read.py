@@ -197,7 +197,8 @@ class CaptureReader:
             self._fail(f"not valid JSON: expected {what}, found {self.buf[self.pos]!r}")
         self.pos += 1
 
-    def _value(self) -> Any:
+    def _value(self, where: str = "") -> Any:
+        """The JSON value at self.pos; ``where`` is its path in the capture (for messages)."""
         self._ws()
         want = _CHUNK
         while True:
@@ -217,8 +218,7 @@ class CaptureReader:
             except RecursionError:
                 self._fail("not a capture: JSON nested too deeply")
             except _NotFinite as e:
-                self._fail(f"not a finite number: {str(e)[:40]} (NaN, Infinity and values beyond "
-                           f"±1.8e308 have no place in a capture)")
+                self._not_finite(str(e), where)
             except ValueError as e:  # e.g. an integer of more than 4300 digits
                 self._fail(f"not a capture: {str(e).split(';')[0][:80]}")
             if end == len(self.buf) and not self.eof:
@@ -227,6 +227,20 @@ class CaptureReader:
                 continue
             self.pos = end
             return v
+
+    def _not_finite(self, token: str, where: str) -> None:
+        # Parse the value again, leniently, only to name the member that holds the number.
+        from tpmtop.capture.model import _non_finite, path_text
+
+        try:
+            v, _ = json.JSONDecoder().raw_decode(self.buf, self.pos)
+            path = _non_finite(v, [])
+        except (ValueError, RecursionError):
+            path = None
+        at = self.buf.find(token, self.pos)
+        name = path_text(where, path) + ": " if path is not None and where else ""
+        self._fail(f"{name}{token[:40]} is not a finite number (NaN, Infinity and values beyond "
+                   f"±1.8e308 have no place in a capture)", at if at >= 0 else None)
 
     def read(self) -> dict:
         self._open()
@@ -263,7 +277,7 @@ class CaptureReader:
                     if kept is not None:
                         doc[key] = kept
                 else:
-                    doc[key] = self._value()
+                    doc[key] = self._value(key)
                     if key == "schema":
                         # Refuse another major early, before streaming hundreds of MB.
                         try:
@@ -340,7 +354,7 @@ class CaptureReader:
                 cb(row)
             else:
                 start = self.pos
-                v = self._value()
+                v = self._value(f"{key}[{i}]")
                 try:
                     check_element(key, v, i)
                 except CaptureError as e:
