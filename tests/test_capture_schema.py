@@ -111,6 +111,19 @@ def test_event_fast_paths_are_sound(e):
         assert valid, line
         # and the fast row is what the general path makes of the same event
         assert m.groups()[:-1] == event_row(e)[:-1]
+    # the typed (msgspec) fast path: the same promise
+    try:
+        typed = read._EVENT_DEC.decode(line[:-1])
+    except Exception as exc:  # a decode error sends the line down the other paths
+        assert type(exc).__name__ in ("DecodeError", "ValidationError"), exc
+        typed = None
+    if typed is not None and read._ListCheck().ok(typed):
+        assert valid, line
+        # and it is what the general path makes of the same event
+        back = read.event_line(e)
+        assert [getattr(typed, k) for k in model.EVENT_KEYS if k not in ("handles", "sessions")] == \
+            [getattr(back, k) for k in model.EVENT_KEYS if k not in ("handles", "sessions")]
+        assert (bytes(typed.handles), bytes(typed.sessions)) == (bytes(back.handles), bytes(back.sessions))
 
 
 def test_fast_path_accepts_the_usual_event():

@@ -25,8 +25,10 @@ import os
 import re
 from typing import Any, Callable
 
-from tpmtop.capture.model import (EVENT_KEYS, OP_KEYS, CaptureError, check_element, check_version,
-                                  validate_head)
+import msgspec
+
+from tpmtop.capture.model import (EVENT_KEYS, OP_KEYS, CaptureError, EventLine, OpLine, check_element,
+                                  check_version, validate_head)
 
 MAX_FILE_BYTES = 4 * 1024**3  # a 1M-event capture is ~250 MB; beyond this it is not a capture
 MAX_VALUE_CHARS = 64 * 1024**2  # any single member other than events/ops (runs, tpm …)
@@ -79,8 +81,46 @@ def _line_re(keys: tuple, values: dict) -> re.Pattern:
 
 
 _EVENT_RE = _line_re(EVENT_KEYS, _EVENT_VALUES)
+# handles/sessions of a typed line stay raw JSON: pasted as they are once they match these.
+_HANDLES_B = re.compile(("(?:" + _EVENT_VALUES["handles"] + r")\Z").encode())
+_SESSIONS_B = re.compile(("(?:" + _EVENT_VALUES["sessions"] + r")\Z").encode())
+_EVENT_DEC = msgspec.json.Decoder(EventLine)
+_OP_DEC = msgspec.json.Decoder(OpLine)
+_CACHE_MAX = 4096  # distinct strings / lists kept as JSON text (ever-new ones must not grow memory)
 _OP_RE = _line_re(OP_KEYS, _OP_VALUES)
 _WS = re.compile(r"[ \t\r\n]*")
+
+
+class _ListCheck:
+    """The raw handles/sessions lists of typed lines, checked against the schema's pattern
+    once per distinct list (they repeat across a million events)."""
+
+    def __init__(self):
+        self.seen: dict[bytes, bool] = {}
+
+    def ok(self, e: EventLine) -> bool:
+        seen = self.seen
+        for raw, pattern in ((e.handles, _HANDLES_B), (e.sessions, _SESSIONS_B)):
+            b = bytes(raw)
+            good = seen.get(b)
+            if good is None:
+                if len(seen) >= _CACHE_MAX:
+                    seen.clear()
+                good = seen[b] = pattern.match(b) is not None
+            if not good:
+                return False
+        return True
+
+
+def event_line(e: dict) -> EventLine:
+    """A validated event dict (the general path) in the typed form."""
+    return EventLine(e["t_ns"], e["command"], msgspec.Raw(_J(e.get("handles", [])).encode()),
+                     msgspec.Raw(_J(e.get("sessions", [])).encode()), e["rc"], e.get("rc_text") or "",
+                     e["wire_ns"], e["origin"], e.get("engine"), e.get("mode"), e.get("op"), e.get("op_seq"))
+
+
+def op_line(o: dict) -> OpLine:
+    return OpLine(*(o[k] for k in OP_KEYS))
 
 
 class _NotFinite(ValueError):
@@ -105,12 +145,21 @@ class CaptureReader:
 
     ``on_event(row)`` / ``on_op(row)``: called for each element (rows as documented above);
     when a callback is None the elements are kept as dicts in the returned document.
+    ``typed=True``: the callbacks get :class:`~tpmtop.capture.model.EventLine` /
+    ``OpLine`` objects instead of rows of JSON text (their ``handles``/``sessions`` are raw
+    JSON, ``msgspec.Raw``).
+
+    Why two forms: an exporter pasting JSON text (chrome-trace) is fastest with the regular
+    expression, whose groups are that text; a reader that only validates (compare,
+    openmetrics, boot) or wants values (profiles, replay) is fastest with msgspec decoding
+    each line (see the README, "Captures in one package").
     ``read()`` returns the document (without the streamed arrays) after full validation.
     """
 
     def __init__(self, path: str | os.PathLike, on_event: Callable | None = None,
-                 on_op: Callable | None = None):
+                 on_op: Callable | None = None, typed: bool = False):
         self.path = os.fspath(path)
+        self.typed = typed
         self.on_event = on_event
         self.on_op = on_op
         self.n_events = 0
@@ -335,13 +384,47 @@ class CaptureReader:
         rx = _EVENT_RE if is_events else _OP_RE
         i = 0
         match = rx.match
+        # Fast paths, for what write_capture writes (one element per line, its key order):
+        # typed, the line decoded by msgspec into model.EventLine/OpLine; else the regular
+        # expression (its groups are the row's JSON text). Anything else (another layout, a
+        # minified file, a member out of order): the general JSON path.
+        typed = self.typed and cb is not None
+        decode = _EVENT_DEC.decode if is_events else _OP_DEC.decode
+        lists_ok = _ListCheck().ok if is_events else None
+        DecodeError = msgspec.DecodeError
+        ws = _WS.match
         while True:
             if not self.eof and len(self.buf) - self.pos < 65536:
                 done = self._top_up(is_events)
                 if done is not None:  # the rest of the array was read elsewhere (a subclass)
                     i += done
                     break
-            m = match(self.buf, self.pos) if cb is not None else None
+            if typed:
+                buf, pos = self.buf, self.pos
+                nl = buf.find("\n", pos)
+                if nl > pos:
+                    comma = buf[nl - 1] == ","
+                    try:
+                        obj = decode(buf[pos:nl - 1] if comma else buf[pos:nl])
+                    except DecodeError:
+                        obj = None
+                    if obj is not None and (lists_ok is None or lists_ok(obj)):
+                        sep = None
+                        if comma:
+                            self.pos = nl + 1
+                            sep = ","
+                        else:  # the last element: then only whitespace and the ']'
+                            j = ws(buf, nl).end()
+                            if j < len(buf) and buf[j] == "]":
+                                self.pos = j + 1
+                                sep = "]"
+                        if sep is not None:
+                            cb(obj)
+                            i += 1
+                            if sep == "]":
+                                break
+                            continue
+            m = match(self.buf, self.pos) if cb is not None and not typed else None
             row = None
             if m is not None:
                 row = m.groups()
@@ -361,6 +444,8 @@ class CaptureReader:
                     raise CaptureError(f"{self.path}: {e} ({self._where(start)})") from None
                 if cb is None:
                     kept.append(v)
+                elif typed:
+                    cb(event_line(v) if is_events else op_line(v))
                 else:
                     cb(event_row(v) if is_events else op_row(v))
                 sep = self._peek()
@@ -386,7 +471,7 @@ def load_capture(path: str | os.PathLike) -> dict:
 
 def load_summary(path: str | os.PathLike) -> dict:
     """Read and validate a capture but drop ``events`` and ``ops`` (compare, openmetrics)."""
-    r = CaptureReader(path, on_event=_drop, on_op=_drop)
+    r = CaptureReader(path, on_event=_drop, on_op=_drop, typed=True)
     doc = r.read()
     doc["_n_events"] = r.n_events
     return doc

@@ -18,7 +18,7 @@ _J = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False
 def _canonical(d: dict, keys: tuple) -> str:
     # The reader's fast path needs exactly this key order; unknown keys (a newer minor) are
     # kept after them, which only sends that element down the general path.
-    out = {k: d.get(k) for k in keys}
+    out = {k: d[k] for k in keys if k in d}  # an absent optional member stays absent
     for k, v in d.items():
         if k not in out:
             out[k] = v

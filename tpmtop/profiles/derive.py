@@ -103,30 +103,30 @@ def profile_from_capture(path: str, name: str) -> tuple[Profile, list[str]]:
     cc_of: dict = {}
     hmac_of: dict = {}
 
-    def on_event(row) -> None:
-        command_j, sessions_j, rc, wire_ns = row[1], row[3], row[4], row[6]
-        if rc != "0":
+    def on_event(e) -> None:  # a typed event (tpmtop.capture.model.EventLine)
+        if e.rc != 0:
             return
-        cc = cc_of.get(command_j, -1)
+        cc = cc_of.get(e.command, -1)
         if cc == -1:
-            cc = cc_of[command_j] = names.cc_from_name(str(json.loads(command_j)))
+            cc = cc_of[e.command] = names.cc_from_name(e.command)
         if cc is None:
             return
-        hmac = hmac_of.get(sessions_j)
+        raw = bytes(e.sessions)
+        hmac = hmac_of.get(raw)
         if hmac is None:
-            sess = [(int(s["handle"], 16), s.get("attrs", 0)) for s in json.loads(sessions_j)
+            sess = [(int(s["handle"], 16), s.get("attrs", 0)) for s in json.loads(raw)
                     if isinstance(s, dict) and isinstance(s.get("handle"), str)]
-            hmac = hmac_of[sessions_j] = has_hmac_session(sess)
+            hmac = hmac_of[raw] = has_hmac_session(sess)
             if len(hmac_of) > 10_000:  # ever-new session handles must not grow memory
                 hmac_of.clear()
         key = (cc, _variant(names.cc_short(cc), hmac))
         a = samples.get(key)
         if a is None:
             a = samples[key] = array("q")
-        w = int(wire_ns)
+        w = e.wire_ns
         a.append(w if w < _MAX_NS else _MAX_NS)  # schema-valid but absurd (centuries): clamped
 
-    cap = safe_tree(CaptureReader(path, on_event=on_event, on_op=lambda row: None).read())
+    cap = safe_tree(CaptureReader(path, on_event=on_event, on_op=lambda op: None, typed=True).read())
     tpm = cap.get("tpm") or {}
     warnings = []
     if tpm.get("profile"):

@@ -26,20 +26,23 @@ def _read_tail(reader_cls, path) -> dict:
     from collections import deque
 
     tail: deque = deque(maxlen=MAX_STREAM_ROWS)
-    r = reader_cls(path, on_event=tail.append, on_op=lambda row: None)
+    r = reader_cls(path, on_event=tail.append, on_op=lambda op: None, typed=True)
     doc = r.read()
     if r.has_events:
-        doc["events"] = [_event_from_row(row) for row in tail]
+        doc["events"] = [_event_dict(e) for e in tail]
     return doc
 
 
-def _event_from_row(row: tuple) -> dict:
-    """A reader row (JSON text per member, see tpmtop.capture.read) back into an event."""
+def _event_dict(e) -> dict:
+    """A typed event (tpmtop.capture.model.EventLine) back into a capture event."""
     import json
 
-    from tpmtop.capture.model import EVENT_KEYS
+    import msgspec
 
-    return {k: json.loads(v) for k, v in zip(EVENT_KEYS, row)}
+    d = msgspec.structs.asdict(e)
+    d["handles"] = json.loads(bytes(e.handles))
+    d["sessions"] = json.loads(bytes(e.sessions))
+    return d
 
 
 class ReplaySource:
