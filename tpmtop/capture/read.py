@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import msgspec
 
+from tpmtop import strictjson
 from tpmtop.capture.model import (EVENT_KEYS, OP_KEYS, CaptureError, EventLine, OpLine, check_element,
                                   check_version, validate_head)
 
@@ -123,21 +124,6 @@ def op_line(o: dict) -> OpLine:
     return OpLine(*(o[k] for k in OP_KEYS))
 
 
-class _NotFinite(ValueError):
-    pass
-
-
-def _no_constant(name: str):
-    raise _NotFinite(name)
-
-
-def _finite_float(text: str) -> float:
-    v = float(text)
-    if v - v != 0.0:  # inf or nan
-        raise _NotFinite(text)
-    return v
-
-
 # -- the streaming reader ------------------------------------------------------------------
 
 class CaptureReader:
@@ -167,7 +153,7 @@ class CaptureReader:
         self.has_events = False
         self.has_ops = False
         self.member_order: list[str] = []
-        self._dec = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+        self._dec = strictjson.decoder()
 
     # buffer management: self.buf[self.pos:] is unread text; self._line0 is the line number
     # of self.buf[0], self._bytes the number of bytes decoded so far (for error positions).
@@ -266,7 +252,7 @@ class CaptureReader:
                 self._fail(f"not valid JSON: {e.msg}", e.pos)
             except RecursionError:
                 self._fail("not a capture: JSON nested too deeply")
-            except _NotFinite as e:
+            except strictjson.NotFinite as e:
                 self._not_finite(str(e), where)
             except ValueError as e:  # e.g. an integer of more than 4300 digits
                 self._fail(f"not a capture: {str(e).split(';')[0][:80]}")

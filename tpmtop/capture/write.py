@@ -8,7 +8,6 @@ the canonical line form lets the reader take its fast path on every element.
 from __future__ import annotations
 
 import json
-import os
 
 from tpmtop.capture.model import EVENT_KEYS, OP_KEYS, SCHEMA_ID, check_element, validate_head
 

@@ -12,6 +12,7 @@ import json
 import os
 from importlib import resources
 
+from tpmtop import strictjson
 from tpmtop.errors import UsageError
 from tpmtop.profiles.model import SCHEMA_ID, Figure, Profile
 
@@ -133,28 +134,13 @@ def load_file(path: str) -> Profile:
     return from_json(parse(text, path), path, origin=path)
 
 
-class _NotFinite(ValueError):
-    pass
-
-
-def _no_constant(name: str):
-    raise _NotFinite(name)
-
-
-def _finite_float(text: str) -> float:
-    v = float(text)
-    if v - v != 0.0:  # inf (1e400) or nan
-        raise _NotFinite(text)
-    return v
-
-
 def parse(text: str, label: str):
     """JSON text of a profile: NaN, Infinity and numbers beyond a double are refused here
     (a schema's "minimum" does not catch NaN, and a NaN median would reach the TPM shaper),
     and so is nesting too deep for Python's parser. Every failure: UsageError, one line."""
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
-    except _NotFinite as e:
+        return strictjson.loads(text)
+    except strictjson.NotFinite as e:
         raise UsageError(f"profile {label}: {str(e)[:40]} is not a finite number "
                          f"(a profile's figures are microseconds)") from None
     except json.JSONDecodeError as e:
