@@ -175,7 +175,7 @@ class Recorder:
         for h in ev.handles:
             self._use(h, now)
         for sh, attrs in ev.sessions:
-            if sh == 0x40000009:  # TPM_RS_PW is not a handle anyone holds
+            if sh == wire.TPM_RS_PW:  # not a handle anyone holds
                 continue
             self._use(sh, now)
             # A session used without continueSession is flushed by the TPM on success.
@@ -187,7 +187,7 @@ class Recorder:
             u = self._use(ev.rsp_handle, now)
             u.ours = True
             u.created_by = names.cc_short(ev.cc)
-        if ev.cc == 0x165 and ev.command is not None and len(ev.command) >= 14:
+        if ev.cc == wire.CC_FLUSH_CONTEXT and ev.command is not None and len(ev.command) >= 14:
             self._handles.pop(int.from_bytes(ev.command[10:14], "big"), None)
 
     def _use(self, handle: int, now: int) -> HandleUse:

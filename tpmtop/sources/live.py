@@ -18,13 +18,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpm2_pytss.constants import TPM2_RC
+
 from tpmtop.errors import NullNameChanged, TpmConnectionError, TpmError, TpmtopError, UsageError
 
 RATES = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 0.0)  # 0: unpaced
 MAX_CONSECUTIVE_ERRORS = 3
 # A full TPM (object slots, session slots, session handles): retrying cannot help until
 # someone frees a slot, and every retry is one more failed command on the operator's TPM.
-SLOTS_FULL = {0x902: "object slots", 0x903: "session slots", 0x905: "session handles"}
+SLOTS_FULL = {int(TPM2_RC.OBJECT_MEMORY): "object slots", int(TPM2_RC.SESSION_MEMORY): "session slots",
+              int(TPM2_RC.SESSION_HANDLES): "session handles"}
 
 
 @dataclass
@@ -296,13 +299,13 @@ class LiveSource:
         return sorted(set(done))
 
     def _flush_ours_job(self, t) -> list[int]:
-        from tpmtop.tpm.handles import flush, list_handles
+        from tpmtop.tpm.handles import FLUSHABLE, flush, list_handles
 
         done: list[int] = []
         self._drop_workload()
         listed = {e.handle for e in list_handles(t, self.recorder.owned_handles())}
         for h in sorted(self.recorder.owned_handles() & listed):
-            if h >> 24 in (0x80, 0x02, 0x03):
+            if h >> 24 in FLUSHABLE:
                 try:
                     flush(t, h)
                 except TpmtopError:

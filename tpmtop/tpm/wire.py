@@ -13,10 +13,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-TPM_ST_NO_SESSIONS = 0x8001
-TPM_ST_SESSIONS = 0x8002
-TPM_RS_PW = 0x40000009
-CC_FLUSH_CONTEXT = 0x165
+from tpm2_pytss.constants import TPM2_CC, TPM2_RH, TPM2_ST
+
+TPM_ST_NO_SESSIONS = int(TPM2_ST.NO_SESSIONS)
+TPM_ST_SESSIONS = int(TPM2_ST.SESSIONS)
+TPM_RS_PW = int(TPM2_RH.PW)  # the password "session" handle: not a session anyone holds
+CC_FLUSH_CONTEXT = int(TPM2_CC.FlushContext)
 
 _HDR = struct.Struct(">HII")
 _U32 = struct.Struct(">I")
