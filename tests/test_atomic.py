@@ -111,3 +111,71 @@ def test_sigkill_mid_write_never_leaves_half_a_file(tmp_path):
                 assert n.startswith(".capture.json.") and n.endswith(".tmp")
                 os.unlink(tmp_path / n)
     assert seen_temp, "the kills never hit a write in progress: the test proved nothing"
+
+
+# -- non-regular targets: never renamed over ----------------------------------------------------
+
+def _private_null(tmp_path):
+    """A symlink to a character device with /dev/null's numbers. As root the device node is a
+    private mknod copy in tmp_path, so even a regression could replace only that copy, never
+    the system's /dev/null; a non-root user cannot replace /dev/null at all."""
+    import stat
+
+    rdev = os.stat("/dev/null").st_rdev
+    node = "/dev/null"
+    if os.geteuid() == 0:
+        node = tmp_path / "null.node"
+        os.mknod(node, stat.S_IFCHR | 0o666, rdev)
+    link = tmp_path / "out.prom"
+    link.symlink_to(node)
+    return link, node, rdev
+
+
+def _is_char_device(path, rdev) -> bool:
+    import stat
+
+    st = os.stat(path)
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == rdev
+
+
+def test_open_atomic_refuses_a_character_device(tmp_path):
+    link, node, rdev = _private_null(tmp_path)
+    with pytest.raises(OSError, match="not a regular file"):
+        write_atomic(link, "x")
+    assert _is_char_device(node, rdev) and _is_char_device("/dev/null", rdev)
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+
+
+def test_output_writes_through_a_character_device(tmp_path):
+    from tpmtop.output import Output
+
+    link, node, rdev = _private_null(tmp_path)
+    out = Output(link).check()
+    assert out.kind == "stream"
+    out.write("tpmtop_x 1\n# EOF\n")
+    assert _is_char_device(node, rdev) and link.is_symlink()
+
+
+def test_fifo_is_written_through_with_a_reader_and_stays_a_fifo(tmp_path):
+    import stat
+    import threading
+
+    from tpmtop.output import Output
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        write_atomic(fifo, "x")  # open_atomic never renames over it
+    got = []
+
+    def reader():
+        with open(fifo, "rb") as f:
+            got.append(f.read())
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    data = os.urandom(3 << 20)  # more than a pipe buffer: the writer must wait for the reader
+    Output(fifo).check().write(data)
+    t.join(60)
+    assert got == [data]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)

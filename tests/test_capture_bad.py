@@ -29,7 +29,14 @@ EXPECT = {
     "truncated.json": "unexpected end of file (truncated?)",
     "unknown_major_version.json": "unsupported capture version tpmtop.capture/2",
     "wrong_schema.json": 'not a tpmtop capture: "schema" is "tpmtop.profile/1"',
+    # hostile numbers: Python's JSON reader takes them, a capture must not
+    "nan_p50.json": "runs[0].op_us.p50: NaN is not a finite number",
+    "infinity_bound.json": "runs[1].op_us.histogram[0][0]: Infinity is not a finite number",
+    "overflow_1e400.json": "runs[0].wire_us.p99: 1e400 is not a finite number",
+    "nan_event_wire.json": "events[2].wire_ns: -Infinity is not a finite number",
+    "count_not_histogram.json": "runs[0].op_us.count: 35 but its histogram holds 30 samples",
 }
+BOOT_ROOT = HERE / "fixtures" / "boot" / "laptop-6.10-hmac"
 
 
 def test_every_bad_file_has_an_expectation():
@@ -50,7 +57,11 @@ def _assert_one_line(proc: subprocess.CompletedProcess, path: Path, expect: str)
     ["export", "{f}", "--format", "openmetrics", "-o", "{out}"],
     ["export", "{f}", "--format", "chrome-trace", "-o", "{out}"],
     ["compare", str(SAMPLE), "{f}"],
-], ids=["openmetrics", "chrome-trace", "compare"])
+    ["compare", "--json", str(SAMPLE), "{f}"],
+    ["replay", "{f}"],
+    ["profile", "from-capture", "{f}", "-o", "{out}"],
+    ["boot", "--root", str(BOOT_ROOT), "--capture", "{f}"],
+], ids=["openmetrics", "chrome-trace", "compare", "compare-json", "replay", "profile", "boot"])
 def test_bad_capture_one_line_exit_2(path, argv, tmp_path):
     out = tmp_path / "out"
     cmd = TPMTOP + [a.format(f=path, out=out) for a in argv]

@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpmtop import capture
+from tpmtop.capture import model, read
+from tpmtop.capture.write import _canonical
 from tpmtop.capture import (CaptureError, CaptureReader, event_row, events_json, load_capture,
                             validate_capture, write_capture)
 from tpmtop.errors import TpmError
@@ -100,23 +102,36 @@ _event = st.fixed_dictionaries(
 @settings(max_examples=400, deadline=None)
 @given(_event)
 def test_event_fast_paths_are_sound(e):
-    valid = capture._validator("event").is_valid(e)
-    if capture._event_ok(e):
+    valid = model.validator("event").is_valid(e)
+    if model.event_ok(e):
         assert valid, e
-    line = capture._canonical(e, capture._EVENT_KEYS) + ","
-    m = capture._EVENT_RE.match(line)
+    line = _canonical(e, model.EVENT_KEYS) + ","
+    m = read._EVENT_RE.match(line)
     if m is not None and not (len(m.group(5)) > 9 and int(m.group(5)) > 0xFFFFFFFF):
         assert valid, line
         # and the fast row is what the general path makes of the same event
         assert m.groups()[:-1] == event_row(e)[:-1]
+    # the typed (msgspec) fast path: the same promise
+    try:
+        typed = read._EVENT_DEC.decode(line[:-1])
+    except Exception as exc:  # a decode error sends the line down the other paths
+        assert type(exc).__name__ in ("DecodeError", "ValidationError"), exc
+        typed = None
+    if typed is not None and read._ListCheck().ok(typed):
+        assert valid, line
+        # and it is what the general path makes of the same event
+        back = read.event_line(e)
+        assert [getattr(typed, k) for k in model.EVENT_KEYS if k not in ("handles", "sessions")] == \
+            [getattr(back, k) for k in model.EVENT_KEYS if k not in ("handles", "sessions")]
+        assert (bytes(typed.handles), bytes(typed.sessions)) == (bytes(back.handles), bytes(back.sessions))
 
 
 def test_fast_path_accepts_the_usual_event():
     e = {"t_ns": 12, "command": "TPM2_CC_PCR_Extend", "handles": ["0x00000010"],
          "sessions": [{"handle": "0x02000000", "attrs": 33}], "rc": 0x98e, "rc_text": "tpm:session(1): x",
          "wire_ns": 1, "origin": "workload", "engine": "native", "mode": "reuse", "op": "extend", "op_seq": 3}
-    assert capture._event_ok(e)
-    assert capture._EVENT_RE.match(capture._canonical(e, capture._EVENT_KEYS) + "]")
+    assert model.event_ok(e)
+    assert read._EVENT_RE.match(_canonical(e, model.EVENT_KEYS) + "]")
 
 
 # -- events from a real TPM -----------------------------------------------------------------

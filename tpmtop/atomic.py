@@ -10,7 +10,9 @@ SIGKILL — the target is untouched; only the temporary file may stay behind. It
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 import threading
 from contextlib import contextmanager
@@ -35,7 +37,20 @@ def _umask() -> int:
 
 def _target(path: str | os.PathLike) -> str:
     # Through a symlink (a common textfile-collector layout) the file it points to is replaced.
-    return os.path.realpath(os.fspath(path))
+    target = os.path.realpath(os.fspath(path))
+    # Only a regular file (or none yet) may be replaced: renaming over /dev/null or a FIFO
+    # would swap the node for a plain file. tpmtop.output writes those through instead.
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return target
+    except OSError:
+        return target  # let mkstemp/replace report it
+    if not stat.S_ISREG(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", os.fspath(path)) if stat.S_ISDIR(mode) \
+            else OSError(errno.EINVAL, "not a regular file: an atomic replace would swap the node "
+                                       "for a plain file", os.fspath(path))
+    return target
 
 
 def _fsync_dir(directory: str) -> None:

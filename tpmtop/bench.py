@@ -6,15 +6,10 @@ their *ratios* stay meaningful even when absolute figures wander.
 
 from __future__ import annotations
 
-import datetime as _dt
-import os
-import platform
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tpmtop import __version__
 from tpmtop.errors import Interrupted, NullNameChanged, TpmtopError
 from tpmtop.sessions.accounting import RunAccount
 from tpmtop.sessions.workload import Workload
@@ -118,44 +113,13 @@ def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None
     return result
 
 
-def capture_dict(conn, accounts: list[RunAccount], *, events: list | None = None,
-                 ops_log: list | None = None, extra: dict | None = None,
-                 periods: list[list[RunAccount]] | None = None) -> dict:
-    """The ``tpmtop.capture/1`` document (see tpmtop/schema/capture-1.json).
-
-    After a TPM reset the runs of each period are kept apart: every run then carries
-    ``period`` (0 = before the first reset) and ``marks`` says when and why.
-    """
-    cap = {
-        "schema": "tpmtop.capture/1",
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "tool": {"version": __version__},
-        "host": {"hostname": socket.gethostname(), "kernel": platform.release(),
-                 "machine": platform.machine(), "cpus": os.cpu_count()},
-        "tpm": conn.tpm_json(),
-        "runs": [a.to_json() for a in accounts],
-    }
-    if periods:
-        cap["runs"] = [a.to_json() | {"period": i} for i, p in enumerate(periods) for a in p] + \
-                      [a.to_json() | {"period": len(periods)} for a in accounts]
-    if extra:
-        cap.update(extra)
-    # One time origin for events, operations and marks: the earliest of them.
-    starts = ([events[0].t_ns] if events else []) + ([ops_log[0][4]] if ops_log else [])
-    t0 = min(starts) if starts else conn.recorder.started_ns
-    marks = list(conn.recorder.marks)
-    if marks:
-        cap["marks"] = [{"t_ns": max(t - t0, 0), "text": text} for t, text in marks]
-    if events is not None:
-        from tpmtop.capture import events_json
-
-        cap["events"] = events_json(events, t0)
-        cap["ops"] = [{"op_seq": s, "engine": e, "mode": m, "op": o, "t_ns": t - t0, "total_ns": tot,
-                       "wire_ns": w, "ok": ok} for (s, e, m, o, t, tot, w, ok) in (ops_log or [])]
-    return cap
+# The capture builder lives with the rest of the capture code; the old name stays for callers.
+from tpmtop.capture.build import build_capture as capture_dict  # noqa: E402
 
 
-def write_capture_file(path: str, cap: dict) -> None:
-    from tpmtop.capture import write_capture  # validates, then writes atomically
+def write_capture_file(path, cap: dict) -> None:
+    """Validate and write (atomically for a file); on a late write failure the capture is kept
+    in a fallback file named in the error (an OutputError, exit status 1)."""
+    from tpmtop.capture import write_capture
 
-    write_capture(path, cap)
+    write_capture(path, cap, keep=True)

@@ -113,7 +113,10 @@ def verdict(a: dict, b: dict, p: float) -> str:
 
 
 def _ratio(a: float, b: float) -> float | None:
-    return round(b / a, 3) if a > 0 else None
+    if not a > 0:
+        return None
+    r = b / a
+    return round(r, 3) if math.isfinite(r) else None
 
 
 def _row(kind: str, key: dict, a: dict, b: dict) -> dict:

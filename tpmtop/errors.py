@@ -11,9 +11,16 @@ EXIT_INTERRUPTED = 130
 
 
 class TpmtopError(Exception):
-    """Base class: ``str(err)`` is the one line shown to the user."""
+    """Base class: ``str(err)`` is the one line shown to the user. It often quotes a file (a
+    member name of a capture, a profile's key), so it is made safe for a terminal here, once
+    for every message (see tpmtop.textsafe)."""
 
     exit_status = EXIT_FAILURE
+
+    def __str__(self) -> str:
+        from tpmtop.textsafe import safe
+
+        return safe(super().__str__())
 
 
 class UsageError(TpmtopError):

@@ -131,15 +131,27 @@ def costs_from_traces(traces: list[TraceResult], calls_per_sum: int | None) -> t
 
 
 def load_capture_costs(path: str) -> tuple[dict[str, Cost], list[str]]:
-    """Per-mode extend cost (op_us p50) from a ``tpmtop bench --json`` capture."""
-    from tpmtop.capture import load_capture  # the schema-checked loader (raises UsageError)
+    """Per-mode extend cost (op_us p50) from a ``tpmtop bench --json`` capture.
+
+    Read with the capture package's streaming summary loader (schema-checked, finite numbers,
+    events skipped as they stream by: a million-event capture needs no gigabyte of dicts);
+    strings made safe for a terminal (the report quotes the capture's TPM names)."""
+    from tpmtop.capture import load_summary
+    from tpmtop.textsafe import safe_tree
 
     try:
-        data = load_capture(path)
+        data = safe_tree(load_summary(path))
     except UsageError as e:
         msg = str(e)  # the user passed several files: the line must say which one
         raise UsageError(msg if path in msg else f"{path}: {msg}") from None
+    for i, run in enumerate(data.get("runs") or ()):
+        p50 = run["op_us"]["p50"]
+        if p50 > _MAX_EXTEND_US:  # finite but absurd: the projection's decimals would overflow
+            raise UsageError(f"{path}: runs[{i}].op_us.p50 of {p50:.3g} µs is not a plausible PCR extend")
     return capture_costs(data, path)
+
+
+_MAX_EXTEND_US = 3.6e9  # an hour
 
 
 def capture_costs(data, path: str) -> tuple[dict[str, Cost], list[str]]:

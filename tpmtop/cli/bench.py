@@ -43,7 +43,7 @@ def _plan(args):
         v = getattr(args, name)
         if v < (1 if name != "warmup" else 0):
             raise UsageError(f"-{'-' if name != 'n' else ''}{name} must be {'≥ 1' if name != 'warmup' else '≥ 0'}")
-    if args.events and not args.json:
+    if args.events and args.json is None:
         raise UsageError("--events goes with --json FILE")
     if args.read_only:
         raise UsageError("--read-only: a bench changes TPM state (PCR extends, sessions); refusing")
@@ -111,6 +111,18 @@ def run_bench(args) -> int:
     from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED
 
     plan = _plan(args)
+    # The output files are checked before the TPM is opened: a typo in a path must not cost
+    # the whole run (exit 2, one line). Writing may still fail at the end (disk full): then
+    # the data is kept in a fallback file named on stderr (exit 1).
+    from tpmtop.errors import UsageError
+    from tpmtop.output import Output
+
+    json_out = Output(args.json, what="--json", big=True).check() if args.json is not None else None
+    om_out = Output(args.openmetrics, what="--openmetrics").check() if args.openmetrics is not None else None
+    if args.json is not None and args.json == args.openmetrics:
+        raise UsageError("--json and --openmetrics name the same file")
+    # With a data file on stdout (-), the report goes to stderr so that stdout stays parseable.
+    report = sys.stderr if "-" in (args.json, args.openmetrics) else sys.stdout
     # issue 7: checked (and the file validated) before the TPM is opened: refused on real hardware.
     from tpmtop.profiles.apply import apply_profile, describe, profile_from_args
 
@@ -121,24 +133,24 @@ def run_bench(args) -> int:
         ident = conn.identity()
         print(f"# {ident.manufacturer} {ident.vendor} fw {ident.firmware} via {conn.target.tcti}"
               f"{' (simulated)' if conn.simulated else ''}; op {plan.op}, PCR {plan.pcr}, "
-              f"n={plan.n}, warmup={plan.warmup}, batch={plan.batch}")
+              f"n={plan.n}, warmup={plan.warmup}, batch={plan.batch}", file=report)
         if profile is not None:
-            print(f"# {describe(profile, getattr(args, 'seed', None))}")
-        sys.stdout.flush()
+            print(f"# {describe(profile, getattr(args, 'seed', None))}", file=report)
+        report.flush()
         if args.events:
             conn.recorder.reset_stats()
         result = _run(conn, plan, progress=progress, keep_ops=args.events, notice=notice)
         progress.close()
         for i, period in enumerate(result.periods):
-            print(f"## period {i + 1}, ended by: {result.resets[i]}")
-            print(format_table(period))
+            print(f"## period {i + 1}, ended by: {result.resets[i]}", file=report)
+            print(format_table(period), file=report)
         if result.periods:
-            print(f"## period {len(result.periods) + 1}, after the TPM reset")
+            print(f"## period {len(result.periods) + 1}, after the TPM reset", file=report)
         if result.accounts:
-            print(format_table(result.accounts))
+            print(format_table(result.accounts), file=report)
         if result.integrity_failures:
             notice(f"{result.integrity_failures} responses failed their HMAC check and were rejected")
-        if (args.json or args.openmetrics) and (result.accounts or result.periods):
+        if (json_out or om_out) and (result.accounts or result.periods):
             events = [e for e in conn.recorder.events() if e.origin == "workload" and e.op_seq is not None] \
                 if args.events else None
             cap = capture_dict(conn, result.accounts, periods=result.periods, events=events,
@@ -146,15 +158,15 @@ def run_bench(args) -> int:
                                extra={"bench": {"n": plan.n, "warmup": plan.warmup, "batch": plan.batch,
                                                 "pcr": plan.pcr, "param_encryption": plan.param_encryption,
                                                 "complete": not (result.interrupted or result.error)}})
-            if args.json:
-                write_capture_file(args.json, cap)
-                notice(f"capture written to {args.json}")
-            if args.openmetrics:
-                from tpmtop.atomic import write_atomic
+            if json_out:
+                write_capture_file(json_out, cap)
+                notice(f"capture written to {'stdout' if args.json == '-' else args.json}")
+            if om_out:
                 from tpmtop.exporters.openmetrics import render
 
-                write_atomic(args.openmetrics, render(cap))
-                notice(f"OpenMetrics written to {args.openmetrics}")
+                text = render(cap)
+                om_out.write_keeping(lambda: [text.encode("utf-8")], suffix=".prom", label="OpenMetrics")
+                notice(f"OpenMetrics written to {'stdout' if args.openmetrics == '-' else args.openmetrics}")
     if result.interrupted:
         notice("interrupted: partial results above" + (f", saved to {args.json}" if args.json else ""))
         return EXIT_INTERRUPTED

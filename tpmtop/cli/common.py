@@ -10,7 +10,10 @@ from tpmtop.errors import UsageError
 
 
 def notice(text: str) -> None:
-    print(f"tpmtop: {text}", file=sys.stderr)
+    """One line on stderr. Notices quote files and captures: made safe for a terminal."""
+    from tpmtop.textsafe import safe
+
+    print(f"tpmtop: {safe(text)}", file=sys.stderr)
 
 
 @contextmanager
@@ -32,8 +35,21 @@ def refuse_if_read_only(args, what: str) -> None:
 
 
 def print_json(obj) -> None:
-    json.dump(obj, sys.stdout, indent=2)
+    """Strict JSON on stdout: a non-finite number (a ratio of extreme values) becomes null,
+    never a bare NaN/Infinity that JSON parsers refuse. ASCII-escaped, so no string from a
+    file can reach the terminal raw."""
+    json.dump(_finite(obj), sys.stdout, indent=2, allow_nan=False)
     sys.stdout.write("\n")
+
+
+def _finite(obj):
+    if isinstance(obj, float):
+        return obj if obj - obj == 0.0 else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def table(rows: list[list[str]], header: list[str], right: set[int] = frozenset()) -> str:

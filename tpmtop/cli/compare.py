@@ -45,6 +45,7 @@ def run_compare(args) -> int:
     from tpmtop.cli.common import print_json, table
     from tpmtop.compare import compare, only_in
     from tpmtop.errors import UsageError
+    from tpmtop.textsafe import safe
 
     if len(args.captures) < 2:
         raise UsageError("compare: give at least two captures (the first is the baseline)")
@@ -62,7 +63,8 @@ def run_compare(args) -> int:
 
     def who(doc, path):
         t = doc["tpm"]
-        return f"{path}  ({t['manufacturer']} fw {t['firmware']}, kernel {doc['host']['kernel']})"
+        # Every string from a capture goes through safe(): it may hold terminal escapes.
+        return safe(f"{path}  ({t['manufacturer']} fw {t['firmware']}, kernel {doc['host']['kernel']})")
 
     for res, doc in zip(results, docs[1:]):
         print(f"A: {who(base, res['baseline'])}")
@@ -73,13 +75,13 @@ def run_compare(args) -> int:
         out = []
         for r in res["rows"]:
             what = f"{r['engine']}/{r['mode']}/{r['op']}" if r["kind"] == "operation" else f"  {r['command'].removeprefix('TPM2_CC_')}"
-            out.append([what, f"{r['count'][0]}/{r['count'][1]}",
+            out.append([safe(what), f"{r['count'][0]}/{r['count'][1]}",
                         _fmt_us(r["p50"][0]), _fmt_us(r["p50"][1]), _fmt_ratio(r["p50_ratio"]), r["p50_verdict"],
                         _fmt_us(r["p99"][0]), _fmt_us(r["p99"][1]), _fmt_ratio(r["p99_ratio"]), r["p99_verdict"]])
         print(table(out, ["operation / command", "n A/B", "p50 A", "p50 B", "B/A", "p50 verdict",
                           "p99 A", "p99 B", "B/A", "p99 verdict"], right={1, 2, 3, 4, 6, 7, 8}))
         for label, keys in (("only in A", res["only_in_baseline"]), ("only in B", res["only_in_capture"])):
             if keys:
-                print(f"{label}: " + ", ".join("/".join(k) for k in keys))
+                print(f"{label}: " + safe(", ".join("/".join(k) for k in keys)))
         print()
     return 0

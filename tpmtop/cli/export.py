@@ -11,45 +11,47 @@ EXAMPLES = """formats:
   openmetrics   latency histograms per (engine, mode, op) and per command code, labelled with
                 the TPM manufacturer and firmware; for node_exporter's textfile collector
 
-The output file is replaced atomically (temporary file, fsync, rename): a scraper never reads
-half a file.
+Output (-o): a regular file is replaced atomically (temporary file, fsync, rename): a scraper
+never reads half a file. '-' is stdout; a pipe or character device (/dev/null, a FIFO, also
+through a symlink) is written through and never replaced. The input capture itself is refused
+as output unless --force. An unwritable destination is refused before the capture is read.
 
 examples:
   tpmtop export run.json --format chrome-trace -o trace.json
-  tpmtop export run.json --format openmetrics -o /var/lib/node_exporter/textfile/tpmtop.prom"""
+  tpmtop export run.json --format openmetrics -o /var/lib/node_exporter/textfile/tpmtop.prom
+  tpmtop export run.json --format openmetrics -o - | grep tpmtop_operation_seconds_count"""
 
 
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = EXAMPLES + "\n\n" + (p.epilog or "")
     p.add_argument("capture", metavar="CAPTURE.json", help="a capture (tpmtop bench --json)")
     p.add_argument("--format", "-f", required=True, choices=("chrome-trace", "openmetrics"))
-    p.add_argument("-o", "--output", required=True, metavar="FILE",
-                   help="where to write; '-' for stdout (openmetrics only)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write; '-' for stdout")
+    p.add_argument("--force", action="store_true", help="allow the output to be the input capture itself")
 
 
 def run_export(args) -> int:
-    import sys
-
     from tpmtop.cli.common import notice
-    from tpmtop.errors import UsageError
+    from tpmtop.output import Output
+    from tpmtop.textsafe import safe
 
+    # Checked before the capture is read: a wrong -o costs nothing.
+    dest = Output(args.output, force=args.force, inputs=[args.capture]).check()
+    where = "stdout" if args.output == "-" else safe(args.output)
     if args.format == "chrome-trace":
-        if args.output == "-":
-            raise UsageError("tpmtop export: chrome-trace output can be large; give a file with -o")
         from tpmtop.exporters.chrome_trace import export_chrome_trace
 
-        n = export_chrome_trace(args.capture, args.output)
-        ops = n["ops"] or n["derived_ops"]
-        notice(f"wrote {args.output}: {n['events']} TPM commands, {ops} operations"
-               f"{' (derived from op_seq)' if n['derived_ops'] else ''}, {n['tracks']} tracks")
+        n = export_chrome_trace(args.capture, dest)
+        ops = n["ops"] + n["derived_ops"]
+        how = ""
+        if n["derived_ops"]:
+            how = (" (derived from op_seq)" if not n["ops"] else
+                   f" ({n['derived_ops']} of them derived from op_seq)")
+        notice(f"wrote {where}: {n['events']} TPM commands, {ops} operations{how}, {n['tracks']} tracks")
         return 0
     from tpmtop.exporters import openmetrics
 
-    if args.output == "-":
-        from tpmtop.capture import load_summary
-
-        sys.stdout.write(openmetrics.render(load_summary(args.capture)))
-        return 0
-    n = openmetrics.export_openmetrics(args.capture, args.output)
-    notice(f"wrote {args.output}: {n['runs']} runs")
+    n = openmetrics.export_openmetrics(args.capture, dest)
+    if args.output != "-":
+        notice(f"wrote {where}: {n['runs']} runs")
     return 0

@@ -75,11 +75,12 @@ def _name(args, fallback: str) -> str:
     return fallback
 
 
-def _check_output(args) -> None:
-    from tpmtop.errors import UsageError
+def _check_output(args, inputs=()) -> None:
+    """Before any work: the output can be written (tpmtop.output's rules), an existing
+    regular file only with --force, never one of the inputs."""
+    from tpmtop.output import Output
 
-    if args.output != "-" and os.path.exists(args.output) and not args.force:
-        raise UsageError(f"{args.output} exists: pass --force to overwrite it")
+    args.output_dest = Output(args.output, force=args.force, inputs=inputs, refuse_existing=True).check()
 
 
 def _write(args, profile, warnings=()) -> int:
@@ -88,7 +89,7 @@ def _write(args, profile, warnings=()) -> int:
 
     for w in warnings:
         notice(w)
-    write_profile(args.output, profile)
+    write_profile(getattr(args, "output_dest", None) or args.output, profile)
     if args.output != "-":
         n = sum(len(v) for v in profile.commands.values())
         notice(f"profile '{profile.name}' ({n} figures) written to {args.output}; "
@@ -139,7 +140,7 @@ def _record(args) -> int:
 def _from_capture(args) -> int:
     from tpmtop.profiles.derive import profile_from_capture
 
-    _check_output(args)
+    _check_output(args, inputs=[args.capture])
     prof, warnings = profile_from_capture(args.capture, _name(args, "capture"))
     return _write(args, prof, warnings)
 
@@ -150,7 +151,7 @@ def _from_trace(args) -> int:
 
     if args.calls is not None and args.calls < 1:
         raise UsageError("--calls must be ≥ 1")
-    _check_output(args)
+    _check_output(args, inputs=args.trace)
     prof, warnings = profile_from_traces(args.trace, _name(args, "trace"), calls=args.calls, unit=args.unit)
     prof.chip = {k: v for k, v in (("manufacturer", args.manufacturer), ("model", args.model)) if v}
     return _write(args, prof, warnings)

@@ -10,7 +10,8 @@ capture's ``ops`` array; a capture without one gets them derived from the events
 then not visible).
 
 Streaming: events are read from the capture and written out one by one (see
-:class:`tpmtop.capture.CaptureReader`), so a million events need neither 1 GB of dicts nor
+:class:`tpmtop.capture.CaptureReader`; the fork protocol below is in
+:mod:`tpmtop.exporters.split_reader`), so a million events need neither 1 GB of dicts nor
 1 GB of output strings in memory.
 
 Speed: the work is a few microseconds of Python per event (regular-expression parse, then
@@ -32,8 +33,8 @@ import pickle
 import signal
 import tempfile
 
-from tpmtop.capture import CaptureError, CaptureReader
-from tpmtop.atomic import open_atomic
+from tpmtop.capture import CaptureError
+from tpmtop.exporters.split_reader import SplitReader as CaptureReader
 
 PID = 1
 _BATCH = 8192
@@ -466,17 +467,27 @@ class _Helper:
         self.spill_part.close()
 
 
-def export_chrome_trace(capture_path: str | os.PathLike, out_path: str | os.PathLike) -> dict:
-    """Write the trace atomically; returns counts ``{"events", "ops", "tracks"}``.
+def export_chrome_trace(capture_path: str | os.PathLike, out_path) -> dict:
+    """Write the trace (``out_path``: a path or a checked :class:`tpmtop.output.Output`; a
+    regular file is replaced atomically); returns counts ``{"events", "ops", "derived_ops",
+    "tracks"}``.
 
     Raises :class:`CaptureError` (exit 2) for an invalid capture or one without events."""
-    out_dir = os.path.dirname(os.path.realpath(os.fspath(out_path))) or "."
+    from tpmtop.output import Output
+
+    dest = out_path if isinstance(out_path, Output) else Output(out_path, inputs=[capture_path])
+    dest.check()
+    # Temporary files (spilled operations, the helper's part) go beside a file output, else
+    # to the temporary directory; the helper's part is copied into the output by offset, so
+    # only a regular file output is split.
+    out_dir = (os.path.dirname(os.path.realpath(dest.path)) or ".") if dest.is_file else tempfile.gettempdir()
     derived = 0
-    with open_atomic(out_path, text=False, background_sync=False) as out:
+    with dest.open() as out:
         out.write(b'{"displayTimeUnit":"ms","traceEvents":[\n')
         exp = _Export(out, out_dir)
         reader = CaptureReader(capture_path, on_event=exp.event_handler(), on_op=exp.op_handler())
-        reader.on_events_start = exp.on_events_start
+        if dest.is_file:
+            reader.on_events_start = exp.on_events_start
         try:
             doc = reader.read()
             if not reader.has_events or reader.n_events == 0:

@@ -135,10 +135,14 @@ def _timestamp(text) -> float | None:
 
 
 def export_openmetrics(capture_path, out_path) -> dict:
-    from tpmtop.atomic import write_atomic
+    """``out_path``: a path or a checked :class:`tpmtop.output.Output` (a regular file is
+    replaced atomically, a device or pipe written through, ``-`` is stdout)."""
     from tpmtop.capture import load_summary
+    from tpmtop.output import Output
 
+    dest = out_path if isinstance(out_path, Output) else Output(out_path, inputs=[capture_path])
+    dest.check()
     doc = load_summary(capture_path)
     text = render(doc)
-    write_atomic(out_path, text)
+    dest.write(text)
     return {"runs": len(doc["runs"]), "bytes": len(text.encode())}

@@ -8,6 +8,7 @@ commands count: an error response is usually fast and would drag a chip's figure
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import statistics
 
 from tpmtop.errors import UsageError
@@ -19,6 +20,8 @@ MIN_FOR_SPREAD = 10
 # Commands that carry an authorization area and cost differently inside an HMAC session;
 # every other command the session modes send keeps one "any" figure.
 AUTHORIZED = {"PCR_Extend", "GetRandom", "CreatePrimary"}
+# Wire times beyond this (146 years) are clamped: they only need to stay "very slow".
+_MAX_NS = 1 << 62
 # Histogram resolution for raw samples: 20 buckets per decade (12 % wide).
 PER_DECADE = 20
 
@@ -86,10 +89,44 @@ def chip_from_identity(conn) -> dict:
 # -- from a capture ---------------------------------------------------------------------------
 def profile_from_capture(path: str, name: str) -> tuple[Profile, list[str]]:
     """Per-command events when the capture has them (exact, and they tell sessions apart);
-    else the runs' per-command histograms (bucket resolution)."""
-    from tpmtop.capture import load_capture  # validates against capture-1.json
+    else the runs' per-command histograms (bucket resolution).
 
-    cap = load_capture(path)
+    Streamed: the events are read one by one (tpmtop.capture.CaptureReader) and only their
+    wire times are kept, 8 bytes each in an array — a million-event capture stays far below
+    200 MB instead of a gigabyte of dicts."""
+    from array import array
+
+    from tpmtop.capture import CaptureReader  # validates against capture-1.json
+    from tpmtop.textsafe import safe_tree
+
+    samples: dict = {}
+    cc_of: dict = {}
+    hmac_of: dict = {}
+
+    def on_event(e) -> None:  # a typed event (tpmtop.capture.model.EventLine)
+        if e.rc != 0:
+            return
+        cc = cc_of.get(e.command, -1)
+        if cc == -1:
+            cc = cc_of[e.command] = names.cc_from_name(e.command)
+        if cc is None:
+            return
+        raw = bytes(e.sessions)
+        hmac = hmac_of.get(raw)
+        if hmac is None:
+            sess = [(int(s["handle"], 16), s.get("attrs", 0)) for s in json.loads(raw)
+                    if isinstance(s, dict) and isinstance(s.get("handle"), str)]
+            hmac = hmac_of[raw] = has_hmac_session(sess)
+            if len(hmac_of) > 10_000:  # ever-new session handles must not grow memory
+                hmac_of.clear()
+        key = (cc, _variant(names.cc_short(cc), hmac))
+        a = samples.get(key)
+        if a is None:
+            a = samples[key] = array("q")
+        w = e.wire_ns
+        a.append(w if w < _MAX_NS else _MAX_NS)  # schema-valid but absurd (centuries): clamped
+
+    cap = safe_tree(CaptureReader(path, on_event=on_event, on_op=lambda op: None, typed=True).read())
     tpm = cap.get("tpm") or {}
     warnings = []
     if tpm.get("profile"):
@@ -100,15 +137,6 @@ def profile_from_capture(path: str, name: str) -> tuple[Profile, list[str]]:
     src = {"kind": "capture", "file": path, **({"date": date} if date else {})}
     host = cap.get("host") or {}
     where = f"{tpm.get('manufacturer', '?')} via {tpm.get('tcti', '?')} on {host.get('hostname', '?')}"
-    events = cap.get("events") or []
-    samples: dict = {}
-    for e in events:
-        cc = names.cc_from_name(str(e.get("command", "")))
-        if cc is None or e.get("rc") != 0 or not isinstance(e.get("wire_ns"), int):
-            continue
-        sess = [(int(s["handle"], 16), s.get("attrs", 0)) for s in e.get("sessions", [])
-                if isinstance(s, dict) and isinstance(s.get("handle"), str)]
-        _add(samples, cc, has_hmac_session(sess), e["wire_ns"])
     if samples:
         src["detail"] = f"median of the capture's per-command wire latencies ({where})"
         return profile_from_samples(name, chip, samples, src, f"derived from capture {path}"), warnings

@@ -12,6 +12,7 @@ import json
 import os
 from importlib import resources
 
+from tpmtop import strictjson
 from tpmtop.errors import UsageError
 from tpmtop.profiles.model import SCHEMA_ID, Figure, Profile
 
@@ -38,6 +39,10 @@ def _where(err) -> str:
 def validate(doc, label: str) -> None:
     """Schema check plus what a schema cannot say; raises UsageError with one line."""
     from jsonschema.exceptions import best_match
+
+    bad = _non_finite(doc)
+    if bad is not None:  # a document built in memory (derive, the dashboard), not parsed
+        raise UsageError(f"profile {label}: {bad}: not a finite number")
 
     if isinstance(doc, dict) and doc.get("schema") not in (None, SCHEMA_ID) and isinstance(doc.get("schema"), str):
         raise UsageError(f"profile {label}: schema is '{doc['schema']}', expected '{SCHEMA_ID}'"
@@ -72,6 +77,22 @@ def validate(doc, label: str) -> None:
                     raise UsageError(f"profile {label}: {here}.histogram: all counts are zero")
 
 
+def _non_finite(obj, path: str = "") -> str | None:
+    if isinstance(obj, float):
+        return None if obj - obj == 0.0 else (path or "(top level)")
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, list):
+        items = enumerate(obj)
+    else:
+        return None
+    for k, v in items:
+        hit = _non_finite(v, f"{path}[{k}]" if isinstance(k, int) else f"{path}.{k}".lstrip("."))
+        if hit is not None:
+            return hit
+    return None
+
+
 def _cc_of(key: str) -> int | None:
     from tpmtop.tpm import names
 
@@ -81,7 +102,13 @@ def _cc_of(key: str) -> int | None:
 
 
 def from_json(doc: dict, label: str = "(document)", origin: str | None = None) -> Profile:
-    validate(doc, label)
+    try:
+        validate(doc, label)
+    except RecursionError:  # nesting the parser took but the schema walk does not
+        raise UsageError(f"profile {label}: JSON nested too deeply to be a profile") from None
+    from tpmtop.textsafe import safe_tree
+
+    doc = safe_tree(doc)  # from a file: its strings are shown (profile show, headers) as they are
     cmds = {_cc_of(k): {v: Figure.from_json(f) for v, f in entry.items()} for k, entry in doc["commands"].items()}
     return Profile(name=doc["name"], chip=dict(doc["chip"]), commands=cmds, description=doc.get("description", ""),
                    created=doc.get("created"), notes=list(doc.get("notes", [])), origin=origin)
@@ -89,7 +116,7 @@ def from_json(doc: dict, label: str = "(document)", origin: str | None = None) -
 
 def load_builtin(name: str) -> Profile:
     text = resources.files("tpmtop.profiles").joinpath(f"{name}.json").read_text("utf-8")
-    return from_json(json.loads(text), f"built-in '{name}'", origin="built-in")
+    return from_json(parse(text, f"built-in '{name}'"), f"built-in '{name}'", origin="built-in")
 
 
 def load_file(path: str) -> Profile:
@@ -104,11 +131,24 @@ def load_file(path: str) -> Profile:
         raise UsageError(f"profile {path}: not a text file (expected tpmtop.profile/1 JSON)") from None
     except OSError as e:
         raise UsageError(f"profile {path}: cannot read: {e.strerror}") from None
+    return from_json(parse(text, path), path, origin=path)
+
+
+def parse(text: str, label: str):
+    """JSON text of a profile: NaN, Infinity and numbers beyond a double are refused here
+    (a schema's "minimum" does not catch NaN, and a NaN median would reach the TPM shaper),
+    and so is nesting too deep for Python's parser. Every failure: UsageError, one line."""
     try:
-        doc = json.loads(text)
+        return strictjson.loads(text)
+    except strictjson.NotFinite as e:
+        raise UsageError(f"profile {label}: {str(e)[:40]} is not a finite number "
+                         f"(a profile's figures are microseconds)") from None
     except json.JSONDecodeError as e:
-        raise UsageError(f"profile {path}: not JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    return from_json(doc, path, origin=path)
+        raise UsageError(f"profile {label}: not JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise UsageError(f"profile {label}: JSON nested too deeply to be a profile") from None
+    except ValueError as e:  # e.g. an integer of more than 4300 digits
+        raise UsageError(f"profile {label}: not a profile: {str(e).split(';')[0][:80]}") from None
 
 
 def load_profile(spec: str) -> Profile:
@@ -132,17 +172,12 @@ def dumps(profile: Profile) -> str:
 _PAIR = __import__("re").compile(r"\[\s*(-?[0-9.eE+-]+),\s*(-?[0-9.eE+-]+)\s*\]")
 
 
-def write_profile(path: str, profile: Profile) -> None:
-    """Atomically: a half-written profile must not replace a good one."""
+def write_profile(path, profile: Profile) -> None:
+    """By the output rules of tpmtop.output (``path`` may be a checked Output): atomically for
+    a regular file (a half-written profile must not replace a good one), through for a pipe or
+    device, ``-`` for stdout; a late failure keeps the profile in a fallback file."""
+    from tpmtop.output import Output
+
     text = dumps(profile)
-    if path == "-":
-        import sys
-
-        sys.stdout.write(text)
-        return
-    from tpmtop.atomic import write_atomic
-
-    try:
-        write_atomic(path, text)
-    except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror}") from None
+    out = path if isinstance(path, Output) else Output(path)
+    out.write_keeping(lambda: [text.encode("utf-8")], label="profile")

@@ -324,9 +324,10 @@ class LiveSource:
         self.periods = []
 
     def capture(self, max_events: int = 20_000) -> dict:
-        """The ``tpmtop bench --json`` contract (``tpmtop.bench.capture_dict``), with the latest
-        events so that ``tpmtop replay`` can show the command stream too."""
-        from tpmtop.bench import capture_dict
+        """The ``tpmtop bench --json`` contract (the same builder,
+        ``tpmtop.capture.build_capture``), with the latest events so that ``tpmtop replay``
+        can show the command stream too."""
+        from tpmtop.capture import build_capture
 
         def job(_t):  # on the owner thread: the engine's accounts are consistent between operations
             accounts = [a for a in self.accounts().values() if a.ops]
@@ -335,7 +336,7 @@ class LiveSource:
             if self.identity is None:
                 raise TpmtopError("nothing to export yet: the TPM has not answered")
             # Each run then carries its period, and the recorder's marks say when and why.
-            return capture_dict(self.conn, accounts, events=events, periods=periods or None)
+            return build_capture(self.conn, accounts, events=events, periods=periods or None)
 
         return self.on_tpm(job, check_stopping=False)
 
@@ -385,9 +386,11 @@ def export_capture(cap: dict, directory: str | os.PathLike = ".", now: _dt.datet
         n += 1
         path = d / f"{base}-{n}.json"
     # Validated against the capture schema and written atomically (temp file, fsync, rename):
-    # the one writer every capture goes through, so `tpmtop replay` reads what it wrote.
+    # the one writer every capture goes through, so `tpmtop replay` reads what it wrote. If
+    # the folder cannot take it after all, the capture is kept in a fallback file (named in
+    # the OutputError's message) rather than lost.
     from tpmtop.capture import write_capture
 
-    write_capture(path, cap)
+    write_capture(path, cap, keep=True)
     return path.resolve()
 

@@ -13,10 +13,36 @@ MAX_STREAM_ROWS = 2000
 
 
 def load(path: str | Path) -> dict:
-    """Schema-checked; a bad file is one clear line (a UsageError), exit status 2."""
-    from tpmtop.capture import load_capture
+    """Schema-checked; a bad file is one clear line (a UsageError), exit status 2. Only the
+    newest MAX_STREAM_ROWS events are kept (a capture may hold a million), and every string
+    is made safe for a terminal (tpmtop.textsafe): the capture may come from anyone."""
+    from tpmtop.capture import CaptureReader
+    from tpmtop.textsafe import safe_tree
 
-    return load_capture(path)
+    return safe_tree(_read_tail(CaptureReader, path))
+
+
+def _read_tail(reader_cls, path) -> dict:
+    from collections import deque
+
+    tail: deque = deque(maxlen=MAX_STREAM_ROWS)
+    r = reader_cls(path, on_event=tail.append, on_op=lambda op: None, typed=True)
+    doc = r.read()
+    if r.has_events:
+        doc["events"] = [_event_dict(e) for e in tail]
+    return doc
+
+
+def _event_dict(e) -> dict:
+    """A typed event (tpmtop.capture.model.EventLine) back into a capture event."""
+    import json
+
+    import msgspec
+
+    d = msgspec.structs.asdict(e)
+    d["handles"] = json.loads(bytes(e.handles))
+    d["sessions"] = json.loads(bytes(e.sessions))
+    return d
 
 
 class ReplaySource:

@@ -1,0 +1,110 @@
+"""Building a ``tpmtop.capture/1`` document from a run: the one builder that ``tpmtop bench
+--json`` and the dashboard's export key both use.
+
+It reads the recorder only through its public read API (``events()``, ``marks``,
+``started_ns``) and the connection's ``tpm_json()``, so the recorder's internals (how the
+transport hands exchanges over, when they are decoded) can change without touching captures.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import socket
+
+from tpmtop.capture.model import SCHEMA_ID
+
+
+def build_capture(conn, accounts: list, *, events: list | None = None, ops_log: list | None = None,
+                  extra: dict | None = None, periods: list[list] | None = None) -> dict:
+    """The capture document (validated when written; see tpmtop/schema/capture-1.json).
+
+    ``accounts``: the run accounts (``to_json()`` gives a run); ``events``: recorder events to
+    include (None: no ``events``/``ops`` members); ``ops_log``: the workload's operations.
+    After a TPM reset the runs of each period are kept apart: every run then carries
+    ``period`` (0 = before the first reset) and ``marks`` says when and why.
+    """
+    from tpmtop import __version__
+
+    cap = {
+        "schema": SCHEMA_ID,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "tool": {"version": __version__},
+        "host": {"hostname": socket.gethostname(), "kernel": platform.release(),
+                 "machine": platform.machine(), "cpus": os.cpu_count()},
+        "tpm": conn.tpm_json(),
+        "runs": [a.to_json() for a in accounts],
+    }
+    if periods:
+        cap["runs"] = [a.to_json() | {"period": i} for i, p in enumerate(periods) for a in p] + \
+                      [a.to_json() | {"period": len(periods)} for a in accounts]
+    if extra:
+        cap.update(extra)
+    ops = [_op_tuple(o) for o in ops_log or ()]
+    # One time origin for events, operations and marks: the earliest of them.
+    starts = ([events[0].t_ns] if events else []) + ([ops[0][4]] if ops else [])
+    recorder = conn.recorder
+    t0 = min(starts) if starts else recorder.started_ns
+    marks = list(recorder.marks)
+    if marks:
+        cap["marks"] = [{"t_ns": max(t - t0, 0), "text": text} for t, text in marks]
+    if events is not None:
+        cap["events"] = events_json(events, t0)
+        cap["ops"] = [{"op_seq": s, "engine": e, "mode": m, "op": o, "t_ns": t - t0, "total_ns": tot,
+                       "wire_ns": w, "ok": ok} for (s, e, m, o, t, tot, w, ok) in ops if t >= t0]
+    return cap
+
+
+def _op_tuple(o) -> tuple:
+    """An entry of the workload's ops log: (op_seq, engine, mode, op, t_ns, total_ns, wire_ns, ok)."""
+    if isinstance(o, tuple):
+        return o
+    return (o.op_seq, str(o.engine), str(o.mode), str(o.op), o.t_ns, o.total_ns, o.wire_ns, bool(o.ok))
+
+
+def events_json(events: list, t0_ns: int | None = None) -> list[dict]:
+    """Recorder events as capture ``events`` elements; ``t_ns`` becomes an offset from
+    ``t0_ns`` (default: the first event). Events before ``t0_ns`` are dropped: offsets are
+    non-negative by the schema."""
+    from tpmtop.tpm import names
+
+    if not events:
+        return []
+    if t0_ns is None:
+        t0_ns = events[0].t_ns
+    cc_name = names.cc_name
+    rc_text = names.rc_text  # cached by rc
+    cc_cache: dict = {}
+    h_cache: dict = {}
+
+    def hx(h: int) -> str:
+        s = h_cache.get(h)
+        if s is None:
+            s = h_cache[h] = f"0x{h:08x}"
+        return s
+
+    out = []
+    append = out.append
+    for ev in events:
+        t = ev.t_ns - t0_ns
+        if t < 0:
+            continue
+        cc = ev.cc
+        name = cc_cache.get(cc)
+        if name is None:
+            name = cc_cache[cc] = cc_name(cc)
+        append({
+            "t_ns": t, "command": name,
+            "handles": [hx(h) for h in ev.handles] if ev.handles else [],
+            "sessions": [{"handle": hx(sh), "attrs": a} for sh, a in ev.sessions] if ev.sessions else [],
+            "rc": ev.rc, "rc_text": ev.error or rc_text(ev.rc), "wire_ns": ev.wire_ns,
+            "origin": str(ev.origin), "engine": _s(ev.engine), "mode": _s(ev.mode), "op": _s(ev.op),
+            "op_seq": ev.op_seq,
+        })
+    return out
+
+
+def _s(v) -> str | None:
+    # Labels may be enums (str subclasses) or plain strings; a capture holds their text.
+    return None if v is None else str(getattr(v, "value", v))

@@ -1,0 +1,72 @@
+"""Writing a ``tpmtop.capture/1`` file: validated first, then atomically, one element per line.
+
+Every capture tpmtop writes goes through :func:`write_capture` (``bench --json``, the
+dashboard's export key), so ``tpmtop replay``/``compare``/``export`` read what was written, and
+the canonical line form lets the reader take its fast path on every element.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tpmtop.capture.model import EVENT_KEYS, OP_KEYS, SCHEMA_ID, check_element, validate_head
+
+_J = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+def _canonical(d: dict, keys: tuple) -> str:
+    # The reader's fast path needs exactly this key order; unknown keys (a newer minor) are
+    # kept after them, which only sends that element down the general path.
+    out = {k: d[k] for k in keys if k in d}  # an absent optional member stays absent
+    for k, v in d.items():
+        if k not in out:
+            out[k] = v
+    return _J(out)
+
+
+def capture_chunks(capture: dict):
+    """The capture's text in pieces (bytes), each element checked as it goes. ``events`` and
+    ``ops`` may be any iterable (a generator streams a big capture without holding it twice)."""
+    head = {k: v for k, v in capture.items() if k not in ("events", "ops")}
+    head.setdefault("schema", SCHEMA_ID)
+    validate_head(head)
+    head_text = json.dumps(head, indent=1, ensure_ascii=False, allow_nan=False)
+    yield head_text[:-1].rstrip().encode("utf-8")
+    # ops before events: an exporter streaming the file then knows the operations before
+    # it meets their commands.
+    for key, keys in (("ops", OP_KEYS), ("events", EVENT_KEYS)):
+        items = capture.get(key)
+        if items is None:
+            continue
+        yield f',\n "{key}": [\n'.encode()
+        batch: list[str] = []
+        first = True
+        for i, item in enumerate(items):
+            check_element(key, item, i)
+            batch.append(_canonical(item, keys))
+            if len(batch) >= 4096:
+                yield ((",\n" if not first else "") + ",\n".join(batch)).encode("utf-8")
+                first = False
+                batch.clear()
+        if batch:
+            yield ((",\n" if not first else "") + ",\n".join(batch)).encode("utf-8")
+        yield b"\n ]"
+    yield b"\n}\n"
+
+
+def write_capture(path, capture: dict, *, keep: bool = False) -> None:
+    """Validate ``capture`` and write it by the output rules of :mod:`tpmtop.output` (atomic
+    for a regular file, write-through for a pipe or device, ``-`` for stdout); ``path`` may
+    be an already checked :class:`tpmtop.output.Output`. A capture that fails validation leaves
+    no file behind. ``keep``: if the write fails, keep the capture in a fallback file (named
+    in the error); ``events``/``ops`` must then be lists, not generators."""
+    from tpmtop.output import Output
+
+    out = path if isinstance(path, Output) else Output(path, big=True)
+    if keep:
+        for key in ("events", "ops"):
+            if capture.get(key) is not None and not isinstance(capture[key], (list, tuple)):
+                raise TypeError(f"write_capture(keep=True) needs {key} as a list")
+        out.write_keeping(lambda: capture_chunks(capture), label="capture")
+    else:
+        out.write_chunks(capture_chunks(capture))
