@@ -11,7 +11,8 @@ bootstrap:
 run: bootstrap
 	$(TPMTOP) --sim
 
-test: bootstrap
+test:
+	@scripts/bootstrap.sh --test
 	$(PY) -m pytest -q
 
 bench: bootstrap

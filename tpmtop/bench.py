@@ -144,6 +144,9 @@ def capture_dict(conn, accounts: list[RunAccount], *, events: list | None = None
         from tpmtop.capture import events_json
 
         cap["events"] = events_json(events, t0)
+        from tpmtop.event_bytes import attach_raw_bytes  # for pcapng export and decode
+
+        attach_raw_bytes(cap, events, t0)
         cap["ops"] = [{"op_seq": s, "engine": e, "mode": m, "op": o, "t_ns": t - t0, "total_ns": tot,
                        "wire_ns": w, "ok": ok} for (s, e, m, o, t, tot, w, ok) in (ops_log or [])]
     return cap

@@ -8,6 +8,10 @@ EXAMPLES = """formats:
   chrome-trace  every TPM command as a slice under its operation, one track per engine/mode;
                 open in https://ui.perfetto.dev or chrome://tracing (needs a capture
                 recorded with --events)
+  pcapng        every command and response as TCP payload on port 2321, framed as tpm2-tss's
+                pcap: TCTI writes it, for Wireshark/tshark's TPM 2.0 dissector; original
+                timestamps, one TCP stream per client (needs a capture whose events kept
+                their bytes: bench --events keeps them for the newest 16,384 commands)
   openmetrics   latency histograms per (engine, mode, op) and per command code, labelled with
                 the TPM manufacturer and firmware; for node_exporter's textfile collector
 
@@ -22,7 +26,7 @@ examples:
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = EXAMPLES + "\n\n" + (p.epilog or "")
     p.add_argument("capture", metavar="CAPTURE.json", help="a capture (tpmtop bench --json)")
-    p.add_argument("--format", "-f", required=True, choices=("chrome-trace", "openmetrics"))
+    p.add_argument("--format", "-f", required=True, choices=("chrome-trace", "openmetrics", "pcapng"))
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="where to write; '-' for stdout (openmetrics only)")
 
@@ -42,6 +46,18 @@ def run_export(args) -> int:
         ops = n["ops"] or n["derived_ops"]
         notice(f"wrote {args.output}: {n['events']} TPM commands, {ops} operations"
                f"{' (derived from op_seq)' if n['derived_ops'] else ''}, {n['tracks']} tracks")
+        return 0
+    if args.format == "pcapng":
+        if args.output == "-":
+            raise UsageError("tpmtop export: pcapng is binary; give a file with -o")
+        from tpmtop.exporters.pcapng import export_pcapng
+
+        n = export_pcapng(args.capture, args.output)
+        notice(f"wrote {args.output}: {n['exported']} commands with their responses, {n['frames']} frames, "
+               f"{n['streams']} TCP stream(s)")
+        if n["without_bytes"]:
+            notice(f"{n['without_bytes']} of {n['events']} events kept no bytes and are not in the file "
+                   f"(captures keep the bytes of the newest 16,384 commands)")
         return 0
     from tpmtop.exporters import openmetrics
 
