@@ -13,9 +13,14 @@ MAX_STREAM_ROWS = 2000
 
 
 def load(path: str | Path) -> dict:
-    """Schema-checked; a bad file is one clear line (a UsageError), exit status 2."""
-    from tpmtop.capture import load_capture
+    """Schema-checked; a bad file is one clear line (a UsageError), exit status 2.
 
+    A pcap/pcapng file (tpm2-tss pcap: TCTI, tcpdump of a simulator port) is imported first."""
+    from tpmtop.capture import load_capture
+    from tpmtop.importers.pcap import import_pcap, is_pcap
+
+    if is_pcap(path):
+        return import_pcap(path)[0]
     return load_capture(path)
 
 
