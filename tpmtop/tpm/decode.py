@@ -120,7 +120,7 @@ def _value_json(v: Any) -> Any:
     if hasattr(v, "underlying_type") and hasattr(v, "marshal"):  # TPM_ENCRYPTED_PARAMETER
         return {"encrypted": bytes(v).hex()}
     try:
-        return base_encdec().encode(v)
+        return _friendly(base_encdec().encode(v))
     except Exception:  # a type the encoder does not know: its integer or bytes
         if isinstance(v, int):
             return int(v)
@@ -128,6 +128,31 @@ def _value_json(v: Any) -> Any:
             return bytes(v).hex()
         except Exception:
             return repr(v)
+
+
+def _enum_text(key: str, v: int) -> str | int:
+    """``sha256 (0x000b)`` for the algorithm, curve and capability fields a reader looks for."""
+    from tpm2_pytss.constants import TPM2_ALG, TPM2_CAP, TPM2_ECC
+
+    table = (TPM2_ECC if key == "curveID" else TPM2_CAP if key == "capability"
+             else TPM2_ALG if key.endswith("Alg") or key in ("algorithm", "type", "scheme", "mode", "kdf")
+             else None)
+    if table is None:
+        return v
+    try:
+        return f"{table(v)} (0x{v:04x})"
+    except Exception:
+        return v
+
+
+def _friendly(x: Any, key: str = "") -> Any:
+    if isinstance(x, dict):
+        return {k: _friendly(y, k) for k, y in x.items()}
+    if isinstance(x, list):
+        return [_friendly(y, key) for y in x]
+    if isinstance(x, int) and not isinstance(x, bool) and key:
+        return _enum_text(key, x)
+    return x
 
 
 def _type_name(t) -> str:
