@@ -28,6 +28,16 @@ HEADLESS = [
     "tpmtop.sources.replay",
     "tpmtop.sources.passive",
     "tpmtop.tui.actions",
+    "tpmtop.tpm.decode",
+    "tpmtop.patterns",
+    "tpmtop.importers.pcap",
+    "tpmtop.exporters.pcapng",
+    "tpmtop.kernel.probes",
+    "tpmtop.kernel.trace_pipe",
+    "tpmtop.kernel.live",
+    "tpmtop.cli.decode",
+    "tpmtop.cli.kernel",
+    "tpmtop.cli.import_pcap",
 ]
 
 CHECK = ("import importlib, sys; importlib.import_module({mod!r}); "

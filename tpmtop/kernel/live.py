@@ -49,6 +49,9 @@ def exchanges(commands: list[KernelCommand], t0_unix_ns: int) -> list[Exchange]:
             t_unix_ns=t0_unix_ns + kc.t_ns - base, wire_ns=kc.wire_ns, command=None, response=None,
             cc=kc.cc, rc=kc.rc,
             extra={"pid": kc.pid, "comm": kc.comm, "path": kc.path, "cpu": kc.cpu,
+                   # tpm_transmit_cmd's return carries the TPM's rc; a command from user space
+                   # (or one whose return was lost) has none the probes can read
+                   **({} if kc.rc is not None else {"rc_text": "response code not traced"}),
                    **({"desc": kc.desc} if kc.desc else {}),
                    **({"cpu_return": kc.cpu_return} if kc.migrated else {})}))
     return out

@@ -136,6 +136,7 @@ class Parser:
     byteorder: str = sys.byteorder
     lost: int = 0
     orphans: int = 0  # returns without an entry (buffer started mid-call, or events lost)
+    dropped: int = 0  # entries dropped because their CPU lost events
     _tx: dict = field(default_factory=dict)  # pid -> list of open tpm_transmit entries
     _cmd: dict = field(default_factory=dict)  # pid -> list of open tpm_transmit_cmd entries
     _done_under_cmd: dict = field(default_factory=dict)  # pid -> commands waiting for tpm_transmit_cmd's rc
@@ -145,8 +146,7 @@ class Parser:
         if ev is None:
             return []
         if isinstance(ev, tuple):
-            self.lost += ev[1]
-            return []
+            return self._lost(*ev)
         name = ev.event
         if name == probes.TX:
             self._tx.setdefault(ev.pid, []).append(ev)
@@ -193,6 +193,26 @@ class Parser:
                 kc.rc = rc if rc is not None and rc >= 0 else None
             return done
         return []
+
+    def _lost(self, cpu: int, n: int) -> list[KernelCommand]:
+        """Events of ``cpu`` were overwritten: an entry still open there may have lost its
+        return, and pairing it with a later return would invent a latency. Drop those
+        entries; commands already returned under a tpm_transmit_cmd that may have lost its
+        return come out with the response code unknown."""
+        self.lost += n
+        out: list[KernelCommand] = []
+        for stacks in (self._tx, self._cmd):
+            for pid, stack in list(stacks.items()):
+                kept = [e for e in stack if e.cpu != cpu]
+                self.dropped += len(stack) - len(kept)
+                if kept:
+                    stacks[pid] = kept
+                else:
+                    del stacks[pid]
+        for pid in list(self._done_under_cmd):
+            if pid not in self._cmd:
+                out.extend(self._done_under_cmd.pop(pid))
+        return out
 
     def pending(self) -> int:
         return sum(len(v) for v in self._tx.values())

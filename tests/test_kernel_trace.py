@@ -1,0 +1,151 @@
+"""`tpmtop kernel`: the trace_pipe parser on text in the documented ftrace output format
+(three kernel generations' layouts, lost-event markers, interleaved CPUs, a task migrating
+between entry and return), and the live path where this machine allows it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TPMTOP, REPO, run_tpmtop
+from tpmtop.capture import load_capture
+from tpmtop.kernel import probes
+from tpmtop.kernel.trace_pipe import Parser, parse_line, parse_text
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "kernel"
+
+
+def _text(name: str) -> str:
+    return (FIX / name).read_text()
+
+
+def test_linux_6_10_ima_extend_sequence_with_hwrng_and_user_space_interleaved():
+    """6.x layout (5 latency chars): per extend ContextLoad → StartAuthSession → FlushContext →
+    PCR_Extend from the kworker, hwrng and a /dev/tpmrm0 client on other CPUs in between."""
+    cmds, p = parse_text(_text("trace-6.10-ima-hmac.txt"), byteorder="little")
+    assert p.lost == 0 and p.orphans == 0 and p.pending() == 0
+    kw = [c for c in cmds if c.pid == 97]
+    assert [c.cc for c in sorted(kw, key=lambda c: c.t_ns)] == [0x161, 0x176, 0x165, 0x182] * 2
+    assert kw[0].comm == "kworker/u8:2-events_unbound"
+    sas = next(c for c in kw if c.cc == 0x176)
+    assert sas.wire_ns == 84_747_000 and sas.migrated and (sas.cpu, sas.cpu_return) == (1, 3)
+    assert sas.path == "session set-up" and sas.rc == 0
+    ext = next(c for c in kw if c.cc == 0x182)
+    assert ext.path == "PCR extend (IMA / kernel)" and ext.tag == 0x8002 and ext.size == 0x79
+    hw = next(c for c in cmds if c.comm == "hwrng")
+    assert hw.cc == 0x17B and hw.path == "hwrng / get_random" and hw.wire_ns == 70_700_000
+    user = next(c for c in cmds if c.comm == "tpm2_getrandom")
+    assert user.path.startswith("user space via /dev/tpm") and user.rc is None and user.wire_ns == 110_000
+
+
+def test_5_x_layout_with_tgid_column_and_lost_events():
+    """record-tgid's `(  pid)` column and 4 flag chars; a CPU:0 [LOST 4 EVENTS] marker in the
+    middle of a command: no latency is invented across the gap."""
+    cmds, p = parse_text(_text("trace-5.15-tgid-extend.txt"), byteorder="little")
+    assert p.lost == 4
+    assert [c.wire_ns for c in cmds] == [6_360_000] * 3
+    assert all(c.cc == 0x182 and c.rc == 0 for c in cmds)
+    assert p.orphans == 2  # the return and the cmd return whose entries were overwritten
+    assert p.pending() == 0
+
+
+def test_layout_without_irq_info_and_a_comm_with_dashes():
+    cmds, _ = parse_text(_text("trace-irqinfo-off-nv-retry.txt"), byteorder="little")
+    assert len(cmds) == 4
+    assert {(c.comm, c.pid, c.cc, c.rc) for c in cmds} == {("systemd-1", 1, 0x12A, 0x14C)}
+
+
+def test_parse_line_forms():
+    ev = parse_line("  <idle>-0     [002] d.h1.  1234.5678: tx: (tpm_transmit+0x0/0x3a0) tag=0x180 "
+                    "size=0xc000000 cc=0x7b010000")
+    assert ev.comm == "<idle>" and ev.cpu == 2 and ev.t_ns == 1234_567_800_000
+    assert parse_line("CPU:3 [LOST 99 EVENTS]") == (3, 99)
+    assert parse_line("# tracer: nop") is None and parse_line("garbage") is None
+    big = Parser(byteorder="big")
+    big.feed("a-1 [000] .... 1.000000: tx: (tpm_transmit+0x0/0x3a0) tag=0x8001 size=0xc cc=0x17b")
+    out = big.feed("a-1 [000] .... 1.000100: tx_ret: (x+0x1/0x2 <- tpm_transmit) ret=10")
+    assert out[0].cc == 0x17B and out[0].wire_ns == 100_000  # a big-endian CPU reads wire order
+
+
+def test_cli_from_trace_writes_a_kernel_capture_and_names_the_pattern(tmp_path):
+    """The NV_DefineSpace retry loop (TPM_RC_NV_DEFINED 0x14c) as a capture, and as a pattern."""
+    out = tmp_path / "k.json"
+    r = run_tpmtop("kernel", "--from-trace", str(FIX / "trace-irqinfo-off-nv-retry.txt"), "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("NV_DefineSpace") == 4
+    assert "pattern: NV_DefineSpace failing with 0x14c" in r.stderr and "4 times, 8.00 ms lost" in r.stderr
+    cap = load_capture(out)
+    assert [e["origin"] for e in cap["events"]] == ["kernel"] * 4
+    assert cap["events"][0]["comm"] == "systemd-1" and cap["events"][0]["rc"] == 0x14C
+    assert cap["runs"][0]["engine"] == "kernel" and cap["runs"][0]["errors"] == 4
+
+
+def test_cli_from_trace_rejects_text_without_probe_events(tmp_path):
+    f = tmp_path / "t.txt"
+    f.write_text("# tracer: nop\nhello\n")
+    r = run_tpmtop("kernel", "--from-trace", str(f))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_boot_cmdline_has_the_probe_definitions():
+    r = run_tpmtop("kernel", "--boot-cmdline")
+    assert r.returncode == 0
+    line = r.stdout.strip()
+    assert line.startswith("kprobe_event=p:tpmtop/tx,tpm_transmit,") and " " not in line.split(" trace_event")[0]
+    assert "trace_event=tpmtop:*" in line
+
+
+def _live_unavailable() -> str | None:
+    """Why the live path cannot run here, or None."""
+    try:
+        t = probes.find_tracefs()
+    except probes.KernelTraceError as e:
+        return str(e)
+    if not probes.kernel_has(t, "tpm_transmit"):
+        return "this kernel has no tpm_transmit (no TPM driver)"
+    if not os.path.exists("/dev/tpmrm0"):
+        return "no /dev/tpmrm0 to send a command through"
+    return None
+
+
+def test_without_kprobes_the_cli_says_why_in_one_line():
+    """Wherever live tracing is impossible, `tpmtop kernel` is exit 1 and one line, no traceback."""
+    why = _live_unavailable()
+    if why is None:
+        pytest.skip("live tracing works here; see test_live_kernel_trace")
+    r = run_tpmtop("kernel", "--duration", "1")
+    assert r.returncode == 1
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+@pytest.mark.skipif(_live_unavailable() is not None, reason=f"live kernel tracing: {_live_unavailable()}")
+def test_live_kernel_trace(tmp_path):
+    """Live: a tpm2_getrandom through /dev/tpmrm0 shows up as a user-space GetRandom; the probe
+    group is gone after SIGTERM."""
+    out = tmp_path / "live.json"
+    proc = subprocess.Popen(TPMTOP + ["kernel", "--json", str(out)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        t = probes.find_tracefs()
+        while time.monotonic() < deadline and f"{probes.GROUP_PREFIX}{proc.pid}" not in t.read("kprobe_events"):
+            time.sleep(0.1)
+        subprocess.run(["tpm2_getrandom", "-T", "device:/dev/tpmrm0", "8"], check=True, timeout=60,
+                       capture_output=True)
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    assert f"{probes.GROUP_PREFIX}{proc.pid}" not in t.read("kprobe_events")
+    cap = json.loads(out.read_text())
+    assert any(e["command"] == "TPM2_CC_GetRandom" for e in cap["events"])
