@@ -83,7 +83,7 @@ def test_cli_from_trace_writes_a_kernel_capture_and_names_the_pattern(tmp_path):
     cap = load_capture(out)
     assert [e["origin"] for e in cap["events"]] == ["kernel"] * 4
     assert cap["events"][0]["comm"] == "systemd-1" and cap["events"][0]["rc"] == 0x14C
-    assert cap["runs"][0]["engine"] == "kernel" and cap["runs"][0]["errors"] == 4
+    assert cap["runs"][0]["mode"] == "kernel" and cap["runs"][0]["errors"] == 4
 
 
 def test_cli_from_trace_rejects_text_without_probe_events(tmp_path):

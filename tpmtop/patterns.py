@@ -50,7 +50,7 @@ class Pattern:
                 "hint": self.hint, "origins": self.origins}
 
     def line(self) -> str:
-        return f"{self.title}: {self.count}× , {fmt_ms(self.lost_ns)} lost"
+        return f"{self.title}: {self.count} times, {fmt_ms(self.lost_ns)} lost"
 
 
 def fmt_ms(ns: int) -> str:
@@ -84,46 +84,74 @@ class _Acc:
         self.origins.add(origin)
 
 
+class Detector:
+    """Incremental: feed events as they come (the live recorder, a proxy, the kernel probes),
+    ask for :meth:`patterns` whenever. Memory is one accumulator per (command, rc) seen."""
+
+    def __init__(self, repeat_min: int = REPEAT_MIN, churn_min: int = CHURN_MIN):
+        self.repeat_min, self.churn_min = repeat_min, churn_min
+        self.fails: dict[tuple[str, int], _Acc] = {}
+        self.slots: dict[int, _Acc] = {}
+        self.gap = _Acc()
+        self.starts = _Acc()
+        self.seen = 0
+        self._sas = names.cc_name(CC_START_AUTH_SESSION)
+
+    def add(self, events) -> None:
+        for e in events:
+            self.seen += 1
+            cmd, rc, t, w, origin = _fields(e)
+            if cmd == self._sas and rc == 0:
+                self.starts.add(t, w, origin)
+            if not rc:
+                continue
+            base = names.rc_base(rc)
+            if base in _SLOT_RCS:
+                self.slots.setdefault(base, _Acc()).add(t, w, origin)
+            elif base == _GAP_RC:
+                self.gap.add(t, w, origin)
+            self.fails.setdefault((cmd, rc), _Acc()).add(t, w, origin)
+
+    def patterns(self) -> list[Pattern]:
+        """Every pattern so far, worst (most time lost) first."""
+        out: list[Pattern] = []
+        for rc, a in self.slots.items():
+            out.append(Pattern("slots-full", f"TPM slots full ({_SLOT_RCS[rc]} 0x{rc:x})", a.count, a.lost,
+                               a.first, a.last, None, rc, names.rc_hint(rc), sorted(a.origins)))
+        gap = self.gap
+        if gap.count:
+            out.append(Pattern("context-gap", "context gap (TPM_RC_CONTEXT_GAP 0x901)", gap.count, gap.lost,
+                               gap.first, gap.last, None, _GAP_RC, names.rc_hint(_GAP_RC), sorted(gap.origins)))
+        for (cmd, rc), a in self.fails.items():
+            base = names.rc_base(rc)
+            if a.count < self.repeat_min or base in _SLOT_RCS or base == _GAP_RC:
+                continue
+            short = cmd.removeprefix("TPM2_CC_")
+            out.append(Pattern("repeated-failure", f"{short} failing with 0x{rc:x} ({names.rc_text(rc)})",
+                               a.count, a.lost, a.first, a.last, cmd, rc, names.rc_hint(rc), sorted(a.origins)))
+        st = self.starts
+        if st.count >= self.churn_min:
+            out.append(Pattern("session-churn", "session re-created many times (StartAuthSession)", st.count,
+                               st.lost, st.first, st.last, self._sas, None,
+                               "keep the session (continueSession) or context-save it instead of starting a new one",
+                               sorted(st.origins)))
+        out.sort(key=lambda p: (-p.lost_ns, -p.count))
+        return out
+
+
 def detect(events, repeat_min: int = REPEAT_MIN, churn_min: int = CHURN_MIN) -> list[Pattern]:
     """Every pattern in ``events`` (any iterable of Events or event dicts), worst first."""
-    fails: dict[tuple[str, int], _Acc] = {}
-    slots: dict[int, _Acc] = {}
-    gap = _Acc()
-    starts = _Acc()
-    sas_name = names.cc_name(CC_START_AUTH_SESSION)
-    for e in events:
-        cmd, rc, t, w, origin = _fields(e)
-        if cmd == sas_name and rc == 0:
-            starts.add(t, w, origin)
-        if not rc:
-            continue
-        base = names.rc_base(rc)
-        if base in _SLOT_RCS:
-            slots.setdefault(base, _Acc()).add(t, w, origin)
-        elif base == _GAP_RC:
-            gap.add(t, w, origin)
-        fails.setdefault((cmd, rc), _Acc()).add(t, w, origin)
-    out: list[Pattern] = []
-    for rc, a in slots.items():
-        out.append(Pattern("slots-full", f"TPM slots full ({_SLOT_RCS[rc]} 0x{rc:x})", a.count, a.lost,
-                           a.first, a.last, None, rc, names.rc_hint(rc), sorted(a.origins)))
-    if gap.count:
-        out.append(Pattern("context-gap", "context gap (TPM_RC_CONTEXT_GAP 0x901)", gap.count, gap.lost,
-                           gap.first, gap.last, None, _GAP_RC, names.rc_hint(_GAP_RC), sorted(gap.origins)))
-    for (cmd, rc), a in fails.items():
-        if a.count < repeat_min or names.rc_base(rc) in _SLOT_RCS or names.rc_base(rc) == _GAP_RC:
-            continue
-        short = cmd.removeprefix("TPM2_CC_")
-        out.append(Pattern("repeated-failure", f"{short} failing with 0x{rc:x} ({names.rc_text(rc)})", a.count,
-                           a.lost, a.first, a.last, cmd, rc, names.rc_hint(rc), sorted(a.origins)))
-    if starts.count >= churn_min:
-        out.append(Pattern("session-churn", "session re-created many times (StartAuthSession)", starts.count,
-                           starts.lost, starts.first, starts.last, sas_name, None,
-                           "keep the session (continueSession) or context-save it instead of starting a new one",
-                           sorted(starts.origins)))
-    out.sort(key=lambda p: (-p.lost_ns, -p.count))
-    return out
+    d = Detector(repeat_min, churn_min)
+    d.add(events)
+    return d.patterns()
+
+
+def detect_in_capture(path) -> list[Pattern]:
+    """The patterns of a capture file's events (none when it was written without --events)."""
+    from tpmtop.capture import load_capture
+
+    return detect(load_capture(path).get("events") or [])
 
 
 def summary_lines(patterns: list[Pattern]) -> list[str]:
-    return [f"pattern: {p.title}: {p.count} times, {fmt_ms(p.lost_ns)} lost" for p in patterns]
+    return [f"pattern: {p.line()}" for p in patterns]

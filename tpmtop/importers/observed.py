@@ -1,8 +1,8 @@
 """A capture built from TPM traffic tpmtop watched rather than sent (pcap files, the kernel).
 
 Such traffic has no engine, mode or operation: every command is its own operation, so the
-capture gets one run per origin (``engine`` = where it came from, ``mode`` = "observed",
-``op`` = "command") whose op/wire latencies are the per-command wire latencies and whose
+capture gets one run per origin (``engine`` = "observed", ``mode`` = the origin such as
+"kernel" or "imported", ``op`` = "command") whose op/wire latencies are the per-command wire latencies and whose
 host time is zero (nothing is known about it). Events carry the raw bytes as
 ``command_hex``/``response_hex`` when they are known, and ``client`` when the traffic had
 more than one client — the fields ``tpmtop export --format pcapng`` reads back.
@@ -117,7 +117,9 @@ def capture_from_exchanges(exchanges: list[Exchange], *, origin: str, source: st
             return h.summary() | {"histogram": h.buckets()}
 
         n = op_h.count if isinstance(op_h.count, int) else op_h.count()
-        runs.append({"engine": org, "mode": "observed", "op": "command", "ops": n, "errors": errors,
+        # one key for all observed traffic, so two such captures (kernel 6.10 vs 6.12, two
+        # pcap files) compare command by command in `tpmtop compare`
+        runs.append({"engine": "observed", "mode": org, "op": "command", "ops": n, "errors": errors,
                      "op_us": summ(op_h), "wire_us": summ(op_h), "host_us": summ(zero),
                      "commands_per_op": {k: round(v / n, 4) for k, v in counts.items()} if n else {},
                      "commands": {k: summ(h) for k, h in per_cc.items()}})
