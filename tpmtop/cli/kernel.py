@@ -85,6 +85,7 @@ def run_kernel(args) -> int:
             commands.extend(parser.feed(line))
         if not commands and not parser.lost:
             raise UsageError(f"tpmtop kernel: {args.from_trace} holds no tpmtop kprobe events")
+        commands.sort(key=lambda kc: kc.t_ns)  # completed in return order; shown in start order
         if not args.quiet:
             for kc in commands:
                 print(_line(kc))

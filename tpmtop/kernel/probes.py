@@ -192,12 +192,46 @@ class Probes:
         self.have_cmd = False
         self._armed = False
 
+    # Signals whose default action would kill tpmtop without unwinding (SIGINT, SIGTERM and
+    # SIGHUP already unwind: the CLI turns them into exceptions). While probes are armed these
+    # unwind too, so the probes are removed; SIGKILL cannot be caught: clean_stale handles it.
+    _UNWIND_SIGNALS = ("SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF", "SIGXCPU")
+
+    def _install_signals(self) -> None:
+        import signal
+
+        from tpmtop.errors import Interrupted
+
+        def unwind(signum, frame):
+            raise Interrupted(f"stopped by {signal.Signals(signum).name}")
+
+        self._old_handlers = {}
+        for name in self._UNWIND_SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is None:
+                continue
+            try:
+                self._old_handlers[sig] = signal.signal(sig, unwind)
+            except (ValueError, OSError):  # not the main thread
+                pass
+
+    def _restore_signals(self) -> None:
+        import signal
+
+        for sig, old in getattr(self, "_old_handlers", {}).items():
+            try:
+                signal.signal(sig, old)
+            except (ValueError, OSError):
+                pass
+        self._old_handlers = {}
+
     def __enter__(self) -> "Probes":
         self.stale_removed = clean_stale(self.t)
         if not kernel_has(self.t, "tpm_transmit"):
             raise KernelTraceError("this kernel has no tpm_transmit to probe (no TPM driver built in or "
                                    "loaded: CONFIG_TCG_TPM off?)")
         self.have_cmd = kernel_has(self.t, "tpm_transmit_cmd")
+        self._install_signals()
         self._armed = True
         try:
             for line in probe_lines(self.group, self.have_cmd):
@@ -226,6 +260,7 @@ class Probes:
         if self._armed:
             self._armed = False
             remove_group(self.t, self.group)
+        self._restore_signals()
 
     def __exit__(self, *exc) -> None:
         self.close()
