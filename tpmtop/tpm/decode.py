@@ -213,6 +213,49 @@ def _parameters(part: Part, c: _Cursor, types) -> None:
         part.parameters.append({"index": i + 1, "type": tname, "offset": start, "size": used, "value": v})
 
 
+def _u32(part: Part, c: _Cursor, what: str) -> int | None:
+    """A 4-byte field, or None with ``part.stopped`` saying where and why."""
+    at = c.off
+    try:
+        return c.u32()
+    except _Short as e:
+        part.stopped = Stop(at, what, str(e))
+        return None
+
+
+def _handle(part: Part, c: _Cursor, what: str) -> bool:
+    at = c.off
+    h = _u32(part, c, what)
+    if h is None:
+        return False
+    part.handles.append({"handle": f"0x{h:08x}", "name": handle_name(h), "offset": at})
+    return True
+
+
+def _sized_area(part: Part, c: _Cursor, what: str) -> int | None:
+    """A UINT32 size and the end offset of the area it announces, checked against the buffer."""
+    at = c.off
+    size = _u32(part, c, f"{what} size")
+    if size is None:
+        return None
+    if c.off + size > c.end:
+        part.stopped = Stop(at, what, f"declares {size} bytes, {c.end - c.off} left")
+        return None
+    return c.off + size
+
+
+def _decode_part(part: Part, buf: bytes, body) -> Part:
+    c = _header(part, buf)
+    if c is None:
+        return part
+    truncated = part.stopped  # the header promised more than the buffer holds
+    part.stopped = None
+    body(c)
+    if part.stopped is None and truncated is not None:
+        part.stopped = truncated
+    return part
+
+
 def _header(part: Part, buf: bytes) -> _Cursor | None:
     if len(buf) < 10:
         part.stopped = Stop(0, "the 10-byte header", f"only {len(buf)} bytes")
@@ -238,17 +281,7 @@ def _header(part: Part, buf: bytes) -> _Cursor | None:
 
 def decode_command(buf: bytes) -> Part:
     part = Part("command", len(buf))
-    c = _header(part, buf)
-    if c is None:
-        return part
-    truncated = part.stopped
-    part.stopped = None
-    try:
-        _command_body(part, c)
-    finally:
-        if part.stopped is None and truncated is not None:
-            part.stopped = truncated
-    return part
+    return _decode_part(part, buf, lambda c: _command_body(part, c))
 
 
 def _command_body(part: Part, c: _Cursor) -> None:
@@ -258,24 +291,12 @@ def _command_body(part: Part, c: _Cursor) -> None:
         part.stopped = Stop(6, "the command code", f"0x{part.cc:08x} is not a command tpm2-pytss knows")
         return
     for i in range(klass.num_handles()):
-        at = c.off
-        try:
-            h = c.u32()
-        except _Short as e:
-            part.stopped = Stop(at, f"handle {i + 1}", str(e))
+        if not _handle(part, c, f"handle {i + 1}"):
             return
-        part.handles.append({"handle": f"0x{h:08x}", "name": handle_name(h), "offset": at})
     encrypted = False
     if part.tag == 0x8002:
-        at = c.off
-        try:
-            area = c.u32()
-        except _Short as e:
-            part.stopped = Stop(at, "the authorization area size", str(e))
-            return
-        area_end = c.off + area
-        if area_end > c.end:
-            part.stopped = Stop(at, "the authorization area", f"declares {area} bytes, {c.end - c.off} left")
+        area_end = _sized_area(part, c, "the authorization area")
+        if area_end is None:
             return
         while c.off < area_end:
             at = c.off
@@ -303,17 +324,7 @@ def _command_body(part: Part, c: _Cursor) -> None:
 
 def decode_response(buf: bytes, cc: int | None) -> Part:
     part = Part("response", len(buf))
-    c = _header(part, buf)
-    if c is None:
-        return part
-    truncated = part.stopped
-    part.stopped = None
-    try:
-        _response_body(part, c, cc)
-    finally:
-        if part.stopped is None and truncated is not None:
-            part.stopped = truncated
-    return part
+    return _decode_part(part, buf, lambda c: _response_body(part, c, cc))
 
 
 def _response_body(part: Part, c: _Cursor, cc: int | None) -> None:
@@ -327,25 +338,12 @@ def _response_body(part: Part, c: _Cursor, cc: int | None) -> None:
     except Exception:
         part.stopped = Stop(10, "the parameters", f"0x{cc:08x} is not a command tpm2-pytss knows")
         return
-    if klass.has_handle():
-        at = c.off
-        try:
-            h = c.u32()
-        except _Short as e:
-            part.stopped = Stop(at, "the response handle", str(e))
-            return
-        part.handles.append({"handle": f"0x{h:08x}", "name": handle_name(h), "offset": at})
+    if klass.has_handle() and not _handle(part, c, "the response handle"):
+        return
     param_end = c.end
     if part.tag == 0x8002:
-        at = c.off
-        try:
-            psize = c.u32()
-        except _Short as e:
-            part.stopped = Stop(at, "the parameter size", str(e))
-            return
-        param_end = c.off + psize
-        if param_end > c.end:
-            part.stopped = Stop(at, "the parameter size", f"declares {psize} bytes, {c.end - c.off} left")
+        param_end = _sized_area(part, c, "the parameter area")
+        if param_end is None:
             return
     # Sessions follow the parameters; read them first to know whether the first parameter
     # is encrypted (the response direction's ENCRYPT bit).
