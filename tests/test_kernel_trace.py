@@ -101,6 +101,14 @@ def test_boot_cmdline_has_the_probe_definitions():
     assert "trace_event=tpmtop:*" in line
 
 
+def test_probe_arguments_follow_the_kernel_signature():
+    """tpm_transmit lost its tpm_space argument in 5.1: the buffer moved from $arg3 to $arg2."""
+    old = probes.probe_lines("g", release="4.19.0-26-amd64")
+    new = probes.probe_lines("g", release="6.10.3-200.fc40.x86_64")
+    assert "cc=+6($arg3):x32" in old[0] and "desc=+0($arg7):string" in old[2]
+    assert "cc=+6($arg2):x32" in new[0] and "desc=+0($arg4):string" in new[2]
+
+
 def _live_unavailable() -> str | None:
     """Why the live path cannot run here, or None."""
     try:

@@ -35,27 +35,44 @@ GROUP_PREFIX = "tpmtop_"
 TX, TX_RET, CMD, CMD_RET = "tx", "tx_ret", "cmd", "cmd_ret"
 
 
-def probe_lines(group: str, have_cmd: bool = True) -> list[str]:
+def _release(text: str | None = None) -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", text if text is not None else os.uname().release)
+    return (int(m[1]), int(m[2])) if m else (0, 0)
+
+
+def arg_positions(release: str | None = None) -> tuple[int, int]:
+    """($argN of tpm_transmit's buffer, $argN of tpm_transmit_cmd's desc) for a kernel release.
+
+    Before 5.1 both took a ``struct tpm_space *`` (and tpm_transmit_cmd also bufsiz and
+    flags): ``tpm_transmit(chip, space, buf, bufsiz, flags)``,
+    ``tpm_transmit_cmd(chip, space, buf, bufsiz, min_rsp_len, flags, desc)``; since 5.1
+    ``tpm_transmit(chip, buf, bufsiz)`` and ``tpm_transmit_cmd(chip, buf, min_rsp_len, desc)``.
+    """
+    return (3, 7) if _release(release) < (5, 1) else (2, 4)
+
+
+def probe_lines(group: str, have_cmd: bool = True, release: str | None = None) -> list[str]:
     """The kprobe_events definitions (Documentation/trace/kprobetrace.rst syntax)."""
+    buf, desc = arg_positions(release)
     lines = [
-        f"p:{group}/{TX} tpm_transmit tag=+0($arg2):x16 size=+2($arg2):x32 cc=+6($arg2):x32",
+        f"p:{group}/{TX} tpm_transmit tag=+0($arg{buf}):x16 size=+2($arg{buf}):x32 cc=+6($arg{buf}):x32",
         f"r:{group}/{TX_RET} tpm_transmit ret=$retval:s64",
     ]
     if have_cmd:
         lines += [
-            f"p:{group}/{CMD} tpm_transmit_cmd desc=+0($arg4):string",
+            f"p:{group}/{CMD} tpm_transmit_cmd desc=+0($arg{desc}):string",
             f"r:{group}/{CMD_RET} tpm_transmit_cmd rc=$retval:s32",
         ]
     return lines
 
 
-def boot_cmdline(group: str = "tpmtop") -> str:
+def boot_cmdline(group: str = "tpmtop", release: str | None = None) -> str:
     """``kprobe_event=`` for the kernel command line: the same probes from early boot.
 
     On the command line spaces become commas and definitions are separated by semicolons;
     ``trace_event=`` enables them and ``trace_buf_size=`` keeps a boot's worth.
     """
-    defs = ";".join(line.replace(" ", ",") for line in probe_lines(group))
+    defs = ";".join(line.replace(" ", ",") for line in probe_lines(group, release=release))
     return f"kprobe_event={defs} trace_event={group}:* trace_buf_size=16M"
 
 
