@@ -18,6 +18,7 @@ event dicts alike. Core module (layer capture/bench): no Textual.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from tpmtop.tpm import names
@@ -62,10 +63,17 @@ def fmt_ms(ns: int) -> str:
     return f"{ms:.2f} ms"
 
 
+_CC_NUMERIC = re.compile(r"TPM2_CC_0x[0-9a-f]{8}\Z")
+
+
 def _fields(e) -> tuple[str, int | None, int, int, str]:
     """(command name, rc, t_ns, wire_ns, origin) of an Event or a capture event dict."""
     if isinstance(e, dict):
-        return e.get("command") or "?", e.get("rc"), int(e.get("t_ns") or 0), int(e.get("wire_ns") or 0), \
+        cmd = e.get("command")
+        # a capture is anyone's file: only names tpmtop itself writes reach a title on screen
+        if cmd not in names.CC_BY_NAME and not (isinstance(cmd, str) and _CC_NUMERIC.match(cmd)):
+            cmd = "(unknown command)"
+        return cmd, e.get("rc"), int(e.get("t_ns") or 0), int(e.get("wire_ns") or 0), \
             str(e.get("origin") or "")
     return names.cc_name(e.cc), e.rc, e.t_ns, e.wire_ns, e.origin
 

@@ -37,16 +37,6 @@ def run_export(args) -> int:
     from tpmtop.cli.common import notice
     from tpmtop.errors import UsageError
 
-    if args.format == "chrome-trace":
-        if args.output == "-":
-            raise UsageError("tpmtop export: chrome-trace output can be large; give a file with -o")
-        from tpmtop.exporters.chrome_trace import export_chrome_trace
-
-        n = export_chrome_trace(args.capture, args.output)
-        ops = n["ops"] or n["derived_ops"]
-        notice(f"wrote {args.output}: {n['events']} TPM commands, {ops} operations"
-               f"{' (derived from op_seq)' if n['derived_ops'] else ''}, {n['tracks']} tracks")
-        return 0
     if args.format == "pcapng":
         if args.output == "-":
             raise UsageError("tpmtop export: pcapng is binary; give a file with -o")
@@ -58,6 +48,16 @@ def run_export(args) -> int:
         if n["without_bytes"]:
             notice(f"{n['without_bytes']} of {n['events']} events kept no bytes and are not in the file "
                    f"(captures keep the bytes of the newest 16,384 commands)")
+        return 0
+    if args.format == "chrome-trace":
+        if args.output == "-":
+            raise UsageError("tpmtop export: chrome-trace output can be large; give a file with -o")
+        from tpmtop.exporters.chrome_trace import export_chrome_trace
+
+        n = export_chrome_trace(args.capture, args.output)
+        ops = n["ops"] or n["derived_ops"]
+        notice(f"wrote {args.output}: {n['events']} TPM commands, {ops} operations"
+               f"{' (derived from op_seq)' if n['derived_ops'] else ''}, {n['tracks']} tracks")
         return 0
     from tpmtop.exporters import openmetrics
 

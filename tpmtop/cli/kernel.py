@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 EXAMPLES = """Needs root and a kernel with kprobe events (CONFIG_KPROBE_EVENTS) and a TPM driver.
 tpmtop sends no TPM command in this mode: it only watches tpm_transmit, so it does not
@@ -28,13 +29,22 @@ def add_kernel_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="no line per command")
 
 
+# A task's comm is whatever the task set (prctl PR_SET_NAME): escape what could drive the
+# terminal. (tpmtop.textsafe.safe does the same where it exists; merge onto it.)
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _printable(text: str) -> str:
+    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def _line(kc) -> str:
     from tpmtop.tpm import names
 
     rc = "rc ?" if kc.rc is None else f"rc 0x{kc.rc:x}"
     mig = f" (cpu {kc.cpu}→{kc.cpu_return})" if kc.migrated else f" (cpu {kc.cpu})"
     return (f"{kc.t_ns / 1e9:14.6f}  {names.cc_short(kc.cc):<20} {rc:<9} {kc.wire_ns / 1e3:>10.1f} µs  "
-            f"{kc.comm}-{kc.pid}{mig}  {kc.path}")
+            f"{_printable(kc.comm)}-{kc.pid}{mig}  {_printable(kc.path)}")
 
 
 def _finish(args, commands, t0_unix_ns, parser, source: str) -> int:
