@@ -157,3 +157,39 @@ def test_live_kernel_trace(tmp_path):
     assert f"{probes.GROUP_PREFIX}{proc.pid}" not in t.read("kprobe_events")
     cap = json.loads(out.read_text())
     assert any(e["command"] == "TPM2_CC_GetRandom" for e in cap["events"])
+
+
+def test_read_pipe_follows_a_pipe_in_pieces_and_stops_when_told(tmp_path):
+    """The live reader on a FIFO fed the 6.10 text in odd-sized pieces (lines split across
+    reads, as trace_pipe hands them out): the same commands as the file parse, then it stops
+    on its condition while the writer keeps the pipe open."""
+    import threading
+
+    from tpmtop.kernel.live import read_pipe
+
+    text = _text("trace-6.10-ima-hmac.txt").encode()
+    fifo = tmp_path / "trace_pipe"
+    os.mkfifo(fifo)
+    done = threading.Event()
+
+    def writer():
+        fd = os.open(fifo, os.O_WRONLY)
+        try:
+            for i in range(0, len(text), 97):
+                os.write(fd, text[i:i + 97])
+            done.wait(60)  # keep the pipe open, as trace_pipe stays open
+        finally:
+            os.close(fd)
+
+    want, _ = parse_text(text.decode(), byteorder="little")
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    got = []
+    parser = Parser(byteorder="little")
+    for kc in read_pipe(str(fifo), parser, stop=lambda: len(got) >= len(want) or done.is_set()):
+        got.append(kc)
+        if len(got) == len(want):
+            break
+    done.set()
+    t.join(30)
+    assert [(c.cc, c.pid, c.wire_ns, c.rc) for c in got] == [(c.cc, c.pid, c.wire_ns, c.rc) for c in want]
