@@ -35,11 +35,12 @@ def test_linux_6_10_ima_extend_sequence_with_hwrng_and_user_space_interleaved():
     assert kw[0].comm == "kworker/u8:2-events_unbound"
     sas = next(c for c in kw if c.cc == 0x176)
     assert sas.wire_ns == 84_747_000 and sas.migrated and (sas.cpu, sas.cpu_return) == (1, 3)
-    assert sas.path == "session set-up" and sas.rc == 0
+    assert sas.path == "session set-up [tpm2_start_auth_session]" and sas.rc == 0
     ext = next(c for c in kw if c.cc == 0x182)
-    assert ext.path == "PCR extend (IMA / kernel)" and ext.tag == 0x8002 and ext.size == 0x79
+    assert ext.path == "PCR extend (IMA / kernel) [tpm2_pcr_extend]" and ext.tag == 0x8002 and ext.size == 0x79
+    assert ext.caller == "tpm2_pcr_extend" and ext.desc == "attempting extend a PCR value"
     hw = next(c for c in cmds if c.comm == "hwrng")
-    assert hw.cc == 0x17B and hw.path == "hwrng / get_random" and hw.wire_ns == 70_700_000
+    assert hw.cc == 0x17B and hw.path == "hwrng / get_random [tpm2_get_random]" and hw.wire_ns == 70_700_000
     user = next(c for c in cmds if c.comm == "tpm2_getrandom")
     assert user.path.startswith("user space via /dev/tpm") and user.rc is None and user.wire_ns == 110_000
 
@@ -56,9 +57,11 @@ def test_5_x_layout_with_tgid_column_and_lost_events():
 
 
 def test_layout_without_irq_info_and_a_comm_with_dashes():
-    cmds, _ = parse_text(_text("trace-irqinfo-off-nv-retry.txt"), byteorder="little")
+    """Old layout (no irq-info columns); trusted-key unseals failing with TPM_RC_PCR_CHANGED."""
+    cmds, _ = parse_text(_text("trace-irqinfo-off-unseal-retry.txt"), byteorder="little")
     assert len(cmds) == 4
-    assert {(c.comm, c.pid, c.cc, c.rc) for c in cmds} == {("systemd-1", 1, 0x12A, 0x14C)}
+    assert {(c.comm, c.pid, c.cc, c.rc, c.path) for c in cmds} == \
+        {("systemd-cryptse", 812, 0x15E, 0x128, "trusted keys (unseal) [tpm2_unseal_cmd]")}
 
 
 def test_parse_line_forms():
@@ -74,15 +77,16 @@ def test_parse_line_forms():
 
 
 def test_cli_from_trace_writes_a_kernel_capture_and_names_the_pattern(tmp_path):
-    """The NV_DefineSpace retry loop (TPM_RC_NV_DEFINED 0x14c) as a capture, and as a pattern."""
+    """Unseal retried with TPM_RC_PCR_CHANGED (0x128) as a capture, and as a pattern."""
     out = tmp_path / "k.json"
-    r = run_tpmtop("kernel", "--from-trace", str(FIX / "trace-irqinfo-off-nv-retry.txt"), "--json", str(out))
+    r = run_tpmtop("kernel", "--from-trace", str(FIX / "trace-irqinfo-off-unseal-retry.txt"), "--json", str(out))
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count("NV_DefineSpace") == 4
-    assert "pattern: NV_DefineSpace failing with 0x14c" in r.stderr and "4 times, 8.00 ms lost" in r.stderr
+    assert r.stdout.count("Unseal") == 4
+    assert "pattern: Unseal failing with 0x128" in r.stderr and "4 times, 8.00 ms lost" in r.stderr
     cap = load_capture(out)
     assert [e["origin"] for e in cap["events"]] == ["kernel"] * 4
-    assert cap["events"][0]["comm"] == "systemd-1" and cap["events"][0]["rc"] == 0x14C
+    e = cap["events"][0]
+    assert (e["comm"], e["pid"], e["rc"], e["caller"]) == ("systemd-cryptse", 812, 0x128, "tpm2_unseal_cmd")
     assert cap["runs"][0]["mode"] == "kernel" and cap["runs"][0]["errors"] == 4
 
 

@@ -53,5 +53,6 @@ def exchanges(commands: list[KernelCommand], t0_unix_ns: int) -> list[Exchange]:
                    # (or one whose return was lost) has none the probes can read
                    **({} if kc.rc is not None else {"rc_text": "response code not traced"}),
                    **({"desc": kc.desc} if kc.desc else {}),
+                   **({"caller": kc.caller} if kc.caller else {}),
                    **({"cpu_return": kc.cpu_return} if kc.migrated else {})}))
     return out

@@ -98,6 +98,7 @@ class KernelCommand:
     ret: int | None  # tpm_transmit's return: response length, or -errno
     desc: str | None  # tpm_transmit_cmd's description ("attempting extend a PCR value" …)
     path: str  # which kernel path sent it
+    caller: str | None = None  # the function that called tpm_transmit_cmd
 
     @property
     def migrated(self) -> bool:
@@ -117,9 +118,27 @@ _CC_PATHS = {0x182: "PCR extend (IMA / kernel)", 0x17B: "hwrng / get_random", 0x
              0x131: "session set-up (null primary)"}
 
 
-def kernel_path(cc: int | None, desc: str | None, comm: str, via_cmd: bool) -> str:
+# The function that called tpm_transmit_cmd (the location of its kretprobe event,
+# "(tpm2_pcr_extend+0x160/0x2b0 <- tpm_transmit_cmd)") names the kernel path best.
+_CALLER_PATHS = (
+    ("tpm2_pcr_extend", "PCR extend (IMA / kernel)"), ("tpm1_pcr_extend", "PCR extend (IMA / kernel)"),
+    ("get_random", "hwrng / get_random"),
+    ("auth_session", "session set-up"), ("load_null", "session set-up"), ("load_context", "session set-up"),
+    ("flush_context", "session set-up"), ("create_null_primary", "session set-up"),
+    ("save_context", "session set-up"),
+    ("unseal", "trusted keys (unseal)"), ("seal", "trusted keys (seal)"), ("load_cmd", "trusted keys (load)"),
+    ("pcr_read", "PCR read"), ("get_tpm_pt", "TPM properties"), ("get_cap", "TPM properties"),
+    ("shutdown", "shutdown / suspend"), ("startup", "start-up / resume"), ("selftest", "self test"),
+)
+
+
+def kernel_path(cc: int | None, desc: str | None, comm: str, via_cmd: bool, caller: str | None = None) -> str:
     if not via_cmd:
         return f"user space via /dev/tpm* ({comm})"
+    fn = (caller or "").split("+", 1)[0]
+    for key, path in _CALLER_PATHS:
+        if key in fn:
+            return f"{path} [{fn}]"
     d = (desc or "").lower()
     for key, path in _DESC_PATHS:
         if key in d:
@@ -188,9 +207,13 @@ class Parser:
             stack.pop()
             done = self._done_under_cmd.pop(ev.pid, [])
             rc = _signed(_num(ev.args.get("rc")))
+            caller = ev.loc.split(" <- ", 1)[0].strip() if " <- " in ev.loc else None
             for kc in done:
                 # tpm_transmit_cmd returns the TPM's response code, or -errno
                 kc.rc = rc if rc is not None and rc >= 0 else None
+                if caller:
+                    kc.caller = caller.split("+", 1)[0]
+                    kc.path = kernel_path(kc.cc, kc.desc, kc.comm, True, caller)
             return done
         return []
 
