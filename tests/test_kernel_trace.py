@@ -197,3 +197,27 @@ def test_read_pipe_follows_a_pipe_in_pieces_and_stops_when_told(tmp_path):
     done.set()
     t.join(30)
     assert [(c.cc, c.pid, c.wire_ns, c.rc) for c in got] == [(c.cc, c.pid, c.wire_ns, c.rc) for c in want]
+
+
+@pytest.mark.skipif(_live_unavailable() is not None, reason=f"live kernel tracing: {_live_unavailable()}")
+def test_a_killed_tpmtops_probe_group_is_removed_at_the_next_start(tmp_path):
+    """SIGKILL leaves the group behind (nothing can run); the next `tpmtop kernel` removes it
+    and says so, and removes its own on exit."""
+    t = probes.find_tracefs()
+    first = subprocess.Popen(TPMTOP + ["kernel", "-q"], cwd=REPO, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    group = f"{probes.GROUP_PREFIX}{first.pid}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and group not in t.read("kprobe_events"):
+            time.sleep(0.1)
+        assert group in t.read("kprobe_events")
+    finally:
+        first.kill()
+        first.wait()
+    assert group in t.read("kprobe_events")  # left behind by the SIGKILL
+    r = run_tpmtop("kernel", "-q", "--duration", "1")
+    assert r.returncode == 0, r.stderr
+    assert f"removed stale probe group {group}" in r.stderr
+    left = t.read("kprobe_events")
+    assert group not in left and probes.GROUP_PREFIX not in left
