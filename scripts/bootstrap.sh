@@ -16,7 +16,7 @@ command -v tmux >/dev/null 2>&1 || need_pkgs+=(tmux)
 if ! pkg-config --exists tss2-esys 2>/dev/null; then need_pkgs+=(libtss2-dev); fi
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then need_pkgs+=(python3-venv); fi
 # tpm2-tss's pcap: TCTI (tests record tpm2-tools traffic with it)
-ls /usr/lib/*/libtss2-tcti-pcap.so.0 >/dev/null 2>&1 || need_pkgs+=(libtss2-tcti-pcap0)
+if ((for_tests)) && ! ls /usr/lib/*/libtss2-tcti-pcap.so.0 >/dev/null 2>&1; then need_pkgs+=(libtss2-tcti-pcap0); fi
 if ((for_tests)) && ! command -v tshark >/dev/null 2>&1; then
     need_pkgs+=(tshark)
     # wireshark-common asks whether non-root users may capture: answer no, non-interactively
