@@ -120,3 +120,20 @@ def test_error_response_is_decoded_with_its_meaning():
     d = decode.decode(bytes.fromhex("80010000000c0000017b0008"), bytes.fromhex("80010000000a00000902"))
     text = decode.render(d)
     assert "rc 0x902 tpm:warn(2.0): out of memory for object contexts" in text and "tpmtop handles" in text
+
+
+def test_event_of_a_capture_decodes(tmp_path):
+    """`tpmtop decode CAPTURE --event N`: the bytes a bench --events capture kept."""
+    cap = tmp_path / "b.json"
+    r = run_tpmtop("bench", "--sim", "--op", "get_random", "--modes", "reuse", "--engine", "native", "-n", "2",
+                   "--warmup", "0", "--events", "--json", str(cap), "-q", timeout=300)
+    assert r.returncode == 0, r.stderr
+    events = load_capture(cap)["events"]
+    n = next(i for i, e in enumerate(events) if e["command"] == "TPM2_CC_GetRandom")
+    r = run_tpmtop("decode", str(cap), "--event", str(n), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["complete"] and d["hex"]["command"] == events[n]["command_hex"]
+    assert d["command"]["sessions"][0]["attrs"] == 0x41  # encrypt|continueSession, as the kernel's
+    r = run_tpmtop("decode", str(cap), "--event", str(len(events)))
+    assert r.returncode == 2 and f"0..{len(events) - 1}" in r.stderr
