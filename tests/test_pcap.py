@@ -4,7 +4,6 @@ tpmtop's export."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
