@@ -255,3 +255,24 @@ def _recv(s, n: int) -> bytes:
         assert chunk, "swtpm closed the connection"
         buf += chunk
     return buf
+
+
+@needs_tshark
+def test_events_without_bytes_are_counted_and_left_out(tmp_path):
+    """A capture older than the recorder's byte window: the events that kept their bytes are
+    exported, and the rest are counted on stderr."""
+    capfile = tmp_path / "b.json"
+    r = run_tpmtop("bench", "--sim", "--op", "get_random", "--modes", "none", "--engine", "native", "-n", "10",
+                   "--warmup", "0", "--events", "--json", str(capfile), "-q", timeout=300)
+    assert r.returncode == 0, r.stderr
+    cap = load_capture(capfile)
+    events = cap["events"]
+    half = len(events) // 2
+    for e in events[:half]:
+        del e["command_hex"], e["response_hex"]
+    write_capture(tmp_path / "half.json", cap)
+    r = run_tpmtop("export", str(tmp_path / "half.json"), "--format", "pcapng", "-o", str(tmp_path / "h.pcapng"))
+    assert r.returncode == 0, r.stderr
+    assert f"{half} of {len(events)} events kept no bytes" in r.stderr
+    cmds = [cc for _, cc, _ in tshark_rows(tmp_path / "h.pcapng") if cc]
+    assert [cc_name(int(c, 16)) for c in cmds] == [e["command"] for e in events[half:]]
