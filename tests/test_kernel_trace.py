@@ -81,7 +81,8 @@ def test_cli_from_trace_writes_a_kernel_capture_and_names_the_pattern(tmp_path):
     out = tmp_path / "k.json"
     r = run_tpmtop("kernel", "--from-trace", str(FIX / "trace-irqinfo-off-unseal-retry.txt"), "--json", str(out))
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count("Unseal") == 4
+    assert sum(1 for line in r.stdout.splitlines() if "  Unseal  " in line and "rc 0x128" in line) == 4
+    assert "Unseal       4       4" in r.stdout  # the summary: 4 commands, 4 errors
     assert "pattern: Unseal failing with 0x128" in r.stderr and "4 times, 8.00 ms lost" in r.stderr
     cap = load_capture(out)
     assert [e["origin"] for e in cap["events"]] == ["kernel"] * 4
@@ -221,3 +222,17 @@ def test_a_killed_tpmtops_probe_group_is_removed_at_the_next_start(tmp_path):
     assert f"removed stale probe group {group}" in r.stderr
     left = t.read("kprobe_events")
     assert group not in left
+
+
+def test_cli_summary_counts_user_space_commands_whose_rc_is_unknown(tmp_path):
+    """A /dev/tpmrm0 command's response code is invisible to the probes, but it was answered:
+    its latency is in the per-command table and the capture's run, and it is no error."""
+    out = tmp_path / "k.json"
+    r = run_tpmtop("kernel", "--from-trace", str(FIX / "trace-6.10-ima-hmac.txt"), "-q", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    row = next(line.split() for line in r.stdout.splitlines() if line.startswith("GetRandom"))
+    assert row[1:3] == ["2", "0"]
+    cap = load_capture(out)
+    assert cap["runs"][0]["commands"]["TPM2_CC_GetRandom"]["count"] == 2 and cap["runs"][0]["errors"] == 0
+    user = next(e for e in cap["events"] if e["comm"] == "tpm2_getrandom")
+    assert user["rc"] is None and user["rc_text"] == "response code not traced"

@@ -47,6 +47,22 @@ def _line(kc) -> str:
             f"{_printable(kc.comm)}-{kc.pid}{mig}  {_printable(kc.path)}")
 
 
+def _summary(cap: dict) -> str:
+    """Per command code: count, errors, p50/p99/max wire latency (from the capture's histograms)."""
+    from tpmtop.cli.common import table
+
+    rows = []
+    errors: dict[str, int] = {}
+    for e in cap["events"]:
+        if e["rc"]:
+            errors[e["command"]] = errors.get(e["command"], 0) + 1
+    for run in cap["runs"]:
+        for name, summ in sorted(run["commands"].items(), key=lambda kv: -kv[1]["count"]):
+            rows.append([name.removeprefix("TPM2_CC_"), str(summ["count"]), str(errors.get(name, 0)),
+                         f"{summ['p50']:,.1f}", f"{summ['p99']:,.1f}", f"{summ['max']:,.1f}"])
+    return "\n" + table(rows, ["command", "count", "errors", "p50 µs", "p99 µs", "max µs"], right={1, 2, 3, 4, 5})
+
+
 def _finish(args, commands, t0_unix_ns, parser, source: str) -> int:
     import sys
 
@@ -61,6 +77,8 @@ def _finish(args, commands, t0_unix_ns, parser, source: str) -> int:
 
     cap = capture_from_exchanges(xs, origin="kernel", source=source,
                                  extra={"kernel_trace": {"lost_events": parser.lost, "orphans": parser.orphans}})
+    if commands:
+        print(_summary(cap))
     for line in summary_lines(detect(cap["events"])):
         notice(line)
     if args.json:

@@ -31,6 +31,7 @@ class Exchange:
     client: str | None = None
     cc: int | None = None  # when the bytes are not known (kernel probes read only the header)
     rc: int | None = None
+    answered: bool | None = None  # a response came though its rc is unknown (kernel, user space)
     extra: dict = field(default_factory=dict)
 
 
@@ -95,23 +96,24 @@ def capture_from_exchanges(exchanges: list[Exchange], *, origin: str, source: st
     exchanges = sorted(exchanges, key=lambda x: x.t_unix_ns)
     t0 = exchanges[0].t_unix_ns if exchanges else 0
     events = [event_dict(x, t0, origin) for x in exchanges]
-    per_origin: dict[str, list[dict]] = {}
-    for e in events:
-        per_origin.setdefault(e["origin"], []).append(e)
+    per_origin: dict[str, list[tuple[dict, bool]]] = {}
+    for x, e in zip(exchanges, events):
+        # the latency counts when an answer came, even one whose response code nobody saw
+        per_origin.setdefault(e["origin"], []).append((e, e["rc"] is not None or bool(x.answered)))
     runs = []
     for org, evs in per_origin.items():
         # host_us stays empty: nothing is known about the client's side of observed traffic
         op_h, zero, per_cc = LatencyHistogram(), LatencyHistogram(), {}
         errors = 0
         counts: dict[str, int] = {}
-        for e in evs:
-            if e["rc"] is None:
+        for e, answered in evs:
+            if not answered:
                 errors += 1
                 continue
             op_h.record(e["wire_ns"])
             per_cc.setdefault(e["command"], LatencyHistogram()).record(e["wire_ns"])
             counts[e["command"]] = counts.get(e["command"], 0) + 1
-            errors += e["rc"] != 0
+            errors += bool(e["rc"])
 
         def summ(h):
             return h.summary() | {"histogram": h.buckets()}
