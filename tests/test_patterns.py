@@ -86,3 +86,20 @@ def test_live_recorder_events_feed_the_detector(tpm):
     (p,) = [p for p in d.patterns() if p.kind == "repeated-failure"]
     assert p.command == "TPM2_CC_FlushContext" and p.rc == 0x1C4 and p.count == 4 and p.lost_ns > 0
     assert p.origins == ["user"]
+
+
+def test_context_gap_and_session_slots_are_named_with_their_time():
+    """Capture event dicts as tpmtop writes them: 0x901 on ContextSave, 0x903 on
+    StartAuthSession, and one unrelated failure that is no pattern."""
+    def ev(t, cmd, rc, wire):
+        return {"t_ns": t, "command": cmd, "rc": rc, "wire_ns": wire, "origin": "kernel"}
+
+    events = [ev(1, "TPM2_CC_ContextSave", 0x901, 1000), ev(2, "TPM2_CC_ContextSave", 0x901, 3000),
+              ev(3, "TPM2_CC_StartAuthSession", 0x903, 500), ev(4, "TPM2_CC_Unseal", 0x9A2, 10)]
+    pats = {p.kind: p for p in detect(events)}
+    gap = pats["context-gap"]
+    assert (gap.count, gap.lost_ns, gap.first_t_ns, gap.last_t_ns) == (2, 4000, 1, 2)
+    assert "CONTEXT_GAP" in gap.hint and gap.origins == ["kernel"]
+    slots = pats["slots-full"]
+    assert (slots.rc, slots.count, slots.lost_ns) == (0x903, 1, 500)
+    assert set(pats) == {"context-gap", "slots-full"}  # two of the same is not yet a loop
