@@ -53,7 +53,8 @@ class StreamView(Widget, can_focus=True):
     def selected(self) -> StreamRow | None:
         """The bottom visible row: the newest when following, the scrolled-to one when frozen."""
         end = len(self.rows) - self.back
-        return self.rows[end - 1] if end > 0 else None
+        last = self.rows[max(end - 1, 0):end]  # slicing: rows may be a lazy sequence
+        return last[0] if end > 0 and len(last) else None
 
     def action_decode(self) -> None:
         row = self.selected()
