@@ -95,6 +95,8 @@ CASES = [
     ("kernel", ["--from-trace", "{d}/notrace.txt"]),
     ("kernel", ["--duration", "soon"]),
     ("export", ["{d}/wrong.json", "-f", "pcapng", "-o", "{d}/out"]),
+    ("import", ["{d}/garbage.json", "-o", "{d}/no-such-dir/out.json"]),  # output folder missing
+    ("kernel", ["--from-trace", "{d}/notrace.txt", "--json", "{d}/no-such-dir/k.json"]),
 ]
 
 # Cases that exercise someone else's code and show a bug there (issue 8 lists them):

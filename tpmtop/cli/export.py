@@ -40,7 +40,10 @@ def run_export(args) -> int:
     if args.format == "pcapng":
         if args.output == "-":
             raise UsageError("tpmtop export: pcapng is binary; give a file with -o")
+        from tpmtop.cli.common import check_output_dir
         from tpmtop.exporters.pcapng import export_pcapng
+
+        check_output_dir(args.output, "tpmtop export")
 
         n = export_pcapng(args.capture, args.output)
         notice(f"wrote {args.output}: {n['exported']} commands with their responses, {n['frames']} frames, "

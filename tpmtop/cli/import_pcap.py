@@ -29,6 +29,9 @@ def run_import(args) -> int:
     from tpmtop.importers.pcap import import_pcap
     from tpmtop.patterns import detect, summary_lines
 
+    from tpmtop.cli.common import check_output_dir
+
+    check_output_dir(args.output, "tpmtop import")
     cap, res = import_pcap(args.file, args.port)
     write_capture(args.output, cap)
     for w in res.warnings[:5]:

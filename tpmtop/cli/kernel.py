@@ -101,6 +101,10 @@ def run_kernel(args) -> int:
     if args.boot_cmdline:
         print(probes.boot_cmdline())
         return 0
+    if args.json:
+        from tpmtop.cli.common import check_output_dir
+
+        check_output_dir(args.json, "tpmtop kernel")  # before tracing, not after
     if args.from_trace:
         try:
             with open(args.from_trace, encoding="utf-8", errors="replace") as f:
