@@ -262,9 +262,13 @@ class Probes:
                         pass
                     raise KernelTraceError(f"the kernel refused probe {line.split()[0]}: "
                                            f"{os.strerror(e.errno or errno.EINVAL)} {log}".rstrip()) from None
-            os.mkdir(self.t.path("instances", self.group))
-            with open(self.t.path("instances", self.group, "events", self.group, "enable"), "w") as f:
-                f.write("1")
+            try:
+                os.mkdir(self.t.path("instances", self.group))
+                with open(self.t.path("instances", self.group, "events", self.group, "enable"), "w") as f:
+                    f.write("1")
+            except OSError as e:
+                raise KernelTraceError(f"cannot enable the probes in a tracefs instance of tpmtop's own "
+                                       f"({self.t.path('instances', self.group)}): {e.strerror}") from None
         except BaseException:
             self.close()
             raise
