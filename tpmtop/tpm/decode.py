@@ -6,7 +6,8 @@ without saying where. This module walks the same layout one field at a time (hea
 handles, authorization area, parameters) with those types, so a garbled buffer still gives
 everything up to the field that failed and says at which byte offset and while reading what.
 
-Slow (0.2–0.5 ms a pair on this project's 2-core VM, benchmarks/pcap_roundtrip.py): only for the one command someone looks at, never on the recorder's path.
+Slow (0.2–0.5 ms a pair on this project's 2-core VM, benchmarks/pcap_roundtrip.py): only for
+the one command someone looks at, never on the recorder's path.
 Core module (layer ``tpm``): no Textual, no Rich.
 """
 
