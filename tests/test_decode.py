@@ -137,3 +137,50 @@ def test_event_of_a_capture_decodes(tmp_path):
     assert d["command"]["sessions"][0]["attrs"] == 0x41  # encrypt|continueSession, as the kernel's
     r = run_tpmtop("decode", str(cap), "--event", str(len(events)))
     assert r.returncode == 2 and f"0..{len(events) - 1}" in r.stderr
+
+
+# -- hostile input: never raises, always says where it stopped ------------------------------------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_SET = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+_EDITS = st.lists(st.tuples(st.sampled_from(["flip", "set", "insert", "delete", "truncate"]),
+                            st.integers(0, 4096), st.integers(0, 255)), min_size=1, max_size=4)
+
+
+def _mutate(data: bytes, edits) -> bytes:
+    b = bytearray(data)
+    for kind, pos, val in edits:
+        i = pos % (len(b) + 1)
+        if kind == "flip" and i < len(b):
+            b[i] ^= 1 << (val % 8)
+        elif kind == "set" and i < len(b):
+            b[i] = val
+        elif kind == "insert":
+            b[i:i] = bytes([val])
+        elif kind == "delete" and i < len(b):
+            del b[i]
+        elif kind == "truncate":
+            del b[i:]
+    return bytes(b)
+
+
+def _check(d) -> None:
+    json.dumps(d.to_json())
+    decode.render(d)
+    for p in (d.command, d.response):
+        if p is not None and not p.complete:
+            assert 0 <= p.stopped.offset <= max(p.size, 10) and p.stopped.reading
+
+
+@settings(max_examples=300, **_SET)
+@given(data=st.data(), edits=_EDITS)
+def test_mutated_real_buffers_never_raise(workload_buffers, data, edits):
+    cmd, rsp = data.draw(st.sampled_from(workload_buffers))
+    _check(decode.decode(_mutate(cmd, edits), _mutate(rsp, edits)))
+
+
+@settings(max_examples=300, **_SET)
+@given(cmd=st.binary(max_size=200), rsp=st.binary(max_size=200))
+def test_arbitrary_bytes_never_raise(cmd, rsp):
+    _check(decode.decode(cmd, rsp))

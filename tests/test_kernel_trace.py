@@ -236,3 +236,20 @@ def test_cli_summary_counts_user_space_commands_whose_rc_is_unknown(tmp_path):
     assert cap["runs"][0]["commands"]["TPM2_CC_GetRandom"]["count"] == 2 and cap["runs"][0]["errors"] == 0
     user = next(e for e in cap["events"] if e["comm"] == "tpm2_getrandom")
     assert user["rc"] is None and user["rc_text"] == "response code not traced"
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(st.one_of(
+    st.text(max_size=120),
+    st.sampled_from(_text("trace-6.10-ima-hmac.txt").splitlines()).map(lambda s: s[: len(s) // 2]),
+    st.sampled_from(_text("trace-5.15-tgid-extend.txt").splitlines())), max_size=30))
+def test_parser_never_raises_on_hostile_text(lines):
+    """Cut lines, arbitrary text and real lines in any order: the parser never raises."""
+    p = Parser(byteorder="little")
+    for line in lines:
+        for kc in p.feed(line):
+            assert kc.wire_ns >= 0

@@ -276,3 +276,19 @@ def test_events_without_bytes_are_counted_and_left_out(tmp_path):
     assert f"{half} of {len(events)} events kept no bytes" in r.stderr
     cmds = [cc for _, cc, _ in tshark_rows(tmp_path / "h.pcapng") if cc]
     assert [cc_name(int(c, 16)) for c in cmds] == [e["command"] for e in events[half:]]
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(magic=st.sampled_from([b"\xd4\xc3\xb2\xa1", b"\x0a\x0d\x0d\x0a"]), body=st.binary(max_size=300))
+def test_damaged_files_are_bad_input_never_a_crash(tmp_path, magic, body):
+    """A file with a pcap/pcapng magic and garbage after it: PcapError (exit 2), nothing else."""
+    from tpmtop.importers.pcap import PcapError, read_pcap
+
+    f = tmp_path / "x.pcap"
+    f.write_bytes(magic + body)
+    with pytest.raises(PcapError):
+        read_pcap(f)
