@@ -164,21 +164,26 @@ def test_a_file_that_is_not_a_pcap_is_exit_2(tmp_path):
 # -- tcpdump-style captures of a simulator port (dumpcap on loopback) ---------------------------
 
 @pytest.fixture
-def loopback_capture(tcp_swtpm, tmp_path):
-    """dumpcap on lo for the swtpm's port; yields a function that stops it and returns the file."""
+def loopback_capture(request, tcp_swtpm, tmp_path):
+    """dumpcap on lo for the swtpm's port (pcapng, or classic pcap as tcpdump writes it when
+    parametrized so); yields a function that stops it and returns the file."""
     if shutil.which("dumpcap") is None:
         pytest.skip("dumpcap (wireshark-common) is not installed")
-    out = tmp_path / "lo.pcapng"
-    proc = subprocess.Popen(["dumpcap", "-i", "lo", "-f", f"tcp port {tcp_swtpm.port}", "-w", str(out)],
+    fmt = getattr(request, "param", "pcapng")
+    out = tmp_path / f"lo.{fmt}"
+    proc = subprocess.Popen(["dumpcap", "-i", "lo", "-f", f"tcp port {tcp_swtpm.port}",
+                             "-P" if fmt == "pcap" else "-n", "-w", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    line = ""
+    said = []
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and "Capturing on" not in line:
+    while time.monotonic() < deadline and not any("Capturing on" in x for x in said):
         line = proc.stderr.readline()
         if not line and proc.poll() is not None:
             break
+        said.append(line)
     if proc.poll() is not None:
-        pytest.skip(f"cannot capture on loopback here: {line.strip() or proc.stderr.read().strip()}")
+        said.append(proc.stderr.read())
+        pytest.skip(f"cannot capture on loopback here: {' '.join(x.strip() for x in said if x.strip())[:200]}")
 
     def sync():
         """Poke the port (an empty TCP connection) until dumpcap has written new frames: then
@@ -224,9 +229,11 @@ def test_tcpdump_of_swtpm_framing_imports(tcp_swtpm, loopback_capture, tmp_path)
     assert "raw framing" in r2.stderr
 
 
+@pytest.mark.parametrize("loopback_capture", ["pcap"], indirect=True)
 def test_tcpdump_of_mssim_framing_imports(tcp_swtpm, loopback_capture, tmp_path):
     """The Microsoft simulator framing (TPM_SEND_COMMAND, locality, size; size, response, ack),
-    which swtpm also speaks, sent by a client on one connection and seen on lo."""
+    which swtpm also speaks, sent by a client on one connection and seen on lo; written as a
+    classic pcap file, as tcpdump does."""
     cmds = [bytes.fromhex("80010000000c0000017b0010"),  # GetRandom(16)
             bytes.fromhex("8001000000160000017a000000060000010500000001"),  # GetCapability(MANUFACTURER)
             bytes.fromhex("80010000000c0000017b0008")]
