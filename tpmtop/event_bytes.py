@@ -1,4 +1,5 @@
-"""The raw bytes of captured commands: ``command_hex``/``response_hex`` on capture events.
+"""The raw bytes of captured commands: ``command_hex``/``response_hex`` on capture events
+(and ``client``, the proxied program that sent a command, when the recorder knows it).
 
 The recorder keeps the bytes of the newest ``recorder.BUFFERS_KEPT`` commands (16,384 by
 default); a capture written with ``--events`` carries them on those events, so
@@ -24,6 +25,9 @@ def attach_raw_bytes(cap: dict, events: list, t0_ns: int) -> int:
         return 0
     n = 0
     for row, ev in zip(rows, kept):
+        client = getattr(ev, "client", None)  # a proxied program: its own TCP stream in a pcapng
+        if client is not None:
+            row["client"] = str(client)
         cmd = getattr(ev, "command", None)
         if cmd is None:
             continue
