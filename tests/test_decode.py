@@ -16,7 +16,7 @@ from tpmtop.tpm import decode
 def workload_buffers(tmp_path_factory):
     """(command, response) bytes of every command of every op × mode × engine, and of the
     dashboard's polls (identity, variable properties, handle lists) and a flush."""
-    from tpmtop.tpm.connection import open_tpm
+    from tpmtop.connect import open_tpm
     from tpmtop.tpm.handles import list_handles
     from tpmtop.tpm.identity import read_identity, read_variable
 
