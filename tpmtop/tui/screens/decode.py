@@ -34,9 +34,10 @@ def buffers_for(source, row: StreamRow) -> tuple[bytes | None, bytes | None, str
         return bytes(ev.command), bytes(ev.response) if ev.response is not None else None, ""
     capture = getattr(source, "capture", None)
     if isinstance(capture, dict):
-        from tpmtop.sources.replay import MAX_STREAM_ROWS
+        from tpmtop.sources import replay
 
-        events = (capture.get("events") or [])[-MAX_STREAM_ROWS:]
+        # the replay source numbers the rows it shows: the last MAX_STREAM_ROWS events
+        events = (capture.get("events") or [])[-getattr(replay, "MAX_STREAM_ROWS", 2000):]
         try:
             e = events[int(row.key)]
         except (ValueError, IndexError):
