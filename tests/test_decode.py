@@ -142,27 +142,11 @@ def test_event_of_a_capture_decodes(tmp_path):
 # -- hostile input: never raises, always says where it stopped ------------------------------------
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from test_fuzz_parsers import _mutate  # noqa: E402  (the same edits as the wire decoders' fuzzing)
 
 _SET = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 _EDITS = st.lists(st.tuples(st.sampled_from(["flip", "set", "insert", "delete", "truncate"]),
                             st.integers(0, 4096), st.integers(0, 255)), min_size=1, max_size=4)
-
-
-def _mutate(data: bytes, edits) -> bytes:
-    b = bytearray(data)
-    for kind, pos, val in edits:
-        i = pos % (len(b) + 1)
-        if kind == "flip" and i < len(b):
-            b[i] ^= 1 << (val % 8)
-        elif kind == "set" and i < len(b):
-            b[i] = val
-        elif kind == "insert":
-            b[i:i] = bytes([val])
-        elif kind == "delete" and i < len(b):
-            del b[i]
-        elif kind == "truncate":
-            del b[i:]
-    return bytes(b)
 
 
 def _check(d) -> None:
