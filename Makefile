@@ -11,7 +11,8 @@ bootstrap:
 run: bootstrap
 	$(TPMTOP) --sim
 
-test: bootstrap
+test:
+	@scripts/bootstrap.sh --test
 	$(PY) -m pytest -q
 
 # The whole suite three times under two busy loops (scripts/stress-test.sh): a loaded 2-core CI box.

@@ -3,6 +3,9 @@
 # it only checks for commands/headers and compares a stamp of pyproject.toml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# --test: also what only the test suite needs (tshark, to check the pcapng export)
+for_tests=0
+[ "${1:-}" = "--test" ] && for_tests=1
 
 need_pkgs=()
 command -v swtpm >/dev/null 2>&1 || need_pkgs+=(swtpm)
@@ -12,6 +15,14 @@ command -v tpm2_getcap >/dev/null 2>&1 || need_pkgs+=(tpm2-tools)
 command -v tmux >/dev/null 2>&1 || need_pkgs+=(tmux)
 if ! pkg-config --exists tss2-esys 2>/dev/null; then need_pkgs+=(libtss2-dev); fi
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then need_pkgs+=(python3-venv); fi
+# tpm2-tss's pcap: TCTI (tests record tpm2-tools traffic with it)
+if ((for_tests)) && ! ls /usr/lib/*/libtss2-tcti-pcap.so.0 >/dev/null 2>&1; then need_pkgs+=(libtss2-tcti-pcap0); fi
+if ((for_tests)) && ! command -v tshark >/dev/null 2>&1; then
+    need_pkgs+=(tshark)
+    # wireshark-common asks whether non-root users may capture: answer no, non-interactively
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | \
+        { if [ "$(id -u)" -eq 0 ]; then debconf-set-selections; else sudo debconf-set-selections; fi; }
+fi
 
 if ((${#need_pkgs[@]})); then
     echo "bootstrap: installing Debian packages: ${need_pkgs[*]}" >&2

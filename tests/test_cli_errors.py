@@ -83,6 +83,20 @@ CASES = [
     ("profile", ["from-trace", "{d}/notrace.txt"]),
     ("profile", ["record", "-T", DEAD, "--pcr", "3"]),
     ("profile", ["record", "--sim", "-T", DEAD]),
+    # decode / import / kernel (issue 14)
+    ("decode", []),
+    ("decode", ["not-hex-nor-a-file"]),
+    ("decode", ["80010000000c0000017b00"]),                 # cut short: partial decode
+    ("decode", ["800100000014000000000008dbecfe91abd2b12f"]),  # a lone response without --cc
+    ("import", ["{d}/garbage.json", "-o", "{d}/out.json"]),  # not a pcap
+    ("import", ["{d}/does-not-exist.pcap", "-o", "{d}/out.json"]),
+    ("import", ["{d}/garbage.json"]),                      # missing -o
+    ("kernel", ["--from-trace", "{d}/does-not-exist.txt"]),
+    ("kernel", ["--from-trace", "{d}/notrace.txt"]),
+    ("kernel", ["--duration", "soon"]),
+    ("export", ["{d}/wrong.json", "-f", "pcapng", "-o", "{d}/out"]),
+    ("import", ["{d}/garbage.json", "-o", "{d}/no-such-dir/out.json"]),  # output folder missing
+    ("kernel", ["--from-trace", "{d}/notrace.txt", "--json", "{d}/no-such-dir/k.json"]),
 ]
 
 # Cases that exercise someone else's code and show a bug there (issue 8 lists them):

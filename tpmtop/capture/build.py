@@ -51,9 +51,14 @@ def build_capture(conn, accounts: list, *, events: list | None = None, ops_log: 
         cap["marks"] = [{"t_ns": max(t - t0, 0), "text": text} for t, text in marks]
     if events is not None:
         cap["events"] = events_json(events, t0)
+        # The bytes the recorder kept (for pcapng export and decode) and each event's client.
+        attach_raw_bytes(cap, events, t0)
         cap["ops"] = [{"op_seq": s, "engine": e, "mode": m, "op": o, "t_ns": t - t0, "total_ns": tot,
                        "wire_ns": w, "ok": ok} for (s, e, m, o, t, tot, w, ok) in ops if t >= t0]
     return cap
+
+
+from tpmtop.capture.event_bytes import attach_raw_bytes  # noqa: E402 - beside its one caller
 
 
 def _op_tuple(o) -> tuple:

@@ -40,6 +40,14 @@ def _fmt_ratio(r) -> str:
     return "-" if r is None else f"×{r:.2f}"
 
 
+def _print_patterns(label: str, pats: list[dict]) -> None:
+    from tpmtop.patterns import fmt_ms
+
+    for p in pats:
+        print(f"failure pattern in {label}: {p['title']}: {p['count']} times, "
+              f"{fmt_ms(int(p['lost_ms'] * 1e6))} lost")
+
+
 def run_compare(args) -> int:
     from tpmtop.capture import load_summary
     from tpmtop.cli.common import print_json, table
@@ -51,6 +59,11 @@ def run_compare(args) -> int:
         raise UsageError("compare: give at least two captures (the first is the baseline)")
     docs = [load_summary(p) for p in args.captures]
     base = docs[0]
+    from tpmtop.patterns import detect_in_capture
+
+    # failure patterns need the events: read them only from captures that have any
+    patterns = {p: [x.to_json() for x in detect_in_capture(p)] if d.get("_n_events") else []
+                for p, d in zip(args.captures, docs)}
     results = []
     for path, doc in zip(args.captures[1:], docs[1:]):
         rows = compare(base, doc)
@@ -58,7 +71,7 @@ def run_compare(args) -> int:
                         "only_in_baseline": [list(k) for k in only_in(base, doc)],
                         "only_in_capture": [list(k) for k in only_in(doc, base)]})
     if args.json:
-        print_json({"schema": "tpmtop.compare/1", "comparisons": results})
+        print_json({"schema": "tpmtop.compare/1", "comparisons": results, "patterns": patterns})
         return 0
 
     def who(doc, path):
@@ -70,7 +83,10 @@ def run_compare(args) -> int:
         print(f"A: {who(base, res['baseline'])}")
         print(f"B: {who(doc, res['capture'])}")
         if not res["rows"]:
-            print("no (engine, mode, op) in common: nothing to compare\n")
+            print("no (engine, mode, op) in common: nothing to compare")
+            _print_patterns("A", patterns[res["baseline"]])
+            _print_patterns("B", patterns[res["capture"]])
+            print()
             continue
         out = []
         for r in res["rows"]:
@@ -83,5 +99,7 @@ def run_compare(args) -> int:
         for label, keys in (("only in A", res["only_in_baseline"]), ("only in B", res["only_in_capture"])):
             if keys:
                 print(f"{label}: " + safe(", ".join("/".join(k) for k in keys)))
+        _print_patterns("A", patterns[res["baseline"]])
+        _print_patterns("B", patterns[res["capture"]])
         print()
     return 0

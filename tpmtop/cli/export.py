@@ -8,6 +8,10 @@ EXAMPLES = """formats:
   chrome-trace  every TPM command as a slice under its operation, one track per engine/mode;
                 open in https://ui.perfetto.dev or chrome://tracing (needs a capture
                 recorded with --events)
+  pcapng        every command and response as TCP payload on port 2321, framed as tpm2-tss's
+                pcap: TCTI writes it, for Wireshark/tshark's TPM 2.0 dissector; original
+                timestamps, one TCP stream per client (needs a capture whose events kept
+                their bytes: bench --events keeps them for the newest 16,384 commands)
   openmetrics   latency histograms per (engine, mode, op) and per command code, labelled with
                 the TPM manufacturer and firmware; for node_exporter's textfile collector
 
@@ -25,7 +29,7 @@ examples:
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = EXAMPLES + "\n\n" + (p.epilog or "")
     p.add_argument("capture", metavar="CAPTURE.json", help="a capture (tpmtop bench --json)")
-    p.add_argument("--format", "-f", required=True, choices=("chrome-trace", "openmetrics"))
+    p.add_argument("--format", "-f", required=True, choices=("chrome-trace", "openmetrics", "pcapng"))
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write; '-' for stdout")
     p.add_argument("--force", action="store_true", help="allow the output to be the input capture itself")
 
@@ -38,6 +42,16 @@ def run_export(args) -> int:
     # Checked before the capture is read: a wrong -o costs nothing.
     dest = Output(args.output, force=args.force, inputs=[args.capture]).check()
     where = "stdout" if args.output == "-" else safe(args.output)
+    if args.format == "pcapng":
+        from tpmtop.exporters.pcapng import export_pcapng
+
+        n = export_pcapng(args.capture, dest)
+        notice(f"wrote {where}: {n['exported']} commands with their responses, {n['frames']} frames, "
+               f"{n['streams']} TCP stream(s)")
+        if n["without_bytes"]:
+            notice(f"{n['without_bytes']} of {n['events']} events kept no bytes and are not in the file "
+                   f"(captures keep the bytes of the newest 16,384 commands)")
+        return 0
     if args.format == "chrome-trace":
         from tpmtop.exporters.chrome_trace import export_chrome_trace
 

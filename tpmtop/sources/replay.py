@@ -13,12 +13,16 @@ MAX_STREAM_ROWS = 2000
 
 
 def load(path: str | Path) -> dict:
-    """Schema-checked; a bad file is one clear line (a UsageError), exit status 2. Only the
+    """Schema-checked; a bad file is one clear line (a UsageError), exit status 2. A pcap or
+    pcapng file is imported first (tpmtop.importers.pcap). Only the
     newest MAX_STREAM_ROWS events are kept (a capture may hold a million), and every string
     is made safe for a terminal (tpmtop.textsafe): the capture may come from anyone."""
     from tpmtop.capture import CaptureReader
+    from tpmtop.importers.pcap import import_pcap, is_pcap
     from tpmtop.textsafe import safe_tree
 
+    if is_pcap(path):  # a tpm2-tss pcap: TCTI file, or tcpdump of a simulator's port
+        return safe_tree(import_pcap(path)[0])
     return safe_tree(_read_tail(CaptureReader, path))
 
 

@@ -29,7 +29,8 @@ from tpmtop.tui.widgets.header import StatusHeader
 from tpmtop.tui.widgets.latency import LatencyPanel
 from tpmtop.tui.widgets.modes import ModesPanel
 from tpmtop.tui.widgets.resources import ResourcesPanel
-from tpmtop.tui.widgets.stream import StreamPanel
+from tpmtop.tui.pattern_alerts import PatternAlerts
+from tpmtop.tui.widgets.stream import StreamPanel, StreamView
 from tpmtop.tui.widgets.system import SystemPanel
 
 REFRESH_S = 0.2  # ≤ 10 refreshes a second, as the issue asks; 5 keeps a paused dashboard idle
@@ -80,6 +81,7 @@ class MainScreen(TpmWorkers, Screen):
         self._sysfs_reads = 0
         self._stats_dirty = True
         self._ops_per_s = 0.0
+        self.alerts = PatternAlerts()  # failure patterns in the stream (issue 14)
 
     # -- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -199,6 +201,7 @@ class MainScreen(TpmWorkers, Screen):
                 for ev in events:
                     if ev.cc in (0x161, 0x162, 0x165):
                         self.gap.feed(ev)
+                self.alerts.feed(self, events)
             marks = rec.marks[self._seen_marks:]
             self._seen_marks += len(marks)
             if events or marks:
@@ -297,6 +300,7 @@ class MainScreen(TpmWorkers, Screen):
         self.query_one(ModesPanel).show(comparison(src.runs, src.op, MODES), src.op, (src.engine, src.mode))
         stream = self.query_one(StreamPanel)
         if not stream.buffer:
+            self.alerts.feed(self, src.capture.get("events") or [])
             stream.add(src.stream)
             if not src.stream:
                 stream.border_subtitle = "the capture has no events"
@@ -514,6 +518,11 @@ class MainScreen(TpmWorkers, Screen):
 
     def action_export(self) -> None:
         self.export_capture()
+
+    def on_stream_view_decode_requested(self, event: StreamView.DecodeRequested) -> None:
+        from tpmtop.tui.screens.decode import DecodeScreen
+
+        self.app.push_screen(DecodeScreen(self.source, event.row))
 
     def action_toggle_stream(self) -> None:
         frozen = self.query_one(StreamPanel).toggle()

@@ -12,6 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
 from textual.markup import escape
+from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Input
 
@@ -38,7 +39,27 @@ class StreamView(Widget, can_focus=True):
         Binding("down", "scroll_back(-1)", "Forward", show=False, id="stream-forward", tooltip="Newer commands"),
         Binding("pageup", "scroll_back(20)", show=False, id="stream-page-back"),
         Binding("pagedown", "scroll_back(-20)", show=False, id="stream-page-forward"),
+        Binding("enter", "decode", "Decode", show=False, id="stream-decode",
+                tooltip="Decode the selected (bottom, highlighted) command and its response"),
     ]
+
+    class DecodeRequested(Message):
+        """Enter on a row: the screen opens the decode view for it."""
+
+        def __init__(self, row: StreamRow) -> None:
+            super().__init__()
+            self.row = row
+
+    def selected(self) -> StreamRow | None:
+        """The bottom visible row: the newest when following, the scrolled-to one when frozen."""
+        end = len(self.rows) - self.back
+        last = self.rows[max(end - 1, 0):end]  # slicing: rows may be a lazy sequence
+        return last[0] if end > 0 and len(last) else None
+
+    def action_decode(self) -> None:
+        row = self.selected()
+        if row is not None and row.origin != "mark":
+            self.post_message(self.DecodeRequested(row))
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
@@ -73,9 +94,12 @@ class StreamView(Widget, can_focus=True):
             rc = escape(rc) if r.ok else f"[$error]{escape(rc)}[/]"
             origin = _fit(r.origin, 8)
             origin = f"[dim]{origin}[/]" if r.origin != "workload" else origin
-            lines.append(" ".join((escape(_fit(r.t, 9)), origin, escape(_fit(r.command, 17)),
-                                   escape(_fit(r.us, 8, right=True)), rc, escape(_fit(r.sessions, 22)),
-                                   escape(_fit(r.handles, 17)))))
+            line = " ".join((escape(_fit(r.t, 9)), origin, escape(_fit(r.command, 17)),
+                             escape(_fit(r.us, 8, right=True)), rc, escape(_fit(r.sessions, 22)),
+                             escape(_fit(r.handles, 17))))
+            if self.has_focus and r is shown[-1]:  # what Enter decodes
+                line = f"[reverse]{line}[/]"
+            lines.append(line)
         if not shown:
             lines.append("[dim]no commands yet[/]")
         return Content.from_markup("\n".join(lines))

@@ -1,0 +1,255 @@
+"""`tpmtop kernel`: the trace_pipe parser on text in the documented ftrace output format
+(three kernel generations' layouts, lost-event markers, interleaved CPUs, a task migrating
+between entry and return), and the live path where this machine allows it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TPMTOP, REPO, run_tpmtop
+from tpmtop.capture import load_capture
+from tpmtop.kernel import probes
+from tpmtop.kernel.trace_pipe import Parser, parse_line, parse_text
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "kernel"
+
+
+def _text(name: str) -> str:
+    return (FIX / name).read_text()
+
+
+def test_linux_6_10_ima_extend_sequence_with_hwrng_and_user_space_interleaved():
+    """6.x layout (5 latency chars): per extend ContextLoad → StartAuthSession → FlushContext →
+    PCR_Extend from the kworker, hwrng and a /dev/tpmrm0 client on other CPUs in between."""
+    cmds, p = parse_text(_text("trace-6.10-ima-hmac.txt"), byteorder="little")
+    assert p.lost == 0 and p.orphans == 0 and p.pending() == 0
+    kw = [c for c in cmds if c.pid == 97]
+    assert [c.cc for c in sorted(kw, key=lambda c: c.t_ns)] == [0x161, 0x176, 0x165, 0x182] * 2
+    assert kw[0].comm == "kworker/u8:2-events_unbound"
+    sas = next(c for c in kw if c.cc == 0x176)
+    assert sas.wire_ns == 84_747_000 and sas.migrated and (sas.cpu, sas.cpu_return) == (1, 3)
+    assert sas.path == "session set-up [tpm2_start_auth_session]" and sas.rc == 0
+    ext = next(c for c in kw if c.cc == 0x182)
+    assert ext.path == "PCR extend (IMA / kernel) [tpm2_pcr_extend]" and ext.tag == 0x8002 and ext.size == 0x79
+    assert ext.caller == "tpm2_pcr_extend" and ext.desc == "attempting extend a PCR value"
+    hw = next(c for c in cmds if c.comm == "hwrng")
+    assert hw.cc == 0x17B and hw.path == "hwrng / get_random [tpm2_get_random]" and hw.wire_ns == 70_700_000
+    user = next(c for c in cmds if c.comm == "tpm2_getrandom")
+    assert user.path.startswith("user space via /dev/tpm") and user.rc is None and user.wire_ns == 110_000
+
+
+def test_5_x_layout_with_tgid_column_and_lost_events():
+    """record-tgid's `(  pid)` column and 4 flag chars; a CPU:0 [LOST 4 EVENTS] marker in the
+    middle of a command: no latency is invented across the gap."""
+    cmds, p = parse_text(_text("trace-5.15-tgid-extend.txt"), byteorder="little")
+    assert p.lost == 4
+    assert [c.wire_ns for c in cmds] == [6_360_000] * 3
+    assert all(c.cc == 0x182 and c.rc == 0 for c in cmds)
+    assert p.orphans == 2  # the return and the cmd return whose entries were overwritten
+    assert p.pending() == 0
+
+
+def test_layout_without_irq_info_and_a_comm_with_dashes():
+    """Old layout (no irq-info columns); trusted-key unseals failing with TPM_RC_PCR_CHANGED."""
+    cmds, _ = parse_text(_text("trace-irqinfo-off-unseal-retry.txt"), byteorder="little")
+    assert len(cmds) == 4
+    assert {(c.comm, c.pid, c.cc, c.rc, c.path) for c in cmds} == \
+        {("systemd-cryptse", 812, 0x15E, 0x128, "trusted keys (unseal) [tpm2_unseal_cmd]")}
+
+
+def test_parse_line_forms():
+    ev = parse_line("  <idle>-0     [002] d.h1.  1234.5678: tx: (tpm_transmit+0x0/0x3a0) tag=0x180 "
+                    "size=0xc000000 cc=0x7b010000")
+    assert ev.comm == "<idle>" and ev.cpu == 2 and ev.t_ns == 1234_567_800_000
+    assert parse_line("CPU:3 [LOST 99 EVENTS]") == (3, 99)
+    assert parse_line("# tracer: nop") is None and parse_line("garbage") is None
+    big = Parser(byteorder="big")
+    big.feed("a-1 [000] .... 1.000000: tx: (tpm_transmit+0x0/0x3a0) tag=0x8001 size=0xc cc=0x17b")
+    out = big.feed("a-1 [000] .... 1.000100: tx_ret: (x+0x1/0x2 <- tpm_transmit) ret=10")
+    assert out[0].cc == 0x17B and out[0].wire_ns == 100_000  # a big-endian CPU reads wire order
+
+
+def test_cli_from_trace_writes_a_kernel_capture_and_names_the_pattern(tmp_path):
+    """Unseal retried with TPM_RC_PCR_CHANGED (0x128) as a capture, and as a pattern."""
+    out = tmp_path / "k.json"
+    r = run_tpmtop("kernel", "--from-trace", str(FIX / "trace-irqinfo-off-unseal-retry.txt"), "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert sum(1 for line in r.stdout.splitlines() if "  Unseal  " in line and "rc 0x128" in line) == 4
+    assert "Unseal       4       4" in r.stdout  # the summary: 4 commands, 4 errors
+    assert "pattern: Unseal failing with 0x128" in r.stderr and "4 times, 8.00 ms lost" in r.stderr
+    cap = load_capture(out)
+    assert [e["origin"] for e in cap["events"]] == ["kernel"] * 4
+    e = cap["events"][0]
+    assert (e["comm"], e["pid"], e["rc"], e["caller"]) == ("systemd-cryptse", 812, 0x128, "tpm2_unseal_cmd")
+    assert cap["runs"][0]["mode"] == "kernel" and cap["runs"][0]["errors"] == 4
+
+
+def test_cli_from_trace_rejects_text_without_probe_events(tmp_path):
+    f = tmp_path / "t.txt"
+    f.write_text("# tracer: nop\nhello\n")
+    r = run_tpmtop("kernel", "--from-trace", str(f))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_boot_cmdline_has_the_probe_definitions():
+    r = run_tpmtop("kernel", "--boot-cmdline")
+    assert r.returncode == 0
+    line = r.stdout.strip()
+    assert line.startswith("kprobe_event=p:tpmtop/tx,tpm_transmit,") and " " not in line.split(" trace_event")[0]
+    assert "trace_event=tpmtop:*" in line
+
+
+def test_probe_arguments_follow_the_kernel_signature():
+    """tpm_transmit lost its tpm_space argument in 5.1: the buffer moved from $arg3 to $arg2."""
+    old = probes.probe_lines("g", release="4.19.0-26-amd64")
+    new = probes.probe_lines("g", release="6.10.3-200.fc40.x86_64")
+    assert "cc=+6($arg3):x32" in old[0] and "desc=+0($arg7):string" in old[2]
+    assert "cc=+6($arg2):x32" in new[0] and "desc=+0($arg4):string" in new[2]
+
+
+def _live_unavailable() -> str | None:
+    """Why the live path cannot run here, or None."""
+    try:
+        t = probes.find_tracefs()
+    except probes.KernelTraceError as e:
+        return str(e)
+    if not probes.kernel_has(t, "tpm_transmit"):
+        return "this kernel has no tpm_transmit (no TPM driver)"
+    if not os.path.exists("/dev/tpmrm0"):
+        return "no /dev/tpmrm0 to send a command through"
+    return None
+
+
+def test_without_kprobes_the_cli_says_why_in_one_line():
+    """Wherever live tracing is impossible, `tpmtop kernel` is exit 1 and one line, no traceback."""
+    why = _live_unavailable()
+    if why is None:
+        pytest.skip("live tracing works here; see test_live_kernel_trace")
+    r = run_tpmtop("kernel", "--duration", "1")
+    assert r.returncode == 1
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+@pytest.mark.skipif(_live_unavailable() is not None, reason=f"live kernel tracing: {_live_unavailable()}")
+def test_live_kernel_trace(tmp_path):
+    """Live: a tpm2_getrandom through /dev/tpmrm0 shows up as a user-space GetRandom; the probe
+    group is gone after SIGTERM."""
+    out = tmp_path / "live.json"
+    proc = subprocess.Popen(TPMTOP + ["kernel", "--json", str(out)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        t = probes.find_tracefs()
+        while time.monotonic() < deadline and f"{probes.GROUP_PREFIX}{proc.pid}" not in t.read("kprobe_events"):
+            time.sleep(0.1)
+        subprocess.run(["tpm2_getrandom", "-T", "device:/dev/tpmrm0", "8"], check=True, timeout=60,
+                       capture_output=True)
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    assert f"{probes.GROUP_PREFIX}{proc.pid}" not in t.read("kprobe_events")
+    cap = json.loads(out.read_text())
+    assert any(e["command"] == "TPM2_CC_GetRandom" for e in cap["events"])
+
+
+def test_read_pipe_follows_a_pipe_in_pieces_and_stops_when_told(tmp_path):
+    """The live reader on a FIFO fed the 6.10 text in odd-sized pieces (lines split across
+    reads, as trace_pipe hands them out): the same commands as the file parse, then it stops
+    on its condition while the writer keeps the pipe open."""
+    import threading
+
+    from tpmtop.kernel.live import read_pipe
+
+    text = _text("trace-6.10-ima-hmac.txt").encode()
+    fifo = tmp_path / "trace_pipe"
+    os.mkfifo(fifo)
+    done = threading.Event()
+
+    def writer():
+        fd = os.open(fifo, os.O_WRONLY)
+        try:
+            for i in range(0, len(text), 97):
+                os.write(fd, text[i:i + 97])
+            done.wait(60)  # keep the pipe open, as trace_pipe stays open
+        finally:
+            os.close(fd)
+
+    want, _ = parse_text(text.decode(), byteorder="little")
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    got = []
+    parser = Parser(byteorder="little")
+    for kc in read_pipe(str(fifo), parser, stop=lambda: len(got) >= len(want) or done.is_set()):
+        got.append(kc)
+        if len(got) == len(want):
+            break
+    done.set()
+    t.join(30)
+    assert [(c.cc, c.pid, c.wire_ns, c.rc) for c in got] == [(c.cc, c.pid, c.wire_ns, c.rc) for c in want]
+
+
+@pytest.mark.skipif(_live_unavailable() is not None, reason=f"live kernel tracing: {_live_unavailable()}")
+def test_a_killed_tpmtops_probe_group_is_removed_at_the_next_start(tmp_path):
+    """SIGKILL leaves the group behind (nothing can run); the next `tpmtop kernel` removes it
+    and says so, and removes its own on exit."""
+    t = probes.find_tracefs()
+    first = subprocess.Popen(TPMTOP + ["kernel", "-q"], cwd=REPO, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    group = f"{probes.GROUP_PREFIX}{first.pid}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and group not in t.read("kprobe_events"):
+            time.sleep(0.1)
+        assert group in t.read("kprobe_events")
+    finally:
+        first.kill()
+        first.wait()
+    assert group in t.read("kprobe_events")  # left behind by the SIGKILL
+    r = run_tpmtop("kernel", "-q", "--duration", "1")
+    assert r.returncode == 0, r.stderr
+    assert f"removed stale probe group {group}" in r.stderr
+    left = t.read("kprobe_events")
+    assert group not in left
+
+
+def test_cli_summary_counts_user_space_commands_whose_rc_is_unknown(tmp_path):
+    """A /dev/tpmrm0 command's response code is invisible to the probes, but it was answered:
+    its latency is in the per-command table and the capture's run, and it is no error."""
+    out = tmp_path / "k.json"
+    r = run_tpmtop("kernel", "--from-trace", str(FIX / "trace-6.10-ima-hmac.txt"), "-q", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    row = next(line.split() for line in r.stdout.splitlines() if line.startswith("GetRandom"))
+    assert row[1:3] == ["2", "0"]
+    cap = load_capture(out)
+    assert cap["runs"][0]["commands"]["TPM2_CC_GetRandom"]["count"] == 2 and cap["runs"][0]["errors"] == 0
+    user = next(e for e in cap["events"] if e["comm"] == "tpm2_getrandom")
+    assert user["rc"] is None and user["rc_text"] == "response code not traced"
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(st.one_of(
+    st.text(max_size=120),
+    st.sampled_from(_text("trace-6.10-ima-hmac.txt").splitlines()).map(lambda s: s[: len(s) // 2]),
+    st.sampled_from(_text("trace-5.15-tgid-extend.txt").splitlines())), max_size=30))
+def test_parser_never_raises_on_hostile_text(lines):
+    """Cut lines, arbitrary text and real lines in any order: the parser never raises."""
+    p = Parser(byteorder="little")
+    for line in lines:
+        for kc in p.feed(line):
+            assert kc.wire_ns >= 0

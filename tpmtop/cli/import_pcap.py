@@ -1,0 +1,44 @@
+"""``tpmtop import FILE -o CAPTURE``: a tpm2-tss ``pcap:`` TCTI file or a tcpdump as a capture."""
+
+from __future__ import annotations
+
+import argparse
+
+EXAMPLES = """reads pcap and pcapng files written by tpm2-tss's pcap TCTI
+(TCTI_PCAP_FILE=f.pcap tpm2_getrandom -T "pcap:swtpm:port=2321" 8) and tcpdump captures of a
+simulator port (tcpdump -i lo -w f.pcap port 2321), in swtpm's raw framing or the Microsoft
+simulator's (mssim) framing. Commands are paired with their responses; latencies come from
+the frame timestamps. `tpmtop replay FILE` opens such a file directly.
+
+examples:
+  tpmtop import getrandom.pcap -o getrandom.json
+  tpmtop import lo.pcap --port 2341 -o run.json && tpmtop compare before.json run.json"""
+
+
+def add_import_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EXAMPLES + "\n\n" + (p.epilog or "")
+    p.add_argument("file", metavar="FILE", help="a pcap or pcapng file")
+    p.add_argument("-o", "--output", required=True, metavar="CAPTURE", help="the capture to write (JSON)")
+    p.add_argument("--port", type=int, metavar="N", help="the TPM's TCP port (default: 2321, or "
+                   "whichever port a stream of TPM commands goes to)")
+
+
+def run_import(args) -> int:
+    from tpmtop.capture import write_capture
+    from tpmtop.cli.common import notice
+    from tpmtop.importers.pcap import import_pcap
+    from tpmtop.patterns import detect, summary_lines
+
+    from tpmtop.cli.common import check_output_dir
+
+    check_output_dir(args.output, "tpmtop import")
+    cap, res = import_pcap(args.file, args.port)
+    write_capture(args.output, cap)
+    for w in res.warnings[:5]:
+        notice(f"warning: {w}")
+    ok = sum(1 for e in cap["events"] if e["rc"] is not None)
+    notice(f"wrote {args.output}: {len(cap['events'])} TPM commands ({ok} with a response), "
+           f"{res.connections} connection(s), {res.framing} framing")
+    for line in summary_lines(detect(cap["events"])):
+        notice(line)
+    return 0

@@ -1,0 +1,1 @@
+"""Readers of TPM traffic recorded by other tools (pcap files); no Textual."""

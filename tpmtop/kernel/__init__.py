@@ -1,0 +1,1 @@
+"""The kernel's own TPM traffic through tracefs kprobe events (no Textual)."""

@@ -1,0 +1,58 @@
+"""Reading tpmtop's kprobe events live, and kernel commands as capture events.
+
+Layer: sources. No Textual.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+from typing import Callable, Iterator
+
+from tpmtop.importers.observed import Exchange
+from tpmtop.kernel.trace_pipe import KernelCommand, Parser
+
+
+def read_pipe(path: str, parser: Parser, stop: Callable[[], bool], poll_s: float = 0.2) -> Iterator[KernelCommand]:
+    """Commands from a ``trace_pipe`` until ``stop()`` says so (checked every ``poll_s``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    buf = b""
+    try:
+        while not stop():
+            r, _, _ = select.select([fd], [], [], poll_s)
+            if not r:
+                continue
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                time.sleep(poll_s)
+                continue
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                yield from parser.feed(line.decode("utf-8", "replace"))
+    finally:
+        os.close(fd)
+
+
+def exchanges(commands: list[KernelCommand], t0_unix_ns: int) -> list[Exchange]:
+    """Kernel commands on the wall clock: the first command's trace time is ``t0_unix_ns``."""
+    if not commands:
+        return []
+    base = commands[0].t_ns
+    out = []
+    for kc in commands:
+        out.append(Exchange(
+            t_unix_ns=t0_unix_ns + kc.t_ns - base, wire_ns=kc.wire_ns, command=None, response=None,
+            cc=kc.cc, rc=kc.rc, answered=kc.ret is not None and kc.ret >= 0,
+            extra={"pid": kc.pid, "comm": kc.comm, "path": kc.path, "cpu": kc.cpu,
+                   # tpm_transmit_cmd's return carries the TPM's rc; a command from user space
+                   # (or one whose return was lost) has none the probes can read
+                   **({} if kc.rc is not None else {"rc_text": "response code not traced"}),
+                   **({"desc": kc.desc} if kc.desc else {}),
+                   **({"caller": kc.caller} if kc.caller else {}),
+                   **({"cpu_return": kc.cpu_return} if kc.migrated else {})}))
+    return out

@@ -1,0 +1,257 @@
+"""Parsing tracefs ``trace_pipe``/``trace`` text of tpmtop's kprobe events into TPM commands.
+
+The line layout (Documentation/trace/ftrace.rst, "Output format") changed over the years:
+
+    # 4.x with irq-info:   <comm>-<pid> [cpu] d... <secs>.<usecs>: <event>: (<loc>) args
+    # 5.x with record-tgid <comm>-<pid> (<tgid>) [cpu] d... <secs>.<usecs>: …
+    # 6.x:                 <comm>-<pid> [cpu] d..1. <secs>.<usecs>: …   (5 latency chars)
+    # irq-info off:        <comm>-<pid> [cpu] <secs>.<usecs>: …
+    # lost events:         CPU:2 [LOST 117 EVENTS]
+
+A kretprobe's location is ``(<caller>+off/size <- <function>)``. The comm may hold spaces
+and dashes (``kworker/u8:2-events_unbound-97``). Per-CPU buffers are merged in time order,
+so the entry and the return of one call may come from different CPUs (the task migrated),
+and other tasks' events interleave: entries are matched to returns per task (pid), as a
+stack, since ``tpm_transmit_cmd`` encloses ``tpm_transmit``.
+
+Probe arguments read the command header from the kernel's buffer in the CPU's byte order
+(kprobes have no big-endian fetch type); the parser swaps them to TPM wire order.
+Core module (layer sources): no Textual.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+
+from tpmtop.kernel import probes
+
+_LINE = re.compile(
+    r"^\s*(?P<comm>.*?)-(?P<pid>\d+)\s+(?:\(\s*(?P<tgid>[-\d]+)\)\s+)?\[(?P<cpu>\d+)\]\s+"
+    r"(?:(?P<flags>[^\s\[\]]{4,6})\s+)?(?P<secs>\d+)\.(?P<frac>\d+):\s+(?P<event>[\w.]+):\s+"
+    r"\((?P<loc>[^)]*)\)\s*(?P<args>.*)$")
+_LOST = re.compile(r"^\s*CPU:(?P<cpu>\d+)\s+\[LOST\s+(?P<n>\d+)\s+EVENTS\]")
+_ARG = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
+
+
+@dataclass
+class TraceEvent:
+    comm: str
+    pid: int
+    cpu: int
+    t_ns: int
+    event: str
+    loc: str
+    args: dict
+
+
+def _swap32(v: int, byteorder: str) -> int:
+    return int.from_bytes(v.to_bytes(4, byteorder), "big") if byteorder == "little" else v
+
+
+def _swap16(v: int, byteorder: str) -> int:
+    return int.from_bytes(v.to_bytes(2, byteorder), "big") if byteorder == "little" else v
+
+
+def parse_line(line: str) -> TraceEvent | tuple[int, int] | None:
+    """A TraceEvent, ``(cpu, n)`` for a lost-events marker, or None (comments, other text)."""
+    if not line or line.lstrip().startswith("#"):
+        return None
+    m = _LOST.match(line)
+    if m:
+        return int(m["cpu"]), int(m["n"])
+    m = _LINE.match(line.rstrip("\n"))
+    if not m:
+        return None
+    frac = m["frac"]
+    t_ns = int(m["secs"]) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
+    args = {}
+    for k, v in _ARG.findall(m["args"]):
+        args[k] = v[1:-1] if v.startswith('"') else v
+    return TraceEvent(m["comm"].strip(), int(m["pid"]), int(m["cpu"]), t_ns, m["event"], m["loc"], args)
+
+
+def _num(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text, 0)
+    except ValueError:
+        return None
+
+
+@dataclass
+class KernelCommand:
+    """One TPM command the kernel sent (tpm_transmit entry to return)."""
+
+    t_ns: int  # trace clock at entry
+    wire_ns: int
+    pid: int
+    comm: str
+    cpu: int
+    cpu_return: int
+    cc: int | None
+    tag: int | None
+    size: int | None
+    rc: int | None  # from tpm_transmit_cmd's return when it enclosed this command
+    ret: int | None  # tpm_transmit's return: response length, or -errno
+    desc: str | None  # tpm_transmit_cmd's description ("attempting extend a PCR value" …)
+    path: str  # which kernel path sent it
+    caller: str | None = None  # the function that called tpm_transmit_cmd
+
+    @property
+    def migrated(self) -> bool:
+        return self.cpu != self.cpu_return
+
+
+# What sent a command, from tpm_transmit_cmd's description or the command code and task.
+_DESC_PATHS = (
+    ("extend", "PCR extend (IMA / kernel)"),
+    ("random", "hwrng / get_random"),
+    ("auth session", "session set-up"),
+    ("null", "session set-up"),
+    ("context", "session set-up"),
+)
+_CC_PATHS = {0x182: "PCR extend (IMA / kernel)", 0x17B: "hwrng / get_random", 0x176: "session set-up",
+             0x161: "session set-up", 0x165: "session set-up", 0x162: "session set-up",
+             0x131: "session set-up (null primary)"}
+
+
+# The function that called tpm_transmit_cmd (the location of its kretprobe event,
+# "(tpm2_pcr_extend+0x160/0x2b0 <- tpm_transmit_cmd)") names the kernel path best.
+_CALLER_PATHS = (
+    ("tpm2_pcr_extend", "PCR extend (IMA / kernel)"), ("tpm1_pcr_extend", "PCR extend (IMA / kernel)"),
+    ("get_random", "hwrng / get_random"),
+    ("auth_session", "session set-up"), ("load_null", "session set-up"), ("load_context", "session set-up"),
+    ("flush_context", "session set-up"), ("create_null_primary", "session set-up"),
+    ("save_context", "session set-up"),
+    ("unseal", "trusted keys (unseal)"), ("seal", "trusted keys (seal)"), ("load_cmd", "trusted keys (load)"),
+    ("pcr_read", "PCR read"), ("get_tpm_pt", "TPM properties"), ("get_cap", "TPM properties"),
+    ("shutdown", "shutdown / suspend"), ("startup", "start-up / resume"), ("selftest", "self test"),
+)
+
+
+def kernel_path(cc: int | None, desc: str | None, comm: str, via_cmd: bool, caller: str | None = None) -> str:
+    if not via_cmd:
+        return f"user space via /dev/tpm* ({comm})"
+    fn = (caller or "").split("+", 1)[0]
+    for key, path in _CALLER_PATHS:
+        if key in fn:
+            return f"{path} [{fn}]"
+    d = (desc or "").lower()
+    for key, path in _DESC_PATHS:
+        if key in d:
+            return path
+    if comm.startswith("hwrng"):
+        return "hwrng / get_random"
+    return _CC_PATHS.get(cc or -1, "kernel")
+
+
+@dataclass
+class Parser:
+    """Feed lines; completed commands come out of :meth:`feed` in order of their return."""
+
+    byteorder: str = sys.byteorder
+    lost: int = 0
+    orphans: int = 0  # returns without an entry (buffer started mid-call, or events lost)
+    dropped: int = 0  # entries dropped because their CPU lost events
+    _tx: dict = field(default_factory=dict)  # pid -> list of open tpm_transmit entries
+    _cmd: dict = field(default_factory=dict)  # pid -> list of open tpm_transmit_cmd entries
+    _done_under_cmd: dict = field(default_factory=dict)  # pid -> commands waiting for tpm_transmit_cmd's rc
+
+    def feed(self, line: str) -> list[KernelCommand]:
+        ev = parse_line(line)
+        if ev is None:
+            return []
+        if isinstance(ev, tuple):
+            return self._lost(*ev)
+        name = ev.event
+        if name == probes.TX:
+            self._tx.setdefault(ev.pid, []).append(ev)
+            return []
+        if name == probes.CMD:
+            self._cmd.setdefault(ev.pid, []).append(ev)
+            return []
+        if name == probes.TX_RET:
+            stack = self._tx.get(ev.pid)
+            if not stack:
+                self.orphans += 1
+                return []
+            entry = stack.pop()
+            cmd_stack = self._cmd.get(ev.pid) or []
+            via_cmd = bool(cmd_stack)
+            desc = cmd_stack[-1].args.get("desc") if via_cmd else None
+            cc = _num(entry.args.get("cc"))
+            tag = _num(entry.args.get("tag"))
+            size = _num(entry.args.get("size"))
+            kc = KernelCommand(
+                t_ns=entry.t_ns, wire_ns=max(ev.t_ns - entry.t_ns, 0), pid=ev.pid, comm=entry.comm,
+                cpu=entry.cpu, cpu_return=ev.cpu,
+                cc=_swap32(cc, self.byteorder) if cc is not None else None,
+                tag=_swap16(tag, self.byteorder) if tag is not None else None,
+                size=_swap32(size, self.byteorder) if size is not None else None,
+                rc=None, ret=_signed(_num(ev.args.get("ret"))), desc=desc, path="")
+            kc.path = kernel_path(kc.cc, desc, kc.comm, via_cmd)
+            if via_cmd:
+                self._done_under_cmd.setdefault(ev.pid, []).append(kc)
+                return []
+            if kc.ret is not None and kc.ret < 0:
+                kc.rc = None
+            return [kc]
+        if name == probes.CMD_RET:
+            stack = self._cmd.get(ev.pid)
+            if not stack:
+                self.orphans += 1
+                return []
+            stack.pop()
+            done = self._done_under_cmd.pop(ev.pid, [])
+            rc = _signed(_num(ev.args.get("rc")))
+            caller = ev.loc.split(" <- ", 1)[0].strip() if " <- " in ev.loc else None
+            for kc in done:
+                # tpm_transmit_cmd returns the TPM's response code, or -errno
+                kc.rc = rc if rc is not None and rc >= 0 else None
+                if caller:
+                    kc.caller = caller.split("+", 1)[0]
+                    kc.path = kernel_path(kc.cc, kc.desc, kc.comm, True, caller)
+            return done
+        return []
+
+    def _lost(self, cpu: int, n: int) -> list[KernelCommand]:
+        """Events of ``cpu`` were overwritten: an entry still open there may have lost its
+        return, and pairing it with a later return would invent a latency. Drop those
+        entries; commands already returned under a tpm_transmit_cmd that may have lost its
+        return come out with the response code unknown."""
+        self.lost += n
+        out: list[KernelCommand] = []
+        for stacks in (self._tx, self._cmd):
+            for pid, stack in list(stacks.items()):
+                kept = [e for e in stack if e.cpu != cpu]
+                self.dropped += len(stack) - len(kept)
+                if kept:
+                    stacks[pid] = kept
+                else:
+                    del stacks[pid]
+        for pid in list(self._done_under_cmd):
+            if pid not in self._cmd:
+                out.extend(self._done_under_cmd.pop(pid))
+        return out
+
+    def pending(self) -> int:
+        return sum(len(v) for v in self._tx.values())
+
+
+def _signed(v: int | None) -> int | None:
+    if v is None:
+        return None
+    if v >= 1 << 63:
+        return v - (1 << 64)
+    return v
+
+
+def parse_text(text: str, byteorder: str = sys.byteorder) -> tuple[list[KernelCommand], Parser]:
+    p = Parser(byteorder=byteorder)
+    out: list[KernelCommand] = []
+    for line in text.splitlines():
+        out.extend(p.feed(line))
+    return out, p
