@@ -109,7 +109,9 @@ class Detector:
         for e in events:
             self.seen += 1
             cmd, rc, t, w, origin = _fields(e)
-            if cmd == self._sas and rc == 0:
+            # tpmtop's own per-command and saved workloads start sessions on purpose: that is
+            # the strategy being measured, not a failure pattern.
+            if cmd == self._sas and rc == 0 and origin != "workload":
                 self.starts.add(t, w, origin)
             if not rc:
                 continue
@@ -155,10 +157,17 @@ def detect(events, repeat_min: int = REPEAT_MIN, churn_min: int = CHURN_MIN) -> 
 
 
 def detect_in_capture(path) -> list[Pattern]:
-    """The patterns of a capture file's events (none when it was written without --events)."""
-    from tpmtop.capture import load_capture
+    """The patterns of a capture file's events (none when it was written without --events).
+    The events stream past (a capture may hold a million): only the detector's counts stay."""
+    from tpmtop.capture import CaptureReader
 
-    return detect(load_capture(path).get("events") or [])
+    d = Detector()
+
+    def one(e) -> None:  # a typed line (tpmtop.capture.model.EventLine)
+        d.add(({"command": e.command, "rc": e.rc, "t_ns": e.t_ns, "wire_ns": e.wire_ns, "origin": e.origin},))
+
+    CaptureReader(path, on_event=one, on_op=lambda _o: None, typed=True).read()
+    return d.patterns()
 
 
 def summary_lines(patterns: list[Pattern]) -> list[str]:

@@ -17,8 +17,6 @@ class PatternAlerts:
         self.detector.add(events)
         self.current = self.detector.patterns()
         for p in self.current:
-            if p.kind == "session-churn" and p.origins == ["workload"]:
-                continue  # tpmtop's own per-command/saved modes start sessions on purpose
             key = (p.kind, p.command, p.rc)
             told = self._told.get(key, 0)
             if p.count >= max(1, 2 * told):
