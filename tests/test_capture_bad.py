@@ -56,12 +56,14 @@ def _assert_one_line(proc: subprocess.CompletedProcess, path: Path, expect: str)
 @pytest.mark.parametrize("argv", [
     ["export", "{f}", "--format", "openmetrics", "-o", "{out}"],
     ["export", "{f}", "--format", "chrome-trace", "-o", "{out}"],
+    ["export", "{f}", "--format", "chrome-trace", "-o", "-"],
     ["compare", str(SAMPLE), "{f}"],
     ["compare", "--json", str(SAMPLE), "{f}"],
     ["replay", "{f}"],
     ["profile", "from-capture", "{f}", "-o", "{out}"],
     ["boot", "--root", str(BOOT_ROOT), "--capture", "{f}"],
-], ids=["openmetrics", "chrome-trace", "compare", "compare-json", "replay", "profile", "boot"])
+], ids=["openmetrics", "chrome-trace", "chrome-trace-stdout", "compare", "compare-json", "replay", "profile",
+        "boot"])
 def test_bad_capture_one_line_exit_2(path, argv, tmp_path):
     out = tmp_path / "out"
     cmd = TPMTOP + [a.format(f=path, out=out) for a in argv]

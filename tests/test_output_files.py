@@ -213,3 +213,21 @@ def test_export_write_failure_is_one_line(tmp_path):
     proc = run_tpmtop("export", str(SAMPLE), "-f", "openmetrics", "-o", str(link))
     assert "No space left on device" in _one_line(proc, 1)
     _assert_char_device(node, rdev)
+
+
+def test_dev_stdout_on_an_appended_file_appends(tmp_path):
+    """`tpmtop export … -o /dev/stdout >> log`: the shell's descriptor is written through
+    (its O_APPEND holds), not the file renamed over or rewritten from its start."""
+    import subprocess
+
+    from conftest import REPO, TPMTOP
+
+    log = tmp_path / "log.prom"
+    log.write_text("# earlier run\n")
+    with open(log, "ab") as f:
+        proc = subprocess.run(TPMTOP + ["export", str(SAMPLE), "-f", "openmetrics", "-o", "/dev/stdout"],
+                              stdout=f, stderr=subprocess.PIPE, text=True, cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    text = log.read_text()
+    assert text.startswith("# earlier run\n# TYPE tpmtop_operation_seconds histogram")
+    assert text.rstrip().endswith("# EOF")

@@ -3,9 +3,9 @@
 - ``-`` is standard output.
 - A regular file (new or existing, also through a symlink) is written atomically
   (:mod:`tpmtop.atomic`): temporary file in the same directory, fsync, rename.
-- A character device or a FIFO (``/dev/null``, ``/dev/stdout``, ``<(…)``, ``mkfifo``), also
-  through a symlink, is written through, opened as it is: never renamed over, so the device
-  node stays what it is. A block device, a socket or a directory is refused.
+- A character device or a FIFO (``/dev/null``, ``<(…)``, ``mkfifo``), also through a symlink,
+  and ``/dev/stdout``, ``/dev/fd/N`` whatever they lead to, are written through, opened as
+  they are: never renamed over, so the device node stays what it is (and ``>> log`` appends). A block device, a socket or a directory is refused.
 - The same file as an input (``export X -o X``) is refused unless ``--force``.
 - The destination is checked before the work starts (:meth:`Output.check`): a missing parent
   directory, a read-only file system, an empty name, a directory, or a name ending in ``/``
@@ -29,6 +29,16 @@ from typing import IO, Callable, Iterable, Iterator
 from tpmtop.errors import TpmtopError, UsageError
 
 STDOUT = "-"
+_FD_PATHS = ("/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/self/fd/")
+
+
+def _fd_number(path: str) -> int | None:
+    if path in ("/dev/stdout", "/dev/stderr"):
+        return 1 if path == "/dev/stdout" else 2
+    for prefix in ("/dev/fd/", "/proc/self/fd/"):
+        if path.startswith(prefix) and path[len(prefix):].isdigit():
+            return int(path[len(prefix):])
+    return None
 
 
 class OutputError(TpmtopError):
@@ -70,6 +80,11 @@ class Output:
         except OSError as e:
             raise UsageError(f"{label}: {e.strerror}") from None
         real = os.path.realpath(p)
+        if st is not None and p.startswith(_FD_PATHS) and not stat.S_ISDIR(st.st_mode):
+            # /dev/stdout, /dev/fd/3 …: an open descriptor, whatever it leads to (a file opened
+            # for appending by the shell, a terminal): written through, never renamed over.
+            self.kind = "stream"
+            return self
         if st is not None:
             mode = st.st_mode
             if stat.S_ISDIR(mode):
@@ -148,7 +163,10 @@ class Output:
             return
         if self.kind == "stream":
             # O_WRONLY without O_CREAT/O_TRUNC: the node is used as it is, never replaced.
-            fd = os.open(self.path, os.O_WRONLY | os.O_NOCTTY)
+            n = _fd_number(self.path)
+            # /dev/stdout and friends: the descriptor itself (dup), so that its offset and
+            # O_APPEND hold; opening the path anew would write from the file's start.
+            fd = os.dup(n) if n is not None else os.open(self.path, os.O_WRONLY | os.O_NOCTTY)
             with os.fdopen(fd, "wb", buffering=1024 * 1024) as f:
                 yield f
             return

@@ -53,8 +53,8 @@ def build_capture(conn, accounts: list, *, events: list | None = None, ops_log: 
         cap["events"] = events_json(events, t0)
         # The bytes the recorder kept (for pcapng export and decode) and each event's client.
         attach_raw_bytes(cap, events, t0)
-        cap["ops"] = [{"op_seq": s, "engine": e, "mode": m, "op": o, "t_ns": t - t0, "total_ns": tot,
-                       "wire_ns": w, "ok": ok} for (s, e, m, o, t, tot, w, ok) in ops if t >= t0]
+        cap["ops"] = [{"op_seq": s, "engine": _s(e), "mode": _s(m), "op": _s(o), "t_ns": t - t0, "total_ns": tot,
+                       "wire_ns": w, "ok": bool(ok)} for (s, e, m, o, t, tot, w, ok) in ops if t >= t0]
     return cap
 
 
@@ -65,7 +65,7 @@ def _op_tuple(o) -> tuple:
     """An entry of the workload's ops log: (op_seq, engine, mode, op, t_ns, total_ns, wire_ns, ok)."""
     if isinstance(o, tuple):
         return o
-    return (o.op_seq, str(o.engine), str(o.mode), str(o.op), o.t_ns, o.total_ns, o.wire_ns, bool(o.ok))
+    return (o.op_seq, o.engine, o.mode, o.op, o.t_ns, o.total_ns, o.wire_ns, bool(o.ok))
 
 
 def events_json(events: list, t0_ns: int | None = None) -> list[dict]:

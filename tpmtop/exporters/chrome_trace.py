@@ -66,12 +66,15 @@ _MAX_TEMPLATES = 100_000  # a capture with ever-new rc_text strings must not gro
 
 
 class _Writer:
-    """Output lines joined with ",\\n", written in batches."""
+    """Output lines joined with ",\\n", written in batches. ``prefix`` is written with the
+    first flush: a capture refused before its events (not JSON, another schema) then leaves
+    nothing at all on a stdout or pipe output (a file output is discarded anyway)."""
 
-    def __init__(self, out):
+    def __init__(self, out, prefix: bytes = b""):
         self.out = out
         self.batch: list[str] = []
         self.first = True
+        self.prefix = prefix
 
     def add(self, line: str) -> None:
         self.batch.append(line)
@@ -79,6 +82,9 @@ class _Writer:
             self.flush()
 
     def flush(self) -> None:
+        if self.prefix:
+            self.out.write(self.prefix)
+            self.prefix = b""
         if self.batch:
             text = ",\n".join(self.batch)
             self.out.write(((",\n" if not self.first else "") + text).encode("utf-8"))
@@ -106,12 +112,12 @@ def _copy_file(src, dst) -> None:
 class _Export:
     """The state of one export. A forked helper starts with a copy of it (see _Helper)."""
 
-    def __init__(self, out, out_dir: str):
+    def __init__(self, out, out_dir: str, prefix: bytes = b""):
         from tpmtop.tpm import names  # rc wording for events written without rc_text
 
         self.rc_text = names.rc_text
         self.out_dir = out_dir
-        self.w = _Writer(out)
+        self.w = _Writer(out, prefix)
         self.tracks: dict[tuple, int] = {}  # key -> tid, numbered in order of appearance
         self.track_names: dict[int, str] = {}
         self.templates: dict[tuple, str] = {}
@@ -483,8 +489,7 @@ def export_chrome_trace(capture_path: str | os.PathLike, out_path) -> dict:
     out_dir = (os.path.dirname(os.path.realpath(dest.path)) or ".") if dest.is_file else tempfile.gettempdir()
     derived = 0
     with dest.open() as out:
-        out.write(b'{"displayTimeUnit":"ms","traceEvents":[\n')
-        exp = _Export(out, out_dir)
+        exp = _Export(out, out_dir, prefix=b'{"displayTimeUnit":"ms","traceEvents":[\n')
         reader = CaptureReader(capture_path, on_event=exp.event_handler(), on_op=exp.op_handler())
         if dest.is_file:
             reader.on_events_start = exp.on_events_start
