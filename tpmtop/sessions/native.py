@@ -159,7 +159,7 @@ class NativeEngine(Engine):
         salt, ex, ey = crypto.ecdh_salt(self.null_x, self.null_y)
         nonce_caller = os.urandom(32)
         body = (struct.pack(">II", tpm_key, TPM_RH_NULL) + _tpm2b(nonce_caller)
-                + _tpm2b(_tpm2b(ex) + _tpm2b(ey)) + b"\x00" + _SYM_AES128_CFB + struct.pack(">H", 0x000B))
+                + _tpm2b(_tpm2b(ex) + _tpm2b(ey)) + b"\x00" + _SYM_AES128_CFB + struct.pack(">H", TPM2_ALG.SHA256))
         rsp = self._plain(CC_START_AUTH_SESSION, body)
         handle = int.from_bytes(rsp[10:14], "big")
         nlen = int.from_bytes(rsp[14:16], "big")
