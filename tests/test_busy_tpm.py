@@ -76,3 +76,17 @@ def test_bad_timeout_is_usage(bad):
 def test_timeout_is_generous_enough_for_a_working_tpm(swtpm):
     r = run_tpmtop("handles", "-T", swtpm.tcti, "--timeout", "30", timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("engine", ["native", "esys"])
+def test_tpm_silent_mid_run_stops_the_bench_with_its_name(swtpm, bench, engine):
+    """A TPM that stops answering in the middle of a run, under either crypto engine (ESAPI
+    sees only a TCTI failure: the line is still the transport's)."""
+    b = bench("-T", swtpm.tcti, "--engine", engine, "-n", "1000000", "--warmup", "0", "--timeout", "2", "-q")
+    b.working(tpm_pid=swtpm.proc.pid, cpu_s=0.2)
+    os.kill(swtpm.proc.pid, signal.SIGSTOP)
+    rc, out, err = b.finish()
+    assert rc == 1, err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"tpmtop: stopped: swtpm 127.0.0.1:{swtpm.port} did not answer ") and "within 2 s" in err
+    assert engine in out  # what was completed is kept

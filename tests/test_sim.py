@@ -2,6 +2,7 @@
 
 import os
 import signal
+import time
 
 import psutil
 import pytest
@@ -30,8 +31,12 @@ LONG = ["--sim", "-n", "1000000", "--warmup", "0", "--modes", "none,per-command"
 
 
 def _state_dir(proc: psutil.Process) -> str:
-    arg = proc.cmdline()[proc.cmdline().index("--tpmstate") + 1]
-    return arg.removeprefix("dir=")
+    # Caught right at its exec, the swtpm may not show its full command line yet.
+    deadline = time.monotonic() + 60
+    while "--tpmstate" not in (cmd := proc.cmdline()):
+        assert time.monotonic() < deadline, cmd
+        time.sleep(0.01)
+    return cmd[cmd.index("--tpmstate") + 1].removeprefix("dir=")
 
 
 @pytest.mark.parametrize("engine", ["native", "esys"])
