@@ -129,8 +129,10 @@ def costs_from_traces(traces: list[TraceResult], calls_per_sum: int | None) -> t
     return out, notes
 
 
-def load_capture_costs(path: str) -> tuple[dict[str, Cost], list[str]]:
-    """Per-mode extend cost (op_us p50) from a ``tpmtop bench --json`` capture.
+def load_capture_costs(path: str, components: dict[str, Cost] | None = None) -> tuple[dict[str, Cost], list[str]]:
+    """Per-mode extend cost (op_us p50) from a ``tpmtop bench --json`` capture. A capture of
+    the kernel's own commands (``tpmtop kernel --json``: an observed run) gives per-command
+    costs instead, added to ``components`` where they are missing.
 
     Read with the capture package's streaming summary loader (schema-checked, finite numbers,
     events skipped as they stream by: a million-event capture needs no gigabyte of dicts);
@@ -147,7 +149,41 @@ def load_capture_costs(path: str) -> tuple[dict[str, Cost], list[str]]:
         p50 = run["op_us"]["p50"]
         if p50 > _MAX_EXTEND_US:  # finite but absurd: the projection's decimals would overflow
             raise UsageError(f"{path}: runs[{i}].op_us.p50 of {p50:.3g} µs is not a plausible PCR extend")
-    return capture_costs(data, path)
+    per_mode, notes = capture_costs(data, path)
+    kernel = kernel_components(data, path)
+    if kernel:
+        notes = [n for n in notes if "has no extend runs" not in n]
+        if components is not None:
+            for k, c in kernel.items():
+                components.setdefault(k, c)
+    return per_mode, notes
+
+
+# tpmtop kernel's per-command runs: the kernel's own commands, timed at tpm_transmit.
+_KERNEL_COMMANDS = {"TPM2_CC_ContextLoad": "L", "TPM2_CC_StartAuthSession": "S", "TPM2_CC_FlushContext": "F"}
+
+
+def kernel_components(data: dict, path: str) -> dict[str, Cost]:
+    """Per-command costs (p50) from a ``tpmtop kernel --json`` capture. Its PCR_Extends carry
+    an HMAC session when the kernel also started sessions (the probe sees only the header), so
+    they price Eh then, E0 otherwise."""
+    out: dict[str, Cost] = {}
+    for run in data.get("runs") or ():
+        if not isinstance(run, dict) or run.get("engine") != "observed" or run.get("mode") != "kernel":
+            continue
+        cmds = run.get("commands") if isinstance(run.get("commands"), dict) else {}
+        hmac = "TPM2_CC_StartAuthSession" in cmds
+        for name, summ in cmds.items():
+            if name == "TPM2_CC_PCR_Extend":
+                comp = "Eh" if hmac else "E0"
+            else:
+                comp = _KERNEL_COMMANDS.get(name)
+            p50 = summ.get("p50") if isinstance(summ, dict) else None
+            if comp is None or not isinstance(p50, (int, float)) or p50 <= 0:
+                continue
+            out[comp] = Cost(Decimal(repr(float(p50))).quantize(Decimal("0.001")),
+                             f"kernel capture {path}", f"p50 of {summ.get('count')} {name.removeprefix('TPM2_CC_')}")
+    return out
 
 
 _MAX_EXTEND_US = 3.6e9  # an hour

@@ -65,6 +65,13 @@ def _extends(sf: SystemFacts, override: int | None) -> tuple[int | None, str]:
     return None, f.reason if f is not None and f.reason else "IMA measurement count unknown"
 
 
+# How to record the next boot's kernel TPM commands with tpmtop kernel's probes.
+ARM_KERNEL_TRACE = ("to time this machine's own kernel TPM commands during the next boot: add the output "
+                    "of `tpmtop kernel --boot-cmdline` to the kernel command line; after the boot, "
+                    "`sudo cat /sys/kernel/tracing/trace > k.txt`, `tpmtop kernel --from-trace k.txt --json k.json`, "
+                    "then `tpmtop boot --capture k.json`")
+
+
 def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
                  capture: str | None = None, extends: int | None = None,
                  calls_per_sum: int | None = None, identity: dict | None = None) -> BootReport:
@@ -78,7 +85,7 @@ def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
     notes += tnotes
     per_mode: dict[str, pj.Cost] = {}
     if capture:
-        per_mode, cnotes = pj.load_capture_costs(capture)
+        per_mode, cnotes = pj.load_capture_costs(capture, components)
         notes += cnotes
     projection, reason = None, None
     if not sf.tpm_seen and extends is None:
@@ -96,6 +103,7 @@ def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
                 components[k] = published[k]
             notes.append(f"{', '.join(filled)}: {pj.PUBLISHED_ABOUT}; import a trace (--trace) or a "
                          "capture (--capture) for this machine's figures")
+            notes.append(ARM_KERNEL_TRACE)
         projection = pj.project(n, n_src, components, per_mode)
         if not sm.applies:
             _without_sessions(projection, sf, notes)
