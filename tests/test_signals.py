@@ -208,5 +208,6 @@ def test_second_signal_does_not_wait_for_a_silent_tpm(tcp_swtpm):
             p.kill()
             p.wait()
     assert p.returncode == 130, err
-    assert err.splitlines() == ["tpmtop: interrupted (stopped by SIGTERM)"], err
+    # one line; which of the two signals it names depends on when each was handled
+    assert len(err.splitlines()) == 1 and err.startswith("tpmtop: interrupted (stopped by SIG"), err
     assert out == ""

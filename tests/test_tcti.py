@@ -44,16 +44,23 @@ def test_tpm0_refused_without_raw_device():
 
 
 def test_option_and_environment_against_real_swtpms(tcp_swtpm):
-    # -T points at a live swtpm; the environment at a dead port: -T must win.
-    r = run_tpmtop("info", "--json", "-T", tcp_swtpm.tcti, env={"TPM2TOOLS_TCTI": "swtpm:port=1"})
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["identity"]["manufacturer"] == "IBM"
-    # Without -T the environment is used: the live one works, the dead one fails cleanly.
-    r = run_tpmtop("info", "--json", env={"TPM2TOOLS_TCTI": tcp_swtpm.tcti})
-    assert r.returncode == 0 and json.loads(r.stdout)["tpm"]["tcti"] == tcp_swtpm.tcti
-    r = run_tpmtop("info", env={"TPM2TOOLS_TCTI": "swtpm:port=1"})
-    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "cannot connect" in r.stderr
-    assert "Traceback" not in r.stderr
+    # A port that refuses connections for the whole test: bound here, never listening (a fixed
+    # "dead" port such as 1 may be anyone's on a shared machine).
+    import socket
+
+    with socket.socket() as refuser:
+        refuser.bind(("127.0.0.1", 0))
+        dead = f"swtpm:host=127.0.0.1,port={refuser.getsockname()[1]}"
+        # -T points at a live swtpm; the environment at a dead port: -T must win.
+        r = run_tpmtop("info", "--json", "-T", tcp_swtpm.tcti, env={"TPM2TOOLS_TCTI": dead})
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["identity"]["manufacturer"] == "IBM"
+        # Without -T the environment is used: the live one works, the dead one fails cleanly.
+        r = run_tpmtop("info", "--json", env={"TPM2TOOLS_TCTI": tcp_swtpm.tcti})
+        assert r.returncode == 0 and json.loads(r.stdout)["tpm"]["tcti"] == tcp_swtpm.tcti
+        r = run_tpmtop("info", env={"TPM2TOOLS_TCTI": dead})
+        assert r.returncode == 1 and r.stderr.count("\n") == 1 and "cannot connect" in r.stderr
+        assert "Traceback" not in r.stderr
 
 
 def test_permission_denied_names_the_group(tmp_path):

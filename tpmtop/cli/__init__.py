@@ -153,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tpmtop: {e}", file=sys.stderr)
         return e.exit_status
     except KeyboardInterrupt as e:  # Ctrl-C, or Interrupted from a signal
+        interrupts.ignore()  # clean-up is done: another signal now would only cut this line
         print(f"tpmtop: interrupted{f' ({e})' if isinstance(e, Interrupted) else ''}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 
 from tpmtop.errors import TpmConnectionError
+from tpmtop.tpm import interrupts
 from tpmtop.tpm import tcti as tcti_mod
 from tpmtop.tpm import wire
 from tpmtop.tpm.exchange import ExchangeSink, Labels
@@ -83,6 +84,11 @@ class TpmConnection:
         return self.owner.call(fn, self.transport, *args, labels=labels or Labels(origin), **kwargs)
 
     def close(self) -> None:
+        # No signal breaks into closing (a second Ctrl-C is raised once it is done).
+        with interrupts.closing():
+            self._close()
+
+    def _close(self) -> None:
         if self.owner is not None:
             # Jobs already queued (a clean-up) finish first; a job stuck on a silent TPM is
             # abandoned after the time-out (the thread is a daemon, the backend closes under it).

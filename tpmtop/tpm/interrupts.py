@@ -20,6 +20,7 @@ import threading
 from tpmtop.errors import Interrupted
 
 _depth = 0  # held() nesting on the main thread (signal handlers only run there)
+_closing = 0  # closing() nesting: no signal breaks in, not even a second one
 _pending: str | None = None
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -29,8 +30,8 @@ def handler(signum, frame) -> None:
     """The signal handler tpmtop's CLI installs (SIGTERM, SIGHUP, SIGINT)."""
     global _pending
     why = f"stopped by {signal.Signals(signum).name}"
-    if _depth and _pending is None:
-        _pending = why  # raised once the command in flight is answered
+    if _closing or (_depth and _pending is None):
+        _pending = _pending or why  # raised once the command in flight is answered
         return
     # Not inside a held stretch — or a second signal while one is already waiting: the user
     # will not wait for a TPM that is slow to answer (at most --timeout), so stop now.
@@ -41,6 +42,12 @@ def handler(signum, frame) -> None:
 def install() -> None:
     for sig in SIGNALS:
         signal.signal(sig, handler)
+
+
+def ignore() -> None:
+    """From now on the signals do nothing (tpmtop has cleaned up and is about to exit)."""
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def take_pending() -> str | None:
@@ -78,3 +85,32 @@ def held() -> _Held:
     """Run the block whole: a signal arriving inside it is raised when it ends (signal
     handlers only ever run on the main thread; elsewhere this does nothing)."""
     return _HELD
+
+
+class _Closing:
+    """``with closing():`` around closing a TPM connection: every signal waits until it is
+    closed. Breaking into it (a second Ctrl-C) would leave the owner thread's queue, a join
+    (CPython 3.11's Thread.join is not safe against an exception raised inside it: "release
+    unlocked lock") or the private swtpm half stopped; closing is bounded anyway (the
+    owner's join has a time-out)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        global _closing
+        if _get_ident() == _MAIN:
+            _closing += 1
+
+    def __exit__(self, *exc) -> None:
+        global _closing
+        if _get_ident() == _MAIN:
+            _closing -= 1
+            if not _closing and not _depth and _pending is not None:
+                raise Interrupted(take_pending())
+
+
+_CLOSING = _Closing()
+
+
+def closing() -> _Closing:
+    return _CLOSING
