@@ -16,6 +16,10 @@ unpaced (``rate 0``) and reports:
   then skips only the terminal write). Target ≤ 100 ms;
 - **CPU while paused**: the process's CPU time (all threads, psutil) over a window with the
   workload paused and polling on. Target ≤ 5 % of one core.
+- **live ratio**: the Modes panel's per-command/none p50 ratio (what the user reads), measured
+  in this run at the dashboard's default pacing and at max rate (unpaced). Paced operations
+  must not pay the host's wake-up (issue #15 item 1): the two must agree within 20 %.
+  The last line reads ``live ratio at default pacing / max rate: x<A> / x<B>``.
 """
 
 from __future__ import annotations
@@ -35,12 +39,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from machine import describe  # noqa: E402 - benchmarks/machine.py
 
 
+async def live_ratio(src, pilot, rate: float, seconds: float) -> tuple[float | None, dict]:
+    """per-command p50 / none p50 as the Modes panel computes it, at ``rate``."""
+    from tpmtop.sessions.modes import MODES
+    from tpmtop.sources.model import comparison, runs_from_accounts
+
+    src.rate = rate
+    src.reset_stats()
+    for mode in ("none", "per-command"):
+        src.choose(mode=mode)
+        await pilot.pause(seconds)
+    rows = {r.mode: r for r in comparison(runs_from_accounts(src.accounts()), src.op, MODES) if r.engine == src.engine}
+    pc, none = rows.get("per-command"), rows.get("none")
+    detail = {m: {"p50_us": round(r.p50_us, 1), "ops": r.ops} for m, r in rows.items()}
+    return (round(pc.ratio, 1) if pc is not None and pc.ratio else None), detail
+
+
 async def run(seconds: float, mode: str, presses: int, rate: float = 0.0) -> dict:
     import psutil
 
     from tpmtop.tpm.connection import open_tpm
     from tpmtop.tui.app import TpmtopApp
-    from tpmtop.sources.live import LiveSource
+    from tpmtop.sources.live import DEFAULT_RATE, LiveSource
     from tpmtop.tui.screens.main import MainScreen
 
     ticks: list[float] = []
@@ -60,6 +80,13 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0) -> dic
         async with app.run_test(size=(140, 44)) as pilot:
             main = next(s for s in app.screen_stack if isinstance(s, MainScreen))
             await pilot.pause(1.0)  # warm up
+            out["ratio_default"], out["ratio_default_detail"] = await live_ratio(src, pilot, DEFAULT_RATE, seconds / 2)
+            out["ratio_max"], out["ratio_max_detail"] = await live_ratio(src, pilot, 0.0, seconds / 2)
+            out["default_rate"] = DEFAULT_RATE
+            src.rate = rate
+            src.choose(mode=mode)
+            src.reset_stats()
+            await pilot.pause(1.0)
             rec = src.recorder
             n0, t0 = rec.total, time.perf_counter()
             seen0 = main._seen_seq
@@ -167,6 +194,13 @@ def main() -> int:
           f"  (overall {max(worst.values())} ms; target <= 100)")
     print(f"CPU while paused                    {r['cpu_paused_pct_of_one_core']} % of one core "
           f"(poll every {r['poll_interval_s']:g} s; target <= 5 %)")
+    for what, key in (("default pacing", "ratio_default"), ("max rate", "ratio_max")):
+        d = r[key + "_detail"]
+        print(f"live ratio at {what:<15} " + "  ".join(f"{m} p50 {v['p50_us']} µs ({v['ops']} ops)" for m, v in d.items()))
+    a, b = r["ratio_default"], r["ratio_max"]
+    verdict = "within 20 %" if a and b and abs(a - b) / b <= 0.2 else "NOT within 20 %"
+    print(f"(default pacing {r['default_rate']:g} ops/s in bursts; {verdict})")
+    print(f"live ratio at default pacing / max rate: x{a} / x{b}")
     return 0
 
 

@@ -10,6 +10,7 @@ import asyncio
 from tpmtop.tpm.handles import list_handles
 from tpmtop.tui import messages as m
 from tpmtop.tui.app import TpmtopApp
+from tpmtop.sources.live import burst_size, pacing_json
 from tpmtop.sources.replay import ReplaySource, load
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tui_helpers import SIZE, app_for, header_text, main_screen, until
@@ -61,6 +62,33 @@ class TestWorkload:
             await pilot.press("space")
             await until(pilot, lambda: sum(1 for e in src.recorder.events() if e.origin == "workload") > after,
                         what="workload resumed")
+
+
+class TestPacing:
+    def test_paced_workload_runs_in_warm_bursts(self):
+        """A paced workload runs >= 4 operations back to back per wake-up, at every rate, so
+        its p50 is a warm operation's (issue #15: the live ratio at 100/s read x8, bench x23)."""
+        assert burst_size(0) == 1  # unpaced: never sleeps
+        assert all(burst_size(r) >= 4 for r in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000))
+        assert burst_size(100) == 10 and burst_size(1000) == 100  # at most 10 wake-ups a second
+        assert pacing_json(100)["burst"] == 10 and pacing_json(100)["burst_every_s"] == 0.1
+
+    async def test_capture_records_each_runs_pacing(self, live, tmp_path):
+        """Operations paced at 100/s and then unpaced: the run says it ran under both."""
+        src = live(start_running=True, rate=100, mode="none")
+        seen = []
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
+            await until(pilot, lambda: any(a.ops >= 8 for a in src.accounts().values()), what="paced ops")
+            assert "in bursts of 10" in header_text(app)
+            src.rate = 0
+            await until(pilot, lambda: 0 in src.rates_run.get(("native", "none", "extend"), ()), what="unpaced ops")
+            await pilot.press("x")
+            await until(pilot, lambda: any(isinstance(x, m.CaptureExported) for x in seen), what="export")
+        cap = load(next(x.path for x in seen if isinstance(x, m.CaptureExported)))
+        run = next(r for r in cap["runs"] if r["mode"] == "none")
+        assert [p["rate_ops_per_s"] for p in run["pacing"]] == [100, 0]
+        assert run["pacing"][0]["burst"] == 10
 
 
 class TestLatency:
@@ -189,6 +217,8 @@ class TestExportReplay:
         assert cap["schema"] == "tpmtop.capture/1"
         run = next(r for r in cap["runs"] if r["mode"] == "reuse")
         assert run["ops"] >= 5 and run["commands_per_op"] == {"TPM2_CC_PCR_Extend": 1.0}
+        # The capture says what pacing its operations ran under (here: unpaced).
+        assert cap["pacing"]["rate_ops_per_s"] == 0 and run["pacing"] == [pacing_json(0)]
         rsrc = ReplaySource(cap, path)
         rapp = TpmtopApp(rsrc, theme="dark", remember=False)
         async with rapp.run_test(size=SIZE) as pilot:

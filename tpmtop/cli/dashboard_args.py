@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="how often to ask the TPM for its handles and slots (default 1 with --sim, "
                         "5 on a real TPM: each poll perturbs the kernel's session, see --passive)")
     g.add_argument("--rate", type=_rate, default=100.0, metavar="OPS",
-                   help="workload operations per second (default 100; 0: as fast as the TPM allows)")
+                   help="workload operations per second on average (default 100; 0: as fast as the TPM "
+                        "allows). Paced in bursts of >= 4 back to back so each operation runs warm")
     g.add_argument("--mode", default="per-command", choices=("none", "per-command", "reuse", "saved"),
                    help="session mode the workload starts in (default per-command)")
     g.add_argument("--engine", default="native", choices=("native", "esys"), help="crypto engine (default native)")

@@ -307,7 +307,8 @@ class MainScreen(TpmWorkers, Screen):
         if self.kind == "live":
             ident = src.identity
             identity = f"{ident.manufacturer} {ident.vendor} fw {ident.firmware}" if ident else "…"
-            rate = "rate max" if src.rate == 0 else f"rate {src.rate:g}/s"
+            pacing = src.pacing()
+            rate = "rate max" if src.rate == 0 else f"rate {src.rate:g}/s in bursts of {pacing['burst']}"
             extra = f"poll {src.poll_interval:g} s"
             if st == "disconnected":
                 extra = f"retrying: {src.last_error or ''}"[:80]
