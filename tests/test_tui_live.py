@@ -43,6 +43,30 @@ class TestWorkload:
         # polling never counted as workload
         assert all(e.origin != "workload" or e.engine == "native" for e in src.recorder.events())
 
+    async def test_flush_ours_keeps_the_modes_comparison(self, live, tmp_path):
+        """F flushes tpmtop's handles (the kept session leaves the TPM) but keeps every mode's
+        measurements: the Modes panel still compares all four, counts continue."""
+        src = live(start_running=True, rate=0, mode="none")
+        seen = []
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
+            for i, mode in enumerate(("none", "per-command", "reuse", "saved")):
+                if i:
+                    await pilot.press("m")
+                key = ("native", mode, "extend")
+                await until(pilot, lambda: key in src.accounts() and src.accounts()[key].ops >= 5, what=mode)
+            before = {k: a.ops for k, a in src.accounts().items()}
+            await pilot.press("F")
+            await until(pilot, lambda: any(isinstance(x, m.HandlesFlushed) for x in seen), what="flushed")
+            flushed = next(x for x in seen if isinstance(x, m.HandlesFlushed)).handles
+            assert any(h >> 24 == 0x02 for h in flushed)  # the saved mode's kept session
+            after = src.accounts()
+            assert set(after) >= set(before)
+            assert all(after[k].ops >= n for k, n in before.items())
+            main_screen(app)._refresh_stats()
+            bars = str(main_screen(app).query_one("#bars").render())
+            assert all(mode in bars for mode in ("none", "per-command", "reuse", "saved"))
+
     async def test_pause_stops_workload_commands(self, live, tmp_path):
         """Space pauses the workload: no workload command reaches the TPM while paused."""
         src = live(start_running=True, rate=0)

@@ -298,7 +298,9 @@ class LiveSource:
         w, self.workload = self.workload, None
         if w is None:
             return
-        self._old_accounts = self.accounts()
+        # Not self.accounts(): the workload is already detached, and that read would return the
+        # (empty) old accounts, so F (flush ours) wiped the Modes comparison.
+        self._old_accounts = {**self._old_accounts, **dict(getattr(w, "accounts", None) or {})}
         self.periods.extend(w.periods)  # earlier TPM lives stay apart from the accounts merged back
         del w.periods[:]
         if self.connected:
