@@ -76,6 +76,17 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
 GRACE_S = 3.0
 
 
+def require_terminal() -> None:
+    """The dashboard draws on a terminal. Without one (a pipe, a file, cron) Textual would
+    write escape codes into the file and spin; say so instead, before anything is opened."""
+    import sys
+
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        which = "stdin" if not sys.stdin.isatty() else "stdout"
+        raise UsageError(f"the dashboard needs a terminal ({which} is not one); without one use the headless "
+                         "commands: tpmtop info, handles, bench --json, boot, export (see tpmtop --help)")
+
+
 def _run_app(app, cleanup=None) -> int:
     """Run the app with SIGTERM/SIGHUP (an SSH drop) asking it to exit cleanly, so the
     caller's ``finally`` flushes handles and stops a private swtpm.
@@ -125,6 +136,7 @@ def run(args) -> int:
             raise UsageError("--passive sends nothing to any TPM: it cannot be combined with --sim or -T")
         if args.profile is not None or args.seed is not None:
             raise UsageError("--passive sends nothing to any TPM: there is no simulator for --profile/--seed to slow down")
+        require_terminal()
         from tpmtop.sources.passive import PassiveSource
 
         return _run_app(TpmtopApp(PassiveSource(), theme=args.theme, export_dir=args.export_dir))
@@ -138,6 +150,7 @@ def run(args) -> int:
         raise UsageError(f"--export-dir {args.export_dir}: no such directory")
     # Checked (and a profile file validated) before anything is opened: refused without --sim.
     profile = profile_from_args(args)
+    require_terminal()
     conn = open_tpm(tcti=args.tcti, sim=args.sim, raw_device=args.raw_device, notice=notice)
     source = None
     try:
@@ -164,6 +177,7 @@ def run_replay(args) -> int:
                          "dashboard (the replay header names the profile the capture was taken with)")
 
     source = ReplaySource(load(args.capture), args.capture)  # a bad file: one line, exit 2
+    require_terminal()
     from tpmtop.tui.app import TpmtopApp
 
     return _run_app(TpmtopApp(source, theme=args.theme))

@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Static, Tab, Tabs
 
 from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS, ENGINES, MODES, OPS, PANELS
-from tpmtop.sources.model import (ContextGapTracker, HandleBook, RateMeter, command_rows_live,
+from tpmtop.sources.model import (ContextGapTracker, CpuMeter, HandleBook, RateMeter, command_rows_live,
                               command_rows_run, comparison, gauges, mark_row, op_rows, runs_from_accounts,
                               stream_row)
 from tpmtop.tui.screens.confirm import ConfirmScreen
@@ -71,6 +71,7 @@ class MainScreen(TpmWorkers, Screen):
         self.poll = None  # the last PollResult
         self.sysfs = None
         self.ima_rate = RateMeter(window_s=5.0)
+        self.cpu = CpuMeter()
         self._seen_seq = 0
         self._seen_total = -1
         self._seen_marks = 0
@@ -204,6 +205,7 @@ class MainScreen(TpmWorkers, Screen):
             if events or marks:
                 self._ingest_stream(events, marks)
         self._notify_boundaries()
+        self.cpu.sample()
         if now - self._last_slow >= 1.0:
             self._last_slow = now
             self._refresh_stats()
@@ -309,7 +311,7 @@ class MainScreen(TpmWorkers, Screen):
             identity = f"{ident.manufacturer} {ident.vendor} fw {ident.firmware}" if ident else "…"
             pacing = src.pacing()
             rate = "rate max" if src.rate == 0 else f"rate {src.rate:g}/s in bursts of {pacing['burst']}"
-            extra = f"poll {src.poll_interval:g} s"
+            extra = f"poll {src.poll_interval:g} s  {self.cpu.text()}"
             if st == "disconnected":
                 extra = f"retrying: {src.last_error or ''}"[:80]
             marker = ""
