@@ -35,6 +35,7 @@ from tpmtop.tui.widgets.system import SystemPanel
 REFRESH_S = 0.2  # ≤ 10 refreshes a second, as the issue asks; 5 keeps a paused dashboard idle
 RETRY_S = 2.0
 COMPACT_W, COMPACT_H = 110, 32
+NARROW_W = 120  # below: the footer shows only the essential keys
 STREAM_INGEST = 500  # with a filter: newest events searched per refresh
 STREAM_ROWS = 120  # newest events turned into rows per refresh; older ones are only counted
 
@@ -141,6 +142,7 @@ class MainScreen(TpmWorkers, Screen):
         w, h = self.size
         self.compact = bool(w and h) and (w < COMPACT_W or h < COMPACT_H)
         self.set_class(self.compact, "-compact")
+        self.set_class(bool(w) and w < NARROW_W, "-narrow")
         self.query_one("#panel-tabs").display = self.compact
         visible = {pid for _, pid, _ in PANELS} if not self.compact else {self.active_panel}
         if not self.compact and not self.show_system:
@@ -287,8 +289,9 @@ class MainScreen(TpmWorkers, Screen):
         if self.poll is not None:
             ident = src.identity
             transient = sum(1 for e in self.poll.entries if e.kind == "transient")
+            saved = sum(1 for e in self.poll.entries if e.kind == "saved-session")
             self.query_one(ResourcesPanel).show(gauges(self.poll.var, ident.fixed if ident else {},
-                                                       self.gap.gap, transient))
+                                                       self.gap.gap, transient, saved))
 
     def _refresh_replay(self) -> None:
         src = self.source
@@ -310,8 +313,8 @@ class MainScreen(TpmWorkers, Screen):
             ident = src.identity
             identity = f"{ident.manufacturer} {ident.vendor} fw {ident.firmware}" if ident else "…"
             pacing = src.pacing()
-            rate = "rate max" if src.rate == 0 else f"rate {src.rate:g}/s in bursts of {pacing['burst']}"
-            extra = f"poll {src.poll_interval:g} s  {self.cpu.text()}"
+            rate = "rate max" if src.rate == 0 else f"rate {src.rate:g}/s, bursts of {pacing['burst']}"
+            extra = f"poll {src.poll_interval:g} s"
             if st == "disconnected":
                 extra = f"retrying: {src.last_error or ''}"[:80]
             marker = ""
@@ -322,7 +325,7 @@ class MainScreen(TpmWorkers, Screen):
             self.query_one(StatusHeader).show(
                 state=st, identity=identity, tcti=src.tcti, simulated=src.simulated, engine=src.engine,
                 mode=src.mode, op=src.op, ops_per_s=self._ops_per_s, rate=rate, extra=extra,
-                profile=src.profile, marker=marker)
+                profile=src.profile, marker=marker, cpu=self.cpu.text())
         elif self.kind == "replay":
             t = src.tpm
             identity = f"{t.get('manufacturer', '?')} {t.get('vendor', '')} fw {t.get('firmware', '?')}"

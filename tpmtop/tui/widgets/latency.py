@@ -17,13 +17,15 @@ from tpmtop.sources.model import CommandRow, fmt_us
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
 
-COLUMNS = (("name", "command", 24), ("count", "count", 7), ("p50", "p50 µs", 7), ("p90", "p90 µs", 7),
-           ("p99", "p99 µs", 7), ("max", "max µs", 7), ("last", "last µs", 7))
+# (key, header, width, priority): a narrow panel drops the highest numbers first.
+COLUMNS = (("name", "command", 21, 0), ("count", "count", 7, 1), ("p50", "p50 µs", 7, 2), ("p90", "p90 µs", 7, 6),
+           ("p99", "p99 µs", 7, 3), ("max", "max µs", 7, 4), ("last", "last µs", 7, 5))
 HIST_BAR = 24
 HIST_EVERY_S = 2.0
 
 
-def histogram_markup(buckets: list, summary: dict, lines: int) -> str:
+def histogram_markup(buckets: list, summary: dict, lines: int, width: int = 44) -> str:
+    """One bucket per line, never wrapped: the bar gets what ``width`` leaves."""
     if not buckets:
         return "[dim]no samples[/]"
     # Keep the busiest contiguous window that fits.
@@ -31,11 +33,12 @@ def histogram_markup(buckets: list, summary: dict, lines: int) -> str:
         best = max(range(len(buckets) - lines + 1), key=lambda i: sum(c for _, c in buckets[i:i + lines]))
         buckets = buckets[best:best + lines]
     top = max(c for _, c in buckets) or 1
+    bar_w = max(4, min(HIST_BAR, width - 10 - 1 - len(str(top)) - 1))
     out = []
     for ub, c in buckets:
         tone = "fast" if ub <= summary.get("p50", 0) * 1.2 else "mid" if ub <= summary.get("p99", 0) * 1.2 else "slow"
-        n = max(1, round(c / top * HIST_BAR)) if c else 0
-        out.append(f"≤{fmt_us(ub):>8} [$latency-{tone}]{'█' * n}[/]{' ' * (HIST_BAR - n)} {c}")
+        n = max(1, round(c / top * bar_w)) if c else 0
+        out.append(f"≤{fmt_us(ub):>8} [$latency-{tone}]{'█' * n}[/]{' ' * (bar_w - n)} {c}")
     return "\n".join(out)
 
 
@@ -82,6 +85,7 @@ class LatencyPanel(Panel):
             spark.display = False
             return
         lines = max(3, self.query_one("#latency-detail").size.height or 7) - 1
+        width = hist.size.width or 44
         title = f"[b]{escape(row.label.strip(' ▸'))}[/] {escape(self.run_label) if row.key.startswith('op:') else ''}"
         if callable(row.buckets):
             # Live: walking an HDR histogram takes up to ~170 ms of Python, so it runs in a
@@ -89,15 +93,15 @@ class LatencyPanel(Panel):
             now = time.monotonic()
             if force or key != self._hist_key or now - self._hist_t >= HIST_EVERY_S:
                 self._hist_key, self._hist_t = key, now
-                self.compute_histogram(key, row.buckets, row.summary, lines, title)
+                self.compute_histogram(key, row.buckets, row.summary, lines, title, width)
             if key != self._hist_for:
                 self._set(hist, title + "\n[dim]…[/]")
         else:
-            self._set(hist, title + "\n" + histogram_markup(row.histogram(), row.summary, lines))
+            self._set(hist, title + "\n" + histogram_markup(row.histogram(), row.summary, lines, width))
         data = row.recent_us[-60:] if row.recent_us else []
         if data != spark.data:
             spark.data = data
-        spark.display = bool(data)  # a flat line would claim "all equal"
+        spark.display = len(data) >= 2  # one sample drew a solid block; an empty one claims "all equal"
         spark.tooltip = (f"last {len(row.recent_us)} samples, {fmt_us(min(row.recent_us))}–"
                          f"{fmt_us(max(row.recent_us))} µs" if row.recent_us else "no recent samples")
 
@@ -112,8 +116,8 @@ class LatencyPanel(Panel):
             self.markup = markup
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="histogram", description="histogram")
-    def compute_histogram(self, key, buckets, summary, lines, title) -> None:
-        self.post_message(self.HistogramReady(key, title + "\n" + histogram_markup(buckets(), summary, lines)))
+    def compute_histogram(self, key, buckets, summary, lines, title, width) -> None:
+        self.post_message(self.HistogramReady(key, title + "\n" + histogram_markup(buckets(), summary, lines, width)))
 
     def on_latency_panel_histogram_ready(self, message: "LatencyPanel.HistogramReady") -> None:
         if message.key == self.table.selected_key:

@@ -33,19 +33,20 @@ class ModesPanel(Panel):
         if not rows:
             self._text.set(bars, "[dim]no operations yet: each (engine, mode) you run shows up here[/]")
             return
+        # One line per (engine, mode) under a header, whatever the width (two lines each hid
+        # the active row at 120×40 once both engines had run); the bar takes what is left.
         avail = max(30, self.content_size.width or 60)
-        two_lines = avail < 72  # narrow: the numbers, then the bar under them
-        width = avail - 5 if two_lines else avail - 50
+        fixed = 41  # mark, engine, mode, p50, ratio, cmd/op
+        width = avail - fixed - 1
         top = max(r.p50_us for r in rows) or 1.0
-        lines = []
+        lines = [f"[dim] {'engine':<6} {'mode':<11} {'op p50':>9} {'vs none':>6} cmd[/]"]
         for r in rows:
-            n = max(1, round(r.p50_us / top * width))
             tone = "bar-baseline" if r.mode == "none" else "bar-session"
             mark = "▶" if (r.engine, r.mode) == current else " "
             ratio = f"×{r.ratio:,.1f}" if r.ratio is not None else "–"
-            text = f"{mark}{r.engine:<6} {r.mode:<11} {fmt_us(r.p50_us):>8} µs {ratio:>6}"
-            if avail >= 48:
-                text += f" [dim]{r.commands_per_op:>2.0f} cmd/op[/]"
-            bar = f"[${tone}]{'█' * n}[/]"
-            lines += [text, f"  {bar}"] if two_lines else [f"{text} {bar}"]
+            text = f"{mark}{r.engine:<6} {r.mode:<11} {fmt_us(r.p50_us):>6} µs {ratio:>7} {r.commands_per_op:>3.0f}"
+            if width >= 3:
+                n = max(1, round(r.p50_us / top * width))
+                text += f" [${tone}]{'█' * n}[/]"
+            lines.append(text)
         self._text.set(bars, "\n".join(lines))

@@ -18,9 +18,12 @@ from textual.widgets import Input
 from tpmtop.sources.model import StreamRow
 from tpmtop.tui.widgets.panel import Panel
 
-# (header, width); most telling first: on a narrow screen the handles are cut off first,
-# then the sessions (handle:attributes — what shows an HMAC session on the wire).
-COLUMNS = (("t s", 9), ("origin", 8), ("command", 17), ("µs", 8), ("rc", 10), ("sessions", 22), ("handles", 17))
+# (header, width); the last column takes the rest of the line: the handles a command names
+# (a FlushContext's target, a PCR) and then its sessions (handle:attributes, what shows an
+# HMAC session on the wire), so neither is dropped whole on a narrow panel.
+COLUMNS = (("t s", 8), ("origin", 8), ("command", 16), ("µs", 7), ("rc", 6))
+RC_WIDE = 22  # the rc column's width when the line has room for the response code's name
+LAST = "handles · sessions"
 KEEP = 2000
 
 
@@ -61,21 +64,25 @@ class StreamView(Widget, can_focus=True):
 
     def render(self) -> Content:
         height = max(1, self.size.height)
-        header = " ".join(_fit(h, w, right=h == "µs") for h, w in COLUMNS)
+        widths = dict(COLUMNS)
+        if self.size.width >= 110:
+            widths["rc"] = RC_WIDE
+        rest = max(8, self.size.width - sum(w + 1 for w in widths.values()))
+        header = " ".join(_fit(h, w, right=h == "µs") for h, w in widths.items()) + " " + _fit(LAST, rest)
         end = len(self.rows) - self.back
         shown = self.rows[max(0, end - (height - 1)):end]
         lines = [f"[b $foreground-muted]{escape(header)}[/]"]
         for r in shown:
             if r.origin == "mark":  # a boundary: one line across every column
-                lines.append(f"{escape(_fit(r.t, 9))} [b $warning]── {escape(r.command)} ──[/]")
+                lines.append(f"{escape(_fit(r.t, widths['t s'], right=True))} [b $warning]── {escape(r.command)} ──[/]")
                 continue
-            rc = _fit(r.rc, 10)
+            rc = _fit(r.rc, widths["rc"])
             rc = escape(rc) if r.ok else f"[$error]{escape(rc)}[/]"
             origin = _fit(r.origin, 8)
             origin = f"[dim]{origin}[/]" if r.origin != "workload" else origin
-            lines.append(" ".join((escape(_fit(r.t, 9)), origin, escape(_fit(r.command, 17)),
-                                   escape(_fit(r.us, 8, right=True)), rc, escape(_fit(r.sessions, 22)),
-                                   escape(_fit(r.handles, 17)))))
+            last = " · ".join(x for x in (r.handles, r.sessions) if x)
+            lines.append(" ".join((escape(_fit(r.t, widths["t s"], right=True)), origin, escape(_fit(r.command, widths["command"])),
+                                   escape(_fit(r.us, widths["µs"], right=True)), rc, escape(_fit(last, rest)))))
         if not shown:
             lines.append("[dim]no commands yet[/]")
         return Content.from_markup("\n".join(lines))

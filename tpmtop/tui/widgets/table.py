@@ -1,6 +1,11 @@
 """A DataTable updated in place by row key (Dolphie's pattern): vanished rows removed,
 changed cells updated with ``update_cell(update_width=False)``, new rows added, sorted only
-when the set of rows changed. Never ``clear()`` per tick: that resets cursor and scroll."""
+when the set of rows changed. Never ``clear()`` per tick: that resets cursor and scroll.
+
+Columns fit the width: each column has a priority, and the table shows the most important
+ones that fit (no horizontal scrollbar hiding `last µs` or `uses` behind it). The set is
+recomputed on resize only; then, and only then, the rows are rebuilt.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +13,67 @@ from typing import Callable, Iterable
 
 from textual.widgets import DataTable
 
+CELL_PAD = 2  # DataTable's cell_padding (1) on each side
+
 
 class KeyedTable(DataTable):
     DEFAULT_CSS = """
-    KeyedTable { height: 1fr; }
+    KeyedTable { height: 1fr; overflow-x: hidden; }
     """
 
-    def __init__(self, columns: Iterable[tuple[str, str, int | None]], **kw):
+    def __init__(self, columns: Iterable[tuple], **kw):
+        """``columns``: (key, label, width[, priority]); lower priority numbers stay longest,
+        the first column always stays. Cells passed to :meth:`sync` cover every column."""
         super().__init__(cursor_type="row", zebra_stripes=False, **kw)
-        self._columns = list(columns)  # (key, label, width)
+        self._all = [(c[0], c[1], c[2], c[3] if len(c) > 3 else i) for i, c in enumerate(columns)]
+        self._shown: list[int] = list(range(len(self._all)))
         self._shadow: dict[str, tuple] = {}
+        self._rows: list[tuple[str, tuple]] = []
+        self._order: Callable[[str], object] | None = None
+
+    @property
+    def _columns(self) -> list[tuple]:
+        return [self._all[i][:3] for i in self._shown]
+
+    @property
+    def shown_columns(self) -> list[str]:
+        return [self._all[i][0] for i in self._shown]
 
     def on_mount(self) -> None:
+        self._fit(self.size.width)
+
+    def on_resize(self, event) -> None:
+        if self._fit(event.size.width):
+            self._rebuild()
+
+    def _fit(self, width: int) -> bool:
+        """Choose the columns that fit ``width``; True if the choice changed."""
+        budget = width if width else 10_000
+        by_priority = sorted(range(len(self._all)), key=lambda i: (i != 0, self._all[i][3]))
+        shown, used = [], 0
+        for i in by_priority:
+            w = (self._all[i][2] or 10) + CELL_PAD
+            if used + w <= budget or not shown:
+                shown.append(i)
+                used += w
+        shown.sort()
+        if shown == self._shown and self.columns:
+            return False
+        self._shown = shown
+        if not self.columns:
+            for key, label, width in self._columns:
+                self.add_column(label, key=key, width=width)
+        return True
+
+    def _rebuild(self) -> None:
+        selected = self.selected_key
+        self.clear(columns=True)
+        self._shadow.clear()
         for key, label, width in self._columns:
             self.add_column(label, key=key, width=width)
+        self.sync(self._rows, self._order)
+        if selected in self._shadow:
+            self.move_cursor(row=self.get_row_index(selected), animate=False)
 
     @property
     def selected_key(self) -> str | None:
@@ -35,14 +87,18 @@ class KeyedTable(DataTable):
     def sync(self, rows: list[tuple[str, tuple]], order: Callable[[str], object] | None = None) -> bool:
         """Make the table show ``rows`` [(key, cells)]; returns True if rows came or went.
         ``order`` ranks a row by the plain text of its first cell."""
-        wanted = dict(rows)
+        self._rows, self._order = rows, order
+        if not self.columns:
+            return False  # not mounted yet: on_mount adds the columns, the next sync the rows
+        shown = self._shown
+        wanted = {k: tuple(cells[i] for i in shown) for k, cells in rows}
         structural = False
-        col_keys = [c[0] for c in self._columns]
+        col_keys = [self._all[i][0] for i in shown]
         for key in [k for k in self._shadow if k not in wanted]:
             self.remove_row(key)
             del self._shadow[key]
             structural = True
-        for key, cells in rows:
+        for key, cells in wanted.items():
             old = self._shadow.get(key)
             if old is None:
                 self.add_row(*cells, key=key)
@@ -62,3 +118,4 @@ class KeyedTable(DataTable):
     def clear_rows(self) -> None:
         self.clear()
         self._shadow.clear()
+        self._rows = []
