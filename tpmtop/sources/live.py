@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tpmtop.errors import NullNameChanged, TpmConnectionError, TpmError, TpmtopError, UsageError
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, TimingsView
 
 DEFAULT_RATE = 100.0  # ops/s the dashboard's workload starts at
 RATES = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 0.0)  # 0: unpaced
@@ -95,8 +96,7 @@ class PollResult:
 
 
 class LiveSource:
-    kind = "live"
-    needs_tpm = True
+    """A TPM: polled for handles and slots, driven by a workload, recorded command by command."""
 
     def __init__(self, conn, *, read_only: bool = False, poll_interval: float | None = None,
                  rate: float = DEFAULT_RATE, start_running: bool | None = None, engine: str = "native",
@@ -138,6 +138,76 @@ class LiveSource:
         self.rates_run: dict[tuple[str, str, str], set[float]] = {}
         self._close_lock = threading.Lock()
         self._closed = False
+
+    # -- what the dashboard reads (tpmtop.sources.protocol.Source) ------------------------------
+    @property
+    def caps(self) -> Capabilities:
+        ro = self.read_only
+        return Capabilities("live", live=True, handles=True, timings=True, workload=True, changes_tpm=not ro,
+                            selects_runs=not ro, export=True, sysfs=self.kernel_device,
+                            why_not="--read-only: tpmtop sends nothing that changes the TPM" if ro else "")
+
+    def state(self) -> str:
+        if not self.connected:
+            return "disconnected"
+        if self.read_only:
+            return "read-only"
+        return "running" if self.running else "paused"
+
+    def header(self) -> HeaderInfo:
+        st = self.state()
+        ident = self.identity
+        rate = "rate max" if self.rate == 0 else f"rate {self.rate:g}/s, bursts of {burst_size(self.rate)}"
+        extra = f"poll {self.poll_interval:g} s"
+        if st == "disconnected":
+            extra = f"retrying: {self.last_error or ''}"[:80]
+        marker = ""
+        if st == "paused" and self.pause_reason:
+            marker = self.pause_reason
+        elif self.boundaries:
+            marker = f"TPM period {len(self.boundaries) + 1}"
+        return HeaderInfo(state=st, identity=f"{ident.manufacturer} {ident.vendor} fw {ident.firmware}" if ident else "…",
+                          tcti=self.tcti, simulated=self.simulated, engine=self.engine, mode=self.mode, op=self.op,
+                          rate=rate, extra=extra, profile=self.profile, marker=marker, tooltip=self.profile_note)
+
+    def runs(self) -> list:
+        from tpmtop.sources.model import runs_from_accounts
+
+        return runs_from_accounts(self.accounts())
+
+    def timings(self, runs: list | None = None) -> TimingsView:
+        """The current (engine, mode, op) run: its operation rows and its commands, as replay
+        shows a capture's run — never commands of other modes beside this mode's operations."""
+        from tpmtop.sources.model import command_rows_live, command_rows_run, op_rows
+
+        runs = self.runs() if runs is None else runs
+        current = next((r for r in runs if r.key == (self.engine, self.mode, self.op)), None)
+        label = f"{self.engine}/{self.mode}"
+        note = ""
+        if current is None:
+            rows = command_rows_live(self.recorder, None)  # nothing of this run yet: what went on the wire
+            subtitle = f"no {label} operation yet; all origins"
+        else:
+            live = {r.key: r for r in command_rows_live(self.recorder, "workload")}
+            rows = command_rows_run(current)
+            for r in rows:  # the newest samples (sparkline, last) and error counts come from the wire
+                w = live.get(r.key)
+                if w is not None:
+                    r.last_us, r.recent_us, r.errors = w.last_us, w.recent_us, w.errors
+            rows = op_rows(current) + rows
+            subtitle = f"run {label}/{self.op} · {current.ops} ops"
+        if self.boundaries:
+            since = time.strftime("%H:%M:%S", time.localtime(self.boundaries[-1][0]))
+            subtitle += f" · this TPM period (since {since})"
+            earlier = sum(a.ops for p in self.periods for a in p.values())
+            note = (f"since {since}; {len(self.periods)} earlier period{'s' if len(self.periods) != 1 else ''} "
+                    f"kept apart ({earlier} ops)")
+        return TimingsView(rows, subtitle, label, note)
+
+    def values(self, what: str) -> list[str]:
+        from tpmtop.sessions.modes import ENGINES, MODES, OPS
+
+        return list({"engine": ENGINES, "mode": MODES, "op": OPS}[what])
 
     # -- the gate ----------------------------------------------------------------------------
     @contextmanager
@@ -343,11 +413,12 @@ class LiveSource:
         self.rate = RATES[max(0, min(len(RATES) - 1, i + direction))]
         return self.rate
 
-    def choose(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> None:
+    def choose(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> bool:
         """Takes effect before the next operation (the engine tears down kept sessions)."""
         self.engine = engine or self.engine
         self.mode = mode or self.mode
         self.op = op or self.op
+        return True
 
     # -- user actions (worker threads) -----------------------------------------------------------
     def flush(self, handle: int) -> None:

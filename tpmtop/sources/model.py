@@ -28,6 +28,12 @@ def fmt_us(us: float | None) -> str:
     return f"{us:.1f}"
 
 
+def fmt_duration(us: float | None) -> str:
+    """:func:`fmt_us` with its unit: 87.4 µs, 4,321 µs, 151 ms, 1.52 s."""
+    text = fmt_us(us)
+    return text if not text or " " in text else f"{text} µs"
+
+
 def fmt_age(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.0f}s"

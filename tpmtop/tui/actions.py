@@ -58,7 +58,7 @@ ACTIONS: tuple[Action, ...] = (
            "sends no TPM command)"),
     Action("next-theme", "t", "next_theme", "Theme", "theme: Switch to next theme",
            "Cycle the colour theme; the choice is remembered"),
-    Action("help", "question_mark", "help", "Help", "help: Show keys",
+    Action("help", "question_mark,f1", "help", "Help", "help: Show keys",
            "This list", essential=True),
     Action("quit", "q", "quit", "Quit", "app: Quit tpmtop",
            "Quit (stops the workload, flushes tpmtop's handles, stops a private swtpm)", essential=True),

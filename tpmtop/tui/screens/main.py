@@ -15,11 +15,11 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Static, Tab, Tabs
 
+from tpmtop.sources.protocol import Capabilities
 from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS, ENGINES, MODES, OPS, PANELS
-from tpmtop.sources.model import (ContextGapTracker, CpuMeter, HandleBook, RateMeter, command_rows_live,
-                              command_rows_run, comparison, gauges, mark_row, op_rows, runs_from_accounts,
-                              stream_row)
+from tpmtop.sources.model import (ContextGapTracker, CpuMeter, HandleBook, RateMeter, comparison, gauges,
+                                  mark_row, stream_row)
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tpmtop.tui.screens.help import HelpScreen
 from tpmtop.tui.screens.workers import TpmWorkers
@@ -43,14 +43,62 @@ OBSERVER = ("[b $warning]Observer effect[/]: on Linux 6.12+ each command tpmtop 
             "ends the kernel's kept HMAC session, so the kernel's next PCR extend pays the whole "
             "session setup again. Polling every {interval:g} s; [b]--passive[/] sends nothing.")
 
-LIVE_ONLY = {"toggle_workload", "rate", "flush_selected", "flush_ours", "reset_stats", "export"}
 CHANGES_TPM = {a.action.split("(")[0] for a in ACTIONS if a.changes_tpm}
 SELECTS_RUN = {"next_mode", "next_engine", "next_op", "set_mode", "set_engine", "set_op"}
+_KEY_ACTIONS = {k: a.action for a in ACTIONS for k in a.key.split(",")}
+_KEY_ACTIONS.update({"plus": "rate(1)", "minus": "rate(-1)"})
+
+# Which capabilities each panel needs (tpmtop.sources.protocol.Capabilities).
+_PANEL_NEEDS = {
+    "handles": lambda c: c.handles, "resources": lambda c: c.handles, "latency": lambda c: c.timings,
+    "modes": lambda c: c.timings, "stream": lambda c: c.timings, "system": lambda c: c.sysfs,
+}
+
+
+def _allowed(action: str, caps: Capabilities, src, screen) -> bool | None:
+    """check_action's answer, from the source's capabilities and state."""
+    if action in SELECTS_RUN:
+        if caps.selects_runs:
+            return True
+        return None if caps.workload else False
+    if action in ("toggle_workload", "rate"):
+        if not caps.workload:
+            return False
+        return True if caps.changes_tpm and src.connected else None
+    if action in ("flush_selected", "flush_ours"):
+        if not caps.handles:
+            return False
+        if not caps.changes_tpm or not src.connected:
+            return None
+        if action == "flush_selected":
+            return True if screen.query_one(HandlesPanel).selected is not None else None
+        return True
+    if action == "reset_stats":
+        return True if caps.live else False
+    if action == "export":
+        if not caps.export:
+            return False
+        return True if getattr(src, "identity", None) is not None else None
+    if action in ("toggle_stream", "filter_stream"):
+        return caps.timings
+    return True
+
+
+def _refused_why(action: str, caps: Capabilities, src) -> str:
+    if caps.why_not and (not caps.changes_tpm or action in SELECTS_RUN):
+        return caps.why_not
+    if not src.connected:
+        return "the TPM does not answer: wait for it to come back"
+    if action == "flush_selected":
+        return "select a handle in the Handles panel first (keys 1, then the arrows)"
+    if action == "export":
+        return "nothing to export yet: the TPM has not answered"
+    return "not available now"
 
 
 def _bindings() -> list[Binding]:
     out = [Binding(a.key, a.action, a.label, show=a.show, tooltip=a.help, id=a.id,
-                   key_display={"question_mark": "?", "plus": "+", "minus": "-", "slash": "/"}.get(a.key))
+                   key_display={"question_mark,f1": "?", "plus": "+", "minus": "-", "slash": "/"}.get(a.key))
            for a in ACTIONS]
     out += [Binding(k, f"show_panel('{pid}')", t, show=False, id=f"panel-{pid}", tooltip=f"Show the {t} panel")
             for k, pid, t in PANELS]
@@ -101,37 +149,38 @@ class MainScreen(TpmWorkers, Screen):
         yield TpmtopFooter()
 
     @property
-    def kind(self) -> str:
-        return self.source.kind
+    def caps(self) -> Capabilities:
+        return self.source.caps
 
     def on_mount(self) -> None:
-        src = self.source
+        src, caps = self.source, self.caps
         banner = self.query_one("#observer", Static)
-        if self.kind == "live" and src.kernel_device:
+        if caps.handles and getattr(src, "kernel_device", False):
             banner.update(OBSERVER.format(interval=src.poll_interval))
         else:
             banner.display = False
-        if self.kind == "live" and src.profile_note:
-            self.query_one(StatusHeader).tooltip = src.profile_note
-        elif self.kind == "replay" and src.tpm.get("profile"):
-            self.query_one(StatusHeader).tooltip = (f"profile {src.tpm['profile']}: the capture's latencies "
-                                                    "were reproduced on a simulator")
-        # The System panel only earns its place where there is a kernel to read.
-        self.show_system = self.kind == "passive" or getattr(src, "kernel_device", False)
-        if self.kind == "passive":
-            for pid in ("handles", "resources", "latency", "modes", "stream"):
-                self.query_one(f"#{pid}").mark_passive()
-            self.read_sysfs(True)
-        elif self.kind == "live":
+        self.query_one(StatusHeader).tooltip = src.header().tooltip
+        # Only the panels this source can fill: no "live only" or "needs TPM traffic" boxes
+        # taking the room of the ones that have something to say.
+        self.panels = [pid for _, pid, _ in PANELS if _PANEL_NEEDS[pid](caps)]
+        self.active_panel = self.panels[0]
+        self.set_class(self.panels == ["system"], "-sysfs-only")
+        tabs = self.query_one("#panel-tabs", Tabs)
+        for _, pid, _ in PANELS:
+            if pid not in self.panels:
+                tabs.remove_tab(f"tab-{pid}")
+        if caps.handles:
             self.poll_tpm()
+        if caps.workload:
             self.run_workload()
+        if caps.live:
             self.set_interval(REFRESH_S, self.tick)
-            if self.show_system:
-                self.read_sysfs(True)
-        else:
-            self.query_one("#handles").mark_replay()
-            self.query_one("#resources").mark_replay()
-        self.query_one("#handles-table").focus()
+        if caps.sysfs:
+            self.read_sysfs(True)
+        first = self.query_one(f"#{self.active_panel}")
+        focusable = [w for w in first.query("*") if w.can_focus]
+        if focusable:
+            focusable[0].focus()
         self._apply_layout()
         self.refresh_all()
 
@@ -144,9 +193,7 @@ class MainScreen(TpmWorkers, Screen):
         self.set_class(self.compact, "-compact")
         self.set_class(bool(w) and w < NARROW_W, "-narrow")
         self.query_one("#panel-tabs").display = self.compact
-        visible = {pid for _, pid, _ in PANELS} if not self.compact else {self.active_panel}
-        if not self.compact and not self.show_system:
-            visible.discard("system")
+        visible = set(self.panels) if not self.compact else {self.active_panel}
         for _, pid, _ in PANELS:
             self.query_one(f"#{pid}").display = pid in visible
         groups = {"left": ("handles", "resources", "system"), "top": ("handles", "resources", "system", "latency"),
@@ -161,10 +208,13 @@ class MainScreen(TpmWorkers, Screen):
     def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
         if event.tab is not None and event.tab.id:
             pid = event.tab.id.removeprefix("tab-")
-            if pid != self.active_panel:
+            if pid != self.active_panel and pid in self.panels:
                 self.action_show_panel(pid)
 
     def action_show_panel(self, pid: str) -> None:
+        if pid not in self.panels:
+            self.notify(f"no {pid} panel here: {self.caps.why_not or 'nothing to show'}", timeout=3)
+            return
         self.active_panel = pid
         self._apply_layout()
         panel = self.query_one(f"#{pid}")
@@ -174,16 +224,6 @@ class MainScreen(TpmWorkers, Screen):
         # Hidden panels are refreshed like visible ones: nothing to recompute here.
 
     # -- refresh --------------------------------------------------------------------------------
-    def state(self) -> str:
-        src = self.source
-        if self.kind != "live":
-            return self.kind
-        if not src.connected:
-            return "disconnected"
-        if src.read_only:
-            return "read-only"
-        return "running" if src.running else "paused"
-
     def tick(self) -> None:
         """Pull the recorder's state (UI thread; cheap reads under the recorder's lock).
         The stream follows at 5 Hz; tables of percentiles refresh once a second, and only
@@ -242,12 +282,11 @@ class MainScreen(TpmWorkers, Screen):
             self._stats_dirty = True
 
     def refresh_all(self) -> None:
-        if self.kind == "live":
+        if self.caps.timings:
             self._stats_dirty = True
             self._refresh_stats()
+        if self.caps.handles:
             self._refresh_handles()
-        elif self.kind == "replay":
-            self._refresh_replay()
         self._refresh_header()
 
     def _total_ops(self, accounts: dict) -> int:
@@ -258,28 +297,21 @@ class MainScreen(TpmWorkers, Screen):
         if not self._stats_dirty and self._ops_per_s == 0.0:
             return
         self._stats_dirty = False
-        accounts = src.accounts()
-        runs = runs_from_accounts(accounts)
-        self._ops_per_s = self.ops_rate.add(self._total_ops(accounts))
-        current = next((r for r in runs if r.key == (src.engine, src.mode, src.op)), None)
+        runs = src.runs()
+        if self.caps.live:
+            self._ops_per_s = self.ops_rate.add(sum(r.ops for r in runs) + sum(
+                a.ops for p in src.periods for a in p.values()))
+        view = src.timings(runs) if self.caps.live else src.timings()
+        self.query_one(LatencyPanel).show(view.rows, view.subtitle, view.run_label)
         modes = self.query_one(ModesPanel)
-        if src.boundaries:
-            # The recorder's per-command histograms span every TPM life; the engine's accounts
-            # are per period. After a boundary, show the current period's own figures.
-            since = time.strftime("%H:%M:%S", time.localtime(src.boundaries[-1][0]))
-            rows = command_rows_run(current) if current else []
-            subtitle = f"this TPM period only (since {since}), {src.engine}/{src.mode}"
-            earlier = sum(a.ops for p in src.periods for a in p.values())
-            modes.border_subtitle = (f"since {since}; {len(src.periods)} earlier period"
-                                     f"{'s' if len(src.periods) != 1 else ''} kept apart ({earlier} ops)")
-        else:
-            rows = command_rows_live(src.recorder, "workload")
-            subtitle = "workload commands, all modes since reset"
-            if not rows:
-                rows = command_rows_live(src.recorder, None)
-                subtitle = "all origins (no workload yet)"
-        self.query_one(LatencyPanel).show(op_rows(current) + rows, subtitle, f"{src.engine}/{src.mode}")
         modes.show(comparison(runs, src.op, MODES), src.op, (src.engine, src.mode))
+        modes.border_subtitle = view.modes_note
+        if not self.caps.live:
+            stream = self.query_one(StreamPanel)
+            if not stream.buffer:
+                stream.add(src.stream)
+                if not src.stream:
+                    stream.border_subtitle = "the capture has no events"
 
     def _refresh_handles(self) -> None:
         src = self.source
@@ -293,52 +325,13 @@ class MainScreen(TpmWorkers, Screen):
             self.query_one(ResourcesPanel).show(gauges(self.poll.var, ident.fixed if ident else {},
                                                        self.gap.gap, transient, saved))
 
-    def _refresh_replay(self) -> None:
-        src = self.source
-        run = src.current_run()
-        self.query_one(LatencyPanel).show(op_rows(run) + (command_rows_run(run) if run else []),
-                                          f"run {src.engine}/{src.mode}/{src.op} · {run.ops if run else 0} ops",
-                                          f"{src.engine}/{src.mode}")
-        self.query_one(ModesPanel).show(comparison(src.runs, src.op, MODES), src.op, (src.engine, src.mode))
-        stream = self.query_one(StreamPanel)
-        if not stream.buffer:
-            stream.add(src.stream)
-            if not src.stream:
-                stream.border_subtitle = "the capture has no events"
-
     def _refresh_header(self) -> None:
-        src = self.source
-        st = self.state()
-        if self.kind == "live":
-            ident = src.identity
-            identity = f"{ident.manufacturer} {ident.vendor} fw {ident.firmware}" if ident else "…"
-            pacing = src.pacing()
-            rate = "rate max" if src.rate == 0 else f"rate {src.rate:g}/s, bursts of {pacing['burst']}"
-            extra = f"poll {src.poll_interval:g} s"
-            if st == "disconnected":
-                extra = f"retrying: {src.last_error or ''}"[:80]
-            marker = ""
-            if st == "paused" and src.pause_reason:
-                marker = src.pause_reason
-            elif src.boundaries:
-                marker = f"TPM period {len(src.boundaries) + 1}"
-            self.query_one(StatusHeader).show(
-                state=st, identity=identity, tcti=src.tcti, simulated=src.simulated, engine=src.engine,
-                mode=src.mode, op=src.op, ops_per_s=self._ops_per_s, rate=rate, extra=extra,
-                profile=src.profile, marker=marker, cpu=self.cpu.text())
-        elif self.kind == "replay":
-            t = src.tpm
-            identity = f"{t.get('manufacturer', '?')} {t.get('vendor', '')} fw {t.get('firmware', '?')}"
-            host = src.host
-            self.query_one(StatusHeader).show(
-                state="replay", identity=identity, tcti=src.tcti, simulated=bool(t.get("simulated")),
-                engine=src.engine, mode=src.mode, op=src.op, ops_per_s=None,
-                extra=f"{src.path.name} · {src.created} · {host.get('hostname', '?')} {host.get('kernel', '')}",
-                profile=str(t["profile"]) if t.get("profile") else None)
-        else:
-            self.query_one(StatusHeader).show(
-                state="passive", identity="kernel TPM (not contacted)", tcti=src.tcti, simulated=False,
-                engine="-", mode="-", op="-", ops_per_s=None, extra="no TPM traffic")
+        h = self.source.header()
+        live = self.caps.live
+        self.query_one(StatusHeader).show(
+            state=h.state, identity=h.identity, tcti=h.tcti, simulated=h.simulated, engine=h.engine, mode=h.mode,
+            op=h.op, ops_per_s=self._ops_per_s if live else None, rate=h.rate, extra=h.extra, profile=h.profile,
+            marker=h.marker, cpu=self.cpu.text() if live else "")
 
     # -- worker results ---------------------------------------------------------------------------
     def on_poll_done(self, message: m.PollDone) -> None:
@@ -383,13 +376,16 @@ class MainScreen(TpmWorkers, Screen):
             rate = self.ima_rate.add(message.snapshot.ima_count)
         self.query_one(SystemPanel).show(message.snapshot, rate)
         self._sysfs_reads += 1
-        interval = 1.0 if self.kind == "passive" else 5.0
+        interval = 5.0 if self.caps.handles else 1.0  # beside a live TPM, sysfs is secondary
         # PCR files make the kernel send PCR_Read: every 5th reading only.
         self.set_timer(interval, lambda: self.read_sysfs(self._sysfs_reads % 5 == 0))
 
     def on_handles_flushed(self, message: m.HandlesFlushed) -> None:
         for h in message.handles:
             self.book.forget(h)
+        src = self.source
+        if message.handles and not src.running and src.pause_reason and "full" in src.pause_reason:
+            src.pause_reason = "paused: a slot was freed, space resumes"
         self._refresh_handles()
         text = ", ".join(f"0x{h:08x}" for h in message.handles) or "nothing left to flush"
         self.notify(f"flushed {text}", title="handles", timeout=4)
@@ -404,31 +400,27 @@ class MainScreen(TpmWorkers, Screen):
 
     # -- actions ----------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # Textual 8: False hides the binding, None shows it disabled.
-        src = self.source
-        if action in SELECTS_RUN:
-            if self.kind == "passive":
-                return False
-            return True if self.kind == "replay" or not src.read_only else None
-        if action in LIVE_ONLY:
-            if self.kind != "live":
-                return False  # nothing to act on in replay or --passive
-            if action in CHANGES_TPM or action == "rate":
-                if src.read_only or not src.connected:
-                    return None
-            if action == "flush_selected":
-                return True if self.query_one(HandlesPanel).selected is not None else None
-            if action == "export":
-                return True if src.identity is not None else None
-        if action in ("toggle_stream", "filter_stream") and self.kind == "passive":
-            return False
-        return True
+        # Textual 8: False hides the binding, None shows it disabled. A key refused here is
+        # explained by on_key (a notification), never ignored silently.
+        return _allowed(action, self.caps, self.source, self)
+
+    def on_key(self, event) -> None:
+        """A key whose action makes no sense here says why instead of doing nothing."""
+        binding = _KEY_ACTIONS.get(event.key)
+        if binding is None or self.app.screen is not self:
+            return
+        name = binding.split("(")[0]
+        if _allowed(name, self.caps, self.source, self):
+            return
+        event.stop()
+        self.notify(_refused_why(name, self.caps, self.source), title="not available", severity="warning",
+                    timeout=4)
 
     def _changed(self) -> None:
         """After a key changed what is shown: the header now, the tables at the next tick
         (recomputing every percentile here would hold the key's screen update back)."""
         self.refresh_bindings()
-        if self.kind == "live":
+        if self.caps.live:
             self._stats_dirty = True
             self._last_slow = 0.0
             self._refresh_header()
@@ -449,19 +441,14 @@ class MainScreen(TpmWorkers, Screen):
 
     def _cycle(self, what: str, values: tuple[str, ...]) -> None:
         src = self.source
-        if self.kind == "replay":
-            values = tuple(src.values(what)) or values
+        values = tuple(src.values(what)) or values
         cur = getattr(src, what)
         nxt = values[(values.index(cur) + 1) % len(values)] if cur in values else values[0]
         self._choose(**{what: nxt})
 
     def _choose(self, **kw) -> None:
-        src = self.source
-        if self.kind == "replay":
-            if not src.choose(**kw):
-                self.notify(f"the capture has no run with {kw}", severity="warning", timeout=3)
-        else:
-            src.choose(**kw)
+        if not self.source.choose(**kw):
+            self.notify(f"the capture has no run with {kw}", severity="warning", timeout=3)
         self._changed()
 
     def action_next_mode(self) -> None:
@@ -519,6 +506,7 @@ class MainScreen(TpmWorkers, Screen):
         self.notify("statistics reset", timeout=2)
 
     def action_export(self) -> None:
+        self.notify("writing a capture…", title="export", timeout=3)  # takes seconds with many events
         self.export_capture()
 
     def action_toggle_stream(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from tpmtop.sources.model import CompareRow, fmt_us
+from tpmtop.sources.model import CompareRow, fmt_duration
 from tpmtop.tui.widgets.panel import Panel, QuietStatic
 
 
@@ -44,7 +44,7 @@ class ModesPanel(Panel):
             tone = "bar-baseline" if r.mode == "none" else "bar-session"
             mark = "▶" if (r.engine, r.mode) == current else " "
             ratio = f"×{r.ratio:,.1f}" if r.ratio is not None else "–"
-            text = f"{mark}{r.engine:<6} {r.mode:<11} {fmt_us(r.p50_us):>6} µs {ratio:>7} {r.commands_per_op:>3.0f}"
+            text = f"{mark}{r.engine:<6} {r.mode:<11} {fmt_duration(r.p50_us):>9} {ratio:>7} {r.commands_per_op:>3.0f}"
             if width >= 3:
                 n = max(1, round(r.p50_us / top * width))
                 text += f" [${tone}]{'█' * n}[/]"
