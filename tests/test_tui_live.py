@@ -120,6 +120,44 @@ class TestPacing:
         assert run["pacing"][0]["burst"] == 10
 
 
+class TestStream:
+    async def test_frozen_stream_reaches_back_through_the_ring_and_filters(self, live, tmp_path):
+        """s freezes the stream on every event the recorder keeps (not the last 2,000 rows);
+        scrolled back, a filter still shows its matches; 'errors' keeps failed commands only."""
+        src = live(start_running=True, rate=0, mode="per-command")
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: src.recorder.total > 3000, what="3,000 commands")
+            await pilot.press("space")
+            with src.gate:
+                pass
+            screen = main_screen(app)
+            view = screen.query_one("#stream-view")
+            await pilot.press("s")
+            kept = len(src.recorder.events())
+            assert len(view.rows) >= kept > 2000
+            view.focus()
+            await pilot.press("home")
+            assert view.back == len(view.rows) - 1  # the oldest command kept is reachable
+            first = view.rows[0]
+            assert first.command in {"CreatePrimary", "GetCapability", "StartAuthSession", "Load", "FlushContext",
+                                     "ContextSave", "ContextLoad", "PCR_Extend"} or first.origin == "mark"
+            await pilot.press("slash")
+            await pilot.press(*"Flush", "enter")
+            rows = view.rows[0:len(view.rows)]
+            assert rows and all(r.command == "FlushContext" or r.origin == "mark" for r in rows)
+            assert "no commands yet" not in str(view.render())
+            # FlushContext's target (a parameter, not a handle-area handle) is on its line.
+            assert all(len(r.handles) == 8 for r in rows if r.origin != "mark")
+            await pilot.press("pageup")  # a page is what is visible, less one line
+            back = view.back
+            await pilot.press("pageup")
+            assert view.back - back in (view.size.height - 2, 0) or view.back == len(view.rows) - 1
+            await pilot.press("slash")
+            await pilot.press(*"errors", "enter")
+            assert all(not r.ok or r.origin == "mark" for r in view.rows[0:len(view.rows)])
+
+
 class TestLatency:
     async def test_selected_row_shows_its_histogram(self, live, tmp_path):
         """The selected row's histogram (built in a worker) lands in the detail box, as many

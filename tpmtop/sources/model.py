@@ -209,7 +209,10 @@ class StreamRow:
     ok: bool
 
     def matches(self, needle: str) -> bool:
+        """Command or origin contains ``needle``; the word ``errors`` keeps failed commands."""
         n = needle.lower()
+        if n == "errors":
+            return not self.ok
         return not n or n in self.command.lower() or n in self.origin
 
 
@@ -231,6 +234,44 @@ def stream_row(ev, t0_ns: int) -> StreamRow:
     return StreamRow(str(ev.seq), f"{(ev.t_ns - t0_ns) / 1e9:.3f}", ev.origin, ev.name.removeprefix("TPM2_CC_"),
                      " ".join(f"{h:08x}" for h in _handles_of(ev)), _sessions_text(ev.sessions),
                      short_rc(ev.rc, ev.error), fmt_us(ev.wire_ns / 1000), ev.rc == 0)
+
+
+class LazyStreamRows:
+    """The recorder's whole ring as stream rows, converted only when looked at: a frozen
+    stream can scroll back through every command the recorder keeps (100,000) without
+    building 100,000 rows. ``items`` are Events and (t_ns, text) marks, oldest first."""
+
+    def __init__(self, items: list, t0_ns: int, needle: str = ""):
+        self.t0 = t0_ns
+        if needle:
+            n = needle.lower()
+            errors = n == "errors"
+            items = [x for x in items if isinstance(x, tuple) or (
+                (x.rc != 0) if errors else (n in x.origin or n in x.name.lower()))]
+        self.items = items
+        self._done: dict[int, StreamRow] = {}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def _row(self, i: int) -> StreamRow:
+        r = self._done.get(i)
+        if r is None:
+            x = self.items[i]
+            r = self._done[i] = mark_row(x[0], self.t0, x[1]) if isinstance(x, tuple) else stream_row(x, self.t0)
+        return r
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self._row(i) for i in range(*k.indices(len(self.items)))]
+        return self._row(k if k >= 0 else len(self.items) + k)
+
+
+def merge_marks(events: list, marks: list[tuple[int, str]]) -> list:
+    """Events and marks in time order (marks are few: a sort of the merged list is cheap)."""
+    if not marks:
+        return events
+    return sorted(events + list(marks), key=lambda x: x[0] if isinstance(x, tuple) else x.t_ns)
 
 
 def mark_row(t_ns: int, t0_ns: int, text: str) -> StreamRow:

@@ -19,7 +19,7 @@ from tpmtop.sources.protocol import Capabilities
 from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS, ENGINES, MODES, OPS, PANELS
 from tpmtop.sources.model import (ContextGapTracker, CpuMeter, HandleBook, RateMeter, comparison, gauges,
-                                  mark_row, stream_row)
+                                  mark_row, merge_marks, stream_row)
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tpmtop.tui.screens.help import HelpScreen
 from tpmtop.tui.screens.workers import TpmWorkers
@@ -263,7 +263,9 @@ class MainScreen(TpmWorkers, Screen):
         if stream.frozen:
             return
         needle = stream.needle.lower()
-        if needle:
+        if needle == "errors":
+            events = [e for e in events[-STREAM_INGEST * 4:] if e.rc != 0]
+        elif needle:
             events = [e for e in events[-STREAM_INGEST * 4:] if needle in e.origin or needle in e.name.lower()]
         t0 = self.source.recorder.started_ns
         rows = [(ev.t_ns, stream_row(ev, t0)) for ev in events[-STREAM_ROWS:]]
@@ -309,7 +311,7 @@ class MainScreen(TpmWorkers, Screen):
         if not self.caps.live:
             stream = self.query_one(StreamPanel)
             if not stream.buffer:
-                stream.add(src.stream)
+                stream.add(src.stream, keep=None)  # a capture's events: all of them
                 if not src.stream:
                     stream.border_subtitle = "the capture has no events"
 
@@ -510,7 +512,12 @@ class MainScreen(TpmWorkers, Screen):
         self.export_capture()
 
     def action_toggle_stream(self) -> None:
-        frozen = self.query_one(StreamPanel).toggle()
+        panel = self.query_one(StreamPanel)
+        snapshot = None
+        if self.caps.live and not panel.frozen:
+            rec = self.source.recorder
+            snapshot = (merge_marks(rec.events(), rec.marks), rec.started_ns)
+        frozen = panel.toggle(snapshot)
         self.notify("stream frozen (recording goes on)" if frozen else "stream follows", timeout=2)
 
     def action_filter_stream(self) -> None:
