@@ -103,8 +103,15 @@ async def test_object_slots_exhausted_pauses_and_flushing_in_handles_resumes(liv
         await pilot.press("space")
         await until(pilot, lambda: not src.running and src.pause_reason, what="workload paused itself")
         assert "0x902" in src.workload_error and "Handles panel" in src.workload_error
-        assert "object slots full" in header_text(app)
+        await until(pilot, lambda: "object slots full" in header_text(app), what="header: slots full")
         await until(pilot, lambda: any("Handles panel" in n for n in _notices(app)), what="notification")
+        # The Latency panel says which command failed and how, decoded (issue #15 item 6).
+        failed = [k for k, c in src.errors.by_key.items() if 0x902 in c]
+        assert failed, src.errors.by_key
+        assert "0x902" in src.errors.text(failed[0]) and "×" in src.errors.text(failed[0])
+        lat = screen.query_one("#latency-table")
+        await until(pilot, lambda: failed[0] in lat._shadow and str(lat._shadow[failed[0]][2]).strip() != "",
+                    what="errors counted in the Latency row")
         table = screen.query_one("#handles-table")
         for h in leaked:
             key = f"0x{h:08x}"
@@ -116,6 +123,7 @@ async def test_object_slots_exhausted_pauses_and_flushing_in_handles_resumes(liv
             await pilot.press("y")
             await until(pilot, lambda: any(isinstance(x, m.HandlesFlushed) and h in x.handles for x in seen),
                         what=f"{key} flushed")
+        await until(pilot, lambda: "a slot was freed" in header_text(app), what="header: no longer 'slots full'")
         await pilot.press("space")
         await until(pilot, lambda: _ops(src) >= 3, what="workload running again")
         assert src.running and src.workload_error is None and "object slots" not in header_text(app)

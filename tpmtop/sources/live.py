@@ -136,6 +136,9 @@ class LiveSource:
         self._old_accounts: dict = {}
         # (engine, mode, op) -> every rate its operations ran at: a capture says so per run.
         self.rates_run: dict[tuple[str, str, str], set[float]] = {}
+        from tpmtop.sources.model import ErrorBook
+
+        self.errors = ErrorBook()  # fed by the dashboard from the recorder's new events
         self._close_lock = threading.Lock()
         self._closed = False
 

@@ -115,6 +115,48 @@ def op_rows(run: "RunView | None") -> list[CommandRow]:
             CommandRow("op:host", "  host", run.host_us, buckets=run.host_buckets)]
 
 
+# -- errors per command code --------------------------------------------------------------------
+class ErrorBook:
+    """Which response codes each command got, from the events seen (live: the recorder's new
+    events each tick; replay: the capture's events). Keyed like the Latency rows ("cc:386")."""
+
+    def __init__(self):
+        from collections import Counter
+
+        self.by_key: dict[str, Counter] = {}
+        self._counter = Counter
+
+    def add(self, cc: int | None, rc: int | None) -> None:
+        key = f"cc:{cc if cc is not None else -1}"
+        c = self.by_key.get(key)
+        if c is None:
+            c = self.by_key[key] = self._counter()
+        c[rc] += 1
+
+    def feed(self, events) -> None:
+        for ev in events:
+            if ev.rc != 0:
+                self.add(ev.cc, ev.rc)
+
+    def count(self, key: str) -> int:
+        c = self.by_key.get(key)
+        return sum(c.values()) if c else 0
+
+    def text(self, key: str, limit: int = 3) -> str:
+        """``0x902 TPM_RC_OBJECT_MEMORY ×3, no response ×1`` — the commonest first."""
+        c = self.by_key.get(key)
+        if not c:
+            return ""
+        parts = []
+        for rc, n in c.most_common(limit):
+            parts.append(f"{short_rc(rc, None)} ×{n:,}")
+        more = len(c) - limit
+        return ", ".join(parts) + (f", {more} more" if more > 0 else "")
+
+    def clear(self) -> None:
+        self.by_key.clear()
+
+
 # -- runs (one per engine, mode, op) ------------------------------------------------------------
 @dataclass
 class RunView:

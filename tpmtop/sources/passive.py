@@ -83,6 +83,9 @@ class PassiveSource:
     def __init__(self, sysfs: Sysfs | None = None, interval: float = 1.0):
         self.sysfs = sysfs or Sysfs()
         self.poll_interval = interval
+        from tpmtop.sources.model import ErrorBook
+
+        self.errors = ErrorBook()
         self.tcti = f"none (--passive: {self.sysfs.tpm_dir} and securityfs only)"
 
     def header(self) -> HeaderInfo:

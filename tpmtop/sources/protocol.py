@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from tpmtop.sources.model import CommandRow, RunView
+from tpmtop.sources.model import CommandRow, ErrorBook, RunView
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class Source(Protocol):
     engine: str
     mode: str
     op: str
+    errors: "ErrorBook"  # response codes per command (live: fed from the recorder each tick)
 
     def header(self) -> HeaderInfo: ...
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpmtop.sources.model import (RunView, StreamRow, command_rows_run, op_rows, run_from_capture,
+from tpmtop.sources.model import (ErrorBook, RunView, StreamRow, command_rows_run, op_rows, run_from_capture,
                                   stream_row_from_dict)
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, TimingsView
 
@@ -37,6 +37,15 @@ class ReplaySource:
         events = capture.get("events") or []
         self.stream: list[StreamRow] = [stream_row_from_dict(i, e) for i, e in
                                         enumerate(events[-MAX_STREAM_ROWS:]) if isinstance(e, dict)]
+        self.errors = ErrorBook()
+        for e in events[-MAX_STREAM_ROWS:]:
+            if isinstance(e, dict):
+                rc = e.get("rc")
+                rc = int(rc, 0) if isinstance(rc, str) and rc.strip().lower().startswith("0x") else rc
+                if rc != 0 and (rc is None or isinstance(rc, int)):
+                    from tpmtop.tpm import names
+
+                    self.errors.add(names.cc_from_name(str(e.get("command") or e.get("cc") or "")), rc)
         self.created = str(capture.get("created", ""))
         self.host = capture.get("host") or {}
         first = self._runs[0] if self._runs else None

@@ -239,6 +239,7 @@ class MainScreen(TpmWorkers, Screen):
             events = rec.events_since(self._seen_seq)
             if events:
                 self._seen_seq = events[-1].seq
+                src.errors.feed(events)
                 for ev in events:
                     if ev.cc in (0x161, 0x162, 0x165):
                         self.gap.feed(ev)
@@ -304,7 +305,7 @@ class MainScreen(TpmWorkers, Screen):
             self._ops_per_s = self.ops_rate.add(sum(r.ops for r in runs) + sum(
                 a.ops for p in src.periods for a in p.values()))
         view = src.timings(runs) if self.caps.live else src.timings()
-        self.query_one(LatencyPanel).show(view.rows, view.subtitle, view.run_label)
+        self.query_one(LatencyPanel).show(view.rows, view.subtitle, view.run_label, src.errors)
         modes = self.query_one(ModesPanel)
         modes.show(comparison(runs, src.op, MODES), src.op, (src.engine, src.mode))
         modes.border_subtitle = view.modes_note
@@ -499,6 +500,7 @@ class MainScreen(TpmWorkers, Screen):
 
     def action_reset_stats(self) -> None:
         self.source.reset_stats()
+        self.source.errors.clear()
         self.ops_rate.reset()
         stream = self.query_one(StreamPanel)
         stream.clear()

@@ -18,8 +18,9 @@ from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
 
 # (key, header, width, priority): a narrow panel drops the highest numbers first.
-COLUMNS = (("name", "command", 21, 0), ("count", "count", 7, 1), ("p50", "p50 µs", 7, 2), ("p90", "p90 µs", 7, 6),
-           ("p99", "p99 µs", 7, 3), ("max", "max µs", 7, 4), ("last", "last µs", 7, 5))
+COLUMNS = (("name", "command", 21, 0), ("count", "count", 7, 1), ("errors", "errors", 6, 4),
+           ("p50", "p50 µs", 7, 2), ("p90", "p90 µs", 7, 7), ("p99", "p99 µs", 7, 3), ("max", "max µs", 7, 5),
+           ("last", "last µs", 7, 6))
 HIST_BAR = 24
 HIST_EVERY_S = 2.0
 
@@ -60,16 +61,20 @@ class LatencyPanel(Panel):
 
     run_label = ""
 
-    def show(self, rows: list[CommandRow], subtitle: str = "", run_label: str = "") -> None:
+    errors = None  # tpmtop.sources.model.ErrorBook: which response codes a command got
+
+    def show(self, rows: list[CommandRow], subtitle: str = "", run_label: str = "", errors=None) -> None:
         self.run_label = run_label
+        self.errors = errors
         self._rows = {r.key: r for r in rows}
         self._order = {r.label: i for i, r in enumerate(rows)}
         cells = []
         for r in rows:
             s = r.summary
             label = Content.from_markup(f"[b]{r.label}[/]") if r.key.startswith("op:total") else r.label
-            err = f" !{r.errors}" if r.errors else ""
-            cells.append((r.key, (label, f"{s['count']}{err}", fmt_us(s["p50"]), fmt_us(s["p90"]),
+            n_err = r.errors or (errors.count(r.key) if errors is not None else 0)
+            err = Content.from_markup(f"[$error]{n_err:,}[/]") if n_err else ""
+            cells.append((r.key, (label, f"{s['count']:,}", err, fmt_us(s["p50"]), fmt_us(s["p90"]),
                                   fmt_us(s["p99"]), fmt_us(s["max"]), fmt_us(r.last_us))))
         self.table.sync(cells, order=lambda first: self._order.get(first, 999))
         self.border_subtitle = subtitle
@@ -87,6 +92,9 @@ class LatencyPanel(Panel):
         lines = max(3, self.query_one("#latency-detail").size.height or 7) - 1
         width = hist.size.width or 44
         title = f"[b]{escape(row.label.strip(' ▸'))}[/] {escape(self.run_label) if row.key.startswith('op:') else ''}"
+        why = self.errors.text(row.key) if self.errors is not None else ""
+        if why:  # which errors, decoded: the count alone does not say what went wrong
+            title += f" [$error]errors: {escape(why)}[/]"
         if callable(row.buckets):
             # Live: walking an HDR histogram takes up to ~170 ms of Python, so it runs in a
             # worker, for the selected row only, at most every HIST_EVERY_S.
