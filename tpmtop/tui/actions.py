@@ -52,7 +52,7 @@ ACTIONS: tuple[Action, ...] = (
     Action("toggle-stream", "s", "toggle_stream", "Stream", "stream: Pause or resume",
            "Freeze or follow the command stream (recording goes on)", show=False),
     Action("filter-stream", "slash", "filter_stream", "Filter", "stream: Filter by command",
-           "Show only commands whose name or origin contains the text (empty: all)", show=False),
+           "Show only commands whose name or origin contains the text; `errors`: failed commands only (empty: all)", show=False),
     Action("boot-report", "b", "show_boot", "Boot", "boot: Show report",
            "The `tpmtop boot` report: is the TPM what slows this machine's boot? (reads files, "
            "sends no TPM command)"),
