@@ -112,7 +112,12 @@ class MainScreen(TpmWorkers, Screen):
         super().__init__()
         self.source = source
         self.export_dir = export_dir
-        self.active_panel = "handles"
+        # Only the panels this source can fill: no "live only" or "needs TPM traffic" boxes
+        # taking the room of the ones that have something to say.
+        self.panels = [pid for _, pid, _ in PANELS if _PANEL_NEEDS[pid](source.caps)]
+        # At 80×24 one panel shows at a time: start on the timings (an empty Handles table
+        # is a poor first screen), then what the source has.
+        self.active_panel = "latency" if "latency" in self.panels else self.panels[0]
         self.compact = False
         self.book = HandleBook()
         self.gap = ContextGapTracker()
@@ -135,7 +140,8 @@ class MainScreen(TpmWorkers, Screen):
     def compose(self) -> ComposeResult:
         yield StatusHeader(id="header")
         yield Static(id="observer")
-        yield Tabs(*[Tab(f"{k} {t}", id=f"tab-{pid}") for k, pid, t in PANELS], id="panel-tabs")
+        yield Tabs(*[Tab(f"{k} {t}", id=f"tab-{pid}") for k, pid, t in PANELS if pid in self.panels],
+                   active=f"tab-{self.active_panel}", id="panel-tabs")
         with Vertical(id="body"):
             with Horizontal(id="top"):
                 with Vertical(id="left"):
@@ -160,15 +166,7 @@ class MainScreen(TpmWorkers, Screen):
         else:
             banner.display = False
         self.query_one(StatusHeader).tooltip = src.header().tooltip
-        # Only the panels this source can fill: no "live only" or "needs TPM traffic" boxes
-        # taking the room of the ones that have something to say.
-        self.panels = [pid for _, pid, _ in PANELS if _PANEL_NEEDS[pid](caps)]
-        self.active_panel = self.panels[0]
         self.set_class(self.panels == ["system"], "-sysfs-only")
-        tabs = self.query_one("#panel-tabs", Tabs)
-        for _, pid, _ in PANELS:
-            if pid not in self.panels:
-                tabs.remove_tab(f"tab-{pid}")
         if caps.handles:
             self.poll_tpm()
         if caps.workload:
