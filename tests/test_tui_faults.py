@@ -129,6 +129,25 @@ async def test_object_slots_exhausted_pauses_and_flushing_in_handles_resumes(liv
         assert src.running and src.workload_error is None and "object slots" not in header_text(app)
 
 
+async def test_slot_peaks_between_polls_warn_before_0x902(live, tmp_path):
+    """Another client holds 2 of the 3 object slots. Each per-command operation loads the null
+    primary for under a millisecond, so a poll sees 2/3 while the traffic reaches 3/3: the
+    Resources panel shows that peak and the dashboard warns before a 0x902 can happen."""
+    src = live(start_running=False, mode="per-command")
+    app = app_for(src, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = main_screen(app)
+        await until(pilot, lambda: src.identity is not None, what="first poll")
+        await _leak_objects(src, 2)
+        await pilot.press("space")
+        await until(pilot, lambda: _ops(src) >= 20, what="per-command operations")
+        await until(pilot, lambda: screen.peaks.peak["object"] == 3, what="object peak 3")
+        assert screen.peaks.peak["session"] >= 1  # per-command sessions, never seen by a poll
+        await until(pilot, lambda: "peak 3" in str(screen.query_one("#gauges").render()), what="peak shown")
+        await until(pilot, lambda: any("object slots: 3 of 3" in n for n in _notices(app)), what="warning")
+        assert src.workload_error is None  # warned before, not after, a failure
+
+
 async def test_slow_tpm_keys_do_their_action_and_quit_ends_cleanly(live, tmp_path):
     """slb9670 (a per-command extend takes ~150 ms, the workload holds the TPM nearly always):
     each space press pauses or resumes the workload and the header says so, and q ends the

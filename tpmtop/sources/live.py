@@ -93,6 +93,7 @@ class PollResult:
     entries: list  # tpmtop.tpm.handles.HandleEntry
     var: dict[str, int]
     t: float  # monotonic time of the poll
+    seq: int = 0  # the recorder's last command when the poll ran (the TPM's list is as of it)
 
 
 class LiveSource:
@@ -239,7 +240,8 @@ class LiveSource:
                 self.identity = self.conn.identity()
             entries = list_handles(t, self.recorder.owned_handles())
             var = read_variable(t)
-        return PollResult(entries, var, time.monotonic())
+            seq = self.recorder.total  # nothing else runs while the poll holds the TPM
+        return PollResult(entries, var, time.monotonic(), seq)
 
     def reconnect(self) -> None:
         with self.gate:

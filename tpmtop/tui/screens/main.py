@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Static, Tab, Tabs
 from tpmtop.sources.protocol import Capabilities
 from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS, ENGINES, MODES, OPS, PANELS
-from tpmtop.sources.model import (ContextGapTracker, CpuMeter, HandleBook, RateMeter, comparison, gauges,
+from tpmtop.sources.model import (ContextGapTracker, CpuMeter, HandleBook, RateMeter, SlotPeaks, comparison, gauges,
                                   mark_row, merge_marks, stream_row)
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tpmtop.tui.screens.help import HelpScreen
@@ -121,6 +121,8 @@ class MainScreen(TpmWorkers, Screen):
         self.compact = False
         self.book = HandleBook()
         self.gap = ContextGapTracker()
+        self.peaks = SlotPeaks()
+        self._warned_full: dict[str, str] = {}  # gauge label -> the level last warned about
         self.ops_rate = RateMeter()
         self.poll = None  # the last PollResult
         self.sysfs = None
@@ -238,6 +240,7 @@ class MainScreen(TpmWorkers, Screen):
             if events:
                 self._seen_seq = events[-1].seq
                 src.errors.feed(events)
+                self.peaks.feed(events)
                 for ev in events:
                     if ev.cc in (0x161, 0x162, 0x165):
                         self.gap.feed(ev)
@@ -323,8 +326,22 @@ class MainScreen(TpmWorkers, Screen):
             ident = src.identity
             transient = sum(1 for e in self.poll.entries if e.kind == "transient")
             saved = sum(1 for e in self.poll.entries if e.kind == "saved-session")
-            self.query_one(ResourcesPanel).show(gauges(self.poll.var, ident.fixed if ident else {},
-                                                       self.gap.gap, transient, saved))
+            gs = gauges(self.poll.var, ident.fixed if ident else {}, self.gap.gap, transient, saved,
+                        self.peaks.peak)
+            self.query_one(ResourcesPanel).show(gs)
+            self._warn_peaks(gs)
+
+    def _warn_peaks(self, gs) -> None:
+        """Warn once when the traffic filled (or nearly filled) a kind of slot between polls:
+        the next command to need one fails with 0x902 (objects) or 0x903 (sessions)."""
+        for g in gs:
+            if g.peak is None or g.peak_level == "ok" or self._warned_full.get(g.label) in (g.peak_level, "full"):
+                continue
+            self._warned_full[g.label] = g.peak_level  # "warn", then once more at "full"
+            rc = "0x902" if g.label.startswith("object") else "0x903"
+            self.notify(f"{g.label}: {g.peak} of {g.total} in use at the peak (between polls); at {g.total} the "
+                        f"next command that needs one fails with {rc}", title="slots nearly full"
+                        if g.peak_level == "warn" else "slots full", severity="warning", timeout=8)
 
     def _refresh_header(self) -> None:
         h = self.source.header()
@@ -337,6 +354,9 @@ class MainScreen(TpmWorkers, Screen):
     # -- worker results ---------------------------------------------------------------------------
     def on_poll_done(self, message: m.PollDone) -> None:
         self.poll = message.result
+        entries = message.result.entries
+        self.peaks.baseline(sum(1 for e in entries if e.kind == "transient"),
+                            sum(1 for e in entries if e.kind == "loaded-session"), message.result.seq)
         self.book.update(message.result.entries)
         self._refresh_handles()
         self._refresh_header()
@@ -499,6 +519,8 @@ class MainScreen(TpmWorkers, Screen):
     def action_reset_stats(self) -> None:
         self.source.reset_stats()
         self.source.errors.clear()
+        self.peaks.reset()
+        self._warned_full.clear()
         self.ops_rate.reset()
         stream = self.query_one(StreamPanel)
         stream.clear()
