@@ -158,6 +158,34 @@ class TestStream:
             assert all(not r.ok or r.origin == "mark" for r in view.rows[0:len(view.rows)])
 
 
+class TestBootProjection:
+    async def test_p_projects_n_extends_with_this_sittings_costs(self, live, tmp_path):
+        """After none and per-command ran, Modes projects the boot cost of N extends per mode and
+        p shows the arithmetic (tpmtop boot's model) with this sitting's per-command p50s;
+        typing another N recomputes it."""
+        from tpmtop.tui.screens.projection import ProjectionScreen
+
+        src = live(start_running=True, rate=0, mode="none")
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: ("native", "none", "extend") in src.accounts(), what="none ops")
+            await pilot.press("m")
+            await until(pilot, lambda: src.accounts().get(("native", "per-command", "extend")) is not None
+                        and src.accounts()[("native", "per-command", "extend")].ops >= 5, what="per-command ops")
+            await until(pilot, lambda: "boot, 1,000 extends" in str(main_screen(app).query_one("#bars").render()),
+                        what="projection in Modes")
+            await pilot.press("p")
+            await until(pilot, lambda: isinstance(app.screen, ProjectionScreen), what="projection screen")
+            text = str(app.screen.query_one("#projection-text").render())
+            assert "1,000 PCR extends" in text and "1,000 × (" in text  # per-command: N × (L + S + F + Eh)
+            app.screen.query_one("#projection-n").value = "250"
+            await pilot.press("enter")
+            assert "250 PCR extends" in str(app.screen.query_one("#projection-text").render())
+            await pilot.press("escape")
+            await until(pilot, lambda: "boot, 250 extends" in str(main_screen(app).query_one("#bars").render()),
+                        what="the new N in Modes")
+
+
 class TestLatency:
     async def test_selected_row_shows_its_histogram(self, live, tmp_path):
         """The selected row's histogram (built in a worker) lands in the detail box, as many

@@ -215,6 +215,23 @@ def run_from_capture(r: dict) -> RunView:
                    host_buckets=(r.get("host_us") or {}).get("histogram") or [])
 
 
+def boot_components(runs: list[RunView], engine: str = "native") -> dict[str, float]:
+    """Per-command p50s (µs) for the boot projection (tpmtop.boot.projection's letters) from
+    this sitting's extend runs: E0 = PCR_Extend in ``none``; L, S, F and Eh (PCR_Extend in an
+    HMAC session) from ``per-command``, whose sequence is the kernel's 6.10 one."""
+    by_mode = {r.mode: r for r in runs if r.op == "extend" and r.engine == engine and r.ops}
+    out: dict[str, float] = {}
+    want = {"E0": ("none", "TPM2_CC_PCR_Extend"), "L": ("per-command", "TPM2_CC_ContextLoad"),
+            "S": ("per-command", "TPM2_CC_StartAuthSession"), "F": ("per-command", "TPM2_CC_FlushContext"),
+            "Eh": ("per-command", "TPM2_CC_PCR_Extend")}
+    for letter, (mode, cc) in want.items():
+        run = by_mode.get(mode)
+        d = run.commands.get(cc) if run is not None else None
+        if d and d.get("p50"):
+            out[letter] = float(d["p50"])
+    return out
+
+
 @dataclass
 class CompareRow:
     engine: str

@@ -53,6 +53,9 @@ ACTIONS: tuple[Action, ...] = (
            "Freeze or follow the command stream (recording goes on)", show=False),
     Action("filter-stream", "slash", "filter_stream", "Filter", "stream: Filter by command",
            "Show only commands whose name or origin contains the text; `errors`: failed commands only (empty: all)", show=False),
+    Action("boot-projection", "p", "show_projection", "Projection", "boot: Show cost projection",
+           "What N kernel PCR extends cost in each mode, priced with this sitting's per-command p50s "
+           "(N: this machine's IMA count, or type one), with the arithmetic", show=False),
     Action("boot-report", "b", "show_boot", "Boot", "boot: Show report",
            "The `tpmtop boot` report: is the TPM what slows this machine's boot? (reads files, "
            "sends no TPM command)"),

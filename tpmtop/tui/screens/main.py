@@ -19,9 +19,10 @@ from tpmtop.sources.protocol import Capabilities
 from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS, ENGINES, MODES, OPS, PANELS
 from tpmtop.sources.model import (ContextGapTracker, CpuMeter, HandleBook, RateMeter, SlotPeaks, comparison, gauges,
-                                  mark_row, merge_marks, stream_row)
+                                  boot_components, mark_row, merge_marks, stream_row)
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tpmtop.tui.screens.help import HelpScreen
+from tpmtop.tui.screens.projection import DEFAULT_N, ProjectionScreen, projection_summary
 from tpmtop.tui.screens.workers import TpmWorkers
 from tpmtop.tui.widgets.footer import TpmtopFooter
 from tpmtop.tui.widgets.handles import HandlesPanel
@@ -79,7 +80,7 @@ def _allowed(action: str, caps: Capabilities, src, screen) -> bool | None:
         if not caps.export:
             return False
         return True if getattr(src, "identity", None) is not None else None
-    if action in ("toggle_stream", "filter_stream"):
+    if action in ("toggle_stream", "filter_stream", "show_projection"):
         return caps.timings
     return True
 
@@ -137,6 +138,7 @@ class MainScreen(TpmWorkers, Screen):
         self._sysfs_reads = 0
         self._stats_dirty = True
         self._ops_per_s = 0.0
+        self._boot_n: int | None = None
 
     # -- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -308,7 +310,9 @@ class MainScreen(TpmWorkers, Screen):
         view = src.timings(runs) if self.caps.live else src.timings()
         self.query_one(LatencyPanel).show(view.rows, view.subtitle, view.run_label, src.errors)
         modes = self.query_one(ModesPanel)
-        modes.show(comparison(runs, src.op, MODES), src.op, (src.engine, src.mode))
+        comps = boot_components(runs, src.engine if src.engine != "-" else "native")
+        boot = projection_summary(comps, self._projection_n()[0]) if comps else ""
+        modes.show(comparison(runs, src.op, MODES), src.op, (src.engine, src.mode), boot)
         modes.border_subtitle = view.modes_note
         if not self.caps.live:
             stream = self.query_one(StreamPanel)
@@ -557,6 +561,25 @@ class MainScreen(TpmWorkers, Screen):
 
             self.app.install_screen(BootScreen(getattr(self.app, "boot_root", "/")), "boot")
         self.app.push_screen("boot")
+
+    def _projection_n(self) -> tuple[int, str]:
+        if self._boot_n is not None:
+            return self._boot_n, "set with p"
+        if self.sysfs is not None and self.sysfs.ima_count:
+            return self.sysfs.ima_count, "this machine's IMA measurements"
+        return DEFAULT_N, "a round number: no IMA count readable here"
+
+    def action_show_projection(self) -> None:
+        comps = boot_components(self.source.runs(), self.source.engine if self.source.engine != "-" else "native")
+        n, why = self._projection_n()
+        where = "this sitting's per-command p50s" if self.caps.live else "the capture's per-command p50s"
+
+        def done(new_n: int | None) -> None:
+            if new_n is not None:
+                self._boot_n = new_n
+                self._stats_dirty = True
+
+        self.app.push_screen(ProjectionScreen(comps, n, why, where), done)
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())

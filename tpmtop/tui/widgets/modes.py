@@ -26,8 +26,9 @@ class ModesPanel(Panel):
         if self._last is not None:
             self.show(*self._last)
 
-    def show(self, rows: list[CompareRow], op: str, current: tuple[str, str]) -> None:
-        self._last = (rows, op, current)
+    def show(self, rows: list[CompareRow], op: str, current: tuple[str, str], boot: str = "") -> None:
+        """``boot``: markup of the boot-cost projection for this sitting (screens/projection.py)."""
+        self._last = (rows, op, current, boot)
         self.border_title = f"Modes · {op} · op p50"
         bars = self.query_one("#bars", Static)
         if not rows:
@@ -49,4 +50,6 @@ class ModesPanel(Panel):
                 n = max(1, round(r.p50_us / top * width))
                 text += f" [${tone}]{'█' * n}[/]"
             lines.append(text)
+        if boot:
+            lines += ["", boot]
         self._text.set(bars, "\n".join(lines))

@@ -24,7 +24,7 @@ class ResourcesPanel(Panel):
     def show(self, gauges: list[Gauge]) -> None:
         lines = []
         width = max((len(g.label) for g in gauges), default=0)
-        bar_w = max(5, min(BAR, (self.size.width or 40) - width - 24))
+        bar_w = max(5, min(BAR, (self.size.width or 40) - width - 22))
         for g in gauges:
             if g.note:  # nothing to draw a bar of: say why instead
                 lines.append(f"{g.label.ljust(width)} [dim]{g.note}[/]")
