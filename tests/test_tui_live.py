@@ -220,6 +220,11 @@ class TestLatency:
             assert 0 < sum(buckets()) <= acc.ops
 
 
+def list_handles_locked(src):
+    with src.gate:
+        return list_handles(src.conn.transport)
+
+
 class TestHandles:
     async def _primary(self, src) -> int:
         def create():
@@ -295,6 +300,45 @@ class TestHandles:
             await pilot.press("space")
             await until(pilot, lambda: any("saved capture" in n.message for n in rapp._notifications),
                         what="space in replay explained")
+
+    async def test_enter_on_a_handle_shows_what_the_tpm_says(self, live, tmp_path):
+        """Enter on an object: its ReadPublic (type, name, attributes); on a kept session: its
+        type and the salt/bind StartAuthSession put on the wire. Read-only: the TPM's handles
+        are the same after."""
+        from tpmtop.tui.screens.inspect import InspectScreen
+
+        src = live(start_running=False, mode="reuse")
+        seen = []
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
+            screen = main_screen(app)
+            screen.book.HIGHLIGHT_S = 0.0
+            await until(pilot, lambda: src.identity is not None, what="first poll")
+            h = await self._primary(src)
+            await pilot.press("space")  # reuse: a kept session appears
+            await until(pilot, lambda: any(a.ops >= 2 for a in src.accounts().values()), what="ops")
+            await pilot.press("space")
+            table = screen.query_one("#handles-table")
+            await until(pilot, lambda: f"0x{h:08x}" in table._shadow and any(
+                k.startswith("0x02") for k in table._shadow), what="object and session listed")
+            before = {e.handle for e in await asyncio.to_thread(lambda: list_handles_locked(src))}
+            table.focus()
+            table.move_cursor(row=table.get_row_index(f"0x{h:08x}"))
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, InspectScreen), what="inspector")
+            text = str(app.screen.query_one("#inspect-text").render())
+            assert "ECC" in text or "RSA" in text
+            assert "name" in text and "fixedtpm" in text
+            await pilot.press("escape")
+            sess = next(k for k in table._shadow if k.startswith("0x02"))
+            table.move_cursor(row=table.get_row_index(sess))
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, InspectScreen), what="session inspector")
+            text = str(app.screen.query_one("#inspect-text").render())
+            assert "HMAC" in text and "salted with" in text and "bound to" in text
+            await pilot.press("escape")
+            after = {e.handle for e in await asyncio.to_thread(lambda: list_handles_locked(src))}
+            assert before == after
 
     async def test_flush_of_foreign_handle_asks_first(self, live, tmp_path):
         """A handle tpmtop did not create is flushed only after the operator says yes."""

@@ -435,6 +435,14 @@ class LiveSource:
             flush(t, handle)
         self.recorder.forget_handle(handle)
 
+    def inspect(self, handle: int, kind: str, ours: bool) -> tuple[str, list[tuple[str, str]]]:
+        """What the TPM says about ``handle`` (ReadPublic) and what the wire showed: read-only,
+        allowed with --read-only (it changes nothing)."""
+        from tpmtop.sources.inspect import describe
+
+        with self.tpm("user") as t:
+            return describe(handle, kind, ours, t, self.recorder)
+
     def flush_ours(self) -> list[int]:
         """Close the engine (which flushes every handle it made), then flush whatever else
         tpmtop created that the TPM still lists."""

@@ -43,6 +43,9 @@ ACTIONS: tuple[Action, ...] = (
     Action("flush-handle", "f", "flush_selected", "Flush", "handle: Flush selected",
            "Flush the handle selected in the Handles panel (asks first if tpmtop did not create it)",
            changes_tpm=True, essential=True),
+    Action("inspect-handle", "i", "inspect_selected", "Inspect", "handle: Inspect selected",
+           "What the TPM says about the selected handle (ReadPublic: type, name, attributes; a session's "
+           "salt and bind as seen on the wire). Enter on a handle does the same; read-only", show=False),
     Action("flush-ours", "F", "flush_ours", "Flush ours", "handle: Flush all of tpmtop's",
            "Flush every handle tpmtop created", show=False, changes_tpm=True),
     Action("reset-stats", "r", "reset_stats", "Reset", "stats: Reset statistics",

@@ -22,6 +22,7 @@ from tpmtop.sources.model import (ContextGapTracker, CpuMeter, HandleBook, RateM
                                   boot_components, mark_row, merge_marks, stream_row)
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tpmtop.tui.screens.help import HelpScreen
+from tpmtop.tui.screens.inspect import InspectScreen
 from tpmtop.tui.screens.projection import DEFAULT_N, ProjectionScreen, projection_summary
 from tpmtop.tui.screens.workers import TpmWorkers
 from tpmtop.tui.widgets.footer import TpmtopFooter
@@ -66,6 +67,10 @@ def _allowed(action: str, caps: Capabilities, src, screen) -> bool | None:
         if not caps.workload:
             return False
         return True if caps.changes_tpm and src.connected else None
+    if action == "inspect_selected":  # read-only: allowed with --read-only
+        if not caps.handles:
+            return False
+        return True if src.connected and screen.query_one(HandlesPanel).selected is not None else None
     if action in ("flush_selected", "flush_ours"):
         if not caps.handles:
             return False
@@ -517,6 +522,16 @@ class MainScreen(TpmWorkers, Screen):
             f"It is a {row.kind} held by another program (or the kernel); flushing it breaks that "
             "program's next command."), answered)
 
+    def action_inspect_selected(self) -> None:
+        row = self.query_one(HandlesPanel).selected_row()
+        if row is None or row.state == "gone":
+            self.notify("select a handle the TPM still lists (keys 1, then the arrows)", severity="warning", timeout=3)
+            return
+        self.inspect_handle(row.handle, row.kind, row.ours)
+
+    def on_handle_inspected(self, message: m.HandleInspected) -> None:
+        self.app.push_screen(InspectScreen(message.title, message.rows))
+
     def action_flush_ours(self) -> None:
         self.flush_handles(None)
 
@@ -586,6 +601,10 @@ class MainScreen(TpmWorkers, Screen):
 
     def action_quit(self) -> None:
         self.app.exit()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "handles-table":  # Enter on a handle: inspect it
+            self.action_inspect_selected()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "handles-table":
