@@ -186,6 +186,34 @@ class TestBootProjection:
                         what="the new N in Modes")
 
 
+class TestSort:
+    async def test_sort_latency_by_p99_keeps_the_operation_on_top(self, live, tmp_path):
+        """> sorts the focused table by its next column, biggest first; the operation's rows stay
+        on top; after the last column the panel's own order comes back."""
+        from tpmtop.tui.widgets.table import sort_value
+
+        src = live(start_running=True, rate=0, mode="per-command")
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            table = main_screen(app).query_one("#latency-table")
+            await until(pilot, lambda: sum(1 for k in table._shadow if k.startswith("cc:")) >= 4, what="rows")
+            await pilot.press("space")
+            table.focus()
+            while table.sort_column != "p99":
+                await pilot.press("greater_than_sign")
+            await pilot.pause(0.3)
+            keys = [table.coordinate_to_cell_key((i, 0)).row_key.value for i in range(table.row_count)]
+            assert keys[:3] == ["op:total", "op:wire", "op:host"]
+            ci = table.shown_columns.index("p99")
+            p99 = [sort_value(table._shadow[k][ci])[1] for k in keys[3:]]
+            assert p99 == sorted(p99, reverse=True) and len(p99) >= 4
+            for _ in range(len(table.shown_columns)):
+                if table.sort_column is None:
+                    break
+                await pilot.press("greater_than_sign")
+            assert table.sort_column is None
+
+
 class TestLatency:
     async def test_selected_row_shows_its_histogram(self, live, tmp_path):
         """The selected row's histogram (built in a worker) lands in the detail box, as many

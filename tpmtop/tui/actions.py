@@ -62,6 +62,9 @@ ACTIONS: tuple[Action, ...] = (
     Action("boot-report", "b", "show_boot", "Boot", "boot: Show report",
            "The `tpmtop boot` report: is the TPM what slows this machine's boot? (reads files, "
            "sends no TPM command)"),
+    Action("sort-table", "greater_than_sign", "sort_table", "Sort", "table: Sort by next column",
+           "Sort the focused table (Latency, Handles) by its next column, biggest first; after the last "
+           "column, back to its own order (the operation's rows stay on top)", show=False),
     Action("next-theme", "t", "next_theme", "Theme", "theme: Switch to next theme",
            "Cycle the colour theme; the choice is remembered"),
     Action("help", "question_mark,f1", "help", "Help", "help: Show keys",

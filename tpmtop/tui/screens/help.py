@@ -12,7 +12,7 @@ from textual.widgets import Static
 
 from tpmtop.tui.actions import ACTIONS, PANELS
 
-KEY_NAMES = {"space": "space", "plus": "+", "minus": "-", "slash": "/", "question_mark,f1": "? F1"}
+KEY_NAMES = {"space": "space", "plus": "+", "minus": "-", "slash": "/", "question_mark,f1": "? F1", "greater_than_sign": ">"}
 
 
 def help_markup() -> str:

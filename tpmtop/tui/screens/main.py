@@ -32,6 +32,7 @@ from tpmtop.tui.widgets.latency import LatencyPanel
 from tpmtop.tui.widgets.modes import ModesPanel
 from tpmtop.tui.widgets.resources import ResourcesPanel
 from tpmtop.tui.widgets.stream import StreamPanel
+from tpmtop.tui.widgets.table import KeyedTable
 from tpmtop.tui.widgets.system import SystemPanel
 
 REFRESH_S = 0.2  # ≤ 10 refreshes a second, as the issue asks; 5 keeps a paused dashboard idle
@@ -104,7 +105,8 @@ def _refused_why(action: str, caps: Capabilities, src) -> str:
 
 def _bindings() -> list[Binding]:
     out = [Binding(a.key, a.action, a.label, show=a.show, tooltip=a.help, id=a.id,
-                   key_display={"question_mark,f1": "?", "plus": "+", "minus": "-", "slash": "/"}.get(a.key))
+                   key_display={"question_mark,f1": "?", "plus": "+", "minus": "-", "slash": "/",
+                                "greater_than_sign": ">"}.get(a.key))
            for a in ACTIONS]
     out += [Binding(k, f"show_panel('{pid}')", t, show=False, id=f"panel-{pid}", tooltip=f"Show the {t} panel")
             for k, pid, t in PANELS]
@@ -521,6 +523,14 @@ class MainScreen(TpmWorkers, Screen):
             f"Flush {row.key}? tpmtop did not create it.",
             f"It is a {row.kind} held by another program (or the kernel); flushing it breaks that "
             "program's next command."), answered)
+
+    def action_sort_table(self) -> None:
+        table = self.focused if isinstance(self.focused, KeyedTable) else None
+        if table is None:
+            self.notify("focus a table first (1 Handles, 3 Latency)", severity="warning", timeout=3)
+            return
+        by = table.cycle_sort()
+        self.notify(f"sorted by {by}", title="sort", timeout=2)
 
     def action_inspect_selected(self) -> None:
         row = self.query_one(HandlesPanel).selected_row()

@@ -47,7 +47,9 @@ class LatencyPanel(Panel):
     title = "Latency"
 
     def compose(self) -> ComposeResult:
-        yield KeyedTable(COLUMNS, id="latency-table")
+        table = KeyedTable(COLUMNS, id="latency-table")
+        table.pinned = "op:"  # the operation's total / wire / host stay on top of any sort
+        yield table
         with Horizontal(id="latency-detail"):
             yield Static("", id="histogram")
             yield Sparkline([], id="sparkline")

@@ -9,11 +9,31 @@ recomputed on resize only; then, and only then, the rows are rebuilt.
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Callable, Iterable
 
 from textual.widgets import DataTable
 
 CELL_PAD = 2  # DataTable's cell_padding (1) on each side
+_UNITS = {"ms": 1e3, "s": 1e6, "µs": 1.0, "": 1.0}
+_AGE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def sort_value(cell) -> tuple:
+    """A cell as shown ("1,410", "150 ms", "1m02s", "tpmtop", "") as a sortable value:
+    numbers (with their unit) before text, blanks last."""
+    text = str(cell).strip()
+    if not text or text == "?":
+        return (2, 0.0, "")
+    m = re.fullmatch(r"([\d,]+(?:\.\d+)?)\s*(ms|s|µs)?", text)
+    if m:
+        return (0, float(m.group(1).replace(",", "")) * _UNITS[m.group(2) or ""], "")
+    a = _AGE.fullmatch(text)
+    if a and any(a.groups()):
+        h, mi, se = (int(x or 0) for x in a.groups())
+        return (0, float(h * 3600 + mi * 60 + se), "")
+    return (1, math.inf, text.lower())
 
 
 class KeyedTable(DataTable):
@@ -30,6 +50,47 @@ class KeyedTable(DataTable):
         self._shadow: dict[str, tuple] = {}
         self._rows: list[tuple[str, tuple]] = []
         self._order: Callable[[str], object] | None = None
+        self.sort_column: str | None = None  # None: the panel's own order
+        self.pinned = ""  # row keys starting with this stay on top whatever the sort
+
+    def cycle_sort(self) -> str:
+        """Sort by the next shown column (descending: the biggest first), then back to the
+        panel's own order; returns what it now sorts by."""
+        shown = self.shown_columns
+        i = shown.index(self.sort_column) + 1 if self.sort_column in shown else 1
+        self.sort_column = shown[i] if i < len(shown) else None
+        self._resort()
+        return dict((k, label) for k, label, *_ in self._all).get(self.sort_column, "its own order")
+
+    def _resort(self) -> None:
+        if self.row_count < 2:
+            return
+        selected = self.selected_key
+        col = self.sort_column if self.sort_column in self.shown_columns else None  # dropped on a resize
+        if col is None:
+            if self._order is not None:
+                order = self._order
+                self.sort(key=lambda values: order(str(values[0])))
+        else:
+            ci = self.shown_columns.index(col)
+
+            def rank(key: str) -> tuple:
+                kind, number, text = sort_value(self._shadow[key][ci])
+                return (not (self.pinned and key.startswith(self.pinned)), kind, -number if kind == 0 else 0, text)
+
+            self._sort_by_keys(sorted(self._shadow, key=rank))
+        if selected in self._shadow:
+            self.move_cursor(row=self.get_row_index(selected), animate=False)
+
+    def _sort_by_keys(self, keys: list[str]) -> None:
+        """Put the rows in the order of ``keys`` (DataTable.sort only sees cell values; pinned
+        rows need their key). The same three steps as DataTable.sort."""
+        from textual._two_way_dict import TwoWayDict
+
+        by_value = {rk.value: rk for rk in self._data}
+        self._row_locations = TwoWayDict({by_value[k]: i for i, k in enumerate(keys) if k in by_value})
+        self._update_count += 1
+        self.refresh()
 
     @property
     def _columns(self) -> list[tuple]:
@@ -108,7 +169,9 @@ class KeyedTable(DataTable):
                     if a != b:
                         self.update_cell(key, col, b, update_width=False)
             self._shadow[key] = cells
-        if structural and order is not None and self.row_count > 1:
+        if self.sort_column is not None:
+            self._resort()  # values change every second: keep the chosen order
+        elif structural and order is not None and self.row_count > 1:
             selected = self.selected_key
             self.sort(key=lambda values: order(str(values[0])))
             if selected in self._shadow:
