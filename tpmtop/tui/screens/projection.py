@@ -50,7 +50,7 @@ def projection_summary(components_us: dict[str, float], n: int) -> str:
 
     proj = project(n, "", {k: Cost(Decimal(repr(v)), "") for k, v in components_us.items()})
     parts = [f"{m} {fmt_estimate(mc.estimate_s).removeprefix('about ')}" for m, mc in proj.modes.items() if mc.estimate_s is not None]
-    return f"[b]boot, {n:,} extends, about[/] [dim](p: the arithmetic)[/]\n" + " · ".join(parts) if parts else ""
+    return f"[b]boot, {n:,} extends[/] [dim](p)[/]: " + " · ".join(parts) if parts else ""
 
 
 class ProjectionScreen(ModalScreen[int | None]):

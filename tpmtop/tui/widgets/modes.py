@@ -51,5 +51,5 @@ class ModesPanel(Panel):
                 text += f" [${tone}]{'█' * n}[/]"
             lines.append(text)
         if boot:
-            lines += ["", boot]
+            lines.append(boot)
         self._text.set(bars, "\n".join(lines))
