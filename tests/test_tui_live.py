@@ -45,6 +45,8 @@ class TestWorkload:
             for mode in expected:
                 assert mode in bars
             assert "×1.0" in bars
+            # The op p50 time series runs across the switches, each switch marked by its mode's initial.
+            assert "op p50 each second" in bars and any(c in bars for c in "▁▂▃▄▅▆▇█")
         # polling never counted as workload
         assert all(e.origin != "workload" or e.engine == "native" for e in src.recorder.events())
 

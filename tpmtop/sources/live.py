@@ -15,6 +15,7 @@ import datetime as _dt
 import os
 import threading
 import time
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,6 +138,10 @@ class LiveSource:
         self._old_accounts: dict = {}
         # (engine, mode, op) -> every rate its operations ran at: a capture says so per run.
         self.rates_run: dict[tuple[str, str, str], set[float]] = {}
+        # (monotonic s, engine, mode, op, total ns) of the latest operations: the Modes panel's
+        # time series of op p50 across mode switches. Bounded: at max rate ~10 minutes of `none`
+        # would be millions; 200,000 is a few minutes unpaced, over half an hour at 100/s.
+        self.timeline: deque = deque(maxlen=200_000)
         from tpmtop.sources.model import ErrorBook
 
         self.errors = ErrorBook()  # fed by the dashboard from the recorder's new events
@@ -312,7 +317,8 @@ class LiveSource:
                 if w is None:
                     return
                 try:
-                    w.run_one()
+                    total_ns = w.run_one()
+                    self.timeline.append((time.monotonic(), w.engine_name, w.mode, w.op, total_ns))
                     self.rates_run.setdefault((w.engine_name, w.mode, w.op), set()).add(self.rate)
                 except NullNameChanged as e:
                     # The TPM was reset (new null seed) or someone interferes. The engine marks
@@ -475,6 +481,7 @@ class LiveSource:
         self._old_accounts = {}
         self.periods = []
         self.rates_run = {}
+        self.timeline.clear()
 
     def capture(self, max_events: int = 20_000) -> dict:
         """The ``tpmtop bench --json`` contract (``tpmtop.bench.capture_dict``), with the latest

@@ -19,7 +19,7 @@ from tpmtop.sources.protocol import Capabilities
 from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS, ENGINES, MODES, OPS, PANELS
 from tpmtop.sources.model import (ContextGapTracker, CpuMeter, HandleBook, RateMeter, SlotPeaks, comparison, gauges,
-                                  boot_components, mark_row, merge_marks, stream_row)
+                                  boot_components, mark_row, merge_marks, stream_row, timeline)
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tpmtop.tui.screens.help import HelpScreen
 from tpmtop.tui.screens.inspect import InspectScreen
@@ -319,7 +319,11 @@ class MainScreen(TpmWorkers, Screen):
         modes = self.query_one(ModesPanel)
         comps = boot_components(runs, src.engine if src.engine != "-" else "native")
         boot = projection_summary(comps, self._projection_n()[0]) if comps else ""
-        modes.show(comparison(runs, src.op, MODES), src.op, (src.engine, src.mode), boot)
+        series = None
+        if self.caps.workload:
+            width = max(10, modes.content_size.width or 40)
+            series = timeline(list(src.timeline), src.op, src.engine, time.monotonic(), width)
+        modes.show(comparison(runs, src.op, MODES), src.op, (src.engine, src.mode), boot, series)
         modes.border_subtitle = view.modes_note
         if not self.caps.live:
             stream = self.query_one(StreamPanel)

@@ -10,6 +10,33 @@ from tpmtop.sources.model import CompareRow, fmt_duration
 from tpmtop.tui.widgets.panel import Panel, QuietStatic
 
 
+BLOCKS = "▁▂▃▄▅▆▇█"
+MODE_TONE = {"none": "bar-baseline", "per-command": "latency-slow", "reuse": "latency-fast", "saved": "latency-mid"}
+
+
+def timeline_markup(series: list, width: int) -> list[str]:
+    """Op p50 per second on a log scale, one cell per second (newest right), coloured by
+    the mode that second ran; the mode's initial marks each switch on the line below."""
+    import math
+
+    series = series[-width:]
+    vals = [p.p50_us for p in series if p is not None]
+    lo, hi = math.log10(max(min(vals), 0.1)), math.log10(max(max(vals), 0.1))
+    span = (hi - lo) or 1.0
+    top, marks, prev = [], [], None
+    for p in series:
+        if p is None:
+            top.append(" ")
+            marks.append(" ")
+            continue
+        level = round((math.log10(max(p.p50_us, 0.1)) - lo) / span * (len(BLOCKS) - 1))
+        top.append(f"[${MODE_TONE.get(p.mode, 'bar-session')}]{BLOCKS[level]}[/]")
+        marks.append(p.mode[0] if p.mode != prev else " ")
+        prev = p.mode
+    return [f"[dim]op p50 each second, {len(series)} s (log; letter: mode)[/]",
+            "".join(top), "[dim]" + "".join(marks).replace("[", "\\[") + "[/]"]
+
+
 class ModesPanel(Panel):
     title = "Modes"
 
@@ -26,9 +53,11 @@ class ModesPanel(Panel):
         if self._last is not None:
             self.show(*self._last)
 
-    def show(self, rows: list[CompareRow], op: str, current: tuple[str, str], boot: str = "") -> None:
-        """``boot``: markup of the boot-cost projection for this sitting (screens/projection.py)."""
-        self._last = (rows, op, current, boot)
+    def show(self, rows: list[CompareRow], op: str, current: tuple[str, str], boot: str = "",
+             series: list | None = None) -> None:
+        """``boot``: markup of the boot-cost projection for this sitting (screens/projection.py);
+        ``series``: op p50 per second (model.timeline), drawn across mode switches."""
+        self._last = (rows, op, current, boot, series)
         self.border_title = f"Modes · {op} · op p50"
         bars = self.query_one("#bars", Static)
         if not rows:
@@ -52,4 +81,6 @@ class ModesPanel(Panel):
             lines.append(text)
         if boot:
             lines.append(boot)
+        if series and any(series):
+            lines += timeline_markup(series, avail)
         self._text.set(bars, "\n".join(lines))
