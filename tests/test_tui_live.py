@@ -324,6 +324,9 @@ class TestHandles:
             await pilot.press("f")
             await until(pilot, lambda: any("select a handle" in n.message for n in app._notifications),
                         what="f explained")
+            await pilot.press("T")  # the TCTI for tpm2-tools: a private swtpm cannot be shared, says how to
+            await until(pilot, lambda: any("socket pair" in n.message and "-T swtpm:" in n.message
+                                           for n in app._notifications), what="TCTI explained")
         cap = load(FIXTURE)
         rapp = TpmtopApp(ReplaySource(cap, FIXTURE), theme="dark", remember=False)
         async with rapp.run_test(size=SIZE) as pilot:

@@ -65,6 +65,9 @@ ACTIONS: tuple[Action, ...] = (
     Action("sort-table", "greater_than_sign", "sort_table", "Sort", "table: Sort by next column",
            "Sort the focused table (Latency, Handles) by its next column, biggest first; after the last "
            "column, back to its own order (the operation's rows stay on top)", show=False),
+    Action("show-tcti", "T", "show_tcti", "TCTI", "tpm: Show TCTI for tpm2-tools",
+           "The TCTI string that points tpm2-tools at the TPM this dashboard watches (copied to the "
+           "clipboard where the terminal allows)", show=False),
     Action("next-theme", "t", "next_theme", "Theme", "theme: Switch to next theme",
            "Cycle the colour theme; the choice is remembered"),
     Action("help", "question_mark,f1", "help", "Help", "help: Show keys",

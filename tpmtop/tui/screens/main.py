@@ -86,6 +86,8 @@ def _allowed(action: str, caps: Capabilities, src, screen) -> bool | None:
         if not caps.export:
             return False
         return True if getattr(src, "identity", None) is not None else None
+    if action == "show_tcti":
+        return caps.handles
     if action in ("toggle_stream", "filter_stream", "show_projection"):
         return caps.timings
     return True
@@ -527,6 +529,18 @@ class MainScreen(TpmWorkers, Screen):
             f"Flush {row.key}? tpmtop did not create it.",
             f"It is a {row.kind} held by another program (or the kernel); flushing it breaks that "
             "program's next command."), answered)
+
+    def action_show_tcti(self) -> None:
+        src = self.source
+        if getattr(src, "simulated", False) and getattr(getattr(src, "conn", None), "sim", None) is not None:
+            self.notify("tpmtop's private swtpm sits on a socket pair only tpmtop holds. To share a simulator "
+                        "with tpm2-tools, start a standalone one (swtpm socket --tpm2 --server port=2321 "
+                        "--ctrl type=tcp,port=2322 --flags not-need-init,startup-clear --tpmstate dir=DIR) and "
+                        "run tpmtop -T swtpm:host=127.0.0.1,port=2321; tpm2-tools take the same -T string.",
+                        title="TCTI", timeout=15)
+            return
+        self.app.copy_to_clipboard(src.tcti)
+        self.notify(f"tpm2-tools: -T {src.tcti}  (copied)", title="TCTI", timeout=10)
 
     def action_sort_table(self) -> None:
         table = self.focused if isinstance(self.focused, KeyedTable) else None
