@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Static, Tab, Tabs
 
 from tpmtop.sources.protocol import Capabilities
 from tpmtop.tui import messages as m
+from tpmtop.tui.availability import KEY_ACTIONS, PANEL_NEEDS, allowed, refused_why
 from tpmtop.tui.actions import ACTIONS, ENGINES, MODES, OPS, PANELS
 from tpmtop.sources.model import (ContextGapTracker, CpuMeter, HandleBook, RateMeter, SlotPeaks, comparison, gauges,
                                   boot_components, mark_row, merge_marks, stream_row, timeline)
@@ -46,65 +47,6 @@ OBSERVER = ("[b $warning]Observer effect[/]: on Linux 6.12+ each command tpmtop 
             "ends the kernel's kept HMAC session, so the kernel's next PCR extend pays the whole "
             "session setup again. Polling every {interval:g} s; [b]--passive[/] sends nothing.")
 
-CHANGES_TPM = {a.action.split("(")[0] for a in ACTIONS if a.changes_tpm}
-SELECTS_RUN = {"next_mode", "next_engine", "next_op", "set_mode", "set_engine", "set_op"}
-_KEY_ACTIONS = {k: a.action for a in ACTIONS for k in a.key.split(",")}
-_KEY_ACTIONS.update({"plus": "rate(1)", "minus": "rate(-1)"})
-
-# Which capabilities each panel needs (tpmtop.sources.protocol.Capabilities).
-_PANEL_NEEDS = {
-    "handles": lambda c: c.handles, "resources": lambda c: c.handles, "latency": lambda c: c.timings,
-    "modes": lambda c: c.timings, "stream": lambda c: c.timings, "system": lambda c: c.sysfs,
-}
-
-
-def _allowed(action: str, caps: Capabilities, src, screen) -> bool | None:
-    """check_action's answer, from the source's capabilities and state."""
-    if action in SELECTS_RUN:
-        if caps.selects_runs:
-            return True
-        return None if caps.workload else False
-    if action in ("toggle_workload", "rate"):
-        if not caps.workload:
-            return False
-        return True if caps.changes_tpm and src.connected else None
-    if action == "inspect_selected":  # read-only: allowed with --read-only
-        if not caps.handles:
-            return False
-        return True if src.connected and screen.query_one(HandlesPanel).selected is not None else None
-    if action in ("flush_selected", "flush_ours"):
-        if not caps.handles:
-            return False
-        if not caps.changes_tpm or not src.connected:
-            return None
-        if action == "flush_selected":
-            return True if screen.query_one(HandlesPanel).selected is not None else None
-        return True
-    if action == "reset_stats":
-        return True if caps.live else False
-    if action == "export":
-        if not caps.export:
-            return False
-        return True if getattr(src, "identity", None) is not None else None
-    if action == "show_tcti":
-        return caps.handles
-    if action in ("toggle_stream", "filter_stream", "show_projection"):
-        return caps.timings
-    return True
-
-
-def _refused_why(action: str, caps: Capabilities, src) -> str:
-    if caps.why_not and (not caps.changes_tpm or action in SELECTS_RUN):
-        return caps.why_not
-    if not src.connected:
-        return "the TPM does not answer: wait for it to come back"
-    if action == "flush_selected":
-        return "select a handle in the Handles panel first (keys 1, then the arrows)"
-    if action == "export":
-        return "nothing to export yet: the TPM has not answered"
-    return "not available now"
-
-
 def _bindings() -> list[Binding]:
     out = [Binding(a.key, a.action, a.label, show=a.show, tooltip=a.help, id=a.id,
                    key_display={"question_mark,f1": "?", "plus": "+", "minus": "-", "slash": "/",
@@ -124,7 +66,7 @@ class MainScreen(TpmWorkers, Screen):
         self.export_dir = export_dir
         # Only the panels this source can fill: no "live only" or "needs TPM traffic" boxes
         # taking the room of the ones that have something to say.
-        self.panels = [pid for _, pid, _ in PANELS if _PANEL_NEEDS[pid](source.caps)]
+        self.panels = [pid for _, pid, _ in PANELS if PANEL_NEEDS[pid](source.caps)]
         # At 80×24 one panel shows at a time: start on the timings (an empty Handles table
         # is a poor first screen), then what the source has.
         self.active_panel = "latency" if "latency" in self.panels else self.panels[0]
@@ -440,18 +382,18 @@ class MainScreen(TpmWorkers, Screen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # Textual 8: False hides the binding, None shows it disabled. A key refused here is
         # explained by on_key (a notification), never ignored silently.
-        return _allowed(action, self.caps, self.source, self)
+        return allowed(action, self.caps, self.source, self)
 
     def on_key(self, event) -> None:
         """A key whose action makes no sense here says why instead of doing nothing."""
-        binding = _KEY_ACTIONS.get(event.key)
+        binding = KEY_ACTIONS.get(event.key)
         if binding is None or self.app.screen is not self:
             return
         name = binding.split("(")[0]
-        if _allowed(name, self.caps, self.source, self):
+        if allowed(name, self.caps, self.source, self):
             return
         event.stop()
-        self.notify(_refused_why(name, self.caps, self.source), title="not available", severity="warning",
+        self.notify(refused_why(name, self.caps, self.source), title="not available", severity="warning",
                     timeout=4)
 
     def _changed(self) -> None:
@@ -541,6 +483,9 @@ class MainScreen(TpmWorkers, Screen):
             return
         self.app.copy_to_clipboard(src.tcti)
         self.notify(f"tpm2-tools: -T {src.tcti}  (copied)", title="TCTI", timeout=10)
+
+    def selected_handle(self) -> int | None:
+        return self.query_one(HandlesPanel).selected
 
     def action_sort_table(self) -> None:
         table = self.focused if isinstance(self.focused, KeyedTable) else None
