@@ -73,7 +73,7 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
               ratio_rounds: int = 5, profile: str | None = None) -> dict:
     import psutil
 
-    from tpmtop.tpm.connection import open_tpm
+    from tpmtop.connect import open_tpm
     from tpmtop.tui.app import TpmtopApp
     from tpmtop.sources.live import DEFAULT_RATE, LiveSource
     from tpmtop.tui.screens.main import MainScreen

@@ -30,7 +30,7 @@ SIZES = ((120, 40), (80, 24), (200, 50))  # what most terminals open at, the sma
 async def live_shots() -> None:
     """The dashboard as `make run` opens it (tpmtop --sim, default rate, mode and engine); a
     user then presses m through the four modes, back to per-command, so Modes compares them."""
-    from tpmtop.tpm.connection import open_tpm
+    from tpmtop.connect import open_tpm
     from tpmtop.tui.app import TpmtopApp
     from tpmtop.sources.live import LiveSource
     from tpmtop.tui.screens.main import MainScreen

@@ -82,8 +82,7 @@ class TestWorkload:
             await until(pilot, lambda: any(a.ops > 3 for a in src.accounts().values()), what="ops")
             await pilot.press("space")
             assert not src.running
-            with src.gate:  # an operation in flight finishes first
-                pass
+            src.barrier()  # an operation in flight finishes first
             before = sum(1 for e in src.recorder.events() if e.origin == "workload")
             await pilot.pause(0.8)
             after = sum(1 for e in src.recorder.events() if e.origin == "workload")
@@ -131,8 +130,7 @@ class TestStream:
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: src.recorder.total > 3000, what="3,000 commands")
             await pilot.press("space")
-            with src.gate:
-                pass
+            src.barrier()  # an operation in flight finishes first
             screen = main_screen(app)
             view = screen.query_one("#stream-view")
             await pilot.press("s")
@@ -227,8 +225,7 @@ class TestLatency:
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: any(a.ops > 50 for a in src.accounts().values()), what="ops")
             await pilot.press("space")  # freeze the counts
-            with src.gate:
-                pass
+            src.barrier()
             hist = main_screen(app).query_one("#histogram")
             main_screen(app).query_one("#latency-table").focus()
 
@@ -251,21 +248,19 @@ class TestLatency:
 
 
 def list_handles_locked(src):
-    with src.gate:
-        return list_handles(src.conn.transport)
+    return src.on_tpm(list_handles)
 
 
 class TestHandles:
     async def _primary(self, src) -> int:
-        def create():
-            with src.tpm("user"):
-                from tpmtop.sessions.native import NativeEngine
+        def create(t):
+            from tpmtop.sessions.native import NativeEngine
 
-                e = NativeEngine(src.conn.transport)
-                e.create_null_primary()
-                return e.load_null()  # a transient object tpmtop holds
+            e = NativeEngine(t)
+            e.create_null_primary()
+            return e.load_null()  # a transient object tpmtop holds
 
-        return await asyncio.to_thread(create)
+        return await asyncio.to_thread(src.on_tpm, create)
 
     async def test_flush_removes_handle_from_tpm_and_table(self, live, tmp_path):
         """f flushes the selected handle: gone from the TPM's list and from the table."""

@@ -19,6 +19,7 @@ from tpmtop.sessions.accounting import RunAccount
 from tpmtop.sessions.modes import DEFAULT_PCR, ENGINES, MODES, OPS, check_pcr
 from tpmtop.sessions.native import ATTR_CONTINUE, ATTR_DECRYPT, ATTR_ENCRYPT, CONTEXT_INVALID, NativeEngine
 from tpmtop.tpm import names
+from tpmtop.tpm.exchange import Labels, labelled, wire_log
 
 # A kept session the TPM no longer has: TPM_RC_REFERENCE_S0..S6 (0x918…, not loaded), or a
 # format-one error naming the session (TPM_RC_HANDLE/VALUE + session number).
@@ -91,8 +92,8 @@ class Workload:
                 from tpmtop.sessions.esys import EsysEngine
 
                 e = EsysEngine(self.t, self.conn.esapi())
-            self._label(None)
-            e.create_null_primary()  # the kernel's probe, once per engine
+            with self._labelled(None):
+                e.create_null_primary()  # the kernel's probe, once per engine
             self._engines[self.engine_name] = e
         return e
 
@@ -103,9 +104,9 @@ class Workload:
             a = self.accounts[key] = RunAccount(*key)
         return a
 
-    def _label(self, op_seq: int | None) -> None:
-        t = self.t
-        t.origin, t.engine, t.mode, t.op, t.op_seq = self.origin, self.engine_name, self.mode, self.op, op_seq
+    def _labelled(self, op_seq: int | None):
+        """Every command sent in this scope is stamped with this workload's labels."""
+        return labelled(Labels(self.origin, self.engine_name, self.mode, self.op, op_seq))
 
     # -- sessions -----------------------------------------------------------------------------
     def _new_session(self, e):
@@ -153,10 +154,10 @@ class Workload:
 
     def _prepare(self, e) -> None:
         if self.mode in ("reuse", "saved") and self.kept is None:
-            self._label(None)
-            self.kept = self._new_session(e)
-            if self.mode == "saved":
-                e.save_session(self.kept)
+            with self._labelled(None):
+                self.kept = self._new_session(e)
+                if self.mode == "saved":
+                    e.save_session(self.kept)
             self.account().setups += 1
         self._prepared = True
 
@@ -168,9 +169,16 @@ class Workload:
         e = self._engines.get(self.engine_name)
         if e is None:
             return
-        self._label(None)
         handle = getattr(s, "handle", None) if self.engine_name == "native" else None
         try:
+            self._teardown_session(e, s, handle)
+        except TpmError:
+            pass  # already gone (TPM reset, flushed by someone else): nothing left to leak
+        finally:
+            e.forget_session(s)
+
+    def _teardown_session(self, e, s, handle) -> None:
+        with self._labelled(None):
             if self.engine_name == "native":
                 e.flush(handle)
             else:
@@ -178,10 +186,6 @@ class Workload:
                     e.load_session(s)
                 e.flush(s.tr)
                 s.tr = None
-        except TpmError:
-            pass  # already gone (TPM reset, flushed by someone else): nothing left to leak
-        finally:
-            e.forget_session(s)
 
     # -- one operation ------------------------------------------------------------------------
     def run_one(self) -> int:
@@ -191,21 +195,22 @@ class Workload:
             self._prepare(e)
         acct = self.account()
         self._op_seq = self.conn.recorder.next_op_seq()
-        self._label(self._op_seq)
         wire: list[tuple[int | None, int]] = []
-        self.t.acc = wire
-        t0 = time.perf_counter_ns()
         ok = False
+        t0 = 0
         try:
-            self._run_mode(e)
-            ok = True
+            with self._labelled(self._op_seq), wire_log(wire):
+                t0 = time.perf_counter_ns()
+                try:
+                    self._run_mode(e)
+                    ok = True
+                finally:
+                    total = time.perf_counter_ns() - t0
         except BaseException:
             acct.errors += 1
             raise
         finally:
-            total = time.perf_counter_ns() - t0
-            self.t.acc = None
-            self._label(None)
+            # book-keeping after the timed scope
             if self.ops_log is not None:
                 self.ops_log.append((self._op_seq, self.engine_name, self.mode, self.op, t0, total,
                                      sum(w for _, w in wire), ok))
@@ -275,8 +280,6 @@ class Workload:
             self._teardown()
         except Exception:
             pass
-        self.t.origin, self.t.op_seq = "user", None
-        self.t.acc = None
         for entry in list_handles(self.t, self.conn.recorder.owned_handles()):
             if entry.ours and entry.kind != "persistent":
                 try:

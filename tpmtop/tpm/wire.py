@@ -54,6 +54,20 @@ def response_has_handle(cc: int) -> bool:
     return v
 
 
+def warm() -> None:
+    """Load tpm2-pytss's command tables and fill the per-command caches for every command
+    code it knows, so no decode ever pays an import or a first look-up. Called when a TPM
+    connection opens: never inside a measured operation."""
+    try:
+        from tpm2_pytss.constants import TPM2_CC
+    except Exception:
+        return
+    for cc in TPM2_CC:
+        if TPM2_CC.FIRST <= cc <= TPM2_CC.LAST:
+            num_handles(int(cc))
+            response_has_handle(int(cc))
+
+
 @dataclass(slots=True)
 class CommandInfo:
     cc: int | None
