@@ -27,19 +27,21 @@ RATES = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 0.0)  # 0
 MAX_CONSECUTIVE_ERRORS = 3
 BURST_EVERY_S = 0.1  # a paced workload wakes up at most 10 times a second...
 MIN_BURST = 4  # ...and runs at least this many operations back to back when it does
+BURST_JOB_S = 0.02  # one job on the TPM's owner thread runs at most this long (then the queue turns)
+UNPACED_BURST = 10  # unpaced: operations per job (each hand-off between threads costs a wake-up)
 
 
 def burst_size(rate: float) -> int:
-    """Operations per burst at ``rate`` ops/s (0: unpaced, one at a time, never sleeping)."""
+    """Operations per burst at ``rate`` ops/s (0: unpaced, never sleeping, UNPACED_BURST a job)."""
     if rate <= 0:
-        return 1
+        return UNPACED_BURST
     return max(MIN_BURST, round(rate * BURST_EVERY_S))
 
 
 def pacing_json(rate: float) -> dict:
     """A capture's ``pacing``: what the operations ran under (ops/s 0 = unpaced)."""
     if rate <= 0:
-        return {"rate_ops_per_s": 0, "burst": 1, "note": "unpaced: operations back to back"}
+        return {"rate_ops_per_s": 0, "burst": UNPACED_BURST, "note": "unpaced: operations back to back"}
     n = burst_size(rate)
     return {"rate_ops_per_s": rate, "burst": n, "burst_every_s": round(n / rate, 3),
             "note": f"bursts of {n} operations back to back every {n / rate:g} s; only the first of "
@@ -248,10 +250,7 @@ class LiveSource:
                 continue
             rate = self.rate
             n = burst_size(rate)
-            for _ in range(n):
-                self.step()
-                if not self.running or self.stopping.is_set() or cancelled() or self.rate != rate:
-                    break
+            self.step(n)
             if rate > 0:
                 next_t += n / rate
                 delay = next_t - time.perf_counter()
@@ -268,11 +267,15 @@ class LiveSource:
         """How the workload is paced now (shown in the header, written into captures)."""
         return pacing_json(self.rate)
 
-    def step(self) -> None:
+    def step(self, n: int = 1) -> None:
+        """Up to ``n`` operations back to back as one job on the TPM's owner thread (a burst):
+        no thread hand-off between them, so each runs warm. A job ends after BURST_JOB_S even
+        if the burst is not done, so a poll or a key's action never waits behind a slow chip's
+        whole burst (slb9670: 150 ms per operation)."""
         if self.read_only:
             return
         try:
-            if not self.on_tpm(self._step_job, origin="workload"):
+            if not self.on_tpm(self._burst_job, n, origin="workload"):
                 return
             self.errors_in_row = 0
             self.workload_error = None
@@ -290,6 +293,19 @@ class LiveSource:
             self._workload_failed(str(e))
         except Exception as e:  # a TSS2_Exception from ESAPI, or a bug in the engine
             self._workload_failed(f"{type(e).__name__}: {e}")
+
+    def _burst_job(self, t, n: int) -> int:
+        """On the owner thread: operations until ``n`` ran, one failed to run (a reset, paused,
+        stopping) or BURST_JOB_S passed. Returns how many ran; an error propagates."""
+        deadline = time.perf_counter() + BURST_JOB_S
+        done = 0
+        while done < n and not self.stopping.is_set():
+            if not self._step_job(t):
+                break
+            done += 1
+            if time.perf_counter() >= deadline:
+                break
+        return done
 
     def _step_job(self, _t) -> bool:
         """One workload operation, on the owner thread. False: nothing ran, or a reset."""
