@@ -11,6 +11,7 @@ from tpmtop.tui.widgets.panel import Panel, QuietStatic
 
 
 BLOCKS = "▁▂▃▄▅▆▇█"
+GAP = "\u00a0"  # a no-break space: wrapping drops leading plain spaces, and the cells must line up
 MODE_TONE = {"none": "bar-baseline", "per-command": "latency-slow", "reuse": "latency-fast", "saved": "latency-mid"}
 
 
@@ -26,12 +27,12 @@ def timeline_markup(series: list, width: int) -> list[str]:
     top, marks, prev = [], [], None
     for p in series:
         if p is None:
-            top.append(" ")
-            marks.append(" ")
+            top.append(GAP)
+            marks.append(GAP)
             continue
         level = round((math.log10(max(p.p50_us, 0.1)) - lo) / span * (len(BLOCKS) - 1))
         top.append(f"[${MODE_TONE.get(p.mode, 'bar-session')}]{BLOCKS[level]}[/]")
-        marks.append(p.mode[0] if p.mode != prev else " ")
+        marks.append(p.mode[0] if p.mode != prev else GAP)
         prev = p.mode
     return [f"[dim]op p50 each second, {len(series)} s (log; letter: mode)[/]",
             "".join(top), "[dim]" + "".join(marks).replace("[", "\\[") + "[/]"]
