@@ -12,6 +12,7 @@ from tpmtop.tui.widgets.panel import Panel, QuietStatic
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 GAP = "\u00a0"  # a no-break space: wrapping drops leading plain spaces, and the cells must line up
+AXIS = "─"  # the time axis under the series; a mode's initial where it starts
 MODE_TONE = {"none": "bar-baseline", "per-command": "latency-slow", "reuse": "latency-fast", "saved": "latency-mid"}
 
 
@@ -28,11 +29,11 @@ def timeline_markup(series: list, width: int) -> list[str]:
     for p in series:
         if p is None:
             top.append(GAP)
-            marks.append(GAP)
+            marks.append(AXIS)
             continue
         level = round((math.log10(max(p.p50_us, 0.1)) - lo) / span * (len(BLOCKS) - 1))
         top.append(f"[${MODE_TONE.get(p.mode, 'bar-session')}]{BLOCKS[level]}[/]")
-        marks.append(p.mode[0] if p.mode != prev else GAP)
+        marks.append(p.mode[0] if p.mode != prev else AXIS)
         prev = p.mode
     return [f"[dim]op p50 each second, {len(series)} s (log; letter: mode)[/]",
             "".join(top), "[dim]" + "".join(marks).replace("[", "\\[") + "[/]"]
