@@ -214,6 +214,29 @@ class TestSort:
             assert table.sort_column is None
 
 
+class TestTableFilter:
+    async def test_slash_on_latency_keeps_matching_rows_and_the_operation(self, live, tmp_path):
+        """/ on a focused table filters its rows (the operation's rows stay); empty shows all."""
+        src = live(start_running=True, rate=0, mode="per-command")
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            table = main_screen(app).query_one("#latency-table")
+            await until(pilot, lambda: sum(1 for k in table._shadow if k.startswith("cc:")) >= 4, what="rows")
+            await pilot.press("space")
+            table.focus()
+            await pilot.press("slash")
+            await pilot.press(*"Flush", "enter")
+            await until(pilot, lambda: [k for k in table._shadow if k.startswith("cc:")] == ["cc:357"],
+                        what="FlushContext only")
+            assert {"op:total", "op:wire", "op:host"} <= set(table._shadow)
+            await until(pilot, lambda: "filter 'Flush'" in str(main_screen(app).query_one("#latency").border_subtitle),
+                        what="the filter named under the panel")
+            await pilot.press("slash")
+            app.screen.query_one("#table-filter").value = ""
+            await pilot.press("enter")
+            await until(pilot, lambda: sum(1 for k in table._shadow if k.startswith("cc:")) >= 4, what="all again")
+
+
 class TestLatency:
     async def test_selected_row_shows_its_histogram(self, live, tmp_path):
         """The selected row's histogram (built in a worker) lands in the detail box, as many

@@ -55,7 +55,8 @@ ACTIONS: tuple[Action, ...] = (
     Action("toggle-stream", "s", "toggle_stream", "Stream", "stream: Pause or resume",
            "Freeze or follow the command stream (recording goes on)", show=False),
     Action("filter-stream", "slash", "filter_stream", "Filter", "stream: Filter by command",
-           "Show only commands whose name or origin contains the text; `errors`: failed commands only (empty: all)", show=False),
+           "Show only commands whose name or origin contains the text; `errors`: failed commands only (empty: all). "
+           "On a focused table (Handles, Latency): only rows containing the text", show=False),
     Action("boot-projection", "p", "show_projection", "Projection", "boot: Show cost projection",
            "What N kernel PCR extends cost in each mode, priced with this sitting's per-command p50s "
            "(N: this machine's IMA count, or type one), with the arithmetic", show=False),

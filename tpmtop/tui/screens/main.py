@@ -535,6 +535,18 @@ class MainScreen(TpmWorkers, Screen):
         self.notify("stream frozen (recording goes on)" if frozen else "stream follows", timeout=2)
 
     def action_filter_stream(self) -> None:
+        table = self.focused if isinstance(self.focused, KeyedTable) else None
+        if table is not None:  # "/" on Handles or Latency filters that table
+            from tpmtop.tui.screens.filter import FilterScreen
+
+            def done(needle: str | None) -> None:
+                if needle is not None:
+                    table.set_filter(needle)  # the panel's subtitle names it at its next refresh
+                    self._stats_dirty = True
+                    self.refresh_all()
+
+            self.app.push_screen(FilterScreen(table.needle), done)
+            return
         if self.compact and self.active_panel != "stream":
             self.action_show_panel("stream")
         self.query_one(StreamPanel).open_filter()

@@ -48,4 +48,6 @@ class HandlesPanel(Panel):
                                   "" if r.last_use_s is None else fmt_age(r.last_use_s),
                                   str(r.uses) if r.uses else "")))
         self.table.sync(cells, order=lambda first: first)
-        self.border_subtitle = f"{sum(1 for r in rows if r.state != 'gone')} handles"
+        needle = self.table.needle
+        self.border_subtitle = (f"{sum(1 for r in rows if r.state != 'gone')} handles"
+                                + (f" · filter '{needle}'" if needle else ""))

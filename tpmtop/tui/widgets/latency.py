@@ -79,7 +79,8 @@ class LatencyPanel(Panel):
             cells.append((r.key, (label, f"{s['count']:,}", err, fmt_us(s["p50"]), fmt_us(s["p90"]),
                                   fmt_us(s["p99"]), fmt_us(s["max"]), fmt_us(r.last_us))))
         self.table.sync(cells, order=lambda first: self._order.get(first, 999))
-        self.border_subtitle = subtitle
+        needle = self.table.needle
+        self.border_subtitle = subtitle + (f" · filter '{needle}'" if needle else "")
         self.show_detail()
 
     def show_detail(self, force: bool = False) -> None:

@@ -51,6 +51,7 @@ class KeyedTable(DataTable):
         self._rows: list[tuple[str, tuple]] = []
         self._order: Callable[[str], object] | None = None
         self.sort_column: str | None = None  # None: the panel's own order
+        self.needle = ""  # only rows with a cell containing it (case-insensitive); pinned rows stay
         self.pinned = ""  # row keys starting with this stay on top whatever the sort
 
     def cycle_sort(self) -> str:
@@ -152,6 +153,10 @@ class KeyedTable(DataTable):
         if not self.columns:
             return False  # not mounted yet: on_mount adds the columns, the next sync the rows
         shown = self._shown
+        n = self.needle.lower()
+        if n:
+            rows = [(k, c) for k, c in rows if (self.pinned and k.startswith(self.pinned))
+                    or any(n in str(x).lower() for x in c)]
         wanted = {k: tuple(cells[i] for i in shown) for k, cells in rows}
         structural = False
         col_keys = [self._all[i][0] for i in shown]
@@ -177,6 +182,10 @@ class KeyedTable(DataTable):
             if selected in self._shadow:
                 self.move_cursor(row=self.get_row_index(selected), animate=False)
         return structural
+
+    def set_filter(self, needle: str) -> None:
+        self.needle = needle.strip()
+        self.sync(self._rows, self._order)
 
     def clear_rows(self) -> None:
         self.clear()
