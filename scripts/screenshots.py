@@ -3,8 +3,9 @@
 
     .venv/bin/python scripts/screenshots.py            # or: make screenshots
 
-Writes screenshots/*.svg. The live ones run the real workload (native engine, each session
-mode for a few seconds) so their numbers are this machine's; the replay ones use the
+Writes screenshots/*.svg. The live ones run the real workload from the default settings (as
+`make run` starts it) at 120×40, 80×24 and 200×50, after a user pressed m through the four
+session modes, so their numbers are this machine's; the replay ones use the
 committed capture tests/tui_fixtures/slb9670-extend.json (the slb9670 chip profile).
 """
 
@@ -23,34 +24,39 @@ OUT = REPO / "screenshots"
 CAPTURE = REPO / "tests" / "tui_fixtures" / "slb9670-extend.json"
 
 
+SIZES = ((120, 40), (80, 24), (200, 50))  # what most terminals open at, the smallest, a wide one
+
+
 async def live_shots() -> None:
+    """The dashboard as `make run` opens it (tpmtop --sim, default rate, mode and engine); a
+    user then presses m through the four modes, back to per-command, so Modes compares them."""
     from tpmtop.connect import open_tpm
     from tpmtop.tui.app import TpmtopApp
     from tpmtop.sources.live import LiveSource
     from tpmtop.tui.screens.main import MainScreen
 
-    src = LiveSource(open_tpm(sim=True), start_running=True, rate=200, mode="none", poll_interval=0.5)
+    src = LiveSource(open_tpm(sim=True))  # the defaults: no argument here
     try:
         app = TpmtopApp(src, theme="dark", remember=False)
-        async with app.run_test(size=(140, 44)) as pilot:
-            for mode in ("none", "per-command", "reuse", "saved"):
-                await pilot.press(*([] if mode == "none" else ["m"]))
-                await pilot.pause(2.5)
-            await pilot.press("m", "m")  # back to per-command: the costly one, on screen
+        async with app.run_test(size=SIZES[0]) as pilot:
+            await pilot.pause(4.0)
+            for _ in range(4):  # per-command -> reuse -> saved -> none -> per-command
+                await pilot.press("m")
+                await pilot.pause(3.0)
             await pilot.pause(3.0)
             main = next(s for s in app.screen_stack if isinstance(s, MainScreen))
-            table = main.query_one("#latency-table")
-            table.focus()
+            main.query_one("#latency-table").focus()
             # The selected row's histogram is built in a worker that competes with the
             # workload for the GIL: give it time to land before the shot.
-            await pilot.pause(2.0)
-            app.save_screenshot("live-sim.svg", path=str(OUT))
+            await pilot.pause(2.5)
+            for w, h in SIZES:
+                await pilot.resize_terminal(w, h)
+                await pilot.pause(1.5)
+                app.save_screenshot(f"live-{w}x{h}.svg", path=str(OUT))
             await pilot.resize_terminal(80, 24)
-            await pilot.pause(0.5)
-            app.save_screenshot("live-80x24-handles.svg", path=str(OUT))
-            await pilot.press("3")
-            await pilot.pause(0.5)
-            app.save_screenshot("live-80x24-latency.svg", path=str(OUT))
+            await pilot.press("4")
+            await pilot.pause(1.0)
+            app.save_screenshot("live-80x24-modes.svg", path=str(OUT))
     finally:
         src.close()
 
@@ -75,6 +81,8 @@ def main() -> int:
     os.environ["TEXTUAL_ANIMATIONS"] = "none"
     os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="tpmtop-shots-")  # never touch the user's choice
     OUT.mkdir(exist_ok=True)
+    for old in ("live-sim.svg", "live-80x24-handles.svg", "live-80x24-latency.svg"):
+        (OUT / old).unlink(missing_ok=True)  # replaced by live-WxH.svg
     t0 = time.monotonic()
     asyncio.run(replay_shots())
     asyncio.run(live_shots())

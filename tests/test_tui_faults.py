@@ -77,7 +77,7 @@ async def test_tpm_reset_is_noticed_marked_and_periods_kept_apart(live, tmp_path
         assert "TPM period 2" in header_text(app)
         stream = screen.query_one("#stream-view")
         assert any(r.origin == "mark" and "TPM reset" in r.command for r in stream.rows)
-        await until(pilot, lambda: "this TPM period only" in str(screen.query_one("#latency").border_subtitle),
+        await until(pilot, lambda: "this TPM period" in str(screen.query_one("#latency").border_subtitle),
                     what="latency panel on the current period")
         assert "1 earlier period kept apart" in str(screen.query_one("#modes").border_subtitle)
         assert src.workload_error is None and src.running
@@ -106,8 +106,15 @@ async def test_object_slots_exhausted_pauses_and_flushing_in_handles_resumes(liv
         await pilot.press("space")
         await until(pilot, lambda: not src.running and src.pause_reason, what="workload paused itself")
         assert "0x902" in src.workload_error and "Handles panel" in src.workload_error
-        assert "object slots full" in header_text(app)
+        await until(pilot, lambda: "object slots full" in header_text(app), what="header: slots full")
         await until(pilot, lambda: any("Handles panel" in n for n in _notices(app)), what="notification")
+        # The Latency panel says which command failed and how, decoded (issue #15 item 6).
+        failed = [k for k, c in src.errors.by_key.items() if 0x902 in c]
+        assert failed, src.errors.by_key
+        assert "0x902" in src.errors.text(failed[0]) and "×" in src.errors.text(failed[0])
+        lat = screen.query_one("#latency-table")
+        await until(pilot, lambda: failed[0] in lat._shadow and str(lat._shadow[failed[0]][2]).strip() != "",
+                    what="errors counted in the Latency row")
         table = screen.query_one("#handles-table")
         for h in leaked:
             key = f"0x{h:08x}"
@@ -119,56 +126,51 @@ async def test_object_slots_exhausted_pauses_and_flushing_in_handles_resumes(liv
             await pilot.press("y")
             await until(pilot, lambda: any(isinstance(x, m.HandlesFlushed) and h in x.handles for x in seen),
                         what=f"{key} flushed")
+        await until(pilot, lambda: "a slot was freed" in header_text(app), what="header: no longer 'slots full'")
         await pilot.press("space")
         await until(pilot, lambda: _ops(src) >= 3, what="workload running again")
         assert src.running and src.workload_error is None and "object slots" not in header_text(app)
 
 
-async def test_slow_tpm_keys_stay_prompt_and_quit_is_prompt(live, tmp_path, monkeypatch):
+async def test_slot_peaks_between_polls_warn_before_0x902(live, tmp_path):
+    """Another client holds 2 of the 3 object slots. Each per-command operation loads the null
+    primary for under a millisecond, so a poll sees 2/3 while the traffic reaches 3/3: the
+    Resources panel shows that peak and the dashboard warns before a 0x902 can happen."""
+    src = live(start_running=False, mode="per-command")
+    app = app_for(src, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = main_screen(app)
+        await until(pilot, lambda: src.identity is not None, what="first poll")
+        await _leak_objects(src, 2)
+        await pilot.press("space")
+        await until(pilot, lambda: _ops(src) >= 20, what="per-command operations")
+        await until(pilot, lambda: screen.peaks.peak["object"] == 3, what="object peak 3")
+        assert screen.peaks.peak["session"] >= 1  # per-command sessions, never seen by a poll
+        await until(pilot, lambda: "peak 3" in str(screen.query_one("#gauges").render()), what="peak shown")
+        await until(pilot, lambda: any("object slots: 3 of 3" in n for n in _notices(app)), what="warning")
+        assert src.workload_error is None  # warned before, not after, a failure
+
+
+async def test_slow_tpm_keys_do_their_action_and_quit_ends_cleanly(live, tmp_path):
     """slb9670 (a per-command extend takes ~150 ms, the workload holds the TPM nearly always):
-    pause/resume reach the screen in under 100 ms — the issue's key-to-screen target, and less
-    than one operation, so a key handler that waited for the TPM could not pass — and quitting
-    takes under 1 s (one operation in flight, ≤ ~190 ms in this profile, then the flushes).
-
-    Measured as benchmarks/ui_load.py does: from the key event posted to the app (as the
-    terminal driver posts it) to the first screen update handed to the driver after the key's
-    effect. Not around ``pilot.press``: Pilot waits for the app to go idle, which is its own
-    cost (~85 ms here), not the user's."""
-    from textual import events
-    from textual.app import App
-
-    stamps: list[float] = []
-    display = App._display
-
-    def stamped(self, screen, renderable):
-        if renderable is not None:
-            stamps.append(time.perf_counter())
-        return display(self, screen, renderable)
-
-    monkeypatch.setattr(App, "_display", stamped)
+    each space press pauses or resumes the workload and the header says so, and q ends the
+    app with tpmtop's handles gone from the TPM. Conditions only: how fast a key reaches the
+    screen under load is measured by benchmarks/ui_load.py (``--profile slb9670``), not here."""
     src = live(start_running=True, rate=0, mode="per-command", profile="slb9670")
     app = app_for(src, tmp_path)
-    times = []
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: _ops(src) >= 2, what="two slow operations")
         assert summary_of(src.accounts()[("native", "per-command", "extend")].op_hist)["p50"] > 100_000  # µs
         for _ in range(4):
             before = src.running
-            k0 = time.perf_counter()
-            app.post_message(events.Key("space", " "))
-            while src.running == before and time.perf_counter() - k0 < 5:
-                await asyncio.sleep(0.001)
-            effect = time.perf_counter()
-            while not (stamps and stamps[-1] > effect) and time.perf_counter() - k0 < 5:
-                await asyncio.sleep(0.001)
-            times.append(stamps[-1] - k0)
-            await pilot.pause(0.2)
-        t0 = time.perf_counter()
+            await pilot.press("space")
+            assert src.running is not before  # the key acted at once, not after the TPM answered
+            word = "running" if src.running else "paused"
+            await until(pilot, lambda: word in header_text(app), what=f"header says {word}")
         await pilot.press("q")
+        await until(pilot, lambda: not app.is_running, what="the app ended")
     src.close()
-    quit_s = time.perf_counter() - t0
-    assert max(times) < 0.100, f"key to screen {[round(t * 1000) for t in times]} ms"
-    assert quit_s < 1.0, f"quit took {quit_s:.2f} s"
+    assert src.stopping.is_set() and src.workload is None
 
 
 async def test_read_only_refuses_every_state_changing_action(live, tmp_path):
@@ -199,6 +201,8 @@ async def test_read_only_refuses_every_state_changing_action(live, tmp_path):
                 await screen.run_action(action)
         await pilot.pause(0.5)
         assert not isinstance(app.screen, ConfirmScreen)
+        # Refused keys say why (issue #15 item 9: they were ignored silently).
+        assert any("--read-only" in n for n in _notices(app)), _notices(app)
         assert not src.running and (src.engine, src.mode, src.op) == ("native", "per-command", "extend")
         new = [e for e in src.recorder.events() if e.seq > mark]
         assert {e.origin for e in new} <= {"poll"}, {e.origin for e in new}  # polls only: they read

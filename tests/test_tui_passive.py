@@ -32,8 +32,9 @@ def test_sysfs_reader(fake_root):
     assert not missing.tpm_present and missing.ima_count is None and len(missing.notes) == 2
 
 
-async def test_passive_dashboard_reads_sysfs_and_marks_tpm_panels(fake_root, tmp_path, monkeypatch):
-    """The System panel shows IMA and PCRs; TPM panels say they need TPM traffic."""
+async def test_passive_dashboard_reads_sysfs_and_shows_only_system(fake_root, tmp_path, monkeypatch):
+    """The System panel shows IMA and PCRs across the whole width; the panels that need TPM
+    traffic are not shown at all (issue #15 item 7: five of six said so, System got 46 columns)."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     app = TpmtopApp(PassiveSource(Sysfs(fake_root)), remember=False)
     async with app.run_test(size=(140, 44)) as pilot:
@@ -44,7 +45,20 @@ async def test_passive_dashboard_reads_sysfs_and_marks_tpm_panels(fake_root, tmp
         text = str(screen.query_one("#sysfs").render())
         assert "IMA measurements" in text and "PCR 10" in text and "HMAC sessions compiled in" in text
         assert "1,300" in text
-        for pid in ("handles", "resources", "latency", "stream"):
-            assert screen.query_one(f"#{pid}").has_class("-passive")
-        assert "passive" in str(screen.query_one("#header").render())
+        for pid in ("handles", "resources", "latency", "modes", "stream"):
+            assert not screen.query_one(f"#{pid}").display
+        assert screen.query_one("#system").size.width >= 130
+        header = str(screen.query_one("#header").render())
+        assert "passive" in header and "kernel TPM (not contacted)" in header
         assert not screen.check_action("toggle_workload", ())
+
+
+async def test_passive_without_a_tpm_says_so(tmp_path, monkeypatch):
+    """No /sys/class/tpm/tpm0: the header says there is no TPM, as System does."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    app = TpmtopApp(PassiveSource(Sysfs(tmp_path)), remember=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.5)
+        header = str(app.screen.query_one("#header").render())
+        assert "no TPM here" in header and "not contacted" not in header
+        assert "no " in str(app.screen.query_one("#sysfs").render())

@@ -29,9 +29,16 @@ def replay_app(theme: str = "dark") -> TpmtopApp:
 
 
 class TestReplayLayout:
-    def test_wide(self, snap_compare):
-        """All panels at once at 140×44: latency, histogram, mode comparison and stream."""
-        assert snap_compare(replay_app(), terminal_size=(140, 44))
+    @pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 50)], ids=["80x24", "120x40", "200x50"])
+    def test_size(self, snap_compare, size):
+        """The first screen at the sizes terminals open at: every essential key (space m f x ?
+        q) in the footer, no table behind a horizontal scrollbar, one line per mode."""
+        assert snap_compare(replay_app(), terminal_size=size)
+
+    @pytest.mark.parametrize("size", [(120, 40), (200, 50)], ids=["120x40", "200x50"])
+    def test_per_command_run(self, snap_compare, size):
+        """m: the per-command run, its histogram beside the sparkline without wrapping."""
+        assert snap_compare(replay_app(), terminal_size=size, press=["m", "3", "down"])
 
     def test_compact_80x24_tabs(self, snap_compare):
         """At 80×24 panels become tabs; key 4 shows the mode comparison."""

@@ -46,7 +46,7 @@ def app_for(src, tmp_path, **kw) -> TpmtopApp:
     return TpmtopApp(src, theme="dark", remember=False, export_dir=str(tmp_path), **kw)
 
 
-async def until(pilot, cond, timeout=15.0, what="condition"):
+async def until(pilot, cond, timeout=30.0, what="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():

@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="how often to ask the TPM for its handles and slots (default 1 with --sim, "
                         "5 on a real TPM: each poll perturbs the kernel's session, see --passive)")
     g.add_argument("--rate", type=_rate, default=100.0, metavar="OPS",
-                   help="workload operations per second (default 100; 0: as fast as the TPM allows)")
+                   help="workload operations per second on average (default 100; 0: as fast as the TPM "
+                        "allows). Paced in bursts of >= 4 back to back so each operation runs warm")
     g.add_argument("--mode", default="per-command", choices=("none", "per-command", "reuse", "saved"),
                    help="session mode the workload starts in (default per-command)")
     g.add_argument("--engine", default="native", choices=("native", "esys"), help="crypto engine (default native)")
@@ -75,6 +76,17 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
 
 
 GRACE_S = 3.0
+
+
+def require_terminal() -> None:
+    """The dashboard draws on a terminal. Without one (a pipe, a file, cron) Textual would
+    write escape codes into the file and spin; say so instead, before anything is opened."""
+    import sys
+
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        which = "stdin" if not sys.stdin.isatty() else "stdout"
+        raise UsageError(f"the dashboard needs a terminal ({which} is not one); without one use the headless "
+                         "commands: tpmtop info, handles, bench --json, boot, export (see tpmtop --help)")
 
 
 def _run_app(app, cleanup=None) -> int:
@@ -126,6 +138,7 @@ def run(args) -> int:
             raise UsageError("--passive sends nothing to any TPM: it cannot be combined with --sim or -T")
         if args.profile is not None or args.seed is not None:
             raise UsageError("--passive sends nothing to any TPM: there is no simulator for --profile/--seed to slow down")
+        require_terminal()
         from tpmtop.sources.passive import PassiveSource
 
         return _run_app(TpmtopApp(PassiveSource(), theme=args.theme, export_dir=args.export_dir))
@@ -139,6 +152,7 @@ def run(args) -> int:
         raise UsageError(f"--export-dir {args.export_dir}: no such directory")
     # Checked (and a profile file validated) before anything is opened: refused without --sim.
     profile = profile_from_args(args)
+    require_terminal()
     conn = open_tpm(tcti=args.tcti, sim=args.sim, raw_device=args.raw_device, notice=notice, timeout=args.timeout)
     source = None
     try:
@@ -165,6 +179,7 @@ def run_replay(args) -> int:
                          "dashboard (the replay header names the profile the capture was taken with)")
 
     source = ReplaySource(load(args.capture), args.capture)  # a bad file: one line, exit 2
+    require_terminal()
     from tpmtop.tui.app import TpmtopApp
 
     return _run_app(TpmtopApp(source, theme=args.theme))

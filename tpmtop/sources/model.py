@@ -21,9 +21,17 @@ def fmt_us(us: float | None) -> str:
         return ""
     if us >= 1_000_000:
         return f"{us / 1e6:.2f} s"
+    if us >= 100_000:  # six digits of µs would touch a 7-wide column's border
+        return f"{us / 1000:.0f} ms"
     if us >= 1000:
         return f"{us:,.0f}"
     return f"{us:.1f}"
+
+
+def fmt_duration(us: float | None) -> str:
+    """:func:`fmt_us` with its unit: 87.4 µs, 4,321 µs, 151 ms, 1.52 s."""
+    text = fmt_us(us)
+    return text if not text or " " in text else f"{text} µs"
 
 
 def fmt_age(seconds: float) -> str:
@@ -107,6 +115,48 @@ def op_rows(run: "RunView | None") -> list[CommandRow]:
             CommandRow("op:host", "  host", run.host_us, buckets=run.host_buckets)]
 
 
+# -- errors per command code --------------------------------------------------------------------
+class ErrorBook:
+    """Which response codes each command got, from the events seen (live: the recorder's new
+    events each tick; replay: the capture's events). Keyed like the Latency rows ("cc:386")."""
+
+    def __init__(self):
+        from collections import Counter
+
+        self.by_key: dict[str, Counter] = {}
+        self._counter = Counter
+
+    def add(self, cc: int | None, rc: int | None) -> None:
+        key = f"cc:{cc if cc is not None else -1}"
+        c = self.by_key.get(key)
+        if c is None:
+            c = self.by_key[key] = self._counter()
+        c[rc] += 1
+
+    def feed(self, events) -> None:
+        for ev in events:
+            if ev.rc != 0:
+                self.add(ev.cc, ev.rc)
+
+    def count(self, key: str) -> int:
+        c = self.by_key.get(key)
+        return sum(c.values()) if c else 0
+
+    def text(self, key: str, limit: int = 3) -> str:
+        """``0x902 TPM_RC_OBJECT_MEMORY ×3, no response ×1`` — the commonest first."""
+        c = self.by_key.get(key)
+        if not c:
+            return ""
+        parts = []
+        for rc, n in c.most_common(limit):
+            parts.append(f"{short_rc(rc, None)} ×{n:,}")
+        more = len(c) - limit
+        return ", ".join(parts) + (f", {more} more" if more > 0 else "")
+
+    def clear(self) -> None:
+        self.by_key.clear()
+
+
 # -- runs (one per engine, mode, op) ------------------------------------------------------------
 @dataclass
 class RunView:
@@ -165,6 +215,57 @@ def run_from_capture(r: dict) -> RunView:
                    host_buckets=(r.get("host_us") or {}).get("histogram") or [])
 
 
+def boot_components(runs: list[RunView], engine: str = "native") -> dict[str, float]:
+    """Per-command p50s (µs) for the boot projection (tpmtop.boot.projection's letters) from
+    this sitting's extend runs: E0 = PCR_Extend in ``none``; L, S, F and Eh (PCR_Extend in an
+    HMAC session) from ``per-command``, whose sequence is the kernel's 6.10 one."""
+    by_mode = {r.mode: r for r in runs if r.op == "extend" and r.engine == engine and r.ops}
+    out: dict[str, float] = {}
+    want = {"E0": ("none", "TPM2_CC_PCR_Extend"), "L": ("per-command", "TPM2_CC_ContextLoad"),
+            "S": ("per-command", "TPM2_CC_StartAuthSession"), "F": ("per-command", "TPM2_CC_FlushContext"),
+            "Eh": ("per-command", "TPM2_CC_PCR_Extend")}
+    for letter, (mode, cc) in want.items():
+        run = by_mode.get(mode)
+        d = run.commands.get(cc) if run is not None else None
+        if d and d.get("p50"):
+            out[letter] = float(d["p50"])
+    return out
+
+
+@dataclass
+class TimelinePoint:
+    t: float  # end of the second, monotonic s
+    mode: str
+    p50_us: float
+    ops: int
+
+
+def timeline(points, op: str, engine: str, now: float, seconds: int) -> list[TimelinePoint | None]:
+    """Operation p50 per second over the last ``seconds`` (None: no operation that second),
+    each second labelled with the mode most of its operations ran in: one series across mode
+    switches, so a switch shows as a step."""
+    from statistics import median
+
+    start = now - seconds
+    per: list[list] = [[] for _ in range(seconds)]
+    modes: list[dict] = [{} for _ in range(seconds)]
+    for t, e, m, o, total in reversed(points):
+        if t < start:
+            break
+        if o != op or e != engine:
+            continue
+        i = min(seconds - 1, int(t - start))
+        per[i].append(total)
+        modes[i][m] = modes[i].get(m, 0) + 1
+    out: list[TimelinePoint | None] = []
+    for i in range(seconds):
+        if per[i]:
+            out.append(TimelinePoint(start + i + 1, max(modes[i], key=modes[i].get), median(per[i]) / 1000, len(per[i])))
+        else:
+            out.append(None)
+    return out
+
+
 @dataclass
 class CompareRow:
     engine: str
@@ -201,7 +302,10 @@ class StreamRow:
     ok: bool
 
     def matches(self, needle: str) -> bool:
+        """Command or origin contains ``needle``; the word ``errors`` keeps failed commands."""
         n = needle.lower()
+        if n == "errors":
+            return not self.ok
         return not n or n in self.command.lower() or n in self.origin
 
 
@@ -209,15 +313,63 @@ def _sessions_text(sessions) -> str:
     return " ".join(f"{h:08x}:{a:02x}" if h != 0x40000009 else f"PW:{a:02x}" for h, a in sessions)
 
 
+def _handles_of(ev) -> list[int]:
+    """The handles a command names; FlushContext's target is a parameter, not in the handle
+    area, yet it is the one thing worth seeing on that line."""
+    handles = list(ev.handles)
+    cmd = getattr(ev, "command", None)
+    if ev.cc == ContextGapTracker.CC_FLUSH and not handles and cmd is not None and len(cmd) >= 14:
+        handles.append(int.from_bytes(cmd[10:14], "big"))
+    return handles
+
+
 def stream_row(ev, t0_ns: int) -> StreamRow:
-    return StreamRow(str(ev.seq), f"{(ev.t_ns - t0_ns) / 1e9:9.3f}", ev.origin, ev.name.removeprefix("TPM2_CC_"),
-                     " ".join(f"{h:08x}" for h in ev.handles), _sessions_text(ev.sessions),
+    return StreamRow(str(ev.seq), f"{(ev.t_ns - t0_ns) / 1e9:.3f}", ev.origin, ev.name.removeprefix("TPM2_CC_"),
+                     " ".join(f"{h:08x}" for h in _handles_of(ev)), _sessions_text(ev.sessions),
                      short_rc(ev.rc, ev.error), fmt_us(ev.wire_ns / 1000), ev.rc == 0)
+
+
+class LazyStreamRows:
+    """The recorder's whole ring as stream rows, converted only when looked at: a frozen
+    stream can scroll back through every command the recorder keeps (100,000) without
+    building 100,000 rows. ``items`` are Events and (t_ns, text) marks, oldest first."""
+
+    def __init__(self, items: list, t0_ns: int, needle: str = ""):
+        self.t0 = t0_ns
+        if needle:
+            n = needle.lower()
+            errors = n == "errors"
+            items = [x for x in items if isinstance(x, tuple) or (
+                (x.rc != 0) if errors else (n in x.origin or n in x.name.lower()))]
+        self.items = items
+        self._done: dict[int, StreamRow] = {}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def _row(self, i: int) -> StreamRow:
+        r = self._done.get(i)
+        if r is None:
+            x = self.items[i]
+            r = self._done[i] = mark_row(x[0], self.t0, x[1]) if isinstance(x, tuple) else stream_row(x, self.t0)
+        return r
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self._row(i) for i in range(*k.indices(len(self.items)))]
+        return self._row(k if k >= 0 else len(self.items) + k)
+
+
+def merge_marks(events: list, marks: list[tuple[int, str]]) -> list:
+    """Events and marks in time order (marks are few: a sort of the merged list is cheap)."""
+    if not marks:
+        return events
+    return sorted(events + list(marks), key=lambda x: x[0] if isinstance(x, tuple) else x.t_ns)
 
 
 def mark_row(t_ns: int, t0_ns: int, text: str) -> StreamRow:
     """A boundary in the stream (TPM reset, reconnection): origin "mark", the text as command."""
-    return StreamRow(f"mark-{t_ns}", f"{(t_ns - t0_ns) / 1e9:9.3f}", "mark", text, "", "", "", "", True)
+    return StreamRow(f"mark-{t_ns}", f"{(t_ns - t0_ns) / 1e9:.3f}", "mark", text, "", "", "", "", True)
 
 
 def stream_row_from_dict(i: int, e: dict) -> StreamRow:
@@ -235,7 +387,7 @@ def stream_row_from_dict(i: int, e: dict) -> StreamRow:
     ss = " ".join(_session_text(s) for s in sess)
     name = str(e.get("command") or e.get("cc") or "?").removeprefix("TPM2_CC_")
     wire = e.get("wire_ns")
-    return StreamRow(str(i), f"{float(t) / 1e9:9.3f}", str(e.get("origin", "workload")), name, hs, ss,
+    return StreamRow(str(i), f"{float(t) / 1e9:.3f}", str(e.get("origin", "workload")), name, hs, ss,
                      short_rc(rc, None), fmt_us(wire / 1000) if isinstance(wire, (int, float)) else "", rc == 0)
 
 
@@ -339,10 +491,19 @@ class Gauge:
     used: int
     total: int
     note: str = ""
+    peak: int | None = None  # high-water mark from the traffic between polls (SlotPeaks)
 
     @property
     def fraction(self) -> float:
         return self.used / self.total if self.total else 0.0
+
+    @property
+    def peak_level(self) -> str:
+        """``full`` when the traffic filled every slot at some moment, even if no poll saw it."""
+        if self.peak is None or not self.total:
+            return "ok"
+        f = self.peak / self.total
+        return "full" if f >= 1.0 else "warn" if f >= 0.66 else "ok"
 
     @property
     def level(self) -> str:
@@ -350,21 +511,31 @@ class Gauge:
         return "full" if f >= 1.0 else "warn" if f >= 0.66 else "ok"
 
 
-def gauges(var: dict, fixed: dict, gap: int | None, transient_loaded: int) -> list[Gauge]:
+def gauges(var: dict, fixed: dict, gap: int | None, transient_loaded: int, saved_listed: int = 0,
+           peaks: dict | None = None) -> list[Gauge]:
+    """``saved_listed``: saved sessions the TPM lists (the poll). The gap is known only for
+    sessions whose ContextSave tpmtop saw on the wire; others were saved before it watched."""
     out = []
     if "HR_TRANSIENT_AVAIL" in var:
         # HR_TRANSIENT_AVAIL is what is left; the slots in use are the transient handles listed.
         used = transient_loaded
-        out.append(Gauge("object slots", used, used + var["HR_TRANSIENT_AVAIL"]))
+        out.append(Gauge("object slots", used, used + var["HR_TRANSIENT_AVAIL"],
+                         peak=(peaks or {}).get("object")))
     if "HR_LOADED" in var and "HR_LOADED_AVAIL" in var:
-        out.append(Gauge("loaded sessions", var["HR_LOADED"], var["HR_LOADED"] + var["HR_LOADED_AVAIL"]))
+        out.append(Gauge("loaded sessions", var["HR_LOADED"], var["HR_LOADED"] + var["HR_LOADED_AVAIL"],
+                         peak=(peaks or {}).get("session")))
     if "HR_ACTIVE" in var:
         total = fixed.get("ACTIVE_SESSIONS_MAX") or var["HR_ACTIVE"] + var.get("HR_ACTIVE_AVAIL", 0)
         out.append(Gauge("active sessions", var["HR_ACTIVE"], total))
     gmax = fixed.get("CONTEXT_GAP_MAX")
     if gmax:
-        out.append(Gauge("context gap", gap or 0, gmax,
-                         "" if gap is not None else "none saved"))
+        if gap is not None:
+            note = ""
+        elif saved_listed:
+            note = f"{saved_listed} saved before tpmtop watched: gap unknown"
+        else:
+            note = "no saved session"
+        out.append(Gauge("context gap", gap or 0, gmax, note))
     return out
 
 
@@ -407,6 +578,73 @@ class ContextGapTracker:
         return max(0, self.last - min(self.saved.values()))
 
 
+class SlotPeaks:
+    """High-water marks of object and session slots, from the traffic seen on the wire.
+
+    A per-command session lives for under a millisecond: a poll every second sees 0 in use
+    while the TPM fills up between polls. So each poll sets a baseline (what the TPM listed),
+    and every command after it moves the count: a handle created (CreatePrimary, Load,
+    StartAuthSession, ContextLoad) is +1, one flushed (FlushContext, a session used without
+    continueSession, a ContextSave of a session: it leaves its slot) is -1. The peak is the
+    highest count reached since the last reset."""
+
+    CREATES = {0x131, 0x157, 0x176, 0x161}  # CreatePrimary, Load, StartAuthSession, ContextLoad
+    CC_FLUSH, CC_SAVE = 0x165, 0x162
+
+    def __init__(self):
+        self.now = {"object": 0, "session": 0}
+        self.peak = {"object": 0, "session": 0}
+        self.moves: deque[tuple[int, str, int]] = deque(maxlen=20_000)  # (seq, kind, ±1)
+        self.since = 0  # the last baseline's recorder sequence number
+
+    @staticmethod
+    def _kind(h: int | None) -> str | None:
+        top = (h or 0) >> 24
+        return "object" if top == 0x80 else "session" if top in (0x02, 0x03) else None
+
+    def baseline(self, objects: int, sessions: int, seq: int) -> None:
+        """What a poll listed once the command numbered ``seq`` had run; moves seen after it
+        (the poll's message may arrive after later traffic was read) are applied again."""
+        self.now = {"object": objects, "session": sessions}
+        self.since = seq
+        for k, v in self.now.items():
+            self.peak[k] = max(self.peak[k], v)
+        for s_, kind, d in self.moves:
+            if s_ > seq:
+                self._apply(kind, d)
+
+    def _move(self, seq: int, kind: str | None, d: int) -> None:
+        if kind is None or seq <= self.since:
+            return
+        self.moves.append((seq, kind, d))
+        self._apply(kind, d)
+
+    def _apply(self, kind: str, d: int) -> None:
+        v = self.now[kind] = max(0, self.now[kind] + d)
+        if v > self.peak[kind]:
+            self.peak[kind] = v
+
+    def feed(self, events) -> None:
+        for ev in events:
+            if ev.rc != 0:
+                continue
+            seq = ev.seq
+            if ev.cc in self.CREATES:
+                self._move(seq, self._kind(ev.rsp_handle), +1)
+            elif ev.cc == self.CC_FLUSH:
+                cmd = ev.command
+                if cmd is not None and len(cmd) >= 14:
+                    self._move(seq, self._kind(int.from_bytes(cmd[10:14], "big")), -1)
+            elif ev.cc == self.CC_SAVE and ev.handles and self._kind(ev.handles[0]) == "session":
+                self._move(seq, "session", -1)
+            for h, attrs in ev.sessions:  # a session used without continueSession ends with the command
+                if not attrs & 0x01 and self._kind(h) == "session":
+                    self._move(seq, "session", -1)
+
+    def reset(self) -> None:
+        self.peak = dict(self.now)
+
+
 # -- rates --------------------------------------------------------------------------------------
 class RateMeter:
     """Operations per second over a sliding window of a few seconds."""
@@ -426,3 +664,27 @@ class RateMeter:
 
     def reset(self) -> None:
         self.samples.clear()
+
+
+class CpuMeter:
+    """tpmtop's own CPU use, as a share of one core: the UI thread's (``time.thread_time`` read
+    on that thread) and the whole process's (workload, poller and recorder included), over the
+    last ``window_s``. The dashboard shows both so a user can tell tpmtop's cost from the TPM's."""
+
+    def __init__(self, window_s: float = 2.0):
+        self.window = window_s
+        self._last = (time.monotonic(), time.thread_time(), time.process_time())
+        self.ui = 0.0
+        self.process = 0.0
+
+    def sample(self) -> None:
+        now, th, pr = time.monotonic(), time.thread_time(), time.process_time()
+        t0, th0, pr0 = self._last
+        if now - t0 < self.window:
+            return
+        self.ui = (th - th0) / (now - t0) * 100
+        self.process = (pr - pr0) / (now - t0) * 100
+        self._last = (now, th, pr)
+
+    def text(self) -> str:
+        return f"CPU ui {self.ui:.0f}% all {self.process:.0f}%"

@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, TimingsView
+
 PCRS_SHOWN = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 14, 16, 23)
 
 
@@ -69,15 +71,37 @@ class Sysfs:
 class PassiveSource:
     """``--passive``: no TPM connection at all, only :class:`Sysfs`."""
 
-    kind = "passive"
-    needs_tpm = False
+    caps = Capabilities("passive", live=False, handles=False, timings=False, workload=False, changes_tpm=False,
+                        selects_runs=False, export=False, sysfs=True,
+                        why_not="--passive sends nothing to the TPM: only sysfs and securityfs are read")
     read_only = True
     simulated = False
-    kernel_device = True
     connected = True
     engine = mode = op = "-"
 
     def __init__(self, sysfs: Sysfs | None = None, interval: float = 1.0):
         self.sysfs = sysfs or Sysfs()
         self.poll_interval = interval
+        from tpmtop.sources.model import ErrorBook
+
+        self.errors = ErrorBook()
         self.tcti = f"none (--passive: {self.sysfs.tpm_dir} and securityfs only)"
+
+    def header(self) -> HeaderInfo:
+        # Say what sysfs says: "not contacted" only when there is a TPM not to contact.
+        there = self.sysfs.tpm_dir.is_dir()
+        return HeaderInfo(state="passive", identity="kernel TPM (not contacted)" if there else
+                          f"no TPM here (no {self.sysfs.tpm_dir})", tcti=self.tcti, simulated=False,
+                          engine="-", mode="-", op="-", extra="no TPM traffic: sysfs and securityfs only")
+
+    def runs(self) -> list:
+        return []
+
+    def timings(self) -> TimingsView:
+        return TimingsView()
+
+    def choose(self, engine=None, mode=None, op=None) -> bool:
+        return False
+
+    def values(self, what: str) -> list[str]:
+        return []

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpmtop.sources.model import RunView, StreamRow, run_from_capture, stream_row_from_dict
+from tpmtop.sources.model import (ErrorBook, RunView, StreamRow, command_rows_run, op_rows, run_from_capture,
+                                  stream_row_from_dict)
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, TimingsView
 
-MAX_STREAM_ROWS = 2000
+MAX_STREAM_ROWS = 100_000  # as many as the recorder's ring keeps live
 
 
 def load(path: str | Path) -> dict:
@@ -50,24 +52,33 @@ def _event_dict(e) -> dict:
 
 
 class ReplaySource:
-    kind = "replay"
-    needs_tpm = False
+    caps = Capabilities("replay", live=False, handles=False, timings=True, workload=False, changes_tpm=False,
+                        selects_runs=True, export=False, sysfs=False,
+                        why_not="replay shows a saved capture: nothing here runs or changes a TPM")
     read_only = True
     simulated = False
-    kernel_device = False
     connected = True
 
     def __init__(self, capture: dict, path: str | Path = "capture"):
         self.capture = capture
         self.path = Path(path)
         self.tpm = dict(capture.get("tpm") or {})
-        self.runs: list[RunView] = [run_from_capture(r) for r in capture.get("runs") or [] if isinstance(r, dict)]
+        self._runs: list[RunView] = [run_from_capture(r) for r in capture.get("runs") or [] if isinstance(r, dict)]
         events = capture.get("events") or []
         self.stream: list[StreamRow] = [stream_row_from_dict(i, e) for i, e in
                                         enumerate(events[-MAX_STREAM_ROWS:]) if isinstance(e, dict)]
+        self.errors = ErrorBook()
+        for e in events[-MAX_STREAM_ROWS:]:
+            if isinstance(e, dict):
+                rc = e.get("rc")
+                rc = int(rc, 0) if isinstance(rc, str) and rc.strip().lower().startswith("0x") else rc
+                if rc != 0 and (rc is None or isinstance(rc, int)):
+                    from tpmtop.tpm import names
+
+                    self.errors.add(names.cc_from_name(str(e.get("command") or e.get("cc") or "")), rc)
         self.created = str(capture.get("created", ""))
         self.host = capture.get("host") or {}
-        first = self.runs[0] if self.runs else None
+        first = self._runs[0] if self._runs else None
         self.engine = first.engine if first else "-"
         self.mode = first.mode if first else "-"
         self.op = first.op if first else "-"
@@ -76,8 +87,11 @@ class ReplaySource:
     def tcti(self) -> str:
         return str(self.tpm.get("tcti", "?"))
 
+    def runs(self) -> list[RunView]:
+        return self._runs
+
     def current_run(self) -> RunView | None:
-        for r in self.runs:
+        for r in self._runs:
             if (r.engine, r.mode, r.op) == (self.engine, self.mode, self.op):
                 return r
         return None
@@ -85,7 +99,7 @@ class ReplaySource:
     def choose(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> bool:
         """Show another run of the capture; False (and nothing changes) if it has none."""
         want = (engine or self.engine, mode or self.mode, op or self.op)
-        keys = [r.key for r in self.runs]
+        keys = [r.key for r in self._runs]
         if want not in keys:
             # keep what was asked for and take the first run that matches it
             asked = {"engine": engine, "mode": mode, "op": op}
@@ -101,4 +115,26 @@ class ReplaySource:
     def values(self, what: str) -> list[str]:
         """The engines/modes/ops present in the capture, in order of appearance."""
         i = {"engine": 0, "mode": 1, "op": 2}[what]
-        return list(dict.fromkeys(r.key[i] for r in self.runs))
+        return list(dict.fromkeys(r.key[i] for r in self._runs))
+
+    def timings(self) -> TimingsView:
+        run = self.current_run()
+        rows = op_rows(run) + (command_rows_run(run) if run else [])
+        return TimingsView(rows, f"run {self.engine}/{self.mode}/{self.op} · {run.ops if run else 0} ops",
+                           f"{self.engine}/{self.mode}")
+
+    def header(self) -> HeaderInfo:
+        t = self.tpm
+        host = self.host
+        pacing = self.capture.get("pacing")
+        paced = ""
+        if isinstance(pacing, dict) and isinstance(pacing.get("rate_ops_per_s"), (int, float)):
+            r = pacing["rate_ops_per_s"]
+            paced = " · unpaced" if not r else f" · paced {r:g}/s, bursts of {pacing.get('burst', '?')}"
+        profile = str(t["profile"]) if t.get("profile") else None
+        return HeaderInfo(
+            state="replay", identity=f"{t.get('manufacturer', '?')} {t.get('vendor', '')} fw {t.get('firmware', '?')}",
+            tcti=self.tcti, simulated=bool(t.get("simulated")), engine=self.engine, mode=self.mode, op=self.op,
+            extra=f"{self.path.name} · {self.created} · {host.get('hostname', '?')} {host.get('kernel', '')}{paced}",
+            profile=profile,
+            tooltip=(f"profile {profile}: the capture's latencies were reproduced on a simulator" if profile else None))

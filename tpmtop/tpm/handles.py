@@ -42,9 +42,13 @@ def list_handles(transport, owned: set[int] | None = None) -> list[HandleEntry]:
         for h in get_handles(transport, first):
             st = None
             if kind.endswith("session"):
-                # The top byte of a session handle says HMAC (0x02) or policy (0x03),
-                # whichever list (loaded/saved) it came from.
-                st = "hmac" if h >> 24 == TPM2_HT.HMAC_SESSION else "policy"
+                # A loaded session's top byte says HMAC (0x02) or policy (0x03); the TPM lists
+                # every *saved* session in the HMAC range whatever its type, so a saved one
+                # is "unknown" unless tpmtop made it (tpmtop's sessions are HMAC sessions).
+                if kind == "saved-session" and h not in owned:
+                    st = "unknown"
+                else:
+                    st = "hmac" if h >> 24 == TPM2_HT.HMAC_SESSION else "policy"
             out.append(HandleEntry(h, kind, st, h in owned))
     return out
 

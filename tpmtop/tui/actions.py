@@ -22,15 +22,16 @@ class Action:
     help: str
     show: bool = True  # in the footer
     changes_tpm: bool = False  # refused with --read-only and in replay/passive
+    essential: bool = False  # in the footer at every width (others only from 120 columns)
 
 
 ACTIONS: tuple[Action, ...] = (
     Action("toggle-workload", "space", "toggle_workload", "Pause", "workload: Pause or resume",
            "Pause or resume the workload (it changes PCR 16 on a real TPM, so it starts paused there)",
-           changes_tpm=True),
+           changes_tpm=True, essential=True),
     Action("next-mode", "m", "next_mode", "Mode", "session: Switch to next mode",
            "Cycle the HMAC session mode: none → per-command → reuse → saved "
-           "(in replay: show that mode's run)"),
+           "(in replay: show that mode's run)", essential=True),
     Action("next-engine", "e", "next_engine", "Engine", "engine: Switch to next engine",
            "Switch the crypto engine: native ↔ esys"),
     Action("next-op", "o", "next_op", "Op", "operation: Switch to next operation",
@@ -41,26 +42,39 @@ ACTIONS: tuple[Action, ...] = (
            "Lower the workload's target rate", show=False),
     Action("flush-handle", "f", "flush_selected", "Flush", "handle: Flush selected",
            "Flush the handle selected in the Handles panel (asks first if tpmtop did not create it)",
-           changes_tpm=True),
+           changes_tpm=True, essential=True),
+    Action("inspect-handle", "i", "inspect_selected", "Inspect", "handle: Inspect selected",
+           "What the TPM says about the selected handle (ReadPublic: type, name, attributes; a session's "
+           "salt and bind as seen on the wire). Enter on a handle does the same; read-only", show=False),
     Action("flush-ours", "F", "flush_ours", "Flush ours", "handle: Flush all of tpmtop's",
            "Flush every handle tpmtop created", show=False, changes_tpm=True),
     Action("reset-stats", "r", "reset_stats", "Reset", "stats: Reset statistics",
            "Forget the latency statistics and the command stream (the TPM is not touched)"),
     Action("export-capture", "x", "export", "Export", "capture: Export capture",
-           "Write a capture (the `tpmtop bench --json` contract) to a timestamped file, atomically"),
+           "Write a capture (the `tpmtop bench --json` contract) to a timestamped file, atomically", essential=True),
     Action("toggle-stream", "s", "toggle_stream", "Stream", "stream: Pause or resume",
            "Freeze or follow the command stream (recording goes on)", show=False),
     Action("filter-stream", "slash", "filter_stream", "Filter", "stream: Filter by command",
-           "Show only commands whose name or origin contains the text (empty: all)", show=False),
+           "Show only commands whose name or origin contains the text; `errors`: failed commands only (empty: all). "
+           "On a focused table (Handles, Latency): only rows containing the text", show=False),
+    Action("boot-projection", "p", "show_projection", "Projection", "boot: Show cost projection",
+           "What N kernel PCR extends cost in each mode, priced with this sitting's per-command p50s "
+           "(N: this machine's IMA count, or type one), with the arithmetic", show=False),
     Action("boot-report", "b", "show_boot", "Boot", "boot: Show report",
            "The `tpmtop boot` report: is the TPM what slows this machine's boot? (reads files, "
            "sends no TPM command)"),
+    Action("sort-table", "greater_than_sign", "sort_table", "Sort", "table: Sort by next column",
+           "Sort the focused table (Latency, Handles) by its next column, biggest first; after the last "
+           "column, back to its own order (the operation's rows stay on top)", show=False),
+    Action("show-tcti", "T", "show_tcti", "TCTI", "tpm: Show TCTI for tpm2-tools",
+           "The TCTI string that points tpm2-tools at the TPM this dashboard watches (copied to the "
+           "clipboard where the terminal allows)", show=False),
     Action("next-theme", "t", "next_theme", "Theme", "theme: Switch to next theme",
            "Cycle the colour theme; the choice is remembered"),
-    Action("help", "question_mark", "help", "Help", "help: Show keys",
-           "This list"),
+    Action("help", "question_mark,f1", "help", "Help", "help: Show keys",
+           "This list", essential=True),
     Action("quit", "q", "quit", "Quit", "app: Quit tpmtop",
-           "Quit (stops the workload, flushes tpmtop's handles, stops a private swtpm)"),
+           "Quit (stops the workload, flushes tpmtop's handles, stops a private swtpm)", essential=True),
 )
 
 PANELS: tuple[tuple[str, str, str], ...] = (
@@ -74,6 +88,7 @@ PANELS: tuple[tuple[str, str, str], ...] = (
 )
 
 BY_ACTION = {a.action: a for a in ACTIONS}
+OPTIONAL_IN_FOOTER = {a.action for a in ACTIONS if a.show and not a.essential}
 
 
 def palette_entries() -> list[tuple[str, str, str]]:

@@ -40,7 +40,7 @@ class TpmtopApp(App):
         return dict(VARIABLE_DEFAULTS)
 
     def on_mount(self) -> None:
-        if self.source.kind == "live":
+        if self.source.caps.workload:
             # The workload thread is Python between TPM round trips; with the default 5 ms
             # GIL switch interval a key waits behind it for whole intervals, many times over.
             # 1 ms cut the worst key-to-screen time under an unpaced workload (ui_load.py).
@@ -69,7 +69,11 @@ class TpmtopApp(App):
         self.notify(f"theme {self.theme}", timeout=2)
 
     def get_system_commands(self, screen):
-        yield from super().get_system_commands(screen)
+        # Textual's own entries, minus its Quit (ours flushes and says so) and its Theme
+        # chooser (20+ built-in themes beside tpmtop's four: "theme: Use …" below).
+        for c in super().get_system_commands(screen):
+            if c.title not in ("Quit", "Theme"):
+                yield c
         if not isinstance(screen, MainScreen):
             return
         for title, help_text, action in palette_entries():

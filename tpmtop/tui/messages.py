@@ -55,3 +55,10 @@ class CaptureExported(Message):
     def __init__(self, path: Path) -> None:
         super().__init__()
         self.path = path
+
+
+class HandleInspected(Message):
+    def __init__(self, title: str, rows: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.title = title
+        self.rows = rows

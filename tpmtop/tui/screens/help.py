@@ -12,16 +12,32 @@ from textual.widgets import Static
 
 from tpmtop.tui.actions import ACTIONS, PANELS
 
-KEY_NAMES = {"space": "space", "plus": "+", "minus": "-", "slash": "/", "question_mark": "?"}
+KEY_NAMES = {"space": "space", "plus": "+", "minus": "-", "slash": "/", "question_mark,f1": "? F1", "greater_than_sign": ">"}
 
 
-def help_markup() -> str:
+def help_markup(width: int = 96) -> str:
+    """``width``: the text's width; each key's help wraps under its own column, not under the key."""
+    import textwrap
+
     lines = ["[b]Keys[/]  (all of these are also in the command palette: ctrl+p)", ""]
     for a in ACTIONS:
-        lines.append(f"  [b $accent]{escape(KEY_NAMES.get(a.key, a.key)):>6}[/]  {escape(a.help)}")
+        body = textwrap.wrap(a.help, max(30, width - 10))
+        lines.append(f"  [b $accent]{escape(KEY_NAMES.get(a.key, a.key)):>6}[/]  {escape(body[0])}")
+        lines += ["\u00a0" * 10 + escape(more) for more in body[1:]]  # no-break: kept when wrapped
     lines.append(f"  [b $accent]{'1–6':>6}[/]  show a panel: " + ", ".join(f"{k} {t}" for k, _, t in PANELS))
     lines.append(f"  [b $accent]{'tab':>6}[/]  move between panels; arrows move in a table; the mouse works too")
-    lines += ["", "[b]Observer effect[/]: on Linux 6.12+ every command a program sends to /dev/tpmrm0 ends the "
+    lines += ["", "[b]Reading the panels[/]",
+              "  Header: [b]CPU ui[/] is the dashboard's own thread, [b]all[/] the whole process (workload, "
+              "poller, recorder), as a share of one core. A paced workload runs in bursts (>= 4 operations "
+              "back to back) so each operation runs warm and the ratios match `tpmtop bench`.",
+              "  Latency: the current run's operation (total, wire, host) and its commands; [b]errors[/] counts "
+              "failed commands, and the selected row's response codes are decoded above its histogram. "
+              "6-digit µs values are shown in ms.",
+              "  Modes: each (engine, mode) run's operation p50, its ratio to `none` of the same engine, and "
+              "the commands per operation.",
+              "  Stream: s freezes it on every command the recorder keeps; / filters (a command, an origin, "
+              "or [b]errors[/]); PgUp/PgDn/Home/End scroll.",
+              "", "[b]Observer effect[/]: on Linux 6.12+ every command a program sends to /dev/tpmrm0 ends the "
               "kernel's kept HMAC session, so the kernel's next PCR extend pays the whole session setup again. "
               "On a real TPM tpmtop polls rarely (--poll-interval, default 5 s) and --passive sends nothing.",
               "", "[dim]Esc, q or ? closes this screen.[/]"]
@@ -34,4 +50,6 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Static(Content.from_markup(help_markup()), id="help-text")
+            # The box is 100 wide (95 % of a narrower screen), less its border and padding.
+            width = min(100, int(self.app.size.width * 0.95)) - 6  # border, padding, scrollbar
+            yield Static(Content.from_markup(help_markup(width)), id="help-text")

@@ -15,13 +15,16 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Static, Tab, Tabs
 
+from tpmtop.sources.protocol import Capabilities
 from tpmtop.tui import messages as m
+from tpmtop.tui.availability import KEY_ACTIONS, PANEL_NEEDS, allowed, refused_why
 from tpmtop.tui.actions import ACTIONS, ENGINES, MODES, OPS, PANELS
-from tpmtop.sources.model import (ContextGapTracker, HandleBook, RateMeter, command_rows_live,
-                              command_rows_run, comparison, gauges, mark_row, op_rows, runs_from_accounts,
-                              stream_row)
+from tpmtop.sources.model import (ContextGapTracker, CpuMeter, HandleBook, RateMeter, SlotPeaks, comparison, gauges,
+                                  boot_components, mark_row, merge_marks, stream_row, timeline)
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tpmtop.tui.screens.help import HelpScreen
+from tpmtop.tui.screens.inspect import InspectScreen
+from tpmtop.tui.screens.projection import DEFAULT_N, ProjectionScreen, projection_summary
 from tpmtop.tui.screens.workers import TpmWorkers
 from tpmtop.tui.widgets.footer import TpmtopFooter
 from tpmtop.tui.widgets.handles import HandlesPanel
@@ -31,11 +34,13 @@ from tpmtop.tui.widgets.modes import ModesPanel
 from tpmtop.tui.widgets.resources import ResourcesPanel
 from tpmtop.tui.pattern_alerts import PatternAlerts
 from tpmtop.tui.widgets.stream import StreamPanel, StreamView
+from tpmtop.tui.widgets.table import KeyedTable
 from tpmtop.tui.widgets.system import SystemPanel
 
 REFRESH_S = 0.2  # ≤ 10 refreshes a second, as the issue asks; 5 keeps a paused dashboard idle
 RETRY_S = 2.0
 COMPACT_W, COMPACT_H = 110, 32
+NARROW_W = 120  # below: the footer shows only the essential keys
 STREAM_INGEST = 500  # with a filter: newest events searched per refresh
 STREAM_ROWS = 120  # newest events turned into rows per refresh; older ones are only counted
 
@@ -43,14 +48,10 @@ OBSERVER = ("[b $warning]Observer effect[/]: on Linux 6.12+ each command tpmtop 
             "ends the kernel's kept HMAC session, so the kernel's next PCR extend pays the whole "
             "session setup again. Polling every {interval:g} s; [b]--passive[/] sends nothing.")
 
-LIVE_ONLY = {"toggle_workload", "rate", "flush_selected", "flush_ours", "reset_stats", "export"}
-CHANGES_TPM = {a.action.split("(")[0] for a in ACTIONS if a.changes_tpm}
-SELECTS_RUN = {"next_mode", "next_engine", "next_op", "set_mode", "set_engine", "set_op"}
-
-
 def _bindings() -> list[Binding]:
     out = [Binding(a.key, a.action, a.label, show=a.show, tooltip=a.help, id=a.id,
-                   key_display={"question_mark": "?", "plus": "+", "minus": "-", "slash": "/"}.get(a.key))
+                   key_display={"question_mark,f1": "?", "plus": "+", "minus": "-", "slash": "/",
+                                "greater_than_sign": ">"}.get(a.key))
            for a in ACTIONS]
     out += [Binding(k, f"show_panel('{pid}')", t, show=False, id=f"panel-{pid}", tooltip=f"Show the {t} panel")
             for k, pid, t in PANELS]
@@ -64,14 +65,22 @@ class MainScreen(TpmWorkers, Screen):
         super().__init__()
         self.source = source
         self.export_dir = export_dir
-        self.active_panel = "handles"
+        # Only the panels this source can fill: no "live only" or "needs TPM traffic" boxes
+        # taking the room of the ones that have something to say.
+        self.panels = [pid for _, pid, _ in PANELS if PANEL_NEEDS[pid](source.caps)]
+        # At 80×24 one panel shows at a time: start on the timings (an empty Handles table
+        # is a poor first screen), then what the source has.
+        self.active_panel = "latency" if "latency" in self.panels else self.panels[0]
         self.compact = False
         self.book = HandleBook()
         self.gap = ContextGapTracker()
+        self.peaks = SlotPeaks()
+        self._warned_full: dict[str, str] = {}  # gauge label -> the level last warned about
         self.ops_rate = RateMeter()
         self.poll = None  # the last PollResult
         self.sysfs = None
         self.ima_rate = RateMeter(window_s=5.0)
+        self.cpu = CpuMeter()
         self._seen_seq = 0
         self._seen_total = -1
         self._seen_marks = 0
@@ -82,12 +91,14 @@ class MainScreen(TpmWorkers, Screen):
         self._stats_dirty = True
         self._ops_per_s = 0.0
         self.alerts = PatternAlerts()  # failure patterns in the stream (issue 14)
+        self._boot_n: int | None = None
 
     # -- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield StatusHeader(id="header")
         yield Static(id="observer")
-        yield Tabs(*[Tab(f"{k} {t}", id=f"tab-{pid}") for k, pid, t in PANELS], id="panel-tabs")
+        yield Tabs(*[Tab(f"{k} {t}", id=f"tab-{pid}") for k, pid, t in PANELS if pid in self.panels],
+                   active=f"tab-{self.active_panel}", id="panel-tabs")
         with Vertical(id="body"):
             with Horizontal(id="top"):
                 with Vertical(id="left"):
@@ -101,37 +112,30 @@ class MainScreen(TpmWorkers, Screen):
         yield TpmtopFooter()
 
     @property
-    def kind(self) -> str:
-        return self.source.kind
+    def caps(self) -> Capabilities:
+        return self.source.caps
 
     def on_mount(self) -> None:
-        src = self.source
+        src, caps = self.source, self.caps
         banner = self.query_one("#observer", Static)
-        if self.kind == "live" and src.kernel_device:
+        if caps.handles and getattr(src, "kernel_device", False):
             banner.update(OBSERVER.format(interval=src.poll_interval))
         else:
             banner.display = False
-        if self.kind == "live" and src.profile_note:
-            self.query_one(StatusHeader).tooltip = src.profile_note
-        elif self.kind == "replay" and src.tpm.get("profile"):
-            self.query_one(StatusHeader).tooltip = (f"profile {src.tpm['profile']}: the capture's latencies "
-                                                    "were reproduced on a simulator")
-        # The System panel only earns its place where there is a kernel to read.
-        self.show_system = self.kind == "passive" or getattr(src, "kernel_device", False)
-        if self.kind == "passive":
-            for pid in ("handles", "resources", "latency", "modes", "stream"):
-                self.query_one(f"#{pid}").mark_passive()
-            self.read_sysfs(True)
-        elif self.kind == "live":
+        self.query_one(StatusHeader).tooltip = src.header().tooltip
+        self.set_class(self.panels == ["system"], "-sysfs-only")
+        if caps.handles:
             self.poll_tpm()
+        if caps.workload:
             self.run_workload()
+        if caps.live:
             self.set_interval(REFRESH_S, self.tick)
-            if self.show_system:
-                self.read_sysfs(True)
-        else:
-            self.query_one("#handles").mark_replay()
-            self.query_one("#resources").mark_replay()
-        self.query_one("#handles-table").focus()
+        if caps.sysfs:
+            self.read_sysfs(True)
+        first = self.query_one(f"#{self.active_panel}")
+        focusable = [w for w in first.query("*") if w.can_focus]
+        if focusable:
+            focusable[0].focus()
         self._apply_layout()
         self.refresh_all()
 
@@ -142,10 +146,9 @@ class MainScreen(TpmWorkers, Screen):
         w, h = self.size
         self.compact = bool(w and h) and (w < COMPACT_W or h < COMPACT_H)
         self.set_class(self.compact, "-compact")
+        self.set_class(bool(w) and w < NARROW_W, "-narrow")
         self.query_one("#panel-tabs").display = self.compact
-        visible = {pid for _, pid, _ in PANELS} if not self.compact else {self.active_panel}
-        if not self.compact and not self.show_system:
-            visible.discard("system")
+        visible = set(self.panels) if not self.compact else {self.active_panel}
         for _, pid, _ in PANELS:
             self.query_one(f"#{pid}").display = pid in visible
         groups = {"left": ("handles", "resources", "system"), "top": ("handles", "resources", "system", "latency"),
@@ -160,10 +163,13 @@ class MainScreen(TpmWorkers, Screen):
     def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
         if event.tab is not None and event.tab.id:
             pid = event.tab.id.removeprefix("tab-")
-            if pid != self.active_panel:
+            if pid != self.active_panel and pid in self.panels:
                 self.action_show_panel(pid)
 
     def action_show_panel(self, pid: str) -> None:
+        if pid not in self.panels:
+            self.notify(f"no {pid} panel here: {self.caps.why_not or 'nothing to show'}", timeout=3)
+            return
         self.active_panel = pid
         self._apply_layout()
         panel = self.query_one(f"#{pid}")
@@ -173,16 +179,6 @@ class MainScreen(TpmWorkers, Screen):
         # Hidden panels are refreshed like visible ones: nothing to recompute here.
 
     # -- refresh --------------------------------------------------------------------------------
-    def state(self) -> str:
-        src = self.source
-        if self.kind != "live":
-            return self.kind
-        if not src.connected:
-            return "disconnected"
-        if src.read_only:
-            return "read-only"
-        return "running" if src.running else "paused"
-
     def tick(self) -> None:
         """Pull the recorder's state (UI thread; cheap reads under the recorder's lock).
         The stream follows at 5 Hz; tables of percentiles refresh once a second, and only
@@ -198,6 +194,8 @@ class MainScreen(TpmWorkers, Screen):
             events = rec.events_since(self._seen_seq)
             if events:
                 self._seen_seq = events[-1].seq
+                src.errors.feed(events)
+                self.peaks.feed(events)
                 for ev in events:
                     if ev.cc in (0x161, 0x162, 0x165):
                         self.gap.feed(ev)
@@ -207,6 +205,7 @@ class MainScreen(TpmWorkers, Screen):
             if events or marks:
                 self._ingest_stream(events, marks)
         self._notify_boundaries()
+        self.cpu.sample()
         if now - self._last_slow >= 1.0:
             self._last_slow = now
             self._refresh_stats()
@@ -222,7 +221,9 @@ class MainScreen(TpmWorkers, Screen):
         if stream.frozen:
             return
         needle = stream.needle.lower()
-        if needle:
+        if needle == "errors":
+            events = [e for e in events[-STREAM_INGEST * 4:] if e.rc != 0]
+        elif needle:
             events = [e for e in events[-STREAM_INGEST * 4:] if needle in e.origin or needle in e.name.lower()]
         t0 = self.source.recorder.started_ns
         rows = [(ev.t_ns, stream_row(ev, t0)) for ev in events[-STREAM_ROWS:]]
@@ -241,12 +242,11 @@ class MainScreen(TpmWorkers, Screen):
             self._stats_dirty = True
 
     def refresh_all(self) -> None:
-        if self.kind == "live":
+        if self.caps.timings:
             self._stats_dirty = True
             self._refresh_stats()
+        if self.caps.handles:
             self._refresh_handles()
-        elif self.kind == "replay":
-            self._refresh_replay()
         self._refresh_header()
 
     def _total_ops(self, accounts: dict) -> int:
@@ -257,28 +257,28 @@ class MainScreen(TpmWorkers, Screen):
         if not self._stats_dirty and self._ops_per_s == 0.0:
             return
         self._stats_dirty = False
-        accounts = src.accounts()
-        runs = runs_from_accounts(accounts)
-        self._ops_per_s = self.ops_rate.add(self._total_ops(accounts))
-        current = next((r for r in runs if r.key == (src.engine, src.mode, src.op)), None)
+        runs = src.runs()
+        if self.caps.live:
+            self._ops_per_s = self.ops_rate.add(sum(r.ops for r in runs) + sum(
+                a.ops for p in src.periods for a in p.values()))
+        view = src.timings(runs) if self.caps.live else src.timings()
+        self.query_one(LatencyPanel).show(view.rows, view.subtitle, view.run_label, src.errors)
         modes = self.query_one(ModesPanel)
-        if src.boundaries:
-            # The recorder's per-command histograms span every TPM life; the engine's accounts
-            # are per period. After a boundary, show the current period's own figures.
-            since = time.strftime("%H:%M:%S", time.localtime(src.boundaries[-1][0]))
-            rows = command_rows_run(current) if current else []
-            subtitle = f"this TPM period only (since {since}), {src.engine}/{src.mode}"
-            earlier = sum(a.ops for p in src.periods for a in p.values())
-            modes.border_subtitle = (f"since {since}; {len(src.periods)} earlier period"
-                                     f"{'s' if len(src.periods) != 1 else ''} kept apart ({earlier} ops)")
-        else:
-            rows = command_rows_live(src.recorder, "workload")
-            subtitle = "workload commands, all modes since reset"
-            if not rows:
-                rows = command_rows_live(src.recorder, None)
-                subtitle = "all origins (no workload yet)"
-        self.query_one(LatencyPanel).show(op_rows(current) + rows, subtitle, f"{src.engine}/{src.mode}")
-        modes.show(comparison(runs, src.op, MODES), src.op, (src.engine, src.mode))
+        comps = boot_components(runs, src.engine if src.engine != "-" else "native")
+        boot = projection_summary(comps, self._projection_n()[0]) if comps else ""
+        series = None
+        if self.caps.workload:
+            width = max(10, modes.content_size.width or 40)
+            series = timeline(list(src.timeline), src.op, src.engine, time.monotonic(), width)
+        modes.show(comparison(runs, src.op, MODES), src.op, (src.engine, src.mode), boot, series)
+        modes.border_subtitle = view.modes_note
+        if not self.caps.live:
+            stream = self.query_one(StreamPanel)
+            if not stream.buffer:
+                self.alerts.feed(self, src.capture.get("events") or [])  # failure patterns (issue 14)
+                stream.add(src.stream, keep=None)  # a capture's events: all of them
+                if not src.stream:
+                    stream.border_subtitle = "the capture has no events"
 
     def _refresh_handles(self) -> None:
         src = self.source
@@ -288,59 +288,38 @@ class MainScreen(TpmWorkers, Screen):
         if self.poll is not None:
             ident = src.identity
             transient = sum(1 for e in self.poll.entries if e.kind == "transient")
-            self.query_one(ResourcesPanel).show(gauges(self.poll.var, ident.fixed if ident else {},
-                                                       self.gap.gap, transient))
+            saved = sum(1 for e in self.poll.entries if e.kind == "saved-session")
+            gs = gauges(self.poll.var, ident.fixed if ident else {}, self.gap.gap, transient, saved,
+                        self.peaks.peak)
+            self.query_one(ResourcesPanel).show(gs)
+            self._warn_peaks(gs)
 
-    def _refresh_replay(self) -> None:
-        src = self.source
-        run = src.current_run()
-        self.query_one(LatencyPanel).show(op_rows(run) + (command_rows_run(run) if run else []),
-                                          f"run {src.engine}/{src.mode}/{src.op} · {run.ops if run else 0} ops",
-                                          f"{src.engine}/{src.mode}")
-        self.query_one(ModesPanel).show(comparison(src.runs, src.op, MODES), src.op, (src.engine, src.mode))
-        stream = self.query_one(StreamPanel)
-        if not stream.buffer:
-            self.alerts.feed(self, src.capture.get("events") or [])
-            stream.add(src.stream)
-            if not src.stream:
-                stream.border_subtitle = "the capture has no events"
+    def _warn_peaks(self, gs) -> None:
+        """Warn once when the traffic filled (or nearly filled) a kind of slot between polls:
+        the next command to need one fails with 0x902 (objects) or 0x903 (sessions)."""
+        for g in gs:
+            if g.peak is None or g.peak_level == "ok" or self._warned_full.get(g.label) in (g.peak_level, "full"):
+                continue
+            self._warned_full[g.label] = g.peak_level  # "warn", then once more at "full"
+            rc = "0x902" if g.label.startswith("object") else "0x903"
+            self.notify(f"{g.label}: {g.peak} of {g.total} in use at the peak (between polls); at {g.total} the "
+                        f"next command that needs one fails with {rc}", title="slots nearly full"
+                        if g.peak_level == "warn" else "slots full", severity="warning", timeout=8)
 
     def _refresh_header(self) -> None:
-        src = self.source
-        st = self.state()
-        if self.kind == "live":
-            ident = src.identity
-            identity = f"{ident.manufacturer} {ident.vendor} fw {ident.firmware}" if ident else "…"
-            rate = "rate max" if src.rate == 0 else f"rate {src.rate:g}/s"
-            extra = f"poll {src.poll_interval:g} s"
-            if st == "disconnected":
-                extra = f"retrying: {src.last_error or ''}"[:80]
-            marker = ""
-            if st == "paused" and src.pause_reason:
-                marker = src.pause_reason
-            elif src.boundaries:
-                marker = f"TPM period {len(src.boundaries) + 1}"
-            self.query_one(StatusHeader).show(
-                state=st, identity=identity, tcti=src.tcti, simulated=src.simulated, engine=src.engine,
-                mode=src.mode, op=src.op, ops_per_s=self._ops_per_s, rate=rate, extra=extra,
-                profile=src.profile, marker=marker)
-        elif self.kind == "replay":
-            t = src.tpm
-            identity = f"{t.get('manufacturer', '?')} {t.get('vendor', '')} fw {t.get('firmware', '?')}"
-            host = src.host
-            self.query_one(StatusHeader).show(
-                state="replay", identity=identity, tcti=src.tcti, simulated=bool(t.get("simulated")),
-                engine=src.engine, mode=src.mode, op=src.op, ops_per_s=None,
-                extra=f"{src.path.name} · {src.created} · {host.get('hostname', '?')} {host.get('kernel', '')}",
-                profile=str(t["profile"]) if t.get("profile") else None)
-        else:
-            self.query_one(StatusHeader).show(
-                state="passive", identity="kernel TPM (not contacted)", tcti=src.tcti, simulated=False,
-                engine="-", mode="-", op="-", ops_per_s=None, extra="no TPM traffic")
+        h = self.source.header()
+        live = self.caps.live
+        self.query_one(StatusHeader).show(
+            state=h.state, identity=h.identity, tcti=h.tcti, simulated=h.simulated, engine=h.engine, mode=h.mode,
+            op=h.op, ops_per_s=self._ops_per_s if live else None, rate=h.rate, extra=h.extra, profile=h.profile,
+            marker=h.marker, cpu=self.cpu.text() if live else "")
 
     # -- worker results ---------------------------------------------------------------------------
     def on_poll_done(self, message: m.PollDone) -> None:
         self.poll = message.result
+        entries = message.result.entries
+        self.peaks.baseline(sum(1 for e in entries if e.kind == "transient"),
+                            sum(1 for e in entries if e.kind == "loaded-session"), message.result.seq)
         self.book.update(message.result.entries)
         self._refresh_handles()
         self._refresh_header()
@@ -381,13 +360,16 @@ class MainScreen(TpmWorkers, Screen):
             rate = self.ima_rate.add(message.snapshot.ima_count)
         self.query_one(SystemPanel).show(message.snapshot, rate)
         self._sysfs_reads += 1
-        interval = 1.0 if self.kind == "passive" else 5.0
+        interval = 5.0 if self.caps.handles else 1.0  # beside a live TPM, sysfs is secondary
         # PCR files make the kernel send PCR_Read: every 5th reading only.
         self.set_timer(interval, lambda: self.read_sysfs(self._sysfs_reads % 5 == 0))
 
     def on_handles_flushed(self, message: m.HandlesFlushed) -> None:
         for h in message.handles:
             self.book.forget(h)
+        src = self.source
+        if message.handles and not src.running and src.pause_reason and "full" in src.pause_reason:
+            src.pause_reason = "paused: a slot was freed, space resumes"
         self._refresh_handles()
         text = ", ".join(f"0x{h:08x}" for h in message.handles) or "nothing left to flush"
         self.notify(f"flushed {text}", title="handles", timeout=4)
@@ -402,31 +384,27 @@ class MainScreen(TpmWorkers, Screen):
 
     # -- actions ----------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # Textual 8: False hides the binding, None shows it disabled.
-        src = self.source
-        if action in SELECTS_RUN:
-            if self.kind == "passive":
-                return False
-            return True if self.kind == "replay" or not src.read_only else None
-        if action in LIVE_ONLY:
-            if self.kind != "live":
-                return False  # nothing to act on in replay or --passive
-            if action in CHANGES_TPM or action == "rate":
-                if src.read_only or not src.connected:
-                    return None
-            if action == "flush_selected":
-                return True if self.query_one(HandlesPanel).selected is not None else None
-            if action == "export":
-                return True if src.identity is not None else None
-        if action in ("toggle_stream", "filter_stream") and self.kind == "passive":
-            return False
-        return True
+        # Textual 8: False hides the binding, None shows it disabled. A key refused here is
+        # explained by on_key (a notification), never ignored silently.
+        return allowed(action, self.caps, self.source, self)
+
+    def on_key(self, event) -> None:
+        """A key whose action makes no sense here says why instead of doing nothing."""
+        binding = KEY_ACTIONS.get(event.key)
+        if binding is None or self.app.screen is not self:
+            return
+        name = binding.split("(")[0]
+        if allowed(name, self.caps, self.source, self):
+            return
+        event.stop()
+        self.notify(refused_why(name, self.caps, self.source), title="not available", severity="warning",
+                    timeout=4)
 
     def _changed(self) -> None:
         """After a key changed what is shown: the header now, the tables at the next tick
         (recomputing every percentile here would hold the key's screen update back)."""
         self.refresh_bindings()
-        if self.kind == "live":
+        if self.caps.live:
             self._stats_dirty = True
             self._last_slow = 0.0
             self._refresh_header()
@@ -447,19 +425,14 @@ class MainScreen(TpmWorkers, Screen):
 
     def _cycle(self, what: str, values: tuple[str, ...]) -> None:
         src = self.source
-        if self.kind == "replay":
-            values = tuple(src.values(what)) or values
+        values = tuple(src.values(what)) or values
         cur = getattr(src, what)
         nxt = values[(values.index(cur) + 1) % len(values)] if cur in values else values[0]
         self._choose(**{what: nxt})
 
     def _choose(self, **kw) -> None:
-        src = self.source
-        if self.kind == "replay":
-            if not src.choose(**kw):
-                self.notify(f"the capture has no run with {kw}", severity="warning", timeout=3)
-        else:
-            src.choose(**kw)
+        if not self.source.choose(**kw):
+            self.notify(f"the capture has no run with {kw}", severity="warning", timeout=3)
         self._changed()
 
     def action_next_mode(self) -> None:
@@ -503,11 +476,47 @@ class MainScreen(TpmWorkers, Screen):
             f"It is a {row.kind} held by another program (or the kernel); flushing it breaks that "
             "program's next command."), answered)
 
+    def action_show_tcti(self) -> None:
+        src = self.source
+        if getattr(src, "simulated", False) and getattr(getattr(src, "conn", None), "sim", None) is not None:
+            self.notify("tpmtop's private swtpm sits on a socket pair only tpmtop holds. To share a simulator "
+                        "with tpm2-tools, start a standalone one (swtpm socket --tpm2 --server port=2321 "
+                        "--ctrl type=tcp,port=2322 --flags not-need-init,startup-clear --tpmstate dir=DIR) and "
+                        "run tpmtop -T swtpm:host=127.0.0.1,port=2321; tpm2-tools take the same -T string.",
+                        title="TCTI", timeout=15)
+            return
+        self.app.copy_to_clipboard(src.tcti)
+        self.notify(f"tpm2-tools: -T {src.tcti}  (copied)", title="TCTI", timeout=10)
+
+    def selected_handle(self) -> int | None:
+        return self.query_one(HandlesPanel).selected
+
+    def action_sort_table(self) -> None:
+        table = self.focused if isinstance(self.focused, KeyedTable) else None
+        if table is None:
+            self.notify("focus a table first (1 Handles, 3 Latency)", severity="warning", timeout=3)
+            return
+        by = table.cycle_sort()
+        self.notify(f"sorted by {by}", title="sort", timeout=2)
+
+    def action_inspect_selected(self) -> None:
+        row = self.query_one(HandlesPanel).selected_row()
+        if row is None or row.state == "gone":
+            self.notify("select a handle the TPM still lists (keys 1, then the arrows)", severity="warning", timeout=3)
+            return
+        self.inspect_handle(row.handle, row.kind, row.ours)
+
+    def on_handle_inspected(self, message: m.HandleInspected) -> None:
+        self.app.push_screen(InspectScreen(message.title, message.rows))
+
     def action_flush_ours(self) -> None:
         self.flush_handles(None)
 
     def action_reset_stats(self) -> None:
         self.source.reset_stats()
+        self.source.errors.clear()
+        self.peaks.reset()
+        self._warned_full.clear()
         self.ops_rate.reset()
         stream = self.query_one(StreamPanel)
         stream.clear()
@@ -517,6 +526,7 @@ class MainScreen(TpmWorkers, Screen):
         self.notify("statistics reset", timeout=2)
 
     def action_export(self) -> None:
+        self.notify("writing a capture…", title="export", timeout=3)  # takes seconds with many events
         self.export_capture()
 
     def on_stream_view_decode_requested(self, event: StreamView.DecodeRequested) -> None:
@@ -525,10 +535,27 @@ class MainScreen(TpmWorkers, Screen):
         self.app.push_screen(DecodeScreen(self.source, event.row))
 
     def action_toggle_stream(self) -> None:
-        frozen = self.query_one(StreamPanel).toggle()
+        panel = self.query_one(StreamPanel)
+        snapshot = None
+        if self.caps.live and not panel.frozen:
+            rec = self.source.recorder
+            snapshot = (merge_marks(rec.events(), rec.marks), rec.started_ns)
+        frozen = panel.toggle(snapshot)
         self.notify("stream frozen (recording goes on)" if frozen else "stream follows", timeout=2)
 
     def action_filter_stream(self) -> None:
+        table = self.focused if isinstance(self.focused, KeyedTable) else None
+        if table is not None:  # "/" on Handles or Latency filters that table
+            from tpmtop.tui.screens.filter import FilterScreen
+
+            def done(needle: str | None) -> None:
+                if needle is not None:
+                    table.set_filter(needle)  # the panel's subtitle names it at its next refresh
+                    self._stats_dirty = True
+                    self.refresh_all()
+
+            self.app.push_screen(FilterScreen(table.needle), done)
+            return
         if self.compact and self.active_panel != "stream":
             self.action_show_panel("stream")
         self.query_one(StreamPanel).open_filter()
@@ -544,11 +571,34 @@ class MainScreen(TpmWorkers, Screen):
             self.app.install_screen(BootScreen(getattr(self.app, "boot_root", "/")), "boot")
         self.app.push_screen("boot")
 
+    def _projection_n(self) -> tuple[int, str]:
+        if self._boot_n is not None:
+            return self._boot_n, "set with p"
+        if self.sysfs is not None and self.sysfs.ima_count:
+            return self.sysfs.ima_count, "this machine's IMA measurements"
+        return DEFAULT_N, "a round number: no IMA count readable here"
+
+    def action_show_projection(self) -> None:
+        comps = boot_components(self.source.runs(), self.source.engine if self.source.engine != "-" else "native")
+        n, why = self._projection_n()
+        where = "this sitting's per-command p50s" if self.caps.live else "the capture's per-command p50s"
+
+        def done(new_n: int | None) -> None:
+            if new_n is not None:
+                self._boot_n = new_n
+                self._stats_dirty = True
+
+        self.app.push_screen(ProjectionScreen(comps, n, why, where), done)
+
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())
 
     def action_quit(self) -> None:
         self.app.exit()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "handles-table":  # Enter on a handle: inspect it
+            self.action_inspect_selected()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "handles-table":

@@ -64,6 +64,17 @@ class TpmWorkers:
         else:
             self.post_message(m.HandlesFlushed(done))
 
+    @work(thread=True, exclusive=True, exit_on_error=False, group="inspect", description="inspect a handle")
+    def inspect_handle(self, handle: int, kind: str, ours: bool) -> None:
+        try:
+            title, rows = self.source.inspect(handle, kind, ours)
+        except TpmConnectionError as e:
+            self.post_message(m.Disconnected(str(e)))
+        except Exception as e:  # noqa: BLE001
+            self.post_message(m.ActionFailed("inspect", str(e)))
+        else:
+            self.post_message(m.HandleInspected(title, rows))
+
     @work(thread=True, exclusive=True, exit_on_error=False, group="export", description="export a capture")
     def export_capture(self) -> None:
         from tpmtop.sources.live import export_capture

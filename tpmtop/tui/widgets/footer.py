@@ -10,10 +10,22 @@ focus key (``1``–``6``) took to reach the screen. So: compare, and skip when n
 from __future__ import annotations
 
 from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
+
+from tpmtop.tui.actions import OPTIONAL_IN_FOOTER
 
 
 class TpmtopFooter(Footer):
+    """Keys that are not essential carry ``-optional``: the stylesheet hides them on a narrow
+    screen so that Help and Quit always show (at 80 columns the footer used to end before them)."""
+
     _shown: tuple | None = None
+
+    def compose(self):
+        for widget in super().compose():
+            if isinstance(widget, FooterKey) and widget.action in OPTIONAL_IN_FOOTER:
+                widget.add_class("-optional")
+            yield widget
 
     def _signature(self, screen) -> tuple:
         return tuple((b.key, b.action, b.description, enabled, tooltip)

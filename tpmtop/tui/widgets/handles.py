@@ -11,9 +11,10 @@ from tpmtop.sources.model import HandleRow, fmt_age
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
 
-COLUMNS = (("handle", "handle", 10), ("kind", "kind", 10), ("by", "by", 6), ("age", "age", 6),
-           ("last", "used", 6), ("uses", "uses", 5))
-KINDS = {"transient": "object", "loaded-session": "session", "saved-session": "saved", "persistent": "persistent"}
+# (key, header, width, priority): a narrow panel drops the highest numbers first.
+COLUMNS = (("handle", "handle", 10, 0), ("kind", "kind", 7, 1), ("by", "by", 6, 2), ("age", "age", 6, 3),
+           ("last", "used", 6, 5), ("uses", "uses", 5, 4))
+KINDS = {"transient": "object", "loaded-session": "session", "saved-session": "saved", "persistent": "persist"}
 
 
 class HandlesPanel(Panel):
@@ -47,4 +48,6 @@ class HandlesPanel(Panel):
                                   "" if r.last_use_s is None else fmt_age(r.last_use_s),
                                   str(r.uses) if r.uses else "")))
         self.table.sync(cells, order=lambda first: first)
-        self.border_subtitle = f"{sum(1 for r in rows if r.state != 'gone')} handles"
+        needle = self.table.needle
+        self.border_subtitle = (f"{sum(1 for r in rows if r.state != 'gone')} handles"
+                                + (f" · filter '{needle}'" if needle else ""))

@@ -23,15 +23,16 @@ class StatusHeader(Static):
 
     def show(self, *, state: str, identity: str, tcti: str, simulated: bool, engine: str, mode: str,
              op: str, ops_per_s: float | None, rate: str = "", extra: str = "", profile: str | None = None,
-             marker: str = "") -> None:
+             marker: str = "", cpu: str = "") -> None:
         sim = "  [b $accent]simulated[/]" if simulated else ""
         if profile:
             # Latencies on screen are the chip's (held by the transport), not the simulator's.
             sim += f" [b $warning]profile {e(profile)}[/]"
         line1 = f"[b]tpmtop[/]  {STATES.get(state, e(state))}  [b]{e(identity)}[/]  [dim]via[/] {e(tcti)}{sim}"
         ops = f"{ops_per_s:,.1f} ops/s" if ops_per_s is not None else ""
-        line2 = (f"engine [b]{e(engine)}[/]  mode [b]{e(mode)}[/]  op [b]{e(op)}[/]  "
-                 f"[b]{ops}[/]{('  ' + e(rate)) if rate else ''}{('  ' + e(extra)) if extra else ''}")
+        # Most telling first: a narrow terminal cuts the end of the line.
+        line2 = (f"engine [b]{e(engine)}[/]  mode [b]{e(mode)}[/]  op [b]{e(op)}[/]  [b]{ops}[/]"
+                 f"{('  ' + e(cpu)) if cpu else ''}{('  ' + e(rate)) if rate else ''}{('  ' + e(extra)) if extra else ''}")
         if marker:
             line2 = f"[b $warning]{e(marker)}[/]  " + line2
         text = line1 + "\n" + line2

@@ -17,13 +17,16 @@ from tpmtop.sources.model import CommandRow, fmt_us
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
 
-COLUMNS = (("name", "command", 24), ("count", "count", 7), ("p50", "p50 µs", 7), ("p90", "p90 µs", 7),
-           ("p99", "p99 µs", 7), ("max", "max µs", 7), ("last", "last µs", 7))
+# (key, header, width, priority): a narrow panel drops the highest numbers first.
+COLUMNS = (("name", "command", 21, 0), ("count", "count", 7, 1), ("errors", "errors", 6, 4),
+           ("p50", "p50 µs", 7, 2), ("p90", "p90 µs", 7, 7), ("p99", "p99 µs", 7, 3), ("max", "max µs", 7, 5),
+           ("last", "last µs", 7, 6))
 HIST_BAR = 24
 HIST_EVERY_S = 2.0
 
 
-def histogram_markup(buckets: list, summary: dict, lines: int) -> str:
+def histogram_markup(buckets: list, summary: dict, lines: int, width: int = 44) -> str:
+    """One bucket per line, never wrapped: the bar gets what ``width`` leaves."""
     if not buckets:
         return "[dim]no samples[/]"
     # Keep the busiest contiguous window that fits.
@@ -31,11 +34,12 @@ def histogram_markup(buckets: list, summary: dict, lines: int) -> str:
         best = max(range(len(buckets) - lines + 1), key=lambda i: sum(c for _, c in buckets[i:i + lines]))
         buckets = buckets[best:best + lines]
     top = max(c for _, c in buckets) or 1
+    bar_w = max(4, min(HIST_BAR, width - 10 - 1 - len(str(top)) - 1))
     out = []
     for ub, c in buckets:
         tone = "fast" if ub <= summary.get("p50", 0) * 1.2 else "mid" if ub <= summary.get("p99", 0) * 1.2 else "slow"
-        n = max(1, round(c / top * HIST_BAR)) if c else 0
-        out.append(f"≤{fmt_us(ub):>8} [$latency-{tone}]{'█' * n}[/]{' ' * (HIST_BAR - n)} {c}")
+        n = max(1, round(c / top * bar_w)) if c else 0
+        out.append(f"≤{fmt_us(ub):>8} [$latency-{tone}]{'█' * n}[/]{' ' * (bar_w - n)} {c}")
     return "\n".join(out)
 
 
@@ -43,7 +47,9 @@ class LatencyPanel(Panel):
     title = "Latency"
 
     def compose(self) -> ComposeResult:
-        yield KeyedTable(COLUMNS, id="latency-table")
+        table = KeyedTable(COLUMNS, id="latency-table")
+        table.pinned = "op:"  # the operation's total / wire / host stay on top of any sort
+        yield table
         with Horizontal(id="latency-detail"):
             yield Static("", id="histogram")
             yield Sparkline([], id="sparkline")
@@ -57,19 +63,24 @@ class LatencyPanel(Panel):
 
     run_label = ""
 
-    def show(self, rows: list[CommandRow], subtitle: str = "", run_label: str = "") -> None:
+    errors = None  # tpmtop.sources.model.ErrorBook: which response codes a command got
+
+    def show(self, rows: list[CommandRow], subtitle: str = "", run_label: str = "", errors=None) -> None:
         self.run_label = run_label
+        self.errors = errors
         self._rows = {r.key: r for r in rows}
         self._order = {r.label: i for i, r in enumerate(rows)}
         cells = []
         for r in rows:
             s = r.summary
             label = Content.from_markup(f"[b]{r.label}[/]") if r.key.startswith("op:total") else r.label
-            err = f" !{r.errors}" if r.errors else ""
-            cells.append((r.key, (label, f"{s['count']}{err}", fmt_us(s["p50"]), fmt_us(s["p90"]),
+            n_err = r.errors or (errors.count(r.key) if errors is not None else 0)
+            err = Content.from_markup(f"[$error]{n_err:,}[/]") if n_err else ""
+            cells.append((r.key, (label, f"{s['count']:,}", err, fmt_us(s["p50"]), fmt_us(s["p90"]),
                                   fmt_us(s["p99"]), fmt_us(s["max"]), fmt_us(r.last_us))))
         self.table.sync(cells, order=lambda first: self._order.get(first, 999))
-        self.border_subtitle = subtitle
+        needle = self.table.needle
+        self.border_subtitle = subtitle + (f" · filter '{needle}'" if needle else "")
         self.show_detail()
 
     def show_detail(self, force: bool = False) -> None:
@@ -82,22 +93,26 @@ class LatencyPanel(Panel):
             spark.display = False
             return
         lines = max(3, self.query_one("#latency-detail").size.height or 7) - 1
+        width = hist.size.width or 44
         title = f"[b]{escape(row.label.strip(' ▸'))}[/] {escape(self.run_label) if row.key.startswith('op:') else ''}"
+        why = self.errors.text(row.key) if self.errors is not None else ""
+        if why:  # which errors, decoded: the count alone does not say what went wrong
+            title += f" [$error]errors: {escape(why)}[/]"
         if callable(row.buckets):
             # Live: walking an HDR histogram takes up to ~170 ms of Python, so it runs in a
             # worker, for the selected row only, at most every HIST_EVERY_S.
             now = time.monotonic()
             if force or key != self._hist_key or now - self._hist_t >= HIST_EVERY_S:
                 self._hist_key, self._hist_t = key, now
-                self.compute_histogram(key, row.buckets, row.summary, lines, title)
+                self.compute_histogram(key, row.buckets, row.summary, lines, title, width)
             if key != self._hist_for:
                 self._set(hist, title + "\n[dim]…[/]")
         else:
-            self._set(hist, title + "\n" + histogram_markup(row.histogram(), row.summary, lines))
+            self._set(hist, title + "\n" + histogram_markup(row.histogram(), row.summary, lines, width))
         data = row.recent_us[-60:] if row.recent_us else []
         if data != spark.data:
             spark.data = data
-        spark.display = bool(data)  # a flat line would claim "all equal"
+        spark.display = len(data) >= 2  # one sample drew a solid block; an empty one claims "all equal"
         spark.tooltip = (f"last {len(row.recent_us)} samples, {fmt_us(min(row.recent_us))}–"
                          f"{fmt_us(max(row.recent_us))} µs" if row.recent_us else "no recent samples")
 
@@ -112,8 +127,8 @@ class LatencyPanel(Panel):
             self.markup = markup
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="histogram", description="histogram")
-    def compute_histogram(self, key, buckets, summary, lines, title) -> None:
-        self.post_message(self.HistogramReady(key, title + "\n" + histogram_markup(buckets(), summary, lines)))
+    def compute_histogram(self, key, buckets, summary, lines, title, width) -> None:
+        self.post_message(self.HistogramReady(key, title + "\n" + histogram_markup(buckets(), summary, lines, width)))
 
     def on_latency_panel_histogram_ready(self, message: "LatencyPanel.HistogramReady") -> None:
         if message.key == self.table.selected_key:

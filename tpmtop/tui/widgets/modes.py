@@ -6,8 +6,37 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from tpmtop.sources.model import CompareRow, fmt_us
+from tpmtop.sources.model import CompareRow, fmt_duration
 from tpmtop.tui.widgets.panel import Panel, QuietStatic
+
+
+BLOCKS = "▁▂▃▄▅▆▇█"
+GAP = "\u00a0"  # a no-break space: wrapping drops leading plain spaces, and the cells must line up
+AXIS = "─"  # the time axis under the series; a mode's initial where it starts
+MODE_TONE = {"none": "bar-baseline", "per-command": "latency-slow", "reuse": "latency-fast", "saved": "latency-mid"}
+
+
+def timeline_markup(series: list, width: int) -> list[str]:
+    """Op p50 per second on a log scale, one cell per second (newest right), coloured by
+    the mode that second ran; the mode's initial marks each switch on the line below."""
+    import math
+
+    series = series[-width:]
+    vals = [p.p50_us for p in series if p is not None]
+    lo, hi = math.log10(max(min(vals), 0.1)), math.log10(max(max(vals), 0.1))
+    span = (hi - lo) or 1.0
+    top, marks, prev = [], [], None
+    for p in series:
+        if p is None:
+            top.append(GAP)
+            marks.append(AXIS)
+            continue
+        level = round((math.log10(max(p.p50_us, 0.1)) - lo) / span * (len(BLOCKS) - 1))
+        top.append(f"[${MODE_TONE.get(p.mode, 'bar-session')}]{BLOCKS[level]}[/]")
+        marks.append(p.mode[0] if p.mode != prev else AXIS)
+        prev = p.mode
+    return [f"[dim]op p50 each second, {len(series)} s (log; letter: mode)[/]",
+            "".join(top), "[dim]" + "".join(marks).replace("[", "\\[") + "[/]"]
 
 
 class ModesPanel(Panel):
@@ -26,26 +55,34 @@ class ModesPanel(Panel):
         if self._last is not None:
             self.show(*self._last)
 
-    def show(self, rows: list[CompareRow], op: str, current: tuple[str, str]) -> None:
-        self._last = (rows, op, current)
+    def show(self, rows: list[CompareRow], op: str, current: tuple[str, str], boot: str = "",
+             series: list | None = None) -> None:
+        """``boot``: markup of the boot-cost projection for this sitting (screens/projection.py);
+        ``series``: op p50 per second (model.timeline), drawn across mode switches."""
+        self._last = (rows, op, current, boot, series)
         self.border_title = f"Modes · {op} · op p50"
         bars = self.query_one("#bars", Static)
         if not rows:
             self._text.set(bars, "[dim]no operations yet: each (engine, mode) you run shows up here[/]")
             return
+        # One line per (engine, mode) under a header, whatever the width (two lines each hid
+        # the active row at 120×40 once both engines had run); the bar takes what is left.
         avail = max(30, self.content_size.width or 60)
-        two_lines = avail < 72  # narrow: the numbers, then the bar under them
-        width = avail - 5 if two_lines else avail - 50
+        fixed = 41  # mark, engine, mode, p50, ratio, cmd/op
+        width = avail - fixed - 1
         top = max(r.p50_us for r in rows) or 1.0
-        lines = []
+        lines = [f"[dim] {'engine':<6} {'mode':<11} {'op p50':>9} {'vs none':>6} cmd[/]"]
         for r in rows:
-            n = max(1, round(r.p50_us / top * width))
             tone = "bar-baseline" if r.mode == "none" else "bar-session"
             mark = "▶" if (r.engine, r.mode) == current else " "
             ratio = f"×{r.ratio:,.1f}" if r.ratio is not None else "–"
-            text = f"{mark}{r.engine:<6} {r.mode:<11} {fmt_us(r.p50_us):>8} µs {ratio:>6}"
-            if avail >= 48:
-                text += f" [dim]{r.commands_per_op:>2.0f} cmd/op[/]"
-            bar = f"[${tone}]{'█' * n}[/]"
-            lines += [text, f"  {bar}"] if two_lines else [f"{text} {bar}"]
+            text = f"{mark}{r.engine:<6} {r.mode:<11} {fmt_duration(r.p50_us):>9} {ratio:>7} {r.commands_per_op:>3.0f}"
+            if width >= 3:
+                n = max(1, round(r.p50_us / top * width))
+                text += f" [${tone}]{'█' * n}[/]"
+            lines.append(text)
+        if boot:
+            lines.append(boot)
+        if series and any(series):
+            lines += timeline_markup(series, avail)
         self._text.set(bars, "\n".join(lines))

@@ -24,11 +24,16 @@ class ResourcesPanel(Panel):
     def show(self, gauges: list[Gauge]) -> None:
         lines = []
         width = max((len(g.label) for g in gauges), default=0)
-        bar_w = max(5, min(BAR, (self.size.width or 40) - width - 16))
+        bar_w = max(5, min(BAR, (self.size.width or 40) - width - 22))
         for g in gauges:
+            if g.note:  # nothing to draw a bar of: say why instead
+                lines.append(f"{g.label.ljust(width)} [dim]{g.note}[/]")
+                continue
             filled = min(bar_w, round(g.fraction * bar_w)) if g.total else 0
             bar = f"[$gauge-{g.level}]{'█' * filled}[/][dim]{'░' * (bar_w - filled)}[/]"
-            note = f"  [dim]{g.note}[/]" if g.note else ""
-            warn = "  [b $gauge-full]FULL[/]" if g.level == "full" and not g.note else ""
-            lines.append(f"{g.label.ljust(width)} {bar} {g.used:>3}/{g.total:<5}{warn}{note}")
+            warn = "  [b $gauge-full]FULL[/]" if g.level == "full" else ""
+            peak = ""
+            if g.peak is not None:
+                peak = f" [$gauge-{g.peak_level}]peak {g.peak}[/]"
+            lines.append(f"{g.label.ljust(width)} {bar} {g.used:>3}/{g.total:<5}{peak}{warn}")
         self._text.set(self.query_one("#gauges", Static), "\n".join(lines) or "no data")

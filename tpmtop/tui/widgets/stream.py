@@ -16,13 +16,16 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Input
 
-from tpmtop.sources.model import StreamRow
+from tpmtop.sources.model import LazyStreamRows, StreamRow
 from tpmtop.tui.widgets.panel import Panel
 
-# (header, width); most telling first: on a narrow screen the handles are cut off first,
-# then the sessions (handle:attributes — what shows an HMAC session on the wire).
-COLUMNS = (("t s", 9), ("origin", 8), ("command", 17), ("µs", 8), ("rc", 10), ("sessions", 22), ("handles", 17))
-KEEP = 2000
+# (header, width); the last column takes the rest of the line: the handles a command names
+# (a FlushContext's target, a PCR) and then its sessions (handle:attributes, what shows an
+# HMAC session on the wire), so neither is dropped whole on a narrow panel.
+COLUMNS = (("t s", 8), ("origin", 8), ("command", 16), ("µs", 7), ("rc", 6))
+RC_WIDE = 22  # the rc column's width when the line has room for the response code's name
+LAST = "handles · sessions"
+KEEP = 2000  # rows kept while following; frozen, the whole recorder ring is browsable
 
 
 def _fit(text: str, width: int, right: bool = False) -> str:
@@ -37,8 +40,10 @@ class StreamView(Widget, can_focus=True):
     BINDINGS = [
         Binding("up", "scroll_back(1)", "Back", show=False, id="stream-back", tooltip="Older commands (frozen)"),
         Binding("down", "scroll_back(-1)", "Forward", show=False, id="stream-forward", tooltip="Newer commands"),
-        Binding("pageup", "scroll_back(20)", show=False, id="stream-page-back"),
-        Binding("pagedown", "scroll_back(-20)", show=False, id="stream-page-forward"),
+        Binding("pageup", "page(1)", show=False, id="stream-page-back", tooltip="A page of older commands"),
+        Binding("pagedown", "page(-1)", show=False, id="stream-page-forward", tooltip="A page of newer commands"),
+        Binding("home", "scroll_back(1_000_000)", show=False, id="stream-oldest", tooltip="The oldest command kept"),
+        Binding("end", "scroll_back(-1_000_000)", show=False, id="stream-newest", tooltip="The newest command"),
         Binding("enter", "decode", "Decode", show=False, id="stream-decode",
                 tooltip="Decode the selected (bottom, highlighted) command and its response"),
     ]
@@ -66,9 +71,14 @@ class StreamView(Widget, can_focus=True):
         self.rows: list[StreamRow] = []
         self.back = 0  # rows scrolled back from the newest
 
-    def set_rows(self, rows: list[StreamRow]) -> None:
+    def set_rows(self, rows) -> None:
+        """``rows``: a list of StreamRow, or anything with len() and slicing (LazyStreamRows)."""
         self.rows = rows
+        self.back = max(0, min(self.back, len(rows) - 1))  # a shorter (filtered) list stays in view
         self.refresh()
+
+    def action_page(self, direction: int) -> None:
+        self.action_scroll_back(direction * max(1, self.size.height - 2))  # the rows shown, less one
 
     def action_scroll_back(self, n: int) -> None:
         self.back = max(0, min(len(self.rows) - 1, self.back + n))
@@ -82,26 +92,31 @@ class StreamView(Widget, can_focus=True):
 
     def render(self) -> Content:
         height = max(1, self.size.height)
-        header = " ".join(_fit(h, w, right=h == "µs") for h, w in COLUMNS)
+        widths = dict(COLUMNS)
+        if self.size.width >= 110:
+            widths["rc"] = RC_WIDE
+        rest = max(8, self.size.width - sum(w + 1 for w in widths.values()))
+        header = " ".join(_fit(h, w, right=h == "µs") for h, w in widths.items()) + " " + _fit(LAST, rest)
         end = len(self.rows) - self.back
         shown = self.rows[max(0, end - (height - 1)):end]
         lines = [f"[b $foreground-muted]{escape(header)}[/]"]
         for r in shown:
             if r.origin == "mark":  # a boundary: one line across every column
-                lines.append(f"{escape(_fit(r.t, 9))} [b $warning]── {escape(r.command)} ──[/]")
+                lines.append(f"{escape(_fit(r.t, widths['t s'], right=True))} [b $warning]── {escape(r.command)} ──[/]")
                 continue
-            rc = _fit(r.rc, 10)
+            rc = _fit(r.rc, widths["rc"])
             rc = escape(rc) if r.ok else f"[$error]{escape(rc)}[/]"
             origin = _fit(r.origin, 8)
             origin = f"[dim]{origin}[/]" if r.origin != "workload" else origin
-            line = " ".join((escape(_fit(r.t, 9)), origin, escape(_fit(r.command, 17)),
-                             escape(_fit(r.us, 8, right=True)), rc, escape(_fit(r.sessions, 22)),
-                             escape(_fit(r.handles, 17))))
+            last = " · ".join(x for x in (r.handles, r.sessions) if x)
+            line = " ".join((escape(_fit(r.t, widths["t s"], right=True)), origin, escape(_fit(r.command, widths["command"])),
+                             escape(_fit(r.us, widths["µs"], right=True)), rc, escape(_fit(last, rest))))
             if self.has_focus and r is shown[-1]:  # what Enter decodes
                 line = f"[reverse]{line}[/]"
             lines.append(line)
         if not shown:
-            lines.append("[dim]no commands yet[/]")
+            needle = getattr(self.parent, "needle", "")
+            lines.append(f"[dim]no command matches '{escape(needle)}'[/]" if needle else "[dim]no commands yet[/]")
         return Content.from_markup("\n".join(lines))
 
 
@@ -113,20 +128,23 @@ class StreamPanel(Panel):
         self.frozen = False
         self.needle = ""
         self.buffer: list[StreamRow] = []  # the latest rows, unfiltered
+        self.snapshot: tuple[list, int] | None = None  # frozen: (events and marks, t0_ns)
 
     def compose(self) -> ComposeResult:
         yield StreamView(id="stream-view")
-        yield Input(placeholder="filter: command or origin (Enter to apply, Esc to close)", id="stream-filter")
+        yield Input(placeholder="filter: command or origin; 'errors' for failed commands (Enter applies, Esc closes)",
+                    id="stream-filter")
 
     @property
     def view(self) -> StreamView:
         return self.query_one(StreamView)
 
-    def add(self, rows: list[StreamRow]) -> None:
+    def add(self, rows: list[StreamRow], keep: int | None = KEEP) -> None:
         if self.frozen or not rows:
             return
         self.buffer.extend(rows)
-        del self.buffer[:-KEEP]
+        if keep is not None:
+            del self.buffer[:-keep]
         self._render_rows()
 
     def clear(self) -> None:
@@ -135,6 +153,11 @@ class StreamPanel(Panel):
         self._render_rows()
 
     def _render_rows(self) -> None:
+        if self.frozen and self.snapshot is not None:
+            items, t0 = self.snapshot
+            self.view.set_rows(LazyStreamRows(items, t0, self.needle))
+            self._subtitle()
+            return
         n = self.needle.lower()
         # Marks stay through any filter: a boundary matters whatever the command.
         self.view.set_rows([r for r in self.buffer if r.origin == "mark" or r.matches(n)] if n else list(self.buffer))
@@ -143,18 +166,20 @@ class StreamPanel(Panel):
     def _subtitle(self) -> None:
         bits = []
         if self.frozen:
-            bits.append("frozen (s) · ↑↓ scroll")
+            n = len(self.view.rows)
+            bits.append(f"frozen (s) · {n:,} kept · ↑↓ PgUp Home scroll")
         if self.needle:
             bits.append(f"filter '{self.needle}'")
         self.border_subtitle = " · ".join(bits)
 
-    def toggle(self) -> bool:
-        """Frozen: nothing is ingested and ↑/↓ scroll back; unfrozen: follow the newest."""
+    def toggle(self, snapshot: tuple[list, int] | None = None) -> bool:
+        """Frozen: nothing is ingested and ↑/↓ scroll back — through ``snapshot`` (every
+        event the recorder kept, and the marks) when given; unfrozen: follow the newest."""
         self.frozen = not self.frozen
+        self.snapshot = snapshot if self.frozen else None
         if not self.frozen:
             self.view.back = 0
-            self.view.refresh()
-        self._subtitle()
+        self._render_rows()
         return self.frozen
 
     def open_filter(self) -> None:

@@ -26,7 +26,6 @@ def system_markup(s, ima_rate: float | None) -> str:
 
 class SystemPanel(Panel):
     title = "System · sysfs, no TPM traffic"
-    needs_tpm = False
 
     def compose(self) -> ComposeResult:
         yield Static("reading sysfs…", id="sysfs")

@@ -1,27 +1,141 @@
 """A DataTable updated in place by row key (Dolphie's pattern): vanished rows removed,
 changed cells updated with ``update_cell(update_width=False)``, new rows added, sorted only
-when the set of rows changed. Never ``clear()`` per tick: that resets cursor and scroll."""
+when the set of rows changed. Never ``clear()`` per tick: that resets cursor and scroll.
+
+Columns fit the width: each column has a priority, and the table shows the most important
+ones that fit (no horizontal scrollbar hiding `last µs` or `uses` behind it). The set is
+recomputed on resize only; then, and only then, the rows are rebuilt.
+"""
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Callable, Iterable
 
 from textual.widgets import DataTable
 
+CELL_PAD = 2  # DataTable's cell_padding (1) on each side
+_UNITS = {"ms": 1e3, "s": 1e6, "µs": 1.0, "": 1.0}
+_AGE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def sort_value(cell) -> tuple:
+    """A cell as shown ("1,410", "150 ms", "1m02s", "tpmtop", "") as a sortable value:
+    numbers (with their unit) before text, blanks last."""
+    text = str(cell).strip()
+    if not text or text == "?":
+        return (2, 0.0, "")
+    m = re.fullmatch(r"([\d,]+(?:\.\d+)?)\s*(ms|s|µs)?", text)
+    if m:
+        return (0, float(m.group(1).replace(",", "")) * _UNITS[m.group(2) or ""], "")
+    a = _AGE.fullmatch(text)
+    if a and any(a.groups()):
+        h, mi, se = (int(x or 0) for x in a.groups())
+        return (0, float(h * 3600 + mi * 60 + se), "")
+    return (1, math.inf, text.lower())
+
 
 class KeyedTable(DataTable):
     DEFAULT_CSS = """
-    KeyedTable { height: 1fr; }
+    KeyedTable { height: 1fr; overflow-x: hidden; }
     """
 
-    def __init__(self, columns: Iterable[tuple[str, str, int | None]], **kw):
+    def __init__(self, columns: Iterable[tuple], **kw):
+        """``columns``: (key, label, width[, priority]); lower priority numbers stay longest,
+        the first column always stays. Cells passed to :meth:`sync` cover every column."""
         super().__init__(cursor_type="row", zebra_stripes=False, **kw)
-        self._columns = list(columns)  # (key, label, width)
+        self._all = [(c[0], c[1], c[2], c[3] if len(c) > 3 else i) for i, c in enumerate(columns)]
+        self._shown: list[int] = list(range(len(self._all)))
         self._shadow: dict[str, tuple] = {}
+        self._rows: list[tuple[str, tuple]] = []
+        self._order: Callable[[str], object] | None = None
+        self.sort_column: str | None = None  # None: the panel's own order
+        self.needle = ""  # only rows with a cell containing it (case-insensitive); pinned rows stay
+        self.pinned = ""  # row keys starting with this stay on top whatever the sort
+
+    def cycle_sort(self) -> str:
+        """Sort by the next shown column (descending: the biggest first), then back to the
+        panel's own order; returns what it now sorts by."""
+        shown = self.shown_columns
+        i = shown.index(self.sort_column) + 1 if self.sort_column in shown else 1
+        self.sort_column = shown[i] if i < len(shown) else None
+        self._resort()
+        return dict((k, label) for k, label, *_ in self._all).get(self.sort_column, "its own order")
+
+    def _resort(self) -> None:
+        if self.row_count < 2:
+            return
+        selected = self.selected_key
+        col = self.sort_column if self.sort_column in self.shown_columns else None  # dropped on a resize
+        if col is None:
+            if self._order is not None:
+                order = self._order
+                self.sort(key=lambda values: order(str(values[0])))
+        else:
+            ci = self.shown_columns.index(col)
+
+            def rank(key: str) -> tuple:
+                kind, number, text = sort_value(self._shadow[key][ci])
+                return (not (self.pinned and key.startswith(self.pinned)), kind, -number if kind == 0 else 0, text)
+
+            self._sort_by_keys(sorted(self._shadow, key=rank))
+        if selected in self._shadow:
+            self.move_cursor(row=self.get_row_index(selected), animate=False)
+
+    def _sort_by_keys(self, keys: list[str]) -> None:
+        """Put the rows in the order of ``keys`` (DataTable.sort only sees cell values; pinned
+        rows need their key). The same three steps as DataTable.sort."""
+        from textual._two_way_dict import TwoWayDict
+
+        by_value = {rk.value: rk for rk in self._data}
+        self._row_locations = TwoWayDict({by_value[k]: i for i, k in enumerate(keys) if k in by_value})
+        self._update_count += 1
+        self.refresh()
+
+    @property
+    def _columns(self) -> list[tuple]:
+        return [self._all[i][:3] for i in self._shown]
+
+    @property
+    def shown_columns(self) -> list[str]:
+        return [self._all[i][0] for i in self._shown]
 
     def on_mount(self) -> None:
+        self._fit(self.size.width)
+
+    def on_resize(self, event) -> None:
+        if self._fit(event.size.width):
+            self._rebuild()
+
+    def _fit(self, width: int) -> bool:
+        """Choose the columns that fit ``width``; True if the choice changed."""
+        budget = width if width else 10_000
+        by_priority = sorted(range(len(self._all)), key=lambda i: (i != 0, self._all[i][3]))
+        shown, used = [], 0
+        for i in by_priority:
+            w = (self._all[i][2] or 10) + CELL_PAD
+            if used + w <= budget or not shown:
+                shown.append(i)
+                used += w
+        shown.sort()
+        if shown == self._shown and self.columns:
+            return False
+        self._shown = shown
+        if not self.columns:
+            for key, label, width in self._columns:
+                self.add_column(label, key=key, width=width)
+        return True
+
+    def _rebuild(self) -> None:
+        selected = self.selected_key
+        self.clear(columns=True)
+        self._shadow.clear()
         for key, label, width in self._columns:
             self.add_column(label, key=key, width=width)
+        self.sync(self._rows, self._order)
+        if selected in self._shadow:
+            self.move_cursor(row=self.get_row_index(selected), animate=False)
 
     @property
     def selected_key(self) -> str | None:
@@ -35,14 +149,22 @@ class KeyedTable(DataTable):
     def sync(self, rows: list[tuple[str, tuple]], order: Callable[[str], object] | None = None) -> bool:
         """Make the table show ``rows`` [(key, cells)]; returns True if rows came or went.
         ``order`` ranks a row by the plain text of its first cell."""
-        wanted = dict(rows)
+        self._rows, self._order = rows, order
+        if not self.columns:
+            return False  # not mounted yet: on_mount adds the columns, the next sync the rows
+        shown = self._shown
+        n = self.needle.lower()
+        if n:
+            rows = [(k, c) for k, c in rows if (self.pinned and k.startswith(self.pinned))
+                    or any(n in str(x).lower() for x in c)]
+        wanted = {k: tuple(cells[i] for i in shown) for k, cells in rows}
         structural = False
-        col_keys = [c[0] for c in self._columns]
+        col_keys = [self._all[i][0] for i in shown]
         for key in [k for k in self._shadow if k not in wanted]:
             self.remove_row(key)
             del self._shadow[key]
             structural = True
-        for key, cells in rows:
+        for key, cells in wanted.items():
             old = self._shadow.get(key)
             if old is None:
                 self.add_row(*cells, key=key)
@@ -52,13 +174,20 @@ class KeyedTable(DataTable):
                     if a != b:
                         self.update_cell(key, col, b, update_width=False)
             self._shadow[key] = cells
-        if structural and order is not None and self.row_count > 1:
+        if self.sort_column is not None:
+            self._resort()  # values change every second: keep the chosen order
+        elif structural and order is not None and self.row_count > 1:
             selected = self.selected_key
             self.sort(key=lambda values: order(str(values[0])))
             if selected in self._shadow:
                 self.move_cursor(row=self.get_row_index(selected), animate=False)
         return structural
 
+    def set_filter(self, needle: str) -> None:
+        self.needle = needle.strip()
+        self.sync(self._rows, self._order)
+
     def clear_rows(self) -> None:
         self.clear()
         self._shadow.clear()
+        self._rows = []

@@ -1,0 +1,84 @@
+"""``p``: what N kernel PCR extends would cost in each session mode, priced with this sitting's
+per-command p50s (or a capture's) — the projection `tpmtop boot` makes, with its arithmetic.
+
+N is this machine's IMA measurement count when securityfs tells it, else 1,000; the input sets
+another. Nothing here talks to the TPM.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.markup import escape
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+DEFAULT_N = 1000
+
+
+def projection_markup(components_us: dict[str, float], n: int, n_source: str, where: str) -> str:
+    from tpmtop.boot.projection import COMPONENTS, Cost, fmt_estimate, project
+
+    comps = {k: Cost(Decimal(repr(v)), where) for k, v in components_us.items()}
+    proj = project(n, n_source, comps)
+    lines = [f"[b]{n:,} PCR extends[/] ({escape(n_source)}), priced with {escape(where)}", ""]
+    for letter, what in COMPONENTS.items():
+        v = components_us.get(letter)
+        lines.append(f"  {letter:<2} {what:<28} " + (f"{v:,.1f} µs" if v is not None else
+                                                      "[dim]not measured yet (run that mode)[/]"))
+    lines.append("")
+    for mode, mc in proj.modes.items():
+        est = fmt_estimate(mc.estimate_s) if mc.estimate_s is not None else "–"
+        lines.append(f"[b]{mode:<12}[/] {est:>10}   [dim]{escape(mc.formula)}[/]")
+        if mc.arithmetic:
+            lines.append(f"             {escape(mc.arithmetic)}")
+        elif mc.reason:
+            lines.append(f"             [dim]{escape(mc.reason)}[/]")
+        if mc.note:
+            lines.append(f"             [dim]{escape(mc.note)}[/]")
+    lines += ["", "[dim]The same model as `tpmtop boot` (domain notes §2). Type another N and Enter; Esc closes.[/]"]
+    return "\n".join(lines)
+
+
+def projection_summary(components_us: dict[str, float], n: int) -> str:
+    """One line for the Modes panel: each mode's estimate for N extends."""
+    from tpmtop.boot.projection import Cost, fmt_estimate, project
+
+    proj = project(n, "", {k: Cost(Decimal(repr(v)), "") for k, v in components_us.items()})
+    parts = [f"{m} {fmt_estimate(mc.estimate_s).removeprefix('about ')}" for m, mc in proj.modes.items() if mc.estimate_s is not None]
+    return f"[b]boot, {n:,} extends[/] [dim](p)[/]: " + " · ".join(parts) if parts else ""
+
+
+class ProjectionScreen(ModalScreen[int | None]):
+    BINDINGS = [Binding("escape,q,p", "close", "Close", id="projection-close", tooltip="Back to the dashboard")]
+
+    def __init__(self, components_us: dict[str, float], n: int, n_source: str, where: str) -> None:
+        super().__init__()
+        self.components_us, self.n, self.n_source, self.where = components_us, n, n_source, where
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="projection-box"):
+            yield Static(self._markup(), id="projection-text")
+            yield Input(str(self.n), placeholder="number of extends", id="projection-n", type="integer")
+
+    def on_mount(self) -> None:
+        self.query_one("#projection-n", Input).focus()  # type another N straight away
+
+    def _markup(self) -> Content:
+        return Content.from_markup(projection_markup(self.components_us, self.n, self.n_source, self.where))
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        try:
+            n = int(event.value)
+        except ValueError:
+            return
+        if 0 < n <= 10_000_000:
+            self.n, self.n_source = n, "set here"
+            self.query_one("#projection-text", Static).update(self._markup())
+
+    def action_close(self) -> None:
+        self.dismiss(self.n if self.n_source == "set here" else None)
