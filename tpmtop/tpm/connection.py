@@ -38,11 +38,14 @@ class TpmConnection:
     # -- lifecycle ---------------------------------------------------------------------------
     def open(self) -> "TpmConnection":
         try:
-            # What decoding an exchange needs (tpm2-pytss's command tables, ~150 ms to import)
-            # is loaded now, never inside the first measured operation.
-            wire.warm()
-            self.transport = InstrumentedTransport(self._backend(), self.recorder)
-            self.owner = TpmOwner(self.transport)
+            # Opened whole: a signal meanwhile is raised at the end (and closes what was
+            # opened), never inside a thread's start or half way through starting a swtpm.
+            with interrupts.closing():
+                # What decoding an exchange needs (tpm2-pytss's command tables, ~150 ms to
+                # import) is loaded now, never inside the first measured operation.
+                wire.warm()
+                self.transport = InstrumentedTransport(self._backend(), self.recorder)
+                self.owner = TpmOwner(self.transport)
         except BaseException:
             self.close()
             raise

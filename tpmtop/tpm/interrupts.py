@@ -88,8 +88,8 @@ def held() -> _Held:
 
 
 class _Closing:
-    """``with closing():`` around closing a TPM connection: every signal waits until it is
-    closed. Breaking into it (a second Ctrl-C) would leave the owner thread's queue, a join
+    """``with closing():`` around opening or closing a TPM connection: every signal waits
+    until that is done. Breaking into it (a second Ctrl-C) would leave the owner thread's queue, a join
     (CPython 3.11's Thread.join is not safe against an exception raised inside it: "release
     unlocked lock") or the private swtpm half stopped; closing is bounded anyway (the
     owner's join has a time-out)."""
