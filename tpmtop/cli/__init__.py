@@ -28,6 +28,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "export": ("tpmtop.cli.export", "a capture as a Chrome/Perfetto trace or OpenMetrics histograms"),
     "bench": ("tpmtop.cli.bench", "measure each HMAC session strategy (none, per-command, reuse, saved)"),
     "profile": ("tpmtop.cli.profile", "chip latency profiles: record one from a TPM, derive one from a capture or trace"),
+    "proxy": ("tpmtop.cli.proxy", "serve the TPM to other programs (swtpm/mssim protocols) and record who sends what"),
+    "run": ("tpmtop.cli.proxy", "run a program through a private proxy: strace -c for the TPM"),
+    "clients": ("tpmtop.cli.proxy", "which processes hold /dev/tpm0 or /dev/tpmrm0 open; is tpm2-abrmd running"),
 }
 
 EPILOG = """exit status: 0 ok, 1 the TPM or the system failed, 2 bad usage or bad input,

@@ -1,0 +1,152 @@
+"""Proxy benchmark: what `tpmtop proxy` adds to each TPM command a program sends.
+
+    .venv/bin/python benchmarks/proxy.py [--rounds 400] [--blocks 8]
+
+An ESAPI client (tpm2-pytss through tpm2-tss's own TCTIs, as any program would) issues
+GetRandom(16) and PCR_Extend(PCR 16) interleaved, against one swtpm:
+  direct  — swtpm: TCTI straight to the swtpm's TCP port
+  proxied — swtpm: TCTI to `tpmtop proxy` in front of that swtpm (same protocol, so the
+            difference is the proxy: accept, attribute, forward through the instrumented
+            transport, account)
+  mssim   — mssim: TCTI to `tpmtop proxy --protocol mssim` (one connection per context;
+            no direct figure: swtpm does not speak mssim)
+Blocks alternate direct/proxied so that the machine's noise hits both alike. Latency is the
+client's: wall time around each ESAPI call. Last line: `proxy: +<X> µs per command (p50)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+from machine import describe  # noqa: E402 - benchmarks/machine.py
+
+TARGET_US = 60.0
+
+
+def free_pair() -> int:
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", p))
+                b.bind(("127.0.0.1", p + 1))
+            return p
+        except OSError:
+            continue
+    raise SystemExit("no free port pair")
+
+
+def wait_port(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on {port}")
+
+
+def measure(tcti: str, rounds: int) -> list[int]:
+    from tpm2_pytss import ESAPI, TCTILdr
+    from tpm2_pytss.constants import ESYS_TR, TPM2_ALG
+    from tpm2_pytss.types import TPML_DIGEST_VALUES, TPMT_HA
+
+    name, _, conf = tcti.partition(":")
+    ctx = TCTILdr(name, conf)
+    esys = ESAPI(ctx)
+    digests = TPML_DIGEST_VALUES([TPMT_HA(hashAlg=TPM2_ALG.SHA256, digest=b"\x01" * 32)])
+    out = []
+    try:
+        esys.get_random(16)  # warm: first call pays the library's look-ups
+        for _ in range(rounds):
+            t = time.perf_counter_ns()
+            esys.get_random(16)
+            out.append(time.perf_counter_ns() - t)
+            t = time.perf_counter_ns()
+            esys.pcr_extend(ESYS_TR.PCR16, digests)
+            out.append(time.perf_counter_ns() - t)
+    finally:
+        esys.close()
+        ctx.close()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=400, help="GetRandom+PCR_Extend pairs per block")
+    ap.add_argument("--blocks", type=int, default=8, help="alternating direct/proxied blocks")
+    a = ap.parse_args()
+    os.environ.setdefault("TSS2_LOG", "all+NONE")
+    if not shutil.which("swtpm"):
+        raise SystemExit("swtpm is not installed")
+    state = tempfile.mkdtemp(prefix="tpmtop-bench-proxy-")
+    sw_port, px_port, ms_port = free_pair(), None, None
+    procs = []
+    try:
+        procs.append(subprocess.Popen(
+            ["swtpm", "socket", "--tpm2", "--tpmstate", f"dir={state}", "--server", f"type=tcp,port={sw_port}",
+             "--ctrl", f"type=tcp,port={sw_port + 1}", "--flags", "not-need-init,startup-clear"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_port(sw_port)
+        px_port = free_pair()
+        tpmtop = [sys.executable, "-m", "tpmtop", "proxy", "-T", f"swtpm:host=127.0.0.1,port={sw_port}"]
+        procs.append(subprocess.Popen(tpmtop + ["--port", str(px_port)], cwd=os.path.join(HERE, ".."),
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_port(px_port)
+        ms_port = free_pair()
+        procs.append(subprocess.Popen(tpmtop + ["--port", str(ms_port), "--protocol", "mssim"],
+                                      cwd=os.path.join(HERE, ".."), stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        wait_port(ms_port)
+        direct, proxied, mssim = [], [], []
+        for b in range(a.blocks):
+            order = [("direct", direct, f"swtpm:host=127.0.0.1,port={sw_port}"),
+                     ("proxied", proxied, f"swtpm:host=127.0.0.1,port={px_port}")]
+            if b % 2:
+                order.reverse()
+            for _, acc, tcti in order:
+                acc.extend(measure(tcti, a.rounds))
+            mssim.extend(measure(f"mssim:host=127.0.0.1,port={ms_port}", a.rounds // 2))
+    finally:
+        for p in reversed(procs):
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        shutil.rmtree(state, ignore_errors=True)
+
+    def p(xs, q):
+        return statistics.quantiles(xs, n=100)[q - 1] / 1000
+
+    print(f"machine: {describe()}")
+    print(f"{len(direct)} commands per path (GetRandom + PCR_Extend(16), interleaved), {a.blocks} alternating blocks")
+    print(f"{'path':<34} {'p50 µs':>9} {'p99 µs':>9}")
+    for label, xs in (("direct   (swtpm: TCTI → swtpm)", direct), ("proxied  (swtpm: TCTI → tpmtop proxy)", proxied),
+                      ("proxied  (mssim: TCTI → tpmtop proxy)", mssim)):
+        print(f"{label:<34} {statistics.median(xs) / 1000:9.1f} {p(xs, 99):9.1f}")
+    delta = (statistics.median(proxied) - statistics.median(direct)) / 1000
+    verdict = "within" if delta <= TARGET_US else "OVER"
+    print(f"target ≤ +{TARGET_US:.0f} µs: {verdict}")
+    print(f"proxy: +{delta:.0f} µs per command (p50)")
+    return 0 if delta <= TARGET_US else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""What the proxy adds to a capture (kept in one place), and the ``tpmtop run`` table.
+
+Capture additions (tpmtop.capture/1, minor 1, all optional): a top-level ``clients`` list
+(see :meth:`ClientStats.to_json`) and, on each event a client sent, ``client`` (its id) with
+``origin`` "proxy". Readers of minor 0 ignore both.
+"""
+
+from __future__ import annotations
+
+from tpmtop.proxy.accounting import Accounts, ClientStats, attrs_text
+from tpmtop.proxy.forward import client_of_origin
+from tpmtop.tpm import names
+
+CAPTURE_MINOR = 1
+
+
+def label_events(events_json: list[dict]) -> list[dict]:
+    """Capture events with the proxy's ``client:<id>`` origin turned into origin + client."""
+    for e in events_json:
+        cid = client_of_origin(e.get("origin"))
+        if cid is not None:
+            e["origin"] = "proxy"
+            e["client"] = cid
+    return events_json
+
+
+def clients_json(accounts: Accounts) -> list[dict]:
+    return [c.to_json(accounts.held_by(c.id)) for c in accounts.snapshot()]
+
+
+def capture(conn, accounts: Accounts, with_events: bool, extra: dict | None = None) -> dict:
+    from tpmtop.bench import capture_dict
+
+    events = conn.recorder.events() if with_events else None
+    cap = capture_dict(conn, [], events=events, extra={"minor": CAPTURE_MINOR, "clients": clients_json(accounts),
+                                                       **(extra or {})})
+    if "events" in cap:
+        label_events(cap["events"])
+    return cap
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1000:,.0f}" if ns >= 10_000 else f"{ns / 1000:,.1f}"
+
+
+def run_table(clients: list[ClientStats], wall_ns: int, accounts: Accounts, table) -> str:
+    """strace -c for the TPM: one row per command code over every client CMD started
+    (``table(rows, header, right)`` formats the rows: the CLI's)."""
+    from tpmtop.stats import LatencyHistogram
+
+    per: dict = {}
+    errs: dict = {}
+    for c in clients:
+        for cc, h in c.per_cc.items():
+            per.setdefault(cc, LatencyHistogram()).merge(h)
+        for (cc, rc), n in c.error_codes.items():
+            errs.setdefault(cc, []).append(f"{n}× 0x{rc:x} {names.rc_text(rc)}")
+    total_ns = sum(c.wire_ns_total for c in clients)
+    rows = []
+    for cc, h in sorted(per.items(), key=lambda kv: -kv[1].summary()["mean"] * kv[1].count):
+        s = h.summary()
+        tot = s["mean"] * s["count"] * 1000
+        rows.append([names.cc_short(cc), str(s["count"]), str(sum(int(x.split("×")[0]) for x in errs.get(cc, []))),
+                     f"{s['p50']:,.1f}", f"{s['p99']:,.1f}", f"{tot / 1000:,.1f}",
+                     f"{100 * tot / total_ns:.1f}" if total_ns else "0.0"])
+    out = [table(rows, ["command", "calls", "errors", "p50 µs", "p99 µs", "total µs", "% TPM"], right={1, 2, 3, 4, 5, 6})]
+    n = sum(c.commands for c in clients)
+    share = 100 * total_ns / wall_ns if wall_ns else 0.0
+    out.append(f"{n} TPM commands; {total_ns / 1e6:,.3f} ms on the wire = {share:.1f}% of the command's "
+               f"{wall_ns / 1e6:,.1f} ms wall time")
+    for cc, lst in sorted(errs.items(), key=lambda kv: kv[0] or 0):
+        for x in lst:
+            out.append(f"error: {names.cc_short(cc)}: {x}")
+    for c in clients:
+        for s in c.sessions.values():
+            out.append(f"session 0x{s.handle:08x}: {s.type}, {'salted' if s.salted else 'unsalted'}, "
+                       f"{'bound' if s.bound else 'unbound'}, symmetric {s.symmetric}, used with {attrs_text(s.attrs)}")
+    leaks = [(c, h) for c in clients for h in (c.leaked or accounts.held_by(c.id))]
+    for c, h in leaks:
+        out.append(f"LEAK: {c.name} (pid {c.peer.pid}) left {h.text()}")
+    if not leaks:
+        out.append("left nothing loaded")
+    return "\n".join(out)
