@@ -164,10 +164,10 @@ def test_leak_report_names_the_saved_session(proxy_factory, tcp_swtpm, tmp_path)
     p.tool("tpm2_startauthsession", "-S", "s.ctx", cwd=tmp_path)
     line = p.wait_line("tpm2_startauthsession", "left")
     assert "LEAK" in line and "0x03000000 policy session (StartAuthSession, saved)" in line
-    assert _tpm_handles(p).get(0x03000000) == "saved-session"
+    assert "saved-session" in _tpm_handles(p).values()  # the TPM lists it among saved sessions
     p.tool("tpm2_flushcontext", "s.ctx", cwd=tmp_path)
     p.wait_line("tpm2_flushcontext", "left nothing loaded")
-    assert 0x03000000 not in _tpm_handles(p)
+    assert "saved-session" not in _tpm_handles(p).values()
     status, _, cap = p.stop()
     assert status == 130
     sas = next(c for c in cap["clients"] if c["name"] == "tpm2_startauthsession")
@@ -214,10 +214,11 @@ def test_client_killed_mid_command(proxy_factory):
     victim = subprocess.Popen([sys.executable, "-c", _HALF_A_COMMAND, str(p.port)], stdout=subprocess.PIPE, text=True)
     try:
         assert victim.stdout.readline().strip() == "sent"
+        p.wait_line(f"pid {victim.pid}", "connected")
         victim.kill()
         victim.wait()
         line = p.wait_line("disconnected mid-command")
-        assert f"pid {victim.pid}" in line and "8 of 12 bytes" in line
+        assert f"pid {victim.pid}" in line and "8 of 10 bytes" in line
     finally:
         if victim.poll() is None:
             victim.kill()
@@ -232,7 +233,7 @@ def test_client_killed_mid_command(proxy_factory):
 
 @pytest.mark.parametrize("protocol,frame,says", [
     ("swtpm", bytes.fromhex("8001ffffffff0000017b0008"), "size field 4294967295"),
-    ("swtpm", bytes.fromhex("800100000003"), "size field 3"),
+    ("swtpm", bytes.fromhex("80010000000300000144"), "size field 3"),
     ("mssim", struct.pack(">I", 0x41414141), "unknown request"),
     ("mssim", struct.pack(">IBI", 8, 0, 12) + bytes.fromhex("80010000000d0000017b0008"), "carries a TPM header of 13"),
 ])
@@ -243,7 +244,10 @@ def test_garbled_frame_costs_only_that_connection(proxy_factory, protocol, frame
     bad = socket.create_connection(("127.0.0.1", p.port), timeout=TIMEOUT)
     try:
         bad.sendall(frame)
-        assert bad.recv(64) == b""  # closed by the proxy, nothing sent back
+        try:
+            assert bad.recv(64) == b""  # closed by the proxy, nothing sent back
+        except ConnectionResetError:
+            pass  # closed with our unread bytes still queued: the kernel says so with a reset
         p.wait_line(says, "connection closed")
         msg = GET_RANDOM_8 if protocol == "swtpm" else struct.pack(">IBI", 8, 0, 12) + GET_RANDOM_8
         good.sendall(msg)
@@ -297,16 +301,20 @@ def test_control_and_platform_requests_never_reach_the_tpm(proxy_factory, tcp_sw
 
 
 def test_run_lists_getrandom_and_keeps_exit_status(tmp_path):
-    r = run_tpmtop("run", "--sim", "--json", str(tmp_path / "run.json"), "--", "tpm2_getrandom", "8", timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "TPM2TOOLS_TCTI"}
+    r = subprocess.run(TPMTOP + ["run", "--sim", "--json", str(tmp_path / "run.json"), "--", "tpm2_getrandom", "8"],
+                       capture_output=True, timeout=120, cwd=REPO, env=env)
     assert r.returncode == 0, r.stderr
-    assert len(r.stdout.encode("latin-1", "replace")) == 8  # the 8 random bytes, untouched
+    assert len(r.stdout) == 8  # CMD's stdout: the 8 random bytes, untouched
+    r.stderr = r.stderr.decode()
     rows = [ln.split() for ln in r.stderr.splitlines()]
     getrandom = next(row for row in rows if row and row[0] == "GetRandom")
     assert getrandom[1] == "1" and getrandom[2] == "0"
     assert "left nothing loaded" in r.stderr
     cap = json.loads((tmp_path / "run.json").read_text())
     assert cap["command"]["exit_status"] == 0
-    assert any(e["command"] == "TPM2_CC_GetRandom" for e in cap.get("events", []) + [{"command": "TPM2_CC_GetRandom"}])
+    client = next(c for c in cap["clients"] if c["name"] == "tpm2_getrandom")
+    assert client["per_command"]["GetRandom"]["count"] == 1
     r = run_tpmtop("run", "--sim", "--", "sh", "-c", "tpm2_getrandom 4 >/dev/null && exit 3", timeout=120)
     assert r.returncode == 3, r.stderr
     assert "GetRandom" in r.stderr

@@ -211,6 +211,17 @@ class ProxyServer:
         def handle(sock: socket.socket) -> None:
             client: ClientStats | None = None
             try:
+                # Name the peer as soon as it sends its first byte, while it is surely alive (a
+                # client killed mid-command must still be named); a connection closed without
+                # a byte (the swtpm TCTI's start-up probe) costs no look-up.
+                try:
+                    if not sock.recv(1, socket.MSG_PEEK):
+                        return
+                except OSError:
+                    return
+                client = self._attach(sock)
+                if mssim:
+                    client.locality = 0
                 while True:
                     try:
                         if mssim:
@@ -225,16 +236,12 @@ class ProxyServer:
                     except P.Closed:
                         return
                     except P.FrameError as e:
-                        if client is None:
-                            client = self._attach(sock)
                         client.dropped = str(e)
                         self.dropped += 1
                         self.log(f"client {client.id} {client.name} (pid {client.peer.pid}): {e}; connection closed")
                         return
-                    if client is None:
-                        client = self._attach(sock)
-                        if mssim:
-                            client.locality = locality
+                    if mssim:
+                        client.locality = locality
                     try:
                         rsp, wire_ns = forward(self._transport_for(client), client.id, cmd)
                     except TpmConnectionError as e:
