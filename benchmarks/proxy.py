@@ -69,7 +69,9 @@ def measure(tcti: str, rounds: int) -> list[int]:
     name, _, conf = tcti.partition(":")
     ctx = TCTILdr(name, conf)
     esys = ESAPI(ctx)
-    digests = TPML_DIGEST_VALUES([TPMT_HA(hashAlg=TPM2_ALG.SHA256, digest=b"\x01" * 32)])
+    ha = TPMT_HA(hashAlg=TPM2_ALG.SHA256)
+    ha.digest.sha256 = b"\x01" * 32
+    digests = TPML_DIGEST_VALUES([ha])
     out = []
     try:
         esys.get_random(16)  # warm: first call pays the library's look-ups
@@ -78,7 +80,7 @@ def measure(tcti: str, rounds: int) -> list[int]:
             esys.get_random(16)
             out.append(time.perf_counter_ns() - t)
             t = time.perf_counter_ns()
-            esys.pcr_extend(ESYS_TR.PCR16, digests)
+            esys.pcr_extend(ESYS_TR.PCR16, digests, session1=ESYS_TR.PASSWORD)
             out.append(time.perf_counter_ns() - t)
     finally:
         esys.close()
@@ -95,7 +97,7 @@ def main() -> int:
     if not shutil.which("swtpm"):
         raise SystemExit("swtpm is not installed")
     state = tempfile.mkdtemp(prefix="tpmtop-bench-proxy-")
-    sw_port, px_port, ms_port = free_pair(), None, None
+    sw_port = free_pair()
     procs = []
     try:
         procs.append(subprocess.Popen(
@@ -103,25 +105,31 @@ def main() -> int:
              "--ctrl", f"type=tcp,port={sw_port + 1}", "--flags", "not-need-init,startup-clear"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_port(sw_port)
-        px_port = free_pair()
         tpmtop = [sys.executable, "-m", "tpmtop", "proxy", "-T", f"swtpm:host=127.0.0.1,port={sw_port}"]
-        procs.append(subprocess.Popen(tpmtop + ["--port", str(px_port)], cwd=os.path.join(HERE, ".."),
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_port(px_port)
-        ms_port = free_pair()
-        procs.append(subprocess.Popen(tpmtop + ["--port", str(ms_port), "--protocol", "mssim"],
-                                      cwd=os.path.join(HERE, ".."), stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
-        wait_port(ms_port)
+
+        def through_proxy(protocol: str, rounds: int) -> list[int]:
+            # swtpm serves one connection at a time: the proxy holds it only for its blocks
+            port = free_pair()
+            px = subprocess.Popen(tpmtop + ["--port", str(port), "--protocol", protocol],
+                                  cwd=os.path.join(HERE, ".."), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(px)
+            try:
+                wait_port(port)
+                return measure(f"{protocol}:host=127.0.0.1,port={port}", rounds)
+            finally:
+                px.send_signal(signal.SIGTERM)
+                px.wait(30)
+                procs.remove(px)
+
         direct, proxied, mssim = [], [], []
         for b in range(a.blocks):
-            order = [("direct", direct, f"swtpm:host=127.0.0.1,port={sw_port}"),
-                     ("proxied", proxied, f"swtpm:host=127.0.0.1,port={px_port}")]
+            steps = [lambda: direct.extend(measure(f"swtpm:host=127.0.0.1,port={sw_port}", a.rounds)),
+                     lambda: proxied.extend(through_proxy("swtpm", a.rounds))]
             if b % 2:
-                order.reverse()
-            for _, acc, tcti in order:
-                acc.extend(measure(tcti, a.rounds))
-            mssim.extend(measure(f"mssim:host=127.0.0.1,port={ms_port}", a.rounds // 2))
+                steps.reverse()
+            for step in steps:
+                step()
+            mssim.extend(through_proxy("mssim", a.rounds // 2))
     finally:
         for p in reversed(procs):
             p.send_signal(signal.SIGTERM)

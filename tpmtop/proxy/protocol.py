@@ -87,6 +87,11 @@ def recv_exact(sock: socket.socket, n: int, started: bool) -> bytes:
     buf = bytearray()
     while len(buf) < n:
         try:
+            if sock.family != socket.AF_UNIX:
+                # ACK at once: the mssim TCTI writes its 9-byte header and the command in two
+                # writes without TCP_NODELAY, so Nagle holds the command until our ACK, which
+                # the kernel would otherwise delay by 40 ms.
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
             chunk = sock.recv(n - len(buf))
         except OSError as e:
             raise FrameError(f"connection error mid-request: {e.strerror or e}") from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import queue
 import socket
 import threading
 import time
@@ -74,6 +75,8 @@ class ProxyServer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = 0
         self.dropped = 0
         # /dev/tpmrm0: one file descriptor per client, so the kernel's resource manager keeps
         # clients' transient objects apart exactly as without the proxy.
@@ -179,19 +182,33 @@ class ProxyServer:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._conns.add(sock)
-            t = threading.Thread(target=self._run_conn, args=(sock, handler), daemon=True, name="proxy-conn")
-            t.start()
+                idle = self._idle > 0
+                if idle:
+                    self._idle -= 1
+            self._work.put((sock, handler))
+            if not idle:
+                # Starting a thread costs ~100 µs; the swtpm TCTI connects for every command,
+                # so finished connection threads wait for the next one instead of exiting.
+                threading.Thread(target=self._worker, daemon=True, name="proxy-conn").start()
 
-    def _run_conn(self, sock: socket.socket, handler) -> None:
-        try:
-            handler(sock)
-        finally:
-            with self._lock:
-                self._conns.discard(sock)
+    def _worker(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            sock, handler = item
             try:
-                sock.close()
-            except OSError:
-                pass
+                handler(sock)
+            except Exception as e:  # a bug must cost one connection, not the proxy
+                self.log(f"connection handler failed: {type(e).__name__}: {e}; connection closed")
+            finally:
+                with self._lock:
+                    self._conns.discard(sock)
+                    self._idle += 1
+                try:
+                    sock.close()
+                except OSError:
+                    pass
 
     # -- the TPM port ---------------------------------------------------------------------------
     def _attach(self, sock: socket.socket) -> ClientStats:
@@ -295,7 +312,10 @@ class ProxyServer:
     # -- departures -----------------------------------------------------------------------------
     def _closed(self, c: ClientStats) -> None:
         self.accounts.connection_closed(c)
-        if c.open_connections <= 0 and (c.peer.pid is None or not peers.alive(c.peer)):
+        # A client without a pid is one connection: it has left. Otherwise the reaper looks
+        # (the swtpm TCTI closes after every command; asking psutil here would cost every
+        # command ~100 µs of the GIL).
+        if c.open_connections <= 0 and c.peer.pid is None:
             self._depart(c)
 
     def _reaper(self) -> None:
