@@ -60,13 +60,13 @@ def _check_port(port: int) -> None:
         raise UsageError(f"--port {port}: expected 1..65534 (the proxy also uses PORT+1)")
 
 
-def _write_capture(args, conn, accounts, extra=None) -> None:
+def _write_capture(args, conn, accounts, extra=None, events: bool = False) -> None:
     if not args.json:
         return
     from tpmtop.bench import write_capture_file
     from tpmtop.proxy.report import capture
 
-    write_capture_file(args.json, capture(conn, accounts, args.events, extra))
+    write_capture_file(args.json, capture(conn, accounts, args.events or events, extra))
     notice(f"capture written to {args.json}")
 
 
@@ -173,7 +173,7 @@ def run_run(args) -> int:
             print(f"tpmtop run: {' '.join(cmd)} (through {tcti}; TPM {conn.target.tcti})", file=sys.stderr)
             print(run_table(clients, wall, server.accounts, table), file=sys.stderr, flush=True)
             _write_capture(args, conn, server.accounts,
-                           extra={"command": {"argv": cmd, "exit_status": status, "wall_ns": wall}})
+                           extra={"command": {"argv": cmd, "exit_status": status, "wall_ns": wall}}, events=True)
     if status is None:
         return EXIT_INTERRUPTED
     return status if status >= 0 else 128 - status

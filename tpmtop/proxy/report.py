@@ -28,12 +28,44 @@ def clients_json(accounts: Accounts) -> list[dict]:
     return [c.to_json(accounts.held_by(c.id)) for c in accounts.snapshot()]
 
 
+def client_runs(accounts: Accounts) -> list[dict]:
+    """One ``runs`` entry per program name (engine "proxy", mode = the name, op "client"):
+    the eight tpm2_getrandom processes of a script are one row, and `tpmtop compare` and
+    `tpmtop export --format openmetrics` work on proxy captures as on bench captures."""
+    from tpmtop.stats import LatencyHistogram
+
+    by_name: dict[str, list[ClientStats]] = {}
+    for c in accounts.snapshot():
+        if c.commands:
+            by_name.setdefault((c.name or "unknown")[:64], []).append(c)
+    runs = []
+    for name, cs in by_name.items():
+        per: dict = {}
+        for c in cs:
+            for cc, h in c.per_cc.items():
+                per.setdefault(cc, LatencyHistogram()).merge(h)
+        wire = LatencyHistogram()
+        for h in per.values():
+            wire.merge(h)
+        n = sum(c.commands for c in cs)
+
+        def summ(h):
+            return h.summary() | {"histogram": h.buckets()}
+
+        runs.append({"engine": "proxy", "mode": name, "op": "client", "ops": n, "errors": sum(c.errors for c in cs),
+                     "op_us": summ(wire), "wire_us": summ(wire), "host_us": summ(LatencyHistogram()),
+                     "commands_per_op": {names.cc_name(cc): round(h.count / n, 3) for cc, h in per.items()},
+                     "commands": {names.cc_name(cc): summ(h) for cc, h in sorted(per.items(), key=lambda kv: kv[0] or 0)}})
+    return runs
+
+
 def capture(conn, accounts: Accounts, with_events: bool, extra: dict | None = None) -> dict:
     from tpmtop.bench import capture_dict
 
     events = conn.recorder.events() if with_events else None
     cap = capture_dict(conn, [], events=events, extra={"minor": CAPTURE_MINOR, "clients": clients_json(accounts),
                                                        **(extra or {})})
+    cap["runs"] = client_runs(accounts)
     if "events" in cap:
         label_events(cap["events"])
     return cap
