@@ -154,11 +154,11 @@ def main() -> int:
         print(f"{label:<34} {statistics.median(xs) / 1000:9.1f} {p(xs, 99):9.1f}")
     d_swtpm = (statistics.median(proxied) - statistics.median(direct)) / 1000
     delta = (statistics.median(mssim) - statistics.median(direct)) / 1000
-    print(f"swtpm: TCTI through the proxy: +{d_swtpm:.0f} µs per command (p50): that TCTI opens a TCP connection "
+    print(f"swtpm: TCTI through the proxy: {d_swtpm:+.0f} µs per command (p50): that TCTI opens a TCP connection "
           "for every command, so each one also pays an accept and a peer look-up in the proxy")
     print(f"mssim: TCTI through the proxy (one connection per context) vs swtpm: TCTI direct: "
           f"target ≤ +{TARGET_US:.0f} µs: {'within' if delta <= TARGET_US else 'OVER'}")
-    print(f"proxy: +{delta:.0f} µs per command (p50)")
+    print(f"proxy: {delta:+.0f} µs per command (p50)")
     return 0 if delta <= TARGET_US else 1
 
 

@@ -152,6 +152,7 @@ class Accounts:
         self.clients: dict[int, ClientStats] = {}
         self._by_key: dict = {}
         self._owner: dict[int, tuple[int, Held]] = {}  # handle -> (client id, Held)
+        self._sessions: dict[int, SessionUse] = {}  # session handle -> its latest StartAuthSession
         self._next = 1
 
     def client_for(self, peer, protocol: str, shared_key: bool = True) -> ClientStats:
@@ -192,17 +193,17 @@ class Accounts:
             if h is None:
                 h = c.per_cc[cc] = LatencyHistogram()
             h.record(wire_ns)
+            for sh, attrs in info.sessions:  # what a session was used with, failed or not
+                use = self._sessions.get(sh)
+                if use is not None:
+                    use.attrs |= attrs
+                    c.sessions.setdefault(sh, use)
             if rc != 0:
                 c.errors += 1
                 c.error_codes[(cc, rc)] = c.error_codes.get((cc, rc), 0) + 1
                 return
             for sh, attrs in info.sessions:
-                if sh == TPM_RS_PW:
-                    continue
-                for owner in (c, self._owner_client(sh)):
-                    if owner is not None and sh in owner.sessions:
-                        owner.sessions[sh].attrs |= attrs
-                if not attrs & 0x01:  # without continueSession the TPM ends the session
+                if sh != TPM_RS_PW and not attrs & 0x01:  # without continueSession the TPM ends it
                     self._gone(sh)
             if cc in CREATING and r.handle is not None:
                 held = Held(r.handle, names.cc_short(cc))
@@ -216,7 +217,9 @@ class Accounts:
                     parsed = parse_start_auth_session(cmd)
                     if parsed:
                         salted, bound, stype, sym = parsed
-                        c.sessions[r.handle] = SessionUse(r.handle, stype, salted, bound, sym)
+                        # one record per session, shared by every client that uses it (tpm2-tools
+                        # hand sessions from process to process through context files)
+                        c.sessions[r.handle] = self._sessions[r.handle] = SessionUse(r.handle, stype, salted, bound, sym)
             elif cc == CC_FLUSH_CONTEXT and info.flush_handle is not None:
                 if self._gone(info.flush_handle):
                     c.flushed += 1
