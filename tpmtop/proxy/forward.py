@@ -4,15 +4,22 @@ Everything the proxy knows about a client reaches the recorder through :func:`fo
 the exchange is labelled ``origin="client:<id>"`` (see :func:`client_of_origin`), so the
 recorder keeps one latency histogram per client and command code, and captures can say which
 client sent each command. When the transport takes immutable per-job labels instead of
-mutable attributes, only this function changes.
+mutable attributes, only this module changes.
 """
 
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
+from typing import Callable
 
 CLIENT_PREFIX = "client:"
 _label_lock = threading.Lock()  # the transport's labels are attributes: set them one exchange at a time
+
+# A gate: ``gate(origin)`` is a context manager that gives the transport to one user at a time
+# with ``origin`` stamped on it (the dashboard's LiveSource.tpm), so a proxied command can never
+# be labelled as tpmtop's workload or poll, nor the reverse.
+Gate = Callable[[str], object]
 
 
 def origin_for(client_id: int) -> str:
@@ -29,19 +36,27 @@ def client_of_origin(origin: str | None) -> int | None:
     return None
 
 
-def forward(transport, client_id: int, command: bytes) -> tuple[bytes, int]:
+@contextmanager
+def _labelled(transport, origin: str):
+    with _label_lock:
+        saved = (transport.origin, transport.engine, transport.mode, transport.op, transport.op_seq)
+        transport.origin, transport.engine, transport.mode, transport.op, transport.op_seq = origin, None, None, None, None
+        try:
+            yield transport
+        finally:
+            transport.origin, transport.engine, transport.mode, transport.op, transport.op_seq = saved
+
+
+def forward(transport, client_id: int, command: bytes, gate: Gate | None = None) -> tuple[bytes, int]:
     """Send ``command`` byte-exact, return ``(response, wire_ns)`` as the transport timed it.
 
     Raises what the transport raises (TpmConnectionError) when the TPM is gone."""
     acc: list = []
-    with _label_lock:
-        saved = (transport.origin, transport.engine, transport.mode, transport.op, transport.op_seq, transport.acc)
-        transport.origin, transport.engine, transport.mode, transport.op, transport.op_seq = \
-            origin_for(client_id), None, None, None, None
-        transport.acc = acc
+    origin = origin_for(client_id)
+    with (gate(origin) if gate is not None else _labelled(transport, origin)) as t:
+        saved, t.acc = t.acc, acc
         try:
-            rsp = transport.transact(command)
+            rsp = t.transact(command)
         finally:
-            (transport.origin, transport.engine, transport.mode, transport.op, transport.op_seq,
-             transport.acc) = saved
+            t.acc = saved
     return rsp, acc[-1][1] if acc else 0

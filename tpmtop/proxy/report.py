@@ -119,3 +119,54 @@ def run_table(clients: list[ClientStats], wall_ns: int, accounts: Accounts, tabl
     if not leaks:
         out.append("left nothing loaded")
     return "\n".join(out)
+
+
+def client_rows(accounts: Accounts | None, recorder=None) -> list[tuple[str, list[str]]]:
+    """(row key, cells) for the dashboard's Clients panel: tpmtop's own workload first (one
+    client among them), then every proxied client, connected ones before departed ones.
+    Cells: pid, name, commands, errors, p50 µs, p99 µs, held, leaked."""
+    from tpmtop.stats import LatencyHistogram
+
+    rows: list[tuple[str, list[str]]] = []
+    if recorder is not None:
+        stats = recorder.command_stats("workload")
+        if stats:
+            h = LatencyHistogram()
+            for st in stats.values():
+                h.merge(st.hist)
+            s = h.summary()
+            owned = len(recorder.owned_handles())
+            import os
+
+            rows.append(("workload", [str(os.getpid()), "tpmtop workload", str(s["count"]),
+                                      str(sum(st.errors for st in stats.values())), f"{s['p50']:,.1f}",
+                                      f"{s['p99']:,.1f}", str(owned), "-"]))
+    if accounts is None:
+        return rows
+    for c in sorted(accounts.snapshot(), key=lambda c: (c.departed_ns is not None, c.id)):
+        if c.id == 0:
+            continue
+        s = c.hist().summary()
+        held = accounts.held_by(c.id)
+        name = c.name if c.departed_ns is None else f"{c.name[:15]} (left)"  # fits the panel's 22 columns
+        rows.append((f"c{c.id}", [str(c.peer.pid or "?"), name, str(c.commands), str(c.errors), f"{s['p50']:,.1f}",
+                                  f"{s['p99']:,.1f}", "-" if c.departed_ns is not None else str(len(held)),
+                                  str(len(c.leaked)) if c.departed_ns is not None else "-"]))
+    return rows
+
+
+def client_detail(accounts: Accounts, key: str) -> str:
+    """Per-command latencies of one client (plain text, one line per command code)."""
+    if not key.startswith("c"):
+        return ""
+    c = accounts.clients.get(int(key[1:]))
+    if c is None:
+        return ""
+    lines = [f"{c.name} pid {c.peer.pid or '?'} uid {c.peer.uid if c.peer.uid is not None else '?'}: "
+             f"{c.peer.cmdline[:100]}"]
+    for cc, h in sorted(c.per_cc.items(), key=lambda kv: kv[0] or 0):
+        s = h.summary()
+        lines.append(f"  {names.cc_short(cc):<22} {s['count']:>6}×  p50 {s['p50']:>9,.1f} µs  p99 {s['p99']:>9,.1f} µs")
+    for h in c.leaked or accounts.held_by(c.id):
+        lines.append(f"  {'left' if c.leaked else 'holds'} {h.text()}")
+    return "\n".join(lines)

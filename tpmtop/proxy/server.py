@@ -61,13 +61,14 @@ class ProxyServer:
 
     def __init__(self, conn, *, protocol: str = "swtpm", host: str = "127.0.0.1", port: int = 2321,
                  socket_path: str | None = None, log: Callable[[str], None] = print,
-                 accounts: Accounts | None = None):
+                 accounts: Accounts | None = None, gate=None):
         if protocol not in ("swtpm", "mssim"):
             raise UsageError(f"unknown protocol {protocol!r}: use swtpm or mssim")
         self.conn = conn
         self.protocol = protocol
         self.host, self.port, self.socket_path = host, port, socket_path
         self.log = log
+        self.gate = gate  # see tpmtop.proxy.forward.Gate (the dashboard's)
         self.accounts = accounts or Accounts()
         self.resolver = peers.TcpResolver()
         self._listeners: list[socket.socket] = []
@@ -260,7 +261,8 @@ class ProxyServer:
                     if mssim:
                         client.locality = locality
                     try:
-                        rsp, wire_ns = forward(self._transport_for(client), client.id, cmd)
+                        rsp, wire_ns = forward(self._transport_for(client), client.id, cmd,
+                                               None if self.per_client_device else self.gate)
                     except TpmConnectionError as e:
                         self.log(f"client {client.id} {client.name}: the TPM failed ({e}); connection closed")
                         return
@@ -323,8 +325,11 @@ class ProxyServer:
         # process has, which is only seen by looking.
         while not self._stop.wait(REAP_INTERVAL_S):
             for c in self.accounts.snapshot():
-                if c.id != 0 and c.departed_ns is None and c.open_connections <= 0 and not peers.alive(c.peer):
-                    self._depart(c)
+                try:
+                    if c.id != 0 and c.departed_ns is None and c.open_connections <= 0 and not peers.alive(c.peer):
+                        self._depart(c)
+                except Exception as e:  # the reaper must outlive any one client's trouble
+                    self.log(f"client {c.id}: departure check failed: {type(e).__name__}: {e}")
 
     def _depart(self, c: ClientStats) -> None:
         if c.departed_ns is not None:
