@@ -37,14 +37,9 @@ def client_of_origin(origin: str | None) -> int | None:
 
 
 @contextmanager
-def _labelled(transport, origin: str):
+def _locked(transport, origin: str):
     with _label_lock:
-        saved = (transport.origin, transport.engine, transport.mode, transport.op, transport.op_seq)
-        transport.origin, transport.engine, transport.mode, transport.op, transport.op_seq = origin, None, None, None, None
-        try:
-            yield transport
-        finally:
-            transport.origin, transport.engine, transport.mode, transport.op, transport.op_seq = saved
+        yield transport
 
 
 def forward(transport, client_id: int, command: bytes, gate: Gate | None = None) -> tuple[bytes, int]:
@@ -53,10 +48,12 @@ def forward(transport, client_id: int, command: bytes, gate: Gate | None = None)
     Raises what the transport raises (TpmConnectionError) when the TPM is gone."""
     acc: list = []
     origin = origin_for(client_id)
-    with (gate(origin) if gate is not None else _labelled(transport, origin)) as t:
-        saved, t.acc = t.acc, acc
+    with (gate(origin) if gate is not None else _locked(transport, origin)) as t:
+        # a client's command carries no engine/mode/op of tpmtop's workload (a gate sets only origin)
+        saved = (t.origin, t.engine, t.mode, t.op, t.op_seq, t.acc)
+        t.origin, t.engine, t.mode, t.op, t.op_seq, t.acc = origin, None, None, None, None, acc
         try:
             rsp = t.transact(command)
         finally:
-            t.acc = saved
+            t.origin, t.engine, t.mode, t.op, t.op_seq, t.acc = saved
     return rsp, acc[-1][1] if acc else 0
