@@ -29,7 +29,7 @@ from machine import describe  # noqa: E402 - benchmarks/machine.py
 from tpmtop.errors import TpmtopError  # noqa: E402
 from tpmtop.sessions.modes import MODES, OPS  # noqa: E402
 from tpmtop.sessions.workload import Workload  # noqa: E402
-from tpmtop.tpm.connection import open_tpm  # noqa: E402
+from tpmtop.connect import open_tpm  # noqa: E402
 from tpmtop.tpm.handles import list_handles  # noqa: E402
 
 # Commands whose response carries a handle the TPM now holds for the caller.

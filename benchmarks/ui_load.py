@@ -38,7 +38,7 @@ from machine import describe  # noqa: E402 - benchmarks/machine.py
 async def run(seconds: float, mode: str, presses: int, rate: float = 0.0) -> dict:
     import psutil
 
-    from tpmtop.tpm.connection import open_tpm
+    from tpmtop.connect import open_tpm
     from tpmtop.tui.app import TpmtopApp
     from tpmtop.sources.live import LiveSource
     from tpmtop.tui.screens.main import MainScreen

@@ -24,7 +24,7 @@ CAPTURE = REPO / "tests" / "tui_fixtures" / "slb9670-extend.json"
 
 
 async def live_shots() -> None:
-    from tpmtop.tpm.connection import open_tpm
+    from tpmtop.connect import open_tpm
     from tpmtop.tui.app import TpmtopApp
     from tpmtop.sources.live import LiveSource
     from tpmtop.tui.screens.main import MainScreen

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tpmtop.tpm.connection import open_tpm
+from tpmtop.connect import open_tpm
 
 REPO = Path(__file__).resolve().parent.parent
 TPMTOP = [sys.executable, "-m", "tpmtop"]

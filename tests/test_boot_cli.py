@@ -3,6 +3,8 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from tpmtop.cli import main
 
 HERE = Path(__file__).parent
@@ -57,3 +59,54 @@ def test_boot_module_is_light_at_import():
 
     code = "import sys, tpmtop.cli.boot; print(any(m.startswith(('textual', 'tpm2_pytss', 'tpmtop.boot')) for m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+# -- #12 item 11: hostile numbers in trace imports and options ----------------------------------
+
+def test_ftrace_duration_beyond_u64_is_exit_2_with_file_line(tmp_path, capsys):
+    bad = tmp_path / "huge.txt"
+    bad.write_text("# tracer: function_graph\n 1)               |  tpm2_pcr_extend() {\n"
+                   " 1) * 99999999999999999999999999999.9 us |    tpm_transmit_cmd();\n"
+                   " 1) @ 151171.0 us |  }\n")
+    assert main(["boot", "--root", str(TREES / "vm-no-tpm"), "--trace", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{bad}:3: duration larger than a kernel can print" in err
+
+
+def test_ftrace_largest_u64_duration_is_read(tmp_path, capsys):
+    ok = tmp_path / "max.txt"
+    ok.write_text("# tracer: function_graph\n 1) $ 18446744073709551.615 us |  tpm_transmit_cmd();\n")
+    assert main(["boot", "--root", str(TREES / "vm-no-tpm"), "--json", "--trace", str(ok)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["traces"][0]["functions"]["tpm_transmit_cmd"]["total_us"] == 18446744073709551.615
+
+
+def test_negative_bpftrace_sum_is_refused(tmp_path, capsys):
+    bad = tmp_path / "neg.txt"
+    bad.write_text("Attaching 2 probes...\n\n@[tpm2_pcr_extend]: -150000000\n")
+    assert main(["boot", "--root", str(TREES / "vm-no-tpm"), "--trace", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{bad}:3: negative value: not a sum of durations" in err
+
+
+def test_extends_has_an_upper_bound(capsys):
+    assert main(["boot", "--root", str(TREES / "vm-no-tpm"), "--extends", "100000001"]) == 2
+    assert "at most 100,000,000" in capsys.readouterr().err
+
+
+def test_extends_0_beside_ima_measurements_says_what_it_assumes(capsys):
+    assert main(["boot", "--root", str(TREES / "laptop-6.10-hmac"), "--extends", "0"]) == 0
+    verdict = capsys.readouterr().out.rsplit("Verdict: ", 1)[1]
+    assert "IMA is off" not in verdict
+    assert verdict.startswith("With --extends 0 the projection assumes the kernel extends no PCRs")
+    assert "IMA counted 87 measurements" in verdict
+
+
+def test_rate_nan_and_inf_are_refused(capsys):
+    from tpmtop.cli.dashboard_args import _rate
+    import argparse
+
+    for text in ("nan", "inf", "-inf", "NaN"):
+        with pytest.raises(argparse.ArgumentTypeError, match="not a rate"):
+            _rate(text)
+    assert _rate("0") == 0.0 and _rate("250") == 250.0

@@ -136,7 +136,8 @@ def test_report_text_for_the_laptop_shows_the_arithmetic():
     # per-command 12.986925 s → 13; saving 12.986925 − 0.55332 = 12.433605 → 12
     assert rep.verdict == (
         "HMAC per-command sessions cost about 13 s of a 20.276s boot (87 extends, costs from published "
-        "SLB9670 figures, not this TPM); a kernel with the fix (6.12+ keeps the session; add "
+        "SLB9670 figures, not this TPM; decided by CONFIG_TCG_TPM2_HMAC=y in /boot/config-6.10.3-200.fc40.x86_64, "
+            "and 6.10 – 6.11.6 start a session per command); a kernel with the fix (6.12+ keeps the session; add "
         "`tpm.disable_pcr_integrity=1` to skip it) or CONFIG_TCG_TPM2_HMAC=n would save about 12 s.")
 
 

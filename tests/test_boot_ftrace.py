@@ -211,3 +211,128 @@ def test_load_trace_rejects_other_text(tmp_path):
     p.write_bytes(b"# tracer: function_graph\n\xff\xfe\n")
     with pytest.raises(UsageError, match=r"x.txt:2: not a text trace"):
         load_trace(str(p))
+
+
+def test_trace_parsers_do_not_import_the_loader():
+    """#11 item 5: boot/traces.py imports the parsers; the parsers import only the model
+    (boot/series.py), so there is no import cycle between them."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tpmtop.boot.ftrace, tpmtop.boot.bpftrace; "
+            "print('tpmtop.boot.traces' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# -- #16 item 1: a call that migrates CPU ----------------------------------------------------
+# Both fixtures hold the same events: systemd-1's HMAC extend moves from CPU 0 to CPU 1 inside
+# tpm_transmit(); rngd-640 opens tpm_get_random() on CPU 0 meanwhile. Figures read off the file.
+MIGRATED_OPS = {
+    "ContextLoad": [36_976_990],
+    "StartAuthSession": [84_746_510],
+    "FlushContext": [3_195_083],
+    "PCR_Extend (HMAC session)": [24_357_000],  # the outermost layer, tpm_transmit_cmd, on CPU 1
+    "GetRandom": [500_000],
+}
+MIGRATED_FUNCS = {
+    "tpm2_pcr_extend": [149_303_000], "tpm2_start_auth_session": [124_927_000],
+    "tpm_transmit": [24_350_000], "tpm_transmit_cmd": sorted([36_976_990, 84_746_510, 3_195_083, 24_357_000, 500_000]),
+    "tpm_buf_append_hmac_session": [2_254], "tpm_buf_fill_hmac_session": [3_546],
+    "tpm_buf_check_hmac_response": [3_496], "tpm2_get_random": [504_000], "tpm_get_random": [19_816_000],
+}
+
+
+@pytest.mark.parametrize("name, how", [
+    ("ftrace-graph-migrate-task.txt", "(followed by the TASK/PID column)"),
+    ("ftrace-graph-migrate-notask.txt", "(matched to the open call by name, depth and time)"),
+])
+def test_call_that_migrates_cpu_is_one_command(name, how):
+    r = load_trace(str(TRACES / name))
+    assert samples(r.operations) == MIGRATED_OPS
+    assert {k: sorted(v) for k, v in samples(r.functions).items()} == MIGRATED_FUNCS
+    assert r.hmac_seen
+    assert f"3 call(s) returned on another CPU than they started on {how}" in r.notes
+    assert not any("still open" in n or "entry was not in the trace" in n for n in r.notes)
+
+
+def test_migrated_exit_is_matched_by_its_duration_when_two_calls_could_be_it():
+    """f() is open on CPU 0 (since 1.0 s) and on CPU 2 (since 1.5 s); an exit of f on CPU 1 at
+    2.0 s lasting 500,000 µs is CPU 2's call, the other f stays open."""
+    text = """\
+    1.000000 |   0)               |  f() {
+    1.500000 |   2)               |  f() {
+    2.000000 |   1)  @ 500000.0 us |  } /* f */
+"""
+    r = parse(text)
+    assert r.functions["f"].samples_ns == [500_000_000]
+    assert "1 call(s) returned on another CPU than they started on (matched to the open call by name, " \
+           "depth and time)" in r.notes
+    assert "1 call(s) still open at the end of the trace (no duration)" in r.notes
+
+
+def test_context_switch_banner_names_the_task_without_a_task_column():
+    """verif_pid()'s banner says which task runs on a CPU from then on: with it, a call that
+    returns on another CPU is followed by task even without funcgraph-proc and without tails."""
+    text = """\
+ 0)               |  tpm2_pcr_extend() {
+ 0)               |    tpm_transmit_cmd() {
+ ------------------------------------------
+ 0)  systemd-1    =>   rngd-640
+ ------------------------------------------
+
+ 0)               |  tpm2_get_random() {
+ ------------------------------------------
+ 1)  kworker-77   =>  systemd-1
+ ------------------------------------------
+
+ 1) # 6000.000 us |    }
+ 1) # 6100.000 us |  }
+ 0) ! 500.000 us  |    tpm_transmit_cmd();
+ 0) ! 510.000 us  |  }
+"""
+    r = parse(text)
+    assert samples(r.operations) == {"PCR_Extend": [6_000_000], "GetRandom": [500_000]}
+    assert r.functions["tpm2_pcr_extend"].samples_ns == [6_100_000]
+    assert r.functions["tpm2_get_random"].samples_ns == [510_000]
+
+
+def test_many_gaps_do_not_keep_every_parked_chain(monkeypatch):
+    """Lost exits park a chain at every outermost call; only the newest are kept for matching,
+    the others' open calls are counted as still open."""
+    import tpmtop.boot.ftrace as ft
+
+    monkeypatch.setattr(ft, "MAX_CHAINS", 4)
+    text = "".join(" 0)               |  f() {\n 0)               |    g() {\n" for _ in range(10))
+    r = parse(text)
+    assert "20 call(s) still open at the end of the trace (no duration)" in r.notes
+    assert r.functions == {}
+
+
+def test_the_importer_streams_and_stops_at_a_bad_line_before_the_file_ends(tmp_path):
+    """#12 item 16: the trace is read line by line — a bad line 3 is reported while the writer
+    of a FIFO is still writing, where reading the whole file first would wait for its end."""
+    import os
+    import threading
+
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+    release = threading.Event()
+    state = {"closed": False}
+
+    def writer():
+        with open(fifo, "w") as f:
+            f.write("# tracer: function_graph\n 0)               |  f() {\n 0) # oops us |  }\n")
+            f.flush()
+            release.wait(60)  # hold the FIFO open until the reader has answered (or 60 s)
+            state["closed"] = True
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(UsageError, match=r":3: unreadable DURATION cell"):
+            load_trace(str(fifo))
+        assert not state["closed"]
+    finally:
+        release.set()
+        t.join(60)

@@ -111,7 +111,6 @@ def test_session_flushed_by_someone_else_is_recreated_and_counted(tpm, engine, m
     wl = Workload(tpm, engine, mode, "extend")
     wl.run_one()
     (victim,) = [h.handle for h in list_handles(tpm.transport) if h.kind.endswith("session")]
-    tpm.transport.origin = "user"
     flush(tpm.transport, victim)  # someone else flushes the session tpmtop keeps
     wl.run_one()
     acct = wl.accounts[(engine, mode, "extend")]

@@ -33,7 +33,7 @@ SET = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fix
 def recorded():
     from tpmtop.sessions.modes import MODES, OPS
     from tpmtop.sessions.workload import Workload
-    from tpmtop.tpm.connection import open_tpm
+    from tpmtop.connect import open_tpm
 
     conn = open_tpm(sim=True)
     pairs: list[tuple[bytes, bytes]] = []

@@ -22,7 +22,7 @@ from tpmtop.profiles.apply import apply_profile
 from tpmtop.profiles.loader import from_json
 from tpmtop.profiles.model import has_hmac_session
 from tpmtop.tpm import names, wire
-from tpmtop.tpm.connection import open_tpm
+from tpmtop.connect import open_tpm
 
 pytestmark = pytest.mark.skipif(shutil.which("swtpm") is None, reason="swtpm not installed")
 

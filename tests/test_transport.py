@@ -10,6 +10,7 @@ from tpmtop.sessions.workload import Workload
 from tpmtop.stats import LatencyHistogram
 from tpmtop.tpm import names, wire
 from tpmtop.tpm.handles import flush, list_handles
+from tpmtop.tpm.exchange import labelled
 from tpmtop.tpm.identity import read_identity, read_variable
 
 
@@ -81,7 +82,7 @@ def test_histogram_clamps_instead_of_dropping():
 
 
 def test_ring_buffer_is_bounded(tpm):
-    tpm.transport.recorder = rec = Recorder(capacity=5)
+    tpm.transport.sink = tpm.recorder = rec = Recorder(capacity=5)
     for _ in range(12):
         read_variable(tpm.transport)
     assert len(rec.events()) == 5 and rec.total >= 12
@@ -89,8 +90,8 @@ def test_ring_buffer_is_bounded(tpm):
 
 
 def test_poll_origin_kept_out_of_workload_stats(tpm):
-    tpm.transport.origin = "poll"
-    list_handles(tpm.transport)
+    with labelled(origin="poll"):
+        list_handles(tpm.transport)
     wl = Workload(tpm, "native", "none", "get_random")
     wl.run_one()
     work = tpm.recorder.command_stats("workload")

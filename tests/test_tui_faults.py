@@ -35,14 +35,17 @@ async def _leak_objects(src, n: int) -> list[int]:
     The private swtpm is on a socket pair: a second connection to it is impossible. This is
     the same state the TPM would be in, though: without a resource manager transient handles
     belong to the TPM, not to a connection, so objects loaded on this socket take the same
-    slots another process's would. They go through the gate (never interleaved with the
-    workload's commands) labelled with their own origin, and ``forget_handle`` drops tpmtop's
-    ownership record, so the dashboard sees them exactly as it sees another program's."""
+    slots another process's would. They run as a job on the TPM's owner thread (never
+    interleaved with the workload's commands) labelled with their own origin, and
+    ``forget_handle`` drops tpmtop's ownership record, so the dashboard sees them exactly as it
+    sees another program's."""
+    def make(t):
+        e = NativeEngine(t)
+        e.create_null_primary()
+        return [e.load_null() for _ in range(n)]
+
     def leak():
-        with src.tpm("other") as t:
-            e = NativeEngine(t)
-            e.create_null_primary()
-            hs = [e.load_null() for _ in range(n)]
+        hs = src.on_tpm(make, origin="other")
         for h in hs:
             src.recorder.forget_handle(h)
         return hs
@@ -59,8 +62,8 @@ async def test_tpm_reset_is_noticed_marked_and_periods_kept_apart(live, tmp_path
         await until(pilot, lambda: _ops(src) >= 10, what="ops before the reset")
 
         def reset():
-            with src.gate:  # the reset's TPM2_Startup shares the data socket with the workload
-                src.conn.sim.reset()
+            # On the TPM's owner thread: the reset's TPM2_Startup shares the data socket with the workload.
+            src.on_tpm(lambda _t: src.conn.sim.reset())
 
         await asyncio.to_thread(reset)
         await until(pilot, lambda: src.boundaries, what="reset noticed")
@@ -83,8 +86,8 @@ async def test_tpm_reset_is_noticed_marked_and_periods_kept_apart(live, tmp_path
         await pilot.press("space")
 
         def listed():
-            with src.gate:  # between operations: the workload holds nothing then (per-command)
-                return list_handles(src.conn.transport)
+            # a job between operations: the workload holds nothing then (per-command)
+            return src.on_tpm(list_handles)
 
         assert await asyncio.to_thread(listed) == []  # the re-established sessions leaked nothing
 

@@ -50,8 +50,7 @@ class TestWorkload:
             await until(pilot, lambda: any(a.ops > 3 for a in src.accounts().values()), what="ops")
             await pilot.press("space")
             assert not src.running
-            with src.gate:  # an operation in flight finishes first
-                pass
+            src.barrier()  # an operation in flight finishes first
             before = sum(1 for e in src.recorder.events() if e.origin == "workload")
             await pilot.pause(0.8)
             after = sum(1 for e in src.recorder.events() if e.origin == "workload")
@@ -74,8 +73,7 @@ class TestLatency:
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: any(a.ops > 50 for a in src.accounts().values()), what="ops")
             await pilot.press("space")  # freeze the counts
-            with src.gate:
-                pass
+            src.barrier()
             hist = main_screen(app).query_one("#histogram")
             main_screen(app).query_one("#latency-table").focus()
 
@@ -92,15 +90,14 @@ class TestLatency:
 
 class TestHandles:
     async def _primary(self, src) -> int:
-        def create():
-            with src.tpm("user"):
-                from tpmtop.sessions.native import NativeEngine
+        def create(t):
+            from tpmtop.sessions.native import NativeEngine
 
-                e = NativeEngine(src.conn.transport)
-                e.create_null_primary()
-                return e.load_null()  # a transient object tpmtop holds
+            e = NativeEngine(t)
+            e.create_null_primary()
+            return e.load_null()  # a transient object tpmtop holds
 
-        return await asyncio.to_thread(create)
+        return await asyncio.to_thread(src.on_tpm, create)
 
     async def test_flush_removes_handle_from_tpm_and_table(self, live, tmp_path):
         """f flushes the selected handle: gone from the TPM's list and from the table."""

@@ -10,7 +10,7 @@ import pytest
 from tpmtop.cli import main
 from tpmtop.profiles import load_profile
 from tpmtop.profiles.apply import apply_profile, describe
-from tpmtop.tpm.connection import open_tpm
+from tpmtop.connect import open_tpm
 from tpmtop.tui.app import TpmtopApp
 from tpmtop.sources.live import LiveSource
 from tpmtop.sources.replay import ReplaySource, load

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tpmtop.tpm.connection import open_tpm
+from tpmtop.connect import open_tpm
 from tpmtop.tui.app import TpmtopApp
 from tpmtop.sources.live import LiveSource
 from tpmtop.tui.screens.main import MainScreen

@@ -52,7 +52,13 @@ class BenchResult:
 def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None = None,
               keep_ops: bool = False, notice: Callable[[str], None] | None = None) -> BenchResult:
     """Run the plan; always flush what was created. KeyboardInterrupt/TPM failures stop the
-    run early with what was completed kept (``interrupted``/``error`` say why)."""
+    run early with what was completed kept (``interrupted``/``error`` say why).
+
+    Each operation is one job on the TPM's owner thread; this thread only waits. A signal
+    therefore stops the *waiting*: the operation in flight completes, and the clean-up job
+    queued behind it finds the TPM stream in step.
+    """
+    owner = conn.owner
     wl = Workload(conn, plan.engines[0], plan.modes[0], plan.op, pcr=plan.pcr,
                   param_encryption=plan.param_encryption, allow_pcr=plan.allow_pcr)
     total = plan.n * len(plan.pairs)
@@ -62,9 +68,9 @@ def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None
     try:
         # Warm-up: each pair's first operations pay for imports, caches and ESAPI set-up.
         for engine, mode in plan.pairs:
-            wl.set(engine, mode)
+            owner.call(wl.set, engine, mode)
             for _ in range(plan.warmup):
-                wl.run_one()
+                owner.call(wl.run_one)
         wl.accounts.clear()
         if keep_ops:
             wl.ops_log = result.ops_log
@@ -74,16 +80,16 @@ def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None
                 k = min(plan.batch, remaining[pair])
                 if not k:
                     continue
-                wl.set(*pair)
+                owner.call(wl.set, *pair)
                 for _ in range(k):
                     try:
-                        wl.run_one()
+                        owner.call(wl.run_one)
                     except NullNameChanged as e:
                         # A reset TPM (or interference): say so, keep both periods apart, go on.
                         result.resets.append(str(e))
                         if notice:
                             notice(f"{e}; re-establishing sessions; statistics before and after are kept apart")
-                        wl.recover_from_reset(str(e))
+                        owner.call(wl.recover_from_reset, str(e))
                         continue
                     done += 1
                     if progress:
@@ -97,7 +103,7 @@ def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None
         result.error = str(e)
     finally:
         try:
-            wl.close()
+            owner.call(wl.close)
         except Exception as e:  # the TPM may be gone; nothing more can be flushed then
             if result.error is None and not result.interrupted:
                 result.error = f"clean-up failed: {e}"

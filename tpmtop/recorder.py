@@ -1,5 +1,8 @@
-"""The recorder: every TPM command tpmtop sends, as an :class:`Event`, in a bounded ring
-buffer, plus one latency histogram per (origin, command code).
+"""The recorder: the transport's sink. Every TPM exchange becomes an :class:`Event` in a
+bounded ring buffer, plus one latency histogram per (origin, command code).
+
+It listens and never talks: the transport hands it each :class:`~tpmtop.tpm.exchange.Exchange`
+(an append), and decoding happens later, off the timed path (see ``between_jobs``).
 
 Readers (the dashboard, a bench report) may read at any time from another thread; one lock
 guards the update of the ring, the histograms and the handle book-keeping together so a
@@ -18,7 +21,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from tpmtop.stats import LatencyHistogram
-from tpmtop.tpm import names
+from tpmtop.tpm import names, wire
+from tpmtop.tpm.exchange import Exchange
 
 DEFAULT_CAPACITY = 100_000
 # Raw command/response bytes are kept for the newest events only (for a full decode of the
@@ -51,6 +55,7 @@ class Event:
     error: str | None = None
     command: bytes | None = field(default=None, repr=False)
     response: bytes | None = field(default=None, repr=False)
+    client: str | None = None  # the proxied program that sent it, when there is one
 
     @property
     def name(self) -> str:
@@ -92,42 +97,47 @@ class Recorder:
         self._handles: dict[int, HandleUse] = {}
         self._seq = 0
         self._op_seq = 0
-        self._raw: list[tuple] = []
+        self._pending: deque[Exchange] = deque()
+        self.put = self._pending.append  # the transport's hot path: one append, nothing else
+        self.decoded_on: str | None = None  # the thread that last decoded (tests check it is not a timed one)
         self._buffered: deque[Event] = deque()  # the events still holding their raw bytes
         self.started_ns = time.perf_counter_ns()
         self.marks: list[tuple[int, str]] = []  # (t_ns, text): boundaries such as a TPM reset
 
-    # -- writing (the transport's thread) ---------------------------------------------------
-    # The transport hands over raw tuples (~0.3 µs); decoding them into Events, histograms
-    # and handle book-keeping (~5 µs each) happens in batches — when someone reads, or every
-    # BATCH commands — so it stays off the TPM round trip that the workload is timing.
-    BATCH = 512
+    # -- listening (the transport's sink) ----------------------------------------------------
+    # On the round trip the transport only appends an Exchange to ``_pending`` (a deque:
+    # atomic under the GIL, no lock). Decoding into Events, histograms and handle
+    # book-keeping (~5 µs each) runs between jobs on the TPM's owner thread
+    # (``between_jobs``) or when a reader asks: never inside a timed operation.
 
-    def add_raw(self, item: tuple) -> None:
-        """``(t0_ns, wire_ns, command, response|None, error|None, origin, engine, mode, op, op_seq)``"""
-        with self._lock:
-            self._raw.append(item)
-            if len(self._raw) >= self.BATCH:
+    def put(self, exchange: Exchange) -> None:  # replaced per instance by deque.append
+        self._pending.append(exchange)
+
+    def between_jobs(self) -> None:
+        if self._pending:
+            with self._lock:
                 self._process()
 
     def _process(self) -> None:  # caller holds the lock
-        raw, self._raw = self._raw, []
-        if not raw:
+        pending = self._pending
+        if not pending:
             return
-        from tpmtop.tpm import wire
-
         keep = self.keep_buffers
         buffered = self._buffered
-        for (t0, wire_ns, cmd, rsp, error, origin, engine, mode, op, op_seq) in raw:
-            info = wire.decode_command(cmd)
-            r = wire.decode_response(rsp, info.cc)
+        decode_command, decode_response = wire.decode_command, wire.decode_response
+        pop = pending.popleft
+        self.decoded_on = threading.current_thread().name
+        while pending:
+            t0, wire_ns, cmd, rsp, error, lab = pop()
+            info = decode_command(cmd)
+            r = decode_response(rsp, info.cc)
             self._seq += 1
             ev = Event(
                 seq=self._seq, t_ns=t0, cc=info.cc, handles=info.handles, sessions=info.sessions,
                 cmd_size=info.size, rsp_size=r.size, rc=r.rc, rsp_handle=r.handle, wire_ns=wire_ns,
-                origin=origin, engine=engine, mode=mode, op=op, op_seq=op_seq,
+                origin=lab.origin, engine=lab.engine, mode=lab.mode, op=lab.op, op_seq=lab.op_seq,
                 garbled=info.garbled or (r.garbled and rsp is not None), error=error,
-                command=cmd if keep else None, response=rsp if keep else None)
+                command=cmd if keep else None, response=rsp if keep else None, client=lab.client)
             self._add_locked(ev)
             if keep:
                 buffered.append(ev)
@@ -165,7 +175,7 @@ class Recorder:
         for h in ev.handles:
             self._use(h, now)
         for sh, attrs in ev.sessions:
-            if sh == 0x40000009:  # TPM_RS_PW is not a handle anyone holds
+            if sh == wire.TPM_RS_PW:  # not a handle anyone holds
                 continue
             self._use(sh, now)
             # A session used without continueSession is flushed by the TPM on success.
@@ -177,7 +187,7 @@ class Recorder:
             u = self._use(ev.rsp_handle, now)
             u.ours = True
             u.created_by = names.cc_short(ev.cc)
-        if ev.cc == 0x165 and ev.command is not None and len(ev.command) >= 14:
+        if ev.cc == wire.CC_FLUSH_CONTEXT and ev.command is not None and len(ev.command) >= 14:
             self._handles.pop(int.from_bytes(ev.command[10:14], "big"), None)
 
     def _use(self, handle: int, now: int) -> HandleUse:
@@ -200,7 +210,7 @@ class Recorder:
     def reset_stats(self) -> None:
         """Drop the latency statistics and events; keep handle ownership (the TPM still holds them)."""
         with self._lock:
-            self._raw.clear()
+            self._pending.clear()
             self._buffered.clear()
             self._events.clear()
             self._stats.clear()
@@ -227,7 +237,7 @@ class Recorder:
 
     @property
     def total(self) -> int:
-        return self._seq + len(self._raw)
+        return self._seq + len(self._pending)
 
     def command_stats(self, origin: str | None = "workload") -> dict[int | None, CommandStats]:
         """Per command code; ``origin=None`` merges all origins (a fresh histogram)."""

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import re
 
-from tpmtop.boot.traces import HMAC_FUNCS, OP_EXTEND, OP_EXTEND_HMAC, OP_FUNCS, TRANSMIT_FUNCS, Series, TraceResult
-from tpmtop.errors import UsageError
+from tpmtop.boot.series import HMAC_FUNCS, OP_EXTEND, OP_EXTEND_HMAC, OP_FUNCS, TRANSMIT_FUNCS, Series, TraceResult
+from tpmtop.boot.badline import bad_line
 
 _SUFFIX = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4, "P": 1024 ** 5}
 _NUM = r"-?\d+[KMGTP]?"
@@ -98,9 +98,7 @@ class _Parser:
         self.skipped_counts: set[str] = set()
 
     def fail(self, lineno: int, why: str, line: str):
-        shown = line.strip()
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        raise UsageError(f"{self.path}:{lineno}: {why}: {shown!r}")
+        raise bad_line(self.path, lineno, why, line)
 
     def entry(self, name: str, key: str | None, value: str, lineno: int, line: str) -> None:
         parts = split_key(key) if key is not None else []
@@ -115,11 +113,16 @@ class _Parser:
             self.hist = None
             m = _STATS.match(value)
             if m:
-                s.sums.append((int(m.group("total")) * self.unit, int(m.group("count"))))
+                total, calls = int(m.group("total")), int(m.group("count"))
             elif re.fullmatch(r"-?\d+", value):
-                s.sums.append((int(value) * self.unit, None))
+                total, calls = int(value), None
             else:
                 self.fail(lineno, "unreadable map value", line)
+            # A sum of durations is never negative: such a value is a counter that wrapped, a
+            # map of something else (a difference, a return value), or an edited file.
+            if total < 0:
+                self.fail(lineno, "negative value: not a sum of durations", line)
+            s.sums.append((total * self.unit, calls))
         if func is None:
             func = f"@{name}[{key.strip()}]" if key is not None else f"@{name}"
         self.entries.append((func, op, s))
@@ -139,10 +142,10 @@ class _Parser:
                 self.fail(lineno, "histogram bucket with upper bound <= lower bound", line)
             self.hist.buckets.append((lo, hi, count))
 
-    def parse(self, lines: list[str]) -> TraceResult:
+    def parse(self, lines) -> TraceResult:
         key_lines: list[str] | None = None
         key_name = ""
-        key_start = 0
+        key_start, key_first = 0, ""
         for lineno, raw in enumerate(lines, 1):
             line = raw.rstrip("\n")
             if key_lines is not None:
@@ -152,7 +155,7 @@ class _Parser:
                     self.entry(key_name, "\n".join(key_lines), m.group("value"), lineno, line)
                     key_lines = None
                 elif line.startswith("@") or _ROW.match(line):
-                    self.fail(key_start, "map key never closed with ']:'", lines[key_start - 1])
+                    self.fail(key_start, "map key never closed with ']:'", key_first)
                 else:
                     key_lines.append(line)
                 continue
@@ -172,7 +175,7 @@ class _Parser:
                     continue
                 m = _OPEN_KEY.match(line)
                 if m:
-                    key_lines, key_name, key_start = [m.group("key")], m.group("name"), lineno
+                    key_lines, key_name, key_start, key_first = [m.group("key")], m.group("name"), lineno, line
                     continue
                 self.fail(lineno, "unreadable map line", line)
             m = _ROW.match(line)
@@ -183,7 +186,7 @@ class _Parser:
                 continue
             self.fail(lineno, "not bpftrace map output", line)
         if key_lines is not None:
-            self.fail(key_start, "map key never closed with ']:'", lines[key_start - 1])
+            self.fail(key_start, "map key never closed with ']:'", key_first)
         return self.finish()
 
     def finish(self) -> TraceResult:
@@ -200,5 +203,5 @@ class _Parser:
         return self.res
 
 
-def parse_bpftrace(lines: list[str], path: str = "<trace>", unit: str | None = None) -> TraceResult:
+def parse_bpftrace(lines, path: str = "<trace>", unit: str | None = None) -> TraceResult:
     return _Parser(path, UNITS[unit or "ns"]).parse(lines)

@@ -12,11 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpmtop.boot import cmdline as cmdline_mod
-from tpmtop.boot.dmesg import KernelLog, parse_kernel_log
+from tpmtop.boot.dmesg import KernelLog, TpmProbe, parse_kernel_log
 from tpmtop.boot.eventlog import EventLog, EventLogError, parse_event_log
+from tpmtop.boot.journal import Journal, parse_journal
 from tpmtop.boot.kconfig import OPTIONS, read_config
+from tpmtop.boot.rcwords import word_all
 from tpmtop.boot.rootfs import RootReader, Unavailable
-from tpmtop.boot.systemd import BootTimes, SystemdAnalyzeError, parse_systemd_analyze
+from tpmtop.boot.systemd import (BootTimes, SystemdAnalyzeError, UnitTime, parse_blame, parse_critical_chain,
+                                 parse_systemd_analyze, tpm_units)
+from tpmtop.errors import UsageError
 
 IMA_DIR = "/sys/kernel/security/ima"
 TPM_CLASS = "/sys/class/tpm"
@@ -29,14 +33,38 @@ class Fact:
     value: Any = None
     source: str | None = None
     reason: str | None = None  # set when unavailable
+    # Other sources that state the same fact: [{"source", "value"}]; the first one (this
+    # fact's ``source``) won, and ``agree`` says whether they all said the same.
+    others: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.reason is None
 
+    @property
+    def agree(self) -> bool:
+        return all(o["value"] == self.value for o in self.others)
+
+    @property
+    def source_note(self) -> str:
+        """The source, and what the others said."""
+        if not self.others:
+            return self.source or ""
+        if all(o.get("reason") for o in self.others):
+            return f"{self.source} (" + "; ".join(o["reason"] for o in self.others) + ")"
+        if self.agree:
+            return f"{self.source} ({', '.join(o['source'] for o in self.others)} agrees)"
+        return f"{self.source} (won over " + ", ".join(
+            f"{o['source']}: {o.get('reason') or o['value']}" for o in self.others) + ")"
+
     def to_json(self) -> dict:
         v = self.value.to_json() if hasattr(self.value, "to_json") else self.value
-        return {"name": self.name, "value": v, "source": self.source, "reason": self.reason}
+        if isinstance(v, list):
+            v = [x.to_json() if hasattr(x, "to_json") else x for x in v]
+        d = {"name": self.name, "value": v, "source": self.source, "reason": self.reason}
+        if self.others:
+            d["other_sources"] = self.others
+        return d
 
 
 @dataclass
@@ -49,6 +77,18 @@ class SystemFacts:
     boot_times: BootTimes | None = None
     event_log: EventLog | None = None
     chips: list[str] = field(default_factory=list)
+    journal: Journal | None = None
+    units: list[UnitTime] | None = None  # systemd's TPM units, when blame or critical-chain was read
+    critical_chain: list[UnitTime] | None = None
+
+    @property
+    def tpm_family(self) -> str | None:
+        """"1.2" or "2.0", from sysfs or the kernel log."""
+        return self.value("tpm.family")
+
+    @property
+    def tpm_seen(self) -> bool:
+        return bool(self.chips) or self.tpm_family is not None
 
     def add(self, fact: Fact) -> Fact:
         self.facts[fact.name] = fact
@@ -82,21 +122,61 @@ def collect(reader: RootReader) -> SystemFacts:
     if reader.live and not sys.platform.startswith("linux"):
         sf.add(Fact("kernel.release", None, None, f"not Linux ({sys.platform}): no kernel facts to read"))
         return sf
-    _kernel(sf, reader)
+    _kernel_log(sf, reader)
+    _release(sf, reader)
+    _config(sf, reader)
     _cmdline(sf, reader)
     _tpm(sf, reader)
     _ima(sf, reader)
     _event_log(sf, reader)
-    _kernel_log(sf, reader)
     _systemd(sf, reader)
+    _journal(sf, reader)
+    word_all(sf.kernel_log.problems if sf.kernel_log else [])
+    word_all(sf.journal.errors if sf.journal else [])
     return sf
 
 
-def _kernel(sf: SystemFacts, r: RootReader) -> None:
+def collect_kernelfs(reader: RootReader) -> SystemFacts:
+    """Only what sysfs, securityfs and /proc say, cheap enough to poll (the dashboard's
+    ``--passive``): release, TPM chip and HMAC build, the PCR-integrity opt-out, IMA counts."""
+    sf = SystemFacts(reader.shown_root if not reader.live else "/")
+    _release(sf, reader)
+    _cmdline(sf, reader)
+    _tpm(sf, reader)
+    _ima(sf, reader)
+    return sf
+
+
+def read_pcrs(reader: RootReader, chip: str, pcrs, bank: str = "sha256") -> dict[int, str]:
+    """PCR values the kernel exports (``pcr-<bank>/N``, 5.12+). Reading one makes the kernel send
+    a PCR_Read, which uses no session."""
+    out: dict[int, str] = {}
+    for i in pcrs:
+        try:
+            out[i] = reader.read_line(f"{TPM_CLASS}/{chip}/pcr-{bank}/{i}").lower()
+        except Unavailable:
+            continue
+    return out
+
+
+def _release(sf: SystemFacts, r: RootReader) -> None:
     rel = _fact(sf, "kernel.release", lambda: r.read_line("/proc/sys/kernel/osrelease"),
                 "/proc/sys/kernel/osrelease")
+    kl = sf.kernel_log
+    if kl is None or kl.release is None:
+        return
+    src = f"{sf.get('dmesg').source}:{kl.release_line} (`Linux version` line)"
+    if rel.ok:
+        rel.others.append({"source": src, "value": kl.release})
+    else:
+        sf.add(Fact("kernel.release", kl.release, src,
+                    others=[{"source": rel.source, "value": None, "reason": rel.reason}]))
+
+
+def _config(sf: SystemFacts, r: RootReader) -> None:
+    rel = sf.get("kernel.release")
     try:
-        cfg, src = read_config(r, rel.value)
+        cfg, src = read_config(r, rel.value if rel.ok else None)
     except Unavailable as e:
         sf.add(Fact("kernel.config", None, f"/boot/config-{rel.value or '<release>'}, /proc/config.gz", str(e)))
         return
@@ -108,14 +188,20 @@ def _kernel(sf: SystemFacts, r: RootReader) -> None:
 
 def _cmdline(sf: SystemFacts, r: RootReader) -> None:
     f = _fact(sf, "cmdline", lambda: r.read_line("/proc/cmdline"), "/proc/cmdline")
+    kl = sf.kernel_log
+    if not f.ok and kl is not None and kl.cmdline is not None:
+        f = sf.add(Fact("cmdline", kl.cmdline, f"{sf.get('dmesg').source}:{kl.cmdline_line} (`Command line:` line)",
+                        others=[{"source": f.source, "value": None, "reason": f.reason}]))
+    # The module parameter is sysfs, not the command line: read it whatever /proc/cmdline says.
+    _fact(sf, "tpm.disable_pcr_integrity", lambda: r.read_line(PCR_INTEGRITY_PARAM), PCR_INTEGRITY_PARAM)
     if not f.ok:
         return
     sf.params = cmdline_mod.parse_cmdline(f.value)
-    sf.add(Fact("cmdline.tpm_ima", cmdline_mod.relevant(sf.params), "/proc/cmdline"))
-    _fact(sf, "tpm.disable_pcr_integrity", lambda: r.read_line(PCR_INTEGRITY_PARAM), PCR_INTEGRITY_PARAM)
+    sf.add(Fact("cmdline.tpm_ima", cmdline_mod.relevant(sf.params), f.source))
 
 
 def _tpm(sf: SystemFacts, r: RootReader) -> None:
+    probe = sf.kernel_log.probes[0] if sf.kernel_log and sf.kernel_log.probes else None
     try:
         sf.chips = [c for c in r.listdir(TPM_CLASS) if re.fullmatch(r"tpm\d+", c)]
     except Unavailable as e:
@@ -123,22 +209,68 @@ def _tpm(sf: SystemFacts, r: RootReader) -> None:
         if reason.endswith("absent"):
             reason = f"no TPM: {TPM_CLASS} absent (no TPM, or the driver is not loaded)"
         sf.add(Fact("tpm.chips", [], TPM_CLASS, reason))
+        _tpm_from_dmesg(sf, probe)
         return
     if not sf.chips:
         sf.add(Fact("tpm.chips", [], TPM_CLASS, f"no TPM: {TPM_CLASS} is empty"))
+        _tpm_from_dmesg(sf, probe)
         return
     sf.add(Fact("tpm.chips", sf.chips, TPM_CLASS))
     base = f"{TPM_CLASS}/{sf.chips[0]}"
-    _fact(sf, "tpm.version", lambda: r.read_line(f"{base}/tpm_version_major"), f"{base}/tpm_version_major")
-    _fact(sf, "tpm.driver", lambda: r.readlink_name(f"{base}/device/driver"), f"{base}/device/driver")
+    ver = _fact(sf, "tpm.version", lambda: r.read_line(f"{base}/tpm_version_major"), f"{base}/tpm_version_major")
+    if ver.ok and ver.value in ("1", "2"):
+        fam = sf.add(Fact("tpm.family", {"1": "1.2", "2": "2.0"}[ver.value], ver.source))
+        if probe is not None:
+            fam.others.append({"source": _probe_source(sf, probe), "value": probe.family})
+    elif probe is not None:
+        sf.add(Fact("tpm.family", probe.family, _probe_source(sf, probe)))
+    drv = _fact(sf, "tpm.driver", lambda: r.readlink_name(f"{base}/device/driver"), f"{base}/device/driver")
+    if probe is not None:
+        if drv.ok:
+            drv.others.append({"source": _probe_source(sf, probe), "value": probe.driver})
+        else:
+            sf.add(Fact("tpm.driver", probe.driver, _probe_source(sf, probe)))
     _fact(sf, "tpm.description", lambda: r.read_line(f"{base}/device/description"), f"{base}/device/description")
-    _fact(sf, "tpm.hid", lambda: r.read_line(f"{base}/device/firmware_node/hid"),
-          f"{base}/device/firmware_node/hid")
+    hid = _fact(sf, "tpm.hid", lambda: r.read_line(f"{base}/device/firmware_node/hid"),
+                f"{base}/device/firmware_node/hid")
+    if probe is not None and probe.acpi_hid:
+        if hid.ok:
+            hid.others.append({"source": _probe_source(sf, probe), "value": probe.acpi_hid})
+        else:
+            sf.add(Fact("tpm.hid", probe.acpi_hid, _probe_source(sf, probe)))
+    _probe_ids(sf, probe)
     # Exported only when CONFIG_TCG_TPM2_HMAC is built in.
     null = f"{base}/null_name"
     sf.add(Fact("tpm.null_name", r.exists(null), null))
     sf.add(Fact("tpm.devices", [d for d in ("/dev/tpm0", "/dev/tpmrm0") if r.exists(d)], "/dev"))
-    # dmesg names the chip even when sysfs does not: `tpm_tis …: 2.0 TPM (device-id 0x1B, rev-id 22)`
+
+
+def _probe_source(sf: SystemFacts, probe: TpmProbe) -> str:
+    f = sf.get("dmesg")
+    return f"{f.source if f is not None else 'dmesg'}:{probe.line}"
+
+
+def _probe_ids(sf: SystemFacts, probe: TpmProbe | None) -> None:
+    if probe is None:
+        return
+    src = _probe_source(sf, probe)
+    sf.add(Fact("tpm.device_id", f"0x{probe.device_id:X} (rev-id {probe.rev_id})", src))
+    if probe.vendor:
+        sf.add(Fact("tpm.vendor", probe.vendor, f"{src} (ACPI id {probe.acpi_hid})"))
+
+
+def _tpm_from_dmesg(sf: SystemFacts, probe: TpmProbe | None) -> None:
+    """No TPM in sysfs (a saved tree with only a dmesg, or no driver bound now): the kernel log
+    still says which chip the driver found at boot."""
+    if probe is None:
+        return
+    src = _probe_source(sf, probe)
+    sf.add(Fact("tpm.family", probe.family, src, others=[{"source": TPM_CLASS, "value": None,
+                                                           "reason": sf.get("tpm.chips").reason}]))
+    sf.add(Fact("tpm.driver", probe.driver, src))
+    if probe.acpi_hid:
+        sf.add(Fact("tpm.hid", probe.acpi_hid, src))
+    _probe_ids(sf, probe)
 
 
 def _ima(sf: SystemFacts, r: RootReader) -> None:
@@ -165,7 +297,9 @@ def _ima(sf: SystemFacts, r: RootReader) -> None:
     params = sf.params or {}
     hints = {k: params[k][-1] for k in ("ima_policy", "ima_appraise", "ima_tcb", "ima_hash", "ima_template")
              if k in params}
-    sf.add(Fact("ima.policy_hints", hints, "/proc/cmdline") if sf.params is not None
+    cmd = sf.get("cmdline")
+    sf.add(Fact("ima.policy_hints", hints, cmd.source if cmd is not None and cmd.ok else "/proc/cmdline")
+           if sf.params is not None
            else Fact("ima.policy_hints", None, "/proc/cmdline", "kernel command line unreadable"))
 
 
@@ -203,15 +337,79 @@ def _systemd(sf: SystemFacts, r: RootReader) -> None:
     # sd_booted(): systemd is PID 1 exactly when this directory exists.
     if not r.exists("/run/systemd/system"):
         sf.add(Fact("systemd", None, "/run/systemd/system", "systemd is not running (no /run/systemd/system)"))
+        if not r.live:
+            _units(sf, r, quiet=True)  # saved blame/critical-chain files speak for themselves
         return
     try:
         text, src = r.command_output(["systemd-analyze"])
     except Unavailable as e:
         sf.add(Fact("systemd", None, "systemd-analyze", str(e)))
+        _units(sf, r)
         return
     try:
         sf.boot_times = parse_systemd_analyze(text)
     except SystemdAnalyzeError as e:
         sf.add(Fact("systemd", None, src, str(e)))
+        _units(sf, r)
         return
     sf.add(Fact("systemd", sf.boot_times, src))
+    _units(sf, r)
+
+
+def _saved_or_live(r: RootReader, argv: list[str], saved: str):
+    """``(text, source)`` of a command's output, live or saved under the root; Unavailable."""
+    if r.live:
+        return r.command_output(argv)
+    return r.read_text(saved), saved
+
+
+def _units(sf: SystemFacts, r: RootReader, quiet: bool = False) -> None:
+    """``quiet``: systemd is not running there, so a missing output is not worth a line."""
+    blame = chain = None
+    for what, argv, saved, parse in (
+            ("blame", ["systemd-analyze", "blame"], "/run/tpmtop/systemd-analyze-blame.txt", parse_blame),
+            ("critical-chain", ["systemd-analyze", "critical-chain"],
+             "/run/tpmtop/systemd-analyze-critical-chain.txt", parse_critical_chain)):
+        try:
+            text, src = _saved_or_live(r, argv, saved)
+        except Unavailable as e:
+            if not quiet:
+                sf.add(Fact(f"systemd.{what}", None, saved if not r.live else " ".join(argv), str(e)))
+            continue
+        # A saved file that does not parse is bad input (exit 2, FILE:LINE); live output that
+        # does not is a fact this systemd's format hides from us, said as such.
+        try:
+            value = parse(text, r.host_path(saved) if not r.live else src)
+        except UsageError as e:
+            if not r.live:
+                raise
+            sf.add(Fact(f"systemd.{what}", None, src, f"unreadable output: {e}"))
+            continue
+        if what == "blame":
+            blame = value
+            sf.add(Fact("systemd.blame", f"{len(value)} units", src))
+        else:
+            chain = sf.critical_chain = value
+            sf.add(Fact("systemd.critical-chain", f"{value[0].unit}: {len(value)} units", src))
+    if blame is None and chain is None:
+        return
+    sf.units = tpm_units(blame, chain)
+    sf.add(Fact("systemd.tpm_units", sf.units, "systemd-analyze blame / critical-chain"))
+
+
+def _journal(sf: SystemFacts, r: RootReader) -> None:
+    saved = "/run/tpmtop/journal.txt"
+    argv = ["journalctl", "-b", "-o", "short-monotonic", "--no-pager"]
+    try:
+        text, src = _saved_or_live(r, argv, saved)
+    except Unavailable as e:
+        sf.add(Fact("journal", None, saved if not r.live else " ".join(argv), str(e)))
+        return
+    try:
+        sf.journal = parse_journal(text, r.host_path(saved) if not r.live else src)
+    except UsageError as e:
+        if not r.live:
+            raise
+        sf.add(Fact("journal", None, src, f"unreadable output: {e}"))
+        return
+    sf.add(Fact("journal", sf.journal, src))

@@ -3,8 +3,10 @@
 Row layout (kernel/trace/trace_functions_graph.c), each column optional except DURATION and
 FUNCTION: ``[TIME |] [CPU)] [TASK-PID |] [mark] DURATION us | FUNCTION``. Durations are in µs
 with up to three decimals and are converted exactly to integer ns (Decimal), never via float.
-Call nesting is followed with a stack per CPU (and task, when shown), not by indentation,
-so exits whose entries were not in the buffer (``} /* name */``) are handled.
+Call nesting is followed with a stack per task — named by the TASK/PID column or by the
+context-switch banners, else matched across CPUs (see :class:`_Parser`) — not by indentation
+alone, so exits whose entries were not in the buffer (``} /* name */``) and calls that return
+on another CPU are handled. Lines are consumed one at a time (a trace can be 100 MB).
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
-from tpmtop.boot.traces import (HMAC_FUNCS, OP_EXTEND, OP_EXTEND_HMAC, OP_FUNCS, OP_SETUP_UNATTRIBUTED,
+from tpmtop.boot.series import (HMAC_FUNCS, OP_EXTEND, OP_EXTEND_HMAC, OP_FUNCS, OP_SETUP_UNATTRIBUTED,
                                 SETUP_SEQUENCE, TRANSMIT_FUNCS, TraceResult)
-from tpmtop.errors import UsageError
+from tpmtop.boot.badline import bad_line
 
 _ROW = re.compile(r"""
     ^\s*(?:(?P<time>\d+\.\d+)\s*\|)?      # funcgraph-abstime
@@ -27,14 +29,22 @@ _DUR = re.compile(r"^(?:(?P<mark>[+!#*@$])\s*)?(?P<us>\d+(?:\.\d*)?)\s*us$")
 _ARROW = re.compile(r"^(?:=+>|<=+)$")
 _CALL = re.compile(r"^(?P<name>[A-Za-z_$][\w.$]*)\((?P<args>.*)\)\s*(?P<kind>[;{])\s*(?:/\*(?P<c>.*?)\*/)?\s*$")
 _EXIT = re.compile(r"^\}\s*(?:/\*(?P<c>.*?)\*/)?\s*$")
+# The context-switch banner verif_pid() prints whenever another task runs on a CPU, whatever
+# the columns: ` 1)  migrati-7     =>  systemd-1   ` (comm cut to 7 characters, then -pid).
+_SWITCH = re.compile(r"^\s*\|?\s*(?P<cpu>\d+)\)\s*(?P<prev>\S.*?-\d+)\s*=>\s*(?P<next>\S.*?-\d+)\s*$")
 _SKIP = (
     re.compile(r"^\s*-{3,}\s*$"),                     # context-switch rule
-    re.compile(r"=>"),                                 # ` 1)  bash-12 => cat-34 `
+    re.compile(r"=>"),                                 # ` 1)  bash-12 => cat-34 ` (a banner without a CPU)
     re.compile(r"^\s*CPU:\s*\d+\s*\[LOST \d+ EVENTS\]"),
 )
 # Without the CPU/TIME/TASK columns a row starts with its mark, and `#` is also the comment
 # character: a `#` line is a row only when a duration follows.
 _HASH_ROW = re.compile(r"^#\s+\d+(?:\.\d*)?\s*us\s*\|")
+# The kernel prints a duration as `%llu.%03lu` of a u64 nanosecond count: nothing larger is a
+# duration a kernel wrote (and Decimal arithmetic on it would overflow the default context).
+MAX_DURATION_NS = 2 ** 64 - 1
+# Open call chains kept for matching rows that migrated CPU (no TASK column).
+MAX_CHAINS = 256
 # Lower bound each mark promises (strictly greater than), in µs.
 MARKS = {"+": 10, "!": 100, "#": 1_000, "*": 10_000, "@": 100_000, "$": 1_000_000}
 
@@ -43,8 +53,16 @@ MARKS = {"+": 10, "!": 100, "#": 1_000, "*": 10_000, "@": 100_000, "$": 1_000_00
 class _Frame:
     name: str
     lineno: int
+    depth: int  # from the indentation: 2 spaces per level
+    time: Decimal | None = None  # funcgraph-abstime of the entry, when shown
+    cpu: str | None = None
     hmac: bool = False
     transmits: list[int] = field(default_factory=list)  # ns of commands sent directly from here
+
+
+def _task_key(task: str) -> str:
+    """``systemd-1`` → ``pid 1``: the comm is cut to 7 characters in some places, not the pid."""
+    return "pid " + task.rsplit("-", 1)[-1]
 
 
 def _comment_name(c: str | None) -> str | None:
@@ -58,18 +76,29 @@ def _comment_name(c: str | None) -> str | None:
 
 
 class _Parser:
+    """Call stacks are kept per *task*. With the TASK/PID column (funcgraph-proc) the task is
+    known and a call that starts on one CPU and returns on another is simply followed. Without
+    it, each CPU runs one stack at a time; a line that does not fit its CPU's stack (an exit
+    whose function is not open there, a call deeper than the stack) is matched against the
+    stacks open elsewhere — the ``/* name */`` tail, the depth and, with the TIME column, the
+    entry time + duration = exit time decide — and that stack moves to this CPU."""
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.res = TraceResult(path, "ftrace function_graph")
-        self.stacks: dict[tuple, list[_Frame]] = {}
+        self.stacks: dict[object, list[_Frame]] = {}  # task name, or a chain number without TASK
+        self.on_cpu: dict[str | None, object] = {}  # CPU → the chain it runs (no TASK column)
+        self.chains = 0
         self.bad_marks = 0
         self.orphans = 0
         self.inferred_setups = 0
+        self.migrated = 0
+        self.migrated_by_task = 0
+        self.timed = False
+        self.abandoned = 0  # open calls dropped with a parked chain
 
     def fail(self, lineno: int, why: str, line: str):
-        shown = line.strip()
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        raise UsageError(f"{self.path}:{lineno}: {why}: {shown!r}")
+        raise bad_line(self.path, lineno, why, line)
 
     def duration_ns(self, cell: str, lineno: int, line: str) -> int | None:
         cell = cell.strip()
@@ -78,14 +107,94 @@ class _Parser:
         m = _DUR.match(cell)
         if not m:
             self.fail(lineno, "unreadable DURATION cell", line)
+        digits = m.group("us")
+        whole, _, frac = digits.partition(".")
+        if len(whole.lstrip("0")) > 17:  # 2**64 ns is 18,446,744,073,709,551 µs: 17 digits
+            self.fail(lineno, "duration larger than a kernel can print (2^64 ns)", line)
         try:
-            us = Decimal(m.group("us"))
+            us = Decimal(digits)
         except InvalidOperation:
             self.fail(lineno, "unreadable duration", line)
         mark = m.group("mark")
         if mark and mark in MARKS and not us > MARKS[mark]:
             self.bad_marks += 1
-        return int(us * 1000)
+        ns = int(us * 1000)
+        if ns > MAX_DURATION_NS:
+            self.fail(lineno, "duration larger than a kernel can print (2^64 ns)", line)
+        return ns
+
+    # -- which stack a row belongs to -----------------------------------------------------
+    def _chain_of(self, cpu: str | None) -> list[_Frame]:
+        key = self.on_cpu.get(cpu)
+        if key is None:
+            key = self.chains = self.chains + 1
+            self.on_cpu[cpu] = key
+            self.stacks[key] = []
+        return self.stacks[key]
+
+    def _switch(self, cpu: str, prev: str, nxt: str) -> None:
+        """A banner: from here on ``nxt`` runs on ``cpu``. The calls seen there so far without
+        a task name were ``prev``'s."""
+        cur = self.on_cpu.get(cpu)
+        prev_key, next_key = _task_key(prev), _task_key(nxt)
+        if isinstance(cur, int):
+            chain = self.stacks.pop(cur)
+            if chain or prev_key not in self.stacks:
+                self.stacks[prev_key] = chain
+        for c, k in list(self.on_cpu.items()):
+            if k == next_key:
+                del self.on_cpu[c]  # the task moved here from another CPU
+        self.stacks.setdefault(next_key, [])
+        self.on_cpu[cpu] = next_key
+        if prev_key in self.stacks and not self.stacks[prev_key] and prev_key not in self.on_cpu.values():
+            del self.stacks[prev_key]  # nothing open: forget it (a long trace sees many tasks)
+
+    def _adopt(self, cpu: str | None, stack: list[_Frame]) -> None:
+        """``stack`` now runs on ``cpu``; the chain that ran there is parked (another task,
+        switched out), or forgotten when it holds nothing."""
+        key = next(k for k, v in self.stacks.items() if v is stack)
+        for c, k in list(self.on_cpu.items()):
+            if k == key:
+                del self.on_cpu[c]
+        old = self.on_cpu.get(cpu)
+        if old is not None and not self.stacks[old]:
+            del self.stacks[old]
+        self.on_cpu[cpu] = key
+        # A trace with lost events parks a chain at every gap; each later misfit row looks
+        # through them, so keep the newest few (the oldest are calls whose exits were lost).
+        if len(self.stacks) > MAX_CHAINS:
+            running = set(self.on_cpu.values())
+            for k in [k for k in self.stacks if k not in running][:len(self.stacks) - MAX_CHAINS]:
+                self.abandoned += len(self.stacks.pop(k))
+
+    def _elsewhere(self, stack: list[_Frame], kind: str, depth: int, name: str | None,
+                   ns: int | None, time: Decimal | None) -> list[_Frame] | None:
+        """An open stack on another CPU that this row continues: for an exit, one whose
+        innermost frame is at this depth (and has this name, when the tail gives it); for a
+        call, one whose innermost frame is this call's caller (one level up)."""
+        want = depth + 1 if kind == "exit" else depth
+        best, best_gap = None, None
+        for other in self.stacks.values():
+            if other is stack or not other or len(other) != want:
+                continue
+            top = other[-1]
+            if kind == "exit" and name is not None and top.name != name:
+                continue
+            gap = Decimal(0)
+            if time is not None and top.time is not None:
+                spent = time - top.time  # s
+                if spent < 0:
+                    continue
+                if kind == "exit" and ns is not None:
+                    # Printed when the call returns: entry time + duration ≈ exit time.
+                    gap = abs(spent * 1_000_000_000 - ns)
+                    if spent * 1_000_000_000 + 1000 < ns:
+                        continue  # it would have started before its entry was printed
+                else:
+                    gap = spent
+            if best is None or gap < best_gap:
+                best, best_gap = other, gap
+        return best
 
     # -- attribution ----------------------------------------------------------------------
     def command_done(self, stack: list[_Frame], ns: int) -> None:
@@ -126,27 +235,53 @@ class _Parser:
     def row(self, lineno: int, line: str) -> None:
         if line.startswith("#") and not _HASH_ROW.match(line):
             return  # header, `##### CPU 2 buffer started ####`
+        if "=>" in line:
+            sw = _SWITCH.match(line)
+            if sw:
+                self._switch(sw.group("cpu"), sw.group("prev"), sw.group("next"))
+                return
         m = _ROW.match(line)
         if not m:
             if not line.strip() or any(p.search(line) for p in _SKIP):
                 return
             self.fail(lineno, "not a function_graph row", line)
         cell = m.group("dur").strip()
-        func = m.group("func").strip()
+        raw_func = m.group("func")
+        func = raw_func.strip()
         if _ARROW.match(cell):
             return  # IRQ entry/exit arrow
         ns = self.duration_ns(cell, lineno, line)
-        key = (m.group("cpu"), (m.group("task") or "").strip() or None)
-        stack = self.stacks.setdefault(key, [])
         if not func:
             if ns is None:
                 return
             self.fail(lineno, "a duration without a function", line)
         if func.startswith("/*"):
             return  # trace_printk or event annotation
+        cpu = m.group("cpu")
+        task = (m.group("task") or "").strip() or None
+        time = Decimal(m.group("time")) if m.group("time") else None
+        self.timed = self.timed or time is not None
+        # The kernel indents FUNCTION by 2 spaces, then 2 per call depth.
+        depth = max(0, (len(raw_func) - len(raw_func.lstrip(" ")) - 2) // 2)
+        if task is not None:
+            stack = self.stacks.setdefault(_task_key(task), [])
+        else:
+            stack = self._chain_of(cpu)
+            if isinstance(self.on_cpu.get(cpu), str):
+                task = self.on_cpu[cpu]  # named by a context-switch banner
         c = _CALL.match(func)
         if c:
             name = c.group("name")
+            if task is None and len(stack) > depth == 0:
+                # An outermost call on a CPU whose chain is still open: another task runs here.
+                self.chains += 1
+                self._adopt(cpu, self.stacks.setdefault(self.chains, []))
+                stack = self.stacks[self.chains]
+            elif task is None and depth > 0 and len(stack) < depth:  # its caller is open elsewhere
+                other = self._elsewhere(stack, "call", depth, name, ns, time)
+                if other is not None:
+                    self._adopt(cpu, other)
+                    stack = other
             if name in HMAC_FUNCS:
                 self.res.hmac_seen = True
                 for f in stack:
@@ -154,7 +289,7 @@ class _Parser:
             if c.group("kind") == "{":
                 if ns is not None:
                     self.fail(lineno, "a function entry with a duration", line)
-                stack.append(_Frame(name, lineno, hmac=name in HMAC_FUNCS))
+                stack.append(_Frame(name, lineno, depth, time, cpu, hmac=name in HMAC_FUNCS))
                 return
             if ns is None:
                 self.fail(lineno, "a leaf call without a duration", line)
@@ -168,11 +303,25 @@ class _Parser:
         if ns is None:
             self.fail(lineno, "a function exit without a duration", line)
         name = _comment_name(e.group("c"))
-        if stack and (name is None or name == stack[-1].name or name in {f.name for f in stack}):
+        # Look elsewhere only when nothing here can be what closes: an unnamed exit on an empty
+        # stack, or a named one whose function is not open here (a deeper or shallower stack
+        # here is lost entries or exits of this CPU's own task, handled below as before).
+        fits = stack and (name is None or name in {f.name for f in stack})
+        if task is None and not fits:
+            other = self._elsewhere(stack, "exit", depth, name, ns, time)
+            if other is not None:
+                self._adopt(cpu, other)
+                stack = other
+        if stack and (name is None or name in {f.name for f in stack}):
             # Exits whose entries fell out of the buffer close the frames above them too.
             while name is not None and stack[-1].name != name:
                 self.close(stack.pop(), stack)
             f = stack.pop()
+            if f.cpu != cpu and f.cpu is not None and cpu is not None:
+                if task is None:
+                    self.migrated += 1
+                else:
+                    self.migrated_by_task += 1
             self.res.function(f.name).samples_ns.append(ns)
             if f.name in TRANSMIT_FUNCS:
                 self.command_done(stack, ns)
@@ -186,7 +335,7 @@ class _Parser:
             self.command_done(stack, ns)
 
     def finish(self) -> TraceResult:
-        open_frames = 0
+        open_frames = self.abandoned
         for stack in self.stacks.values():
             while stack:
                 open_frames += 1
@@ -198,13 +347,19 @@ class _Parser:
             notes.append(f"{self.orphans} exit(s) whose entry was not in the trace")
         if self.bad_marks:
             notes.append(f"{self.bad_marks} duration mark(s) disagree with their value")
+        if self.migrated_by_task:
+            notes.append(f"{self.migrated_by_task} call(s) returned on another CPU than they started on "
+                         "(followed by the TASK/PID column)")
+        if self.migrated:
+            notes.append(f"{self.migrated} call(s) returned on another CPU than they started on (matched "
+                         "to the open call by name, depth" + (" and time)" if self.timed else ")"))
         if self.inferred_setups:
             notes.append(f"{self.inferred_setups} session setup(s) split into ContextLoad, StartAuthSession, "
                          "FlushContext by the order tpm2_start_auth_session() sends them")
         return self.res
 
 
-def parse_function_graph(lines: list[str], path: str = "<trace>") -> TraceResult:
+def parse_function_graph(lines, path: str = "<trace>") -> TraceResult:
     p = _Parser(path)
     for lineno, line in enumerate(lines, 1):
         p.row(lineno, line.rstrip("\n"))

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 
-from tpmtop.boot.traces import OP_EXTEND, OP_EXTEND_HMAC, TraceResult, merged_operations
+from tpmtop.boot.series import OP_EXTEND, OP_EXTEND_HMAC, TraceResult, merged_operations
 from tpmtop.errors import UsageError
 
 MODES = ("none", "per-command", "reuse", "saved")

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 
 from tpmtop.boot import projection as pj
+from tpmtop.boot.dmesg import KIND_TEXT
 from tpmtop.boot.facts import SystemFacts, collect
 from tpmtop.boot.rootfs import RootReader
 from tpmtop.boot.session_mode import SessionMode, infer
-from tpmtop.boot.traces import TraceResult
+from tpmtop.boot.series import TraceResult
 
 
 @dataclass
@@ -24,6 +26,7 @@ class BootReport:
     verdict: str
     identity: dict | None = None
     notes: list[str] = field(default_factory=list)
+    verdict_parts: list[dict] = field(default_factory=list)  # what the verdict weighed, largest first
 
     def to_json(self) -> dict:
         return {
@@ -36,7 +39,14 @@ class BootReport:
             "extends": {"count": self.extends, "source": self.extends_source},
             "projection": self.projection.to_json() if self.projection else None,
             "projection_reason": self.projection_reason,
+            "kernel_tpm_problems": ([pr.to_json() for pr in self.facts.kernel_log.problems]
+                                    if self.facts.kernel_log else None),
+            "systemd_tpm_units": ([u.to_json() for u in self.facts.units]
+                                  if self.facts.units is not None else None),
+            "journal_tpm_errors": ([e.to_json() for e in self.facts.journal.errors]
+                                   if self.facts.journal is not None else None),
             "verdict": self.verdict,
+            "verdict_parts": self.verdict_parts,
             "notes": self.notes,
         }
 
@@ -71,12 +81,15 @@ def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
         per_mode, cnotes = pj.load_capture_costs(capture)
         notes += cnotes
     projection, reason = None, None
-    if not sf.chips and extends is None:
+    if not sf.tpm_seen and extends is None:
         chips = sf.get("tpm.chips")
         reason = (chips.reason if chips is not None and chips.reason else "no TPM") + \
             "; pass --extends N to project anyway"
     else:
         published = pj.published_components()
+        if not sm.applies:  # TPM 1.2: only the session-less extend has a meaning
+            published = {"E0": published["E0"]}
+            components = {k: c for k, c in components.items() if k == "E0"}
         filled = [k for k in published if k not in components]
         if filled and len(per_mode) < len(pj.MODES):
             for k in filled:
@@ -84,9 +97,25 @@ def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
             notes.append(f"{', '.join(filled)}: {pj.PUBLISHED_ABOUT}; import a trace (--trace) or a "
                          "capture (--capture) for this machine's figures")
         projection = pj.project(n, n_src, components, per_mode)
+        if not sm.applies:
+            _without_sessions(projection, sf, notes)
     rep = BootReport(sf, sm, traces, n, n_src, projection, reason, "", identity, notes)
     rep.verdict = verdict(rep)
     return rep
+
+
+def _without_sessions(p: pj.Projection, sf: SystemFacts, notes: list[str]) -> None:
+    """A TPM 1.2: only the session-less mode is a real possibility; the others are not
+    projected rather than projected for a session the kernel cannot open."""
+    for mode in ("per-command", "reuse", "saved"):
+        mc = p.modes[mode]
+        mc.total_s = mc.estimate_s = mc.arithmetic = None
+        mc.note = None
+        mc.reason = "no HMAC sessions on a TPM 1.2"
+    e0 = p.components.get("E0")
+    if e0 is not None and e0.source == pj.PUBLISHED_SOURCE:
+        notes.append("E0 is a TPM 2.0 chip's PCR_Extend (SLB9670); a TPM 1.2's TPM_Extend may differ: "
+                     "import a trace of this machine (--trace) for its own figure")
 
 
 def _cost_basis(p: pj.Projection, mode: str) -> str:
@@ -101,33 +130,101 @@ def _cost_basis(p: pj.Projection, mode: str) -> str:
 
 
 def verdict(rep: BootReport) -> str:
+    """Every TPM cost the inputs show, the largest first: the kernel's session mode, systemd's
+    TPM units on the critical path, retry loops in the journal."""
+    parts: list[tuple[float, str, str]] = []  # (seconds, what, sentence)
+    kernel_s, kernel = _kernel_verdict(rep)
+    parts.append((kernel_s, "kernel", kernel))
+    parts += _systemd_verdict(rep)
+    parts += _journal_verdict(rep)
+    parts.sort(key=lambda x: -x[0])
+    rep.verdict_parts = [{"what": w, "seconds": round(t, 6), "text": txt} for t, w, txt in parts]
+    return " ".join(txt for _, _, txt in parts)
+
+
+def _systemd_verdict(rep: BootReport) -> list[tuple[float, str, str]]:
+    units = rep.facts.units or []
+    out = []
+    # The chain's `+` times are each unit's own start-up on the path, one after another: they
+    # add up. A device's blame time is a wait that overlaps everything else: named, not added.
+    on = [u for u in units if u.on_critical_path and u.chain_took is not None]
+    waits = [u for u in units if u.on_critical_path and u.chain_took is None and u.took is not None]
+    if on or waits:
+        total = sum((u.chain_took for u in on), Decimal(0))
+        bt = rep.facts.boot_times
+        of = f" of a {bt.total_text} boot" if bt and bt.total_text else ""
+        names = ", ".join(f"{u.unit} +{u.chain_took_text}" for u in on)
+        text = (f"On the critical path{of}, systemd's TPM units took {pj.fmt_seconds(total, 3)}: {names}"
+                if on else f"systemd's TPM units are on the critical path{of}")
+        if waits:
+            text += ("; " if on else ": ") + ", ".join(f"{u.unit} waited {u.took_text} (blame)" for u in waits)
+        out.append((float(max([total] + [u.took for u in waits])), "systemd", text + "."))
+    off = [u for u in units if u.on_critical_path is not True and u.took is not None and u.took >= 1]
+    if off:
+        names = ", ".join(f"{u.unit} {u.took_text}" for u in off)
+        where = ("off the critical path, so they delay only what waits for them"
+                 if rep.facts.critical_chain is not None else "(no critical-chain read: on the path or not is unknown)")
+        out.append((float(max(u.took for u in off)) / 10, "systemd-off-path", f"Slow TPM units {where}: {names}."))
+    return out
+
+
+def _journal_verdict(rep: BootReport) -> list[tuple[float, str, str]]:
+    j = rep.facts.journal
+    out = []
+    seen: set[str] = set()
+    for e in (j.errors if j else []):  # longest loop first
+        # One process logs a loop in several lines a try (tpm2-tss's ERROR, then its own
+        # message): the longest group of each speaks for it.
+        if e.count < 3 or e.ident in seen:
+            continue
+        seen.add(e.ident)
+        code = f" (0x{e.rc:x}" + (f", {e.rc_text})" if e.rc_text else ")") if e.rc is not None else ""
+        unit = next((u.unit for u in rep.facts.units or [] if u.on_critical_path
+                     and (u.unit.startswith(e.ident + "@") or u.unit == e.ident + ".service")), None)
+        where = (f"inside {unit}, on the critical path" if unit else "a retry loop that costs the boot that long")
+        out.append((float(e.span), "journal",
+                    f"{e.ident} logged the same TPM error {e.count} times over {pj.fmt_seconds(e.span, 3)}, "
+                    f"every {pj.fmt_seconds(e.interval, 3)}{code}: {where}."))
+    return out
+
+
+def _kernel_verdict(rep: BootReport) -> tuple[float, str]:
     sf, p, sm = rep.facts, rep.projection, rep.session
     if p is None:
         why = rep.projection_reason.split(";")[0].removeprefix("no TPM: ")
-        return f"No TPM is visible ({why}), so TPM sessions cannot be slowing this boot."
+        return 0.0, f"No TPM is visible ({why}), so TPM sessions cannot be slowing this boot."
+    if not sm.applies:
+        return _tpm12_verdict(rep)
     if rep.extends is None:
-        return (f"Cannot size the TPM's share of this boot: the number of PCR extends is unknown "
-                f"({rep.extends_source}); rerun as root or pass --extends N.")
+        return 0.0, (f"Cannot size the TPM's share of this boot: the number of PCR extends is unknown "
+                     f"({rep.extends_source}); rerun as root or pass --extends N.")
     if rep.extends == 0:
-        return ("IMA is off, so the kernel extends no PCRs while booting and its TPM session mode "
-                "costs this boot nothing.")
+        if rep.extends_source == "--extends":
+            ima = sf.value("ima.measurements")
+            counted = (f"; IMA counted {ima:,} measurements on this system, each one a PCR extend"
+                       if ima else "")
+            return 0.0, ("With --extends 0 the projection assumes the kernel extends no PCRs while booting"
+                         f"{counted}: under that assumption its TPM session mode costs this boot nothing.")
+        return 0.0, (f"The kernel extends no PCRs while booting ({rep.extends_source}), so its TPM session "
+                     "mode costs this boot nothing.")
     n = f"{rep.extends:,}"
     none = p.modes["none"]
     bt = sf.boot_times
     of_boot = f" of a {bt.total_text} boot" if bt and bt.total_text else " of this boot"
     if sm.mode is None:
         pc = p.modes["per-command"]
-        return (f"Cannot tell which session mode this kernel uses ({'; '.join(sm.reasons)}): "
-                f"{n} extends would cost {pj.fmt_estimate(pc.estimate_s)} with per-command sessions and "
-                f"{pj.fmt_estimate(none.estimate_s)} without ({_cost_basis(p, 'per-command')}).")
+        return float(pc.estimate_s or 0), (
+            f"Cannot tell which session mode this kernel uses ({'; '.join(sm.reasons)}): "
+            f"{n} extends would cost {pj.fmt_estimate(pc.estimate_s)} with per-command sessions and "
+            f"{pj.fmt_estimate(none.estimate_s)} without ({_cost_basis(p, 'per-command')}).")
     cur = p.modes[sm.mode]
     if cur.estimate_s is None:
-        return f"The kernel uses {sm.mode} sessions, but its cost cannot be projected: {cur.reason}."
+        return 0.0, f"The kernel uses {sm.mode} sessions, but its cost cannot be projected: {cur.reason}."
     basis = _cost_basis(p, sm.mode)
     if sm.mode == "none":
-        return (f"PCR extends run without HMAC sessions here ({sm.reasons[-1]}): {n} extends cost "
-                f"{pj.fmt_estimate(cur.estimate_s)}{of_boot} ({basis}), so the session mode is not what "
-                "slows it.")
+        return float(cur.estimate_s), (
+            f"PCR extends run without HMAC sessions here ({sm.rule}): {n} extends cost "
+            f"{pj.fmt_estimate(cur.estimate_s)}{of_boot} ({basis}), so the session mode is not what slows it.")
     saving = None
     if none.total_s is not None:
         saving = pj.round_sig(cur.total_s - none.total_s)
@@ -136,7 +233,37 @@ def verdict(rep: BootReport) -> str:
            "or CONFIG_TCG_TPM2_HMAC=n")
     label = "HMAC per-command sessions" if sm.mode == "per-command" else "The kept HMAC session"
     tail = f"; {fix} would save {pj.fmt_estimate(saving)}" if saving is not None and saving > 0 else ""
-    return f"{label} cost {pj.fmt_estimate(cur.estimate_s)}{of_boot} ({n} extends, {basis}){tail}."
+    return float(cur.estimate_s), (f"{label} cost {pj.fmt_estimate(cur.estimate_s)}{of_boot} ({n} extends, "
+                                   f"{basis}; decided by {sm.rule}){tail}.")
+
+
+def _tpm12_verdict(rep: BootReport) -> tuple[float, str]:
+    sf, p = rep.facts, rep.projection
+    fam = sf.get("tpm.family")
+    head = f"This is a TPM 1.2 ({fam.source}): the kernel opens no HMAC sessions on it, so no session mode applies."
+    parts = [head]
+    kl = sf.kernel_log
+    secs = 0.0
+    if kl is not None and kl.initcall_debug:
+        tic = sorted(kl.tpm_initcalls(), key=lambda i: -i.usecs)
+        if tic:
+            secs = sum(i.usecs for i in tic) / 1e6
+
+            def one(i) -> str:
+                why = " (IMA reads PCRs 0–7 for its boot aggregate)" if i.name == "init_ima" else ""
+                return f"{i.name} {pj.fmt_seconds(Decimal(i.usecs) / 10**6, 2)}{why}"
+
+            parts.append("Its TPM boot costs are the initcalls: " + ", ".join(one(i) for i in tic[:3]))
+    none = p.modes["none"]
+    if rep.extends and none.estimate_s is not None:
+        secs = max(secs, float(none.estimate_s))
+        parts.append(f"and {rep.extends:,} PCR extends, about {pj.fmt_seconds(none.estimate_s, 2)} "
+                     f"({_cost_basis(p, 'none')}).")
+        if len(parts) == 2:
+            parts[1] = "Its TPM boot cost: " + parts[1].removeprefix("and ")
+    elif len(parts) > 1:
+        parts[-1] += "."
+    return secs, " ".join(parts)
 
 
 # -- text -----------------------------------------------------------------------------------
@@ -171,11 +298,13 @@ FACT_LABELS = [
     ("config.CONFIG_IMA_ARCH_POLICY", "CONFIG_IMA_ARCH_POLICY"), ("config.CONFIG_HW_RANDOM_TPM", "CONFIG_HW_RANDOM_TPM"),
     ("config.CONFIG_TCG_TIS_SPI", "CONFIG_TCG_TIS_SPI"),
     ("cmdline.tpm_ima", "TPM/IMA parameters"), ("tpm.disable_pcr_integrity", "disable_pcr_integrity"),
-    ("tpm.chips", "TPM chips"), ("tpm.version", "TPM version"), ("tpm.driver", "driver"),
+    ("tpm.chips", "TPM chips"), ("tpm.version", "TPM version"), ("tpm.family", "TPM family"),
+    ("tpm.driver", "interface (driver)"), ("tpm.device_id", "device id"), ("tpm.vendor", "vendor"),
     ("tpm.description", "description"), ("tpm.hid", "ACPI HID"), ("tpm.null_name", "null_name (HMAC)"),
     ("tpm.devices", "device nodes"), ("ima.measurements", "IMA measurements"), ("ima.violations", "IMA violations"),
     ("ima.policy_hints", "IMA policy hints"), ("eventlog", "firmware event log"), ("dmesg", "kernel log"),
-    ("systemd", "systemd-analyze"),
+    ("systemd", "systemd-analyze"), ("systemd.blame", "systemd-analyze blame"),
+    ("systemd.critical-chain", "critical chain"), ("journal", "journal"),
 ]
 
 
@@ -189,7 +318,44 @@ def _fact_value(name: str, f) -> str:
                 + ("on" if v.initcall_debug else "off"))
     if name == "systemd":
         return " + ".join(f"{t} ({k})" for k, t in v.phase_text.items()) + f" = {v.total_text}"
+    if name == "journal":
+        return (f"{v.entries:,} entries, {v.error_lines} TPM/TSS error lines in {len(v.errors)} group(s)")
     return _show(v)
+
+
+def _units_section(sf) -> list[str]:
+    if not sf.units:
+        return []
+    rows = []
+    for u in sf.units:
+        path = "?" if u.on_critical_path is None else "yes" if u.on_critical_path else "no"
+        rows.append([u.unit, u.took_text or "-", path, "@" + u.at_text if u.at_text else "-",
+                     u.role or ""])
+    out = ["systemd TPM units"] + _table(rows, ["unit", "took", "critical path", "active at", "what it does"],
+                                        right={1, 3})
+    if sf.critical_chain is None:
+        out.append("  (no critical-chain read: whether a unit delayed the boot is unknown)")
+    else:
+        out.append(f"  critical chain to {sf.critical_chain[0].unit}: {len(sf.critical_chain)} units")
+    return out + [""]
+
+
+def _journal_section(sf) -> list[str]:
+    j = sf.journal
+    if j is None or not j.errors:
+        return []
+    rows = []
+    for e in j.errors:
+        iv = e.interval
+        code = f"0x{e.rc:x} {e.rc_text or ''}".strip() if e.rc is not None else ""
+        msg = e.message if len(e.message) <= 70 else e.message[:67] + "..."
+        rows.append([str(e.count), f"{e.first:.3f}", f"{e.last:.3f}",
+                     pj.fmt_seconds(iv, 2) if iv is not None else "-", e.ident, msg])
+        if code:
+            rows.append(["", "", "", "", "", f"  → {code}"])
+    return (["TPM errors in the journal (times: seconds since boot)"]
+            + _table(rows, ["count", "first", "last", "every", "logged by", "message"], right={0, 1, 2, 3})
+            + [""])
 
 
 def render_text(rep: BootReport) -> str:
@@ -203,7 +369,7 @@ def render_text(rep: BootReport) -> str:
         if f is None:
             continue
         if f.ok:
-            rows.append([label, _fact_value(name, f), f.source or ""])
+            rows.append([label, _fact_value(name, f), f.source_note])
         else:
             missing.append(f"  {label}: {f.reason}")
     out += ["System"] + _table(rows, ["fact", "value", "source"]) + [""]
@@ -219,13 +385,27 @@ def render_text(rep: BootReport) -> str:
         out.append("")
 
     sm = rep.session
-    out.append(f"Kernel session mode for PCR extends: {sm.mode or 'cannot tell'}")
-    out += [f"  - {r}" for r in sm.reasons] + [""]
+    mode = sm.mode or ("does not apply (TPM 1.2)" if not sm.applies else "cannot tell")
+    out.append(f"Kernel session mode for PCR extends: {mode}")
+    out += [f"  - {r}" for r in sm.reasons]
+    if sm.rule:
+        out.append(f"  decided by: {sm.rule}")
+    out.append("")
 
     kl = sf.kernel_log
     if kl is not None:
-        if kl.warnings:
-            out += ["Kernel log warnings"] + [f"  {w}" for w in kl.warnings] + [""]
+        if kl.problems:
+            out.append("Kernel TPM errors and warnings")
+            for pr in kl.problems:
+                at = f"[{pr.time_s}] " if pr.time_s is not None else ""
+                out.append(f"  {at}{pr.text}")
+                code = (f" — response code 0x{pr.rc:x}: {pr.rc_text or '(tpm2-tss not available to word it)'}"
+                        if pr.rc is not None else "")
+                out.append(f"      {KIND_TEXT[pr.kind]}{code}")
+            out.append("")
+        other = [w for w in kl.warnings if w not in {pr.text for pr in kl.problems}]
+        if other:
+            out += ["Kernel log warnings"] + [f"  {w}" for w in other] + [""]
         if kl.tpm_lines:
             shown = kl.tpm_lines[:12]
             out += ["Kernel log: TPM/IMA lines"] + [f"  {ln}" for ln in shown]
@@ -246,6 +426,8 @@ def render_text(rep: BootReport) -> str:
             out.append("")
         elif kl is not None:
             out += ["initcall_debug: off (add initcall_debug to the kernel command line to time TPM/IMA init)", ""]
+
+    out += _units_section(sf) + _journal_section(sf)
 
     for t in rep.traces:
         out.append(f"Trace {t.path} ({t.format}{', HMAC sessions seen' if t.hmac_seen else ''})")
@@ -280,7 +462,8 @@ def render_text(rep: BootReport) -> str:
         rows = []
         for m in pj.MODES:
             mc = p.modes[m]
-            mark = " ◀ this kernel" if m == rep.session.mode else ""
+            mark = (" ◀ this kernel" if m == rep.session.mode else
+                    " ◀ TPM 1.2" if m == "none" and not rep.session.applies else "")
             rows.append([m + mark, pj.fmt_estimate(mc.estimate_s) if mc.estimate_s is not None else "-",
                          mc.formula, mc.note or mc.reason or ""])
         out += _table(rows, ["mode", "estimate", "formula", "caveat"])

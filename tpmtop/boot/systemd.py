@@ -75,3 +75,121 @@ def parse_systemd_analyze(text: str) -> BootTimes:
         first = next((ln for ln in text.splitlines() if ln.strip()), "(empty)")
         raise SystemdAnalyzeError(f"no 'Startup finished' line; systemd-analyze said: {first.strip()}")
     return bt
+
+
+# -- blame and critical-chain: systemd's own TPM work ------------------------------------------
+# Units that talk to the TPM or wait for it. systemd-cryptsetup@ only when it unlocks with the
+# TPM (tpm2-device= in crypttab): its name does not say, so it is listed as "may".
+TPM_UNITS = (
+    (re.compile(r"^systemd-tpm2-setup(-early)?\.service$"), "creates the SRK / NvPCRs (systemd-tpm2-setup)"),
+    (re.compile(r"^systemd-tpm2-clear\.service$"), "asks the firmware to clear the TPM"),
+    (re.compile(r"^systemd-pcrphase[\w-]*\.service$"), "extends a boot phase into PCR 11 (systemd-pcrextend)"),
+    (re.compile(r"^systemd-pcr(?:extend|fs|machine|product|nvdone|lock)[\w@\\.-]*\.service$"),
+     "measures into a PCR (systemd-pcrextend)"),
+    (re.compile(r"^systemd-cryptsetup@.*\.service$"), "unlocks a disk (with the TPM when crypttab says tpm2-device=)"),
+    (re.compile(r"^dev-tpmrm?\d+\.device$"), "waits for the TPM device node"),
+    (re.compile(r"^tpm2\.target$"), "waits for the TPM driver (tpm2.target)"),
+    (re.compile(r"^tpm2-abrmd\.service$"), "the TPM2 access broker"),
+    (re.compile(r"^(tcsd|trousers)\.service$"), "the TPM 1.2 daemon (TrouSerS)"),
+    (re.compile(r"^(fapi|tpm2-tss|tpm-udev|tpm2-fapi)[\w-]*\.service$"), "tpm2-tss set-up"),
+    (re.compile(r"^systemd-measure[\w@-]*\.service$"), "measures into a PCR"),
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_CHAIN_HEAD = re.compile(r"^The ?time ?(when|after) ?(the ?)?unit|^The ?time ?the ?unit ?(took|takes) ?to ?start")
+_CHAIN_ROW = re.compile(r"^(?P<indent>[ │|]*)(?:[└├`|]-+|[└├]─)?(?P<unit>[^\s└├─│]\S*?)"
+                        r"(?:\s+@(?P<at>[^+]*?))?(?:\s+\+(?P<took>.+?))?\s*$")
+
+
+def tpm_unit_role(unit: str) -> str | None:
+    for rx, role in TPM_UNITS:
+        if rx.match(unit):
+            return role
+    return None
+
+
+@dataclass
+class UnitTime:
+    unit: str
+    took: Decimal | None = None  # blame / critical-chain `+` time
+    took_text: str | None = None
+    at: Decimal | None = None  # critical-chain `@`: when it became active (since userspace began)
+    on_critical_path: bool | None = None  # None when no critical-chain was read
+    role: str | None = None
+    chain_took: Decimal | None = None  # critical-chain `+`: its own start-up time on the path
+    chain_took_text: str | None = None
+    at_text: str | None = None
+
+    def to_json(self) -> dict:
+        return {"unit": self.unit, "role": self.role,
+                "took_s": float(self.took) if self.took is not None else None, "took_text": self.took_text,
+                "critical_chain_took_s": float(self.chain_took) if self.chain_took is not None else None,
+                "active_at_s": float(self.at) if self.at is not None else None,
+                "on_critical_path": self.on_critical_path}
+
+
+def _fail(path: str, lineno: int, why: str, line: str):
+    from tpmtop.boot.badline import bad_line
+
+    raise bad_line(path, lineno, why, line)
+
+
+def parse_blame(text: str, path: str = "systemd-analyze blame") -> dict[str, UnitTime]:
+    """``  4.212s systemd-tpm2-setup.service`` (right-aligned time, ``1min 30.003s`` forms)."""
+    out: dict[str, UnitTime] = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = _ANSI.sub("", raw).strip()
+        if not line:
+            continue
+        span, _, unit = line.rpartition(" ")
+        if not span or not unit:
+            _fail(path, lineno, "not a `systemd-analyze blame` line (time, then unit)", raw)
+        try:
+            took = parse_timespan(span)
+        except SystemdAnalyzeError:
+            _fail(path, lineno, "not a `systemd-analyze blame` line (time, then unit)", raw)
+        out.setdefault(unit, UnitTime(unit, took, span.strip(), role=tpm_unit_role(unit)))
+    return out
+
+
+def parse_critical_chain(text: str, path: str = "systemd-analyze critical-chain") -> list[UnitTime]:
+    """The chain, target first: ``unit @at +took`` per line under a tree of ``└─``."""
+    chain: list[UnitTime] = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = _ANSI.sub("", raw).rstrip()
+        if not line.strip() or _CHAIN_HEAD.match(line.strip()):
+            continue
+        m = _CHAIN_ROW.match(line)
+        if not m or (not chain and m.group("indent")):
+            _fail(path, lineno, "not a `systemd-analyze critical-chain` line", raw)
+        at = took = None
+        try:
+            if m.group("at"):
+                at = parse_timespan(m.group("at"))
+            if m.group("took"):
+                took = parse_timespan(m.group("took"))
+        except SystemdAnalyzeError:
+            _fail(path, lineno, "unreadable time in a critical-chain line", raw)
+        text = m.group("took").strip() if m.group("took") else None
+        chain.append(UnitTime(m.group("unit"), took, text, at, True, tpm_unit_role(m.group("unit")), took, text,
+                              m.group("at").strip() if m.group("at") else None))
+    if not chain:
+        _fail(path, 1, "no unit in `systemd-analyze critical-chain` output", text.strip()[:60] or "(empty)")
+    return chain
+
+
+def tpm_units(blame: dict[str, UnitTime] | None, chain: list[UnitTime] | None) -> list[UnitTime]:
+    """The TPM units either output names, with their time and whether they are on the path."""
+    on_path = {u.unit: u for u in chain or []}
+    out: dict[str, UnitTime] = {}
+    for u in (blame or {}).values():
+        if u.role is None:
+            continue
+        c = on_path.get(u.unit)
+        out[u.unit] = UnitTime(u.unit, u.took, u.took_text, c.at if c else None,
+                               (c is not None) if chain is not None else None, u.role,
+                               c.chain_took if c else None, c.chain_took_text if c else None,
+                               c.at_text if c else None)
+    for c in chain or []:
+        if c.role is not None and c.unit not in out:
+            out[c.unit] = c
+    return sorted(out.values(), key=lambda u: (-(u.took or 0), u.unit))

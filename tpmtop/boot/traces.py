@@ -1,206 +1,79 @@
-"""What an imported kernel trace says: per-function and per-TPM-command latency series.
+"""Loading an imported kernel trace: sniff the format, hand the lines to its parser.
 
-Both parsers (ftrace.py, bpftrace.py) fill a :class:`TraceResult`. A series keeps what the
-trace actually gave: exact per-call durations (ftrace), histogram buckets (bpftrace hist),
-or sums over a number of calls that the output does not state (bpftrace ``sum()`` maps) —
-so later arithmetic never invents per-call precision that a sum does not have.
+The data model (Series, TraceResult, the kernel TPM function tables) lives in
+:mod:`tpmtop.boot.series`; the parsers import only that, so this module can import them at
+the top without a cycle. Names of the model are re-exported here for older imports.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
-from dataclasses import dataclass, field
+import itertools
 
+from tpmtop.boot.bpftrace import parse_bpftrace
+from tpmtop.boot.ftrace import parse_function_graph
+from tpmtop.boot.series import (HMAC_FUNCS, OP_EXTEND, OP_EXTEND_HMAC, OP_FUNCS, OP_SETUP_UNATTRIBUTED,  # noqa: F401
+                                SETUP_SEQUENCE, TRANSMIT_FUNCS, Series, TraceResult, merged_operations)
 from tpmtop.errors import UsageError
 
-# Kernel function -> the TPM command it sends (drivers/char/tpm/tpm2-cmd.c, tpm2-sessions.c).
-OP_FUNCS: dict[str, str] = {
-    "tpm2_pcr_extend": "PCR_Extend",
-    "tpm2_load_context": "ContextLoad",
-    "tpm2_save_context": "ContextSave",
-    "tpm2_flush_context": "FlushContext",
-    "tpm2_start_auth_session": "StartAuthSession",
-    "tpm2_get_random": "GetRandom",
-    "tpm2_pcr_read": "PCR_Read",
-    "tpm2_create_primary": "CreatePrimary",
-    "tpm2_read_public": "ReadPublic",
-    "tpm2_get_tpm_pt": "GetCapability",
-    "tpm2_get_pcr_allocation": "GetCapability",
-    "tpm2_get_cc_attrs_tbl": "GetCapability",
-    "tpm2_startup": "Startup",
-    "tpm2_shutdown": "Shutdown",
-    "tpm2_do_selftest": "SelfTest",
-    "tpm2_seal_trusted": "Create",
-    "tpm2_load_cmd": "Load",
-    "tpm2_unseal_cmd": "Unseal",
-}
-# The layers a command passes through; only the outermost one present is "the command".
-TRANSMIT_FUNCS = ("tpm_transmit_cmd", "tpm_transmit", "tpm_try_transmit")
-# Seen only when the kernel protects a command with an HMAC session.
-HMAC_FUNCS = ("tpm2_start_auth_session", "tpm_buf_fill_hmac_session", "tpm_buf_check_hmac_response")
 
-OP_EXTEND = "PCR_Extend"
-OP_EXTEND_HMAC = "PCR_Extend (HMAC session)"
-OP_SETUP_UNATTRIBUTED = "session setup (unattributed)"
-# tpm2_start_auth_session() in 6.10+ sends these, in this order, when its helpers are not
-# traced as separate functions.
-SETUP_SEQUENCE = ("ContextLoad", "StartAuthSession", "FlushContext")
-
-
-@dataclass
-class Series:
-    samples_ns: list[int] = field(default_factory=list)  # exact, one per call
-    buckets: list[tuple[int | None, int | None, int]] = field(default_factory=list)  # [lo, hi) ns, count
-    sums: list[tuple[int, int | None]] = field(default_factory=list)  # (total ns, calls or None)
-
-    def merge(self, other: "Series") -> None:
-        self.samples_ns += other.samples_ns
-        self.buckets += other.buckets
-        self.sums += other.sums
-
-    @property
-    def calls(self) -> int | None:
-        if any(c is None for _, c in self.sums):
-            return None
-        return len(self.samples_ns) + sum(c for *_, c in self.buckets) + sum(c for _, c in self.sums)
-
-    @property
-    def precision(self) -> str:
-        if self.sums:
-            return "sum"
-        if self.buckets:
-            return "bucket"
-        return "exact"
-
-    def histogram(self):
-        from tpmtop.stats import LatencyHistogram
-
-        h = LatencyHistogram()
-        for ns in self.samples_ns:
-            h.record(ns)
-        for lo, hi, c in self.buckets:
-            if c and lo is not None and lo >= 0:
-                # A bucket only says lo <= v < hi; its middle is the least-wrong single value.
-                h.record(lo if hi is None else (lo + hi) // 2, c)
-        return h
-
-    def per_call_ns(self, calls_per_sum: int | None = None) -> tuple[float | None, str]:
-        """A typical per-call duration and how it was obtained."""
-        # The most precise kind of data wins; the others are not mixed in.
-        if self.samples_ns:
-            n = len(self.samples_ns)
-            return float(statistics.median(self.samples_ns)), (
-                "1 call" if n == 1 else f"median of {n} calls")
-        if self.buckets:
-            n = sum(c for *_, c in self.buckets)
-            return float(self.histogram().percentile_ns(50)), (
-                f"median of {n} calls read from histogram buckets (bucket resolution)")
-        if self.sums:
-            total = sum(t for t, _ in self.sums)
-            calls = 0
-            for _, c in self.sums:
-                if c is None and calls_per_sum is None:
-                    return None, ("a sum over an unstated number of calls "
-                                  "(pass --bpftrace-calls N to say how many)")
-                calls += c if c is not None else calls_per_sum
-            if calls <= 0:
-                return None, "a sum over 0 calls"
-            return total / calls, f"sum {total} ns / {calls} calls"
-        return None, "no data"
-
-    def exact_summary_us(self) -> dict:
-        """Nearest-rank percentiles of the exact samples, in µs."""
-        v = sorted(self.samples_ns)
-        n = len(v)
-
-        def rank(p: float) -> float:
-            return v[max(0, math.ceil(p / 100 * n) - 1)] / 1000
-
-        return {"count": n, "p50": rank(50), "p90": rank(90), "p99": rank(99), "max": v[-1] / 1000,
-                "mean": round(sum(v) / n / 1000, 3)}
-
-    def to_json(self) -> dict:
-        d: dict = {"calls": self.calls, "precision": self.precision}
-        if self.samples_ns or self.buckets:
-            h = self.histogram()
-            # HDR keeps 3 significant digits; exact samples deserve their own exact figures.
-            d["summary_us"] = self.exact_summary_us() if self.precision == "exact" else h.summary()
-            d["buckets_us"] = h.buckets()
-        if self.samples_ns:
-            d["total_us"] = sum(self.samples_ns) / 1000
-        if self.sums:
-            d["sums_us"] = [{"total": t / 1000, "calls": c} for t, c in self.sums]
-        return d
-
-
-@dataclass
-class TraceResult:
-    path: str
-    format: str  # "ftrace function_graph" | "bpftrace"
-    functions: dict[str, Series] = field(default_factory=dict)
-    operations: dict[str, Series] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    hmac_seen: bool = False
-
-    def function(self, name: str) -> Series:
-        return self.functions.setdefault(name, Series())
-
-    def operation(self, name: str) -> Series:
-        return self.operations.setdefault(name, Series())
-
-    def to_json(self) -> dict:
-        return {"path": self.path, "format": self.format, "hmac_seen": self.hmac_seen,
-                "functions": {k: v.to_json() for k, v in sorted(self.functions.items())},
-                "operations": {k: v.to_json() for k, v in sorted(self.operations.items())},
-                "notes": self.notes}
-
-
-def merged_operations(traces: list[TraceResult]) -> dict[str, Series]:
-    out: dict[str, Series] = {}
-    for t in traces:
-        for name, s in t.operations.items():
-            out.setdefault(name, Series()).merge(s)
-    return out
-
-
-def sniff_format(lines: list[str]) -> str | None:
-    for line in lines:
-        s = line.strip()
-        if not s:
-            continue
-        if s.startswith("# tracer:") or s.startswith("# CPU") or "FUNCTION CALLS" in s:
-            return "ftrace"
-        if s.startswith("@") or s.startswith("Attaching ") or s == "^C":
-            return "bpftrace"
-        if line.startswith("#"):
-            continue
-        if "|" in s and ("()" in s or s.endswith("|") or "}" in s):
-            return "ftrace"
+def _classify(line: str) -> str | None:
+    """One line's say on the format: "ftrace", "bpftrace", "neither", or None (no say)."""
+    s = line.strip()
+    if not s:
         return None
+    if s.startswith("# tracer:") or s.startswith("# CPU") or "FUNCTION CALLS" in s:
+        return "ftrace"
+    if s.startswith("@") or s.startswith("Attaching ") or s == "^C":
+        return "bpftrace"
+    if line.startswith("#"):
+        return None
+    if "|" in s and ("()" in s or s.endswith("|") or "}" in s):
+        return "ftrace"
+    return "neither"
+
+
+def sniff_format(lines) -> str | None:
+    for line in lines:
+        kind = _classify(line)
+        if kind is not None:
+            return None if kind == "neither" else kind
     return None
 
 
+def _text_lines(f, path: str):
+    """The file's lines as text, one at a time (a trace can be hundreds of MB)."""
+    for lineno, raw in enumerate(f, 1):
+        try:
+            yield raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as e:
+            raise UsageError(f"{path}:{lineno}: not a text trace (byte 0x{raw[e.start]:02x} is not UTF-8)") from None
+
+
 def load_trace(path: str, unit: str | None = None) -> TraceResult:
+    """Streams the file: memory grows with the number of TPM calls, not with the file."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        f = open(path, "rb")
     except OSError as e:
         raise UsageError(f"{path}: cannot read trace: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[:e.start].count(b"\n") + 1
-        raise UsageError(f"{path}:{line}: not a text trace (byte 0x{raw[e.start]:02x} is not UTF-8)") from None
-    lines = text.splitlines()
-    kind = sniff_format(lines)
-    if kind == "ftrace":
-        from tpmtop.boot.ftrace import parse_function_graph
-
-        return parse_function_graph(lines, path)
-    if kind == "bpftrace":
-        from tpmtop.boot.bpftrace import parse_bpftrace
-
-        return parse_bpftrace(lines, path, unit=unit)
-    first = next((i for i, ln in enumerate(lines, 1) if ln.strip() and not ln.startswith("#")), 1)
+    with f:
+        lines = _text_lines(f, path)
+        head: list[str] = []
+        kind = None
+        try:
+            for line in lines:
+                head.append(line)
+                kind = _classify(line)
+                if kind is not None:
+                    break
+        except OSError as e:
+            raise UsageError(f"{path}: cannot read trace: {e.strerror or e}") from None
+        rest = itertools.chain(head, lines)
+        try:
+            if kind == "ftrace":
+                return parse_function_graph(rest, path)
+            if kind == "bpftrace":
+                return parse_bpftrace(rest, path, unit=unit)
+        except OSError as e:
+            raise UsageError(f"{path}: cannot read trace: {e.strerror or e}") from None
+    first = next((i for i, ln in enumerate(head, 1) if ln.strip() and not ln.startswith("#")), 1)
     raise UsageError(f"{path}:{first}: neither ftrace function_graph nor bpftrace map output")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+# No boot extends a PCR 100 million times: IMA on a busy server counts hundreds of thousands.
+MAX_COUNT = 100_000_000
+
 
 def _positive(text: str) -> int:
     try:
@@ -12,6 +15,9 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    if v > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"at most {MAX_COUNT:,}: {text!r} (even at 1 ms each, that many "
+                                         "TPM commands would take longer than a day)")
     return v
 
 
@@ -19,8 +25,9 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
     from tpmtop.cli import add_tpm_options
 
     p.add_argument("--root", default="/", metavar="DIR",
-                   help="read the system's files under DIR (a mounted disk, a saved tree); "
-                        "command output comes from DIR/run/tpmtop/{dmesg,systemd-analyze}.txt")
+                   help="read the system's files under DIR (a mounted disk, a saved tree); command output "
+                        "comes from DIR/run/tpmtop/: dmesg.txt, systemd-analyze.txt, systemd-analyze-blame.txt, "
+                        "systemd-analyze-critical-chain.txt, journal.txt (journalctl -b -o short-monotonic)")
     p.add_argument("--trace", action="append", default=[], metavar="FILE",
                    help="import an ftrace function_graph or bpftrace output (repeatable)")
     p.add_argument("--capture", metavar="FILE", help="per-extend costs from a `tpmtop bench --json` capture")

@@ -15,7 +15,7 @@ def notice(text: str) -> None:
 
 @contextmanager
 def tpm_from_args(args, recorder=None):
-    from tpmtop.tpm.connection import open_tpm
+    from tpmtop.connect import open_tpm
 
     conn = open_tpm(tcti=getattr(args, "tcti", None), sim=getattr(args, "sim", False),
                     raw_device=getattr(args, "raw_device", False), recorder=recorder, notice=notice)

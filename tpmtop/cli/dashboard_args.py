@@ -28,6 +28,8 @@ def _rate(text: str) -> float:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a rate") from None
+    if v != v or v in (float("inf"), float("-inf")):  # float() takes 'nan' and 'inf'
+        raise argparse.ArgumentTypeError(f"'{text}' is not a rate (a finite number of operations per second)")
     if v < 0:
         raise argparse.ArgumentTypeError("must be ≥ 0 (0: as fast as the TPM allows)")
     return v
@@ -133,7 +135,7 @@ def run(args) -> int:
 
     from tpmtop.cli.common import notice
     from tpmtop.profiles.apply import apply_profile, describe, profile_from_args
-    from tpmtop.tpm.connection import open_tpm
+    from tpmtop.connect import open_tpm
     from tpmtop.sources.live import LiveSource
 
     if not os.path.isdir(args.export_dir):

@@ -32,7 +32,7 @@ def run_info(args) -> int:
 
     with tpm_from_args(args) as conn:
         ident = conn.identity()
-        var = read_variable(conn.transport)
+        var = conn.call(read_variable)
         if args.json:
             print_json({"tpm": conn.tpm_json(), "identity": ident.to_json(),
                         "properties": {k: var[k] for k in SESSION_PROPS if k in var}
@@ -55,7 +55,7 @@ def run_handles(args) -> int:
     from tpmtop.tpm.handles import list_handles
 
     with tpm_from_args(args) as conn:
-        entries = list_handles(conn.transport, conn.recorder.owned_handles())
+        entries = conn.call(list_handles, conn.recorder.owned_handles())
         rm_note = ("through the kernel resource manager (/dev/tpmrm0) a client sees only its own "
                    "transient objects, renumbered; other programs' and the kernel's are hidden")
         if args.json:
@@ -82,7 +82,7 @@ def run_flush(args) -> int:
     check_flushable(handle)
     refuse_if_read_only(args, f"flush 0x{handle:08x}")
     with tpm_from_args(args) as conn:
-        flush(conn.transport, handle)
+        conn.call(flush, handle)
         if args.json:
             print_json({"flushed": f"0x{handle:08x}"})
         else:

@@ -15,8 +15,10 @@ from contextlib import contextmanager
 
 from tpm2_pytss.TSS2_Exception import TSS2_Exception
 
-from tpmtop.errors import NullNameChanged, TpmError
-from tpmtop.sessions.native import CONTEXT_INVALID, EXTEND_DIGEST, RANDOM_BYTES
+from tpmtop.errors import TpmError
+from tpmtop.sessions.engine import Engine
+from tpmtop.sessions.modes import Engine as EngineName
+from tpmtop.sessions.native import EXTEND_DIGEST, RANDOM_BYTES
 from tpmtop.sessions.templates import null_primary_public
 from tpmtop.tpm import names
 
@@ -53,38 +55,26 @@ class EsysSession:
         self.context = None
 
 
-class EsysEngine:
-    name = "esys"
+class EsysEngine(Engine):
+    name = EngineName.ESYS
 
     def __init__(self, transport, esapi: ESAPI):
+        super().__init__()  # integrity_failures stays 0: ESAPI checks response HMACs itself and raises
         self.t = transport
         self.esys = esapi
-        self.null_context = None
-        self.null_name: bytes | None = None
-        self.integrity_failures = 0  # ESAPI checks response HMACs itself and raises
 
-    def create_null_primary(self) -> None:
+    def _create_null(self):
         with tpm_errors("CreatePrimary"):
             handle, _, _, _, _ = self.esys.create_primary(TPM2B_SENSITIVE_CREATE(), null_primary_public(),
                                                           primary_handle=ESYS_TR.NULL)
             name = bytes(self.esys.tr_get_name(handle))
             ctx = self.esys.context_save(handle)
             self.esys.flush_context(handle)
-        if self.null_name is not None and name != self.null_name:
-            raise NullNameChanged("the null primary's name has changed (TPM reset or interference); "
-                                  "stopping as the kernel does")
-        self.null_name, self.null_context = name, ctx
+        return name, ctx
 
-    def load_null(self):
-        try:
-            with tpm_errors("ContextLoad"):
-                return self.esys.context_load(self.null_context)
-        except TpmError as e:
-            if e.rc is None or names.rc_base(e.rc) not in CONTEXT_INVALID:
-                raise
-            self.create_null_primary()  # as the kernel: re-create, compare names
-            with tpm_errors("ContextLoad"):
-                return self.esys.context_load(self.null_context)
+    def _load_context(self, context):
+        with tpm_errors("ContextLoad"):
+            return self.esys.context_load(context)
 
     def start_session(self, tpm_key) -> EsysSession:
         with tpm_errors("StartAuthSession"):
@@ -113,6 +103,16 @@ class EsysEngine:
             except Exception:
                 pass  # ESAPI already dropped it
             s.tr = None
+
+    def session_handle(self, s: EsysSession):
+        return s.tr  # None while context-saved: ESAPI invalidates the ESYS_TR
+
+    def tpm_handle(self, s: EsysSession) -> int | None:
+        if s.tr is not None:
+            return int(self.esys.tr_get_tpm_handle(s.tr))
+        if s.context is not None:
+            return int(s.context.savedHandle)
+        return None
 
     def op(self, op: str, session: EsysSession | None, attrs: int, pcr: int) -> None:
         with tpm_errors({"extend": "PCR_Extend", "get_random": "GetRandom"}.get(op, "CreatePrimary")):

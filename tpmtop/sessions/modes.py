@@ -1,18 +1,43 @@
-"""The names used by the CLI, the dashboard and captures."""
+"""The session modes, crypto engines and operations: defined once, here.
 
-MODES = ("none", "per-command", "reuse", "saved")
-ENGINES = ("native", "esys")
-OPS = ("extend", "get_random", "create_primary")
+They are ``StrEnum``s, so each member *is* its string ("per-command" == Mode.PER_COMMAND):
+the CLI, the dashboard and captures keep speaking the same words.
+"""
+
+from enum import StrEnum
+
+
+class Mode(StrEnum):
+    NONE = "none"
+    PER_COMMAND = "per-command"
+    REUSE = "reuse"
+    SAVED = "saved"
+
+
+class Engine(StrEnum):
+    NATIVE = "native"
+    ESYS = "esys"
+
+
+class Op(StrEnum):
+    EXTEND = "extend"
+    GET_RANDOM = "get_random"
+    CREATE_PRIMARY = "create_primary"
+
+
+MODES: tuple[str, ...] = tuple(Mode)
+ENGINES: tuple[str, ...] = tuple(Engine)
+OPS: tuple[str, ...] = tuple(Op)
 
 # TPM commands one operation puts on the wire, by mode (the tests check this from the
 # transport, not from here; this is what the kernel's strategies imply).
-EXPECTED_COMMANDS_PER_OP = {"none": 1, "per-command": 4, "reuse": 1, "saved": 3}
+EXPECTED_COMMANDS_PER_OP = {Mode.NONE: 1, Mode.PER_COMMAND: 4, Mode.REUSE: 1, Mode.SAVED: 3}
 
 DESCRIPTIONS = {
-    "none": "no HMAC session (CONFIG_TCG_TPM2_HMAC=n, or tpm.disable_pcr_integrity=1)",
-    "per-command": "Linux 6.10: ContextLoad null key, salted StartAuthSession, FlushContext, command",
-    "reuse": "Linux 6.12+: one kept session, continueSession set (lazy flush)",
-    "saved": "proposed: ContextLoad session, command, ContextSave",
+    Mode.NONE: "no HMAC session (CONFIG_TCG_TPM2_HMAC=n, or tpm.disable_pcr_integrity=1)",
+    Mode.PER_COMMAND: "Linux 6.10: ContextLoad null key, salted StartAuthSession, FlushContext, command",
+    Mode.REUSE: "Linux 6.12+: one kept session, continueSession set (lazy flush)",
+    Mode.SAVED: "proposed: ContextLoad session, command, ContextSave",
 }
 
 DEFAULT_PCR = 16

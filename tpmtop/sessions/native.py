@@ -12,25 +12,25 @@ import os
 import struct
 from dataclasses import dataclass
 
-from tpmtop.errors import IntegrityError, NullNameChanged, TpmConnectionError, TpmError
+from tpm2_pytss.constants import TPM2_CC, TPM2_RH, TPM2_ST
+
+from tpmtop.errors import IntegrityError, TpmConnectionError, TpmError
 from tpmtop.sessions import crypto
+from tpmtop.sessions.engine import Engine
+from tpmtop.sessions.modes import Engine as EngineName
 from tpmtop.sessions.templates import TPM_RH_NULL, null_primary_public_bytes
 from tpmtop.tpm import names
 
-ST_NO_SESSIONS = 0x8001
-ST_SESSIONS = 0x8002
-RS_PW = 0x40000009
-CC_CREATE_PRIMARY = 0x131
-CC_CONTEXT_LOAD = 0x161
-CC_CONTEXT_SAVE = 0x162
-CC_FLUSH_CONTEXT = 0x165
-CC_START_AUTH_SESSION = 0x176
-CC_GET_RANDOM = 0x17B
-CC_PCR_EXTEND = 0x182
-
-# ContextLoad failures that mean "this context is from another TPM life": TPM_RC_INTEGRITY,
-# TPM_RC_HIERARCHY, TPM_RC_HANDLE, TPM_RC_VALUE
-CONTEXT_INVALID = {0x09F, 0x085, 0x08B, 0x084}
+ST_NO_SESSIONS = int(TPM2_ST.NO_SESSIONS)
+ST_SESSIONS = int(TPM2_ST.SESSIONS)
+RS_PW = int(TPM2_RH.PW)  # TPM_RS_PW: password authorisation
+CC_CREATE_PRIMARY = int(TPM2_CC.CreatePrimary)
+CC_CONTEXT_LOAD = int(TPM2_CC.ContextLoad)
+CC_CONTEXT_SAVE = int(TPM2_CC.ContextSave)
+CC_FLUSH_CONTEXT = int(TPM2_CC.FlushContext)
+CC_START_AUTH_SESSION = int(TPM2_CC.StartAuthSession)
+CC_GET_RANDOM = int(TPM2_CC.GetRandom)
+CC_PCR_EXTEND = int(TPM2_CC.PCR_Extend)
 
 ATTR_CONTINUE = 0x01
 ATTR_DECRYPT = 0x20
@@ -61,15 +61,13 @@ def _tpm2b(data: bytes) -> bytes:
     return struct.pack(">H", len(data)) + data
 
 
-class NativeEngine:
-    name = "native"
+class NativeEngine(Engine):
+    name = EngineName.NATIVE
 
     def __init__(self, transport):
+        super().__init__()
         self.t = transport
-        self.null_context: bytes | None = None
-        self.null_name: bytes | None = None
         self.null_x = self.null_y = b""
-        self.integrity_failures = 0
 
     # -- wire helpers -----------------------------------------------------------------------
     def _send(self, cmd: bytes, cc: int) -> bytes:
@@ -149,29 +147,19 @@ class NativeEngine:
             raise IntegrityError("malformed response authorization area; response rejected") from None
 
     # -- the kernel's probe: create the null primary, save it, flush it ------------------------
-    def create_null_primary(self) -> None:
+    def _create_null(self) -> tuple[bytes, bytes]:
         handle, rparams = self.execute(CC_CREATE_PRIMARY, (TPM_RH_NULL,), struct.pack(">I", TPM_RH_NULL),
                                        _create_primary_params(), None, 0, rsp_handle=True)
         name = _name_from_create_primary(rparams)
         x, y = _ecc_point_from_public(rparams)
         ctx = self._plain(CC_CONTEXT_SAVE, struct.pack(">I", handle))[10:]
         self.flush(handle)
-        if self.null_name is not None and name != self.null_name:
-            raise NullNameChanged("the null primary's name has changed (TPM reset or interference); "
-                                  "stopping as the kernel does")
-        self.null_name, self.null_x, self.null_y, self.null_context = name, x, y, ctx
+        if self.null_name is None or name == self.null_name:
+            self.null_x, self.null_y = x, y  # the salt's ECDH peer
+        return name, ctx
 
-    def load_null(self) -> int:
-        try:
-            rsp = self._plain(CC_CONTEXT_LOAD, self.null_context)
-        except TpmError as e:
-            if e.rc is None or names.rc_base(e.rc) not in CONTEXT_INVALID:
-                raise
-            # A reset TPM has a new null seed: the saved context no longer loads. Re-create
-            # and compare names, as the kernel does (tpm2_load_null).
-            self.create_null_primary()  # raises IntegrityError when the name changed
-            rsp = self._plain(CC_CONTEXT_LOAD, self.null_context)
-        return int.from_bytes(rsp[10:14], "big")
+    def _load_context(self, context: bytes) -> int:
+        return int.from_bytes(self._plain(CC_CONTEXT_LOAD, context)[10:14], "big")
 
     def start_session(self, tpm_key: int) -> Session:
         salt, ex, ey = crypto.ecdh_salt(self.null_x, self.null_y)
@@ -196,6 +184,11 @@ class NativeEngine:
 
     def forget_session(self, s: Session) -> None:
         pass  # nothing held host-side beyond the Python object
+
+    def session_handle(self, s: Session) -> int:
+        return s.handle  # a session keeps its handle while context-saved
+
+    tpm_handle = session_handle
 
     # -- operations ---------------------------------------------------------------------------
     def op(self, op: str, session: Session | None, attrs: int, pcr: int) -> None:

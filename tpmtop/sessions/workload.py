@@ -14,15 +14,22 @@ from __future__ import annotations
 
 import time
 
+from tpm2_pytss.constants import TPM2_RC
+
 from tpmtop.errors import TpmError
 from tpmtop.sessions.accounting import RunAccount
-from tpmtop.sessions.modes import DEFAULT_PCR, ENGINES, MODES, OPS, check_pcr
-from tpmtop.sessions.native import ATTR_CONTINUE, ATTR_DECRYPT, ATTR_ENCRYPT, CONTEXT_INVALID, NativeEngine
+from tpmtop.sessions.engine import CONTEXT_INVALID, make_engine
+from tpmtop.sessions.modes import DEFAULT_PCR, Engine, Mode, Op, check_pcr
+from tpmtop.sessions.native import ATTR_CONTINUE, ATTR_DECRYPT, ATTR_ENCRYPT
 from tpmtop.tpm import names
+from tpmtop.tpm.exchange import Labels, labelled, wire_log
 
 # A kept session the TPM no longer has: TPM_RC_REFERENCE_S0..S6 (0x918…, not loaded), or a
 # format-one error naming the session (TPM_RC_HANDLE/VALUE + session number).
-_SESSION_GONE = set(range(0x918, 0x91F))
+_SESSION_GONE = set(range(int(TPM2_RC.REFERENCE_S0), int(TPM2_RC.REFERENCE_S6) + 1))
+_HANDLE_OR_VALUE = (int(TPM2_RC.HANDLE), int(TPM2_RC.VALUE))
+CONTEXT_GAP = int(TPM2_RC.CONTEXT_GAP)
+SESSIONS_FULL = (int(TPM2_RC.SESSION_MEMORY), int(TPM2_RC.SESSION_HANDLES))
 
 
 def session_gone(rc: int | None) -> bool:
@@ -31,7 +38,7 @@ def session_gone(rc: int | None) -> bool:
     if rc in _SESSION_GONE:
         return True
     # format one, N in 8..15 means session N-8, P (bit 6) clear
-    return bool(rc & 0x80) and not rc & 0x40 and (rc >> 8) & 0xF >= 8 and names.rc_base(rc) in (0x08B, 0x084)
+    return bool(rc & 0x80) and not rc & 0x40 and (rc >> 8) & 0xF >= 8 and names.rc_base(rc) in _HANDLE_OR_VALUE
 
 
 def session_attrs(op: str, continue_session: bool, param_encryption: bool) -> int:
@@ -39,8 +46,8 @@ def session_attrs(op: str, continue_session: bool, param_encryption: bool) -> in
     if param_encryption:
         # What the kernel does: GetRandom's response is encrypted (0x40); PCR_Extend has no
         # TPM2B first parameter to encrypt. CreatePrimary's inSensitive can be (0x20).
-        attrs |= {"get_random": ATTR_ENCRYPT, "create_primary": ATTR_DECRYPT}.get(op, 0)
-    elif op == "get_random":
+        attrs |= {Op.GET_RANDOM: ATTR_ENCRYPT, Op.CREATE_PRIMARY: ATTR_DECRYPT}.get(op, 0)
+    elif op == Op.GET_RANDOM:
         # A TPM rejects an HMAC session on a command with no authorization handle unless it
         # audits, encrypts or decrypts: GetRandom keeps encrypt even with encryption "off".
         attrs |= ATTR_ENCRYPT
@@ -75,9 +82,7 @@ class Workload:
         engine = engine or self.engine_name
         mode = mode or self.mode
         op = op or self.op
-        for v, allowed in ((engine, ENGINES), (mode, MODES), (op, OPS)):
-            if v not in allowed:
-                raise ValueError(f"{v!r} not in {allowed}")
+        engine, mode, op = Engine(engine), Mode(mode), Op(op)  # ValueError for a name not defined
         if (engine, mode) != (self.engine_name, self.mode):
             self._teardown()
         self.engine_name, self.mode, self.op = engine, mode, op
@@ -85,14 +90,9 @@ class Workload:
     def engine(self):
         e = self._engines.get(self.engine_name)
         if e is None:
-            if self.engine_name == "native":
-                e = NativeEngine(self.t)
-            else:
-                from tpmtop.sessions.esys import EsysEngine
-
-                e = EsysEngine(self.t, self.conn.esapi())
-            self._label(None)
-            e.create_null_primary()  # the kernel's probe, once per engine
+            e = make_engine(self.engine_name, self.conn)
+            with self._labelled(None):
+                e.create_null_primary()  # the kernel's probe, once per engine
             self._engines[self.engine_name] = e
         return e
 
@@ -103,9 +103,9 @@ class Workload:
             a = self.accounts[key] = RunAccount(*key)
         return a
 
-    def _label(self, op_seq: int | None) -> None:
-        t = self.t
-        t.origin, t.engine, t.mode, t.op, t.op_seq = self.origin, self.engine_name, self.mode, self.op, op_seq
+    def _labelled(self, op_seq: int | None):
+        """Every command sent in this scope is stamped with this workload's labels."""
+        return labelled(Labels(self.origin, self.engine_name, self.mode, self.op, op_seq))
 
     # -- sessions -----------------------------------------------------------------------------
     def _new_session(self, e):
@@ -116,7 +116,7 @@ class Workload:
             except TpmError as err:
                 # Session slots full: free the sessions tpmtop itself left behind (an
                 # interrupted run, a mode switch that failed half-way), then try once more.
-                if err.rc not in (0x903, 0x905) or not self._flush_stray_sessions():
+                if err.rc not in SESSIONS_FULL or not self._flush_stray_sessions():
                     raise
                 s = e.start_session(primary)
         finally:
@@ -126,7 +126,9 @@ class Workload:
     def _flush_stray_sessions(self) -> int:
         from tpmtop.tpm.handles import flush, list_handles
 
-        kept = getattr(self.kept, "handle", None)
+        e = self._engines.get(self.engine_name)
+        # The kept session is not a stray (either engine: an ESYS_TR is not the TPM's handle).
+        kept = e.tpm_handle(self.kept) if e is not None and self.kept is not None else None
         n = 0
         for entry in list_handles(self.t, self.conn.recorder.owned_handles()):
             if entry.ours and entry.kind.endswith("session") and entry.handle != kept:
@@ -152,11 +154,11 @@ class Workload:
         self._prepared = False
 
     def _prepare(self, e) -> None:
-        if self.mode in ("reuse", "saved") and self.kept is None:
-            self._label(None)
-            self.kept = self._new_session(e)
-            if self.mode == "saved":
-                e.save_session(self.kept)
+        if self.mode in (Mode.REUSE, Mode.SAVED) and self.kept is None:
+            with self._labelled(None):
+                self.kept = self._new_session(e)
+                if self.mode == Mode.SAVED:
+                    e.save_session(self.kept)
             self.account().setups += 1
         self._prepared = True
 
@@ -168,20 +170,11 @@ class Workload:
         e = self._engines.get(self.engine_name)
         if e is None:
             return
-        self._label(None)
-        handle = getattr(s, "handle", None) if self.engine_name == "native" else None
         try:
-            if self.engine_name == "native":
-                e.flush(handle)
-            else:
-                if s.tr is None and s.context is not None:
-                    e.load_session(s)
-                e.flush(s.tr)
-                s.tr = None
+            with self._labelled(None):
+                e.end_session(s)
         except TpmError:
             pass  # already gone (TPM reset, flushed by someone else): nothing left to leak
-        finally:
-            e.forget_session(s)
 
     # -- one operation ------------------------------------------------------------------------
     def run_one(self) -> int:
@@ -191,21 +184,22 @@ class Workload:
             self._prepare(e)
         acct = self.account()
         self._op_seq = self.conn.recorder.next_op_seq()
-        self._label(self._op_seq)
         wire: list[tuple[int | None, int]] = []
-        self.t.acc = wire
-        t0 = time.perf_counter_ns()
         ok = False
+        t0 = 0
         try:
-            self._run_mode(e)
-            ok = True
+            with self._labelled(self._op_seq), wire_log(wire):
+                t0 = time.perf_counter_ns()
+                try:
+                    self._run_mode(e)
+                    ok = True
+                finally:
+                    total = time.perf_counter_ns() - t0
         except BaseException:
             acct.errors += 1
             raise
         finally:
-            total = time.perf_counter_ns() - t0
-            self.t.acc = None
-            self._label(None)
+            # book-keeping after the timed scope
             if self.ops_log is not None:
                 self.ops_log.append((self._op_seq, self.engine_name, self.mode, self.op, t0, total,
                                      sum(w for _, w in wire), ok))
@@ -214,9 +208,9 @@ class Workload:
 
     def _run_mode(self, e) -> None:
         mode, op, pcr = self.mode, self.op, self.pcr
-        if mode == "none":
+        if mode == Mode.NONE:
             e.op(op, None, 0, pcr)
-        elif mode == "per-command":
+        elif mode == Mode.PER_COMMAND:
             s = self._new_session(e)
             try:
                 e.op(op, s, session_attrs(op, False, self.param_encryption), pcr)
@@ -226,7 +220,7 @@ class Workload:
                 raise
             finally:
                 e.forget_session(s)
-        elif mode == "reuse":
+        elif mode == Mode.REUSE:
             try:
                 e.op(op, self.kept, session_attrs(op, True, self.param_encryption), pcr)
             except TpmError as err:
@@ -234,11 +228,11 @@ class Workload:
                     raise
                 self._recover(e)
                 e.op(op, self.kept, session_attrs(op, True, self.param_encryption), pcr)
-        elif mode == "saved":
+        elif mode == Mode.SAVED:
             try:
                 e.load_session(self.kept)
             except TpmError as err:
-                if names.rc_base(err.rc or 0) not in CONTEXT_INVALID and err.rc != 0x901:
+                if names.rc_base(err.rc or 0) not in CONTEXT_INVALID and err.rc != CONTEXT_GAP:
                     raise
                 self._recover(e)  # saved context gone or too old (TPM_RC_CONTEXT_GAP): start over
                 e.load_session(self.kept)
@@ -248,7 +242,7 @@ class Workload:
             except TpmError as err:
                 # TPM_RC_CONTEXT_GAP: some saved session is so old that the context counter
                 # cannot advance. If it is one tpmtop left behind, flushing it clears the gap.
-                if err.rc != 0x901 or not self._flush_stray_sessions():
+                if err.rc != CONTEXT_GAP or not self._flush_stray_sessions():
                     raise
                 self.account().sessions_lost += 1
                 e.save_session(self.kept)
@@ -257,12 +251,12 @@ class Workload:
         self.account().sessions_lost += 1
         e.forget_session(self.kept)
         self.kept = self._new_session(e)
-        if self.mode == "saved":
+        if self.mode == Mode.SAVED:
             e.save_session(self.kept)
 
     def _flush_quietly(self, e, s) -> None:
         try:
-            e.flush(s.handle if self.engine_name == "native" else s.tr)
+            e.flush(e.session_handle(s))
         except Exception:
             pass
 
@@ -275,8 +269,6 @@ class Workload:
             self._teardown()
         except Exception:
             pass
-        self.t.origin, self.t.op_seq = "user", None
-        self.t.acc = None
         for entry in list_handles(self.t, self.conn.recorder.owned_handles()):
             if entry.ours and entry.kind != "persistent":
                 try:

@@ -1,12 +1,12 @@
 """The dashboard's side of a live TPM: polling, user actions and the workload loop, as plain
 blocking calls that the dashboard runs in thread workers. No Textual here.
 
-One :class:`FairLock` (the *gate*) serialises every use of the transport: the workload
-thread, the poller and user actions each hold it for one operation. The transport's
-``origin`` label is set inside the gate, so a poll's GetCapability can never be stamped
+Every use of the TPM is a job on the connection's owner thread (:mod:`tpmtop.tpm.owner`):
+one workload operation, one poll, one user action at a time, in the order asked (a FIFO, so
+a workload running flat out cannot starve the poller). Each job carries its labels (origin
+``workload``, ``poll`` or ``user``), so a poll's GetCapability can never be stamped
 "workload" (or the reverse) and tpmtop's own traffic never pollutes the workload's
-histograms. The lock is FIFO because a workload running flat out would otherwise re-take a
-plain ``threading.Lock`` before the waiting poller wakes.
+histograms.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import datetime as _dt
 import os
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from tpm2_pytss.constants import TPM2_RC
 
 from tpmtop.errors import NullNameChanged, TpmConnectionError, TpmError, TpmtopError, UsageError
 
@@ -25,46 +26,8 @@ RATES = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 0.0)  # 0
 MAX_CONSECUTIVE_ERRORS = 3
 # A full TPM (object slots, session slots, session handles): retrying cannot help until
 # someone frees a slot, and every retry is one more failed command on the operator's TPM.
-SLOTS_FULL = {0x902: "object slots", 0x903: "session slots", 0x905: "session handles"}
-
-
-class FairLock:
-    """A FIFO (ticket) lock. ``acquire(timeout)`` that gives up leaves its ticket behind to be
-    skipped, so later waiters are not stuck behind it."""
-
-    def __init__(self):
-        self._cv = threading.Condition(threading.Lock())
-        self._next = 0
-        self._serving = 0
-        self._abandoned: set[int] = set()
-
-    def acquire(self, timeout: float | None = None) -> bool:
-        with self._cv:
-            ticket = self._next
-            self._next += 1
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while ticket != self._serving:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    self._abandoned.add(ticket)
-                    return False
-                self._cv.wait(left)
-            return True
-
-    def release(self) -> None:
-        with self._cv:
-            self._serving += 1
-            while self._serving in self._abandoned:
-                self._abandoned.discard(self._serving)
-                self._serving += 1
-            self._cv.notify_all()
-
-    def __enter__(self):
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
+SLOTS_FULL = {int(TPM2_RC.OBJECT_MEMORY): "object slots", int(TPM2_RC.SESSION_MEMORY): "session slots",
+              int(TPM2_RC.SESSION_HANDLES): "session handles"}
 
 
 @dataclass
@@ -83,7 +46,6 @@ class LiveSource:
                  mode: str = "per-command", op: str = "extend", pcr: int = 16, profile_note: str | None = None):
         self.conn = conn
         self.recorder = conn.recorder
-        self.gate = FairLock()
         self.read_only = read_only
         self.simulated = bool(conn.simulated)
         # The observer effect concerns a kernel's TPM: a device node, not a simulator on a socket.
@@ -117,53 +79,56 @@ class LiveSource:
         self._close_lock = threading.Lock()
         self._closed = False
 
-    # -- the gate ----------------------------------------------------------------------------
-    @contextmanager
-    def tpm(self, origin: str):
-        with self.gate:
-            if self.stopping.is_set():
-                raise TpmtopError("tpmtop is stopping")
-            t = self.conn.transport
-            t.origin = origin
-            try:
-                yield t
-            except TpmConnectionError as e:
-                self.connected = False
-                self.last_error = str(e)
-                raise
-            finally:
-                t.origin = "user"
+    # -- the TPM's owner thread -------------------------------------------------------------
+    def on_tpm(self, fn, *args, origin: str = "user", check_stopping: bool = True):
+        """Run ``fn(transport, *args)`` as one job on the TPM's owner thread (after any job
+        already queued) and return its result. A lost connection is noted here."""
+        if check_stopping and self.stopping.is_set():
+            raise TpmtopError("tpmtop is stopping")
+        try:
+            return self.conn.call(fn, *args, origin=origin)
+        except TpmConnectionError as e:
+            self.connected = False
+            self.last_error = str(e)
+            raise
+
+    def barrier(self) -> None:
+        """Return once every job queued before it (an operation in flight) has finished."""
+        self.conn.owner.call(lambda: None)
 
     # -- polling (a worker thread) -------------------------------------------------------------
     def poll(self) -> PollResult:
         from tpmtop.tpm.handles import list_handles
         from tpmtop.tpm.identity import read_variable
 
-        with self.tpm("poll") as t:
+        def job(t):
             if self.identity is None:
                 self.identity = self.conn.identity()
-            entries = list_handles(t, self.recorder.owned_handles())
-            var = read_variable(t)
+            return list_handles(t, self.recorder.owned_handles()), read_variable(t)
+
+        entries, var = self.on_tpm(job, origin="poll")
         return PollResult(entries, var, time.monotonic())
 
     def reconnect(self) -> None:
-        with self.gate:
-            if self.stopping.is_set():
-                return
-            self.conn.reconnect()
-            # The old engine's sessions and null key died with the TPM; never flush "its"
-            # handles on the new one (they could be someone else's).
-            w, self.workload = self.workload, None
-            self.connected = True
-            self.last_error = None
-            # A TPM that comes back has been through TPM2_Startup: a new null seed, a new life.
-            why = "the TPM restarted (it answers again after it stopped)"
-            acc = w.accounts if w is not None else self._old_accounts
-            if w is not None:
-                self.periods.extend(w.periods)
-            self._old_accounts = {}
-            self._end_period(acc, why)
-            self.recorder.mark(f"reconnected: {why}")
+        if self.stopping.is_set():
+            return
+        self.on_tpm(self._reconnect_job)
+
+    def _reconnect_job(self, _t) -> None:
+        self.conn.reconnect()
+        # The old engine's sessions and null key died with the TPM; never flush "its"
+        # handles on the new one (they could be someone else's).
+        w, self.workload = self.workload, None
+        self.connected = True
+        self.last_error = None
+        # A TPM that comes back has been through TPM2_Startup: a new null seed, a new life.
+        why = "the TPM restarted (it answers again after it stopped)"
+        acc = w.accounts if w is not None else self._old_accounts
+        if w is not None:
+            self.periods.extend(w.periods)
+        self._old_accounts = {}
+        self._end_period(acc, why)
+        self.recorder.mark(f"reconnected: {why}")
 
     # -- the workload (its own worker thread) ---------------------------------------------------
     def workload_loop(self, cancelled) -> None:
@@ -193,23 +158,8 @@ class LiveSource:
         if self.read_only:
             return
         try:
-            with self.tpm("workload"):
-                if not self.running:
-                    return
-                w = self._workload()
-                if w is None:
-                    return
-                try:
-                    w.run_one()
-                except NullNameChanged as e:
-                    # The TPM was reset (new null seed) or someone interferes. The engine marks
-                    # the recorder and starts a new period; sessions are set up again on the
-                    # next operation. Not an error streak: the workload goes on.
-                    w.recover_from_reset(str(e))
-                    self.periods.extend(w.periods)
-                    del w.periods[:]
-                    self.boundaries.append((time.time(), "the TPM was reset (its null primary's name changed)"))
-                    return
+            if not self.on_tpm(self._step_job, origin="workload"):
+                return
             self.errors_in_row = 0
             self.workload_error = None
         except TpmConnectionError:
@@ -226,6 +176,26 @@ class LiveSource:
             self._workload_failed(str(e))
         except Exception as e:  # a TSS2_Exception from ESAPI, or a bug in the engine
             self._workload_failed(f"{type(e).__name__}: {e}")
+
+    def _step_job(self, _t) -> bool:
+        """One workload operation, on the owner thread. False: nothing ran, or a reset."""
+        if not self.running:
+            return False
+        w = self._workload()
+        if w is None:
+            return False
+        try:
+            w.run_one()
+        except NullNameChanged as e:
+            # The TPM was reset (new null seed) or someone interferes. The engine marks the
+            # recorder and starts a new period; sessions are set up again on the next
+            # operation. Not an error streak: the workload goes on.
+            w.recover_from_reset(str(e))
+            self.periods.extend(w.periods)
+            del w.periods[:]
+            self.boundaries.append((time.time(), "the TPM was reset (its null primary's name changed)"))
+            return False
+        return True
 
     def _workload_failed(self, message: str, pause: str | None = None) -> None:
         self.workload_error = message
@@ -315,32 +285,34 @@ class LiveSource:
 
         if self.read_only:
             raise UsageError("--read-only: refusing to flush")
-        with self.tpm("user") as t:
-            flush(t, handle)
+        self.on_tpm(flush, handle)
         self.recorder.forget_handle(handle)
 
     def flush_ours(self) -> list[int]:
         """Close the engine (which flushes every handle it made), then flush whatever else
         tpmtop created that the TPM still lists."""
-        from tpmtop.tpm.handles import flush, list_handles
-
         if self.read_only:
             raise UsageError("--read-only: refusing to flush")
-        done: list[int] = []
         before = self.recorder.owned_handles()
-        with self.tpm("user") as t:
-            self._drop_workload()
-            listed = {e.handle for e in list_handles(t, self.recorder.owned_handles())}
-            for h in sorted(self.recorder.owned_handles() & listed):
-                if h >> 24 in (0x80, 0x02, 0x03):
-                    try:
-                        flush(t, h)
-                    except TpmtopError:
-                        continue
-                    self.recorder.forget_handle(h)
-                    done.append(h)
+        done = self.on_tpm(self._flush_ours_job)
         done += sorted((before - set(done)) - self.recorder.owned_handles())
         return sorted(set(done))
+
+    def _flush_ours_job(self, t) -> list[int]:
+        from tpmtop.tpm.handles import FLUSHABLE, flush, list_handles
+
+        done: list[int] = []
+        self._drop_workload()
+        listed = {e.handle for e in list_handles(t, self.recorder.owned_handles())}
+        for h in sorted(self.recorder.owned_handles() & listed):
+            if h >> 24 in FLUSHABLE:
+                try:
+                    flush(t, h)
+                except TpmtopError:
+                    continue
+                self.recorder.forget_handle(h)
+                done.append(h)
+        return done
 
     def reset_stats(self) -> None:
         self.recorder.reset_stats()
@@ -356,7 +328,7 @@ class LiveSource:
         events so that ``tpmtop replay`` can show the command stream too."""
         from tpmtop.bench import capture_dict
 
-        with self.gate:  # the engine's accounts are consistent between operations
+        def job(_t):  # on the owner thread: the engine's accounts are consistent between operations
             accounts = [a for a in self.accounts().values() if a.ops]
             periods = [[a for a in p.values() if a.ops] for p in self.periods]
             events = [e for e in self.recorder.events(max_events) if e.origin == "workload"]
@@ -364,6 +336,8 @@ class LiveSource:
                 raise TpmtopError("nothing to export yet: the TPM has not answered")
             # Each run then carries its period, and the recorder's marks say when and why.
             return capture_dict(self.conn, accounts, events=events, periods=periods or None)
+
+        return self.on_tpm(job, check_stopping=False)
 
     def tpm_json(self) -> dict:
         ident = self.identity
@@ -384,21 +358,20 @@ class LiveSource:
             self._closed = True
         self.running = False
         self.resume.set()  # wake a paused loop so it sees `stopping`
-        got = self.gate.acquire(timeout)
         self.stopping.set()
-        try:
+
+        def job(_t):  # queued behind an operation in flight, which finishes first
             w, self.workload = self.workload, None
-            if w is not None and self.connected and got:
-                try:
-                    w.close()
-                except Exception:
-                    pass
+            if w is not None and self.connected:
+                w.close()
+
+        try:
+            if self.conn.owner is not None:
+                self.conn.owner.submit(job).result(timeout)
+        except Exception:
+            pass  # a silent TPM: give up on flushing after the time-out rather than hang the exit
         finally:
-            try:
-                self.conn.close()
-            finally:
-                if got:
-                    self.gate.release()
+            self.conn.close()
 
 
 def export_capture(cap: dict, directory: str | os.PathLike = ".", now: _dt.datetime | None = None) -> Path:

@@ -29,41 +29,40 @@ class SysfsSnapshot:
 
 
 class Sysfs:
+    """The dashboard's view of sysfs/securityfs, read by the same code as ``tpmtop boot``
+    (:func:`tpmtop.boot.facts.collect_kernelfs` through a :class:`RootReader`), so a fixture
+    tree under ``root`` looks like a machine to both."""
+
     def __init__(self, root: str | os.PathLike = "/", tpm: str = "tpm0"):
         self.root = Path(root)
+        self.tpm = tpm
         self.tpm_dir = self.root / "sys/class/tpm" / tpm
         self.ima_dir = self.root / "sys/kernel/security/ima"
 
-    def _read(self, path: Path) -> str | None:
-        try:
-            return path.read_text(errors="replace").strip()
-        except OSError:
-            return None
-
-    def _int(self, path: Path) -> int | None:
-        v = self._read(path)
-        try:
-            return int(v) if v is not None else None
-        except ValueError:
-            return None
-
     def read(self, with_pcrs: bool = True) -> SysfsSnapshot:
-        s = SysfsSnapshot(tpm_present=self.tpm_dir.is_dir(), kernel=os.uname().release)
-        if s.tpm_present:
-            s.tpm_version = self._read(self.tpm_dir / "tpm_version_major")
-            s.hmac_compiled = (self.tpm_dir / "null_name").exists()
+        from tpmtop.boot.facts import collect_kernelfs, read_pcrs
+        from tpmtop.boot.rootfs import RootReader
+
+        reader = RootReader(str(self.root))
+        sf = collect_kernelfs(reader)
+        present = self.tpm in sf.chips
+        s = SysfsSnapshot(tpm_present=present,
+                          kernel=sf.value("kernel.release") or (os.uname().release if reader.live else ""))
+        if present:
+            s.tpm_version = sf.value("tpm.version")
+            s.hmac_compiled = sf.value("tpm.null_name")
             if with_pcrs:
-                for i in PCRS_SHOWN:
-                    v = self._read(self.tpm_dir / "pcr-sha256" / str(i))
-                    if v is not None:
-                        s.pcrs[i] = v.lower()
+                s.pcrs = read_pcrs(reader, self.tpm, PCRS_SHOWN)
         else:
-            s.notes.append(f"no {self.tpm_dir} (no TPM driver loaded, or not Linux)")
-        s.disable_pcr_integrity = self._read(self.root / "sys/module/tpm/parameters/disable_pcr_integrity")
-        s.ima_count = self._int(self.ima_dir / "runtime_measurements_count")
-        s.ima_violations = self._int(self.ima_dir / "violations")
+            chips = sf.get("tpm.chips")
+            why = chips.reason if chips is not None and chips.reason else f"no {self.tpm} among {sf.chips}"
+            s.notes.append(f"{why} ({self.tpm_dir})")
+        s.disable_pcr_integrity = sf.value("tpm.disable_pcr_integrity")
+        s.ima_count = sf.value("ima.measurements")
+        s.ima_violations = sf.value("ima.violations")
         if s.ima_count is None:
-            s.notes.append(f"no {self.ima_dir} (IMA off, securityfs not mounted, or not root)")
+            ima = sf.get("ima.measurements")
+            s.notes.append(ima.reason if ima is not None and ima.reason else f"no {self.ima_dir}")
         return s
 
 

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import struct
 
+from tpm2_pytss.constants import TPM2_CAP, TPM2_CC, TPM2_ST
 from tpm2_pytss.types import TPMS_CAPABILITY_DATA
 
 from tpmtop.errors import TpmError
 from tpmtop.tpm import names
 
-TPM_ST_NO_SESSIONS = 0x8001
-CC_GET_CAPABILITY = 0x17A
-CC_FLUSH_CONTEXT = 0x165
-CC_READ_PUBLIC = 0x173
+TPM_ST_NO_SESSIONS = int(TPM2_ST.NO_SESSIONS)
+CC_GET_CAPABILITY = int(TPM2_CC.GetCapability)
+CC_FLUSH_CONTEXT = int(TPM2_CC.FlushContext)
+CC_READ_PUBLIC = int(TPM2_CC.ReadPublic)
 
-TPM_CAP_HANDLES = 1
-TPM_CAP_TPM_PROPERTIES = 6
+TPM_CAP_HANDLES = int(TPM2_CAP.HANDLES)
+TPM_CAP_TPM_PROPERTIES = int(TPM2_CAP.TPM_PROPERTIES)
 
 
 def build(cc: int, body: bytes = b"", tag: int = TPM_ST_NO_SESSIONS) -> bytes:

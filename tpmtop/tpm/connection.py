@@ -1,8 +1,10 @@
-"""One open TPM: the target, the simulator if any, the instrumented transport, the recorder.
+"""One open TPM: the target, the simulator if any, the instrumented transport, its owner
+thread, and the sink the transport reports to.
 
-``open_tpm()`` is what every subcommand and the dashboard call. Use it as a context manager:
-leaving it flushes nothing by itself (the session engine owns its handles) but always closes
-the transport and stops a private swtpm.
+:func:`tpmtop.connect.open_tpm` (which adds a recorder as the sink) is what every subcommand
+and the dashboard call. Use it as a context manager: leaving it flushes nothing by itself (the
+session engine owns its handles) but always stops the owner, closes the transport and stops a
+private swtpm. This module never imports the recorder: the sink is whatever the caller gives.
 """
 
 from __future__ import annotations
@@ -10,19 +12,23 @@ from __future__ import annotations
 from typing import Callable
 
 from tpmtop.errors import TpmConnectionError
-from tpmtop.recorder import Recorder
 from tpmtop.tpm import tcti as tcti_mod
+from tpmtop.tpm import wire
+from tpmtop.tpm.exchange import ExchangeSink, Labels
+from tpmtop.tpm.owner import TpmOwner
 from tpmtop.tpm.identity import Identity, read_identity
 from tpmtop.tpm.transport import (DeviceBackend, InstrumentedTransport, SocketBackend,
                                   TctiLdrBackend, connect_tcp)
 
 
 class TpmConnection:
-    def __init__(self, target: tcti_mod.Target, recorder: Recorder | None = None):
+    def __init__(self, target: tcti_mod.Target, sink: ExchangeSink | None = None):
         self.target = target
-        self.recorder = recorder if recorder is not None else Recorder()
+        # Named for what it is in tpmtop (tpmtop.recorder.Recorder); any ExchangeSink works.
+        self.recorder = sink
         self.sim = None
         self.transport: InstrumentedTransport | None = None
+        self.owner: TpmOwner | None = None
         self._identity: Identity | None = None
         self._esapi = None
         self.profile_name: str | None = None
@@ -30,7 +36,11 @@ class TpmConnection:
     # -- lifecycle ---------------------------------------------------------------------------
     def open(self) -> "TpmConnection":
         try:
+            # What decoding an exchange needs (tpm2-pytss's command tables, ~150 ms to import)
+            # is loaded now, never inside the first measured operation.
+            wire.warm()
             self.transport = InstrumentedTransport(self._backend(), self.recorder)
+            self.owner = TpmOwner(self.transport)
         except BaseException:
             self.close()
             raise
@@ -62,8 +72,21 @@ class TpmConnection:
             self.transport.backend.close()
             self.transport.backend = self._backend()
         self._esapi = None
+        if self.owner is not None:
+            self.owner.lost = None
+
+    def call(self, fn, *args, origin: str = "user", labels: Labels | None = None, **kwargs):
+        """Run ``fn(transport, *args, **kwargs)`` as one job on the TPM's owner thread."""
+        if self.owner is None:
+            raise TpmConnectionError("not connected")
+        return self.owner.call(fn, self.transport, *args, labels=labels or Labels(origin), **kwargs)
 
     def close(self) -> None:
+        if self.owner is not None:
+            # Jobs already queued (a clean-up) finish first; a job stuck on a silent TPM is
+            # abandoned after the time-out (the thread is a daemon, the backend closes under it).
+            self.owner.close(timeout=10.0)
+            self.owner = None
         if self._esapi is not None:
             try:
                 self._esapi.close()
@@ -95,7 +118,8 @@ class TpmConnection:
 
     def identity(self) -> Identity:
         if self._identity is None:
-            self._identity = read_identity(self.transport)
+            self._identity = (self.owner.call(read_identity, self.transport) if self.owner is not None
+                              else read_identity(self.transport))
         return self._identity
 
     def esapi(self):
@@ -113,13 +137,3 @@ class TpmConnection:
         if self.profile_name:
             d["profile"] = self.profile_name
         return d
-
-
-def open_tpm(tcti: str | None = None, sim: bool = False, env: dict | None = None,
-             raw_device: bool = False, recorder: Recorder | None = None,
-             notice: Callable[[str], None] | None = None) -> TpmConnection:
-    target = tcti_mod.choose(tcti, sim, env, raw_device)
-    if target.note and notice:
-        notice(target.note)
-    return TpmConnection(target, recorder).open()
-

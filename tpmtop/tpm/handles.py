@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpm2_pytss.constants import TPM2_HR, TPM2_HT
+
 from tpmtop.errors import UsageError
 from tpmtop.tpm.commands import flush_context, get_handles
 
 # (GetCapability selector, kind as tpmtop names it). A selector of 0x02… lists *loaded*
 # sessions (HMAC and policy alike), 0x03… lists *saved* ones (spec Part 2, TPM_HT).
 CATEGORIES = (
-    (0x80000000, "transient"),
-    (0x02000000, "loaded-session"),
-    (0x03000000, "saved-session"),
-    (0x81000000, "persistent"),
+    (int(TPM2_HR.TRANSIENT), "transient"),
+    (int(TPM2_HR.HMAC_SESSION), "loaded-session"),
+    (int(TPM2_HR.POLICY_SESSION), "saved-session"),
+    (int(TPM2_HR.PERSISTENT), "persistent"),
 )
+# What FlushContext accepts, by a handle's top byte (TPM_HT).
+FLUSHABLE = frozenset(int(t) for t in (TPM2_HT.TRANSIENT, TPM2_HT.HMAC_SESSION, TPM2_HT.POLICY_SESSION))
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,7 @@ def list_handles(transport, owned: set[int] | None = None) -> list[HandleEntry]:
             if kind.endswith("session"):
                 # The top byte of a session handle says HMAC (0x02) or policy (0x03),
                 # whichever list (loaded/saved) it came from.
-                st = "hmac" if h >> 24 == 0x02 else "policy"
+                st = "hmac" if h >> 24 == TPM2_HT.HMAC_SESSION else "policy"
             out.append(HandleEntry(h, kind, st, h in owned))
     return out
 
@@ -59,10 +63,10 @@ def parse_handle(text: str) -> int:
 
 def check_flushable(handle: int) -> None:
     top = handle >> 24
-    if top == 0x81:
+    if top == TPM2_HT.PERSISTENT:
         raise UsageError(f"0x{handle:08x} is a persistent object: removing it needs EvictControl with "
                          "owner authorization, which tpmtop never uses")
-    if top not in (0x80, 0x02, 0x03):
+    if top not in FLUSHABLE:
         raise UsageError(f"0x{handle:08x} is not a transient object or a session and cannot be flushed")
 
 

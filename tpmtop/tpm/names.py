@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from tpm2_pytss.constants import TPM2_CC, TSS2_RC
+from tpm2_pytss.constants import TPM2_CC, TPM2_RC, TSS2_RC
 
 
 def _build_cc_tables() -> tuple[dict[int, str], dict[str, int]]:
@@ -95,13 +95,13 @@ def session_attr_text(attrs: int) -> str:
 
 # What to do about the response codes an operator meets when a TPM is full or was reset.
 _HINTS = {
-    0x902: "the TPM's transient object slots are full (handles leaked by some client?): "
+    int(TPM2_RC.OBJECT_MEMORY): "the TPM's transient object slots are full (handles leaked by some client?): "
            "see `tpmtop handles` and free them with `tpmtop flush HANDLE`",
-    0x903: "the TPM's loaded-session slots are full: see `tpmtop handles` for sessions some "
+    int(TPM2_RC.SESSION_MEMORY): "the TPM's loaded-session slots are full: see `tpmtop handles` for sessions some "
            "client left loaded",
-    0x905: "the TPM has no free session handles (TPM2_PT_ACTIVE_SESSIONS_MAX reached): "
+    int(TPM2_RC.SESSION_HANDLES): "the TPM has no free session handles (TPM2_PT_ACTIVE_SESSIONS_MAX reached): "
            "saved sessions are held by some client; see `tpmtop handles`",
-    0x901: "TPM_RC_CONTEXT_GAP: a long-saved session blocks further context saves until it is "
+    int(TPM2_RC.CONTEXT_GAP): "TPM_RC_CONTEXT_GAP: a long-saved session blocks further context saves until it is "
            "loaded and saved again, or flushed; see `tpmtop handles` (saved sessions)",
 }
 

@@ -2,7 +2,8 @@
 
 ``InstrumentedTransport`` is a tpm2-pytss ``PyTCTI`` (so ESAPI can use it) that also offers
 ``transact(command) -> response`` for tpmtop's own raw commands and the native session
-engine. Both paths record the same :class:`~tpmtop.recorder.Event`.
+engine. Both paths hand the same :class:`~tpmtop.tpm.exchange.Exchange` to the transport's
+sink (the recorder, in tpmtop) and do nothing else on the round trip.
 
 Under it sits a *backend* that moves bytes: a persistent socket to swtpm (twice as fast as
 tpm2-tss's swtpm TCTI, which reconnects for every command), ``/dev/tpmrm0`` opened directly,
@@ -14,15 +15,14 @@ from __future__ import annotations
 import errno
 import os
 import socket
-import threading
 import time
 from typing import Callable, Protocol
 
 from tpm2_pytss.TCTI import PyTCTI
 
 from tpmtop.errors import TpmConnectionError
-from tpmtop.recorder import Recorder
 from tpmtop.tpm import wire
+from tpmtop.tpm.exchange import _LABELS, _WIRE_LOG, Exchange, ExchangeSink
 
 MAX_RESPONSE = 4096
 
@@ -181,53 +181,45 @@ Shaper = Callable[[wire.CommandInfo], "int | None"]
 
 
 class InstrumentedTransport(PyTCTI):
-    """Records every command; never changes a byte of what is sent or received."""
+    """Reports every exchange to its sink; never changes a byte of what is sent or received.
 
-    def __init__(self, backend: Backend, recorder: Recorder | None = None):
+    Owned by one thread at a time (the TPM owner, :mod:`tpmtop.tpm.owner`, or a test or a
+    benchmark that drives it directly): there is no lock on the round trip.
+    """
+
+    def __init__(self, backend: Backend, sink: ExchangeSink | None = None):
         super().__init__(max_size=MAX_RESPONSE, magic=b"TPMTOP\x00\x00")
         self.backend = backend
-        self.recorder = recorder if recorder is not None else Recorder()
+        self.sink = sink
         self.shaper: Shaper | None = None
-        # Labels stamped on each event; the session engine and the dashboard set them.
-        self.origin = "user"
-        self.engine: str | None = None
-        self.mode: str | None = None
-        self.op: str | None = None
-        self.op_seq: int | None = None
-        # When a list, (command code, wire ns) of each command is appended: the session
-        # engine sums an operation's wire time from it.
-        self.acc: list | None = None
         self._pending: bytes | None = None
-        self._lock = threading.Lock()  # one command on the wire at a time
         self.closed = False
 
     def transact(self, command: bytes) -> bytes:
-        rec = self.recorder
-        if not rec.enabled and self.shaper is None and self.acc is None:
-            with self._lock:
-                return self.backend.transact(command)
-        with self._lock:
-            t0 = time.perf_counter_ns()
-            try:
-                rsp = self.backend.transact(command)
-            except Exception as e:
-                wire_ns = time.perf_counter_ns() - t0
-                if self.acc is not None:
-                    self.acc.append((_cc(command), wire_ns))
-                if rec.enabled:
-                    rec.add_raw((t0, wire_ns, command, None, str(e), self.origin, self.engine, self.mode,
-                                 self.op, self.op_seq))
-                raise
-            if self.shaper is not None:
-                hold = self.shaper(wire.decode_command(command))
-                if hold:
-                    _sleep_until(t0 + hold)
+        sink = self.sink
+        report = sink is not None and sink.enabled
+        log = _WIRE_LOG.get()
+        if not report and self.shaper is None and log is None:
+            return self.backend.transact(command)
+        t0 = time.perf_counter_ns()
+        try:
+            rsp = self.backend.transact(command)
+        except Exception as e:
             wire_ns = time.perf_counter_ns() - t0
-        if self.acc is not None:
-            self.acc.append((_cc(command), wire_ns))
-        if rec.enabled:
-            rec.add_raw((t0, wire_ns, command, rsp, None, self.origin, self.engine, self.mode, self.op,
-                         self.op_seq))
+            if log is not None:
+                log.append((_cc(command), wire_ns))
+            if report:
+                sink.put(Exchange(t0, wire_ns, command, None, str(e), _LABELS.get()))
+            raise
+        if self.shaper is not None:
+            hold = self.shaper(wire.decode_command(command))
+            if hold:
+                _sleep_until(t0 + hold)
+        wire_ns = time.perf_counter_ns() - t0
+        if log is not None:
+            log.append((_cc(command), wire_ns))
+        if report:
+            sink.put(Exchange(t0, wire_ns, command, rsp, None, _LABELS.get()))
         return rsp
 
     # -- PyTCTI: ESAPI calls transmit then receive on the same thread ----------------------

@@ -13,10 +13,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-TPM_ST_NO_SESSIONS = 0x8001
-TPM_ST_SESSIONS = 0x8002
-TPM_RS_PW = 0x40000009
-CC_FLUSH_CONTEXT = 0x165
+from tpm2_pytss.constants import TPM2_CC, TPM2_RH, TPM2_ST
+
+TPM_ST_NO_SESSIONS = int(TPM2_ST.NO_SESSIONS)
+TPM_ST_SESSIONS = int(TPM2_ST.SESSIONS)
+TPM_RS_PW = int(TPM2_RH.PW)  # the password "session" handle: not a session anyone holds
+CC_FLUSH_CONTEXT = int(TPM2_CC.FlushContext)
 
 _HDR = struct.Struct(">HII")
 _U32 = struct.Struct(">I")
@@ -52,6 +54,20 @@ def response_has_handle(cc: int) -> bool:
             v = False
         _rsp_has_handle[cc] = v
     return v
+
+
+def warm() -> None:
+    """Load tpm2-pytss's command tables and fill the per-command caches for every command
+    code it knows, so no decode ever pays an import or a first look-up. Called when a TPM
+    connection opens: never inside a measured operation."""
+    try:
+        from tpm2_pytss.constants import TPM2_CC
+    except Exception:
+        return
+    for cc in TPM2_CC:
+        if TPM2_CC.FIRST <= cc <= TPM2_CC.LAST:
+            num_handles(int(cc))
+            response_has_handle(int(cc))
 
 
 @dataclass(slots=True)

@@ -1,0 +1,102 @@
+"""One owner for the TPM, and a recorder that listens off the timed path (issue #11)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+from tpmtop.sessions.workload import Workload
+from tpmtop.tpm.exchange import Labels, current_labels, labelled
+from tpmtop.tpm.handles import list_handles
+from tpmtop.tpm.identity import read_variable
+
+
+def test_exchanges_are_decoded_between_jobs_never_inside_one(tpm):
+    """Inside a job the recorder has only appended; decoding happens on the owner thread once
+    the job is over."""
+    rec = tpm.recorder
+    wl = Workload(tpm, "native", "per-command", "extend")
+    tpm.owner.call(wl.run_one)  # probe + warm-up, decoded afterwards
+
+    def op_then_look():
+        decoded_before = rec._seq
+        wl.run_one()  # 4 commands on the wire
+        return decoded_before, rec._seq, len(rec._pending)
+
+    before, after, pending = tpm.owner.call(op_then_look)
+    assert after == before, "the recorder decoded inside the operation"
+    assert pending >= 4
+    tpm.owner.call(lambda: None)  # a later job starts only after the gap's decoding
+    assert not rec._pending and rec.decoded_on == "tpm-owner"
+    ops = [e for e in rec.events() if e.op_seq == wl._op_seq]
+    assert [e.name.removeprefix("TPM2_CC_") for e in ops] == [
+        "ContextLoad", "StartAuthSession", "FlushContext", "PCR_Extend"]
+    tpm.owner.call(wl.close)
+
+
+def test_a_reader_sees_every_completed_exchange(tpm):
+    """A reader never misses an exchange the transport already reported, decoded or not."""
+    for _ in range(5):
+        read_variable(tpm.transport)  # straight on the transport: nobody decodes between jobs
+    assert len(tpm.recorder._pending) >= 5
+    evs = tpm.recorder.events()
+    assert sum(1 for e in evs if e.name == "TPM2_CC_GetCapability") >= 5 and not tpm.recorder._pending
+
+
+def test_labels_travel_with_jobs_not_the_transport(tpm):
+    """A poll and a workload submitted from two threads at once: each command carries its own
+    job's origin, whatever the interleaving."""
+    wl = Workload(tpm, "native", "none", "get_random")
+    poll = Labels("poll")
+
+    def polls():
+        for _ in range(30):
+            tpm.owner.call(list_handles, tpm.transport, labels=poll)
+
+    t = threading.Thread(target=polls)
+    t.start()
+    for _ in range(30):
+        tpm.owner.call(wl.run_one)
+    t.join(60)
+    evs = tpm.recorder.events()
+    caps = [e for e in evs if e.name == "TPM2_CC_GetCapability"]
+    rands = [e for e in evs if e.name == "TPM2_CC_GetRandom"]
+    assert len(caps) >= 30 * 4 and {e.origin for e in caps} == {"poll"}
+    assert len(rands) == 30 and {e.origin for e in rands} == {"workload"}
+    assert {e.op_seq for e in rands} == set(range(rands[0].op_seq, rands[0].op_seq + 30))
+    tpm.owner.call(wl.close)
+
+
+def test_labels_are_scoped():
+    assert current_labels().origin == "user"
+    with labelled(origin="poll") as lab:
+        assert current_labels() is lab and lab.origin == "poll"
+        with labelled(op_seq=7):
+            assert current_labels().origin == "poll" and current_labels().op_seq == 7
+    assert current_labels().origin == "user"
+
+
+def test_an_error_in_a_job_reaches_the_caller_and_the_owner_goes_on(tpm):
+    def boom():
+        raise ValueError("job failed")
+
+    try:
+        tpm.owner.call(boom)
+    except ValueError as e:
+        assert str(e) == "job failed"
+    else:
+        raise AssertionError("the job's exception was lost")
+    assert tpm.call(read_variable)["HR_TRANSIENT_AVAIL"] == 3  # the owner still runs jobs
+
+
+def test_the_transport_layer_never_imports_the_recorder():
+    """tpmtop/tpm/* reports to a sink; it knows nothing above it."""
+    code = ("import importlib, pkgutil, sys, tpmtop.tpm as p\n"
+            "for m in pkgutil.iter_modules(p.__path__):\n"
+            "    importlib.import_module('tpmtop.tpm.' + m.name)\n"
+            "print(sorted(n for n in sys.modules if n.startswith('tpmtop.') and not n.startswith('tpmtop.tpm')"
+            " and n not in ('tpmtop.errors',)))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

@@ -1,0 +1,22 @@
+"""``open_tpm()``: choose a TPM (tpm2-tools' order), connect to it, and record what is sent.
+
+It sits above :mod:`tpmtop.tpm` (which never imports the recorder) and below everything
+that talks to a TPM: it is where the transport's sink becomes a :class:`Recorder`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from tpmtop.recorder import Recorder
+from tpmtop.tpm import tcti as tcti_mod
+from tpmtop.tpm.connection import TpmConnection
+
+
+def open_tpm(tcti: str | None = None, sim: bool = False, env: dict | None = None,
+             raw_device: bool = False, recorder: Recorder | None = None,
+             notice: Callable[[str], None] | None = None) -> TpmConnection:
+    target = tcti_mod.choose(tcti, sim, env, raw_device)
+    if target.note and notice:
+        notice(target.note)
+    return TpmConnection(target, recorder if recorder is not None else Recorder()).open()

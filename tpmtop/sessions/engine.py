@@ -1,0 +1,93 @@
+"""What the session strategies need from a crypto engine, and what both engines share.
+
+``tpmtop/sessions/workload.py`` drives an engine only through this interface, so the four
+strategies are written once and never branch on which engine runs them. The kernel's null
+primary handling (probe, reload, name check) lives here once; an engine supplies the TPM
+commands (``_create_null``, ``_load_context``) in its own way.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from tpmtop.errors import NullNameChanged, TpmError
+from tpmtop.tpm import names
+from tpm2_pytss.constants import TPM2_RC
+
+# ContextLoad failures that mean "this context is from another TPM life".
+CONTEXT_INVALID = frozenset(int(rc) for rc in (TPM2_RC.INTEGRITY, TPM2_RC.HIERARCHY, TPM2_RC.HANDLE,
+                                               TPM2_RC.VALUE))
+
+
+class Engine:
+    """Base of :class:`~tpmtop.sessions.native.NativeEngine` and
+    :class:`~tpmtop.sessions.esys.EsysEngine`."""
+
+    name: StrEnum
+
+    def __init__(self):
+        self.null_context = None  # the null primary's saved context (the kernel's tpm2_load_null)
+        self.null_name: bytes | None = None
+        self.integrity_failures = 0
+
+    # -- what an engine implements -------------------------------------------------------------
+    def _create_null(self):
+        """CreatePrimary in the null hierarchy, ContextSave, FlushContext: (name, context)."""
+        raise NotImplementedError
+
+    def _load_context(self, context):
+        """ContextLoad; returns the engine's handle for what was loaded."""
+        raise NotImplementedError
+
+    def start_session(self, tpm_key): raise NotImplementedError
+    def flush(self, handle) -> None: raise NotImplementedError
+    def save_session(self, s) -> None: raise NotImplementedError
+    def load_session(self, s) -> None: raise NotImplementedError
+    def forget_session(self, s) -> None: raise NotImplementedError
+    def session_handle(self, s): raise NotImplementedError
+    def tpm_handle(self, s) -> int | None:
+        """The handle the TPM knows the session by (as GetCapability lists it)."""
+        raise NotImplementedError
+    def op(self, op: str, session, attrs: int, pcr: int) -> None: raise NotImplementedError
+
+    # -- the kernel's null primary, once for both engines -----------------------------------------
+    def create_null_primary(self) -> None:
+        name, ctx = self._create_null()
+        if self.null_name is not None and name != self.null_name:
+            raise NullNameChanged("the null primary's name has changed (TPM reset or interference); "
+                                  "stopping as the kernel does")
+        self.null_name, self.null_context = name, ctx
+
+    def load_null(self):
+        try:
+            return self._load_context(self.null_context)
+        except TpmError as e:
+            if e.rc is None or names.rc_base(e.rc) not in CONTEXT_INVALID:
+                raise
+            # A reset TPM has a new null seed: the saved context no longer loads. Re-create
+            # and compare names, as the kernel does (tpm2_load_null).
+            self.create_null_primary()  # raises NullNameChanged when the name changed
+            return self._load_context(self.null_context)
+
+    def end_session(self, s) -> None:
+        """Flush a session tpmtop started, loaded or context-saved, and drop it host-side."""
+        try:
+            if s.context is not None and self.session_handle(s) is None:
+                self.load_session(s)  # a saved session ESAPI no longer has a handle for
+            self.flush(self.session_handle(s))
+        finally:
+            self.forget_session(s)
+
+
+def make_engine(engine: str, conn) -> Engine:
+    from tpmtop.sessions.modes import Engine as EngineName
+
+    if engine == EngineName.NATIVE:
+        from tpmtop.sessions.native import NativeEngine
+
+        return NativeEngine(conn.transport)
+    if engine == EngineName.ESYS:
+        from tpmtop.sessions.esys import EsysEngine
+
+        return EsysEngine(conn.transport, conn.esapi())
+    raise ValueError(f"unknown engine {engine!r}")

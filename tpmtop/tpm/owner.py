@@ -1,0 +1,125 @@
+"""The one thread that talks to the TPM.
+
+Everything tpmtop sends — a workload operation, a dashboard poll, a user's flush, a bench's
+clean-up — is a *job* on this thread's queue, run to completion one at a time in the order
+submitted (a FIFO, so a workload running flat out cannot starve a poll). A job carries its
+:class:`~tpmtop.tpm.exchange.Labels`; nothing mutable on the transport says who is talking.
+
+Why one owner rather than a lock:
+- signals (Ctrl-C, SIGTERM, SIGHUP) are delivered to the main thread, which only *waits* for
+  jobs: an interrupt can never land between a command and its response, or inside a tpm2-tss
+  callback, so the stream is always in step for the clean-up job that follows;
+- between two jobs, and only then, the owner lets the transport's sink do its work
+  (:meth:`ExchangeSink.between_jobs`): decoding never runs inside a timed operation nor
+  competes with one for the GIL;
+- Python's cyclic garbage collector is paused while a job runs and catches up between jobs.
+  Recording allocates (an exchange per command, an event per decode); left alone, the
+  collector would run whenever an allocation crosses its threshold — often inside a timed
+  operation, and a full collection over a 100,000-event ring costs milliseconds. Reference
+  counting still frees almost everything at once; only cycles wait for the next gap.
+- a lost TPM is seen here, in one place (:attr:`lost`), by whichever job found it.
+"""
+
+from __future__ import annotations
+
+import gc
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable
+
+from tpmtop.errors import TpmConnectionError
+from tpmtop.tpm.exchange import Labels, labelled
+
+
+class TpmOwner:
+    def __init__(self, transport, name: str = "tpm-owner"):
+        self.transport = transport
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        self._closed = False
+        self.lost: str | None = None  # why the TPM connection was lost, until a reconnect
+
+    # -- submitting ------------------------------------------------------------------------
+    def submit(self, fn: Callable[..., Any], *args, labels: Labels | None = None, **kwargs) -> Future:
+        fut: Future = Future()
+        if self._closed:
+            fut.set_exception(TpmConnectionError("the TPM connection is closed"))
+            return fut
+        self._q.put((fut, fn, args, kwargs, labels))
+        return fut
+
+    def call(self, fn: Callable[..., Any], *args, labels: Labels | None = None, timeout: float | None = None,
+             **kwargs):
+        """Run ``fn(*args, **kwargs)`` on the owner thread and return its result (or raise its
+        exception). Waiting is interruptible: a signal handler that raises in the main thread
+        (Ctrl-C) stops the wait, not the job, which finishes on its own."""
+        if self.on_owner_thread():
+            if labels is None:
+                return fn(*args, **kwargs)
+            with labelled(labels):
+                return fn(*args, **kwargs)
+        return self.submit(fn, *args, labels=labels, **kwargs).result(timeout)
+
+    def on_owner_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    @property
+    def busy(self) -> bool:
+        return not self._q.empty()
+
+    # -- the thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            fut, fn, args, kwargs, labels = item
+            if not fut.set_running_or_notify_cancel():
+                continue
+            paused_gc = gc.isenabled()
+            if paused_gc:
+                gc.disable()
+            try:
+                if labels is None:
+                    result = fn(*args, **kwargs)
+                else:
+                    with labelled(labels):
+                        result = fn(*args, **kwargs)
+            except BaseException as e:  # handed to the waiter, who decides
+                if isinstance(e, TpmConnectionError):
+                    self.lost = str(e)
+                exc, result = e, None
+            else:
+                exc = None
+            finally:
+                if paused_gc:
+                    gc.enable()
+            if exc is None:
+                fut.set_result(result)
+            else:
+                fut.set_exception(exc)
+                del exc
+            del fut, fn, args, kwargs, labels, item, result
+            if self._q.empty():
+                self._between_jobs()
+
+    def _between_jobs(self) -> None:
+        sink = getattr(self.transport, "sink", None)
+        if sink is None:
+            return
+        try:
+            sink.between_jobs()
+        except Exception:  # a listener's bug must not stop the TPM's owner
+            pass
+
+    def close(self, timeout: float | None = 10.0) -> bool:
+        """No new jobs; the queued ones finish first. True if the thread ended in time."""
+        if not self._closed:
+            self._closed = True
+            self._q.put(None)
+        if self.on_owner_thread():
+            return False
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
