@@ -11,7 +11,6 @@ import subprocess
 import pytest
 
 from conftest import _free_port_pair
-from tpmtop.proxy.forward import client_of_origin
 from tpmtop.proxy.server import ProxyServer
 from tpmtop.tui.widgets.clients import ClientsPanel
 from tui_helpers import SIZE, app_for, main_screen, until
@@ -27,7 +26,7 @@ class TestClientsPanel:
         src = live(start_running=True, rate=50)
         port = _free_port_pair()
         log: list[str] = []
-        src.proxy = ProxyServer(src.conn, port=port, log=log.append, gate=src.tpm).start()
+        src.proxy = ProxyServer(src.conn, port=port, log=log.append).start()
         src.proxy_log = log
         try:
             app = app_for(src, tmp_path)
@@ -47,8 +46,8 @@ class TestClientsPanel:
                 table.move_cursor(row=table.get_row_index(key))
                 await until(pilot, lambda: "GetRandom" in str(panel.query_one("#clients-detail").render()),
                             timeout=30, what="its per-command latencies")
-            evs = [e for e in src.recorder.events() if client_of_origin(e.origin) is not None]
+            evs = [e for e in src.recorder.events() if e.client is not None]
             assert "TPM2_CC_GetRandom" in {e.name for e in evs}
-            assert all(e.engine is None for e in evs)  # never stamped with the workload's labels
+            assert all(e.engine is None and e.origin == "proxy" for e in evs)  # never the workload's labels
         finally:
             src.proxy.stop()

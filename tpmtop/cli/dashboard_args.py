@@ -162,8 +162,8 @@ def run(args) -> int:
 
 
 def _start_listen(args, conn, source):
-    """`tpmtop --listen P`: the proxy inside the dashboard, its commands through the
-    dashboard's gate (so they interleave with the workload and polls, each correctly labelled)."""
+    """`tpmtop --listen P`: the proxy inside the dashboard; its commands are jobs on the TPM's
+    owner thread like the workload's and the polls', each with its own labels."""
     if getattr(args, "listen", None) is None:
         return None
     if not 0 < args.listen < 65535:
@@ -171,7 +171,7 @@ def _start_listen(args, conn, source):
     from tpmtop.proxy.server import ProxyServer
 
     log: list[str] = []
-    source.proxy = ProxyServer(conn, port=args.listen, log=log.append, gate=source.tpm).start()
+    source.proxy = ProxyServer(conn, port=args.listen, log=log.append).start()
     source.proxy_log = log
     return source.proxy
 

@@ -172,16 +172,6 @@ class Accounts:
                 self._by_key[peer.key] = c
             return c
 
-    def add_workload_client(self, name: str = "tpmtop workload") -> ClientStats:
-        from tpmtop.proxy.peers import describe_pid
-        import os
-
-        p = describe_pid(os.getpid())
-        with self._lock:
-            c = ClientStats(0, type(p)(p.pid, name, p.cmdline, p.uid, p.user, p.start_time), "in-process")
-            self.clients[0] = c
-        return c
-
     def record(self, c: ClientStats, cmd: bytes, rsp: bytes | None, wire_ns: int) -> None:
         info = wire.decode_command(cmd)
         r = wire.decode_response(rsp, info.cc)

@@ -8,18 +8,19 @@ Capture additions (tpmtop.capture/1, minor 1, all optional): a top-level ``clien
 from __future__ import annotations
 
 from tpmtop.proxy.accounting import Accounts, ClientStats, attrs_text
-from tpmtop.proxy.forward import client_of_origin
+from tpmtop.proxy.forward import client_id_of
 from tpmtop.tpm import names
 
 CAPTURE_MINOR = 1
 
 
-def label_events(events_json: list[dict]) -> list[dict]:
-    """Capture events with the proxy's ``client:<id>`` origin turned into origin + client."""
-    for e in events_json:
-        cid = client_of_origin(e.get("origin"))
+def label_events(events_json: list[dict], events: list) -> list[dict]:
+    """Capture events (``events_json`` made from recorder ``events``, same order) gain their
+    client's id. Events before the capture's time origin were dropped from ``events_json``:
+    pair them from the end."""
+    for e, ev in zip(reversed(events_json), reversed(events)):
+        cid = client_id_of(getattr(ev, "client", None))
         if cid is not None:
-            e["origin"] = "proxy"
             e["client"] = cid
     return events_json
 
@@ -67,7 +68,7 @@ def capture(conn, accounts: Accounts, with_events: bool, extra: dict | None = No
                                                        **(extra or {})})
     cap["runs"] = client_runs(accounts)
     if "events" in cap:
-        label_events(cap["events"])
+        label_events(cap["events"], events)
     return cap
 
 

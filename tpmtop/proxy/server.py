@@ -61,14 +61,13 @@ class ProxyServer:
 
     def __init__(self, conn, *, protocol: str = "swtpm", host: str = "127.0.0.1", port: int = 2321,
                  socket_path: str | None = None, log: Callable[[str], None] = print,
-                 accounts: Accounts | None = None, gate=None):
+                 accounts: Accounts | None = None):
         if protocol not in ("swtpm", "mssim"):
             raise UsageError(f"unknown protocol {protocol!r}: use swtpm or mssim")
         self.conn = conn
         self.protocol = protocol
         self.host, self.port, self.socket_path = host, port, socket_path
         self.log = log
-        self.gate = gate  # see tpmtop.proxy.forward.Gate (the dashboard's)
         self.accounts = accounts or Accounts()
         self.resolver = peers.TcpResolver()
         self._listeners: list[socket.socket] = []
@@ -261,8 +260,7 @@ class ProxyServer:
                     if mssim:
                         client.locality = locality
                     try:
-                        rsp, wire_ns = forward(self._transport_for(client), client.id, cmd,
-                                               None if self.per_client_device else self.gate)
+                        rsp, wire_ns = forward(self.conn, client.id, cmd, self._transport_for(client))
                     except TpmConnectionError as e:
                         self.log(f"client {client.id} {client.name}: the TPM failed ({e}); connection closed")
                         return
@@ -280,8 +278,10 @@ class ProxyServer:
         return handle
 
     def _transport_for(self, client: ClientStats):
+        """None: the shared connection (through its owner thread); with /dev/tpmrm0 the
+        client's own descriptor, reporting to the same recorder."""
         if not self.per_client_device:
-            return self.conn.transport
+            return None
         t = self._client_transports.get(client.id)
         if t is None:
             from tpmtop.tpm.transport import DeviceBackend, InstrumentedTransport
