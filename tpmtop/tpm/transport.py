@@ -209,7 +209,7 @@ class InstrumentedTransport(PyTCTI):
             if log is not None:
                 log.append((_cc(command), wire_ns))
             if report:
-                sink.put(Exchange(t0, wire_ns, command, None, str(e), _LABELS.get()))
+                sink.put(_new(Exchange, (t0, wire_ns, command, None, str(e), _LABELS.get())))
             raise
         if self.shaper is not None:
             hold = self.shaper(wire.decode_command(command))
@@ -219,7 +219,7 @@ class InstrumentedTransport(PyTCTI):
         if log is not None:
             log.append((_cc(command), wire_ns))
         if report:
-            sink.put(Exchange(t0, wire_ns, command, rsp, None, _LABELS.get()))
+            sink.put(_new(Exchange, (t0, wire_ns, command, rsp, None, _LABELS.get())))
         return rsp
 
     # -- PyTCTI: ESAPI calls transmit then receive on the same thread ----------------------
@@ -239,6 +239,11 @@ class InstrumentedTransport(PyTCTI):
         if not self.closed:
             self.closed = True
             self.backend.close()
+
+
+# An Exchange built by tuple.__new__ directly: the NamedTuple's generated __new__ is a Python
+# call (~0.3 µs here), a noticeable share of a 30 µs round trip.
+_new = tuple.__new__
 
 
 def _cc(command: bytes) -> int | None:
