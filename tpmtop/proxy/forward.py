@@ -8,6 +8,9 @@ and is recorded with its client — never with the workload's engine/mode/op.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+from typing import Callable
+
 from tpmtop.tpm.exchange import Labels, labelled, wire_log
 
 ORIGIN = "proxy"
@@ -27,21 +30,32 @@ def client_id_of(client: str | None) -> int | None:
         return None
 
 
-def _exchange(transport, command: bytes) -> tuple[bytes, int]:
+def _job(transport, command: bytes, then) -> tuple[bytes, int]:
     log: list = []
     with wire_log(log):
         rsp = transport.transact(command)
-    return rsp, log[-1][1] if log else 0
+    wire_ns = log[-1][1] if log else 0
+    then(rsp, wire_ns)
+    return rsp, wire_ns
 
 
-def forward(conn, client_id: int, command: bytes, transport=None) -> tuple[bytes, int]:
-    """Send ``command`` byte-exact, return ``(response, wire_ns)`` as the transport timed it.
+def forward(conn, client_id: int, command: bytes, then: Callable[[bytes, int], None],
+            transport=None) -> Future:
+    """Send ``command`` byte-exact as one job on the TPM's owner thread; ``then(response,
+    wire_ns)`` runs inside that job as soon as the response is in, and answers the client
+    from there. The proxy's connection thread does not wait for the job: the answer leaves
+    one thread hand-over after the TPM's (each hand-over costs tens of µs of wake-up and GIL).
+    The returned future fails with what the transport raised (TpmConnectionError).
 
-    ``transport``: a client's own transport (its own /dev/tpmrm0 descriptor), used on the
-    calling thread; by default the connection's, through its owner thread. Raises what the
-    transport raises (TpmConnectionError) when the TPM is gone."""
+    ``transport``: a client's own transport (its own /dev/tpmrm0 descriptor), run on the
+    calling thread instead."""
     labels = labels_for(client_id)
-    if transport is not None:
+    if transport is None:
+        return conn.owner.submit(_job, conn.transport, command, then, labels=labels)
+    fut: Future = Future()
+    try:
         with labelled(labels):
-            return _exchange(transport, command)
-    return conn.owner.call(_exchange, conn.transport, command, labels=labels)
+            fut.set_result(_job(transport, command, then))
+    except Exception as e:
+        fut.set_exception(e)
+    return fut

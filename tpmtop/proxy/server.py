@@ -162,6 +162,12 @@ class ProxyServer:
                     os.unlink(p)
                 except OSError:
                     pass
+        owner = getattr(self.conn, "owner", None)
+        if owner is not None:  # clients' jobs still queued are counted before anyone departs
+            try:
+                owner.call(lambda: None, timeout=30)
+            except Exception:
+                pass
         departed = []
         for c in self.accounts.snapshot():
             if c.departed_ns is None and c.id != 0:
@@ -227,6 +233,7 @@ class ProxyServer:
 
         def handle(sock: socket.socket) -> None:
             client: ClientStats | None = None
+            pending = None  # the job of the client's last command
             try:
                 # Name the peer as soon as it sends its first byte, while it is surely alive (a
                 # client killed mid-command must still be named); a connection closed without
@@ -259,23 +266,56 @@ class ProxyServer:
                         return
                     if mssim:
                         client.locality = locality
-                    try:
-                        rsp, wire_ns = forward(self.conn, client.id, cmd, self._transport_for(client))
-                    except TpmConnectionError as e:
-                        self.log(f"client {client.id} {client.name}: the TPM failed ({e}); connection closed")
-                        return
-                    self.accounts.record(client, cmd, rsp, wire_ns)
-                    try:
-                        sock.sendall(P.mssim_response(rsp) if mssim else rsp)
-                    except OSError:
-                        self.log(f"client {client.id} {client.name} (pid {client.peer.pid}): went away before "
-                                 f"its response ({len(rsp)} bytes, read from the TPM and dropped); connection closed")
-                        return
+                    pending = self._exchange(sock, client, cmd, mssim)
             finally:
+                if pending is not None:
+                    try:  # its accounting (and leak report) must include the last command
+                        pending.result()
+                    except Exception:
+                        pass
                 if client is not None:
                     self._closed(client)
 
         return handle
+
+    def _exchange(self, sock: socket.socket, client: ClientStats, cmd: bytes, mssim: bool):
+        """Queue one whole command for the TPM; its job answers the client (never blocking the
+        TPM's owner: a client whose buffer is full gets the rest from a helper thread)."""
+
+        def then(rsp: bytes, wire_ns: int) -> None:  # on the TPM's owner thread
+            data = P.mssim_response(rsp) if mssim else rsp
+            try:
+                sent = sock.send(data, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                sent = -1
+            if 0 <= sent < len(data):
+                threading.Thread(target=self._send_rest, args=(sock, client, data[sent:]), daemon=True).start()
+            self.accounts.record(client, cmd, rsp, wire_ns)
+            if sent < 0:
+                self._went_away(sock, client, len(rsp))
+
+        fut = forward(self.conn, client.id, cmd, then, self._transport_for(client))
+        fut.add_done_callback(lambda f: self._tpm_failed(sock, client, f))
+        return fut
+
+    def _send_rest(self, sock: socket.socket, client: ClientStats, rest: bytes) -> None:
+        try:
+            sock.sendall(rest)
+        except OSError:
+            self._went_away(sock, client, len(rest))
+
+    def _went_away(self, sock: socket.socket, client: ClientStats, n: int) -> None:
+        self.log(f"client {client.id} {client.name} (pid {client.peer.pid}): went away before its response "
+                 f"({n} bytes, read from the TPM and dropped); connection closed")
+        _shutdown(sock)
+
+    def _tpm_failed(self, sock: socket.socket, client: ClientStats, fut) -> None:
+        e = fut.exception()
+        if e is not None:
+            self.log(f"client {client.id} {client.name}: the TPM failed ({e}); connection closed")
+            _shutdown(sock)
 
     def _transport_for(self, client: ClientStats):
         """None: the shared connection (through its owner thread); with /dev/tpmrm0 the
@@ -343,6 +383,13 @@ class ProxyServer:
             self.log(f"{head}; LEAK: left {len(leaked)} handle(s) behind: " + ", ".join(h.text() for h in leaked))
         else:
             self.log(f"{head}; left nothing loaded")
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)  # the connection's thread sees the end and cleans up
+    except OSError:
+        pass
 
 
 def _short(text: str, n: int = 80) -> str:
