@@ -72,14 +72,15 @@ def _write_capture(args, conn, accounts, extra=None, events: bool = False) -> No
 
 def run_proxy(args) -> int:
     from tpmtop.proxy.server import ProxyServer
-    from tpmtop.recorder import Recorder
 
     _check_port(args.port)
     host = args.bind or "127.0.0.1"
     if args.bind and args.bind not in ("127.0.0.1", "::1", "localhost"):
         notice(f"WARNING: listening on {args.bind}: anyone who can reach this port can use the TPM "
                "(no authentication; a TPM on the network is an attack surface)")
-    rec = Recorder(keep_buffers=False) if not args.events else Recorder()
+    from tpmtop.proxy.report import proxy_recorder
+
+    rec = proxy_recorder(keep_buffers=bool(args.events))
     with tpm_from_args(args, recorder=rec) as conn:
         conn.identity()  # read once now, not in the middle of the clients' traffic
         server = ProxyServer(conn, protocol=args.protocol, host=host, port=args.port,
@@ -130,14 +131,15 @@ def _print_clients(accounts) -> None:
 def run_run(args) -> int:
     from tpmtop.proxy.report import run_table
     from tpmtop.proxy.server import ProxyServer
-    from tpmtop.recorder import Recorder
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
         raise UsageError("nothing to run: tpmtop run [options] -- CMD [ARGS…]")
-    rec = Recorder()
+    from tpmtop.proxy.report import proxy_recorder
+
+    rec = proxy_recorder()
     with tpm_from_args(args, recorder=rec) as conn:
         conn.identity()
         server = ProxyServer(conn, protocol=args.protocol, host="127.0.0.1", port=0, log=_quiet_log)

@@ -171,3 +171,20 @@ def client_detail(accounts: Accounts, key: str) -> str:
     for h in c.leaked or accounts.held_by(c.id):
         lines.append(f"  {'left' if c.leaked else 'holds'} {h.text()}")
     return "\n".join(lines)
+
+
+def proxy_recorder(keep_buffers: bool = True):
+    """A recorder for `tpmtop proxy`/`tpmtop run`: it decodes between jobs only once 256
+    exchanges wait (and always when read). A proxied client sends its next command tens of µs
+    after its answer; decoding after every job held the GIL just then (+60–90 µs a command
+    measured with benchmarks/proxy.py)."""
+    from tpmtop.recorder import Recorder
+
+    class ProxyRecorder(Recorder):
+        BETWEEN_JOBS_BATCH = 256
+
+        def between_jobs(self) -> None:
+            if len(self._pending) >= self.BETWEEN_JOBS_BATCH:
+                super().between_jobs()
+
+    return ProxyRecorder(keep_buffers=keep_buffers)
