@@ -83,6 +83,11 @@ CASES = [
     ("profile", ["from-trace", "{d}/notrace.txt"]),
     ("profile", ["record", "-T", DEAD, "--pcr", "3"]),
     ("profile", ["record", "--sim", "-T", DEAD]),
+    ("proxy", ["-T", DEAD, "--port", "65535"]),            # needs PORT and PORT+1
+    ("proxy", ["-T", DEAD, "--protocol", "tcp"]),
+    ("run", ["-T", DEAD]),                                 # nothing to run
+    ("run", ["--sim", "--", "no-such-command-tpmtop"]),
+    ("clients", ["--bogus"]),
 ]
 
 # Cases that exercise someone else's code and show a bug there (issue 8 lists them):

@@ -150,6 +150,7 @@ def run_run(args) -> int:
         for k in TCTI_ENV:
             env[k] = tcti
         status = None
+        proc = None
         t0 = time.perf_counter_ns()
         try:
             try:
@@ -171,11 +172,12 @@ def run_run(args) -> int:
         finally:
             wall = time.perf_counter_ns() - t0
             server.stop()
-            clients = [c for c in server.accounts.snapshot() if c.id != 0]
-            print(f"tpmtop run: {' '.join(cmd)} (through {tcti}; TPM {conn.target.tcti})", file=sys.stderr)
-            print(run_table(clients, wall, server.accounts, table), file=sys.stderr, flush=True)
-            _write_capture(args, conn, server.accounts,
-                           extra={"command": {"argv": cmd, "exit_status": status, "wall_ns": wall}}, events=True)
+            if proc is not None:  # a CMD that never started gets no table: its one line says why
+                clients = [c for c in server.accounts.snapshot() if c.id != 0]
+                print(f"tpmtop run: {' '.join(cmd)} (through {tcti}; TPM {conn.target.tcti})", file=sys.stderr)
+                print(run_table(clients, wall, server.accounts, table), file=sys.stderr, flush=True)
+                _write_capture(args, conn, server.accounts,
+                               extra={"command": {"argv": cmd, "exit_status": status, "wall_ns": wall}}, events=True)
     if status is None:
         return EXIT_INTERRUPTED
     return status if status >= 0 else 128 - status
