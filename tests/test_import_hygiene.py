@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 def test_layers_contract_holds():
     """`lint-imports` keeps every contract in pyproject.toml."""
     lint = Path(sys.executable).with_name("lint-imports")
+    assert lint.exists(), "import-linter is not installed in this venv: run `make bootstrap` (test extras)"
     r = subprocess.run([str(lint), "--no-cache"], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "0 broken" in r.stdout

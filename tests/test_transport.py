@@ -130,3 +130,12 @@ def test_raw_buffers_kept_for_the_newest_events_only(tpm, monkeypatch):
     assert all(e.command is None and e.response is None for e in evs[:-10])
     assert all(e.command is not None and e.response is not None for e in evs[-10:])
     assert all(e.cc == 0x17A and e.rc == 0 for e in evs)  # the decoded fields stay
+
+
+def test_wire_constants_are_tpm2_pytss_values():
+    """wire.py spells four constants itself (importing tpm2-pytss at parse time costs every
+    headless command ~55 ms); they must stay the TPM's."""
+    from tpm2_pytss.constants import TPM2_CC, TPM2_RH, TPM2_ST
+
+    assert (wire.TPM_ST_NO_SESSIONS, wire.TPM_ST_SESSIONS, wire.TPM_RS_PW, wire.CC_FLUSH_CONTEXT) == (
+        TPM2_ST.NO_SESSIONS, TPM2_ST.SESSIONS, TPM2_RH.PW, TPM2_CC.FlushContext)

@@ -12,6 +12,7 @@ import statistics
 
 from tpmtop.errors import UsageError
 from tpmtop.profiles.model import ANY, HMAC_SESSION, NO_SESSION, Figure, Profile, has_hmac_session
+from tpmtop.sessions.modes import OP_COMMANDS, Engine, Op
 from tpmtop.tpm import names
 
 # Below this many samples deciles are mostly noise: give the median only (no spread).
@@ -123,7 +124,7 @@ def _profile_from_runs(cap, name, chip, src, where, path) -> Profile:
     p50s: dict[tuple[int, str], list[tuple[float, int]]] = {}
     buckets: dict[tuple[int, str], dict[float, int]] = {}
     for run in cap.get("runs") or []:
-        op_cc = {"extend": "PCR_Extend", "get_random": "GetRandom", "create_primary": "CreatePrimary"}.get(run.get("op"))
+        op_cc = OP_COMMANDS.get(run.get("op"))
         for cname, summ in (run.get("commands") or {}).items():
             cc = names.cc_from_name(cname)
             if cc is None or not summ.get("count"):
@@ -205,7 +206,7 @@ def profile_from_traces(paths: list[str], name: str, calls: int | None = None,
 
 
 # -- from a live TPM ---------------------------------------------------------------------------
-RECORD_OPS = ("extend", "get_random")
+RECORD_OPS = (Op.EXTEND, Op.GET_RANDOM)
 
 
 def record(conn, n: int, pcr: int, ops=RECORD_OPS, warmup: int = 2,
@@ -220,7 +221,7 @@ def record(conn, n: int, pcr: int, ops=RECORD_OPS, warmup: int = 2,
     from tpmtop.errors import TpmtopError
     from tpmtop.sessions.modes import MODES
 
-    plans = [BenchPlan(op=op, modes=list(MODES), engines=["native"], n=n, warmup=warmup, batch=max(1, min(10, n)),
+    plans = [BenchPlan(op=op, modes=list(MODES), engines=[Engine.NATIVE], n=n, warmup=warmup, batch=max(1, min(10, n)),
                        pcr=pcr) for op in ops]
     total = sum(p.n * len(p.pairs) for p in plans)
     done_before = 0

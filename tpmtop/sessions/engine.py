@@ -12,8 +12,16 @@ from enum import StrEnum
 
 from tpmtop.errors import NullNameChanged, TpmError
 from tpmtop.tpm import names
-from tpm2_pytss.constants import TPM2_RC
+from tpm2_pytss.constants import TPM2_RC, TPMA_SESSION
 
+# Session attribute bits a strategy asks an engine for (TPMA_SESSION).
+ATTR_CONTINUE = int(TPMA_SESSION.CONTINUESESSION)
+ATTR_DECRYPT = int(TPMA_SESSION.DECRYPT)  # the command's first TPM2B parameter is encrypted
+ATTR_ENCRYPT = int(TPMA_SESSION.ENCRYPT)  # the response's first TPM2B parameter is encrypted
+
+# What an operation sends, the same through either engine.
+EXTEND_DIGEST = bytes.fromhex("6d3c1f5e3ad2b2f0c0ffee0ddba11ad5e1ec7ed1ab1e5eed0fbadc0ffee15600")
+RANDOM_BYTES = 32
 # ContextLoad failures that mean "this context is from another TPM life".
 CONTEXT_INVALID = frozenset(int(rc) for rc in (TPM2_RC.INTEGRITY, TPM2_RC.HIERARCHY, TPM2_RC.HANDLE,
                                                TPM2_RC.VALUE))

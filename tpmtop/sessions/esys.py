@@ -7,18 +7,16 @@ ESAPI keeps its own resource objects (ESYS_TR) for every handle; when the TPM en
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from tpm2_pytss import ESAPI
 from tpm2_pytss.constants import ESYS_TR, TPM2_ALG, TPM2_SE
 from tpm2_pytss.types import TPM2B_SENSITIVE_CREATE, TPML_DIGEST_VALUES, TPMT_HA, TPMT_SYM_DEF
-
-from contextlib import contextmanager
-
 from tpm2_pytss.TSS2_Exception import TSS2_Exception
 
 from tpmtop.errors import TpmError
-from tpmtop.sessions.engine import Engine
-from tpmtop.sessions.modes import Engine as EngineName
-from tpmtop.sessions.native import EXTEND_DIGEST, RANDOM_BYTES
+from tpmtop.sessions.engine import EXTEND_DIGEST, RANDOM_BYTES, Engine
+from tpmtop.sessions.modes import OP_COMMANDS, Engine as EngineName, Op
 from tpmtop.sessions.templates import null_primary_public
 from tpmtop.tpm import names
 
@@ -115,19 +113,19 @@ class EsysEngine(Engine):
         return None
 
     def op(self, op: str, session: EsysSession | None, attrs: int, pcr: int) -> None:
-        with tpm_errors({"extend": "PCR_Extend", "get_random": "GetRandom"}.get(op, "CreatePrimary")):
+        with tpm_errors(OP_COMMANDS[Op(op)]):
             self._op(op, session, attrs, pcr)
 
     def _op(self, op: str, session: EsysSession | None, attrs: int, pcr: int) -> None:
         e = self.esys
         if session is not None:
             e.trsess_set_attributes(session.tr, attrs, 0xFF)
-        if op == "extend":
+        if op == Op.EXTEND:
             e.pcr_extend(ESYS_TR.PCR0 + pcr, _extend_digests(),
                          session1=session.tr if session else ESYS_TR.PASSWORD)
-        elif op == "get_random":
+        elif op == Op.GET_RANDOM:
             e.get_random(RANDOM_BYTES, session1=session.tr if session else ESYS_TR.NONE)
-        elif op == "create_primary":
+        elif op == Op.CREATE_PRIMARY:
             handle = e.create_primary(TPM2B_SENSITIVE_CREATE(), null_primary_public(), primary_handle=ESYS_TR.NULL,
                                       session1=session.tr if session else ESYS_TR.PASSWORD)[0]
             e.flush_context(handle)

@@ -25,6 +25,9 @@ class Op(StrEnum):
     CREATE_PRIMARY = "create_primary"
 
 
+# The TPM command each operation is (tpm2-pytss's TPM2_CC spelling).
+OP_COMMANDS = {Op.EXTEND: "PCR_Extend", Op.GET_RANDOM: "GetRandom", Op.CREATE_PRIMARY: "CreatePrimary"}
+
 MODES: tuple[str, ...] = tuple(Mode)
 ENGINES: tuple[str, ...] = tuple(Engine)
 OPS: tuple[str, ...] = tuple(Op)

@@ -12,12 +12,12 @@ import os
 import struct
 from dataclasses import dataclass
 
-from tpm2_pytss.constants import TPM2_CC, TPM2_RH, TPM2_ST
+from tpm2_pytss.constants import TPM2_ALG, TPM2_CC, TPM2_RH, TPM2_ST
 
 from tpmtop.errors import IntegrityError, TpmConnectionError, TpmError
 from tpmtop.sessions import crypto
-from tpmtop.sessions.engine import Engine
-from tpmtop.sessions.modes import Engine as EngineName
+from tpmtop.sessions.engine import ATTR_DECRYPT, ATTR_ENCRYPT, EXTEND_DIGEST, RANDOM_BYTES, Engine
+from tpmtop.sessions.modes import Engine as EngineName, Op
 from tpmtop.sessions.templates import TPM_RH_NULL, null_primary_public_bytes
 from tpmtop.tpm import names
 
@@ -32,14 +32,8 @@ CC_START_AUTH_SESSION = int(TPM2_CC.StartAuthSession)
 CC_GET_RANDOM = int(TPM2_CC.GetRandom)
 CC_PCR_EXTEND = int(TPM2_CC.PCR_Extend)
 
-ATTR_CONTINUE = 0x01
-ATTR_DECRYPT = 0x20
-ATTR_ENCRYPT = 0x40
-
 _PW_AUTH = struct.pack(">IIHBH", 9, RS_PW, 0, 0, 0)  # size, TPM_RS_PW, empty nonce, attrs 0, empty hmac
-_SYM_AES128_CFB = struct.pack(">HHH", 0x0006, 128, 0x0043)
-EXTEND_DIGEST = bytes.fromhex("6d3c1f5e3ad2b2f0c0ffee0ddba11ad5e1ec7ed1ab1e5eed0fbadc0ffee15600")
-RANDOM_BYTES = 32
+_SYM_AES128_CFB = struct.pack(">HHH", TPM2_ALG.AES, 128, TPM2_ALG.CFB)
 
 
 @dataclass
@@ -165,7 +159,7 @@ class NativeEngine(Engine):
         salt, ex, ey = crypto.ecdh_salt(self.null_x, self.null_y)
         nonce_caller = os.urandom(32)
         body = (struct.pack(">II", tpm_key, TPM_RH_NULL) + _tpm2b(nonce_caller)
-                + _tpm2b(_tpm2b(ex) + _tpm2b(ey)) + b"\x00" + _SYM_AES128_CFB + struct.pack(">H", 0x000B))
+                + _tpm2b(_tpm2b(ex) + _tpm2b(ey)) + b"\x00" + _SYM_AES128_CFB + struct.pack(">H", TPM2_ALG.SHA256))
         rsp = self._plain(CC_START_AUTH_SESSION, body)
         handle = int.from_bytes(rsp[10:14], "big")
         nlen = int.from_bytes(rsp[14:16], "big")
@@ -192,14 +186,14 @@ class NativeEngine(Engine):
 
     # -- operations ---------------------------------------------------------------------------
     def op(self, op: str, session: Session | None, attrs: int, pcr: int) -> None:
-        if op == "extend":
-            params = struct.pack(">IH", 1, 0x000B) + EXTEND_DIGEST
+        if op == Op.EXTEND:
+            params = struct.pack(">IH", 1, TPM2_ALG.SHA256) + EXTEND_DIGEST
             self.execute(CC_PCR_EXTEND, (pcr,), struct.pack(">I", pcr), params, session, attrs)
-        elif op == "get_random":
+        elif op == Op.GET_RANDOM:
             _, rparams = self.execute(CC_GET_RANDOM, (), b"", struct.pack(">H", RANDOM_BYTES), session, attrs)
             if int.from_bytes(rparams[:2], "big") != RANDOM_BYTES:
                 raise TpmError("GetRandom returned fewer bytes than asked")
-        elif op == "create_primary":
+        elif op == Op.CREATE_PRIMARY:
             handle, _ = self.execute(CC_CREATE_PRIMARY, (TPM_RH_NULL,), struct.pack(">I", TPM_RH_NULL),
                                      _create_primary_params(), session, attrs, rsp_handle=True)
             self.flush(handle)

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-NULL_PRIMARY_ATTRS = 0x00030472
-TPM_RH_NULL = 0x40000007
+from tpm2_pytss.constants import TPM2_RH, TPMA_OBJECT
+
+NULL_PRIMARY_ATTRS = int(TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT | TPMA_OBJECT.SENSITIVEDATAORIGIN
+                         | TPMA_OBJECT.USERWITHAUTH | TPMA_OBJECT.NODA | TPMA_OBJECT.RESTRICTED
+                         | TPMA_OBJECT.DECRYPT)  # 0x00030472
+TPM_RH_NULL = int(TPM2_RH.NULL)
 
 
 @lru_cache(maxsize=1)

@@ -18,9 +18,8 @@ from tpm2_pytss.constants import TPM2_RC
 
 from tpmtop.errors import TpmError
 from tpmtop.sessions.accounting import RunAccount
-from tpmtop.sessions.engine import CONTEXT_INVALID, make_engine
+from tpmtop.sessions.engine import ATTR_CONTINUE, ATTR_DECRYPT, ATTR_ENCRYPT, CONTEXT_INVALID, make_engine
 from tpmtop.sessions.modes import DEFAULT_PCR, Engine, Mode, Op, check_pcr
-from tpmtop.sessions.native import ATTR_CONTINUE, ATTR_DECRYPT, ATTR_ENCRYPT
 from tpmtop.tpm import names
 from tpmtop.tpm.exchange import Labels, labelled, wire_log
 
@@ -55,7 +54,7 @@ def session_attrs(op: str, continue_session: bool, param_encryption: bool) -> in
 
 
 class Workload:
-    def __init__(self, conn, engine: str = "native", mode: str = "per-command", op: str = "extend",
+    def __init__(self, conn, engine: str = Engine.NATIVE, mode: str = Mode.PER_COMMAND, op: str = Op.EXTEND,
                  pcr: int = DEFAULT_PCR, param_encryption: bool = True, origin: str = "workload",
                  allow_pcr: bool = False):
         # Here and not only in the CLI: no caller may extend a boot PCR by accident.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 
-from tpm2_pytss.constants import TPM2_CAP, TPM2_CC, TPM2_ST
+from tpm2_pytss.constants import TPM2_CAP, TPM2_CC, TPM2_HR, TPM2_HT, TPM2_ST
 from tpm2_pytss.types import TPMS_CAPABILITY_DATA
 
 from tpmtop.errors import TpmError
@@ -62,21 +62,26 @@ def get_properties(transport, first: int, count: int = 128) -> dict[int, int]:
         prop = int(props[-1].property) + 1
 
 
+_SESSION_TYPES = frozenset(int(t) for t in (TPM2_HT.HMAC_SESSION, TPM2_HT.POLICY_SESSION))
+
+
 def get_handles(transport, first: int, count: int = 64) -> list[int]:
     """Every handle of one type (the top byte of ``first``), looping while moreData:
     GetCapability's count bounds one answer, and a TPM may return fewer than asked."""
     out: list[int] = []
     prop = first
     # Session lists (loaded 0x02…, saved 0x03…) hold HMAC (0x02…) and policy (0x03…) handles.
-    tops = {0x02, 0x03} if first >> 24 in (0x02, 0x03) else {first >> 24}
+    tops = {first >> TPM2_HR.SHIFT}
+    if tops <= _SESSION_TYPES:
+        tops = _SESSION_TYPES
     while True:
         more, data = get_capability(transport, TPM_CAP_HANDLES, prop, count)
         got = [int(h) for h in data.data.handles]
-        out.extend(h for h in got if h >> 24 in tops)
+        out.extend(h for h in got if h >> TPM2_HR.SHIFT in tops)
         if not more or not got:
             return out
         prop = got[-1] + 1
-        if prop >> 24 not in tops:
+        if prop >> TPM2_HR.SHIFT not in tops:
             return out
 
 

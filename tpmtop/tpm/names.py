@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from tpm2_pytss.constants import TPM2_CC, TPM2_RC, TSS2_RC
+from tpm2_pytss.constants import TPM2_CC, TPM2_HR, TPM2_HT, TPM2_RC, TSS2_RC
 
 
 def _build_cc_tables() -> tuple[dict[int, str], dict[str, int]]:
@@ -64,18 +64,18 @@ def rc_base(rc: int) -> int:
 
 
 HANDLE_KINDS = {
-    0x00: "pcr",
-    0x01: "nv-index",
-    0x02: "hmac-session",
-    0x03: "policy-session",
-    0x40: "permanent",
-    0x80: "transient",
-    0x81: "persistent",
+    int(TPM2_HT.PCR): "pcr",
+    int(TPM2_HT.NV_INDEX): "nv-index",
+    int(TPM2_HT.HMAC_SESSION): "hmac-session",
+    int(TPM2_HT.POLICY_SESSION): "policy-session",
+    int(TPM2_HT.PERMANENT): "permanent",
+    int(TPM2_HT.TRANSIENT): "transient",
+    int(TPM2_HT.PERSISTENT): "persistent",
 }
 
 
 def handle_kind(handle: int) -> str:
-    return HANDLE_KINDS.get(handle >> 24, "unknown")
+    return HANDLE_KINDS.get(handle >> TPM2_HR.SHIFT, "unknown")
 
 
 SESSION_ATTR_BITS = (

@@ -19,6 +19,8 @@ import tempfile
 import threading
 import weakref
 
+from tpm2_pytss.constants import TPM2_RC
+
 from tpmtop.errors import TpmConnectionError, TpmtopError
 from tpmtop.tpm.transport import SocketBackend
 
@@ -125,7 +127,7 @@ class Swtpm:
         if rc != 0:
             raise TpmConnectionError(f"swtpm CMD_INIT failed with {rc}")
         rsp = self.backend().transact(TPM2_STARTUP_CLEAR)
-        if rsp[6:10] not in (b"\0\0\0\0", b"\0\0\x01\x00"):  # 0x100: already initialised
+        if int.from_bytes(rsp[6:10], "big") not in (0, TPM2_RC.INITIALIZE):  # INITIALIZE: already started
             raise TpmConnectionError(f"TPM2_Startup after reset failed: 0x{rsp[6:10].hex()}")
 
     def kill(self) -> None:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from tpm2_pytss.constants import TPM2_CC, TPM2_RH, TPM2_ST
-
-TPM_ST_NO_SESSIONS = int(TPM2_ST.NO_SESSIONS)
-TPM_ST_SESSIONS = int(TPM2_ST.SESSIONS)
-TPM_RS_PW = int(TPM2_RH.PW)  # the password "session" handle: not a session anyone holds
-CC_FLUSH_CONTEXT = int(TPM2_CC.FlushContext)
+# The four values the header/authorization decoder needs, spelled here rather than taken from
+# tpm2_pytss.constants: building the CLI's parser imports this module (chip profiles ->
+# wire), and importing tpm2-pytss costs ~55 ms that `tpmtop boot` over SSH must not pay.
+# tests/test_transport.py pins each to its tpm2_pytss.constants name.
+TPM_ST_NO_SESSIONS = 0x8001  # TPM2_ST.NO_SESSIONS
+TPM_ST_SESSIONS = 0x8002  # TPM2_ST.SESSIONS
+TPM_RS_PW = 0x40000009  # TPM2_RH.PW: the password "session" handle, not a session anyone holds
+CC_FLUSH_CONTEXT = 0x165  # TPM2_CC.FlushContext
 
 _HDR = struct.Struct(">HII")
 _U32 = struct.Struct(">I")
