@@ -97,6 +97,11 @@ CASES = [
     ("export", ["{d}/wrong.json", "-f", "pcapng", "-o", "{d}/out"]),
     ("import", ["{d}/garbage.json", "-o", "{d}/no-such-dir/out.json"]),  # output folder missing
     ("kernel", ["--from-trace", "{d}/notrace.txt", "--json", "{d}/no-such-dir/k.json"]),
+    ("proxy", ["-T", DEAD, "--port", "65535"]),            # needs PORT and PORT+1
+    ("proxy", ["-T", DEAD, "--protocol", "tcp"]),
+    ("run", ["-T", DEAD]),                                 # nothing to run
+    ("run", ["--sim", "--", "no-such-command-tpmtop"]),
+    ("clients", ["--bogus"]),
 ]
 
 # Cases that exercise someone else's code and show a bug there (issue 8 lists them):

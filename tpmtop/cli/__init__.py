@@ -31,6 +31,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "decode": ("tpmtop.cli.decode", "a TPM command and its response decoded to the parameter level"),
     "import": ("tpmtop.cli.import_pcap", "a tpm2-tss pcap: TCTI file or a tcpdump of a simulator port as a capture"),
     "kernel": ("tpmtop.cli.kernel", "the kernel's own TPM commands, live, through tracefs kprobes"),
+    "proxy": ("tpmtop.cli.proxy", "serve the TPM to other programs (swtpm/mssim protocols) and record who sends what"),
+    "run": ("tpmtop.cli.proxy", "run a program through a private proxy: strace -c for the TPM"),
+    "clients": ("tpmtop.cli.proxy", "which processes hold /dev/tpm0 or /dev/tpmrm0 open; is tpm2-abrmd running"),
 }
 
 EPILOG = """exit status: 0 ok, 1 the TPM or the system failed, 2 bad usage or bad input,

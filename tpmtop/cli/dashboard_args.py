@@ -63,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="workload state at start (default: running with --sim, paused on a real TPM, "
                         "where it changes PCR 16)")
     g.add_argument("--export-dir", default=".", metavar="DIR", help="where the export key writes captures")
+    g.add_argument("--listen", type=int, metavar="P",
+                   help="also serve the TPM to other programs on 127.0.0.1:P (swtpm protocol, control on P+1; "
+                        "see `tpmtop proxy`): the Clients panel and the stream show who sends what")
     # Top-level, not in the dashboard group: `tpmtop --profile X bench --sim` must mean the
     # same as `tpmtop bench --sim --profile X` (bench adds them with suppressed defaults).
     from tpmtop.profiles.apply import add_profile_options
@@ -161,12 +164,30 @@ def run(args) -> int:
         source = LiveSource(conn, read_only=args.read_only, poll_interval=args.poll_interval, rate=args.rate,
                             start_running=start, engine=args.engine, mode=args.mode, op=args.op,
                             profile_note=describe(profile, args.seed) if profile is not None else None)
+        proxy = _start_listen(args, conn, source)
         return _run_app(TpmtopApp(source, theme=args.theme, export_dir=args.export_dir), cleanup=source.close)
     finally:
+        if source is not None and getattr(source, "proxy", None) is not None:
+            source.proxy.stop()
         if source is not None:
             source.close()
         else:
             conn.close()
+
+
+def _start_listen(args, conn, source):
+    """`tpmtop --listen P`: the proxy inside the dashboard; its commands are jobs on the TPM's
+    owner thread like the workload's and the polls', each with its own labels."""
+    if getattr(args, "listen", None) is None:
+        return None
+    if not 0 < args.listen < 65535:
+        raise UsageError(f"--listen {args.listen}: expected 1..65534 (the proxy also uses P+1)")
+    from tpmtop.proxy.server import ProxyServer
+
+    log: list[str] = []
+    source.proxy = ProxyServer(conn, port=args.listen, log=log.append).start()
+    source.proxy_log = log
+    return source.proxy
 
 
 def run_replay(args) -> int:

@@ -324,7 +324,8 @@ def _handles_of(ev) -> list[int]:
 
 
 def stream_row(ev, t0_ns: int) -> StreamRow:
-    return StreamRow(str(ev.seq), f"{(ev.t_ns - t0_ns) / 1e9:.3f}", ev.origin, ev.name.removeprefix("TPM2_CC_"),
+    origin = f"client:{ev.client}" if getattr(ev, "client", None) else ev.origin  # a proxied program (tpmtop --listen)
+    return StreamRow(str(ev.seq), f"{(ev.t_ns - t0_ns) / 1e9:.3f}", origin, ev.name.removeprefix("TPM2_CC_"),
                      " ".join(f"{h:08x}" for h in _handles_of(ev)), _sessions_text(ev.sessions),
                      short_rc(ev.rc, ev.error), fmt_us(ev.wire_ns / 1000), ev.rc == 0)
 
@@ -387,7 +388,8 @@ def stream_row_from_dict(i: int, e: dict) -> StreamRow:
     ss = " ".join(_session_text(s) for s in sess)
     name = str(e.get("command") or e.get("cc") or "?").removeprefix("TPM2_CC_")
     wire = e.get("wire_ns")
-    return StreamRow(str(i), f"{float(t) / 1e9:.3f}", str(e.get("origin", "workload")), name, hs, ss,
+    origin = f"client:{e['client']}" if e.get("client") is not None else str(e.get("origin", "workload"))
+    return StreamRow(str(i), f"{float(t) / 1e9:.3f}", origin, name, hs, ss,
                      short_rc(rc, None), fmt_us(wire / 1000) if isinstance(wire, (int, float)) else "", rc == 0)
 
 

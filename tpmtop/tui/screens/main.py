@@ -26,6 +26,7 @@ from tpmtop.tui.screens.help import HelpScreen
 from tpmtop.tui.screens.inspect import InspectScreen
 from tpmtop.tui.screens.projection import DEFAULT_N, ProjectionScreen, projection_summary
 from tpmtop.tui.screens.workers import TpmWorkers
+from tpmtop.tui.widgets.clients import ClientsPanel
 from tpmtop.tui.widgets.footer import TpmtopFooter
 from tpmtop.tui.widgets.handles import HandlesPanel
 from tpmtop.tui.widgets.header import StatusHeader
@@ -105,6 +106,7 @@ class MainScreen(TpmWorkers, Screen):
                     yield HandlesPanel(id="handles")
                     yield ResourcesPanel(id="resources")
                     yield SystemPanel(id="system")
+                    yield ClientsPanel(id="clients")
                 yield LatencyPanel(id="latency")
             with Horizontal(id="bottom"):
                 yield ModesPanel(id="modes")
@@ -210,6 +212,7 @@ class MainScreen(TpmWorkers, Screen):
             self._last_slow = now
             self._refresh_stats()
             self._refresh_handles()
+            self._refresh_clients()
         self._refresh_header()
         err = getattr(src, "workload_error", None)
         if err and err != self._notified_error:
@@ -305,6 +308,33 @@ class MainScreen(TpmWorkers, Screen):
             self.notify(f"{g.label}: {g.peak} of {g.total} in use at the peak (between polls); at {g.total} the "
                         f"next command that needs one fails with {rc}", title="slots nearly full"
                         if g.peak_level == "warn" else "slots full", severity="warning", timeout=8)
+
+    def _refresh_clients(self) -> None:
+        """The Clients panel (proxy): shown with `--listen`, or on a real device someone holds."""
+        from tpmtop.proxy.report import client_detail, client_rows
+
+        panel = self.query_one(ClientsPanel)
+        proxy = getattr(self.source, "proxy", None)
+        if proxy is not None:
+            panel.display = not self.compact
+            panel.show_clients(client_rows(proxy.accounts, self.source.recorder),
+                               lambda key: client_detail(proxy.accounts, key))
+            log = getattr(self.source, "proxy_log", [])
+            for line in log[getattr(self, "_proxy_seen", 0):]:  # leak reports and dropped clients
+                if "LEAK" in line or "connection closed" in line or "failed" in line:  # worth a look
+                    self.notify(line, title="proxy", severity="warning", timeout=10)
+            self._proxy_seen = len(log)
+        elif getattr(self.source, "kernel_device", False):
+            from tpmtop.proxy.holders import tpm_holders
+
+            now = time.monotonic()
+            if now - getattr(self, "_holders_t", -1e9) >= 10.0:  # a /proc scan: not every second
+                self._holders_t = now
+                info = tpm_holders()
+                panel.display = bool(info["holders"]) and not self.compact
+                panel.show_holders(info)
+        else:
+            panel.display = False
 
     def _refresh_header(self) -> None:
         h = self.source.header()

@@ -1,0 +1,53 @@
+"""The Clients panel with `tpmtop --listen P`: a real tpm2-tools process goes through the
+dashboard's proxy while the workload runs; the panel and the recorder name it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import _free_port_pair
+from tpmtop.proxy.server import ProxyServer
+from tpmtop.tui.widgets.clients import ClientsPanel
+from tui_helpers import SIZE, app_for, main_screen, until
+from tui_helpers import _private_config, live  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.skipif(shutil.which("tpm2_getrandom") is None, reason="tpm2-tools not installed")
+
+
+class TestClientsPanel:
+    async def test_listen_shows_a_tool_beside_the_workload(self, live, tmp_path):
+        """A tpm2_getrandom through the dashboard's proxy appears as a client; its commands are
+        labelled with it in the recorder, never as workload; highlighting it shows its latencies."""
+        src = live(start_running=True, rate=50)
+        port = _free_port_pair()
+        log: list[str] = []
+        src.proxy = ProxyServer(src.conn, port=port, log=log.append).start()
+        src.proxy_log = log
+        try:
+            app = app_for(src, tmp_path)
+            async with app.run_test(size=SIZE) as pilot:
+                env = dict(os.environ, TPM2TOOLS_TCTI=f"swtpm:host=127.0.0.1,port={port}", TSS2_LOG="all+NONE")
+                proc = await asyncio.create_subprocess_exec("tpm2_getrandom", "--hex", "8", env=env,
+                                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                out, err = await asyncio.wait_for(proc.communicate(), 60)
+                assert proc.returncode == 0, err
+                panel = main_screen(app).query_one(ClientsPanel)
+                await until(pilot, lambda: any(c[1].startswith("tpm2_getrandom") for c in panel._cells.values()),
+                            timeout=30, what="the tool in the Clients panel")
+                assert panel.display
+                assert any(c[1] == "tpmtop workload" for c in panel._cells.values())
+                key = next(k for k, c in panel._cells.items() if c[1].startswith("tpm2_getrandom"))
+                table = panel.query_one("#clients-table")
+                table.move_cursor(row=table.get_row_index(key))
+                await until(pilot, lambda: "GetRandom" in str(panel.query_one("#clients-detail").render()),
+                            timeout=30, what="its per-command latencies")
+            evs = [e for e in src.recorder.events() if e.client is not None]
+            assert "TPM2_CC_GetRandom" in {e.name for e in evs}
+            assert all(e.engine is None and e.origin == "proxy" for e in evs)  # never the workload's labels
+        finally:
+            src.proxy.stop()

@@ -1,0 +1,210 @@
+"""``tpmtop proxy`` (serve the TPM to other programs and record them), ``tpmtop run -- CMD``
+(strace -c for the TPM) and ``tpmtop clients`` (who holds the TPM open)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from tpmtop.cli.common import notice, print_json, table, tpm_from_args
+from tpmtop.errors import EXIT_INTERRUPTED, UsageError
+
+# What tpm2-tss based programs read to pick a TCTI: tpm2-tools, tpm2-pkcs11, tpm2-tss-engine,
+# tpm2-openssl, and the generic names tpm2-tss' own tests and tpm2-pytss examples use.
+TCTI_ENV = ("TPM2TOOLS_TCTI", "TSS2_TCTI", "TPM2_PKCS11_TCTI", "TPM2TSSENGINE_TCTI", "TPM2OPENSSL_TCTI", "TCTI")
+
+
+def _tpm_args(p: argparse.ArgumentParser) -> None:
+    from tpmtop.cli import add_tpm_options
+
+    add_tpm_options(p)
+
+
+def _listen_args(p: argparse.ArgumentParser, default_port: int | None) -> None:
+    p.add_argument("--protocol", choices=("swtpm", "mssim"), default="swtpm",
+                   help="swtpm: raw commands on PORT, swtpm control channel on PORT+1 (TCTI swtpm:); "
+                        "mssim: Microsoft simulator framing on PORT, platform on PORT+1 (TCTI mssim:)")
+    p.add_argument("--json", metavar="FILE", help="write the capture (clients, and with --events every command) to FILE")
+    p.add_argument("--events", action="store_true", help="keep every command in the --json capture")
+
+
+def add_proxy_arguments(p):
+    _tpm_args(p)
+    p.add_argument("--port", type=int, default=2321, metavar="P", help="TPM port P, control/platform P+1 (default 2321)")
+    p.add_argument("--bind", metavar="ADDR", default=None,
+                   help="listen on ADDR instead of 127.0.0.1 (warning: a TPM on the network is an attack surface)")
+    p.add_argument("--socket", metavar="PATH", help="also listen on a Unix socket (swtpm protocol; PATH.ctrl for control)")
+    _listen_args(p, 2321)
+
+
+def add_run_arguments(p):
+    _tpm_args(p)
+    _listen_args(p, None)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS…]",
+                   help="the program to run with its TPM traffic going through a private proxy")
+
+
+def add_clients_arguments(p):
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+
+def _log(text: str) -> None:
+    print(f"tpmtop proxy: {text}", file=sys.stderr, flush=True)
+
+
+def _check_port(port: int) -> None:
+    if not 0 < port < 65535:
+        raise UsageError(f"--port {port}: expected 1..65534 (the proxy also uses PORT+1)")
+
+
+def _write_capture(args, conn, accounts, extra=None, events: bool = False) -> None:
+    if not args.json:
+        return
+    from tpmtop.bench import write_capture_file
+    from tpmtop.proxy.report import capture
+
+    write_capture_file(args.json, capture(conn, accounts, args.events or events, extra))
+    notice(f"capture written to {args.json}")
+
+
+def run_proxy(args) -> int:
+    from tpmtop.proxy.server import ProxyServer
+
+    _check_port(args.port)
+    host = args.bind or "127.0.0.1"
+    if args.bind and args.bind not in ("127.0.0.1", "::1", "localhost"):
+        notice(f"WARNING: listening on {args.bind}: anyone who can reach this port can use the TPM "
+               "(no authentication; a TPM on the network is an attack surface)")
+    from tpmtop.proxy.report import proxy_recorder
+
+    rec = proxy_recorder(keep_buffers=bool(args.events))
+    with tpm_from_args(args, recorder=rec) as conn:
+        conn.identity()  # read once now, not in the middle of the clients' traffic
+        server = ProxyServer(conn, protocol=args.protocol, host=host, port=args.port,
+                             socket_path=args.socket, log=_log)
+        interrupted = False
+        try:
+            server.start()
+            kind = args.protocol
+            _log(f"serving {conn.target.tcti} on {host}:{args.port} ({kind}; control on {args.port + 1})"
+                 + (f" and {args.socket}" if args.socket else ""))
+            _log(f"clients use -T {kind}:host={host},port={args.port}"
+                 + (f" or -T swtpm:path={args.socket}" if args.socket and kind == "swtpm" else ""))
+            _log(server.sharing_note())
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            interrupted = True
+        except UsageError:
+            raise
+        except BaseException as e:
+            from tpmtop.errors import Interrupted
+
+            if not isinstance(e, Interrupted):
+                raise
+            interrupted = True
+        finally:
+            server.stop()
+            _print_clients(server.accounts)
+            _write_capture(args, conn, server.accounts)
+    if interrupted:
+        notice("interrupted")
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def _print_clients(accounts) -> None:
+    rows = []
+    for c in accounts.snapshot():
+        h = c.hist().summary()
+        rows.append([str(c.id), str(c.peer.pid or "-"), c.name[:24], str(c.commands), str(c.errors),
+                     f"{h['p50']:,.1f}", f"{h['p99']:,.1f}", str(c.created), str(c.flushed),
+                     ", ".join(f"0x{x.handle:08x}" for x in c.leaked) or "-"])
+    if rows:
+        print(table(rows, ["id", "pid", "name", "cmds", "errors", "p50 µs", "p99 µs", "created", "flushed", "leaked"],
+                    right={0, 1, 3, 4, 5, 6, 7, 8}), flush=True)
+
+
+def run_run(args) -> int:
+    from tpmtop.proxy.report import run_table
+    from tpmtop.proxy.server import ProxyServer
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("nothing to run: tpmtop run [options] -- CMD [ARGS…]")
+    from tpmtop.proxy.report import proxy_recorder
+
+    rec = proxy_recorder()
+    with tpm_from_args(args, recorder=rec) as conn:
+        conn.identity()
+        server = ProxyServer(conn, protocol=args.protocol, host="127.0.0.1", port=0, log=_quiet_log)
+        server.start()
+        port = server.bound_port
+        tcti = f"{args.protocol}:host=127.0.0.1,port={port}"
+        env = dict(os.environ)
+        for k in TCTI_ENV:
+            env[k] = tcti
+        status = None
+        proc = None
+        t0 = time.perf_counter_ns()
+        try:
+            try:
+                proc = subprocess.Popen(cmd, env=env)
+            except FileNotFoundError:
+                raise UsageError(f"{cmd[0]}: command not found") from None
+            except PermissionError:
+                raise UsageError(f"{cmd[0]}: permission denied") from None
+            try:
+                status = proc.wait()
+            except BaseException:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                raise
+        finally:
+            wall = time.perf_counter_ns() - t0
+            server.stop()
+            if proc is not None:  # a CMD that never started gets no table: its one line says why
+                clients = [c for c in server.accounts.snapshot() if c.id != 0]
+                print(f"tpmtop run: {' '.join(cmd)} (through {tcti}; TPM {conn.target.tcti})", file=sys.stderr)
+                print(run_table(clients, wall, server.accounts, table), file=sys.stderr, flush=True)
+                _write_capture(args, conn, server.accounts,
+                               extra={"command": {"argv": cmd, "exit_status": status, "wall_ns": wall}}, events=True)
+    if status is None:
+        return EXIT_INTERRUPTED
+    return status if status >= 0 else 128 - status
+
+
+def _quiet_log(text: str) -> None:
+    # `tpmtop run` reports in its table; only dropped connections are worth a line now
+    if "connection closed" in text:
+        _log(text)
+
+
+def run_clients(args) -> int:
+    from tpmtop.proxy.holders import tpm_holders
+
+    info = tpm_holders()
+    if args.json:
+        print_json(info)
+        return 0
+    if not info["devices"]:
+        print("no /dev/tpm0 or /dev/tpmrm0 on this machine")
+    rows = [[str(h["pid"]), h["user"] or "?", h["name"], h["device"], h["since"], h["exe"]] for h in info["holders"]]
+    if rows:
+        print(table(rows, ["pid", "user", "name", "device", "since", "exe"], right={0}))
+    elif info["devices"]:
+        print("no process holds " + " or ".join(info["devices"]) + " open")
+    ab = info["abrmd"]
+    print(f"tpm2-abrmd: {'running (pid ' + ', '.join(map(str, ab['pids'])) + ')' if ab['running'] else 'not running'}")
+    if info["unreadable_processes"] and not info["root"]:
+        print(f"{info['unreadable_processes']} processes of other users could not be inspected (not root)")
+    return 0

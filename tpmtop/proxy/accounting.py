@@ -1,0 +1,249 @@
+"""Per-client accounting: commands, errors, latency per command code, and the handles each
+client made the TPM create and what it left behind.
+
+Created: the response handle of CreatePrimary, Load, LoadExternal, CreateLoaded,
+StartAuthSession and ContextLoad. Gone: FlushContext of it (by anyone), or a session used
+without continueSession in a successful command (the TPM ends it). A session that was
+ContextSaved and not loaded again is *saved*: it still takes one of the TPM's active-session
+slots until someone loads and flushes it, so it is reported as left behind too.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+from tpmtop.stats import LatencyHistogram
+from tpmtop.tpm import names, wire
+
+CC_CREATE_PRIMARY = 0x131
+CC_LOAD = 0x157
+CC_LOAD_EXTERNAL = 0x167
+CC_CREATE_LOADED = 0x191
+CC_START_AUTH_SESSION = 0x176
+CC_CONTEXT_LOAD = 0x161
+CC_CONTEXT_SAVE = 0x162
+CC_FLUSH_CONTEXT = 0x165
+CREATING = {CC_CREATE_PRIMARY, CC_LOAD, CC_LOAD_EXTERNAL, CC_CREATE_LOADED, CC_START_AUTH_SESSION,
+            CC_CONTEXT_LOAD}
+TPM_RH_NULL = 0x40000007
+TPM_RS_PW = 0x40000009
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+
+
+def handle_kind(h: int) -> str:
+    top = h >> 24
+    return {0x80: "transient object", 0x02: "HMAC session", 0x03: "policy session"}.get(top, f"handle")
+
+
+@dataclass(slots=True)
+class Held:
+    handle: int
+    created_by: str
+    state: str = "loaded"  # "loaded" or "saved" (a ContextSaved session)
+
+    def to_json(self) -> dict:
+        return {"handle": f"0x{self.handle:08x}", "kind": handle_kind(self.handle), "created_by": self.created_by,
+                "state": self.state}
+
+    def text(self) -> str:
+        return f"0x{self.handle:08x} {handle_kind(self.handle)} ({self.created_by}, {self.state})"
+
+
+@dataclass(slots=True)
+class SessionUse:
+    """What a client's StartAuthSession asked for, and the attributes it used the session with."""
+
+    handle: int
+    type: str  # hmac / policy / trial
+    salted: bool
+    bound: bool
+    symmetric: str
+    attrs: int = 0  # union of TPMA_SESSION bytes seen in auth areas
+
+    def to_json(self) -> dict:
+        return {"handle": f"0x{self.handle:08x}", "type": self.type, "salted": self.salted, "bound": self.bound,
+                "symmetric": self.symmetric, "attrs": self.attrs, "attrs_text": attrs_text(self.attrs)}
+
+
+def attrs_text(a: int) -> str:
+    bits = [(0x01, "continue"), (0x20, "decrypt"), (0x40, "encrypt"), (0x80, "audit")]
+    return ",".join(n for b, n in bits if a & b) or "-"
+
+
+def parse_start_auth_session(cmd: bytes) -> tuple[bool, bool, str, str] | None:
+    """(salted, bound, type, symmetric) from a StartAuthSession command's bytes."""
+    try:
+        tpm_key, bind = _U32.unpack_from(cmd, 10)[0], _U32.unpack_from(cmd, 14)[0]
+        off = 18
+        n = _U16.unpack_from(cmd, off)[0]; off += 2 + n  # nonceCaller
+        n = _U16.unpack_from(cmd, off)[0]; off += 2 + n  # encryptedSalt
+        stype = cmd[off]; off += 1
+        alg = _U16.unpack_from(cmd, off)[0]
+        sym = "none"
+        if alg != 0x0010:
+            bits, mode = _U16.unpack_from(cmd, off + 2)[0], _U16.unpack_from(cmd, off + 4)[0]
+            sym = {0x0006: "aes", 0x0026: "sm4", 0x003F: "camellia", 0x000A: "xor"}.get(alg, f"0x{alg:04x}")
+            sym += f"-{bits}" + ({0x0043: "-cfb"}.get(mode, "") if alg != 0x000A else "")
+    except (struct.error, IndexError):
+        return None
+    return (tpm_key != TPM_RH_NULL, bind != TPM_RH_NULL,
+            {0x00: "hmac", 0x01: "policy", 0x03: "trial"}.get(stype, f"0x{stype:02x}"), sym)
+
+
+@dataclass
+class ClientStats:
+    """One client: a process (or, when it cannot be named, one connection)."""
+
+    id: int
+    peer: object  # peers.Peer
+    protocol: str
+    connected_ns: int = field(default_factory=time.perf_counter_ns)
+    connected_wall: float = field(default_factory=time.time)
+    departed_ns: int | None = None
+    connections: int = 0
+    open_connections: int = 0
+    commands: int = 0
+    errors: int = 0
+    error_codes: dict = field(default_factory=dict)  # (cc, rc) -> count
+    wire_ns_total: int = 0
+    per_cc: dict = field(default_factory=dict)  # cc -> LatencyHistogram
+    created: int = 0
+    flushed: int = 0
+    sessions: dict = field(default_factory=dict)  # handle -> SessionUse (this client's)
+    leaked: list = field(default_factory=list)  # Held, filled at departure
+    locality: int = 0
+    dropped: str | None = None  # why a connection of it was cut (framing), last one
+
+    @property
+    def name(self) -> str:
+        return self.peer.name
+
+    def hist(self) -> LatencyHistogram:
+        h = LatencyHistogram()
+        for x in self.per_cc.values():
+            h.merge(x)
+        return h
+
+    def to_json(self, held: list | None = None) -> dict:
+        return {
+            "id": self.id, **self.peer.to_json(), "protocol": self.protocol,
+            "connections": self.connections, "commands": self.commands, "errors": self.errors,
+            "wire_us_total": round(self.wire_ns_total / 1000, 3),
+            "per_command": {names.cc_short(cc): h.summary() for cc, h in sorted(self.per_cc.items(), key=lambda kv: kv[0] or 0)},
+            "errors_by_code": [{"command": names.cc_short(cc), "rc": rc, "rc_text": names.rc_text(rc), "count": n}
+                               for (cc, rc), n in sorted(self.error_codes.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0))],
+            "created": self.created, "flushed": self.flushed,
+            "held": [h.to_json() for h in (held or [])],
+            "leaked": [h.to_json() for h in self.leaked],
+            "sessions": [s.to_json() for s in self.sessions.values()],
+            "departed": self.departed_ns is not None,
+        }
+
+
+class Accounts:
+    """Every client the proxy has seen, and which of them holds which handle."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.clients: dict[int, ClientStats] = {}
+        self._by_key: dict = {}
+        self._owner: dict[int, tuple[int, Held]] = {}  # handle -> (client id, Held)
+        self._sessions: dict[int, SessionUse] = {}  # session handle -> its latest StartAuthSession
+        self._next = 1
+
+    def client_for(self, peer, protocol: str, shared_key: bool = True) -> ClientStats:
+        """The client of a new connection: a live process already seen is the same client."""
+        with self._lock:
+            if shared_key and peer.pid is not None:
+                c = self._by_key.get(peer.key)
+                if c is not None and c.departed_ns is None:
+                    c.connections += 1
+                    c.open_connections += 1
+                    return c
+            c = ClientStats(self._next, peer, protocol)
+            self._next += 1
+            c.connections = c.open_connections = 1
+            self.clients[c.id] = c
+            if shared_key and peer.pid is not None:
+                self._by_key[peer.key] = c
+            return c
+
+    def record(self, c: ClientStats, cmd: bytes, rsp: bytes | None, wire_ns: int) -> None:
+        info = wire.decode_command(cmd)
+        r = wire.decode_response(rsp, info.cc)
+        cc, rc = info.cc, r.rc
+        with self._lock:
+            c.commands += 1
+            c.wire_ns_total += wire_ns
+            h = c.per_cc.get(cc)
+            if h is None:
+                h = c.per_cc[cc] = LatencyHistogram()
+            h.record(wire_ns)
+            for sh, attrs in info.sessions:  # what a session was used with, failed or not
+                use = self._sessions.get(sh)
+                if use is not None:
+                    use.attrs |= attrs
+                    c.sessions.setdefault(sh, use)
+            if rc != 0:
+                c.errors += 1
+                c.error_codes[(cc, rc)] = c.error_codes.get((cc, rc), 0) + 1
+                return
+            for sh, attrs in info.sessions:
+                if sh != TPM_RS_PW and not attrs & 0x01:  # without continueSession the TPM ends it
+                    self._gone(sh)
+            if cc in CREATING and r.handle is not None:
+                held = Held(r.handle, names.cc_short(cc))
+                prev = self._owner.get(r.handle)
+                if prev is not None and prev[0] != c.id and cc == CC_CONTEXT_LOAD:
+                    # a context another client saved, now loaded by this one: it holds it now
+                    self._owner.pop(r.handle, None)
+                self._owner[r.handle] = (c.id, held)
+                c.created += 1
+                if cc == CC_START_AUTH_SESSION:
+                    parsed = parse_start_auth_session(cmd)
+                    if parsed:
+                        salted, bound, stype, sym = parsed
+                        # one record per session, shared by every client that uses it (tpm2-tools
+                        # hand sessions from process to process through context files)
+                        c.sessions[r.handle] = self._sessions[r.handle] = SessionUse(r.handle, stype, salted, bound, sym)
+            elif cc == CC_FLUSH_CONTEXT and info.flush_handle is not None:
+                if self._gone(info.flush_handle):
+                    c.flushed += 1
+            elif cc == CC_CONTEXT_SAVE and info.handles:
+                h0 = info.handles[0]
+                o = self._owner.get(h0)
+                if o is not None and h0 >> 24 in (0x02, 0x03):
+                    o[1].state = "saved"  # a saved session leaves the loaded list, not the TPM
+
+    def _owner_client(self, h: int) -> ClientStats | None:
+        o = self._owner.get(h)
+        return self.clients.get(o[0]) if o else None
+
+    def _gone(self, h: int) -> bool:
+        return self._owner.pop(h, None) is not None
+
+    def held_by(self, cid: int) -> list[Held]:
+        with self._lock:
+            return [held for (owner, held) in self._owner.values() if owner == cid]
+
+    def connection_closed(self, c: ClientStats) -> None:
+        with self._lock:
+            c.open_connections -= 1
+
+    def depart(self, c: ClientStats) -> list[Held]:
+        """The client is gone: what it left behind is its leak report."""
+        with self._lock:
+            if c.departed_ns is not None:
+                return c.leaked
+            c.departed_ns = time.perf_counter_ns()
+            c.leaked = [held for (owner, held) in self._owner.values() if owner == c.id]
+            self._by_key.pop(c.peer.key, None)
+            return c.leaked
+
+    def snapshot(self) -> list[ClientStats]:
+        with self._lock:
+            return sorted(self.clients.values(), key=lambda c: c.id)

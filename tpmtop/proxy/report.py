@@ -1,0 +1,190 @@
+"""What the proxy adds to a capture (kept in one place), and the ``tpmtop run`` table.
+
+Capture additions (tpmtop.capture/1, minor 1, all optional): a top-level ``clients`` list
+(see :meth:`ClientStats.to_json`) and, on each event a client sent, ``client`` (its id) with
+``origin`` "proxy". Readers of minor 0 ignore both.
+"""
+
+from __future__ import annotations
+
+from tpmtop.proxy.accounting import Accounts, ClientStats, attrs_text
+from tpmtop.proxy.forward import client_id_of
+from tpmtop.tpm import names
+
+CAPTURE_MINOR = 1
+
+
+def label_events(events_json: list[dict], events: list) -> list[dict]:
+    """Capture events (``events_json`` made from recorder ``events``, same order) gain their
+    client's id. Events before the capture's time origin were dropped from ``events_json``:
+    pair them from the end."""
+    for e, ev in zip(reversed(events_json), reversed(events)):
+        cid = client_id_of(getattr(ev, "client", None))
+        if cid is not None:
+            e["client"] = cid
+    return events_json
+
+
+def clients_json(accounts: Accounts) -> list[dict]:
+    return [c.to_json(accounts.held_by(c.id)) for c in accounts.snapshot()]
+
+
+def client_runs(accounts: Accounts) -> list[dict]:
+    """One ``runs`` entry per program name (engine "proxy", mode = the name, op "client"):
+    the eight tpm2_getrandom processes of a script are one row, and `tpmtop compare` and
+    `tpmtop export --format openmetrics` work on proxy captures as on bench captures."""
+    from tpmtop.stats import LatencyHistogram
+
+    by_name: dict[str, list[ClientStats]] = {}
+    for c in accounts.snapshot():
+        if c.commands:
+            by_name.setdefault((c.name or "unknown")[:64], []).append(c)
+    runs = []
+    for name, cs in by_name.items():
+        per: dict = {}
+        for c in cs:
+            for cc, h in c.per_cc.items():
+                per.setdefault(cc, LatencyHistogram()).merge(h)
+        wire = LatencyHistogram()
+        for h in per.values():
+            wire.merge(h)
+        n = sum(c.commands for c in cs)
+
+        def summ(h):
+            return h.summary() | {"histogram": h.buckets()}
+
+        runs.append({"engine": "proxy", "mode": name, "op": "client", "ops": n, "errors": sum(c.errors for c in cs),
+                     "op_us": summ(wire), "wire_us": summ(wire), "host_us": summ(LatencyHistogram()),
+                     "commands_per_op": {names.cc_name(cc): round(h.count / n, 3) for cc, h in per.items()},
+                     "commands": {names.cc_name(cc): summ(h) for cc, h in sorted(per.items(), key=lambda kv: kv[0] or 0)}})
+    return runs
+
+
+def capture(conn, accounts: Accounts, with_events: bool, extra: dict | None = None) -> dict:
+    from tpmtop.bench import capture_dict
+
+    events = conn.recorder.events() if with_events else None
+    cap = capture_dict(conn, [], events=events, extra={"minor": CAPTURE_MINOR, "clients": clients_json(accounts),
+                                                       **(extra or {})})
+    cap["runs"] = client_runs(accounts)
+    if "events" in cap:
+        label_events(cap["events"], events)
+    return cap
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1000:,.0f}" if ns >= 10_000 else f"{ns / 1000:,.1f}"
+
+
+def run_table(clients: list[ClientStats], wall_ns: int, accounts: Accounts, table) -> str:
+    """strace -c for the TPM: one row per command code over every client CMD started
+    (``table(rows, header, right)`` formats the rows: the CLI's)."""
+    from tpmtop.stats import LatencyHistogram
+
+    per: dict = {}
+    errs: dict = {}
+    for c in clients:
+        for cc, h in c.per_cc.items():
+            per.setdefault(cc, LatencyHistogram()).merge(h)
+        for (cc, rc), n in c.error_codes.items():
+            errs.setdefault(cc, []).append(f"{n}× 0x{rc:x} {names.rc_text(rc)}")
+    total_ns = sum(c.wire_ns_total for c in clients)
+    rows = []
+    for cc, h in sorted(per.items(), key=lambda kv: -kv[1].summary()["mean"] * kv[1].count):
+        s = h.summary()
+        tot = s["mean"] * s["count"] * 1000
+        rows.append([names.cc_short(cc), str(s["count"]), str(sum(int(x.split("×")[0]) for x in errs.get(cc, []))),
+                     f"{s['p50']:,.1f}", f"{s['p99']:,.1f}", f"{tot / 1000:,.1f}",
+                     f"{100 * tot / total_ns:.1f}" if total_ns else "0.0"])
+    out = [table(rows, ["command", "calls", "errors", "p50 µs", "p99 µs", "total µs", "% TPM"], right={1, 2, 3, 4, 5, 6})]
+    n = sum(c.commands for c in clients)
+    share = 100 * total_ns / wall_ns if wall_ns else 0.0
+    out.append(f"{n} TPM commands; {total_ns / 1e6:,.3f} ms on the wire = {share:.1f}% of the command's "
+               f"{wall_ns / 1e6:,.1f} ms wall time")
+    for cc, lst in sorted(errs.items(), key=lambda kv: kv[0] or 0):
+        for x in lst:
+            out.append(f"error: {names.cc_short(cc)}: {x}")
+    seen = set()
+    for c in clients:
+        for s in c.sessions.values():
+            if id(s) in seen:
+                continue
+            seen.add(id(s))
+            out.append(f"session 0x{s.handle:08x}: {s.type}, {'salted' if s.salted else 'unsalted'}, "
+                       f"{'bound' if s.bound else 'unbound'}, symmetric {s.symmetric}, used with {attrs_text(s.attrs)}")
+    # what is still loaded (or saved) at the end: a session one process saved and the next
+    # flushed is not a leak of the command as a whole
+    leaks = [(c, h) for c in clients for h in accounts.held_by(c.id)]
+    for c, h in leaks:
+        out.append(f"LEAK: {c.name} (pid {c.peer.pid}) left {h.text()}")
+    if not leaks:
+        out.append("left nothing loaded")
+    return "\n".join(out)
+
+
+def client_rows(accounts: Accounts | None, recorder=None) -> list[tuple[str, list[str]]]:
+    """(row key, cells) for the dashboard's Clients panel: tpmtop's own workload first (one
+    client among them), then every proxied client, connected ones before departed ones.
+    Cells: pid, name, commands, errors, p50 µs, p99 µs, held, leaked."""
+    from tpmtop.stats import LatencyHistogram
+
+    rows: list[tuple[str, list[str]]] = []
+    if recorder is not None:
+        stats = recorder.command_stats("workload")
+        if stats:
+            h = LatencyHistogram()
+            for st in stats.values():
+                h.merge(st.hist)
+            s = h.summary()
+            owned = len(recorder.owned_handles())
+            import os
+
+            rows.append(("workload", [str(os.getpid()), "tpmtop workload", str(s["count"]),
+                                      str(sum(st.errors for st in stats.values())), f"{s['p50']:,.1f}",
+                                      f"{s['p99']:,.1f}", str(owned), "-"]))
+    if accounts is None:
+        return rows
+    for c in sorted(accounts.snapshot(), key=lambda c: (c.departed_ns is not None, c.id)):
+        if c.id == 0:
+            continue
+        s = c.hist().summary()
+        held = accounts.held_by(c.id)
+        name = c.name if c.departed_ns is None else f"{c.name[:15]} (left)"  # fits the panel's 22 columns
+        rows.append((f"c{c.id}", [str(c.peer.pid or "?"), name, str(c.commands), str(c.errors), f"{s['p50']:,.1f}",
+                                  f"{s['p99']:,.1f}", "-" if c.departed_ns is not None else str(len(held)),
+                                  str(len(c.leaked)) if c.departed_ns is not None else "-"]))
+    return rows
+
+
+def client_detail(accounts: Accounts, key: str) -> str:
+    """Per-command latencies of one client (plain text, one line per command code)."""
+    if not key.startswith("c"):
+        return ""
+    c = accounts.clients.get(int(key[1:]))
+    if c is None:
+        return ""
+    lines = [f"{c.name} pid {c.peer.pid or '?'} uid {c.peer.uid if c.peer.uid is not None else '?'}: "
+             f"{c.peer.cmdline[:100]}"]
+    for cc, h in sorted(c.per_cc.items(), key=lambda kv: kv[0] or 0):
+        s = h.summary()
+        lines.append(f"  {names.cc_short(cc):<22} {s['count']:>6}×  p50 {s['p50']:>9,.1f} µs  p99 {s['p99']:>9,.1f} µs")
+    for h in c.leaked or accounts.held_by(c.id):
+        lines.append(f"  {'left' if c.leaked else 'holds'} {h.text()}")
+    return "\n".join(lines)
+
+
+def proxy_recorder(keep_buffers: bool = True):
+    """A recorder for `tpmtop proxy`/`tpmtop run`: it decodes between jobs only once 256
+    exchanges wait (and always when read). A proxied client sends its next command tens of µs
+    after its answer; decoding after every job held the GIL just then (+60–90 µs a command
+    measured with benchmarks/proxy.py)."""
+    from tpmtop.recorder import Recorder
+
+    class ProxyRecorder(Recorder):
+        BETWEEN_JOBS_BATCH = 256
+
+        def between_jobs(self) -> None:
+            if len(self._pending) >= self.BETWEEN_JOBS_BATCH:
+                super().between_jobs()
+
+    return ProxyRecorder(keep_buffers=keep_buffers)
