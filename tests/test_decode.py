@@ -168,3 +168,18 @@ def test_mutated_real_buffers_never_raise(workload_buffers, data, edits):
 @given(cmd=st.binary(max_size=200), rsp=st.binary(max_size=200))
 def test_arbitrary_bytes_never_raise(cmd, rsp):
     _check(decode.decode(cmd, rsp))
+
+
+def test_replay_keeps_the_bytes_a_capture_carries(tmp_path):
+    """Replay's loader (the typed fast path) must not drop command_hex/response_hex: Enter on a
+    replayed row decodes from them."""
+    from tpmtop.sources.replay import load
+
+    cap = tmp_path / "c.json"
+    r = run_tpmtop("bench", "--sim", "--modes", "reuse", "--engine", "native", "-n", "3", "--warmup", "1",
+                   "--events", "--json", str(cap), "-q", timeout=300)
+    assert r.returncode == 0, r.stderr
+    with_bytes = [e for e in load_capture(cap)["events"] if "command_hex" in e]
+    assert with_bytes
+    replayed = load(cap)["events"]
+    assert [e.get("command_hex") for e in replayed[-len(with_bytes):]] == [e["command_hex"] for e in with_bytes]

@@ -173,8 +173,8 @@ def test_replay_source_strings_are_escaped(evil_capture):
     from tpmtop.sources.replay import ReplaySource, load
 
     src = ReplaySource(load(evil_capture), evil_capture)
-    shown = json.dumps([src.tpm, src.host, [r.engine for r in src.runs],
-                        [list(r.commands) for r in src.runs], [row.command for row in src.stream]],
+    shown = json.dumps([src.tpm, src.host, [r.engine for r in src.runs()],
+                        [list(r.commands) for r in src.runs()], [row.command for row in src.stream]],
                        ensure_ascii=False)
     _no_raw_controls(shown)
     assert src.stream and "\\x1b" in src.stream[0].command

@@ -80,7 +80,8 @@ def test_replay_opens_a_pcap_file_directly(tcp_swtpm, tmp_path):
     pcap, _ = record_getrandom(tcp_swtpm, tmp_path)
     src = ReplaySource(load(pcap), pcap)
     assert [row.command for row in src.stream][-1].endswith("GetRandom")
-    assert src.runs and (src.runs[0].engine, src.runs[0].mode) == ("observed", "imported")
+    runs = src.runs()
+    assert runs and (runs[0].engine, runs[0].mode) == ("observed", "imported")
 
 
 @needs_tshark

@@ -62,6 +62,10 @@ class EventLine(msgspec.Struct, forbid_unknown_fields=True):
     mode: str | None
     op: str | None
     op_seq: Annotated[int, _U64] | None
+    # Members beyond the schema's core ones (command_hex/response_hex, a proxied event's
+    # client, a kernel event's pid/comm/path): such a line takes the general path, which keeps
+    # them here rather than dropping them (replay decodes from the bytes).
+    extra: dict | None = None
 
 
 class OpLine(msgspec.Struct, forbid_unknown_fields=True):
@@ -76,7 +80,7 @@ class OpLine(msgspec.Struct, forbid_unknown_fields=True):
 
 
 # One definition: the typed forms have exactly the members, in the order, of the keys above.
-assert EventLine.__struct_fields__ == EVENT_KEYS and OpLine.__struct_fields__ == OP_KEYS
+assert EventLine.__struct_fields__[:-1] == EVENT_KEYS and OpLine.__struct_fields__ == OP_KEYS  # + extra
 
 
 class CaptureError(UsageError):

@@ -117,7 +117,8 @@ def event_line(e: dict) -> EventLine:
     """A validated event dict (the general path) in the typed form."""
     return EventLine(e["t_ns"], e["command"], msgspec.Raw(_J(e.get("handles", [])).encode()),
                      msgspec.Raw(_J(e.get("sessions", [])).encode()), e["rc"], e.get("rc_text") or "",
-                     e["wire_ns"], e["origin"], e.get("engine"), e.get("mode"), e.get("op"), e.get("op_seq"))
+                     e["wire_ns"], e["origin"], e.get("engine"), e.get("mode"), e.get("op"), e.get("op_seq"),
+                     {k: v for k, v in e.items() if k not in EVENT_KEYS} or None)
 
 
 def op_line(o: dict) -> OpLine:

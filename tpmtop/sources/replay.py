@@ -46,6 +46,7 @@ def _event_dict(e) -> dict:
     import msgspec
 
     d = msgspec.structs.asdict(e)
+    d.update(d.pop("extra", None) or {})  # command_hex/response_hex, client …
     d["handles"] = json.loads(bytes(e.handles))
     d["sessions"] = json.loads(bytes(e.sessions))
     return d
