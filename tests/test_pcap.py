@@ -70,6 +70,10 @@ def test_tcti_pcap_file_imports_with_the_commands_tpm2_tools_sent(tcp_swtpm, tmp
     assert all(e["wire_ns"] > 0 for e in events)  # from the frame timestamps
     assert cap["tpm"]["manufacturer"] == "IBM"  # swtpm, read from the GetCapability in the file
     assert "1 connection(s), raw framing" in r.stderr
+    # -o naming the input pcap is refused (exit 2) and the pcap is still there, whole
+    before = open(pcap, "rb").read()
+    same = run_tpmtop("import", pcap, "-o", pcap)
+    assert same.returncode == 2 and "is the input" in same.stderr and open(pcap, "rb").read() == before
 
 
 @needs_tcti_pcap

@@ -18,7 +18,8 @@ examples:
 def add_import_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = EXAMPLES + "\n\n" + (p.epilog or "")
     p.add_argument("file", metavar="FILE", help="a pcap or pcapng file")
-    p.add_argument("-o", "--output", required=True, metavar="CAPTURE", help="the capture to write (JSON)")
+    p.add_argument("-o", "--output", required=True, metavar="CAPTURE", help="the capture to write (JSON); '-' for stdout")
+    p.add_argument("--force", action="store_true", help="allow the output to be the input file itself")
     p.add_argument("--port", type=int, metavar="N", help="the TPM's TCP port (default: 2321, or "
                    "whichever port a stream of TPM commands goes to)")
 
@@ -29,15 +30,18 @@ def run_import(args) -> int:
     from tpmtop.importers.pcap import import_pcap
     from tpmtop.patterns import detect, summary_lines
 
-    from tpmtop.cli.common import check_output_dir
+    from tpmtop.output import Output
+    from tpmtop.textsafe import safe
 
-    check_output_dir(args.output, "tpmtop import")
+    # The output rules of every -o (tpmtop.output), checked before the pcap is read: the same
+    # file as the input is refused (it would replace what is being read) unless --force.
+    dest = Output(args.output, force=args.force, inputs=[args.file]).check()
     cap, res = import_pcap(args.file, args.port)
-    write_capture(args.output, cap)
+    write_capture(dest, cap)
     for w in res.warnings[:5]:
         notice(f"warning: {w}")
     ok = sum(1 for e in cap["events"] if e["rc"] is not None)
-    notice(f"wrote {args.output}: {len(cap['events'])} TPM commands ({ok} with a response), "
+    notice(f"wrote {'stdout' if args.output == '-' else safe(args.output)}: {len(cap['events'])} TPM commands ({ok} with a response), "
            f"{res.connections} connection(s), {res.framing} framing")
     for line in summary_lines(detect(cap["events"])):
         notice(line)
