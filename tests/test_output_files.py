@@ -113,8 +113,9 @@ def test_stdout_and_pipes(fmt, dash):
         assert "tpmtop_operation_seconds_count" in proc.stdout and proc.stdout.rstrip().endswith("# EOF")
 
 
-def test_bench_json_to_stdout_keeps_stdout_parseable():
-    proc = run_tpmtop(*BENCH, "--json", "-", timeout=120)
+@pytest.mark.parametrize("dest", ["-", "/dev/stdout"])
+def test_bench_json_to_stdout_keeps_stdout_parseable(dest):
+    proc = run_tpmtop(*BENCH, "--json", dest, timeout=120)
     assert proc.returncode == 0, proc.stderr
     cap = json.loads(proc.stdout)  # the report table went to stderr
     assert cap["schema"] == "tpmtop.capture/1" and cap["runs"][0]["ops"] == 3

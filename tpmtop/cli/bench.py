@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -121,8 +122,9 @@ def run_bench(args) -> int:
     om_out = Output(args.openmetrics, what="--openmetrics").check() if args.openmetrics is not None else None
     if args.json is not None and args.json == args.openmetrics:
         raise UsageError("--json and --openmetrics name the same file")
-    # With a data file on stdout (-), the report goes to stderr so that stdout stays parseable.
-    report = sys.stderr if "-" in (args.json, args.openmetrics) else sys.stdout
+    # With a data file on stdout (-, or /dev/stdout and the like: the same open file), the report
+    # goes to stderr so that stdout stays parseable.
+    report = sys.stderr if any(_is_stdout(p) for p in (args.json, args.openmetrics)) else sys.stdout
     # issue 7: checked (and the file validated) before the TPM is opened: refused on real hardware.
     from tpmtop.profiles.apply import apply_profile, describe, profile_from_args
 
@@ -174,3 +176,15 @@ def run_bench(args) -> int:
         notice(f"stopped: {result.error}")
         return EXIT_FAILURE
     return 0
+
+
+def _is_stdout(path) -> bool:
+    if path is None:
+        return False
+    if path == "-":
+        return True
+    try:
+        a, b = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
