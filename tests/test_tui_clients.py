@@ -46,6 +46,10 @@ class TestClientsPanel:
                 table.move_cursor(row=table.get_row_index(key))
                 await until(pilot, lambda: "GetRandom" in str(panel.query_one("#clients-detail").render()),
                             timeout=30, what="its per-command latencies")
+                # T hands this TPM to other tools: the proxy's TCTI string, the one the tool used
+                await pilot.press("T")
+                await until(pilot, lambda: any(f"-T swtpm:host=127.0.0.1,port={port}" in n.message
+                                               for n in app._notifications), timeout=30, what="the TCTI notice")
             evs = [e for e in src.recorder.events() if e.client is not None]
             assert "TPM2_CC_GetRandom" in {e.name for e in evs}
             assert all(e.engine is None and e.origin == "proxy" for e in evs)  # never the workload's labels

@@ -508,9 +508,18 @@ class MainScreen(TpmWorkers, Screen):
 
     def action_show_tcti(self) -> None:
         src = self.source
+        proxy = getattr(src, "proxy", None)
+        if proxy is not None and getattr(proxy, "port", None):
+            # `--listen P`: the proxy serves this TPM to other programs, recorded as clients.
+            tcti = f"{proxy.protocol}:host={proxy.host},port={proxy.port}"
+            self.app.copy_to_clipboard(tcti)
+            self.notify(f"connect your own tools here: tpm2-tools -T {tcti}  (copied); their commands "
+                        "show in Clients and in the stream", title="TCTI", timeout=12)
+            return
         if getattr(src, "simulated", False) and getattr(getattr(src, "conn", None), "sim", None) is not None:
-            self.notify("tpmtop's private swtpm sits on a socket pair only tpmtop holds. To share a simulator "
-                        "with tpm2-tools, start a standalone one (swtpm socket --tpm2 --server port=2321 "
+            self.notify("tpmtop's private swtpm sits on a socket pair only tpmtop holds. To hand it to "
+                        "tpm2-tools, start the dashboard with --listen 2321 (tpm2-tools then take "
+                        "-T swtpm:host=127.0.0.1,port=2321, recorded as clients); or start a standalone one (swtpm socket --tpm2 --server port=2321 "
                         "--ctrl type=tcp,port=2322 --flags not-need-init,startup-clear --tpmstate dir=DIR) and "
                         "run tpmtop -T swtpm:host=127.0.0.1,port=2321; tpm2-tools take the same -T string.",
                         title="TCTI", timeout=15)
