@@ -65,3 +65,22 @@ def test_export_openmetrics_of_a_bench_capture(bench_capture, tmp_path):
     check_metrics(out.read_text(), cap)
     fams = {f.name for f in parse_openmetrics(out.read_text())}
     assert {"tpmtop_operation_seconds", "tpmtop_command_seconds", "tpmtop_commands_per_operation"} <= fams
+
+
+def test_events_include_the_set_up_and_the_clean_up(tmp_path):
+    """bench --events keeps every command the bench sent, not only the timed operations': a
+    reuse run's kept session is started (set-up, outside any operation) and flushed at the end."""
+    out = tmp_path / "reuse.json"
+    r = subprocess.run(TPMTOP + ["bench", "--sim", "--modes", "reuse", "--engine", "native", "-n", "4",
+                                 "--warmup", "2", "--events", "--json", str(out), "-q"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    evs = load_capture(out)["events"]
+    names = [e["command"].removeprefix("TPM2_CC_") for e in evs]
+    start = names.index("StartAuthSession")
+    extends = [i for i, n in enumerate(names) if n == "PCR_Extend"]
+    assert len(extends) == 4 and start < extends[0]  # warm-up operations left out, as the runs count them
+    assert all(evs[i]["op_seq"] is not None for i in extends)
+    assert evs[start]["op_seq"] is None
+    flushes = [e for e in evs[extends[-1]:] if e["command"] == "TPM2_CC_FlushContext"]
+    assert flushes, "the kept session's clean-up flush is missing"

@@ -153,7 +153,11 @@ def run_bench(args) -> int:
         if result.integrity_failures:
             notice(f"{result.integrity_failures} responses failed their HMAC check and were rejected")
         if (json_out or om_out) and (result.accounts or result.periods):
-            events = [e for e in conn.recorder.events() if e.origin == "workload" and e.op_seq is not None] \
+            # Every command the bench sent (the null primary's probe, the reuse/saved set-ups,
+            # the clean-up flushes: a pcapng export then shows where a kept session came from),
+            # except the warm-up operations', which the runs do not count either.
+            counted = {o[0] for o in result.ops_log}
+            events = [e for e in conn.recorder.events() if e.op_seq is None or e.op_seq in counted] \
                 if args.events else None
             cap = capture_dict(conn, result.accounts, periods=result.periods, events=events,
                                ops_log=result.ops_log if args.events else None,
