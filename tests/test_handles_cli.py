@@ -56,3 +56,15 @@ def test_info_reports_identity_and_session_properties():
     d = json.loads(r.stdout)
     assert d["identity"]["manufacturer"] == "IBM" and d["tpm"]["simulated"] is True
     assert d["properties"]["HR_TRANSIENT_AVAIL"] == 3 and d["properties"]["CONTEXT_GAP_MAX"] > 0
+
+
+def test_flush_takes_a_decimal_handle_as_tpm2_tools_does(tcp_swtpm):
+    """33554432 is 0x02000000 and 2147483648 is 0x80000000 (tpm2-tools reads plain digits as
+    decimal); eight digits that only make sense as hex are refused with the hex spelling."""
+    h = _leak_a_primary(tcp_swtpm)
+    r = run_tpmtop("flush", f"{h:08x}", "-T", tcp_swtpm.tcti)
+    assert r.returncode == 2 and f"write 0x{h:08x}" in r.stderr
+    r = run_tpmtop("flush", str(h), "-T", tcp_swtpm.tcti)
+    assert r.returncode == 0, r.stderr
+    listed = json.loads(run_tpmtop("handles", "--json", "-T", tcp_swtpm.tcti).stdout)["handles"]
+    assert f"0x{h:08x}" not in [e["handle"] for e in listed]

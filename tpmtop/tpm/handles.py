@@ -53,13 +53,23 @@ def list_handles(transport, owned: set[int] | None = None) -> list[HandleEntry]:
     return out
 
 
+# Objects and sessions: what `flush` (and a user typing a handle) is about.
+_HELD_TYPES = FLUSHABLE | {int(TPM2_HT.PERSISTENT)}
+
+
 def parse_handle(text: str) -> int:
-    """A handle as the user typed it: 0x80000000, 80000000 or decimal. Exit 2 if malformed."""
+    """A handle as the user typed it: 0x80000000, or decimal as tpm2-tools takes it. Exit 2 if malformed."""
     t = text.strip().lower()
     try:
-        value = int(t, 16) if t.startswith("0x") or any(c in "abcdef" for c in t) or len(t) == 8 else int(t, 10)
+        # As tpm2-tools reads them: 0x… hex, plain digits decimal (33554432 is 0x02000000);
+        # digits with a-f can only be hex.
+        value = int(t, 16) if t.startswith("0x") or any(c in "abcdef" for c in t) else int(t, 10)
     except ValueError:
         raise UsageError(f"malformed handle '{text}': expected e.g. 0x80000000") from None
+    if t.isdigit() and len(t) == 8 and value >> 24 not in _HELD_TYPES and int(t, 16) >> 24 in _HELD_TYPES:
+        # 80000000 or 02000000 read as decimal is no object or session: say so rather than guess
+        raise UsageError(f"handle '{text}' is decimal {value} (0x{value:08x}), not a handle; "
+                         f"for the hex handle write 0x{t}")
     if not 0 <= value <= 0xFFFFFFFF:
         raise UsageError(f"handle '{text}' is out of range (32 bits)")
     return value
