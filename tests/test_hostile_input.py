@@ -4,6 +4,7 @@ enough to break a recursive parser, and strings that would drive the user's term
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,18 @@ def test_textsafe_leaves_plain_text_alone():
     assert safe(plain) == plain
     assert safe_tree({"a": [plain, 1, 2.5, None, True]}) == {"a": [plain, 1, 2.5, None, True]}
     assert safe("a\tb\nc\x00") == "a\\x09b\\x0ac\\x00"
+
+
+@pytest.mark.parametrize("number", ["1e-400", "5.0"])
+def test_a_float_where_an_integer_belongs_is_refused(tmp_path, number):
+    """JSON Schema's "integer" also admits 5.0 (and 1e-400 reads as 0.0); every reader that
+    counts with such a member then failed on a float (profile from-capture: an internal error).
+    Found by test_fuzz_cli; now one line, exit 2, naming the member."""
+    text = SAMPLE.read_text()
+    bad = tmp_path / "bad.json"
+    bad.write_text(re.sub(r'"ops": \d+', f'"ops": {number}', text, count=1))
+    for argv in (["profile", "from-capture", str(bad), "-o", str(tmp_path / "p.json")],
+                 ["compare", str(SAMPLE), str(bad)]):
+        proc = run_tpmtop(*argv)
+        line = _one_line(proc, 2)
+        assert "runs[0].ops" in line and "integer" in line

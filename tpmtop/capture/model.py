@@ -104,7 +104,31 @@ def validator(part: str | None = None):
     if part is not None:
         # An item sub-schema that still resolves "#/$defs/…" against the whole document.
         s = {"$schema": s["$schema"], "$defs": s["$defs"], "$ref": f"#/$defs/{part}"}
-    return jsonschema.Draft202012Validator(s, format_checker=None)
+    return _StrictIntegers(s, format_checker=None)
+
+
+def _strict_validator_class():
+    """Draft 2020-12, except that "integer" means a JSON integer: the draft also accepts 5.0
+    (and 1e-400, which reads as 0.0), and every consumer that counts or indexes with such a
+    member then fails on a float (found by tests/test_fuzz_cli.py)."""
+    import jsonschema
+    from jsonschema import validators
+
+    checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _c, x: isinstance(x, int) and not isinstance(x, bool))
+    return validators.extend(jsonschema.Draft202012Validator, type_checker=checker)
+
+
+class _Lazy:
+    cls = None
+
+    def __call__(self, *a, **kw):
+        if self.cls is None:
+            self.cls = _strict_validator_class()
+        return self.cls(*a, **kw)
+
+
+_StrictIntegers = _Lazy()
 
 
 def path_text(prefix: str, path: Iterable) -> str:
