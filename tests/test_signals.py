@@ -114,6 +114,46 @@ def test_signal_right_after_the_swtpm_starts_is_never_lost(sig):
         assert "Traceback" not in err and "Exception ignored" not in err, err
 
 
+# -- a signal while labels are being set must not leave them set ---------------------------------
+class _SignalRightAfterSet:
+    """A ContextVar whose ``set`` is followed at once by a SIGTERM, as when the signal is
+    handled right after the call returns (CPython checks for pending signals there)."""
+
+    def __init__(self, real):
+        self.real = real
+
+    def get(self):
+        return self.real.get()
+
+    def set(self, value):
+        token = self.real.set(value)
+        interrupts.handler(signal.SIGTERM, None)  # raises, unless the scope holds signals
+        return token
+
+    def reset(self, token):
+        self.real.reset(token)
+
+
+@pytest.mark.parametrize("scope", ["labelled", "wire_log"])
+def test_signal_while_a_scope_is_entered_leaves_nothing_set(scope, monkeypatch):
+    """Under load a SIGALRM draw once landed between setting the labels and the ``try`` that
+    resets them: every later command of the test process was stamped "workload"."""
+    from tpmtop.tpm import exchange
+
+    real = {"labelled": exchange._LABELS, "wire_log": exchange._WIRE_LOG}[scope]
+    before = real.get()
+    monkeypatch.setattr(exchange, {"labelled": "_LABELS", "wire_log": "_WIRE_LOG"}[scope], _SignalRightAfterSet(real))
+    enter = (lambda: exchange.labelled(origin="workload", engine="native")) if scope == "labelled" \
+        else (lambda: exchange.wire_log([]))
+    ran = False
+    with pytest.raises(Interrupted, match="stopped by SIGTERM"):
+        with enter():
+            ran = True  # the signal waits for the scope: its body runs whole
+    assert ran
+    assert real.get() == before, real.get()
+    assert interrupts.take_pending() is None
+
+
 # -- item 3: the stream stays in step, whatever moment the signal picks -------------------------------
 def test_interrupted_raw_commands_leave_the_stream_in_step(tpm, alarm):
     rng = random.Random(12)

@@ -115,7 +115,18 @@ def find_tracefs() -> Tracefs:
                 raise KernelTraceError(f"this kernel has no kprobe events ({root}/kprobe_events absent: "
                                        "CONFIG_KPROBE_EVENTS is off)")
             return t
+    if not _kernel_knows_tracefs():
+        raise KernelTraceError("this kernel has no tracefs (CONFIG_FTRACE is off): it cannot trace its TPM commands")
     raise KernelTraceError("tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)")
+
+
+def _kernel_knows_tracefs() -> bool:
+    """Whether tracefs is a file system this kernel has (/proc/filesystems); True when unsure."""
+    try:
+        with open("/proc/filesystems") as f:
+            return any(line.split()[-1:] == ["tracefs"] for line in f)
+    except OSError:
+        return True
 
 
 def kernel_has(t: Tracefs, func: str) -> bool:

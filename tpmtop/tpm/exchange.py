@@ -12,10 +12,13 @@ thread can never stamp its GetCapability "workload", nor the reverse).
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Iterator, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
+
+from tpmtop.tpm.interrupts import held
+
+_HELD = held()
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,27 +45,47 @@ def current_labels() -> Labels:
     return _LABELS.get()
 
 
-@contextmanager
-def labelled(labels: Labels | None = None, **changes) -> Iterator[Labels]:
+class _Scope:
+    """``with``: ``var`` holds ``value`` inside, its old value after — whatever a signal does.
+
+    A generator context manager sets the variable, then enters ``try``; a signal handler that
+    raises between the two (CPython checks for pending signals right after a call returns)
+    left the labels set for good: every later command on that thread was stamped with an
+    operation's labels (seen under load: after test_signals' SIGALRM draws, a one-off
+    GetCapability was counted as "workload"). Here the whole scope is held
+    (:func:`tpmtop.tpm.interrupts.held`): on the main thread a signal inside it is raised when
+    it ends, after the reset. Elsewhere (the TPM's owner thread, where labels are set in
+    production) no signal handler runs and holding costs nothing.
+    """
+
+    __slots__ = ("var", "value", "token")
+
+    def __init__(self, var: ContextVar, value) -> None:
+        self.var, self.value = var, value
+
+    def __enter__(self):
+        _HELD.__enter__()  # first: from here on a signal is noted, not raised
+        self.token = self.var.set(self.value)
+        return self.value
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.var.reset(self.token)
+        finally:
+            _HELD.__exit__(*exc)  # raises a signal noted inside the scope, now that it is undone
+
+
+def labelled(labels: Labels | None = None, **changes) -> _Scope:
     """Stamp every exchange sent in this scope (on this thread/context) with ``labels``
     (or the current labels with ``changes``)."""
     lab = labels if labels is not None else _LABELS.get()
     if changes:
         lab = replace(lab, **changes)
-    token = _LABELS.set(lab)
-    try:
-        yield lab
-    finally:
-        _LABELS.reset(token)
+    return _Scope(_LABELS, lab)
 
 
-@contextmanager
-def wire_log(log: list) -> Iterator[list]:
-    token = _WIRE_LOG.set(log)
-    try:
-        yield log
-    finally:
-        _WIRE_LOG.reset(token)
+def wire_log(log: list) -> _Scope:
+    return _Scope(_WIRE_LOG, log)
 
 
 class Exchange(NamedTuple):
