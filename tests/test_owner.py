@@ -100,3 +100,88 @@ def test_the_transport_layer_never_imports_the_recorder():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def _interrupt_at(k: int):
+    """A trace function that raises Interrupted at the k-th trace event of this thread (a
+    call, a line, a return in any Python frame): a signal handler raising exactly there."""
+    from tpmtop.errors import Interrupted
+
+    seen = [0]
+
+    def trace(frame, event, arg):
+        seen[0] += 1
+        if seen[0] == k:
+            raise Interrupted("stopped by SIGTERM")  # tracing stops; the exception propagates
+        return trace
+
+    return trace
+
+
+def test_a_signal_anywhere_in_a_wait_never_blocks_the_owner(tpm):
+    """The main thread waits for a job; a signal may raise at any bytecode line of that wait.
+    Swept over every position: afterwards the owner must still run jobs. With
+    concurrent.futures.Future, a raise right after Condition.__enter__ took the future's lock
+    left it taken, and the owner blocked forever on it (a hung clean-up after Ctrl-C)."""
+    gate = threading.Event()
+
+    def job():
+        gate.wait(0.01)  # long enough that the caller really waits
+        return "done"
+
+    interrupted = 0
+    k = 1
+    while True:
+        sys.settrace(_interrupt_at(k))
+        try:
+            got = tpm.owner.call(job)
+        except KeyboardInterrupt:
+            got = None
+            interrupted += 1
+        finally:
+            sys.settrace(None)
+        # the owner is free: a job queued now runs (a time-out here, not a hang, if it is stuck)
+        assert tpm.owner.call(lambda: 42, timeout=60) == 42, k
+        if got == "done":
+            break
+        k += 1
+        assert k < 10_000
+    assert interrupted == k - 1 and interrupted > 3
+
+
+def test_a_signal_handled_by_another_thread_still_ends_the_wait(tpm):
+    """The kernel may run a signal's C handler on any thread, or just before the main thread
+    blocks: either way its Python handler is only pending, and a wait blocked in C never runs
+    it. Delivered here to the owner thread, mid-job: the main thread must still stop waiting
+    (it checks between slices), not when the job ends — on a silent TPM that is never."""
+    import signal
+
+    from tpmtop.errors import Interrupted
+    from tpmtop.tpm import interrupts
+
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def job():
+        started.set()
+        release.wait(30)
+        finished.set()
+        return "done"
+
+    def kick():
+        started.wait(60)
+        signal.pthread_kill(tpm.owner._thread.ident, signal.SIGUSR1)
+
+    old = signal.signal(signal.SIGUSR1, interrupts.handler)
+    try:
+        threading.Thread(target=kick, daemon=True).start()
+        try:
+            tpm.owner.call(job)
+        except Interrupted as e:
+            assert str(e) == "stopped by SIGUSR1"
+        else:
+            raise AssertionError("the signal was never acted on")
+        assert not finished.is_set(), "the wait ended only when the job did"
+    finally:
+        release.set()
+        signal.signal(signal.SIGUSR1, old)
+    assert tpm.owner.call(lambda: 42, timeout=60) == 42

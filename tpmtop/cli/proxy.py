@@ -95,7 +95,7 @@ def run_proxy(args) -> int:
                  + (f" or -T swtpm:path={args.socket}" if args.socket and kind == "swtpm" else ""))
             _log(server.sharing_note())
             while True:
-                time.sleep(3600)
+                time.sleep(0.5)  # short: a signal tripped just before a long sleep waits for its end
         except KeyboardInterrupt:
             interrupted = True
         except UsageError:
@@ -160,7 +160,14 @@ def run_run(args) -> int:
             except PermissionError:
                 raise UsageError(f"{cmd[0]}: permission denied") from None
             try:
-                status = proc.wait()
+                # In slices: a signal that lands just before a blocking waitpid would otherwise
+                # be acted on only when CMD exits (tpmtop.tpm.owner.Job._wait says why).
+                while True:
+                    try:
+                        status = proc.wait(timeout=0.5)
+                        break
+                    except subprocess.TimeoutExpired:
+                        continue
             except BaseException:
                 proc.terminate()
                 try:

@@ -8,10 +8,10 @@ and is recorded with its client — never with the workload's engine/mode/op.
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from typing import Callable
 
 from tpmtop.tpm.exchange import Labels, labelled, wire_log
+from tpmtop.tpm.owner import Job
 
 ORIGIN = "proxy"
 
@@ -40,7 +40,7 @@ def _job(transport, command: bytes, then) -> tuple[bytes, int]:
 
 
 def forward(conn, client_id: int, command: bytes, then: Callable[[bytes, int], None],
-            transport=None) -> Future:
+            transport=None) -> Job:
     """Send ``command`` byte-exact as one job on the TPM's owner thread; ``then(response,
     wire_ns)`` runs inside that job as soon as the response is in, and answers the client
     from there. The proxy's connection thread does not wait for the job: the answer leaves
@@ -52,7 +52,7 @@ def forward(conn, client_id: int, command: bytes, then: Callable[[bytes, int], N
     labels = labels_for(client_id)
     if transport is None:
         return conn.owner.submit(_job, conn.transport, command, then, labels=labels)
-    fut: Future = Future()
+    fut = Job()
     try:
         with labelled(labels):
             fut.set_result(_job(transport, command, then))

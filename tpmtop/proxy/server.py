@@ -395,7 +395,3 @@ def _shutdown(sock: socket.socket) -> None:
 def _short(text: str, n: int = 80) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
-
-def wait_forever(server: ProxyServer) -> None:
-    while True:
-        time.sleep(3600)

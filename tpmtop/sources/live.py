@@ -21,8 +21,6 @@ from pathlib import Path
 
 from tpm2_pytss.constants import TPM2_RC
 
-from concurrent.futures import TimeoutError as FutureTimeout
-
 from tpmtop.errors import NullNameChanged, TpmConnectionError, TpmError, TpmtopError, UsageError
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, TimingsView
 
@@ -524,7 +522,7 @@ class LiveSource:
         try:
             if self.conn.owner is not None:
                 self.conn.owner.submit(job).result(timeout)
-        except (TpmtopError, FutureTimeout):
+        except (TpmtopError, TimeoutError):
             # A TPM that is gone or silent: give up on flushing after the time-out rather than
             # hang the exit. Anything else is a bug and must not be swallowed (it once hid a
             # clean-up that never ran: tests/test_tui_quit.py).

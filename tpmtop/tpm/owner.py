@@ -22,14 +22,102 @@ Why one owner rather than a lock:
 
 from __future__ import annotations
 
+import _thread
 import gc
 import queue
 import threading
-from concurrent.futures import Future
+import time
 from typing import Any, Callable
 
 from tpmtop.errors import TpmConnectionError
 from tpmtop.tpm.exchange import Labels, labelled
+
+
+WAIT_SLICE_S = 0.05  # the longest a signal can wait for the main thread to notice it
+
+
+class Job:
+    """A job's outcome: what :meth:`TpmOwner.submit` returns (the part of
+    ``concurrent.futures.Future`` tpmtop uses: ``result``, ``exception``, ``done``,
+    ``add_done_callback``).
+
+    Why not a Future: its waiter runs Python code around a ``threading.Condition``
+    (``Condition.__enter__``/``__exit__`` are Python functions). A signal handler that raises
+    right after the condition's lock is taken there leaves it taken for good, and the owner
+    thread, which must take the same lock to start or finish the job, blocks forever: seen as
+    a hung clean-up after one SIGALRM draw in test_signals, and it is issue 12's "clean-up
+    hangs after one Ctrl-C in 1 of 4 runs". Here the owner only ever *releases* a primitive
+    lock (C code, never blocks), and a waiter only acquires it: whatever a signal interrupts
+    on the waiting side, the owner cannot be stopped by it.
+    """
+
+    __slots__ = ("_done", "_finished", "_result", "_exc", "_callbacks", "_cb_lock")
+
+    def __init__(self) -> None:
+        self._done = _thread.allocate_lock()
+        self._done.acquire()  # released once, by whoever finishes the job
+        self._finished = False
+        self._result: Any = None
+        self._exc: BaseException | None = None
+        self._callbacks: list | None = []
+        self._cb_lock = _thread.allocate_lock()  # taken only by non-main threads, briefly
+
+    def set_result(self, result: Any) -> None:
+        self._result = result
+        self._finish()
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._exc = exc
+        self._finish()
+
+    def _finish(self) -> None:
+        self._finished = True
+        self._done.release()
+        with self._cb_lock:
+            callbacks, self._callbacks = self._callbacks, None
+        for cb in callbacks or ():
+            try:
+                cb(self)
+            except Exception:  # a listener's bug must not stop the TPM's owner
+                pass
+
+    def done(self) -> bool:
+        return self._finished
+
+    def _wait(self, timeout: float | None) -> None:
+        if self._finished:
+            return
+        # In slices: a signal that arrives after Python last checked for one but before the
+        # thread blocks in the lock's C wait does not interrupt that wait, and its handler
+        # would run only when the job ends, which on a silent TPM is never (seen under load:
+        # Ctrl-C and SIGTERM both lost, test_second_signal_does_not_wait_for_a_silent_tpm).
+        # Each slice returns to Python, where a pending handler runs. A waiter interrupted
+        # after acquiring holds a lock nobody else needs: the owner never takes it.
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0)
+        while True:
+            left = WAIT_SLICE_S if deadline is None else min(WAIT_SLICE_S, deadline - time.monotonic())
+            if self._done.acquire(True, max(left, 0)):
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"the TPM's owner did not finish the job in {timeout:g} s")
+        self._done.release()  # for any other waiter
+
+    def result(self, timeout: float | None = None) -> Any:
+        self._wait(timeout)
+        if self._exc is not None:
+            raise self._exc
+        return self._result
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait(timeout)
+        return self._exc
+
+    def add_done_callback(self, fn: Callable[["Job"], None]) -> None:
+        with self._cb_lock:
+            if self._callbacks is not None:
+                self._callbacks.append(fn)
+                return
+        fn(self)
 
 
 class TpmOwner:
@@ -42,8 +130,8 @@ class TpmOwner:
         self.lost: str | None = None  # why the TPM connection was lost, until a reconnect
 
     # -- submitting ------------------------------------------------------------------------
-    def submit(self, fn: Callable[..., Any], *args, labels: Labels | None = None, **kwargs) -> Future:
-        fut: Future = Future()
+    def submit(self, fn: Callable[..., Any], *args, labels: Labels | None = None, **kwargs) -> Job:
+        fut = Job()
         if self._closed:
             fut.set_exception(TpmConnectionError("the TPM connection is closed"))
             return fut
@@ -76,8 +164,6 @@ class TpmOwner:
             if item is None:
                 return
             fut, fn, args, kwargs, labels = item
-            if not fut.set_running_or_notify_cancel():
-                continue
             paused_gc = gc.isenabled()
             if paused_gc:
                 gc.disable()
