@@ -45,6 +45,61 @@ def test_linux_6_10_ima_extend_sequence_with_hwrng_and_user_space_interleaved():
     assert user.path.startswith("user space via /dev/tpm") and user.rc is None and user.wire_ns == 110_000
 
 
+def test_operation_probes_wrap_the_commands_and_give_the_host_its_share():
+    """6.12 with the tpm2_pcr_extend/tpm2_get_random events: each operation holds the commands
+    its task sent between entry and return; the rest of its time is the host's. A FlushContext
+    outside any operation is the kernel ending its kept session before a user-space command."""
+    p = Parser(byteorder="little")
+    cmds = []
+    for line in _text("trace-6.12-kept-session-ops.txt").splitlines():
+        cmds.extend(p.feed(line))
+    ops = p.take_ops()
+    assert p.op_probes and p.orphans == 0 and p.pending() == 0 and p.take_ops() == []
+    assert [(o.kind, [c.cc for c in o.commands]) for o in ops] == [
+        ("extend", [0x161, 0x176, 0x165, 0x182]), ("extend", [0x182]), ("extend", [0x182]),
+        ("get_random", [0x17B]), ("extend", [0x161, 0x176, 0x165, 0x182]), ("extend", [0x182])]
+    first = ops[0]
+    assert first.pid == 1200 and first.ret == 0 and not first.estimated
+    # entry 200.000000, return 200.151...: the commands' 149.3 ms plus the host's gaps
+    assert first.wire_ns == 36_977_000 + 84_747_000 + 3_195_000 + 24_356_000
+    assert first.total_ns > first.wire_ns and first.host_ns == first.total_ns - first.wire_ns
+    assert ops[3].ret == 32  # tpm2_get_random returns the bytes it got
+    end = [c for c in cmds if c.path.startswith("session end")]
+    assert [(c.cc, c.comm, c.op) for c in end] == [(0x165, "tpm2_pcrread", None)]
+    assert all(c.op is not None for c in cmds if c.cc in (0x182, 0x176))
+
+
+def test_without_operation_probes_operations_are_assembled_from_the_commands():
+    """6.10 text (no operation events): a task's set-up commands and the PCR_Extend that
+    closes them are one extend, timed first entry to last return; a user-space command from
+    another task is no part of it."""
+    from tpmtop.kernel.ops import Assembler, KernelAccounts
+
+    cmds, p = parse_text(_text("trace-6.10-ima-hmac.txt"), byteorder="little")
+    a, acc = Assembler(), KernelAccounts()
+    ops = []
+    for kc in sorted(cmds, key=lambda c: c.t_ns + c.wire_ns):
+        acc.add_command(kc)
+        op = a.feed(kc)
+        if op is not None:
+            ops.append(op)
+            acc.add_op(op)
+    ext = [o for o in ops if o.kind == "extend"]
+    assert len(ext) == 2 and all(o.estimated and [c.cc for c in o.commands] == [0x161, 0x176, 0x165, 0x182]
+                                 for o in ext)
+    assert ext[0].total_ns == 1038_264_358_000 - 1038_100_002_000
+    assert acc.mode() == ("per-command", "a fresh salted session in each of 2 extends (Linux 6.10–6.11 behaviour)")
+
+
+def test_cli_from_trace_prices_the_kernels_operations():
+    r = run_tpmtop("kernel", "--from-trace", str(FIX / "trace-6.12-kept-session-ops.txt"), "-q")
+    assert r.returncode == 0, r.stderr
+    row = next(line.split() for line in r.stdout.splitlines() if line.startswith("extend "))
+    assert row[:3] == ["extend", "5", "2"]  # five extends, two of them set up a session
+    assert "sessions: reuse: kept session: 2 of 5 extends set one up" in r.stdout
+    assert "set-ups after: user space (tpm2_pcrread) ×1" in r.stdout
+
+
 def test_5_x_layout_with_tgid_column_and_lost_events():
     """record-tgid's `(  pid)` column and 4 flag chars; a CPU:0 [LOST 4 EVENTS] marker in the
     middle of a command: no latency is invented across the gap."""
@@ -253,3 +308,21 @@ def test_parser_never_raises_on_hostile_text(lines):
     for line in lines:
         for kc in p.feed(line):
             assert kc.wire_ns >= 0
+
+
+def test_a_return_probe_that_reads_the_response_gives_user_space_its_rc():
+    """On 6.10+ tx_ret reads the response header too (rsp_rc=+6($arg2)): a /dev/tpmrm0
+    client's Unseal failing with TPM_RC_PCR_CHANGED (0x128) is a failure, not "answered"."""
+    lines = [
+        "  systemd-cryptse-812     [002] .....   512.000000: tx: (tpm_transmit+0x0/0x3a0) tag=0x280 "
+        "size=0x5b000000 cc=0x5e010000",
+        "  systemd-cryptse-812     [002] .....   512.002000: tx_ret: (tpm_dev_transmit+0x5e/0x120 <- tpm_transmit) "
+        "ret=10 rsp_rc=0x28010000",
+        "  systemd-cryptse-812     [002] .....   512.100000: tx: (tpm_transmit+0x0/0x3a0) tag=0x280 "
+        "size=0x5b000000 cc=0x5e010000",
+        "  systemd-cryptse-812     [002] .....   512.101000: tx_ret: (tpm_dev_transmit+0x5e/0x120 <- tpm_transmit) "
+        "ret=-62 rsp_rc=0x28010000",  # -ETIME: no response, whatever the buffer still holds
+    ]
+    cmds, _ = parse_text("\n".join(lines), byteorder="little")
+    assert [(c.cc, c.rc, c.ret) for c in cmds] == [(0x15E, 0x128, 10), (0x15E, None, -62)]
+    assert probes.response_rc_line("g", "6.12.1") == "r:g/tx_ret tpm_transmit ret=$retval:s64 rsp_rc=+6($arg2):x32"

@@ -31,7 +31,7 @@ DEFAULT_CAPACITY = 100_000
 BUFFERS_KEPT = 16_384
 RECENT_PER_COMMAND = 120  # samples kept per command for sparklines
 
-ORIGINS = ("workload", "poll", "user")
+ORIGINS = ("workload", "poll", "user")  # what tpmtop sends; "proxy" and "kernel" are what it sees
 
 
 @dataclass(slots=True)
@@ -56,6 +56,10 @@ class Event:
     command: bytes | None = field(default=None, repr=False)
     response: bytes | None = field(default=None, repr=False)
     client: str | None = None  # the proxied program that sent it, when there is one
+    # Seen, not sent (the kernel's commands under tpmtop's probes): answered, but its response
+    # code could not be read (a user-space command through /dev/tpmrm0). Not a failure.
+    rc_unknown: bool = False
+    note: str | None = None  # where an observed command came from ("IMA extend", "user tpm2_pcrread")
 
     @property
     def name(self) -> str:
@@ -63,6 +67,8 @@ class Event:
 
     @property
     def rc_text(self) -> str:
+        if self.rc_unknown:
+            return "answered (response code not traced)"
         return self.error or names.rc_text(self.rc)
 
 
@@ -145,6 +151,21 @@ class Recorder:
                     old = buffered.popleft()
                     old.command = old.response = None
 
+    def observed(self, t_ns: int, cc: int | None, wire_ns: int, *, origin: str, rc: int | None,
+                 answered: bool = True, cmd_size: int = 0, rsp_size: int = 0, client: str | None = None,
+                 note: str | None = None, error: str | None = None) -> None:
+        """A command someone else sent, seen and already decoded (the kernel's own, under
+        tpmtop kernel's probes): no bytes, no handles. The same ring and histograms as what
+        tpmtop sends, under its own origin, so every panel and export reads it alike.
+        ``answered`` with ``rc`` None: a response came, its code was not readable."""
+        with self._lock:
+            self._process()
+            self._seq += 1
+            self._add_locked(Event(
+                seq=self._seq, t_ns=t_ns, cc=cc, handles=(), sessions=(), cmd_size=cmd_size, rsp_size=rsp_size,
+                rc=rc, rsp_handle=None, wire_ns=wire_ns, origin=origin, error=error, client=client,
+                rc_unknown=rc is None and answered, note=note))
+
     def flush_pending(self) -> None:
         with self._lock:
             self._process()
@@ -162,6 +183,11 @@ class Recorder:
         if st is None:
             st = self._stats[key] = CommandStats()
         if ev.rc is None:
+            if ev.rc_unknown:  # answered: its latency counts, its outcome is unknown
+                st.hist.record(ev.wire_ns)
+                st.last_ns = ev.wire_ns
+                st.recent.append(ev.wire_ns)
+                return
             st.errors += 1
             return
         st.hist.record(ev.wire_ns)

@@ -210,18 +210,20 @@ def capture_costs(data, path: str) -> tuple[dict[str, Cost], list[str]]:
             continue
         if not isinstance(p50, (int, float)) or p50 <= 0:
             raise UsageError(f"{path}: runs[{i}] (extend, {mode}) has no positive op_us.p50")
-        # The kernel's host-side cost is a few µs; the native engine is closer to that than ESAPI.
-        rank = 0 if engine == "native" else 1
+        # The kernel's own extends (tpmtop kernel / --kernel) are the real thing; of tpmtop's
+        # engines, native is closer to the kernel's few µs of host work than ESAPI.
+        rank = {"kernel": 0, "native": 1}.get(engine, 2)
         count = (run.get("op_us") or {}).get("count")
         cost = Cost(Decimal(repr(float(p50))), f"capture {path} ({where})",
-                    f"p50 of {count} extends, engine {engine}")
+                    f"p50 of {count} of the kernel's own extends" if engine == "kernel"
+                    else f"p50 of {count} extends, engine {engine}")
         if mode not in best or rank < best[mode][0]:
             best[mode] = (rank, cost)
     notes = []
     if not best:
         notes.append(f"capture {path} has no extend runs")
-    engines = {c.detail.rsplit("engine ", 1)[-1] for _, c in best.values()}
-    if "native" not in engines and best:
+    engines = {"kernel" if "kernel's own" in c.detail else c.detail.rsplit("engine ", 1)[-1] for _, c in best.values()}
+    if not engines & {"native", "kernel"} and best:
         notes.append("capture has only ESAPI runs: their host cost (OpenSSL look-ups) is far above the kernel's")
     return {m: c for m, (_, c) in best.items()}, notes
 

@@ -45,9 +45,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("dashboard (no subcommand)")
     _display_options(g)
     g.add_argument("--passive", action="store_true",
-                   help="send nothing to the TPM: show only what sysfs and securityfs tell "
-                        "(IMA measurements/s, PCR values). On Linux 6.12+ any command a program sends "
-                        "ends the kernel's kept HMAC session, so this is how to watch a kernel unperturbed")
+                   help="send nothing to the TPM: show what sysfs and securityfs tell (IMA measurements/s, "
+                        "PCR values) and, where tpmtop can trace (root, kprobe events), the kernel's own TPM "
+                        "commands as with --kernel. On Linux 6.12+ any command a program sends ends the "
+                        "kernel's kept HMAC session, so this is how to watch a kernel unperturbed")
+    g.add_argument("--kernel", action="store_true",
+                   help="the kernel's own TPM commands live (IMA extends, session set-ups, hwrng, user "
+                        "space through /dev/tpmrm0), through kprobes on tpm_transmit as `tpmtop kernel` "
+                        "arms them: latency per command, each extend's TPM and host time, the session "
+                        "behaviour. Needs root and CONFIG_KPROBE_EVENTS; sends no TPM command")
+    g.add_argument("--kernel-trace", metavar="FILE",
+                   help="with --kernel: read the probes' events from FILE (a saved trace, a FIFO, or "
+                        "/sys/kernel/tracing/trace_pipe after a boot armed with `tpmtop kernel "
+                        "--boot-cmdline`), followed as it grows, instead of arming probes")
     g.add_argument("--poll-interval", type=_positive, metavar="SECONDS",
                    help="how often to ask the TPM for its handles and slots (default 1 with --sim, "
                         "5 on a real TPM: each poll perturbs the kernel's session, see --passive)")
@@ -136,15 +146,18 @@ def _run_app(app, cleanup=None) -> int:
 def run(args) -> int:
     from tpmtop.tui.app import TpmtopApp
 
-    if args.passive:
+    if args.kernel_trace and not args.kernel:
+        raise UsageError("--kernel-trace FILE goes with --kernel")
+    if args.passive or args.kernel:
+        flag = "--kernel" if args.kernel else "--passive"
         if args.sim or args.tcti:
-            raise UsageError("--passive sends nothing to any TPM: it cannot be combined with --sim or -T")
+            raise UsageError(f"{flag} sends nothing to any TPM: it cannot be combined with --sim or -T")
         if args.profile is not None or args.seed is not None:
-            raise UsageError("--passive sends nothing to any TPM: there is no simulator for --profile/--seed to slow down")
+            raise UsageError(f"{flag} sends nothing to any TPM: there is no simulator for --profile/--seed to slow down")
+        if args.kernel_trace and not os.path.exists(args.kernel_trace):
+            raise UsageError(f"--kernel-trace {args.kernel_trace}: no such file")
         require_terminal()
-        from tpmtop.sources.passive import PassiveSource
-
-        return _run_app(TpmtopApp(PassiveSource(), theme=args.theme, export_dir=args.export_dir))
+        return _run_watch(args, TpmtopApp)
 
     from tpmtop.cli.common import notice
     from tpmtop.profiles.apply import apply_profile, describe, profile_from_args
@@ -173,6 +186,39 @@ def run(args) -> int:
             source.close()
         else:
             conn.close()
+
+
+def watch_source(args):
+    """--passive and --kernel: (source, notices). Nothing is sent to the TPM. The kernel's
+    commands are traced where that is possible (a KernelTraceError, exit 1, for --kernel
+    where it is not); --passive without it shows sysfs alone and says why."""
+    from tpmtop.kernel.probes import KernelTraceError
+    from tpmtop.kernel.tap import KernelTap
+    from tpmtop.sources.kernel import KernelSource
+    from tpmtop.sources.passive import PassiveSource
+
+    try:
+        tap = KernelTap(trace_path=args.kernel_trace) if args.kernel_trace else KernelTap.arm()
+    except KernelTraceError as e:
+        if args.kernel:
+            raise  # one line, exit 1: --kernel asked for what this machine cannot do
+        return PassiveSource(), [f"sysfs only, no live kernel TPM commands: {e}"]
+    notices = [f"removed stale probe group {g} left by a tpmtop that was killed"
+               for g in getattr(tap.probes, "stale_removed", ())]
+    return KernelSource(tap, passive=args.passive), notices
+
+
+def _run_watch(args, app_cls) -> int:
+    source, notices = watch_source(args)
+    tap = getattr(source, "tap", None)
+    try:
+        if tap is not None:
+            tap.start()
+        app = app_cls(source, theme=args.theme, export_dir=args.export_dir, notices=notices)
+        return _run_app(app, cleanup=tap.close if tap is not None else None)
+    finally:
+        if tap is not None:
+            tap.close()
 
 
 def _start_listen(args, conn, source):

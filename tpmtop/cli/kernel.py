@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 
 EXAMPLES = """Needs root and a kernel with kprobe events (CONFIG_KPROBE_EVENTS) and a TPM driver.
 tpmtop sends no TPM command in this mode: it only watches tpm_transmit, so it does not
@@ -29,22 +28,14 @@ def add_kernel_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="no line per command")
 
 
-# A task's comm is whatever the task set (prctl PR_SET_NAME): escape what could drive the
-# terminal. (tpmtop.textsafe.safe does the same where it exists; merge onto it.)
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def _printable(text: str) -> str:
-    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
 def _line(kc) -> str:
+    from tpmtop.textsafe import safe  # a task's comm is whatever the task set (PR_SET_NAME)
     from tpmtop.tpm import names
 
-    rc = "rc ?" if kc.rc is None else f"rc 0x{kc.rc:x}"
+    rc = ("rc ?" if kc.ret is None or kc.ret < 0 else "answered") if kc.rc is None else f"rc 0x{kc.rc:x}"
     mig = f" (cpu {kc.cpu}→{kc.cpu_return})" if kc.migrated else f" (cpu {kc.cpu})"
     return (f"{kc.t_ns / 1e9:14.6f}  {names.cc_short(kc.cc):<20} {rc:<9} {kc.wire_ns / 1e3:>10.1f} µs  "
-            f"{_printable(kc.comm)}-{kc.pid}{mig}  {_printable(kc.path)}")
+            f"{safe(kc.comm)}-{kc.pid}{mig}  {safe(kc.path)}")
 
 
 def _summary(cap: dict) -> str:
@@ -57,28 +48,56 @@ def _summary(cap: dict) -> str:
         if e["rc"]:
             errors[e["command"]] = errors.get(e["command"], 0) + 1
     for run in cap["runs"]:
+        if run["engine"] != "observed":
+            continue
         for name, summ in sorted(run["commands"].items(), key=lambda kv: -kv[1]["count"]):
             rows.append([name.removeprefix("TPM2_CC_"), str(summ["count"]), str(errors.get(name, 0)),
                          f"{summ['p50']:,.1f}", f"{summ['p99']:,.1f}", f"{summ['max']:,.1f}"])
     return "\n" + table(rows, ["command", "count", "errors", "p50 µs", "p99 µs", "max µs"], right={1, 2, 3, 4, 5})
 
 
-def _finish(args, commands, t0_unix_ns, parser, source: str) -> int:
+def _op_summary(tap) -> str:
+    """Per kernel operation: its p50 split into TPM and host time, and the session behaviour."""
+    from tpmtop.cli.common import table
+    from tpmtop.kernel.ops import host_text
+
+    acc = tap.accounts
+    rows = []
+    for kind, st in acc.by_kind.items():
+        s_total, s_wire, s_host = st.op_hist.summary(), st.wire_hist.summary(), st.host_hist.summary()
+        rows.append([kind, str(st.ops), f"{st.with_setup}", f"{s_total['p50']:,.1f}", f"{s_wire['p50']:,.1f}",
+                     host_text(st, s_host['p50']), f"{s_total['p99']:,.1f}", str(st.failed)])
+    if not rows:
+        return ""
+    out = ["", table(rows, ["kernel operation", "count", "set up a session", "p50 µs", "TPM p50 µs",
+                            "host p50 µs", "p99 µs", "failed"], right={1, 2, 3, 4, 5, 6, 7})]
+    mode, why = acc.mode()
+    out.append(f"sessions: {mode or 'cannot tell'}: {why}")
+    st = acc.by_kind.get("extend")
+    if mode == "reuse" and st is not None and st.setup_after:  # what ended the kept session
+        out.append("set-ups after: " + ", ".join(f"{k} ×{n}" for k, n in st.setup_after.most_common()))
+    if any(s.estimated for s in acc.by_kind.values()):
+        out.append("timing: no operation probes in this trace: an operation runs from its first command's "
+                   "entry to its last one's return (host work before and after is not seen)")
+    return "\n".join(out)
+
+
+def _finish(args, tap, source_note: str) -> int:
     import sys
 
     from tpmtop.cli.common import notice
-    from tpmtop.kernel.live import exchanges
     from tpmtop.patterns import detect, summary_lines
 
-    notice(f"{len(commands)} kernel TPM commands" + (f", {parser.lost} events lost" if parser.lost else "")
-           + (f", {parser.orphans} returns without an entry" if parser.orphans else ""))
-    xs = exchanges(commands, t0_unix_ns)
-    from tpmtop.importers.observed import capture_from_exchanges
-
-    cap = capture_from_exchanges(xs, origin="kernel", source=source,
-                                 extra={"kernel_trace": {"lost_events": parser.lost, "orphans": parser.orphans}})
-    if commands:
+    p = tap.parser
+    notice(f"{len(tap.commands)} kernel TPM commands from {source_note}"
+           + (f", {p.lost} events lost" if p.lost else "")
+           + (f", {p.orphans} returns without an entry" if p.orphans else ""))
+    cap = tap.capture()
+    if tap.commands:
         print(_summary(cap))
+        ops = _op_summary(tap)
+        if ops:
+            print(ops)
     for line in summary_lines(detect(cap["events"])):
         notice(line)
     if args.json:
@@ -96,7 +115,7 @@ def run_kernel(args) -> int:
     from tpmtop.cli.common import notice
     from tpmtop.errors import EXIT_INTERRUPTED, Interrupted, UsageError
     from tpmtop.kernel import probes
-    from tpmtop.kernel.trace_pipe import Parser
+    from tpmtop.kernel.tap import KernelTap
 
     if args.boot_cmdline:
         print(probes.boot_cmdline())
@@ -111,41 +130,37 @@ def run_kernel(args) -> int:
                 text = f.read()
         except OSError as e:
             raise UsageError(f"tpmtop kernel: cannot read {args.from_trace}: {e.strerror}") from None
-        parser = Parser()
-        commands = []
-        for line in text.splitlines():
-            commands.extend(parser.feed(line))
-        if not commands and not parser.lost:
+        tap = KernelTap(trace_path=args.from_trace)
+        commands = tap.feed(text.splitlines())
+        if not commands and not tap.parser.lost:
             raise UsageError(f"tpmtop kernel: {args.from_trace} holds no tpmtop kprobe events")
-        commands.sort(key=lambda kc: kc.t_ns)  # completed in return order; shown in start order
         if not args.quiet:
-            for kc in commands:
+            for kc in sorted(commands, key=lambda kc: kc.t_ns):  # completed in return order; shown in start order
                 print(_line(kc))
-        return _finish(args, commands, time.time_ns(), parser, f"tracefs:{args.from_trace}")
+        return _finish(args, tap, args.from_trace)
 
-    from tpmtop.kernel.live import read_pipe
+    from tpmtop.kernel.live import read_lines
 
-    with probes.Probes() as p:
+    tap = KernelTap.arm()
+    stopped_by_signal = False
+    try:
+        p = tap.probes
         for g in p.stale_removed:
             notice(f"removed stale probe group {g} left by a tpmtop that was killed")
-        notice(f"tracing tpm_transmit{' and tpm_transmit_cmd' if p.have_cmd else ''} "
-               f"(group {p.group}); Ctrl-C to stop")
-        parser = Parser()
-        commands = []
-        t0_unix = None
-        stopped_by_signal = False
+        ops = " and ".join(probes.OP_FUNCS[o][0] for o in p.ops)
+        notice(f"tracing tpm_transmit{' and tpm_transmit_cmd' if p.have_cmd else ''}"
+               f"{(', operations ' + ops) if ops else ''} (group {p.group}); Ctrl-C to stop")
         deadline = time.monotonic() + args.duration if args.duration else None
         try:
-            for kc in read_pipe(p.pipe_path(), parser,
-                                lambda: deadline is not None and time.monotonic() >= deadline):
-                if t0_unix is None:
-                    t0_unix = time.time_ns() - kc.wire_ns
-                commands.append(kc)
-                if not args.quiet:
-                    print(_line(kc), flush=True)
+            for lines in read_lines(tap.pipe_path, lambda: deadline is not None and time.monotonic() >= deadline):
+                for kc in tap.feed(lines):
+                    if not args.quiet:
+                        print(_line(kc), flush=True)
         except KeyboardInterrupt:
-            pass  # Ctrl-C is how one stops tracing: the probes go in __exit__, the capture is written
+            pass  # Ctrl-C is how one stops tracing: the probes go below, the capture is written
         except Interrupted:
             stopped_by_signal = True
-    status = _finish(args, commands, t0_unix or time.time_ns(), parser, "kernel:tpm_transmit")
+    finally:
+        tap.close()
+    status = _finish(args, tap, "tpm_transmit")
     return EXIT_INTERRUPTED if stopped_by_signal else status

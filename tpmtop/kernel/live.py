@@ -14,8 +14,10 @@ from tpmtop.importers.observed import Exchange
 from tpmtop.kernel.trace_pipe import KernelCommand, Parser
 
 
-def read_pipe(path: str, parser: Parser, stop: Callable[[], bool], poll_s: float = 0.2) -> Iterator[KernelCommand]:
-    """Commands from a ``trace_pipe`` until ``stop()`` says so (checked every ``poll_s``)."""
+def read_lines(path: str, stop: Callable[[], bool], poll_s: float = 0.2) -> Iterator[list[str]]:
+    """Batches of whole lines from a ``trace_pipe`` (or a FIFO, or a file being written, which
+    is followed like ``tail -f``) until ``stop()`` says so (checked every ``poll_s``). A batch
+    is what one read returned: a busy kernel's lines are handled a read at a time."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     buf = b""
     try:
@@ -27,15 +29,22 @@ def read_pipe(path: str, parser: Parser, stop: Callable[[], bool], poll_s: float
                 chunk = os.read(fd, 65536)
             except BlockingIOError:
                 continue
-            if not chunk:
+            if not chunk:  # end of a file (or a FIFO without a writer): wait for more
                 time.sleep(poll_s)
                 continue
             buf += chunk
             *lines, buf = buf.split(b"\n")
-            for line in lines:
-                yield from parser.feed(line.decode("utf-8", "replace"))
+            if lines:
+                yield [line.decode("utf-8", "replace") for line in lines]
     finally:
         os.close(fd)
+
+
+def read_pipe(path: str, parser: Parser, stop: Callable[[], bool], poll_s: float = 0.2) -> Iterator[KernelCommand]:
+    """Commands from a ``trace_pipe`` until ``stop()`` says so (checked every ``poll_s``)."""
+    for lines in read_lines(path, stop, poll_s):
+        for line in lines:
+            yield from parser.feed(line)
 
 
 def exchanges(commands: list[KernelCommand], t0_unix_ns: int) -> list[Exchange]:

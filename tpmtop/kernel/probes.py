@@ -1,6 +1,6 @@
 """tpmtop's kprobe events on the kernel's TPM transmit path, made and removed through tracefs.
 
-Four events in a group of tpmtop's own (``tpmtop_<pid>``, so two tpmtops never share one and
+Events in a group of tpmtop's own (``tpmtop_<pid>``, so two tpmtops never share one and
 a group whose pid is dead is known to be stale):
 
 - ``tx``: entry of ``tpm_transmit(chip, buf, bufsiz)`` — every command, the kernel's and
@@ -11,6 +11,9 @@ a group whose pid is dead is known to be stale):
 - ``cmd``/``cmd_ret``: ``tpm_transmit_cmd(chip, buf, min_rsp_len, desc)``, the kernel's own
   sender: ``desc`` names the caller's purpose, its return is the TPM response code. A
   ``tpm_transmit`` outside one came from user space.
+- ``op_extend``/``op_random`` and their returns: ``tpm2_pcr_extend`` and ``tpm2_get_random``,
+  the kernel operations that hold the commands (session set-up included), where the kernel
+  has them: an operation's time minus its commands' is the host's share.
 
 The events are enabled only in a tracefs instance of tpmtop's own (``instances/tpmtop_<pid>``),
 so tpmtop's ``trace_pipe`` never steals events from anyone else's tracing. Everything is
@@ -33,6 +36,13 @@ TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 GROUP_PREFIX = "tpmtop_"
 
 TX, TX_RET, CMD, CMD_RET = "tx", "tx_ret", "cmd", "cmd_ret"
+# The kernel operations around the commands: entry to return of the function that does one PCR
+# extend or one get_random, so an operation's cost is split into TPM time (its tpm_transmits)
+# and host time (the rest: building commands, ECDH/KDF/HMAC, waiting for the chip's lock).
+# Whole tpm2_pcr_extend is what the 6.10 regression thread timed (151 ms on an SLB9670).
+OP_FUNCS = {"op_extend": ("tpm2_pcr_extend", "extend"), "op_random": ("tpm2_get_random", "get_random")}
+OP_EVENTS = {name: kind for name, (_, kind) in OP_FUNCS.items()}
+OP_RET_EVENTS = {f"{name}_ret": kind for name, (_, kind) in OP_FUNCS.items()}
 
 
 def _release(text: str | None = None) -> tuple[int, int]:
@@ -51,8 +61,10 @@ def arg_positions(release: str | None = None) -> tuple[int, int]:
     return (3, 7) if _release(release) < (5, 1) else (2, 4)
 
 
-def probe_lines(group: str, have_cmd: bool = True, release: str | None = None) -> list[str]:
-    """The kprobe_events definitions (Documentation/trace/kprobetrace.rst syntax)."""
+def probe_lines(group: str, have_cmd: bool = True, release: str | None = None,
+                ops: tuple[str, ...] | None = None) -> list[str]:
+    """The kprobe_events definitions (Documentation/trace/kprobetrace.rst syntax). ``ops``:
+    which of :data:`OP_FUNCS` to probe too (default all; only those the kernel has, live)."""
     buf, desc = arg_positions(release)
     lines = [
         f"p:{group}/{TX} tpm_transmit tag=+0($arg{buf}):x16 size=+2($arg{buf}):x32 cc=+6($arg{buf}):x32",
@@ -63,7 +75,19 @@ def probe_lines(group: str, have_cmd: bool = True, release: str | None = None) -
             f"p:{group}/{CMD} tpm_transmit_cmd desc=+0($arg{desc}):string",
             f"r:{group}/{CMD_RET} tpm_transmit_cmd rc=$retval:s32",
         ]
+    for name, (func, _) in OP_FUNCS.items():
+        if ops is None or name in ops:
+            lines += [f"p:{group}/{name} {func}", f"r:{group}/{name}_ret {func} ret=$retval:s32"]
     return lines
+
+
+def response_rc_line(group: str, release: str | None = None) -> str:
+    """``tx_ret`` reading the response code too: the buffer holds the response when
+    tpm_transmit returns, and since Linux 6.10 a return probe may read the function's
+    arguments (``$argN``), so ``+6($argN)`` is the TPM's rc of every command, user space's
+    included. Older kernels refuse the definition; :class:`Probes` then uses the plain one."""
+    buf, _ = arg_positions(release)
+    return f"r:{group}/{TX_RET} tpm_transmit ret=$retval:s64 rsp_rc=+6($arg{buf}):x32"
 
 
 def boot_cmdline(group: str = "tpmtop", release: str | None = None) -> str:
@@ -218,6 +242,9 @@ class Probes:
         self.group = f"{GROUP_PREFIX}{os.getpid()}"
         self.stale_removed: list[str] = []
         self.have_cmd = False
+        self.ops: tuple[str, ...] = ()
+        self.response_rc = False  # tx_ret reads the response code (Linux 6.10+)
+        self.clock = "local"  # the instance's trace_clock
         self._armed = False
 
     # Signals whose default action would kill tpmtop without unwinding (SIGINT, SIGTERM and
@@ -259,10 +286,18 @@ class Probes:
             raise KernelTraceError("this kernel has no tpm_transmit to probe (no TPM driver built in or "
                                    "loaded: CONFIG_TCG_TPM off?)")
         self.have_cmd = kernel_has(self.t, "tpm_transmit_cmd")
+        self.ops = tuple(name for name, (func, _) in OP_FUNCS.items() if kernel_has(self.t, func))
         self._install_signals()
         self._armed = True
         try:
-            for line in probe_lines(self.group, self.have_cmd):
+            for line in probe_lines(self.group, self.have_cmd, ops=self.ops):
+                if line.startswith(f"r:{self.group}/{TX_RET} "):
+                    try:  # with the response code where the kernel can read it (6.10+)
+                        self.t.append("kprobe_events", response_rc_line(self.group))
+                        self.response_rc = True
+                        continue
+                    except OSError:
+                        pass
                 try:
                     self.t.append("kprobe_events", line)
                 except OSError as e:
@@ -275,6 +310,12 @@ class Probes:
                                            f"{os.strerror(e.errno or errno.EINVAL)} {log}".rstrip()) from None
             try:
                 os.mkdir(self.t.path("instances", self.group))
+                try:  # timestamps on CLOCK_MONOTONIC: Python's perf_counter, no offset to guess
+                    with open(self.t.path("instances", self.group, "trace_clock"), "w") as f:
+                        f.write("mono")
+                    self.clock = "mono"
+                except OSError:
+                    pass
                 with open(self.t.path("instances", self.group, "events", self.group, "enable"), "w") as f:
                     f.write("1")
             except OSError as e:

@@ -99,10 +99,37 @@ class KernelCommand:
     desc: str | None  # tpm_transmit_cmd's description ("attempting extend a PCR value" …)
     path: str  # which kernel path sent it
     caller: str | None = None  # the function that called tpm_transmit_cmd
+    op: int | None = None  # the KernelOp (tpm2_pcr_extend / tpm2_get_random call) it belongs to
 
     @property
     def migrated(self) -> bool:
         return self.cpu != self.cpu_return
+
+
+@dataclass
+class KernelOp:
+    """One call of a kernel operation the probes wrap (:data:`probes.OP_FUNCS`): its commands
+    and its whole time, entry to return, on the same task."""
+
+    id: int
+    kind: str  # "extend" | "get_random"
+    t_ns: int
+    total_ns: int
+    pid: int
+    comm: str
+    ret: int | None  # the function's return: 0 or a TPM rc (extend), bytes or -errno (get_random)
+    commands: list = field(default_factory=list)  # KernelCommand, in the order they returned
+    # True: assembled from the commands (a trace without operation probes): from the first
+    # command's entry to the last one's return, so host work before and after is not seen.
+    estimated: bool = False
+
+    @property
+    def wire_ns(self) -> int:
+        return sum(c.wire_ns for c in self.commands)
+
+    @property
+    def host_ns(self) -> int:
+        return max(self.total_ns - self.wire_ns, 0)
 
 
 # What sent a command, from tpm_transmit_cmd's description or the command code and task.
@@ -148,6 +175,19 @@ def kernel_path(cc: int | None, desc: str | None, comm: str, via_cmd: bool, call
     return _CC_PATHS.get(cc or -1, "kernel")
 
 
+_LABELS = (("PCR extend", "extend"), ("session set-up", "set-up"), ("session end", "end"), ("hwrng", "hwrng"), ("trusted keys", "trusted"),
+           ("PCR read", "pcrread"), ("TPM properties", "getcap"), ("shutdown", "shutdown"),
+           ("start-up", "startup"), ("self test", "selftest"), ("user space", "user"), ("tpmtop", "tpmtop"))
+
+
+def path_label(path: str) -> str:
+    """A word (≤ 8 characters) for a :func:`kernel_path`: the stream's origin column."""
+    for key, label in _LABELS:
+        if path.startswith(key):
+            return label
+    return "kernel"
+
+
 @dataclass
 class Parser:
     """Feed lines; completed commands come out of :meth:`feed` in order of their return."""
@@ -159,6 +199,10 @@ class Parser:
     _tx: dict = field(default_factory=dict)  # pid -> list of open tpm_transmit entries
     _cmd: dict = field(default_factory=dict)  # pid -> list of open tpm_transmit_cmd entries
     _done_under_cmd: dict = field(default_factory=dict)  # pid -> commands waiting for tpm_transmit_cmd's rc
+    _op: dict = field(default_factory=dict)  # pid -> list of open (KernelOp, entry TraceEvent)
+    _op_seq: int = 0
+    ops: list = field(default_factory=list)  # finished KernelOps, for a consumer to take (take_ops)
+    op_probes: bool = False  # the trace has operation events (tpm2_pcr_extend …)
 
     def feed(self, line: str) -> list[KernelCommand]:
         ev = parse_line(line)
@@ -167,6 +211,25 @@ class Parser:
         if isinstance(ev, tuple):
             return self._lost(*ev)
         name = ev.event
+        if name in probes.OP_EVENTS:
+            self.op_probes = True
+            self._op_seq += 1
+            op = KernelOp(self._op_seq, probes.OP_EVENTS[name], ev.t_ns, 0, ev.pid, ev.comm, None)
+            self._op.setdefault(ev.pid, []).append((op, ev))
+            return []
+        if name in probes.OP_RET_EVENTS:
+            self.op_probes = True
+            stack = self._op.get(ev.pid)
+            if not stack or stack[-1][0].kind != probes.OP_RET_EVENTS[name]:
+                self.orphans += 1
+                return []
+            op, _ = stack.pop()
+            if not stack:
+                del self._op[ev.pid]
+            op.total_ns = max(ev.t_ns - op.t_ns, 0)
+            op.ret = _signed32(_num(ev.args.get("ret")))
+            self.ops.append(op)
+            return []
         if name == probes.TX:
             self._tx.setdefault(ev.pid, []).append(ev)
             return []
@@ -192,12 +255,16 @@ class Parser:
                 tag=_swap16(tag, self.byteorder) if tag is not None else None,
                 size=_swap32(size, self.byteorder) if size is not None else None,
                 rc=None, ret=_signed(_num(ev.args.get("ret"))), desc=desc, path="")
+            rsp_rc = _num(ev.args.get("rsp_rc"))  # the response header's code (6.10+ return probes)
+            if rsp_rc is not None and kc.ret is not None and kc.ret >= 10:
+                kc.rc = _swap32(rsp_rc, self.byteorder)
             kc.path = kernel_path(kc.cc, desc, kc.comm, via_cmd)
+            self._in_op(kc)
             if via_cmd:
                 self._done_under_cmd.setdefault(ev.pid, []).append(kc)
                 return []
-            if kc.ret is not None and kc.ret < 0:
-                kc.rc = None
+            if kc.ret is None or kc.ret < 10:
+                kc.rc = None  # no response, or none long enough to hold a code
             return [kc]
         if name == probes.CMD_RET:
             stack = self._cmd.get(ev.pid)
@@ -210,12 +277,31 @@ class Parser:
             caller = ev.loc.split(" <- ", 1)[0].strip() if " <- " in ev.loc else None
             for kc in done:
                 # tpm_transmit_cmd returns the TPM's response code, or -errno
-                kc.rc = rc if rc is not None and rc >= 0 else None
+                if rc is not None and rc >= 0:
+                    kc.rc = rc
+                elif rc is not None:
+                    kc.rc = None
                 if caller:
                     kc.caller = caller.split("+", 1)[0]
                     kc.path = kernel_path(kc.cc, kc.desc, kc.comm, True, caller)
+                if kc.cc == 0x165 and kc.op is None and self.op_probes:
+                    # A FlushContext outside any extend/get_random: the kernel ending its kept
+                    # session (6.12+, before a user-space command, a hwrng read before 6.15, suspend)
+                    kc.path = "session end" + (f" [{kc.caller}]" if kc.caller else "")
             return done
         return []
+
+    def _in_op(self, kc: KernelCommand) -> None:
+        stack = self._op.get(kc.pid)
+        if stack:
+            op = stack[-1][0]
+            kc.op = op.id
+            op.commands.append(kc)
+
+    def take_ops(self) -> list[KernelOp]:
+        """The operations finished since the last call (their commands came out of feed first)."""
+        out, self.ops = self.ops, []
+        return out
 
     def _lost(self, cpu: int, n: int) -> list[KernelCommand]:
         """Events of ``cpu`` were overwritten: an entry still open there may have lost its
@@ -224,9 +310,9 @@ class Parser:
         return come out with the response code unknown."""
         self.lost += n
         out: list[KernelCommand] = []
-        for stacks in (self._tx, self._cmd):
+        for stacks in (self._tx, self._cmd, self._op):
             for pid, stack in list(stacks.items()):
-                kept = [e for e in stack if e.cpu != cpu]
+                kept = [e for e in stack if (e[1] if isinstance(e, tuple) else e).cpu != cpu]
                 self.dropped += len(stack) - len(kept)
                 if kept:
                     stacks[pid] = kept
@@ -239,6 +325,13 @@ class Parser:
 
     def pending(self) -> int:
         return sum(len(v) for v in self._tx.values())
+
+
+def _signed32(v: int | None) -> int | None:
+    """An s32 fetch as tracefs prints it: signed already, or (some versions) unsigned."""
+    if v is None:
+        return None
+    return v - (1 << 32) if (1 << 31) <= v < (1 << 32) else v
 
 
 def _signed(v: int | None) -> int | None:

@@ -135,7 +135,7 @@ class ErrorBook:
 
     def feed(self, events) -> None:
         for ev in events:
-            if ev.rc != 0:
+            if ev.rc != 0 and not getattr(ev, "rc_unknown", False):
                 self.add(ev.cc, ev.rc)
 
     def count(self, key: str) -> int:
@@ -219,6 +219,8 @@ def boot_components(runs: list[RunView], engine: str = "native") -> dict[str, fl
     """Per-command p50s (µs) for the boot projection (tpmtop.boot.projection's letters) from
     this sitting's extend runs: E0 = PCR_Extend in ``none``; L, S, F and Eh (PCR_Extend in an
     HMAC session) from ``per-command``, whose sequence is the kernel's 6.10 one."""
+    if engine == "kernel":
+        return _kernel_components(runs)
     by_mode = {r.mode: r for r in runs if r.op == "extend" and r.engine == engine and r.ops}
     out: dict[str, float] = {}
     want = {"E0": ("none", "TPM2_CC_PCR_Extend"), "L": ("per-command", "TPM2_CC_ContextLoad"),
@@ -227,6 +229,23 @@ def boot_components(runs: list[RunView], engine: str = "native") -> dict[str, fl
     for letter, (mode, cc) in want.items():
         run = by_mode.get(mode)
         d = run.commands.get(cc) if run is not None else None
+        if d and d.get("p50"):
+            out[letter] = float(d["p50"])
+    return out
+
+
+def _kernel_components(runs: list[RunView]) -> dict[str, float]:
+    """The same letters from the kernel's own extends (tpmtop --kernel): the set-up commands
+    whatever the session mode, and its PCR_Extend as Eh when it ran in an HMAC session (the
+    kernel started sessions), else as E0."""
+    run = next((r for r in runs if r.engine == "kernel" and r.op == "extend" and r.ops), None)
+    if run is None:
+        return {}
+    hmac = "TPM2_CC_StartAuthSession" in run.commands or run.mode in ("per-command", "reuse")
+    out: dict[str, float] = {}
+    for letter, cc in (("L", "TPM2_CC_ContextLoad"), ("S", "TPM2_CC_StartAuthSession"),
+                       ("F", "TPM2_CC_FlushContext"), ("Eh" if hmac else "E0", "TPM2_CC_PCR_Extend")):
+        d = run.commands.get(cc)
         if d and d.get("p50"):
             out[letter] = float(d["p50"])
     return out
@@ -324,10 +343,28 @@ def _handles_of(ev) -> list[int]:
 
 
 def stream_row(ev, t0_ns: int) -> StreamRow:
-    origin = f"client:{ev.client}" if getattr(ev, "client", None) else ev.origin  # a proxied program (tpmtop --listen)
+    note = getattr(ev, "note", None)
+    handles = " ".join(f"{h:08x}" for h in _handles_of(ev))
+    if note:  # a command tpmtop only saw (the kernel's): its path, and which task sent it
+        origin, handles = note, ev.client or ""
+    elif getattr(ev, "client", None):
+        origin = f"client:{ev.client}"  # a proxied program (tpmtop --listen)
+    else:
+        origin = ev.origin
+    unknown = getattr(ev, "rc_unknown", False)
     return StreamRow(str(ev.seq), f"{(ev.t_ns - t0_ns) / 1e9:.3f}", origin, ev.name.removeprefix("TPM2_CC_"),
-                     " ".join(f"{h:08x}" for h in _handles_of(ev)), _sessions_text(ev.sessions),
-                     short_rc(ev.rc, ev.error), fmt_us(ev.wire_ns / 1000), ev.rc == 0)
+                     handles, _sessions_text(ev.sessions),
+                     short_rc(ev.rc, ev.error, unknown), fmt_us(ev.wire_ns / 1000), ev.rc == 0 or unknown)
+
+
+def failed(ev) -> bool:
+    """A command that did not succeed (an observed one whose code was not traced did not fail)."""
+    return ev.rc != 0 and not getattr(ev, "rc_unknown", False)
+
+
+def event_matches(ev, needle: str) -> bool:
+    """``needle`` (lower case) in the event's origin, where it came from, or its command."""
+    return needle in ev.origin or needle in ev.name.lower() or needle in (getattr(ev, "note", None) or "").lower()
 
 
 class LazyStreamRows:
@@ -340,8 +377,7 @@ class LazyStreamRows:
         if needle:
             n = needle.lower()
             errors = n == "errors"
-            items = [x for x in items if isinstance(x, tuple) or (
-                (x.rc != 0) if errors else (n in x.origin or n in x.name.lower()))]
+            items = [x for x in items if isinstance(x, tuple) or (failed(x) if errors else event_matches(x, n))]
         self.items = items
         self._done: dict[int, StreamRow] = {}
 
@@ -407,7 +443,9 @@ def _session_text(s) -> str:
     return f"{hs}:{a:02x}" if isinstance(a, int) else f"{hs}:{a}"
 
 
-def short_rc(rc: int | None, error: str | None) -> str:
+def short_rc(rc: int | None, error: str | None, unknown: bool = False) -> str:
+    if unknown and rc is None and not error:
+        return "rc ?"  # answered, seen under the kernel probes: the response code is not traced
     if error or rc is None:
         return "no response"
     if rc == 0:

@@ -52,6 +52,7 @@ class TimingsView:
     subtitle: str = ""
     run_label: str = ""
     modes_note: str = ""
+    modes_lines: list[str] = field(default_factory=list)  # plain text under the Modes bars (a kernel's verdict)
 
 
 @runtime_checkable

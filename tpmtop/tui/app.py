@@ -19,8 +19,9 @@ class TpmtopApp(App):
     TITLE = "tpmtop"
 
     def __init__(self, source, *, theme: str | None = None, remember: bool = True, export_dir: str = ".",
-                 themes=None, boot_root: str = "/") -> None:
+                 themes=None, boot_root: str = "/", notices: list[str] | None = None) -> None:
         super().__init__()
+        self.startup_notices = list(notices or [])  # said once the screen is up (what tpmtop cannot show here)
         self.source = source
         self.boot_root = boot_root  # the Boot screen's --root; tests point it at a fixture tree
         self.export_dir = export_dir
@@ -52,6 +53,8 @@ class TpmtopApp(App):
         # benchmarks/ui_load.py's workload: worst gen-2 pause 52 -> 3 ms at 100 ops/s, 72 -> 16 ms
         # unpaced. Frozen objects are still freed by reference counting.
         self.call_after_refresh(gc.freeze)
+        for n in self.startup_notices:
+            self.notify(n, title="tpmtop", severity="warning", timeout=12)
         for n in self.theme_notices:
             self.notify(n, title="theme", severity="warning", timeout=8)
         self.theme_changed_signal.subscribe(self, self._theme_changed)

@@ -29,6 +29,8 @@ def buffers_for(source, row: StreamRow) -> tuple[bytes | None, bytes | None, str
         ev = next((e for e in rec.events_since(seq - 1) if e.seq == seq), None)
         if ev is None:
             return None, None, "this command has left the recorder's ring buffer"
+        if ev.command is None and getattr(ev, "note", None):
+            return None, None, observed_text(ev)
         if ev.command is None:
             return None, None, "the recorder no longer keeps this command's bytes (only the newest ones)"
         return bytes(ev.command), bytes(ev.response) if ev.response is not None else None, ""
@@ -50,6 +52,14 @@ def buffers_for(source, row: StreamRow) -> tuple[bytes | None, bytes | None, str
         except ValueError:
             return None, None, "the capture's bytes for this command are not hex"
     return None, None, "this view has no command bytes"
+
+
+def observed_text(ev) -> str:
+    """What is known of a command tpmtop only saw (the kernel's): the probes read its header."""
+    cc = f" (0x{ev.cc:x})" if ev.cc is not None else ""
+    return (f"it was seen under tpmtop's kernel probes, which read only the command's header, so there "
+            f"are no bytes to decode. What is known: {ev.name}{cc}, {ev.cmd_size} bytes; response "
+            f"{ev.rsp_size} bytes, {ev.rc_text}; {ev.wire_ns / 1000:,.1f} µs on the wire; sent by {ev.client}")
 
 
 class DecodeScreen(ModalScreen):

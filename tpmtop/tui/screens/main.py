@@ -11,6 +11,7 @@ import time
 
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.markup import escape
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Static, Tab, Tabs
@@ -20,7 +21,8 @@ from tpmtop.tui import messages as m
 from tpmtop.tui.availability import KEY_ACTIONS, PANEL_NEEDS, allowed, refused_why
 from tpmtop.tui.actions import ACTIONS, ENGINES, MODES, OPS, PANELS
 from tpmtop.sources.model import (ContextGapTracker, CpuMeter, HandleBook, RateMeter, SlotPeaks, comparison, gauges,
-                                  boot_components, mark_row, merge_marks, stream_row, timeline)
+                                  boot_components, event_matches, failed, mark_row, merge_marks, stream_row,
+                                  timeline)
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tpmtop.tui.screens.help import HelpScreen
 from tpmtop.tui.screens.inspect import InspectScreen
@@ -225,9 +227,9 @@ class MainScreen(TpmWorkers, Screen):
             return
         needle = stream.needle.lower()
         if needle == "errors":
-            events = [e for e in events[-STREAM_INGEST * 4:] if e.rc != 0]
+            events = [e for e in events[-STREAM_INGEST * 4:] if failed(e)]
         elif needle:
-            events = [e for e in events[-STREAM_INGEST * 4:] if needle in e.origin or needle in e.name.lower()]
+            events = [e for e in events[-STREAM_INGEST * 4:] if event_matches(e, needle)]
         t0 = self.source.recorder.started_ns
         rows = [(ev.t_ns, stream_row(ev, t0)) for ev in events[-STREAM_ROWS:]]
         # Boundaries (a TPM reset, a reconnection) sit in the stream where they happened.
@@ -269,6 +271,8 @@ class MainScreen(TpmWorkers, Screen):
         modes = self.query_one(ModesPanel)
         comps = boot_components(runs, src.engine if src.engine != "-" else "native")
         boot = projection_summary(comps, self._projection_n()[0]) if comps else ""
+        if view.modes_lines:  # plain text (a kernel's task names may hold brackets)
+            boot = "\n".join([*(f"[dim]{escape(t)}[/]" for t in view.modes_lines), boot]).rstrip("\n")
         series = None
         if self.caps.workload:
             width = max(10, modes.content_size.width or 40)

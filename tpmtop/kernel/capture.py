@@ -1,0 +1,105 @@
+"""The kernel's TPM traffic as a ``tpmtop.capture/1`` document.
+
+One run per observed origin (engine ``observed``, mode ``kernel``, op ``command``: every command
+priced on its own, as for imported pcaps), plus one run per kind of kernel operation (engine
+``kernel``, mode = the session behaviour the operations show — ``none``, ``per-command``,
+``reuse`` — or ``unknown``, op ``extend``/``get_random``) with the operation's total, TPM and
+host time, exactly like a bench run's. Each operation is in ``ops`` and its commands carry its
+``op_seq``, so ``tpmtop boot --capture`` prices this kernel's extends and ``tpmtop compare``
+sets them beside a bench run of the same mode. Layer: kernel; no Textual.
+"""
+
+from __future__ import annotations
+
+from tpmtop.importers.observed import Exchange, capture_from_exchanges
+from tpmtop.kernel.trace_pipe import KernelCommand, KernelOp
+from tpmtop.stats import LatencyHistogram
+from tpmtop.tpm import names
+
+ENGINE = "kernel"
+
+
+def _exchange(kc: KernelCommand, t_unix_ns: int) -> Exchange:
+    answered = kc.ret is not None and kc.ret >= 0
+    return Exchange(
+        t_unix_ns=t_unix_ns, wire_ns=kc.wire_ns, command=None, response=None, cc=kc.cc, rc=kc.rc, answered=answered,
+        extra={"pid": kc.pid, "comm": kc.comm, "path": kc.path, "cpu": kc.cpu,
+               # tpm_transmit_cmd's return carries the TPM's rc; a command from user space
+               # (or one whose return was lost) has none the probes can read
+               **({} if kc.rc is not None else {"rc_text": "response code not traced"}),
+               **({"desc": kc.desc} if kc.desc else {}),
+               **({"caller": kc.caller} if kc.caller else {}),
+               **({"cpu_return": kc.cpu_return} if kc.migrated else {})})
+
+
+def _summ(h: LatencyHistogram) -> dict:
+    return h.summary() | {"histogram": h.buckets()}
+
+
+def _op_ok(op: KernelOp) -> bool:
+    if op.kind == "get_random":
+        return op.ret is None or op.ret > 0 or (op.ret == 0 and all(c.rc == 0 for c in op.commands))
+    return op.ret in (None, 0) and all(c.rc in (0, None) for c in op.commands)
+
+
+def op_runs(ops: list[KernelOp], mode: str | None) -> list[dict]:
+    """A bench-shaped run per kind of operation."""
+    runs = []
+    for kind in dict.fromkeys(op.kind for op in ops):
+        mine = [op for op in ops if op.kind == kind]
+        total, wire, host, per_cc, counts = LatencyHistogram(), LatencyHistogram(), LatencyHistogram(), {}, {}
+        errors = 0
+        for op in mine:
+            total.record(op.total_ns)
+            wire.record(op.wire_ns)
+            host.record(op.host_ns)
+            errors += not _op_ok(op)
+            for c in op.commands:
+                name = names.cc_name(c.cc)
+                per_cc.setdefault(name, LatencyHistogram()).record(c.wire_ns)
+                counts[name] = counts.get(name, 0) + 1
+        n = len(mine)
+        estimated = sum(op.estimated for op in mine)
+        runs.append({
+            "engine": ENGINE, "mode": mode or "unknown", "op": kind, "ops": n, "errors": errors,
+            "op_us": _summ(total), "wire_us": _summ(wire), "host_us": _summ(host),
+            "commands_per_op": {k: round(v / n, 4) for k, v in counts.items()},
+            "commands": {k: _summ(h) for k, h in per_cc.items()},
+            "timing": ("from the first command's entry to the last one's return (no operation probes)"
+                       if estimated == n else f"{kind} function entry to return (kprobes)"
+                       if not estimated else f"{n - estimated} of {n} by function probes")})
+    return runs
+
+
+def kernel_capture(commands: list[KernelCommand], ops: list[KernelOp], t0_unix_ns: int, parser, source: str,
+                   mode: str | None) -> dict:
+    """``t0_unix_ns``: the wall-clock time of ``commands[0]``'s entry."""
+    base = commands[0].t_ns if commands else 0
+    xs = [_exchange(kc, t0_unix_ns + kc.t_ns - base) for kc in commands]
+    cap = capture_from_exchanges(xs, origin="kernel", source=source,
+                                 extra={"kernel_trace": {"lost_events": parser.lost, "orphans": parser.orphans,
+                                                         "operation_probes": bool(parser.op_probes)}})
+    if not ops:
+        return cap
+    cap["runs"].extend(op_runs(ops, mode))
+    t0 = cap.get("t0_unix_ns") or t0_unix_ns
+    seq_of = {}
+    op_list = []
+    for i, op in enumerate(sorted(ops, key=lambda o: o.t_ns), 1):
+        seq_of[op.id] = i
+        op_list.append({"op_seq": i, "engine": ENGINE, "mode": mode or "unknown", "op": op.kind,
+                        "t_ns": max(t0_unix_ns + op.t_ns - base - t0, 0), "total_ns": op.total_ns,
+                        "wire_ns": op.wire_ns, "ok": _op_ok(op), "pid": op.pid, "comm": op.comm,
+                        "setups": sum(1 for c in op.commands if c.cc in (0x161, 0x176, 0x165))})
+    cap["ops"] = op_list
+    # the events of an operation name it (events are in time order, as the commands were)
+    member = {}
+    for op in ops:
+        for c in op.commands:
+            member[id(c)] = op
+    by_time = sorted(commands, key=lambda c: c.t_ns)
+    for e, kc in zip(cap["events"], by_time):
+        op = member.get(id(kc))
+        if op is not None:
+            e.update(engine=ENGINE, mode=mode or "unknown", op=op.kind, op_seq=seq_of[op.id])
+    return cap

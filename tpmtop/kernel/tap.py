@@ -1,0 +1,181 @@
+"""The kernel's TPM traffic, live, as recorder events: what the dashboard's ``--kernel`` (and
+``--passive``, where it can trace) reads.
+
+A reader thread takes ``trace_pipe`` lines from tpmtop's own probes (:class:`~tpmtop.kernel.probes.Probes`)
+or from a trace file someone else wrote (followed like ``tail -f``), parses them and hands
+each command to a :class:`~tpmtop.recorder.Recorder` under origin ``kernel`` — the same ring,
+histograms and stream rows as the commands tpmtop sends itself, so every panel reads them
+alike — and each operation (one PCR extend, one get_random) to :class:`KernelAccounts`.
+tpmtop sends no TPM command here. Layer: kernel; no Textual.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+
+from tpmtop.kernel import ops as kops
+from tpmtop.kernel.live import read_lines
+from tpmtop.kernel.trace_pipe import KernelCommand, KernelOp, Parser, path_label
+from tpmtop.recorder import DEFAULT_CAPACITY, CommandStats, Recorder
+
+ORIGIN = "kernel"
+
+
+class KernelTap:
+    """``KernelTap.arm()`` (probes, root) or ``KernelTap(trace_path=F)``; then ``start()``;
+    ``close()`` stops the reader and removes the probes (idempotent)."""
+
+    def __init__(self, *, probes=None, trace_path: str | None = None, recorder: Recorder | None = None,
+                 poll_s: float = 0.2):
+        if (probes is None) == (trace_path is None):
+            raise ValueError("a KernelTap reads either its probes or a trace file")
+        self.probes = probes
+        self.trace_path = trace_path
+        self.recorder = recorder if recorder is not None else Recorder(keep_buffers=False)
+        self.parser = Parser()
+        self.assembler = kops.Assembler()
+        self.accounts = kops.KernelAccounts()
+        self.lock = threading.Lock()  # the reader writes accounts and rings; the UI reads them
+        self.commands: deque[KernelCommand] = deque(maxlen=DEFAULT_CAPACITY)  # for an export
+        self.ops: deque[KernelOp] = deque(maxlen=DEFAULT_CAPACITY)
+        self.error: str | None = None  # why reading stopped, if it did
+        self._poll_s = poll_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        # trace clock -> perf_counter_ns: 0 when the probes' instance runs on the monotonic
+        # clock (Python's perf_counter), else fixed at the first command (a file's old times).
+        self._offset: int | None = 0 if probes is not None and getattr(probes, "clock", "") == "mono" else None
+        self.started_unix_ns = time.time_ns()
+        self._own: dict[int, bool] = {}
+        # (path label, command code) -> CommandStats: a GetRandom from hwrng and one from a
+        # program through /dev/tpmrm0 are different things, priced apart in the Latency panel.
+        self.by_path: dict[tuple[str, int | None], CommandStats] = {}
+
+    @classmethod
+    def arm(cls) -> "KernelTap":
+        """Arm tpmtop's probes (root, tracefs, kprobe events): a KernelTraceError says why not."""
+        from tpmtop.kernel.probes import Probes
+
+        p = Probes()
+        p.__enter__()
+        return cls(probes=p)
+
+    # -- what it reads ---------------------------------------------------------------------------
+    @property
+    def source_text(self) -> str:
+        if self.probes is not None:
+            funcs = "tpm_transmit" + (" and tpm_transmit_cmd" if self.probes.have_cmd else "")
+            return f"kprobes on {funcs} (group {self.probes.group})"
+        return f"trace file {self.trace_path}"
+
+    @property
+    def pipe_path(self) -> str:
+        return self.probes.pipe_path() if self.probes is not None else self.trace_path
+
+    def start(self) -> "KernelTap":
+        self._thread = threading.Thread(target=self._run, name="tpmtop-kernel-tap", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            for lines in read_lines(self.pipe_path, self._stop.is_set, self._poll_s):
+                self.feed(lines)
+        except OSError as e:
+            self.error = f"reading {self.pipe_path} failed: {e.strerror or e}"
+        except Exception as e:  # a parser bug must not pass silently: the header shows it
+            self.error = f"{type(e).__name__}: {e}"
+
+    def feed(self, lines) -> list[KernelCommand]:
+        """Parse ``lines``, record what they complete and return the commands completed (the
+        reader thread; ``tpmtop kernel`` and tests call it directly)."""
+        p = self.parser
+        done: list[KernelCommand] = []
+        seen: list = []  # commands and operations in the order they ended: causes come before effects
+        for line in lines:
+            cmds = p.feed(line)
+            if cmds:
+                done.extend(cmds)
+                seen.extend(cmds)
+            if p.ops:
+                seen.extend(p.take_ops())
+        if not seen:
+            return done
+        with self.lock:
+            for x in seen:
+                if isinstance(x, KernelOp):
+                    self._add_op(x)
+                    continue
+                self._record(x)
+                self.accounts.add_command(x)
+                self.commands.append(x)
+                if not p.op_probes:
+                    op = self.assembler.feed(x)
+                    if op is not None:
+                        self._add_op(op)
+        return done
+
+    def _add_op(self, op: KernelOp) -> None:
+        self.accounts.add_op(op)
+        self.ops.append(op)
+
+    def _ours(self, pid: int) -> bool:
+        """Whether a traced task is one of tpmtop's own threads: the kernel sends PCR_Read
+        for tpmtop's System panel (sysfs pcr-sha256 files) — tpmtop's one effect on the TPM
+        here, shown as such."""
+        v = self._own.get(pid)
+        if v is None:
+            v = self._own[pid] = os.path.exists(f"/proc/self/task/{pid}")
+        return v
+
+    def _record(self, kc: KernelCommand) -> None:
+        if self._ours(kc.pid):
+            kc.path = "tpmtop's own sysfs read"
+        if self._offset is None:
+            self._offset = time.perf_counter_ns() - (kc.t_ns + kc.wire_ns)
+        answered = kc.ret is not None and kc.ret >= 0
+        label = path_label(kc.path)
+        st = self.by_path.get((label, kc.cc))
+        if st is None:
+            st = self.by_path[(label, kc.cc)] = CommandStats()
+        if answered:
+            st.hist.record(kc.wire_ns)
+            st.last_ns = kc.wire_ns
+            st.recent.append(kc.wire_ns)
+        if not answered or (kc.rc is not None and kc.rc != 0):
+            st.errors += 1
+        self.recorder.observed(
+            kc.t_ns + self._offset, kc.cc, kc.wire_ns, origin=ORIGIN, rc=kc.rc, answered=answered,
+            cmd_size=kc.size or 0, rsp_size=kc.ret if answered else 0, client=f"{kc.comm}-{kc.pid} · {kc.path}",
+            note=label,
+            error=None if answered or kc.ret is None else f"tpm_transmit returned {kc.ret} ({_errno(kc.ret)})")
+
+    # -- the end ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        self._stop.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(self._poll_s * 10 + 2)
+        if self.probes is not None:
+            self.probes.close()
+
+    def capture(self) -> dict:
+        """What was seen, as a capture (``tpmtop kernel --json``'s contract)."""
+        from tpmtop.kernel.capture import kernel_capture
+
+        with self.lock:
+            commands, ops = list(self.commands), list(self.ops)
+            mode = self.accounts.mode()[0]
+        unix = time.time_ns() - time.perf_counter_ns()  # perf_counter -> wall clock, now
+        t0 = (commands[0].t_ns + (self._offset or 0) + unix) if commands else time.time_ns()
+        return kernel_capture(commands, ops, t0, self.parser, "kernel:" + self.source_text, mode)
+
+
+def _errno(ret: int) -> str:
+    try:
+        return os.strerror(-ret)
+    except (ValueError, OverflowError):
+        return "?"

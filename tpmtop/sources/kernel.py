@@ -1,0 +1,144 @@
+"""``tpmtop --kernel`` (and ``--passive`` where the kernel can be traced): the kernel's own TPM
+traffic live, and sysfs, with not one TPM command from tpmtop.
+
+The commands come from :class:`tpmtop.kernel.tap.KernelTap` (kprobes on ``tpm_transmit``) into
+a recorder under origin ``kernel``, so the Latency panel, the stream and the failure patterns
+work as for any source. On top, the kernel's *operations* (one IMA PCR extend: its session
+set-up and the extend; one get_random) are priced whole and split into TPM and host time in
+Latency's operation rows and the Modes panel, and the session behaviour they show (a fresh
+session per extend as in 6.10, a kept session as in 6.12+, or none) is named. No Textual here.
+"""
+
+from __future__ import annotations
+
+from tpmtop.sources.model import (CommandRow, ErrorBook, RunView, buckets_of, op_rows, run_from_account,
+                                  summary_of)
+from tpmtop.sources.passive import Sysfs
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, TimingsView
+
+ENGINE = "kernel"
+UNUSUAL = ("hwrng", "user", "tpmtop", "kernel")  # paths named in a row's label whatever else came
+WHY_NOT = "--kernel watches the kernel's own TPM commands: tpmtop sends nothing to the TPM"
+
+
+class KernelSource:
+    caps = Capabilities("kernel", live=True, handles=False, timings=True, workload=False, changes_tpm=False,
+                        selects_runs=False, export=True, sysfs=True, why_not=WHY_NOT)
+    read_only = True
+    simulated = False
+    connected = True
+    running = False
+    poll_interval = 1.0
+
+    def __init__(self, tap, sysfs: Sysfs | None = None, *, passive: bool = False):
+        self.tap = tap
+        self.recorder = tap.recorder
+        self.sysfs = sysfs or Sysfs()
+        self.passive = passive  # started as --passive (which traces where it can)
+        self.errors = ErrorBook()
+        self.boundaries: list = []  # a kernel has no TPM periods of tpmtop's making
+        self.periods: list = []
+        self.engine, self.op = ENGINE, "extend"
+        self.tcti = tap.source_text
+
+    # -- what the screens read ----------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return self.tap.accounts.mode()[0] or "unknown"
+
+    @property
+    def identity(self):
+        """Something to export once the kernel sent a command (the x key's condition)."""
+        return True if self.tap.commands else None
+
+    def header(self) -> HeaderInfo:
+        tap = self.tap
+        p = tap.parser
+        with tap.lock:
+            n, acc = len(tap.commands), tap.accounts
+            extends = acc.by_kind["extend"].ops if "extend" in acc.by_kind else 0
+        bits = [f"{n:,} kernel commands", f"{extends:,} extends", "tpmtop sends no TPM command"]
+        if p.lost:
+            bits.append(f"{p.lost:,} events lost (trace buffer overrun)")
+        if tap.error:
+            bits.insert(0, f"stopped: {tap.error}")
+        there = self.sysfs.tpm_dir.is_dir()
+        return HeaderInfo(state="passive" if self.passive else "kernel",
+                          identity="kernel TPM (not contacted)" if there else "kernel TPM",
+                          tcti=self.tcti, simulated=False, engine=ENGINE, mode=self.mode, op=self.op,
+                          extra=" · ".join(bits),
+                          tooltip="the kernel's own TPM commands through kprobes on tpm_transmit: tpmtop sends "
+                                  "nothing to the TPM, so the kernel's kept HMAC session is not disturbed")
+
+    def runs(self) -> list[RunView]:
+        tap = self.tap
+        with tap.lock:
+            mode = self.mode
+            kinds = sorted(tap.accounts.by_kind.items(), key=lambda kv: kv[0] != "extend")  # extend first
+            return [run_from_account((ENGINE, mode, kind), st) for kind, st in kinds if st.ops]
+
+    def timings(self, runs: list | None = None) -> TimingsView:
+        runs = self.runs() if runs is None else runs
+        current = next((r for r in runs if r.op == self.op), None)
+        rows = op_rows(current) + self._command_rows()
+        with self.tap.lock:
+            mode, why = self.tap.accounts.mode()
+            st = self.tap.accounts.by_kind.get("extend")
+            after = dict(st.setup_after) if st is not None else {}
+            estimated = bool(st and st.estimated)
+        subtitle = f"kernel · {current.ops} {self.op} ops" if current else "kernel · no extend yet"
+        lines = [f"sessions: {mode or 'cannot tell'}: {why}"]
+        if mode == "reuse" and after:
+            lines.append("set-ups after: " + ", ".join(f"{k} ×{n}" for k, n in sorted(after.items(), key=lambda kv: -kv[1])))
+        if estimated:
+            lines.append("no operation probes: an extend is timed from its first command to its last")
+        return TimingsView(rows, subtitle, f"{ENGINE}/{mode or 'unknown'}", modes_lines=lines)
+
+    def _command_rows(self) -> list[CommandRow]:
+        """One row per (command, kernel path): a label names the path where it is not the
+        command's usual one (hwrng, user space, tpmtop's own sysfs read) or the command came
+        by several."""
+        from tpmtop.tpm import names
+
+        with self.tap.lock:
+            items = list(self.tap.by_path.items())
+        paths: dict[int | None, int] = {}
+        for (_, cc), _st in items:
+            paths[cc] = paths.get(cc, 0) + 1
+        rows = []
+        for (label, cc), st in sorted(items, key=lambda kv: (kv[0][1] is None, kv[0][1] or 0, kv[0][0])):
+            name = names.cc_short(cc)
+            if paths[cc] > 1 or label in UNUSUAL:
+                name = f"{name} · {label}"
+            rows.append(CommandRow(
+                key=f"k:{label}:{cc if cc is not None else -1}", label=name, summary=summary_of(st.hist),
+                last_us=st.last_ns / 1000 if st.last_ns else None, errors=st.errors, buckets=buckets_of(st.hist),
+                recent_us=[v / 1000 for v in list(st.recent)]))
+        return rows
+
+    def choose(self, engine=None, mode=None, op=None) -> bool:
+        return False
+
+    def values(self, what: str) -> list[str]:
+        return []
+
+    # -- actions ---------------------------------------------------------------------------------
+    def reset_stats(self) -> None:
+        self.recorder.reset_stats()
+        tap = self.tap
+        with tap.lock:
+            from tpmtop.kernel.ops import KernelAccounts
+
+            tap.accounts = KernelAccounts()
+            tap.commands.clear()
+            tap.ops.clear()
+            tap.by_path.clear()
+
+    def capture(self) -> dict:
+        return self.tap.capture()
+
+    def tpm_json(self) -> dict:
+        return {"tcti": self.tcti, "simulated": False}
+
+    def close(self) -> None:
+        self.tap.close()
