@@ -6,7 +6,8 @@
 Writes screenshots/*.svg. The live ones run the real workload from the default settings (as
 `make run` starts it) at 120×40, 80×24 and 200×50, after a user pressed m through the four
 session modes, so their numbers are this machine's; the replay ones use the
-committed capture tests/tui_fixtures/slb9670-extend.json (the slb9670 chip profile).
+committed capture tests/tui_fixtures/slb9670-extend.json (the slb9670 chip profile); the
+kernel one, tpmtop --kernel on the 6.12 kept-session trace of tests/fixtures/kernel.
 """
 
 from __future__ import annotations
@@ -77,6 +78,28 @@ async def replay_shots() -> None:
                 app.save_screenshot("help.svg", path=str(OUT))
 
 
+async def kernel_shots() -> None:
+    """`tpmtop --kernel` on the 6.12 kept-session trace (tests/fixtures/kernel), fed to the
+    dashboard through a file as the kernel's trace_pipe would be."""
+    from tpmtop.kernel.tap import KernelTap
+    from tpmtop.sources.kernel import KernelSource
+    from tpmtop.tui.app import TpmtopApp
+
+    trace = REPO / "tests" / "fixtures" / "kernel" / "trace-6.12-kept-session-ops.txt"
+    with tempfile.TemporaryDirectory() as d:
+        pipe = Path(d) / "trace_pipe"
+        pipe.write_text("")
+        tap = KernelTap(trace_path=str(pipe), poll_s=0.05).start()
+        try:
+            app = TpmtopApp(KernelSource(tap), theme="dark", remember=False)
+            async with app.run_test(size=SIZES[0]) as pilot:
+                pipe.write_text(trace.read_text())
+                await pilot.pause(2.5)
+                app.save_screenshot("kernel-120x40.svg", path=str(OUT))
+        finally:
+            tap.close()
+
+
 def main() -> int:
     os.environ["TEXTUAL_ANIMATIONS"] = "none"
     os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="tpmtop-shots-")  # never touch the user's choice
@@ -85,6 +108,7 @@ def main() -> int:
         (OUT / old).unlink(missing_ok=True)  # replaced by live-WxH.svg
     t0 = time.monotonic()
     asyncio.run(replay_shots())
+    asyncio.run(kernel_shots())
     asyncio.run(live_shots())
     for p in sorted(OUT.glob("*.svg")):
         print(f"{p.relative_to(REPO)}  {p.stat().st_size // 1024} KiB")

@@ -21,9 +21,20 @@ UNUSUAL = ("hwrng", "user", "tpmtop", "kernel")  # paths named in a row's label 
 WHY_NOT = "--kernel watches the kernel's own TPM commands: tpmtop sends nothing to the TPM"
 
 
+def _this_machine(tap) -> bool:
+    """Whether the traffic is this machine's kernel's (its probes, or its own tracefs), so that
+    its sysfs belongs beside it; a saved trace may come from any machine."""
+    if tap.probes is not None:
+        return True
+    import os
+
+    from tpmtop.kernel.probes import TRACEFS_CANDIDATES
+
+    path = os.path.realpath(tap.trace_path)
+    return any(path.startswith(root + "/") for root in TRACEFS_CANDIDATES)
+
+
 class KernelSource:
-    caps = Capabilities("kernel", live=True, handles=False, timings=True, workload=False, changes_tpm=False,
-                        selects_runs=False, export=True, sysfs=True, why_not=WHY_NOT)
     read_only = True
     simulated = False
     connected = True
@@ -40,6 +51,9 @@ class KernelSource:
         self.periods: list = []
         self.engine, self.op = ENGINE, "extend"
         self.tcti = tap.source_text
+        self.caps = Capabilities("kernel", live=True, handles=False, timings=True, workload=False,
+                                 changes_tpm=False, selects_runs=False, export=True, sysfs=_this_machine(tap),
+                                 why_not=WHY_NOT)
 
     # -- what the screens read ----------------------------------------------------------------
     @property
