@@ -326,3 +326,50 @@ def test_a_return_probe_that_reads_the_response_gives_user_space_its_rc():
     cmds, _ = parse_text("\n".join(lines), byteorder="little")
     assert [(c.cc, c.rc, c.ret) for c in cmds] == [(0x15E, 0x128, 10), (0x15E, None, -62)]
     assert probes.response_rc_line("g", "6.12.1") == "r:g/tx_ret tpm_transmit ret=$retval:s64 rsp_rc=+6($arg2):x32"
+
+
+def _le32(v: int) -> str:
+    return f"0x{int.from_bytes(v.to_bytes(4, 'big'), 'little'):x}"
+
+
+def _kernel_command(t: float, comm: str, pid: int, cc: int, caller: str, us: float, session: int | None,
+                    handles: int) -> list[str]:
+    """One tpm_transmit_cmd → tpm_transmit call as the probes print it (6.x layout), with the
+    session handle fetches at the offsets for 0, 1 and 2 handles (only the right one is real)."""
+    tag = 0x0280 if session is not None else 0x0180  # TPM_ST_SESSIONS / NO_SESSIONS, CPU order
+    fetch = {14: 0, 18: 0, 22: 0}
+    if session is not None:
+        fetch[10 + 4 * handles + 4] = session
+    s = " ".join(f"s{o}={_le32(v)}" for o, v in fetch.items())
+    head = f"{comm:>16}-{pid:<7} [001] ....."
+    return [f'{head} {t:12.6f}: cmd: (tpm_transmit_cmd+0x0/0x1a0) desc="x"',
+            f"{head} {t + 1e-6:12.6f}: tx: (tpm_transmit+0x0/0x3a0) tag=0x{tag:x} size={_le32(64)} cc={_le32(cc)} {s}",
+            f"{head} {t + 1e-6 + us / 1e6:12.6f}: tx_ret: (tpm_transmit_cmd+0x3c/0x1a0 <- tpm_transmit) ret=10",
+            f"{head} {t + 2e-6 + us / 1e6:12.6f}: cmd_ret: ({caller}+0x10/0x100 <- tpm_transmit_cmd) rc=0"]
+
+
+def test_session_handles_tell_a_password_extend_from_an_hmac_one():
+    """tpm.disable_pcr_integrity=1 (6.12+): get_random still sets up HMAC sessions, PCR
+    extends go with TPM_RS_PW. The session handle the probes read says so: the extends' mode
+    is none, whatever sessions other operations start."""
+    from tpmtop.tpm import wire
+
+    lines, t = [], 10.0
+    for i in range(3):
+        for cc, caller, us in ((0x161, "tpm2_load_context", 900), (0x176, "tpm2_start_auth_session", 2000),
+                               (0x165, "tpm2_flush_context", 100)):
+            lines += _kernel_command(t, "hwrng", 41, cc, caller, us, None, 0)
+            t += 0.01
+        lines += _kernel_command(t, "hwrng", 41, 0x17B, "tpm2_get_random", 300, 0x02000000, 0)
+        t += 0.01
+        lines += _kernel_command(t, "systemd", 1, 0x182, "tpm2_pcr_extend", 150, wire.TPM_RS_PW, 1)
+        t += 0.01
+    from tpmtop.kernel.tap import KernelTap
+
+    tap = KernelTap(trace_path="/dev/null")
+    done = tap.feed(lines)
+    assert [c.session for c in done if c.cc == 0x182] == [wire.TPM_RS_PW] * 3
+    assert [c.hmac for c in done if c.cc == 0x17B] == [True] * 3
+    mode, why = tap.accounts.mode()
+    assert mode == "none" and "password authorization (TPM_RS_PW)" in why
+    assert tap.accounts.by_kind["get_random"].with_setup == 3 and tap.accounts.by_kind["extend"].with_setup == 0

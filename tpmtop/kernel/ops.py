@@ -90,6 +90,8 @@ class OpStats:
     failed: int = 0
     estimated: int = 0
     blind: int = 0  # estimated operations of one command: no host time can be seen at all
+    hmac: int = 0  # operations whose closing command ran in an HMAC session (its handle traced)
+    password: int = 0  # ... with a password authorization (TPM_RS_PW): no session protection
     commands: Counter = field(default_factory=Counter)  # command code -> count, over all operations
     command_hists: dict = field(default_factory=dict)  # command code -> LatencyHistogram (inside operations)
     setup_after: Counter = field(default_factory=Counter)  # what came before a set-up (kept sessions)
@@ -101,6 +103,10 @@ class OpStats:
         self.host_hist.record(op.host_ns)
         self.estimated += op.estimated
         self.blind += op.estimated and len(op.commands) == 1
+        closer = next((c for c in reversed(op.commands) if c.cc in CLOSERS), None)
+        if closer is not None and closer.hmac is not None:
+            self.hmac += closer.hmac
+            self.password += not closer.hmac
         if op.ret not in (None, 0) and not (self.kind == "get_random" and op.ret > 0):
             self.failed += 1
         for c in op.commands:
@@ -155,8 +161,17 @@ class KernelAccounts:
         if st is None or not st.ops:
             return None, "no PCR extend seen yet"
         n, s = st.ops, st.with_setup
-        if self.sessions_started == 0:
-            return "none", f"{n} extend{'s' if n != 1 else ''} and no StartAuthSession: no HMAC session"
+        ext = f"{n} extend{'s' if n != 1 else ''}"
+        if st.password and not st.hmac:
+            return "none", (f"{ext} with password authorization (TPM_RS_PW), no HMAC session: "
+                            "CONFIG_TCG_TPM2_HMAC off, or tpm.disable_pcr_integrity=1")
+        if st.password and st.hmac:
+            return None, f"{st.hmac} extends in an HMAC session, {st.password} with a password: mixed"
+        if s == 0 and st.hmac:
+            return "reuse", f"{ext} in an HMAC session kept from before tracing began (no set-up seen)"
+        if s == 0:
+            return "none", (f"{ext} and no session set-up: no HMAC session (this trace shows no session "
+                            "handles, so a session kept from before it began cannot be ruled out)")
         if s == n and n >= 2:
             return "per-command", f"a fresh salted session in each of {n} extends (Linux 6.10–6.11 behaviour)"
         if s == n:

@@ -40,6 +40,12 @@ TX, TX_RET, CMD, CMD_RET = "tx", "tx_ret", "cmd", "cmd_ret"
 # extend or one get_random, so an operation's cost is split into TPM time (its tpm_transmits)
 # and host time (the rest: building commands, ECDH/KDF/HMAC, waiting for the chip's lock).
 # Whole tpm2_pcr_extend is what the 6.10 regression thread timed (151 ms on an SLB9670).
+# Where the first session's handle sits in a command with 0, 1 or 2 handles (header 10 bytes,
+# 4 per handle, then the 4-byte authorizationSize): the parser picks the one for the command
+# code. It tells an HMAC session (0x02……) from a password authorization (TPM_RS_PW): whether
+# a PCR_Extend was protected — what `tpm.disable_pcr_integrity=1` turns off. The buffer is the
+# chip's page-sized command buffer, so reading past a short command stays inside it.
+SESSION_OFFSETS = (14, 18, 22)
 OP_FUNCS = {"op_extend": ("tpm2_pcr_extend", "extend"), "op_random": ("tpm2_get_random", "get_random")}
 OP_EVENTS = {name: kind for name, (_, kind) in OP_FUNCS.items()}
 OP_RET_EVENTS = {f"{name}_ret": kind for name, (_, kind) in OP_FUNCS.items()}
@@ -67,7 +73,8 @@ def probe_lines(group: str, have_cmd: bool = True, release: str | None = None,
     which of :data:`OP_FUNCS` to probe too (default all; only those the kernel has, live)."""
     buf, desc = arg_positions(release)
     lines = [
-        f"p:{group}/{TX} tpm_transmit tag=+0($arg{buf}):x16 size=+2($arg{buf}):x32 cc=+6($arg{buf}):x32",
+        f"p:{group}/{TX} tpm_transmit tag=+0($arg{buf}):x16 size=+2($arg{buf}):x32 cc=+6($arg{buf}):x32 "
+        + " ".join(f"s{off}=+{off}($arg{buf}):x32" for off in SESSION_OFFSETS),
         f"r:{group}/{TX_RET} tpm_transmit ret=$retval:s64",
     ]
     if have_cmd:

@@ -100,6 +100,14 @@ class KernelCommand:
     path: str  # which kernel path sent it
     caller: str | None = None  # the function that called tpm_transmit_cmd
     op: int | None = None  # the KernelOp (tpm2_pcr_extend / tpm2_get_random call) it belongs to
+    session: int | None = None  # the first session's handle (HMAC 0x02……, TPM_RS_PW), when traced
+
+    @property
+    def hmac(self) -> bool | None:
+        """Whether the command ran in an HMAC session (None: not known)."""
+        if self.session is None:
+            return None
+        return self.session >> 24 == 0x02
 
     @property
     def migrated(self) -> bool:
@@ -255,6 +263,7 @@ class Parser:
                 tag=_swap16(tag, self.byteorder) if tag is not None else None,
                 size=_swap32(size, self.byteorder) if size is not None else None,
                 rc=None, ret=_signed(_num(ev.args.get("ret"))), desc=desc, path="")
+            kc.session = _session_handle(entry.args, kc.cc, kc.tag, self.byteorder)
             rsp_rc = _num(ev.args.get("rsp_rc"))  # the response header's code (6.10+ return probes)
             if rsp_rc is not None and kc.ret is not None and kc.ret >= 10:
                 kc.rc = _swap32(rsp_rc, self.byteorder)
@@ -325,6 +334,19 @@ class Parser:
 
     def pending(self) -> int:
         return sum(len(v) for v in self._tx.values())
+
+
+def _session_handle(args: dict, cc: int | None, tag: int | None, byteorder: str) -> int | None:
+    """The first session's handle of a command with sessions, from the s14/s18/s22 fetches."""
+    if cc is None or tag != 0x8002:
+        return None
+    from tpmtop.tpm import wire
+
+    nh = wire.num_handles(cc)
+    if nh is None:
+        return None
+    v = _num(args.get(f"s{10 + 4 * nh + 4}"))
+    return _swap32(v, byteorder) if v is not None else None
 
 
 def _signed32(v: int | None) -> int | None:
