@@ -185,3 +185,46 @@ def test_a_signal_handled_by_another_thread_still_ends_the_wait(tpm):
         release.set()
         signal.signal(signal.SIGUSR1, old)
     assert tpm.owner.call(lambda: 42, timeout=60) == 42
+
+
+def test_a_signal_swallowed_on_the_way_still_ends_the_wait(tpm):
+    """Python ignores an exception raised in a __del__, a weakref or a gc callback ("Exception
+    ignored in …"); a signal handled while one runs is lost with it (seen: a SIGALRM landed in
+    hypothesis' gc callback). Here the handler's Interrupted is swallowed as Python would;
+    the wait must still stop, at its next slice, rather than when the job ends."""
+    import signal
+
+    from tpmtop.errors import Interrupted
+    from tpmtop.tpm import interrupts
+
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def job():
+        started.set()
+        release.wait(30)
+        finished.set()
+
+    def swallowed(signum, frame):
+        try:
+            interrupts.handler(signal.SIGTERM, frame)
+        except Interrupted:
+            pass  # what CPython does with an exception from a finalizer
+
+    def kick():
+        started.wait(60)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+
+    old = signal.signal(signal.SIGUSR1, swallowed)
+    try:
+        threading.Thread(target=kick, daemon=True).start()
+        try:
+            tpm.owner.call(job)
+        except Interrupted as e:
+            assert str(e) == "stopped by SIGTERM"
+        else:
+            raise AssertionError("the swallowed signal was never acted on")
+        assert not finished.is_set(), "the wait ended only when the job did"
+    finally:
+        release.set()
+        signal.signal(signal.SIGUSR1, old)
+    assert tpm.owner.call(lambda: 42, timeout=60) == 42

@@ -11,6 +11,7 @@ import time
 
 from tpmtop.cli.common import notice, print_json, table, tpm_from_args
 from tpmtop.errors import EXIT_INTERRUPTED, UsageError
+from tpmtop.tpm import interrupts
 
 # What tpm2-tss based programs read to pick a TCTI: tpm2-tools, tpm2-pkcs11, tpm2-tss-engine,
 # tpm2-openssl, and the generic names tpm2-tss' own tests and tpm2-pytss examples use.
@@ -94,8 +95,10 @@ def run_proxy(args) -> int:
             _log(f"clients use -T {kind}:host={host},port={args.port}"
                  + (f" or -T swtpm:path={args.socket}" if args.socket and kind == "swtpm" else ""))
             _log(server.sharing_note())
+            since = interrupts.raised
             while True:
                 time.sleep(0.5)  # short: a signal tripped just before a long sleep waits for its end
+                interrupts.check_lost(since)  # one a finalizer swallowed meanwhile
         except KeyboardInterrupt:
             interrupted = True
         except UsageError:
@@ -162,12 +165,13 @@ def run_run(args) -> int:
             try:
                 # In slices: a signal that lands just before a blocking waitpid would otherwise
                 # be acted on only when CMD exits (tpmtop.tpm.owner.Job._wait says why).
+                since = interrupts.raised
                 while True:
                     try:
                         status = proc.wait(timeout=0.5)
                         break
                     except subprocess.TimeoutExpired:
-                        continue
+                        interrupts.check_lost(since)  # one a finalizer swallowed meanwhile
             except BaseException:
                 proc.terminate()
                 try:

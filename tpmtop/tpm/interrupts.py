@@ -22,6 +22,12 @@ from tpmtop.errors import Interrupted
 _depth = 0  # held() nesting on the main thread (signal handlers only run there)
 _closing = 0  # closing() nesting: no signal breaks in, not even a second one
 _pending: str | None = None
+# Every Interrupted the handler raised, and the last one's reason. A raise can be swallowed:
+# Python ignores (prints "Exception ignored in") an exception from a __del__, a weakref or a
+# gc callback, and a signal that lands while one runs is lost with it. A wait that sees the
+# count move while it is still waiting knows the signal never reached it (:func:`check_lost`).
+raised = 0
+_raised_why = ""
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
@@ -35,8 +41,18 @@ def handler(signum, frame) -> None:
         return
     # Not inside a held stretch — or a second signal while one is already waiting: the user
     # will not wait for a TPM that is slow to answer (at most --timeout), so stop now.
+    global raised, _raised_why
     _pending = None
+    raised += 1
+    _raised_why = why
     raise Interrupted(why)
+
+
+def check_lost(since: int) -> None:
+    """Raise the Interrupted the handler raised after ``since`` (a value of :data:`raised`)
+    if the caller is still running: it was swallowed on the way (see :data:`raised`)."""
+    if raised != since:
+        raise Interrupted(_raised_why)
 
 
 def install() -> None:

@@ -30,6 +30,7 @@ import time
 from typing import Any, Callable
 
 from tpmtop.errors import TpmConnectionError
+from tpmtop.tpm import interrupts
 from tpmtop.tpm.exchange import Labels, labelled
 
 
@@ -93,11 +94,15 @@ class Job:
         # Ctrl-C and SIGTERM both lost, test_second_signal_does_not_wait_for_a_silent_tpm).
         # Each slice returns to Python, where a pending handler runs. A waiter interrupted
         # after acquiring holds a lock nobody else needs: the owner never takes it.
+        # A signal raised into something that swallows it (a __del__ run meanwhile) is
+        # raised again here, the next slice: the wait is still going, so it never got here.
         deadline = None if timeout is None else time.monotonic() + max(timeout, 0)
+        since = interrupts.raised
         while True:
             left = WAIT_SLICE_S if deadline is None else min(WAIT_SLICE_S, deadline - time.monotonic())
             if self._done.acquire(True, max(left, 0)):
                 break
+            interrupts.check_lost(since)
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"the TPM's owner did not finish the job in {timeout:g} s")
         self._done.release()  # for any other waiter
