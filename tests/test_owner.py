@@ -149,15 +149,12 @@ def test_a_signal_anywhere_in_a_wait_never_blocks_the_owner(tpm):
     assert interrupted == k - 1 and interrupted > 3
 
 
-def test_a_signal_handled_by_another_thread_still_ends_the_wait(tpm):
-    """The kernel may run a signal's C handler on any thread, or just before the main thread
-    blocks: either way its Python handler is only pending, and a wait blocked in C never runs
-    it. Delivered here to the owner thread, mid-job: the main thread must still stop waiting
-    (it checks between slices), not when the job ends — on a silent TPM that is never."""
+def _interrupted_mid_job(tpm, handler, target_thread) -> str:
+    """Run a job that blocks; once it runs, send SIGUSR1 (handled by ``handler``) to
+    ``target_thread``. The wait must end with Interrupted before the job does: returns its text."""
     import signal
 
     from tpmtop.errors import Interrupted
-    from tpmtop.tpm import interrupts
 
     started, release, finished = threading.Event(), threading.Event(), threading.Event()
 
@@ -165,26 +162,36 @@ def test_a_signal_handled_by_another_thread_still_ends_the_wait(tpm):
         started.set()
         release.wait(30)
         finished.set()
-        return "done"
 
     def kick():
         started.wait(60)
-        signal.pthread_kill(tpm.owner._thread.ident, signal.SIGUSR1)
+        signal.pthread_kill(target_thread().ident, signal.SIGUSR1)
 
-    old = signal.signal(signal.SIGUSR1, interrupts.handler)
+    old = signal.signal(signal.SIGUSR1, handler)
     try:
         threading.Thread(target=kick, daemon=True).start()
         try:
             tpm.owner.call(job)
         except Interrupted as e:
-            assert str(e) == "stopped by SIGUSR1"
+            why = str(e)
         else:
             raise AssertionError("the signal was never acted on")
         assert not finished.is_set(), "the wait ended only when the job did"
     finally:
         release.set()
         signal.signal(signal.SIGUSR1, old)
-    assert tpm.owner.call(lambda: 42, timeout=60) == 42
+    assert tpm.owner.call(lambda: 42, timeout=60) == 42  # and the owner goes on
+    return why
+
+
+def test_a_signal_handled_by_another_thread_still_ends_the_wait(tpm):
+    """The kernel may run a signal's C handler on any thread, or just before the main thread
+    blocks: either way its Python handler is only pending, and a wait blocked in C never runs
+    it. Delivered here to the owner thread, mid-job: the main thread must still stop waiting
+    (it checks between slices), not when the job ends — on a silent TPM that is never."""
+    from tpmtop.tpm import interrupts
+
+    assert _interrupted_mid_job(tpm, interrupts.handler, lambda: tpm.owner._thread) == "stopped by SIGUSR1"
 
 
 def test_a_signal_swallowed_on_the_way_still_ends_the_wait(tpm):
@@ -197,34 +204,10 @@ def test_a_signal_swallowed_on_the_way_still_ends_the_wait(tpm):
     from tpmtop.errors import Interrupted
     from tpmtop.tpm import interrupts
 
-    started, release, finished = threading.Event(), threading.Event(), threading.Event()
-
-    def job():
-        started.set()
-        release.wait(30)
-        finished.set()
-
     def swallowed(signum, frame):
         try:
             interrupts.handler(signal.SIGTERM, frame)
         except Interrupted:
             pass  # what CPython does with an exception from a finalizer
 
-    def kick():
-        started.wait(60)
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
-
-    old = signal.signal(signal.SIGUSR1, swallowed)
-    try:
-        threading.Thread(target=kick, daemon=True).start()
-        try:
-            tpm.owner.call(job)
-        except Interrupted as e:
-            assert str(e) == "stopped by SIGTERM"
-        else:
-            raise AssertionError("the swallowed signal was never acted on")
-        assert not finished.is_set(), "the wait ended only when the job did"
-    finally:
-        release.set()
-        signal.signal(signal.SIGUSR1, old)
-    assert tpm.owner.call(lambda: 42, timeout=60) == 42
+    assert _interrupted_mid_job(tpm, swallowed, threading.main_thread) == "stopped by SIGTERM"
