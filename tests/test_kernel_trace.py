@@ -64,6 +64,59 @@ def test_layout_without_irq_info_and_a_comm_with_dashes():
         {("systemd-cryptse", 812, 0x15E, 0x128, "trusted keys (unseal) [tpm2_unseal_cmd]")}
 
 
+@pytest.mark.parametrize("name", ["trace-6.1-debian-qemu-tpmrm.txt", "trace-6.12-debian-qemu-tpmrm.txt"])
+def test_real_kernel_trace_names_clients_devices_and_the_resource_manager(name):
+    """Captured from Debian's 6.1.0-57 and 6.12.117 kernels (scripts/kernel-vm.sh: qemu, tpm-tis,
+    swtpm, ima_policy=tcb) with tpmtop's own probes: tpm2_getrandom through /dev/tpmrm0 and
+    /dev/tpm0, a /dev/hwrng read, tpm2_createprimary/readpublic/startauthsession/flushcontext
+    through /dev/tpmrm0, and IMA measuring what ran. The kernel runs a client's command in a
+    kworker (tpm2-tss opens the device O_NONBLOCK), so the client comes from its write(2); the
+    response code of a user-space command from tpm2_commit_space; the resource manager's own
+    ContextSave/ContextLoad/FlushContext are named as such, not as session set-up."""
+    cmds, p = parse_text(_text(name), byteorder="little")
+    assert (p.lost, p.orphans, p.pending(), p.dropped) == (0, 0, 0, 0) and len(cmds) == 105
+    ima = [c for c in cmds if c.cc == 0x182]
+    assert len(ima) == 56
+    assert {(c.path, c.desc, c.tag, c.size, c.rc, c.task) for c in ima} == \
+        {("PCR extend (IMA / kernel) [tpm2_pcr_extend]", "attempting extend a PCR value", 0x8002, 203, 0, None)}
+    hw = [c for c in cmds if c.caller == "tpm2_get_random"]
+    assert sorted(c.comm for c in hw) == ["dd", "hwrng"]  # a /dev/hwrng read, and the hwrng kthread
+    assert {(c.cc, c.rc, c.path) for c in hw} == {(0x17B, 0, "hwrng / get_random [tpm2_get_random]")}
+    user = [c for c in cmds if c.path.startswith("user space via ")]
+    assert all(c.task.startswith("kworker/") and c.rc == 0 for c in user)  # answered, code traced
+    by_dev = {}
+    for c in user:
+        by_dev.setdefault((c.comm, c.pid, c.device), []).append(c.cc)
+    getrandoms = [k for k in by_dev if k[0] == "tpm2_getrandom"]
+    assert sorted(k[2] for k in getrandoms) == ["/dev/tpm0", "/dev/tpmrm0"]
+    assert all(by_dev[k] == [0x17B, 0x17A, 0x17B] for k in getrandoms)
+    prim = next(k for k in by_dev if k[0] == "tpm2_createprim")
+    assert 0x131 in by_dev[prim] and 0x176 in by_dev[prim]  # CreatePrimary, its StartAuthSession
+    rm = [c for c in cmds if c.path.startswith("resource manager")]
+    assert {c.cc for c in rm} == {0x162, 0x161, 0x165}  # ContextSave, ContextLoad, FlushContext
+    assert all(c.device == "/dev/tpmrm0" and c.task.startswith("kworker/") for c in rm)
+    assert {c.path for c in rm} == {"resource manager (/dev/tpmrm0) [tpm2_save_context]",
+                                    "resource manager (/dev/tpmrm0) [tpm2_load_context]",
+                                    "resource manager (/dev/tpmrm0) [tpm2_flush_context]"}
+    assert {c.comm for c in rm} == {"tpm2_createprim", "tpm2_readpublic", "tpm2_startauths", "tpm2_flushconte"}
+    # the RM saving a session the TPM had already ended: TPM_RC_REFERENCE_H0, as the TPM answered
+    assert sum(1 for c in rm if c.rc == 0x910) == 3
+    assert not any(c.desc == "(fault)" for c in cmds)  # desc=NULL is printed (fault): no description
+    assert not any(c.path.startswith("session set-up") for c in cmds)  # no HMAC sessions on these kernels
+
+
+def test_a_user_space_command_without_the_optional_probes_is_known_by_its_task():
+    """Where tpm_common_write / tpm2_*_space could not be probed, the command is still counted,
+    named by the task that ran it, with its response code unknown (as before)."""
+    lines = [ln for ln in _text("trace-6.12-debian-qemu-tpmrm.txt").splitlines()
+             if not any(f" {e}: " in ln for e in ("write", "rm_prep", "rm_prep_ret", "rm_commit",
+                                                   "rm_commit_ret", "rm_del", "rm_del_ret"))]
+    cmds, p = parse_text("\n".join(lines), byteorder="little")
+    assert p.orphans == 0 and len(cmds) == 105
+    user = [c for c in cmds if c.path.startswith("user space via /dev/tpm*")]
+    assert len(user) == 21 and all(c.comm.startswith("kworker/") and c.rc is None and c.task is None for c in user)
+
+
 def test_parse_line_forms():
     ev = parse_line("  <idle>-0     [002] d.h1.  1234.5678: tx: (tpm_transmit+0x0/0x3a0) tag=0x180 "
                     "size=0xc000000 cc=0x7b010000")
@@ -246,10 +299,13 @@ from hypothesis import strategies as st  # noqa: E402
 @given(lines=st.lists(st.one_of(
     st.text(max_size=120),
     st.sampled_from(_text("trace-6.10-ima-hmac.txt").splitlines()).map(lambda s: s[: len(s) // 2]),
-    st.sampled_from(_text("trace-5.15-tgid-extend.txt").splitlines())), max_size=30))
+    st.sampled_from(_text("trace-5.15-tgid-extend.txt").splitlines()),
+    st.sampled_from(_text("trace-6.12-debian-qemu-tpmrm.txt").splitlines())), max_size=30))
 def test_parser_never_raises_on_hostile_text(lines):
     """Cut lines, arbitrary text and real lines in any order: the parser never raises."""
     p = Parser(byteorder="little")
     for line in lines:
         for kc in p.feed(line):
             assert kc.wire_ns >= 0
+    for kc in p.flush():
+        assert kc.wire_ns >= 0

@@ -43,8 +43,9 @@ def _line(kc) -> str:
 
     rc = "rc ?" if kc.rc is None else f"rc 0x{kc.rc:x}"
     mig = f" (cpu {kc.cpu}→{kc.cpu_return})" if kc.migrated else f" (cpu {kc.cpu})"
+    via = f" via {_printable(kc.task)}" if kc.task else ""
     return (f"{kc.t_ns / 1e9:14.6f}  {names.cc_short(kc.cc):<20} {rc:<9} {kc.wire_ns / 1e3:>10.1f} µs  "
-            f"{_printable(kc.comm)}-{kc.pid}{mig}  {_printable(kc.path)}")
+            f"{_printable(kc.comm)}-{kc.pid}{via}{mig}  {_printable(kc.path)}")
 
 
 def _summary(cap: dict) -> str:
@@ -115,6 +116,7 @@ def run_kernel(args) -> int:
         commands = []
         for line in text.splitlines():
             commands.extend(parser.feed(line))
+        commands.extend(parser.flush())
         if not commands and not parser.lost:
             raise UsageError(f"tpmtop kernel: {args.from_trace} holds no tpmtop kprobe events")
         commands.sort(key=lambda kc: kc.t_ns)  # completed in return order; shown in start order
@@ -130,22 +132,33 @@ def run_kernel(args) -> int:
             notice(f"removed stale probe group {g} left by a tpmtop that was killed")
         notice(f"tracing tpm_transmit{' and tpm_transmit_cmd' if p.have_cmd else ''} "
                f"(group {p.group}); Ctrl-C to stop")
+        if p.skipped:
+            notice("not traced: " + "; ".join(p.skipped) + " (user-space commands are then known only by the "
+                   "task that ran them)")
         parser = Parser()
         commands = []
         t0_unix = None
         stopped_by_signal = False
         deadline = time.monotonic() + args.duration if args.duration else None
+
+        def show(kc) -> None:
+            nonlocal t0_unix
+            if t0_unix is None:
+                t0_unix = time.time_ns() - kc.wire_ns
+            commands.append(kc)
+            if not args.quiet:
+                print(_line(kc), flush=True)
+
         try:
             for kc in read_pipe(p.pipe_path(), parser,
                                 lambda: deadline is not None and time.monotonic() >= deadline):
-                if t0_unix is None:
-                    t0_unix = time.time_ns() - kc.wire_ns
-                commands.append(kc)
-                if not args.quiet:
-                    print(_line(kc), flush=True)
+                show(kc)
         except KeyboardInterrupt:
             pass  # Ctrl-C is how one stops tracing: the probes go in __exit__, the capture is written
         except Interrupted:
             stopped_by_signal = True
+        for kc in parser.flush():  # a user-space command whose response code was not seen
+            show(kc)
     status = _finish(args, commands, t0_unix or time.time_ns(), parser, "kernel:tpm_transmit")
     return EXIT_INTERRUPTED if stopped_by_signal else status
+

@@ -54,5 +54,7 @@ def exchanges(commands: list[KernelCommand], t0_unix_ns: int) -> list[Exchange]:
                    **({} if kc.rc is not None else {"rc_text": "response code not traced"}),
                    **({"desc": kc.desc} if kc.desc else {}),
                    **({"caller": kc.caller} if kc.caller else {}),
+                   **({"task": kc.task} if kc.task else {}),
+                   **({"device": kc.device} if kc.device else {}),
                    **({"cpu_return": kc.cpu_return} if kc.migrated else {})}))
     return out

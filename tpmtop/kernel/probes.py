@@ -1,6 +1,6 @@
 """tpmtop's kprobe events on the kernel's TPM transmit path, made and removed through tracefs.
 
-Four events in a group of tpmtop's own (``tpmtop_<pid>``, so two tpmtops never share one and
+Events in a group of tpmtop's own (``tpmtop_<pid>``, so two tpmtops never share one and
 a group whose pid is dead is known to be stale):
 
 - ``tx``: entry of ``tpm_transmit(chip, buf, bufsiz)`` — every command, the kernel's and
@@ -9,8 +9,24 @@ a group whose pid is dead is known to be stale):
 - ``tx_ret``: its return (``$retval``: response length or -errno); entry to return is the
   wall latency.
 - ``cmd``/``cmd_ret``: ``tpm_transmit_cmd(chip, buf, min_rsp_len, desc)``, the kernel's own
-  sender: ``desc`` names the caller's purpose, its return is the TPM response code. A
-  ``tpm_transmit`` outside one came from user space.
+  sender (``buf`` is a ``struct tpm_buf *`` there, so only ``desc`` is read): ``desc`` names
+  the caller's purpose (NULL for many callers: the kernel prints ``(fault)``), its return is
+  the TPM response code. A ``tpm_transmit`` outside one came from user space.
+
+Optional (armed when the kernel has the function and accepts the probe; the parser does
+without them):
+
+- ``write``: ``tpm_common_write(file, buf, size, off)``, the write(2) of a /dev/tpm0 or
+  /dev/tpmrm0 client, in the client's own task. ``buf`` is user memory (``+u``, Linux 5.5+).
+  The command itself usually runs later in a kworker (tpm2-tss opens the device
+  O_NONBLOCK, and the kernel then queues the command as work), so without this event a
+  user-space command is only known by the kworker that ran it.
+- ``rm_prep``/``rm_commit``/``rm_del`` (and their ``_ret``): the resource manager's
+  ``tpm2_prepare_space(chip, space, cmd, cmdsiz)`` (ContextLoad of the client's objects and
+  sessions before its command), ``tpm2_commit_space(chip, space, buf, bufsiz)`` (ContextSave/
+  FlushContext after; its ``buf`` holds the response, so ``+6($arg3)`` is the response code
+  of the user-space command) and ``tpm2_del_space(chip, space)`` (FlushContext when a
+  /dev/tpmrm0 client closes). ``space`` is NULL for /dev/tpm0.
 
 The events are enabled only in a tracefs instance of tpmtop's own (``instances/tpmtop_<pid>``),
 so tpmtop's ``trace_pipe`` never steals events from anyone else's tracing. Everything is
@@ -25,7 +41,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tpmtop.errors import TpmtopError
 
@@ -33,6 +49,9 @@ TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 GROUP_PREFIX = "tpmtop_"
 
 TX, TX_RET, CMD, CMD_RET = "tx", "tx_ret", "cmd", "cmd_ret"
+WRITE = "write"
+RM_PREFIX = "rm_"  # rm_prep, rm_commit, rm_del and their _ret: the resource manager at work
+RM_PREP, RM_COMMIT, RM_DEL = "rm_prep", "rm_commit", "rm_del"
 
 
 def _release(text: str | None = None) -> tuple[int, int]:
@@ -51,19 +70,52 @@ def arg_positions(release: str | None = None) -> tuple[int, int]:
     return (3, 7) if _release(release) < (5, 1) else (2, 4)
 
 
-def probe_lines(group: str, have_cmd: bool = True, release: str | None = None) -> list[str]:
-    """The kprobe_events definitions (Documentation/trace/kprobetrace.rst syntax)."""
+@dataclass(frozen=True)
+class ProbeDef:
+    event: str
+    function: str
+    line: str
+    required: bool  # tpmtop cannot trace without it
+
+
+def probe_defs(group: str, have_cmd: bool = True, release: str | None = None) -> list[ProbeDef]:
+    """The kprobe_events definitions (Documentation/trace/kprobetrace.rst syntax), required
+    ones first."""
     buf, desc = arg_positions(release)
-    lines = [
-        f"p:{group}/{TX} tpm_transmit tag=+0($arg{buf}):x16 size=+2($arg{buf}):x32 cc=+6($arg{buf}):x32",
-        f"r:{group}/{TX_RET} tpm_transmit ret=$retval:s64",
+    rel = _release(release)
+    defs = [
+        ProbeDef(TX, "tpm_transmit",
+                 f"p:{group}/{TX} tpm_transmit tag=+0($arg{buf}):x16 size=+2($arg{buf}):x32 cc=+6($arg{buf}):x32",
+                 True),
+        ProbeDef(TX_RET, "tpm_transmit", f"r:{group}/{TX_RET} tpm_transmit ret=$retval:s64", True),
     ]
     if have_cmd:
-        lines += [
-            f"p:{group}/{CMD} tpm_transmit_cmd desc=+0($arg{desc}):string",
-            f"r:{group}/{CMD_RET} tpm_transmit_cmd rc=$retval:s32",
+        defs += [
+            ProbeDef(CMD, "tpm_transmit_cmd", f"p:{group}/{CMD} tpm_transmit_cmd desc=+0($arg{desc}):string", True),
+            ProbeDef(CMD_RET, "tpm_transmit_cmd", f"r:{group}/{CMD_RET} tpm_transmit_cmd rc=$retval:s32", True),
         ]
-    return lines
+    if rel >= (5, 5):  # +u (user memory) fetches
+        defs.append(ProbeDef(WRITE, "tpm_common_write",
+                             f"p:{group}/{WRITE} tpm_common_write cc=+u6($arg2):x32 len=$arg3:u64", False))
+    if rel >= (5, 1):  # the (chip, space, buf, size) signatures
+        defs += [
+            ProbeDef(RM_PREP, "tpm2_prepare_space",
+                     f"p:{group}/{RM_PREP} tpm2_prepare_space space=$arg2:x64 cc=+6($arg3):x32", False),
+            ProbeDef(RM_PREP + "_ret", "tpm2_prepare_space",
+                     f"r:{group}/{RM_PREP}_ret tpm2_prepare_space ret=$retval:s32", False),
+            ProbeDef(RM_COMMIT, "tpm2_commit_space",
+                     f"p:{group}/{RM_COMMIT} tpm2_commit_space space=$arg2:x64 rc=+6($arg3):x32", False),
+            ProbeDef(RM_COMMIT + "_ret", "tpm2_commit_space",
+                     f"r:{group}/{RM_COMMIT}_ret tpm2_commit_space ret=$retval:s32", False),
+            ProbeDef(RM_DEL, "tpm2_del_space", f"p:{group}/{RM_DEL} tpm2_del_space space=$arg2:x64", False),
+            ProbeDef(RM_DEL + "_ret", "tpm2_del_space", f"r:{group}/{RM_DEL}_ret tpm2_del_space", False),
+        ]
+    return defs
+
+
+def probe_lines(group: str, have_cmd: bool = True, release: str | None = None) -> list[str]:
+    """The kprobe_events definitions (Documentation/trace/kprobetrace.rst syntax)."""
+    return [d.line for d in probe_defs(group, have_cmd, release)]
 
 
 def boot_cmdline(group: str = "tpmtop", release: str | None = None) -> str:
@@ -83,6 +135,8 @@ class KernelTraceError(TpmtopError):
 @dataclass
 class Tracefs:
     root: str
+    _functions: set | None = field(default=None, repr=False, compare=False)
+    _kallsyms: set | None = field(default=None, repr=False, compare=False)
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
@@ -119,20 +173,30 @@ def find_tracefs() -> Tracefs:
 
 
 def kernel_has(t: Tracefs, func: str) -> bool:
-    """Whether ``func`` can be probed: listed in available_filter_functions or kallsyms."""
-    pat = re.compile(rf"^{re.escape(func)}(\s|$)", re.M)
-    for path in (t.path("available_filter_functions"),):
+    """Whether ``func`` can be probed: listed in available_filter_functions or kallsyms
+    (each read once per Tracefs: the first is ~40,000 lines)."""
+    if t._functions is None:
+        names: set[str] = set()
         try:
-            with open(path) as f:
-                if pat.search(f.read()):
-                    return True
+            with open(t.path("available_filter_functions")) as f:
+                names = {line.split(maxsplit=1)[0] for line in f if line.strip()}
         except OSError:
             pass
-    try:
-        with open("/proc/kallsyms") as f:
-            return any(line.split()[2] == func for line in f if func in line)
-    except (OSError, IndexError):
-        return False
+        t._functions = names
+    if func in t._functions:
+        return True
+    if t._kallsyms is None:
+        syms: set[str] = set()
+        try:
+            with open("/proc/kallsyms") as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) >= 3 and parts[2].startswith("tpm"):
+                        syms.add(parts[2])
+        except OSError:
+            pass
+        t._kallsyms = syms
+    return func in t._kallsyms
 
 
 def _pid_alive(pid: int) -> bool:
@@ -207,6 +271,8 @@ class Probes:
         self.group = f"{GROUP_PREFIX}{os.getpid()}"
         self.stale_removed: list[str] = []
         self.have_cmd = False
+        self.events: list[str] = []  # the events armed
+        self.skipped: list[str] = []  # optional events not armed, and why
         self._armed = False
 
     # Signals whose default action would kill tpmtop without unwinding (SIGINT, SIGTERM and
@@ -251,17 +317,24 @@ class Probes:
         self._install_signals()
         self._armed = True
         try:
-            for line in probe_lines(self.group, self.have_cmd):
+            for d in probe_defs(self.group, self.have_cmd):
+                if not d.required and not kernel_has(self.t, d.function):
+                    self.skipped.append(f"{d.event} (no {d.function} in this kernel)")
+                    continue
                 try:
-                    self.t.append("kprobe_events", line)
+                    self.t.append("kprobe_events", d.line)
                 except OSError as e:
                     log = ""
                     try:
                         log = self.t.read("error_log").strip().splitlines()[-1]
                     except (OSError, IndexError):
                         pass
-                    raise KernelTraceError(f"the kernel refused probe {line.split()[0]}: "
-                                           f"{os.strerror(e.errno or errno.EINVAL)} {log}".rstrip()) from None
+                    why = f"{os.strerror(e.errno or errno.EINVAL)} {log}".rstrip()
+                    if not d.required:
+                        self.skipped.append(f"{d.event} (refused: {why})")
+                        continue
+                    raise KernelTraceError(f"the kernel refused probe {d.line.split()[0]}: {why}") from None
+                self.events.append(d.event)
             try:
                 os.mkdir(self.t.path("instances", self.group))
                 with open(self.t.path("instances", self.group, "events", self.group, "enable"), "w") as f:
