@@ -8,8 +8,8 @@ import re
 EXAMPLES = """Needs root and a kernel with kprobe events (CONFIG_KPROBE_EVENTS) and a TPM driver.
 tpmtop sends no TPM command in this mode: it only watches tpm_transmit, so it does not
 perturb the session the kernel keeps (Linux 6.12+). The probes live in a group of tpmtop's
-own and are removed on exit, on Ctrl-C/SIGTERM/SIGHUP, and (if tpmtop was killed) at the
-next start.
+own and are removed on exit, on Ctrl-C/SIGTERM/SIGHUP (exit status 130, after the capture
+is written), and (if tpmtop was killed) at the next start.
 
 examples:
   sudo tpmtop kernel                          # one line per command until Ctrl-C
@@ -127,6 +127,7 @@ def run_kernel(args) -> int:
 
     from tpmtop.kernel.live import read_pipe
 
+    _preload()
     with probes.Probes() as p:
         for g in p.stale_removed:
             notice(f"removed stale probe group {g} left by a tpmtop that was killed")
@@ -138,7 +139,7 @@ def run_kernel(args) -> int:
         parser = Parser()
         commands = []
         t0_unix = None
-        stopped_by_signal = False
+        stopped_by: str | None = None
         deadline = time.monotonic() + args.duration if args.duration else None
 
         def show(kc) -> None:
@@ -153,12 +154,28 @@ def run_kernel(args) -> int:
             for kc in read_pipe(p.pipe_path(), parser,
                                 lambda: deadline is not None and time.monotonic() >= deadline):
                 show(kc)
-        except KeyboardInterrupt:
-            pass  # Ctrl-C is how one stops tracing: the probes go in __exit__, the capture is written
-        except Interrupted:
-            stopped_by_signal = True
+        except KeyboardInterrupt as e:
+            # Ctrl-C, SIGTERM or SIGHUP (Interrupted is a KeyboardInterrupt): how one stops
+            # tracing. The probes go in __exit__, the capture is written, and the exit status
+            # says the run was interrupted (130), as for every other tpmtop command.
+            stopped_by = str(e) if isinstance(e, Interrupted) else "stopped by SIGINT"
         for kc in parser.flush():  # a user-space command whose response code was not seen
             show(kc)
     status = _finish(args, commands, t0_unix or time.time_ns(), parser, "kernel:tpm_transmit")
-    return EXIT_INTERRUPTED if stopped_by_signal else status
+    if stopped_by:
+        notice(f"interrupted ({stopped_by})" + (f"; the capture is in {args.json}" if args.json else ""))
+        return EXIT_INTERRUPTED
+    return status
 
+
+def _preload() -> None:
+    """Import now what the run and its summary will need, before the probes are armed: a
+    lazy import later would read files while tracing, and under an IMA policy that measures
+    files read by root (ima_policy=tcb) each new file is a PCR_Extend the kernel sends on
+    tpmtop's behalf — traffic the trace would show as tpmtop's own."""
+    import tpmtop.capture  # noqa: F401
+    import tpmtop.cli.common  # noqa: F401
+    import tpmtop.importers.observed  # noqa: F401
+    import tpmtop.kernel.live  # noqa: F401
+    import tpmtop.patterns  # noqa: F401
+    import tpmtop.tpm.names  # noqa: F401

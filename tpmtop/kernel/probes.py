@@ -283,10 +283,7 @@ class Probes:
     def _install_signals(self) -> None:
         import signal
 
-        from tpmtop.errors import Interrupted
-
-        def unwind(signum, frame):
-            raise Interrupted(f"stopped by {signal.Signals(signum).name}")
+        from tpmtop.tpm import interrupts
 
         self._old_handlers = {}
         for name in self._UNWIND_SIGNALS:
@@ -294,7 +291,8 @@ class Probes:
             if sig is None:
                 continue
             try:
-                self._old_handlers[sig] = signal.signal(sig, unwind)
+                # tpmtop's own handler: Interrupted, except while the probes are being removed
+                self._old_handlers[sig] = signal.signal(sig, interrupts.handler)
             except (ValueError, OSError):  # not the main thread
                 pass
 
@@ -351,10 +349,13 @@ class Probes:
         return self.t.path("instances", self.group, "trace_pipe")
 
     def close(self) -> None:
-        if self._armed:
-            self._armed = False
-            remove_group(self.t, self.group)
-        self._restore_signals()
+        from tpmtop.tpm import interrupts
+
+        with interrupts.closing():  # a second Ctrl-C waits until the probes are gone
+            if self._armed:
+                self._armed = False
+                remove_group(self.t, self.group)
+            self._restore_signals()
 
     def __exit__(self, *exc) -> None:
         self.close()
