@@ -309,3 +309,25 @@ def test_parser_never_raises_on_hostile_text(lines):
             assert kc.wire_ns >= 0
     for kc in p.flush():
         assert kc.wire_ns >= 0
+
+
+def test_replay_of_a_kernel_capture_shows_untraced_response_codes_as_answered(tmp_path):
+    """A user-space command whose response code the probes could not read was answered: the
+    dashboard's replay lists it as `rc ?`, not as "no response", and its error book has only
+    the real errors (here the resource manager's three ContextSave 0x910 from the real 6.12
+    trace, once with and once without the optional probes' lines)."""
+    from tpmtop.sources.replay import ReplaySource, load
+
+    full = tmp_path / "full.txt"
+    full.write_text(_text("trace-6.12-debian-qemu-tpmrm.txt"))
+    bare = tmp_path / "bare.txt"
+    bare.write_text("\n".join(ln for ln in _text("trace-6.10-ima-hmac.txt").splitlines()))
+    for trace, errors in ((full, {"cc:354": {0x910: 3}}), (bare, {})):
+        out = tmp_path / f"{trace.stem}.json"
+        r = run_tpmtop("kernel", "--from-trace", str(trace), "-q", "--json", str(out))
+        assert r.returncode == 0, r.stderr
+        src = ReplaySource(load(out), out)
+        assert {k: dict(v) for k, v in src.errors.by_key.items()} == errors
+        assert not any(row.rc == "no response" for row in src.stream)
+    rows = ReplaySource(load(tmp_path / "bare.json")).stream
+    assert any(row.command == "GetRandom" and row.rc == "rc ?" and row.ok for row in rows)

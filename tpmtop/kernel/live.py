@@ -10,7 +10,7 @@ import select
 import time
 from typing import Callable, Iterator
 
-from tpmtop.importers.observed import Exchange
+from tpmtop.importers.observed import RC_NOT_TRACED, Exchange
 from tpmtop.kernel.trace_pipe import KernelCommand, Parser
 
 
@@ -51,7 +51,7 @@ def exchanges(commands: list[KernelCommand], t0_unix_ns: int) -> list[Exchange]:
             extra={"pid": kc.pid, "comm": kc.comm, "path": kc.path, "cpu": kc.cpu,
                    # tpm_transmit_cmd's return carries the TPM's rc; a command from user space
                    # (or one whose return was lost) has none the probes can read
-                   **({} if kc.rc is not None else {"rc_text": "response code not traced"}),
+                   **({} if kc.rc is not None else {"rc_text": RC_NOT_TRACED}),
                    **({"desc": kc.desc} if kc.desc else {}),
                    **({"caller": kc.caller} if kc.caller else {}),
                    **({"task": kc.task} if kc.task else {}),
