@@ -123,6 +123,13 @@ def test_parse_line_forms():
     assert ev.comm == "<idle>" and ev.cpu == 2 and ev.t_ns == 1234_567_800_000
     assert parse_line("CPU:3 [LOST 99 EVENTS]") == (3, 99)
     assert parse_line("# tracer: nop") is None and parse_line("garbage") is None
+    # the caller when another kretprobe on tpm_transmit_cmd got there first (seen on 6.1 with two tpmtops)
+    two = Parser(byteorder="little")
+    two.feed("python-175 [001] ..... 9.0: cmd: (tpm_transmit_cmd+0x0/0x90) desc=\"attempting extend a PCR value\"")
+    two.feed("python-175 [001] ..... 9.1: tx: (tpm_transmit+0x0/0x400) tag=0x280 size=0xcb000000 cc=0x82010000")
+    two.feed("python-175 [001] ..... 9.2: tx_ret: (tpm_transmit_cmd+0x25/0x90 <- tpm_transmit) ret=19")
+    kc, = two.feed("python-175 [001] ..... 9.3: cmd_ret: ([unknown/kretprobe'd] <- tpm_transmit_cmd) rc=0")
+    assert kc.caller is None and kc.path == "PCR extend (IMA / kernel)" and kc.rc == 0
     big = Parser(byteorder="big")
     big.feed("a-1 [000] .... 1.000000: tx: (tpm_transmit+0x0/0x3a0) tag=0x8001 size=0xc cc=0x17b")
     out = big.feed("a-1 [000] .... 1.000100: tx_ret: (x+0x1/0x2 <- tpm_transmit) ret=10")
@@ -167,17 +174,8 @@ def test_probe_arguments_follow_the_kernel_signature():
     assert "cc=+6($arg2):x32" in new[0] and "desc=+0($arg4):string" in new[2]
 
 
-def _live_unavailable() -> str | None:
-    """Why the live path cannot run here, or None."""
-    try:
-        t = probes.find_tracefs()
-    except probes.KernelTraceError as e:
-        return str(e)
-    if not probes.kernel_has(t, "tpm_transmit"):
-        return "this kernel has no tpm_transmit (no TPM driver)"
-    if not os.path.exists("/dev/tpmrm0"):
-        return "no /dev/tpmrm0 to send a command through"
-    return None
+from kernel_live_helpers import live_unavailable as _live_unavailable  # noqa: E402
+from kernel_live_helpers import require_live, tracers  # noqa: E402,F401 - fixture
 
 
 def test_without_kprobes_the_cli_says_why_in_one_line():
@@ -190,29 +188,19 @@ def test_without_kprobes_the_cli_says_why_in_one_line():
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
 
-@pytest.mark.skipif(_live_unavailable() is not None, reason=f"live kernel tracing: {_live_unavailable()}")
-def test_live_kernel_trace(tmp_path):
+def test_live_kernel_trace(tmp_path, tracers):
     """Live: a tpm2_getrandom through /dev/tpmrm0 shows up as a user-space GetRandom; the probe
-    group is gone after SIGTERM."""
+    group and tpmtop's tracefs instance are gone after SIGTERM, which exits 130."""
+    require_live()
     out = tmp_path / "live.json"
-    proc = subprocess.Popen(TPMTOP + ["kernel", "--json", str(out)], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        t = probes.find_tracefs()
-        while time.monotonic() < deadline and f"{probes.GROUP_PREFIX}{proc.pid}" not in t.read("kprobe_events"):
-            time.sleep(0.1)
-        subprocess.run(["tpm2_getrandom", "-T", "device:/dev/tpmrm0", "8"], check=True, timeout=60,
-                       capture_output=True)
-        time.sleep(1)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130
-    assert f"{probes.GROUP_PREFIX}{proc.pid}" not in t.read("kprobe_events")
+    t = tracers("--json", str(out))
+    t.wait_armed()
+    subprocess.run(["tpm2_getrandom", "-T", "device:/dev/tpmrm0", "8"], check=True, timeout=120,
+                   capture_output=True)
+    t.wait_line(lambda ln: " GetRandom " in ln and "user space via /dev/tpmrm0 (tpm2_getrandom)" in ln,
+                "the GetRandom on tpmtop's stdout")
+    assert t.stop(signal.SIGTERM) == 130, t.why()
+    assert not t.group_armed() and not t.instance_exists()
     cap = json.loads(out.read_text())
     assert any(e["command"] == "TPM2_CC_GetRandom" for e in cap["events"])
 
@@ -253,28 +241,19 @@ def test_read_pipe_follows_a_pipe_in_pieces_and_stops_when_told(tmp_path):
     assert [(c.cc, c.pid, c.wire_ns, c.rc) for c in got] == [(c.cc, c.pid, c.wire_ns, c.rc) for c in want]
 
 
-@pytest.mark.skipif(_live_unavailable() is not None, reason=f"live kernel tracing: {_live_unavailable()}")
-def test_a_killed_tpmtops_probe_group_is_removed_at_the_next_start(tmp_path):
-    """SIGKILL leaves the group behind (nothing can run); the next `tpmtop kernel` removes it
-    and says so, and removes its own on exit."""
-    t = probes.find_tracefs()
-    first = subprocess.Popen(TPMTOP + ["kernel", "-q"], cwd=REPO, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-    group = f"{probes.GROUP_PREFIX}{first.pid}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and group not in t.read("kprobe_events"):
-            time.sleep(0.1)
-        assert group in t.read("kprobe_events")
-    finally:
-        first.kill()
-        first.wait()
-    assert group in t.read("kprobe_events")  # left behind by the SIGKILL
-    r = run_tpmtop("kernel", "-q", "--duration", "1")
+def test_a_killed_tpmtops_probe_group_is_removed_at_the_next_start(tmp_path, tracers):
+    """SIGKILL leaves the group and its tracefs instance behind (nothing can run); the next
+    `tpmtop kernel` removes both and says so, and removes its own on exit."""
+    require_live()
+    first = tracers("-q", name="first")
+    first.wait_armed()
+    first.kill()
+    assert first.group_armed() and first.instance_exists()  # left behind by the SIGKILL
+    r = run_tpmtop("kernel", "-q", "--duration", "1", timeout=300)
     assert r.returncode == 0, r.stderr
-    assert f"removed stale probe group {group}" in r.stderr
-    left = t.read("kprobe_events")
-    assert group not in left
+    assert f"removed stale probe group {first.group}" in r.stderr
+    assert not first.group_armed() and not first.instance_exists()
+    assert probes.GROUP_PREFIX not in probes.find_tracefs().read("kprobe_events")  # nor the second's
 
 
 def test_cli_summary_counts_user_space_commands_whose_rc_is_unknown(tmp_path):

@@ -151,7 +151,7 @@ def run_kernel(args) -> int:
                 print(_line(kc), flush=True)
 
         try:
-            for kc in read_pipe(p.pipe_path(), parser,
+            for kc in read_pipe(p.pipe_fd, parser,
                                 lambda: deadline is not None and time.monotonic() >= deadline):
                 show(kc)
         except KeyboardInterrupt as e:
@@ -178,4 +178,5 @@ def _preload() -> None:
     import tpmtop.importers.observed  # noqa: F401
     import tpmtop.kernel.live  # noqa: F401
     import tpmtop.patterns  # noqa: F401
+    import tpmtop.textsafe  # noqa: F401
     import tpmtop.tpm.names  # noqa: F401

@@ -14,9 +14,11 @@ from tpmtop.importers.observed import RC_NOT_TRACED, Exchange
 from tpmtop.kernel.trace_pipe import KernelCommand, Parser
 
 
-def read_pipe(path: str, parser: Parser, stop: Callable[[], bool], poll_s: float = 0.2) -> Iterator[KernelCommand]:
-    """Commands from a ``trace_pipe`` until ``stop()`` says so (checked every ``poll_s``)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+def read_pipe(path: str | int, parser: Parser, stop: Callable[[], bool], poll_s: float = 0.2) -> Iterator[KernelCommand]:
+    """Commands from a ``trace_pipe`` (a path, or a descriptor opened O_NONBLOCK, which stays
+    the caller's) until ``stop()`` says so (checked every ``poll_s``)."""
+    own = not isinstance(path, int)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK) if own else path
     buf = b""
     try:
         while not stop():
@@ -35,7 +37,8 @@ def read_pipe(path: str, parser: Parser, stop: Callable[[], bool], poll_s: float
             for line in lines:
                 yield from parser.feed(line.decode("utf-8", "replace"))
     finally:
-        os.close(fd)
+        if own:
+            os.close(fd)
 
 
 def exchanges(commands: list[KernelCommand], t0_unix_ns: int) -> list[Exchange]:

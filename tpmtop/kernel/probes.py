@@ -273,6 +273,7 @@ class Probes:
         self.have_cmd = False
         self.events: list[str] = []  # the events armed
         self.skipped: list[str] = []  # optional events not armed, and why
+        self.pipe_fd: int | None = None  # the instance's trace_pipe, O_NONBLOCK
         self._armed = False
 
     # Signals whose default action would kill tpmtop without unwinding (SIGINT, SIGTERM and
@@ -335,6 +336,10 @@ class Probes:
                 self.events.append(d.event)
             try:
                 os.mkdir(self.t.path("instances", self.group))
+                # Opened before the events are enabled: under an IMA policy that measures
+                # what root reads (ima_policy=tcb), opening this new file is a measurement —
+                # a PCR_Extend the trace would otherwise show as tpmtop's own.
+                self.pipe_fd = os.open(self.pipe_path(), os.O_RDONLY | os.O_NONBLOCK)
                 with open(self.t.path("instances", self.group, "events", self.group, "enable"), "w") as f:
                     f.write("1")
             except OSError as e:
@@ -352,6 +357,12 @@ class Probes:
         from tpmtop.tpm import interrupts
 
         with interrupts.closing():  # a second Ctrl-C waits until the probes are gone
+            if self.pipe_fd is not None:
+                try:
+                    os.close(self.pipe_fd)  # an open trace_pipe keeps the instance busy
+                except OSError:
+                    pass
+                self.pipe_fd = None
             if self._armed:
                 self._armed = False
                 remove_group(self.t, self.group)

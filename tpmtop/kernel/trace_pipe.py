@@ -276,6 +276,10 @@ class Parser:
             done = self._done_under_cmd.pop(ev.pid, [])
             rc = _signed(_num(ev.args.get("rc")))
             caller = ev.loc.split(" <- ", 1)[0].strip() if " <- " in ev.loc else None
+            if caller and caller.startswith("["):
+                # "[unknown/kretprobe'd]": another kretprobe on tpm_transmit_cmd (a second
+                # tpmtop, bpftrace) replaced the return address first; desc names the path
+                caller = None
             out = []
             for kc, in_rm in done:
                 # tpm_transmit_cmd returns the TPM's response code, or -errno
