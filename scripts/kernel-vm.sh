@@ -190,7 +190,7 @@ EOF
 
     note "booting $kver ($ACCEL_NAME, $CPUS vCPUs, $MEM MiB): ${cmd:0:120}"
     started=$(date +%s.%N)
-    timeout -k 5 "$TIMEOUT" qemu-system-x86_64 "${ACCEL[@]}" -smp "$CPUS" -m "$MEM" \
+    qemu-system-x86_64 "${ACCEL[@]}" -smp "$CPUS" -m "$MEM" \
         -nographic -no-reboot -monitor none -serial "file:$RUN/console.log" \
         -kernel "$vmlinuz" -initrd "$initrd" \
         -append "console=ttyS0 loglevel=4 ima_policy=tcb panic=-1 rdinit=/init" \
@@ -200,7 +200,20 @@ EOF
         -virtfs local,path="$RUN/results",mount_tag=results,security_model=none,multidevs=remap \
         -nic none </dev/null >"$RUN/qemu.log" 2>&1 &
     QEMU_PID=$!
-    wait $QEMU_PID
+    # wait for it, but not for ever (a guest that hangs is stopped, and said so)
+    local waited=0 timed_out=0
+    while kill -0 "$QEMU_PID" 2>/dev/null; do
+        if ((waited >= 2 * TIMEOUT)); then
+            timed_out=1
+            kill "$QEMU_PID" 2>/dev/null
+            sleep 2
+            kill -9 "$QEMU_PID" 2>/dev/null
+            break
+        fi
+        sleep 0.5
+        waited=$((waited + 1))
+    done
+    wait "$QEMU_PID"
     status=$?
     QEMU_PID=
     ended=$(date +%s.%N)
@@ -208,7 +221,7 @@ EOF
 
     local secs
     secs=$(awk -v a="$started" -v b="$ended" 'BEGIN { printf "%.0f", b - a }')
-    if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+    if ((timed_out)); then
         note "$kver: the guest did not power off within ${TIMEOUT}s; last console lines:"
         tail -n 20 "$RUN/console.log" >&2
     elif [ "$status" -ne 0 ]; then
