@@ -64,6 +64,23 @@ def _summary(cap: dict) -> str:
     return "\n" + table(rows, ["command", "count", "errors", "p50 µs", "p99 µs", "max µs"], right={1, 2, 3, 4, 5})
 
 
+def _own_summaries(commands) -> dict:
+    """Per command code, the wire latencies of the kernel's own commands only — not a
+    /dev/tpm* client's, not the resource manager's swaps for one (the run's per-command
+    table has every command seen). `tpmtop boot --capture` prices the kernel's session steps
+    from these: a tpm2_createprimary's StartAuthSession is not the kernel starting sessions."""
+    from tpmtop.kernel.trace_pipe import RESOURCE_MANAGER, USER_SPACE
+    from tpmtop.stats import LatencyHistogram
+    from tpmtop.tpm import names
+
+    hs: dict = {}
+    for kc in commands:
+        if kc.path.startswith((USER_SPACE, RESOURCE_MANAGER)) or kc.ret is None or kc.ret < 0:
+            continue
+        hs.setdefault(names.cc_name(kc.cc), LatencyHistogram()).record(kc.wire_ns)
+    return {name: h.summary() for name, h in hs.items()}
+
+
 def _finish(args, commands, t0_unix_ns, parser, source: str) -> int:
     import sys
 
@@ -77,7 +94,8 @@ def _finish(args, commands, t0_unix_ns, parser, source: str) -> int:
     from tpmtop.importers.observed import capture_from_exchanges
 
     cap = capture_from_exchanges(xs, origin="kernel", source=source,
-                                 extra={"kernel_trace": {"lost_events": parser.lost, "orphans": parser.orphans}})
+                                 extra={"kernel_trace": {"lost_events": parser.lost, "orphans": parser.orphans,
+                                                         "kernel_commands": _own_summaries(commands)}})
     if commands:
         print(_summary(cap))
     for line in summary_lines(detect(cap["events"])):
