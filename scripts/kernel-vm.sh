@@ -13,7 +13,8 @@
 # downloaded (apt-get download) and unpacked (dpkg-deb -x) into .cache/kernel-vm/.
 # Environment: KERNELS (default "6.1 6.12"), KERNEL_VM_PYTHON (the interpreter the guest runs
 # pytest with; default .venv/bin/python), KERNEL_VM_CPUS (2), KERNEL_VM_MEM (1536, MiB),
-# KERNEL_VM_TIMEOUT (seconds one guest may run, 900).
+# KERNEL_VM_TIMEOUT (seconds one guest may run, 900), KERNEL_VM_APPEND (more kernel parameters),
+# KERNEL_VM_BOOT_PROBES (1: boot with tpmtop's boot-time probes, `tpmtop kernel --boot-cmdline`; 0: without).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd -P)
@@ -22,6 +23,7 @@ KERNELS=${KERNELS:-"6.1 6.12"}
 CPUS=${KERNEL_VM_CPUS:-2}
 MEM=${KERNEL_VM_MEM:-1536}
 TIMEOUT=${KERNEL_VM_TIMEOUT:-900}
+APPEND=${KERNEL_VM_APPEND:-}
 PY=${KERNEL_VM_PYTHON:-$REPO/.venv/bin/python}
 KEEP=0
 CMD=()
@@ -172,6 +174,13 @@ run_guest() {
     RUN=$(mktemp -d "$CACHE/runs/$kver.XXXXXX")
     mkdir -p "$RUN/results" "$RUN/tpm"
     if ((${#CMD[@]})); then cmd=$(printf '%q ' "${CMD[@]}"); else cmd=$(default_cmd); fi
+    # tpmtop's boot-time probes (tpmtop kernel --boot-cmdline, for this kernel's release): the
+    # driver's start-up and IMA's first measurements are recorded in the top-level buffer
+    local append=$APPEND
+    if [ "${KERNEL_VM_BOOT_PROBES:-1}" = 1 ]; then
+        append="$append $(PYTHONPATH=$REPO "$PY" -c 'import sys; from tpmtop.kernel.probes import boot_cmdline; print(boot_cmdline(release=sys.argv[1]))' "$kver")" \
+            || die "tpmtop kernel --boot-cmdline failed"
+    fi
     printf '%s\n' "$cmd" > "$RUN/results/cmd.sh"
     local venv_bin
     venv_bin=$(dirname "$PY")
@@ -193,7 +202,7 @@ EOF
     qemu-system-x86_64 "${ACCEL[@]}" -smp "$CPUS" -m "$MEM" \
         -nographic -no-reboot -monitor none -serial "file:$RUN/console.log" \
         -kernel "$vmlinuz" -initrd "$initrd" \
-        -append "console=ttyS0 loglevel=4 ima_policy=tcb panic=-1 rdinit=/init" \
+        -append "console=ttyS0 loglevel=4 ima_policy=tcb panic=-1 rdinit=/init $append" \
         -chardev socket,id=chrtpm,path="$RUN/swtpm.sock" -tpmdev emulator,id=tpm0,chardev=chrtpm \
         -device tpm-tis,tpmdev=tpm0 \
         -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \

@@ -185,3 +185,36 @@ def test_tpmtop_sends_no_tpm_command_of_its_own_and_two_tpmtops_see_the_same(tra
     for evs in (a_evs, b_evs):
         assert "TPM2_CC_GetRandom" in {e["command"] for e in evs if e["pid"] == g.pid}
     assert [e["command"] for e in a_evs if e["pid"] == g.pid] == [e["command"] for e in b_evs if e["pid"] == g.pid]
+
+
+def test_the_boot_time_probes_record_the_drivers_start_up_and_ima(tmp_path):
+    """Booted with `tpmtop kernel --boot-cmdline` (scripts/kernel-vm.sh does): the kernel
+    accepted the definitions, the top-level buffer holds the TPM driver's start-up and IMA's
+    boot aggregate from before user space ran, `--from-trace` imports it, and `tpmtop boot
+    --capture` prices this kernel's extends from it (no HMAC session: PCR_Extend alone)."""
+    if "kprobe_event=p:tpmtop/" not in Path("/proc/cmdline").read_text():
+        pytest.skip("booted without the boot-time probes (tpmtop kernel --boot-cmdline)")
+    from tpmtop.kernel import probes
+
+    t = probes.find_tracefs()
+    assert "p:tpmtop/tx tpm_transmit" in t.read("kprobe_events")  # the boot group, not a stale one
+    trace = tmp_path / "boot-trace.txt"
+    trace.write_text(t.read("trace"))
+    out = tmp_path / "boot.json"
+    r = run_tpmtop("kernel", "--from-trace", str(trace), "-q", "--json", str(out), timeout=300)
+    assert r.returncode == 0, r.stderr
+    evs = sorted(_events(out), key=lambda e: e["t_ns"])
+    first_user = next((i for i, e in enumerate(evs) if e["path"].startswith("user space via")), len(evs))
+    early = {(e["command"], e["path"]) for e in evs[:first_user]}
+    assert ("TPM2_CC_SelfTest", "self test [tpm2_do_selftest]") in early
+    assert ("TPM2_CC_GetCapability", "TPM properties [tpm2_get_tpm_pt]") in early
+    assert ("TPM2_CC_PCR_Read", "PCR read [tpm2_pcr_read]") in early  # IMA's boot aggregate
+    assert ("TPM2_CC_PCR_Extend", "PCR extend (IMA / kernel) [tpm2_pcr_extend]") in early
+    assert all(e["rc"] == 0 for e in evs[:first_user])
+    (tmp_path / "root").mkdir()
+    r = run_tpmtop("boot", "--root", str(tmp_path / "root"), "--capture", str(out), "--extends", "100", "--json",
+                   timeout=300)
+    assert r.returncode == 0, r.stderr
+    comps = json.loads(r.stdout)["projection"]["components_us"]
+    assert comps["E0"]["source"] == f"kernel capture {out}"
+    assert "kernel capture" not in comps["S"]["source"]  # the kernel started no session

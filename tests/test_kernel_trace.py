@@ -130,6 +130,10 @@ def test_parse_line_forms():
     two.feed("python-175 [001] ..... 9.2: tx_ret: (tpm_transmit_cmd+0x25/0x90 <- tpm_transmit) ret=19")
     kc, = two.feed("python-175 [001] ..... 9.3: cmd_ret: ([unknown/kretprobe'd] <- tpm_transmit_cmd) rc=0")
     assert kc.caller is None and kc.path == "PCR extend (IMA / kernel)" and kc.rc == 0
+    # the line's comm is "<...>" once tracefs's saved_cmdlines forgot the pid: the probe's own comm=$comm
+    ev = parse_line('           <...>-301  [000] .....  7.0: write: (tpm_common_write+0x4/0x1a0) cc=0x7b010000 len=12 '
+                    'comm="tpm2_getrandom"')
+    assert (ev.comm, ev.pid) == ("tpm2_getrandom", 301)
     big = Parser(byteorder="big")
     big.feed("a-1 [000] .... 1.000000: tx: (tpm_transmit+0x0/0x3a0) tag=0x8001 size=0xc cc=0x17b")
     out = big.feed("a-1 [000] .... 1.000100: tx_ret: (x+0x1/0x2 <- tpm_transmit) ret=10")
@@ -172,6 +176,7 @@ def test_probe_arguments_follow_the_kernel_signature():
     new = probes.probe_lines("g", release="6.10.3-200.fc40.x86_64")
     assert "cc=+6($arg3):x32" in old[0] and "desc=+0($arg7):string" in old[2]
     assert "cc=+6($arg2):x32" in new[0] and "desc=+0($arg4):string" in new[2]
+    assert all("comm=$comm" in new[i] for i in (0, 2, 4))  # tx, cmd, write
 
 
 from kernel_live_helpers import live_unavailable as _live_unavailable  # noqa: E402

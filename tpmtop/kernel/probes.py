@@ -83,20 +83,25 @@ def probe_defs(group: str, have_cmd: bool = True, release: str | None = None) ->
     ones first."""
     buf, desc = arg_positions(release)
     rel = _release(release)
+    # The task's name, fetched by the probe: the line's own comm comes from tracefs's
+    # saved_cmdlines cache, which prints "<...>" once a busy system has evicted the pid.
+    comm = " comm=$comm" if rel >= (4, 8) else ""
     defs = [
         ProbeDef(TX, "tpm_transmit",
-                 f"p:{group}/{TX} tpm_transmit tag=+0($arg{buf}):x16 size=+2($arg{buf}):x32 cc=+6($arg{buf}):x32",
+                 f"p:{group}/{TX} tpm_transmit tag=+0($arg{buf}):x16 size=+2($arg{buf}):x32 cc=+6($arg{buf}):x32"
+                 f"{comm}",
                  True),
         ProbeDef(TX_RET, "tpm_transmit", f"r:{group}/{TX_RET} tpm_transmit ret=$retval:s64", True),
     ]
     if have_cmd:
         defs += [
-            ProbeDef(CMD, "tpm_transmit_cmd", f"p:{group}/{CMD} tpm_transmit_cmd desc=+0($arg{desc}):string", True),
+            ProbeDef(CMD, "tpm_transmit_cmd", f"p:{group}/{CMD} tpm_transmit_cmd desc=+0($arg{desc}):string{comm}",
+                     True),
             ProbeDef(CMD_RET, "tpm_transmit_cmd", f"r:{group}/{CMD_RET} tpm_transmit_cmd rc=$retval:s32", True),
         ]
     if rel >= (5, 5):  # +u (user memory) fetches
         defs.append(ProbeDef(WRITE, "tpm_common_write",
-                             f"p:{group}/{WRITE} tpm_common_write cc=+u6($arg2):x32 len=$arg3:u64", False))
+                             f"p:{group}/{WRITE} tpm_common_write cc=+u6($arg2):x32 len=$arg3:u64{comm}", False))
     if rel >= (5, 1):  # the (chip, space, buf, size) signatures
         defs += [
             ProbeDef(RM_PREP, "tpm2_prepare_space",
@@ -107,7 +112,7 @@ def probe_defs(group: str, have_cmd: bool = True, release: str | None = None) ->
                      f"p:{group}/{RM_COMMIT} tpm2_commit_space space=$arg2:x64 rc=+6($arg3):x32", False),
             ProbeDef(RM_COMMIT + "_ret", "tpm2_commit_space",
                      f"r:{group}/{RM_COMMIT}_ret tpm2_commit_space ret=$retval:s32", False),
-            ProbeDef(RM_DEL, "tpm2_del_space", f"p:{group}/{RM_DEL} tpm2_del_space space=$arg2:x64", False),
+            ProbeDef(RM_DEL, "tpm2_del_space", f"p:{group}/{RM_DEL} tpm2_del_space space=$arg2:x64{comm}", False),
             ProbeDef(RM_DEL + "_ret", "tpm2_del_space", f"r:{group}/{RM_DEL}_ret tpm2_del_space", False),
         ]
     return defs

@@ -69,7 +69,10 @@ def parse_line(line: str) -> TraceEvent | tuple[int, int] | None:
     args = {}
     for k, v in _ARG.findall(m["args"]):
         args[k] = v[1:-1] if v.startswith('"') else v
-    return TraceEvent(m["comm"].strip(), int(m["pid"]), int(m["cpu"]), t_ns, m["event"], m["loc"], args)
+    # comm=$comm, fetched by the probe itself, beats the line's (tracefs's saved_cmdlines
+    # cache, "<...>" once the pid was evicted on a busy system)
+    comm = args.get("comm") or m["comm"].strip()
+    return TraceEvent(comm, int(m["pid"]), int(m["cpu"]), t_ns, m["event"], m["loc"], args)
 
 
 def _num(text: str | None) -> int | None:
@@ -130,6 +133,8 @@ _CALLER_PATHS = (
     ("save_context", "session set-up"),
     ("unseal", "trusted keys (unseal)"), ("seal", "trusted keys (seal)"), ("load_cmd", "trusted keys (load)"),
     ("pcr_read", "PCR read"), ("get_tpm_pt", "TPM properties"), ("get_cap", "TPM properties"),
+    # the driver's start-up (seen on Debian 6.12 with the boot-time probes)
+    ("tpm2_probe", "TPM probe"), ("get_pcr_allocation", "TPM properties"), ("get_cc_attrs_tbl", "TPM properties"),
     ("shutdown", "shutdown / suspend"), ("startup", "start-up / resume"), ("selftest", "self test"),
 )
 
