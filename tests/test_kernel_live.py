@@ -198,6 +198,7 @@ def test_the_boot_time_probes_record_the_drivers_start_up_and_ima(tmp_path):
 
     t = probes.find_tracefs()
     assert "p:tpmtop/tx tpm_transmit" in t.read("kprobe_events")  # the boot group, not a stale one
+    assert "[global]" in t.read("trace_clock")  # trace_clock=global: the buffer was not emptied
     trace = tmp_path / "boot-trace.txt"
     trace.write_text(t.read("trace"))
     out = tmp_path / "boot.json"

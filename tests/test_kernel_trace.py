@@ -168,6 +168,7 @@ def test_boot_cmdline_has_the_probe_definitions():
     line = r.stdout.strip()
     assert line.startswith("kprobe_event=p:tpmtop/tx,tpm_transmit,") and " " not in line.split(" trace_event")[0]
     assert "trace_event=tpmtop:*" in line
+    assert "trace_clock=global" in line  # a clock switch at late_initcall would empty the buffer
 
 
 def test_probe_arguments_follow_the_kernel_signature():

@@ -128,9 +128,14 @@ def boot_cmdline(group: str = "tpmtop", release: str | None = None) -> str:
 
     On the command line spaces become commas and definitions are separated by semicolons;
     ``trace_event=`` enables them and ``trace_buf_size=`` keeps a boot's worth.
+    ``trace_clock=global``: where sched_clock is not stable (seen in a qemu guest on 6.1), the
+    kernel switches the default clock from local to global at late_initcall, and switching
+    empties the buffer — everything recorded before, the TPM driver's start-up and IMA's boot
+    aggregate, was lost. Set at boot, the clock is not switched; global is also in step across
+    CPUs, which a command that migrates between entry and return needs.
     """
     defs = ";".join(line.replace(" ", ",") for line in probe_lines(group, release=release))
-    return f"kprobe_event={defs} trace_event={group}:* trace_buf_size=16M"
+    return f"kprobe_event={defs} trace_event={group}:* trace_buf_size=16M trace_clock=global"
 
 
 class KernelTraceError(TpmtopError):
@@ -341,6 +346,12 @@ class Probes:
                 self.events.append(d.event)
             try:
                 os.mkdir(self.t.path("instances", self.group))
+                try:
+                    # in step across CPUs (an entry and its return may be on two), for this
+                    # instance only; "local" (the default) need not be
+                    self.t.write(os.path.join("instances", self.group, "trace_clock"), "global")
+                except OSError:
+                    pass
                 # Opened before the events are enabled: under an IMA policy that measures
                 # what root reads (ima_policy=tcb), opening this new file is a measurement —
                 # a PCR_Extend the trace would otherwise show as tpmtop's own.
