@@ -168,10 +168,15 @@ def kernel_components(data: dict, path: str) -> dict[str, Cost]:
     an HMAC session when the kernel also started sessions (the probe sees only the header), so
     they price Eh then, E0 otherwise."""
     out: dict[str, Cost] = {}
+    trace = data.get("kernel_trace") if isinstance(data.get("kernel_trace"), dict) else {}
+    own = trace.get("kernel_commands")
     for run in data.get("runs") or ():
         if not isinstance(run, dict) or run.get("engine") != "observed" or run.get("mode") != "kernel":
             continue
-        cmds = run.get("commands") if isinstance(run.get("commands"), dict) else {}
+        # the kernel's own commands when the capture says which they are (tpmtop kernel
+        # since it names user-space and resource-manager commands): a tpm2-tools
+        # StartAuthSession through /dev/tpmrm0 must not make the kernel's extends "HMAC"
+        cmds = own if isinstance(own, dict) else run.get("commands") if isinstance(run.get("commands"), dict) else {}
         hmac = "TPM2_CC_StartAuthSession" in cmds
         for name, summ in cmds.items():
             if name == "TPM2_CC_PCR_Extend":

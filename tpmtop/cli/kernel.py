@@ -7,8 +7,9 @@ import argparse
 EXAMPLES = """Needs root and a kernel with kprobe events (CONFIG_KPROBE_EVENTS) and a TPM driver.
 tpmtop sends no TPM command in this mode: it only watches tpm_transmit, so it does not
 perturb the session the kernel keeps (Linux 6.12+). The probes live in a group of tpmtop's
-own and are removed on exit, on Ctrl-C/SIGTERM/SIGHUP, and (if tpmtop was killed) at the
-next start.
+own and are removed on exit, on Ctrl-C/SIGTERM/SIGHUP (exit status 130, after the capture
+is written), and (if tpmtop was killed) at the next start. The dashboard shows the same live:
+sudo tpmtop --kernel.
 
 examples:
   sudo tpmtop kernel                          # one line per command until Ctrl-C
@@ -32,10 +33,11 @@ def _line(kc) -> str:
     from tpmtop.textsafe import safe  # a task's comm is whatever the task set (PR_SET_NAME)
     from tpmtop.tpm import names
 
-    rc = ("rc ?" if kc.ret is None or kc.ret < 0 else "answered") if kc.rc is None else f"rc 0x{kc.rc:x}"
+    rc = "rc ?" if kc.rc is None else f"rc 0x{kc.rc:x}"
     mig = f" (cpu {kc.cpu}→{kc.cpu_return})" if kc.migrated else f" (cpu {kc.cpu})"
+    via = f" via {safe(kc.task)}" if kc.task else ""
     return (f"{kc.t_ns / 1e9:14.6f}  {names.cc_short(kc.cc):<20} {rc:<9} {kc.wire_ns / 1e3:>10.1f} µs  "
-            f"{safe(kc.comm)}-{kc.pid}{mig}  {safe(kc.path)}")
+            f"{safe(kc.comm)}-{kc.pid}{via}{mig}  {safe(kc.path)}")
 
 
 def _summary(cap: dict) -> str:
@@ -131,7 +133,7 @@ def run_kernel(args) -> int:
         except OSError as e:
             raise UsageError(f"tpmtop kernel: cannot read {args.from_trace}: {e.strerror}") from None
         tap = KernelTap(trace_path=args.from_trace)
-        commands = tap.feed(text.splitlines())
+        commands = tap.feed(text.splitlines()) + tap.finish()
         if not commands and not tap.parser.lost:
             raise UsageError(f"tpmtop kernel: {args.from_trace} holds no tpmtop kprobe events")
         if not args.quiet:
@@ -141,8 +143,9 @@ def run_kernel(args) -> int:
 
     from tpmtop.kernel.live import read_lines
 
+    preload()
     tap = KernelTap.arm()
-    stopped_by_signal = False
+    stopped_by: str | None = None
     try:
         p = tap.probes
         for g in p.stale_removed:
@@ -150,17 +153,46 @@ def run_kernel(args) -> int:
         ops = " and ".join(probes.OP_FUNCS[o][0] for o in p.ops)
         notice(f"tracing tpm_transmit{' and tpm_transmit_cmd' if p.have_cmd else ''}"
                f"{(', operations ' + ops) if ops else ''} (group {p.group}); Ctrl-C to stop")
+        if p.skipped:
+            notice("not traced: " + "; ".join(p.skipped))
         deadline = time.monotonic() + args.duration if args.duration else None
+
+        def show(cmds) -> None:
+            if not args.quiet:
+                for kc in cmds:
+                    print(_line(kc), flush=True)
+
         try:
             for lines in read_lines(tap.pipe_path, lambda: deadline is not None and time.monotonic() >= deadline):
-                for kc in tap.feed(lines):
-                    if not args.quiet:
-                        print(_line(kc), flush=True)
-        except KeyboardInterrupt:
-            pass  # Ctrl-C is how one stops tracing: the probes go below, the capture is written
-        except Interrupted:
-            stopped_by_signal = True
+                show(tap.feed(lines))
+        except KeyboardInterrupt as e:
+            # Ctrl-C, SIGTERM or SIGHUP (Interrupted is a KeyboardInterrupt): how one stops
+            # tracing. The probes go below, the capture is written, and the exit status says
+            # the run was interrupted (130), as for every other tpmtop command.
+            stopped_by = str(e) if isinstance(e, Interrupted) else "stopped by SIGINT"
+        show(tap.finish())  # a user-space command whose response code was not seen
     finally:
         tap.close()
     status = _finish(args, tap, "tpm_transmit")
-    return EXIT_INTERRUPTED if stopped_by_signal else status
+    if stopped_by:
+        notice(f"interrupted ({stopped_by})" + (f"; the capture is in {args.json}" if args.json else ""))
+        return EXIT_INTERRUPTED
+    return status
+
+
+def preload() -> None:
+    """Import now what the run and its summary will need, before the probes are armed: a
+    lazy import later would read files while tracing, and under an IMA policy that measures
+    files read by root (ima_policy=tcb) each new file is a PCR_Extend the kernel sends on
+    tpmtop's behalf — traffic the trace would show as tpmtop's own."""
+    import tpmtop.capture  # noqa: F401
+    import tpmtop.cli.common  # noqa: F401
+    import tpmtop.importers.observed  # noqa: F401
+    import tpmtop.kernel.capture  # noqa: F401
+    import tpmtop.kernel.live  # noqa: F401
+    import tpmtop.patterns  # noqa: F401
+    import tpmtop.textsafe  # noqa: F401
+    import tpmtop.tpm.names  # noqa: F401
+    from tpmtop.tpm import wire
+
+    wire.num_handles(0x182)  # tpm2-pytss's command tables: the session-handle offsets need them

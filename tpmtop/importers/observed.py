@@ -20,6 +20,12 @@ from dataclasses import dataclass, field
 from tpmtop.tpm import names, wire
 
 
+# rc_text of a command that was answered but whose response code no probe could read (a
+# user-space command seen by kernel probes without tpm2_commit_space): not an error, not
+# "(no response)".
+RC_NOT_TRACED = "response code not traced"
+
+
 @dataclass
 class Exchange:
     """One command and its response as seen from outside the client."""

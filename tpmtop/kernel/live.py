@@ -1,6 +1,6 @@
 """Reading tpmtop's kprobe events live, and kernel commands as capture events.
 
-Layer: sources. No Textual.
+Layer: kernel. No Textual.
 """
 
 from __future__ import annotations
@@ -10,15 +10,17 @@ import select
 import time
 from typing import Callable, Iterator
 
-from tpmtop.importers.observed import Exchange
+from tpmtop.importers.observed import RC_NOT_TRACED, Exchange
 from tpmtop.kernel.trace_pipe import KernelCommand, Parser
 
 
-def read_lines(path: str, stop: Callable[[], bool], poll_s: float = 0.2) -> Iterator[list[str]]:
-    """Batches of whole lines from a ``trace_pipe`` (or a FIFO, or a file being written, which
-    is followed like ``tail -f``) until ``stop()`` says so (checked every ``poll_s``). A batch
-    is what one read returned: a busy kernel's lines are handled a read at a time."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+def read_lines(path: str | int, stop: Callable[[], bool], poll_s: float = 0.2) -> Iterator[list[str]]:
+    """Batches of whole lines from a ``trace_pipe`` (a path, or a descriptor opened
+    O_NONBLOCK, which stays the caller's), a FIFO, or a file being written (followed like
+    ``tail -f``), until ``stop()`` says so (checked every ``poll_s``). A batch is what one
+    read returned: a busy kernel's lines are handled a read at a time."""
+    own = not isinstance(path, int)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK) if own else path
     buf = b""
     try:
         while not stop():
@@ -37,10 +39,11 @@ def read_lines(path: str, stop: Callable[[], bool], poll_s: float = 0.2) -> Iter
             if lines:
                 yield [line.decode("utf-8", "replace") for line in lines]
     finally:
-        os.close(fd)
+        if own:
+            os.close(fd)
 
 
-def read_pipe(path: str, parser: Parser, stop: Callable[[], bool], poll_s: float = 0.2) -> Iterator[KernelCommand]:
+def read_pipe(path: str | int, parser: Parser, stop: Callable[[], bool], poll_s: float = 0.2) -> Iterator[KernelCommand]:
     """Commands from a ``trace_pipe`` until ``stop()`` says so (checked every ``poll_s``)."""
     for lines in read_lines(path, stop, poll_s):
         for line in lines:
@@ -59,9 +62,12 @@ def exchanges(commands: list[KernelCommand], t0_unix_ns: int) -> list[Exchange]:
             cc=kc.cc, rc=kc.rc, answered=kc.ret is not None and kc.ret >= 0,
             extra={"pid": kc.pid, "comm": kc.comm, "path": kc.path, "cpu": kc.cpu,
                    # tpm_transmit_cmd's return carries the TPM's rc; a command from user space
-                   # (or one whose return was lost) has none the probes can read
-                   **({} if kc.rc is not None else {"rc_text": "response code not traced"}),
+                   # (or one whose return was lost) may have none the probes could read
+                   **({} if kc.rc is not None else {"rc_text": RC_NOT_TRACED}),
                    **({"desc": kc.desc} if kc.desc else {}),
                    **({"caller": kc.caller} if kc.caller else {}),
+                   **({"task": kc.task} if kc.task else {}),
+                   **({"device": kc.device} if kc.device else {}),
+                   **({"session": f"0x{kc.session:08x}"} if kc.session is not None else {}),
                    **({"cpu_return": kc.cpu_return} if kc.migrated else {})}))
     return out

@@ -9,11 +9,32 @@ a group whose pid is dead is known to be stale):
 - ``tx_ret``: its return (``$retval``: response length or -errno); entry to return is the
   wall latency.
 - ``cmd``/``cmd_ret``: ``tpm_transmit_cmd(chip, buf, min_rsp_len, desc)``, the kernel's own
-  sender: ``desc`` names the caller's purpose, its return is the TPM response code. A
-  ``tpm_transmit`` outside one came from user space.
+  sender (``buf`` is a ``struct tpm_buf *`` there, so only ``desc`` is read): ``desc`` names
+  the caller's purpose (NULL for many callers: the kernel prints ``(fault)``), its return is
+  the TPM response code. A ``tpm_transmit`` outside one came from user space.
+
+Optional (armed when the kernel has the function and accepts the probe; the parser does
+without them):
+
+- ``write``: ``tpm_common_write(file, buf, size, off)``, the write(2) of a /dev/tpm0 or
+  /dev/tpmrm0 client, in the client's own task. ``buf`` is user memory (``+u``, Linux 5.5+).
+  The command itself usually runs later in a kworker (tpm2-tss opens the device
+  O_NONBLOCK, and the kernel then queues the command as work), so without this event a
+  user-space command is only known by the kworker that ran it.
 - ``op_extend``/``op_random`` and their returns: ``tpm2_pcr_extend`` and ``tpm2_get_random``,
-  the kernel operations that hold the commands (session set-up included), where the kernel
-  has them: an operation's time minus its commands' is the host's share.
+  the kernel operations that hold the commands (session set-up included): an operation's
+  time minus its commands' is the host's share.
+- ``rm_prep``/``rm_commit``/``rm_del`` (and their ``_ret``): the resource manager's
+  ``tpm2_prepare_space(chip, space, cmd, cmdsiz)`` (ContextLoad of the client's objects and
+  sessions before its command), ``tpm2_commit_space(chip, space, buf, bufsiz)`` (ContextSave/
+  FlushContext after; its ``buf`` holds the response, so ``+6($arg3)`` is the response code
+  of the user-space command) and ``tpm2_del_space(chip, space)`` (FlushContext when a
+  /dev/tpmrm0 client closes). ``space`` is NULL for /dev/tpm0.
+
+The ``tx`` entry also reads the first session's handle (``s14``/``s18``/``s22``: where it sits
+after 0, 1 or 2 handles), which tells an HMAC session from a password authorization; on
+Linux 6.10+ ``tx_ret`` also reads the response header's code (``rsp_rc``: a return probe may
+read the function's arguments there; 6.1 refuses the definition, and the plain one is used).
 
 The events are enabled only in a tracefs instance of tpmtop's own (``instances/tpmtop_<pid>``),
 so tpmtop's ``trace_pipe`` never steals events from anyone else's tracing. Everything is
@@ -28,7 +49,7 @@ from __future__ import annotations
 import errno
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tpmtop.errors import TpmtopError
 
@@ -36,19 +57,23 @@ TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 GROUP_PREFIX = "tpmtop_"
 
 TX, TX_RET, CMD, CMD_RET = "tx", "tx_ret", "cmd", "cmd_ret"
+WRITE = "write"
+RM_PREFIX = "rm_"  # rm_prep, rm_commit, rm_del and their _ret: the resource manager at work
+RM_PREP, RM_COMMIT, RM_DEL = "rm_prep", "rm_commit", "rm_del"
 # The kernel operations around the commands: entry to return of the function that does one PCR
 # extend or one get_random, so an operation's cost is split into TPM time (its tpm_transmits)
 # and host time (the rest: building commands, ECDH/KDF/HMAC, waiting for the chip's lock).
 # Whole tpm2_pcr_extend is what the 6.10 regression thread timed (151 ms on an SLB9670).
+OP_FUNCS = {"op_extend": ("tpm2_pcr_extend", "extend"), "op_random": ("tpm2_get_random", "get_random")}
+OP_EVENTS = {name: kind for name, (_, kind) in OP_FUNCS.items()}
+OP_RET_EVENTS = {f"{name}_ret": kind for name, (_, kind) in OP_FUNCS.items()}
 # Where the first session's handle sits in a command with 0, 1 or 2 handles (header 10 bytes,
 # 4 per handle, then the 4-byte authorizationSize): the parser picks the one for the command
 # code. It tells an HMAC session (0x02……) from a password authorization (TPM_RS_PW): whether
 # a PCR_Extend was protected — what `tpm.disable_pcr_integrity=1` turns off. The buffer is the
 # chip's page-sized command buffer, so reading past a short command stays inside it.
 SESSION_OFFSETS = (14, 18, 22)
-OP_FUNCS = {"op_extend": ("tpm2_pcr_extend", "extend"), "op_random": ("tpm2_get_random", "get_random")}
-OP_EVENTS = {name: kind for name, (_, kind) in OP_FUNCS.items()}
-OP_RET_EVENTS = {f"{name}_ret": kind for name, (_, kind) in OP_FUNCS.items()}
+RETURN_ARGS_SINCE = (6, 10)  # a return probe may fetch $argN (refused by 6.1, taken by 6.12)
 
 
 def _release(text: str | None = None) -> tuple[int, int]:
@@ -67,34 +92,73 @@ def arg_positions(release: str | None = None) -> tuple[int, int]:
     return (3, 7) if _release(release) < (5, 1) else (2, 4)
 
 
-def probe_lines(group: str, have_cmd: bool = True, release: str | None = None,
-                ops: tuple[str, ...] | None = None) -> list[str]:
-    """The kprobe_events definitions (Documentation/trace/kprobetrace.rst syntax). ``ops``:
-    which of :data:`OP_FUNCS` to probe too (default all; only those the kernel has, live)."""
+@dataclass(frozen=True)
+class ProbeDef:
+    event: str
+    function: str
+    line: str
+    required: bool  # tpmtop cannot trace without it
+    fallback: str | None = None  # a plainer definition, armed when the kernel refuses ``line``
+
+
+def _tx_ret(group: str, buf: int, rel: tuple[int, int], live: bool) -> ProbeDef:
+    """tpm_transmit's return, with the response code where the kernel can read it: the buffer
+    holds the response then, so ``+6($argN)`` is the TPM's rc of every command, user space's
+    included. Live the kernel is asked and says no with the plain one as the fallback; for the
+    boot command line, where a refused definition is simply missing, by the release."""
+    plain = f"r:{group}/{TX_RET} tpm_transmit ret=$retval:s64"
+    with_rc = f"{plain} rsp_rc=+6($arg{buf}):x32"
+    if live:
+        return ProbeDef(TX_RET, "tpm_transmit", with_rc, True, fallback=plain)
+    return ProbeDef(TX_RET, "tpm_transmit", with_rc if rel >= RETURN_ARGS_SINCE else plain, True)
+
+
+def probe_defs(group: str, have_cmd: bool = True, release: str | None = None, live: bool = False) -> list[ProbeDef]:
+    """The kprobe_events definitions (Documentation/trace/kprobetrace.rst syntax), required
+    ones first. ``live``: for :class:`Probes`, which can try a definition and fall back."""
     buf, desc = arg_positions(release)
-    lines = [
-        f"p:{group}/{TX} tpm_transmit tag=+0($arg{buf}):x16 size=+2($arg{buf}):x32 cc=+6($arg{buf}):x32 "
-        + " ".join(f"s{off}=+{off}($arg{buf}):x32" for off in SESSION_OFFSETS),
-        f"r:{group}/{TX_RET} tpm_transmit ret=$retval:s64",
+    rel = _release(release)
+    # The task's name, fetched by the probe: the line's own comm comes from tracefs's
+    # saved_cmdlines cache, which prints "<...>" once a busy system has evicted the pid.
+    comm = " comm=$comm" if rel >= (4, 8) else ""
+    defs = [
+        ProbeDef(TX, "tpm_transmit",
+                 f"p:{group}/{TX} tpm_transmit tag=+0($arg{buf}):x16 size=+2($arg{buf}):x32 cc=+6($arg{buf}):x32 "
+                 + " ".join(f"s{off}=+{off}($arg{buf}):x32" for off in SESSION_OFFSETS) + comm,
+                 True),
+        _tx_ret(group, buf, rel, live),
     ]
     if have_cmd:
-        lines += [
-            f"p:{group}/{CMD} tpm_transmit_cmd desc=+0($arg{desc}):string",
-            f"r:{group}/{CMD_RET} tpm_transmit_cmd rc=$retval:s32",
+        defs += [
+            ProbeDef(CMD, "tpm_transmit_cmd", f"p:{group}/{CMD} tpm_transmit_cmd desc=+0($arg{desc}):string{comm}",
+                     True),
+            ProbeDef(CMD_RET, "tpm_transmit_cmd", f"r:{group}/{CMD_RET} tpm_transmit_cmd rc=$retval:s32", True),
         ]
     for name, (func, _) in OP_FUNCS.items():
-        if ops is None or name in ops:
-            lines += [f"p:{group}/{name} {func}", f"r:{group}/{name}_ret {func} ret=$retval:s32"]
-    return lines
+        defs += [ProbeDef(name, func, f"p:{group}/{name} {func}", False),
+                 ProbeDef(f"{name}_ret", func, f"r:{group}/{name}_ret {func} ret=$retval:s32", False)]
+    if rel >= (5, 5):  # +u (user memory) fetches
+        defs.append(ProbeDef(WRITE, "tpm_common_write",
+                             f"p:{group}/{WRITE} tpm_common_write cc=+u6($arg2):x32 len=$arg3:u64{comm}", False))
+    if rel >= (5, 1):  # the (chip, space, buf, size) signatures
+        defs += [
+            ProbeDef(RM_PREP, "tpm2_prepare_space",
+                     f"p:{group}/{RM_PREP} tpm2_prepare_space space=$arg2:x64 cc=+6($arg3):x32", False),
+            ProbeDef(RM_PREP + "_ret", "tpm2_prepare_space",
+                     f"r:{group}/{RM_PREP}_ret tpm2_prepare_space ret=$retval:s32", False),
+            ProbeDef(RM_COMMIT, "tpm2_commit_space",
+                     f"p:{group}/{RM_COMMIT} tpm2_commit_space space=$arg2:x64 rc=+6($arg3):x32", False),
+            ProbeDef(RM_COMMIT + "_ret", "tpm2_commit_space",
+                     f"r:{group}/{RM_COMMIT}_ret tpm2_commit_space ret=$retval:s32", False),
+            ProbeDef(RM_DEL, "tpm2_del_space", f"p:{group}/{RM_DEL} tpm2_del_space space=$arg2:x64{comm}", False),
+            ProbeDef(RM_DEL + "_ret", "tpm2_del_space", f"r:{group}/{RM_DEL}_ret tpm2_del_space", False),
+        ]
+    return defs
 
 
-def response_rc_line(group: str, release: str | None = None) -> str:
-    """``tx_ret`` reading the response code too: the buffer holds the response when
-    tpm_transmit returns, and since Linux 6.10 a return probe may read the function's
-    arguments (``$argN``), so ``+6($argN)`` is the TPM's rc of every command, user space's
-    included. Older kernels refuse the definition; :class:`Probes` then uses the plain one."""
-    buf, _ = arg_positions(release)
-    return f"r:{group}/{TX_RET} tpm_transmit ret=$retval:s64 rsp_rc=+6($arg{buf}):x32"
+def probe_lines(group: str, have_cmd: bool = True, release: str | None = None) -> list[str]:
+    """The kprobe_events definitions (Documentation/trace/kprobetrace.rst syntax)."""
+    return [d.line for d in probe_defs(group, have_cmd, release)]
 
 
 def boot_cmdline(group: str = "tpmtop", release: str | None = None) -> str:
@@ -102,9 +166,14 @@ def boot_cmdline(group: str = "tpmtop", release: str | None = None) -> str:
 
     On the command line spaces become commas and definitions are separated by semicolons;
     ``trace_event=`` enables them and ``trace_buf_size=`` keeps a boot's worth.
+    ``trace_clock=global``: where sched_clock is not stable (seen in a qemu guest on 6.1), the
+    kernel switches the default clock from local to global at late_initcall, and switching
+    empties the buffer — everything recorded before, the TPM driver's start-up and IMA's boot
+    aggregate, was lost. Set at boot, the clock is not switched; global is also in step across
+    CPUs, which a command that migrates between entry and return needs.
     """
     defs = ";".join(line.replace(" ", ",") for line in probe_lines(group, release=release))
-    return f"kprobe_event={defs} trace_event={group}:* trace_buf_size=16M"
+    return f"kprobe_event={defs} trace_event={group}:* trace_buf_size=16M trace_clock=global"
 
 
 class KernelTraceError(TpmtopError):
@@ -114,6 +183,8 @@ class KernelTraceError(TpmtopError):
 @dataclass
 class Tracefs:
     root: str
+    _functions: set | None = field(default=None, repr=False, compare=False)
+    _kallsyms: set | None = field(default=None, repr=False, compare=False)
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
@@ -161,20 +232,30 @@ def _kernel_knows_tracefs() -> bool:
 
 
 def kernel_has(t: Tracefs, func: str) -> bool:
-    """Whether ``func`` can be probed: listed in available_filter_functions or kallsyms."""
-    pat = re.compile(rf"^{re.escape(func)}(\s|$)", re.M)
-    for path in (t.path("available_filter_functions"),):
+    """Whether ``func`` can be probed: listed in available_filter_functions or kallsyms
+    (each read once per Tracefs: the first is ~40,000 lines)."""
+    if t._functions is None:
+        names: set[str] = set()
         try:
-            with open(path) as f:
-                if pat.search(f.read()):
-                    return True
+            with open(t.path("available_filter_functions")) as f:
+                names = {line.split(maxsplit=1)[0] for line in f if line.strip()}
         except OSError:
             pass
-    try:
-        with open("/proc/kallsyms") as f:
-            return any(line.split()[2] == func for line in f if func in line)
-    except (OSError, IndexError):
-        return False
+        t._functions = names
+    if func in t._functions:
+        return True
+    if t._kallsyms is None:
+        syms: set[str] = set()
+        try:
+            with open("/proc/kallsyms") as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) >= 3 and parts[2].startswith("tpm"):
+                        syms.add(parts[2])
+        except OSError:
+            pass
+        t._kallsyms = syms
+    return func in t._kallsyms
 
 
 def _pid_alive(pid: int) -> bool:
@@ -249,7 +330,10 @@ class Probes:
         self.group = f"{GROUP_PREFIX}{os.getpid()}"
         self.stale_removed: list[str] = []
         self.have_cmd = False
-        self.ops: tuple[str, ...] = ()
+        self.events: list[str] = []  # the events armed
+        self.skipped: list[str] = []  # optional events not armed, and why
+        self.pipe_fd: int | None = None  # the instance's trace_pipe, O_NONBLOCK
+        self.ops: tuple[str, ...] = ()  # the operation events armed (op_extend, op_random)
         self.response_rc = False  # tx_ret reads the response code (Linux 6.10+)
         self.clock = "local"  # the instance's trace_clock
         self._armed = False
@@ -262,10 +346,7 @@ class Probes:
     def _install_signals(self) -> None:
         import signal
 
-        from tpmtop.errors import Interrupted
-
-        def unwind(signum, frame):
-            raise Interrupted(f"stopped by {signal.Signals(signum).name}")
+        from tpmtop.tpm import interrupts
 
         self._old_handlers = {}
         for name in self._UNWIND_SIGNALS:
@@ -273,7 +354,8 @@ class Probes:
             if sig is None:
                 continue
             try:
-                self._old_handlers[sig] = signal.signal(sig, unwind)
+                # tpmtop's own handler: Interrupted, except while the probes are being removed
+                self._old_handlers[sig] = signal.signal(sig, interrupts.handler)
             except (ValueError, OSError):  # not the main thread
                 pass
 
@@ -293,36 +375,54 @@ class Probes:
             raise KernelTraceError("this kernel has no tpm_transmit to probe (no TPM driver built in or "
                                    "loaded: CONFIG_TCG_TPM off?)")
         self.have_cmd = kernel_has(self.t, "tpm_transmit_cmd")
-        self.ops = tuple(name for name, (func, _) in OP_FUNCS.items() if kernel_has(self.t, func))
         self._install_signals()
         self._armed = True
         try:
-            for line in probe_lines(self.group, self.have_cmd, ops=self.ops):
-                if line.startswith(f"r:{self.group}/{TX_RET} "):
-                    try:  # with the response code where the kernel can read it (6.10+)
-                        self.t.append("kprobe_events", response_rc_line(self.group))
-                        self.response_rc = True
+            for d in probe_defs(self.group, self.have_cmd, live=True):
+                if not d.required and not kernel_has(self.t, d.function):
+                    self.skipped.append(f"{d.event} (no {d.function} in this kernel)")
+                    continue
+                if d.fallback is not None:
+                    try:
+                        self.t.append("kprobe_events", d.line)
+                        self.events.append(d.event)
+                        self.response_rc = d.event == TX_RET
                         continue
                     except OSError:
-                        pass
+                        d = ProbeDef(d.event, d.function, d.fallback, d.required)
                 try:
-                    self.t.append("kprobe_events", line)
+                    self.t.append("kprobe_events", d.line)
                 except OSError as e:
                     log = ""
                     try:
                         log = self.t.read("error_log").strip().splitlines()[-1]
                     except (OSError, IndexError):
                         pass
-                    raise KernelTraceError(f"the kernel refused probe {line.split()[0]}: "
-                                           f"{os.strerror(e.errno or errno.EINVAL)} {log}".rstrip()) from None
+                    why = f"{os.strerror(e.errno or errno.EINVAL)} {log}".rstrip()
+                    if not d.required:
+                        self.skipped.append(f"{d.event} (refused: {why})")
+                        continue
+                    raise KernelTraceError(f"the kernel refused probe {d.line.split()[0]}: {why}") from None
+                self.events.append(d.event)
+            # an operation counts only with both its entry and its return
+            self.ops = tuple(o for o in OP_FUNCS if o in self.events and f"{o}_ret" in self.events)
             try:
                 os.mkdir(self.t.path("instances", self.group))
-                try:  # timestamps on CLOCK_MONOTONIC: Python's perf_counter, no offset to guess
-                    with open(self.t.path("instances", self.group, "trace_clock"), "w") as f:
-                        f.write("mono")
-                    self.clock = "mono"
-                except OSError:
-                    pass
+                # In step across CPUs (an entry and its return may be on two), for this instance
+                # only; "local" (the default) need not be. "mono" first: CLOCK_MONOTONIC is
+                # Python's perf_counter, so the dashboard places kernel commands beside its own
+                # without guessing an offset.
+                for clock in ("mono", "global"):
+                    try:
+                        self.t.write(os.path.join("instances", self.group, "trace_clock"), clock)
+                        self.clock = clock
+                        break
+                    except OSError:
+                        pass
+                # Opened before the events are enabled: under an IMA policy that measures
+                # what root reads (ima_policy=tcb), opening this new file is a measurement —
+                # a PCR_Extend the trace would otherwise show as tpmtop's own.
+                self.pipe_fd = os.open(self.pipe_path(), os.O_RDONLY | os.O_NONBLOCK)
                 with open(self.t.path("instances", self.group, "events", self.group, "enable"), "w") as f:
                     f.write("1")
             except OSError as e:
@@ -337,10 +437,19 @@ class Probes:
         return self.t.path("instances", self.group, "trace_pipe")
 
     def close(self) -> None:
-        if self._armed:
-            self._armed = False
-            remove_group(self.t, self.group)
-        self._restore_signals()
+        from tpmtop.tpm import interrupts
+
+        with interrupts.closing():  # a second Ctrl-C waits until the probes are gone
+            if self.pipe_fd is not None:
+                try:
+                    os.close(self.pipe_fd)  # an open trace_pipe keeps the instance busy
+                except OSError:
+                    pass
+                self.pipe_fd = None
+            if self._armed:
+                self._armed = False
+                remove_group(self.t, self.group)
+            self._restore_signals()
 
     def __exit__(self, *exc) -> None:
         self.close()

@@ -69,7 +69,10 @@ def parse_line(line: str) -> TraceEvent | tuple[int, int] | None:
     args = {}
     for k, v in _ARG.findall(m["args"]):
         args[k] = v[1:-1] if v.startswith('"') else v
-    return TraceEvent(m["comm"].strip(), int(m["pid"]), int(m["cpu"]), t_ns, m["event"], m["loc"], args)
+    # comm=$comm, fetched by the probe itself, beats the line's (tracefs's saved_cmdlines
+    # cache, "<...>" once the pid was evicted on a busy system)
+    comm = args.get("comm") or m["comm"].strip()
+    return TraceEvent(comm, int(m["pid"]), int(m["cpu"]), t_ns, m["event"], m["loc"], args)
 
 
 def _num(text: str | None) -> int | None:
@@ -87,20 +90,26 @@ class KernelCommand:
 
     t_ns: int  # trace clock at entry
     wire_ns: int
-    pid: int
+    pid: int  # who the command was for: the task, or the /dev/tpm* client that wrote it
     comm: str
     cpu: int
     cpu_return: int
     cc: int | None
     tag: int | None
     size: int | None
-    rc: int | None  # from tpm_transmit_cmd's return when it enclosed this command
+    rc: int | None  # tpm_transmit_cmd's return, or the response header at tpm2_commit_space
     ret: int | None  # tpm_transmit's return: response length, or -errno
     desc: str | None  # tpm_transmit_cmd's description ("attempting extend a PCR value" …)
     path: str  # which kernel path sent it
     caller: str | None = None  # the function that called tpm_transmit_cmd
+    task: str | None = None  # "kworker/0:1-10": the task that ran it, when not the client itself
+    device: str | None = None  # /dev/tpm0 or /dev/tpmrm0, when the probes saw which
     op: int | None = None  # the KernelOp (tpm2_pcr_extend / tpm2_get_random call) it belongs to
     session: int | None = None  # the first session's handle (HMAC 0x02……, TPM_RS_PW), when traced
+
+    @property
+    def migrated(self) -> bool:
+        return self.cpu != self.cpu_return
 
     @property
     def hmac(self) -> bool | None:
@@ -108,10 +117,6 @@ class KernelCommand:
         if self.session is None:
             return None
         return self.session >> 24 == 0x02
-
-    @property
-    def migrated(self) -> bool:
-        return self.cpu != self.cpu_return
 
 
 @dataclass
@@ -163,14 +168,25 @@ _CALLER_PATHS = (
     ("save_context", "session set-up"),
     ("unseal", "trusted keys (unseal)"), ("seal", "trusted keys (seal)"), ("load_cmd", "trusted keys (load)"),
     ("pcr_read", "PCR read"), ("get_tpm_pt", "TPM properties"), ("get_cap", "TPM properties"),
+    # the driver's start-up (seen on Debian 6.12 with the boot-time probes)
+    ("tpm2_probe", "TPM probe"), ("get_pcr_allocation", "TPM properties"), ("get_cc_attrs_tbl", "TPM properties"),
     ("shutdown", "shutdown / suspend"), ("startup", "start-up / resume"), ("selftest", "self test"),
 )
 
+USER_SPACE = "user space via "
+RESOURCE_MANAGER = "resource manager"
 
-def kernel_path(cc: int | None, desc: str | None, comm: str, via_cmd: bool, caller: str | None = None) -> str:
-    if not via_cmd:
-        return f"user space via /dev/tpm* ({comm})"
+
+def kernel_path(cc: int | None, desc: str | None, comm: str, via_cmd: bool, caller: str | None = None,
+                device: str | None = None, in_rm: bool = False) -> str:
+    """``in_rm``: sent while the resource manager prepared, committed or deleted a
+    /dev/tpmrm0 client's space (its ContextLoad/ContextSave/FlushContext of the client's
+    objects and sessions), not for the kernel's own use."""
     fn = (caller or "").split("+", 1)[0]
+    if not via_cmd:
+        return f"{USER_SPACE}{device or '/dev/tpm*'} ({comm})"
+    if in_rm:
+        return f"{RESOURCE_MANAGER} ({device or '/dev/tpmrm*'})" + (f" [{fn}]" if fn else "")
     for key, path in _CALLER_PATHS:
         if key in fn:
             return f"{path} [{fn}]"
@@ -183,9 +199,10 @@ def kernel_path(cc: int | None, desc: str | None, comm: str, via_cmd: bool, call
     return _CC_PATHS.get(cc or -1, "kernel")
 
 
-_LABELS = (("PCR extend", "extend"), ("session set-up", "set-up"), ("session end", "end"), ("hwrng", "hwrng"), ("trusted keys", "trusted"),
-           ("PCR read", "pcrread"), ("TPM properties", "getcap"), ("shutdown", "shutdown"),
-           ("start-up", "startup"), ("self test", "selftest"), ("user space", "user"), ("tpmtop", "tpmtop"))
+_LABELS = (("PCR extend", "extend"), ("session set-up", "set-up"), ("session end", "end"), ("hwrng", "hwrng"),
+           ("trusted keys", "trusted"), ("PCR read", "pcrread"), ("TPM properties", "getcap"),
+           ("TPM probe", "probe"), ("shutdown", "shutdown"), ("start-up", "startup"), ("self test", "selftest"),
+           (USER_SPACE, "user"), (RESOURCE_MANAGER, "rm"), ("tpmtop", "tpmtop"))
 
 
 def path_label(path: str) -> str:
@@ -194,6 +211,32 @@ def path_label(path: str) -> str:
         if path.startswith(key):
             return label
     return "kernel"
+
+
+@dataclass
+class _Write:
+    """A /dev/tpm* client's write(2) (the ``write`` event), not yet run."""
+
+    cc: int | None
+    comm: str
+    pid: int
+    t_ns: int
+
+
+@dataclass
+class _Work:
+    """What a task is doing for a /dev/tpm* client: from ``rm_prep`` (the kernel starts on a
+    written command) to ``rm_commit_ret``, or inside ``rm_del`` (the client closed)."""
+
+    comm: str | None  # the client (None: its write was not seen)
+    pid: int | None
+    device: str | None
+    depth: int = 0  # inside tpm2_prepare_space / tpm2_commit_space / tpm2_del_space
+    held: KernelCommand | None = None  # the client's command, waiting for its response code
+
+
+_WRITES_KEPT = 256  # writes never run (refused with -EBUSY, say) are forgotten after this many
+_WRITE_MAX_AGE_NS = 60 * 1_000_000_000
 
 
 @dataclass
@@ -207,10 +250,30 @@ class Parser:
     _tx: dict = field(default_factory=dict)  # pid -> list of open tpm_transmit entries
     _cmd: dict = field(default_factory=dict)  # pid -> list of open tpm_transmit_cmd entries
     _done_under_cmd: dict = field(default_factory=dict)  # pid -> commands waiting for tpm_transmit_cmd's rc
+    _writes: list = field(default_factory=list)  # _Write, oldest first
+    _work: dict = field(default_factory=dict)  # pid -> _Work
     _op: dict = field(default_factory=dict)  # pid -> list of open (KernelOp, entry TraceEvent)
     _op_seq: int = 0
     ops: list = field(default_factory=list)  # finished KernelOps, for a consumer to take (take_ops)
     op_probes: bool = False  # the trace has operation events (tpm2_pcr_extend …)
+
+    def _swap(self, v: int | None, bits: int = 32) -> int | None:
+        if v is None:
+            return None
+        return _swap32(v, self.byteorder) if bits == 32 else _swap16(v, self.byteorder)
+
+    def _take_write(self, cc: int | None, t_ns: int) -> _Write | None:
+        """The oldest unrun write of this command code (commands of one code from two clients
+        at once may be told apart wrongly; their codes and the kernel's work are right)."""
+        self._writes = [w for w in self._writes if t_ns - w.t_ns <= _WRITE_MAX_AGE_NS]
+        for i, w in enumerate(self._writes):
+            if w.cc == cc and w.t_ns <= t_ns:
+                return self._writes.pop(i)
+        return None
+
+    def _flush_work(self, pid: int) -> list[KernelCommand]:
+        w = self._work.pop(pid, None)
+        return [w.held] if w is not None and w.held is not None else []
 
     def feed(self, line: str) -> list[KernelCommand]:
         ev = parse_line(line)
@@ -219,6 +282,12 @@ class Parser:
         if isinstance(ev, tuple):
             return self._lost(*ev)
         name = ev.event
+        if name == probes.TX:
+            self._tx.setdefault(ev.pid, []).append(ev)
+            return []
+        if name == probes.CMD:
+            self._cmd.setdefault(ev.pid, []).append(ev)
+            return []
         if name in probes.OP_EVENTS:
             self.op_probes = True
             self._op_seq += 1
@@ -238,12 +307,12 @@ class Parser:
             op.ret = _signed32(_num(ev.args.get("ret")))
             self.ops.append(op)
             return []
-        if name == probes.TX:
-            self._tx.setdefault(ev.pid, []).append(ev)
+        if name == probes.WRITE:
+            self._writes.append(_Write(self._swap(_num(ev.args.get("cc"))), ev.comm, ev.pid, ev.t_ns))
+            del self._writes[:-_WRITES_KEPT]
             return []
-        if name == probes.CMD:
-            self._cmd.setdefault(ev.pid, []).append(ev)
-            return []
+        if name.startswith(probes.RM_PREFIX):
+            return self._rm(ev)
         if name == probes.TX_RET:
             stack = self._tx.get(ev.pid)
             if not stack:
@@ -252,28 +321,35 @@ class Parser:
             entry = stack.pop()
             cmd_stack = self._cmd.get(ev.pid) or []
             via_cmd = bool(cmd_stack)
-            desc = cmd_stack[-1].args.get("desc") if via_cmd else None
-            cc = _num(entry.args.get("cc"))
-            tag = _num(entry.args.get("tag"))
-            size = _num(entry.args.get("size"))
+            desc = _desc(cmd_stack[-1].args.get("desc")) if via_cmd else None
+            work = self._work.get(ev.pid)
             kc = KernelCommand(
                 t_ns=entry.t_ns, wire_ns=max(ev.t_ns - entry.t_ns, 0), pid=ev.pid, comm=entry.comm,
                 cpu=entry.cpu, cpu_return=ev.cpu,
-                cc=_swap32(cc, self.byteorder) if cc is not None else None,
-                tag=_swap16(tag, self.byteorder) if tag is not None else None,
-                size=_swap32(size, self.byteorder) if size is not None else None,
+                cc=self._swap(_num(entry.args.get("cc"))),
+                tag=self._swap(_num(entry.args.get("tag")), 16),
+                size=self._swap(_num(entry.args.get("size"))),
                 rc=None, ret=_signed(_num(ev.args.get("ret"))), desc=desc, path="")
             kc.session = _session_handle(entry.args, kc.cc, kc.tag, self.byteorder)
             rsp_rc = _num(ev.args.get("rsp_rc"))  # the response header's code (6.10+ return probes)
             if rsp_rc is not None and kc.ret is not None and kc.ret >= 10:
-                kc.rc = _swap32(rsp_rc, self.byteorder)
-            kc.path = kernel_path(kc.cc, desc, kc.comm, via_cmd)
-            self._in_op(kc)
+                kc.rc = self._swap(rsp_rc)
+            self._in_op(kc, ev.pid)
+            if work is not None:
+                kc.device = work.device
+                if work.comm is not None and work.pid != ev.pid:
+                    kc.task = f"{entry.comm}-{ev.pid}"
+                    kc.comm, kc.pid = work.comm, work.pid
+            in_rm = work is not None and work.depth > 0
+            kc.path = kernel_path(kc.cc, desc, kc.comm, via_cmd, device=kc.device, in_rm=in_rm)
             if via_cmd:
-                self._done_under_cmd.setdefault(ev.pid, []).append(kc)
+                self._done_under_cmd.setdefault(ev.pid, []).append((kc, in_rm))
                 return []
             if kc.ret is None or kc.ret < 10:
                 kc.rc = None  # no response, or none long enough to hold a code
+            if work is not None and work.held is None and kc.rc is None and (kc.ret is None or kc.ret >= 0):
+                work.held = kc  # its response code comes with tpm2_commit_space
+                return []
             return [kc]
         if name == probes.CMD_RET:
             stack = self._cmd.get(ev.pid)
@@ -284,24 +360,28 @@ class Parser:
             done = self._done_under_cmd.pop(ev.pid, [])
             rc = _signed(_num(ev.args.get("rc")))
             caller = ev.loc.split(" <- ", 1)[0].strip() if " <- " in ev.loc else None
-            for kc in done:
+            if caller and caller.startswith("["):
+                # "[unknown/kretprobe'd]": another kretprobe on tpm_transmit_cmd (a second
+                # tpmtop, bpftrace) replaced the return address first; desc names the path
+                caller = None
+            out = []
+            for kc, in_rm in done:
                 # tpm_transmit_cmd returns the TPM's response code, or -errno
-                if rc is not None and rc >= 0:
-                    kc.rc = rc
-                elif rc is not None:
-                    kc.rc = None
+                if rc is not None:
+                    kc.rc = rc if rc >= 0 else None
                 if caller:
                     kc.caller = caller.split("+", 1)[0]
-                    kc.path = kernel_path(kc.cc, kc.desc, kc.comm, True, caller)
-                if kc.cc == 0x165 and kc.op is None and self.op_probes:
+                    kc.path = kernel_path(kc.cc, kc.desc, kc.comm, True, caller, kc.device, in_rm)
+                if kc.cc == 0x165 and kc.op is None and self.op_probes and not in_rm:
                     # A FlushContext outside any extend/get_random: the kernel ending its kept
                     # session (6.12+, before a user-space command, a hwrng read before 6.15, suspend)
                     kc.path = "session end" + (f" [{kc.caller}]" if kc.caller else "")
-            return done
-        return []
+                out.append(kc)
+            return out
 
-    def _in_op(self, kc: KernelCommand) -> None:
-        stack = self._op.get(kc.pid)
+    def _in_op(self, kc: KernelCommand, pid: int) -> None:
+        """``pid``: the task that sent it (the operation's), not the client it was for."""
+        stack = self._op.get(pid)
         if stack:
             op = stack[-1][0]
             kc.op = op.id
@@ -310,6 +390,48 @@ class Parser:
     def take_ops(self) -> list[KernelOp]:
         """The operations finished since the last call (their commands came out of feed first)."""
         out, self.ops = self.ops, []
+        return out
+        return []
+
+    def _rm(self, ev: TraceEvent) -> list[KernelCommand]:
+        """The resource manager's functions: who a task works for, and on which device."""
+        name, pid = ev.event, ev.pid
+        out: list[KernelCommand] = []
+        if name in (probes.RM_PREP, probes.RM_DEL):
+            out = self._flush_work(pid)  # a held command whose commit was not seen
+            space = _num(ev.args.get("space"))
+            device = None if space is None else "/dev/tpm0" if space == 0 else "/dev/tpmrm0"
+            if name == probes.RM_DEL:  # the client's own close(2)
+                self._work[pid] = _Work(ev.comm, pid, "/dev/tpmrm0", depth=1)
+                return out
+            w = self._take_write(self._swap(_num(ev.args.get("cc"))), ev.t_ns)
+            self._work[pid] = _Work(w.comm if w else None, w.pid if w else None, device, depth=1)
+            return out
+        work = self._work.get(pid)
+        if work is None:
+            if not name.endswith("_ret"):
+                self.orphans += 1
+            return out
+        if name == probes.RM_COMMIT:
+            work.depth += 1
+            if work.held is not None:
+                rc = self._swap(_num(ev.args.get("rc")))
+                work.held.rc = rc
+                out.append(work.held)
+                work.held = None
+            return out
+        if name.endswith("_ret"):
+            work.depth = max(work.depth - 1, 0)
+            if name in (probes.RM_COMMIT + "_ret", probes.RM_DEL + "_ret"):
+                out += self._flush_work(pid)
+            return out
+        return out
+
+    def flush(self) -> list[KernelCommand]:
+        """Commands still waiting for a response code that will not come (the trace ended)."""
+        out = []
+        for pid in list(self._work):
+            out += self._flush_work(pid)
         return out
 
     def _lost(self, cpu: int, n: int) -> list[KernelCommand]:
@@ -329,11 +451,16 @@ class Parser:
                     del stacks[pid]
         for pid in list(self._done_under_cmd):
             if pid not in self._cmd:
-                out.extend(self._done_under_cmd.pop(pid))
+                out.extend(kc for kc, _ in self._done_under_cmd.pop(pid))
         return out
 
     def pending(self) -> int:
         return sum(len(v) for v in self._tx.values())
+
+
+def _desc(text: str | None) -> str | None:
+    """tpm_transmit_cmd's ``desc``: many callers pass NULL, which the kernel prints as ``(fault)``."""
+    return None if text in (None, "", "(fault)") else text
 
 
 def _session_handle(args: dict, cc: int | None, tag: int | None, byteorder: str) -> int | None:
@@ -369,4 +496,5 @@ def parse_text(text: str, byteorder: str = sys.byteorder) -> tuple[list[KernelCo
     out: list[KernelCommand] = []
     for line in text.splitlines():
         out.extend(p.feed(line))
+    out.extend(p.flush())
     return out, p

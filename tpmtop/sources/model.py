@@ -425,8 +425,19 @@ def stream_row_from_dict(i: int, e: dict) -> StreamRow:
     name = str(e.get("command") or e.get("cc") or "?").removeprefix("TPM2_CC_")
     wire = e.get("wire_ns")
     origin = f"client:{e['client']}" if e.get("client") is not None else str(e.get("origin", "workload"))
+    if rc is None and rc_not_traced(e):  # answered; only its response code is unknown
+        return StreamRow(str(i), f"{float(t) / 1e9:.3f}", origin, name, hs, ss, "rc ?",
+                         fmt_us(wire / 1000) if isinstance(wire, (int, float)) else "", True)
     return StreamRow(str(i), f"{float(t) / 1e9:.3f}", origin, name, hs, ss,
                      short_rc(rc, None), fmt_us(wire / 1000) if isinstance(wire, (int, float)) else "", rc == 0)
+
+
+def rc_not_traced(e: dict) -> bool:
+    """A capture event that was answered though nobody saw its response code (tpmtop kernel:
+    a user-space command where tpm2_commit_space could not be probed)."""
+    from tpmtop.importers.observed import RC_NOT_TRACED
+
+    return e.get("rc") is None and e.get("rc_text") == RC_NOT_TRACED
 
 
 def _session_text(s) -> str:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpmtop.sources.model import (ErrorBook, RunView, StreamRow, command_rows_run, op_rows, run_from_capture,
-                                  stream_row_from_dict)
+from tpmtop.sources.model import (ErrorBook, RunView, StreamRow, command_rows_run, op_rows, rc_not_traced,
+                                  run_from_capture, stream_row_from_dict)
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, TimingsView
 
 MAX_STREAM_ROWS = 100_000  # as many as the recorder's ring keeps live
@@ -73,6 +73,8 @@ class ReplaySource:
             if isinstance(e, dict):
                 rc = e.get("rc")
                 rc = int(rc, 0) if isinstance(rc, str) and rc.strip().lower().startswith("0x") else rc
+                if rc is None and rc_not_traced(e):
+                    continue  # answered: not an error, only its code is unknown
                 if rc != 0 and (rc is None or isinstance(rc, int)):
                     from tpmtop.tpm import names
 
