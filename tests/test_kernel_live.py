@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -219,3 +220,122 @@ def test_the_boot_time_probes_record_the_drivers_start_up_and_ima(tmp_path):
     comps = json.loads(r.stdout)["projection"]["components_us"]
     assert comps["E0"]["source"] == f"kernel capture {out}"
     assert "kernel capture" not in comps["S"]["source"]  # the kernel started no session
+
+
+def _new_binary(tmp_path: Path) -> Path:
+    exe = _measured_dir(tmp_path) / f"true-{uuid.uuid4().hex[:8]}"
+    shutil.copy("/bin/true", exe)
+    os.chmod(exe, 0o755)
+    return exe
+
+
+def test_an_ima_extend_is_one_operation_split_into_tpm_and_host_time(tracers, tmp_path):
+    """The operation probes (tpm2_pcr_extend entry and return) are armed; an exec under
+    ima_policy=tcb is one extend operation holding its PCR_Extend, whose time is at least its
+    command's; the session handle read from the command says password or HMAC, and the summary
+    names the session behaviour from it."""
+    if "ima_policy=tcb" not in Path("/proc/cmdline").read_text():
+        pytest.skip("IMA does not measure executables here (no ima_policy=tcb on the kernel command line)")
+    exe = _new_binary(tmp_path)
+    try:
+        out = tmp_path / "k.json"
+        t = tracers("--json", str(out))
+        t.wait_armed()
+        assert "operations tpm2_pcr_extend and tpm2_get_random" in t.stderr(), t.why()
+        assert f"p:{t.group}/op_extend tpm2_pcr_extend" in t.t.read("kprobe_events")
+        assert "[mono]" in t.t.read("instances", t.group, "trace_clock")  # perf_counter's clock
+        p = run(str(exe))
+        t.wait_line(lambda ln: f"-{p.pid} " in ln and " PCR_Extend " in ln, "the PCR_Extend for the exec")
+        assert t.stop() == 130
+    finally:
+        exe.unlink(missing_ok=True)
+    cap = load_capture(out)
+    ops = [o for o in cap["ops"] if o["pid"] == p.pid and o["op"] == "extend"]
+    assert ops, cap["ops"]
+    mine = [e for e in cap["events"] if e.get("op_seq") in {o["op_seq"] for o in ops}]
+    assert mine and all(e["command"] == "TPM2_CC_PCR_Extend" for e in mine)
+    assert all(o["total_ns"] >= o["wire_ns"] > 0 and o["ok"] for o in ops)
+    run_ = next(r for r in cap["runs"] if r["engine"] == "kernel" and r["op"] == "extend")
+    assert run_["timing"] == "extend function entry to return (kprobes)"
+    # the session handle after PCR_Extend's one handle: these Debian kernels have
+    # CONFIG_TCG_TPM2_HMAC off, so it is the password session, and the mode says so
+    hmac_on = Path("/sys/class/tpm/tpm0/null_name").exists()
+    sessions = {e["session"] for e in mine}
+    if hmac_on:
+        assert all(int(s, 16) >> 24 == 0x02 for s in sessions), sessions
+    else:
+        assert sessions == {"0x40000009"}, sessions
+        assert run_["mode"] == "none"
+        assert "sessions: none:" in t.stdout() and "password authorization (TPM_RS_PW)" in t.stdout()
+
+
+def test_a_failing_user_space_command_has_its_response_code(tracers, tmp_path):
+    """tpm2_readpublic of a persistent handle that holds nothing: the TPM refuses the
+    ReadPublic (TPM_RC_HANDLE; a persistent handle is not the resource manager's to refuse, a
+    transient one would be refused by it before the TPM sees it), through /dev/tpmrm0 and
+    /dev/tpm0 alike: tpm2_commit_space's entry reads the response (for /dev/tpm0 too, whose
+    space is NULL), and on 6.10+ tpm_transmit's return probe does as well (rsp_rc; 6.1 refuses
+    that definition, and the plain one is armed)."""
+    from tpmtop.kernel.probes import RETURN_ARGS_SINCE, _release
+
+    out = tmp_path / "k.json"
+    t = tracers("--json", str(out), "-q")
+    t.wait_armed()
+    new_enough = _release() >= RETURN_ARGS_SINCE
+    assert ("rsp_rc=+6($arg2)" in t.t.read("kprobe_events")) == new_enough
+    clients = {}
+    for dev in ("/dev/tpmrm0", "/dev/tpm0"):
+        p = subprocess.Popen(["tpm2_readpublic", "-T", f"device:{dev}", "-c", "0x81000ffe"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        try:
+            p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        assert p.returncode != 0  # the TPM refused it
+        clients[dev] = p.pid
+    assert t.stop() == 130
+    evs = _events(out)
+    for dev, pid in clients.items():
+        mine = [e for e in evs if e["pid"] == pid and e["path"].startswith("user space via")]
+        assert mine and all(e["device"] == dev for e in mine), [e for e in evs if e["pid"] == pid]
+        # the refusal, with its code: TPM_RC_HANDLE for the first handle (0x18b)
+        assert [e["rc"] for e in mine if e["command"] == "TPM2_CC_ReadPublic"] == [0x18B], mine
+
+
+async def test_the_dashboard_shows_the_kernels_commands_live(tmp_path, monkeypatch):
+    """`tpmtop --kernel` in-process: the probes armed by the dashboard's own path, a client's
+    GetRandom through /dev/tpmrm0 appears in Latency under its path while it runs, the header
+    says tpmtop sends nothing, and closing removes the probes and the instance."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    from argparse import Namespace
+
+    from tpmtop.cli.dashboard_args import watch_source
+    from tpmtop.kernel import probes
+    from tpmtop.sources.kernel import KernelSource
+    from tpmtop.tui.app import TpmtopApp
+
+    src, notices = watch_source(Namespace(kernel=True, passive=False, kernel_trace=None))
+    assert isinstance(src, KernelSource)
+    group = src.tap.probes.group
+    t = probes.find_tracefs()
+    try:
+        src.tap.start()
+        app = TpmtopApp(src, theme="dark", remember=False, export_dir=str(tmp_path))
+        async with app.run_test(size=(120, 40)) as pilot:
+            table = app.screen.query_one("#latency-table")
+            g = subprocess.Popen(["tpm2_getrandom", "-T", "device:/dev/tpmrm0", "8"], stdout=subprocess.DEVNULL)
+            try:
+                deadline = time.monotonic() + 180
+                while "GetRandom · user" not in {str(c[0]).strip() for c in table._shadow.values()}:
+                    assert time.monotonic() < deadline, list(table._shadow)
+                    await pilot.pause(0.2)
+            finally:
+                g.wait(120)
+            header = str(app.screen.query_one("#header").render())
+            assert "tpmtop sends no TPM command" in header and group in src.header().tcti
+            assert app.screen.query_one("#system").display  # this machine's kernel: its sysfs beside it
+    finally:
+        src.close()
+    assert group not in t.read("kprobe_events") and not os.path.isdir(t.path("instances", group))

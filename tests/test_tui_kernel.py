@@ -180,7 +180,7 @@ class TestKernelDashboard:
             _append(path, own)
             table = main_screen(app).query_one("#latency-table")
             await until(pilot, lambda: "PCR_Read · tpmtop" in _labels(table), what="tpmtop's own PCR_Read")
-            assert src.tap.commands[-1].path == "tpmtop's own sysfs read"
+            assert src.tap.commands[-1].path == "tpmtop's own: PCR read [tpm2_pcr_read]"
 
 
 # -- the command line -------------------------------------------------------------------------

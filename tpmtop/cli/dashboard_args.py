@@ -197,6 +197,10 @@ def watch_source(args):
     from tpmtop.sources.kernel import KernelSource
     from tpmtop.sources.passive import PassiveSource
 
+    if not args.kernel_trace:
+        from tpmtop.cli.kernel import preload
+
+        preload()  # nothing read from disk while tracing that tpmtop could read now (IMA)
     try:
         tap = KernelTap(trace_path=args.kernel_trace) if args.kernel_trace else KernelTap.arm()
     except KernelTraceError as e:

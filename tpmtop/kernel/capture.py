@@ -11,25 +11,26 @@ sets them beside a bench run of the same mode. Layer: kernel; no Textual.
 
 from __future__ import annotations
 
-from tpmtop.importers.observed import Exchange, capture_from_exchanges
-from tpmtop.kernel.trace_pipe import KernelCommand, KernelOp
+from tpmtop.importers.observed import capture_from_exchanges
+from tpmtop.kernel.live import exchanges
+from tpmtop.kernel.trace_pipe import RESOURCE_MANAGER, USER_SPACE, KernelCommand, KernelOp
 from tpmtop.stats import LatencyHistogram
 from tpmtop.tpm import names
 
 ENGINE = "kernel"
 
 
-def _exchange(kc: KernelCommand, t_unix_ns: int) -> Exchange:
-    answered = kc.ret is not None and kc.ret >= 0
-    return Exchange(
-        t_unix_ns=t_unix_ns, wire_ns=kc.wire_ns, command=None, response=None, cc=kc.cc, rc=kc.rc, answered=answered,
-        extra={"pid": kc.pid, "comm": kc.comm, "path": kc.path, "cpu": kc.cpu,
-               # tpm_transmit_cmd's return carries the TPM's rc; a command from user space
-               # (or one whose return was lost) has none the probes can read
-               **({} if kc.rc is not None else {"rc_text": "response code not traced"}),
-               **({"desc": kc.desc} if kc.desc else {}),
-               **({"caller": kc.caller} if kc.caller else {}),
-               **({"cpu_return": kc.cpu_return} if kc.migrated else {})})
+def own_summaries(commands: list[KernelCommand]) -> dict:
+    """Per command code, the wire latencies of the kernel's own commands only — not a
+    /dev/tpm* client's, not the resource manager's swaps for one (the run's per-command
+    table has every command seen). `tpmtop boot --capture` prices the kernel's session steps
+    from these: a tpm2_createprimary's StartAuthSession is not the kernel starting sessions."""
+    hs: dict = {}
+    for kc in commands:
+        if kc.path.startswith((USER_SPACE, RESOURCE_MANAGER)) or kc.ret is None or kc.ret < 0:
+            continue
+        hs.setdefault(names.cc_name(kc.cc), LatencyHistogram()).record(kc.wire_ns)
+    return {name: h.summary() for name, h in hs.items()}
 
 
 def _summ(h: LatencyHistogram) -> dict:
@@ -75,10 +76,10 @@ def kernel_capture(commands: list[KernelCommand], ops: list[KernelOp], t0_unix_n
                    mode: str | None) -> dict:
     """``t0_unix_ns``: the wall-clock time of ``commands[0]``'s entry."""
     base = commands[0].t_ns if commands else 0
-    xs = [_exchange(kc, t0_unix_ns + kc.t_ns - base) for kc in commands]
-    cap = capture_from_exchanges(xs, origin="kernel", source=source,
+    cap = capture_from_exchanges(exchanges(commands, t0_unix_ns), origin="kernel", source=source,
                                  extra={"kernel_trace": {"lost_events": parser.lost, "orphans": parser.orphans,
-                                                         "operation_probes": bool(parser.op_probes)}})
+                                                         "operation_probes": bool(parser.op_probes),
+                                                         "kernel_commands": own_summaries(commands)}})
     if not ops:
         return cap
     cap["runs"].extend(op_runs(ops, mode))

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from tpmtop.kernel.trace_pipe import KernelCommand, KernelOp
+from tpmtop.kernel.trace_pipe import RESOURCE_MANAGER, USER_SPACE, KernelCommand, KernelOp
 from tpmtop.stats import LatencyHistogram
 
 CC_CONTEXT_LOAD, CC_START_AUTH_SESSION, CC_FLUSH_CONTEXT = 0x161, 0x176, 0x165
@@ -35,7 +35,12 @@ CLOSERS = {CC_PCR_EXTEND: "extend", CC_GET_RANDOM: "get_random"}
 
 
 def from_user_space(kc: KernelCommand) -> bool:
-    return kc.path.startswith("user space")
+    return kc.path.startswith(USER_SPACE)
+
+
+def for_a_client(kc: KernelCommand) -> bool:
+    """A /dev/tpm* client's command, or the resource manager's ContextLoad/Save/Flush for one."""
+    return kc.path.startswith((USER_SPACE, RESOURCE_MANAGER))
 
 
 class Assembler:
@@ -46,8 +51,9 @@ class Assembler:
         self._seq = 0
 
     def feed(self, kc: KernelCommand) -> KernelOp | None:
-        if from_user_space(kc):
-            self._pending.pop(kc.pid, None)  # a task's own /dev/tpm* command ends its sequence
+        if for_a_client(kc):
+            if from_user_space(kc):
+                self._pending.pop(kc.pid, None)  # a task's own /dev/tpm* command ends its sequence
             return None
         if kc.cc in SETUP_CCS:
             self._pending.setdefault(kc.pid, []).append(kc)

@@ -61,7 +61,11 @@ class KernelTap:
 
         p = Probes()
         p.__enter__()
-        return cls(probes=p)
+        try:
+            return cls(probes=p)
+        except BaseException:
+            p.close()
+            raise
 
     # -- what it reads ---------------------------------------------------------------------------
     @property
@@ -72,8 +76,11 @@ class KernelTap:
         return f"trace file {self.trace_path}"
 
     @property
-    def pipe_path(self) -> str:
-        return self.probes.pipe_path() if self.probes is not None else self.trace_path
+    def pipe_path(self) -> str | int:
+        """The probes' trace_pipe (a descriptor they opened before enabling the events), or the file."""
+        if self.probes is not None:
+            return self.probes.pipe_fd if self.probes.pipe_fd is not None else self.probes.pipe_path()
+        return self.trace_path
 
     def start(self) -> "KernelTap":
         self._thread = threading.Thread(target=self._run, name="tpmtop-kernel-tap", daemon=True)
@@ -118,6 +125,17 @@ class KernelTap:
                         self._add_op(op)
         return done
 
+    def finish(self) -> list[KernelCommand]:
+        """The commands still waiting for a response code that will not come (the trace ended)."""
+        done = self.parser.flush()
+        if done:
+            with self.lock:
+                for kc in done:
+                    self._record(kc)
+                    self.accounts.add_command(kc)
+                    self.commands.append(kc)
+        return done
+
     def _add_op(self, op: KernelOp) -> None:
         self.accounts.add_op(op)
         self.ops.append(op)
@@ -133,7 +151,9 @@ class KernelTap:
 
     def _record(self, kc: KernelCommand) -> None:
         if self._ours(kc.pid):
-            kc.path = "tpmtop's own sysfs read"
+            # tpmtop's System panel reads PCR files (the kernel sends PCR_Read), and under an
+            # IMA policy that measures what root reads, a file tpmtop opens is an extend
+            kc.path = f"tpmtop's own: {kc.path}"
         if self._offset is None:
             self._offset = time.perf_counter_ns() - (kc.t_ns + kc.wire_ns)
         answered = kc.ret is not None and kc.ret >= 0
@@ -159,6 +179,7 @@ class KernelTap:
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(self._poll_s * 10 + 2)
+            self.finish()
         if self.probes is not None:
             self.probes.close()
 
