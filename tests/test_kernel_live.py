@@ -339,3 +339,49 @@ async def test_the_dashboard_shows_the_kernels_commands_live(tmp_path, monkeypat
     finally:
         src.close()
     assert group not in t.read("kprobe_events") and not os.path.isdir(t.path("instances", group))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP])
+def test_the_kernel_dashboard_removes_its_probes_on_a_signal(sig):
+    """`tpmtop --kernel` in a terminal (a pty, drained as a terminal would be): SIGTERM,
+    SIGHUP, and SIGQUIT — whose default would kill it and leave the probes — end it with
+    status 130, and its group and tracefs instance are gone."""
+    import pty
+    import threading
+
+    from conftest import REPO, TPMTOP
+    from kernel_live_helpers import WAIT_S
+    from tpmtop.kernel import probes
+
+    t = probes.find_tracefs()
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "TPM2TOOLS_TCTI"}
+    p = subprocess.Popen(TPMTOP + ["--kernel"], stdin=slave, stdout=slave, stderr=subprocess.PIPE, cwd=REPO,
+                         env=env, text=True)
+    os.close(slave)
+
+    def drain():
+        try:
+            while os.read(master, 65536):
+                pass
+        except OSError:
+            pass
+
+    threading.Thread(target=drain, daemon=True).start()
+    group = f"{probes.GROUP_PREFIX}{p.pid}"
+    try:
+        wait_for(lambda: group in t.read("kprobe_events") and os.path.isdir(t.path("instances", group))
+                 or p.poll() is not None, "the dashboard to arm its probes")
+        assert p.poll() is None, p.stderr.read()
+        p.send_signal(sig)
+        rc = p.wait(WAIT_S)
+        err = p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+        probes.clean_stale(t)
+    assert rc == 130, err
+    assert "Traceback" not in err, err
+    assert group not in t.read("kprobe_events") and not os.path.isdir(t.path("instances", group))

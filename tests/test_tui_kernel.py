@@ -254,6 +254,7 @@ def test_kernel_trace_picks_the_kernel_source_and_sends_nothing(tmp_path):
     (["--kernel-trace", "x.txt"], "--kernel-trace FILE goes with --kernel"),
     (["--kernel", "--sim"], "--kernel sends nothing to any TPM: it cannot be combined with --sim or -T"),
     (["--kernel", "--kernel-trace", "/nonexistent/trace"], "--kernel-trace /nonexistent/trace: no such file"),
+    (["--kernel", "--kernel-trace", "tests"], "--kernel-trace tests: not a file or a pipe"),
 ])
 def test_kernel_bad_usage_is_exit_2(argv, message):
     r = subprocess.run(TPMTOP + argv, cwd=REPO, capture_output=True, text=True, timeout=60,

@@ -102,7 +102,7 @@ def require_terminal() -> None:
                          "commands: tpmtop info, handles, bench --json, boot, export (see tpmtop --help)")
 
 
-def _run_app(app, cleanup=None) -> int:
+def _run_app(app, cleanup=None, more_signals: tuple[str, ...] = ()) -> int:
     """Run the app with SIGTERM/SIGHUP (an SSH drop) asking it to exit cleanly, so the
     caller's ``finally`` flushes handles and stops a private swtpm.
 
@@ -133,7 +133,8 @@ def _run_app(app, cleanup=None) -> int:
         except RuntimeError:
             app.exit(return_code=EXIT_INTERRUPTED)
 
-    old = {s: signal.signal(s, ask_exit) for s in (signal.SIGTERM, signal.SIGHUP)}
+    sigs = [signal.SIGTERM, signal.SIGHUP] + [getattr(signal, n) for n in more_signals if hasattr(signal, n)]
+    old = {s: signal.signal(s, ask_exit) for s in sigs}
     try:
         app.run()
     finally:
@@ -154,8 +155,8 @@ def run(args) -> int:
             raise UsageError(f"{flag} sends nothing to any TPM: it cannot be combined with --sim or -T")
         if args.profile is not None or args.seed is not None:
             raise UsageError(f"{flag} sends nothing to any TPM: there is no simulator for --profile/--seed to slow down")
-        if args.kernel_trace and not os.path.exists(args.kernel_trace):
-            raise UsageError(f"--kernel-trace {args.kernel_trace}: no such file")
+        if args.kernel_trace:
+            _check_trace_file(args.kernel_trace)
         require_terminal()
         return _run_watch(args, TpmtopApp)
 
@@ -186,6 +187,29 @@ def run(args) -> int:
             source.close()
         else:
             conn.close()
+
+
+def _check_trace_file(path: str) -> None:
+    """--kernel-trace: a file, FIFO or tracefs pipe tpmtop can read, checked before the dashboard
+    starts (a directory or a socket is bad usage, exit 2; no permission is exit 1)."""
+    import stat
+
+    from tpmtop.errors import TpmtopError
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise UsageError(f"--kernel-trace {path}: no such file") from None
+    except OSError as e:
+        raise UsageError(f"--kernel-trace {path}: {e.strerror}") from None
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+        raise UsageError(f"--kernel-trace {path}: not a file or a pipe")
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+    except PermissionError:
+        raise TpmtopError(f"--kernel-trace {path}: permission denied (tracefs is root's: run with sudo)") from None
+    except OSError as e:
+        raise TpmtopError(f"--kernel-trace {path}: {e.strerror}") from None
 
 
 def watch_source(args):
@@ -219,7 +243,11 @@ def _run_watch(args, app_cls) -> int:
         if tap is not None:
             tap.start()
         app = app_cls(source, theme=args.theme, export_dir=args.export_dir, notices=notices)
-        return _run_app(app, cleanup=tap.close if tap is not None else None)
+        # While probes are armed, the signals whose default would kill tpmtop without removing
+        # them (SIGQUIT, SIGUSR1 …) end the dashboard as SIGTERM does (app.exit, with the
+        # watchdog), rather than as an exception raised into Textual's event loop.
+        more = getattr(getattr(tap, "probes", None), "UNWIND_SIGNALS", ()) if tap is not None else ()
+        return _run_app(app, cleanup=tap.close if tap is not None else None, more_signals=more)
     finally:
         if tap is not None:
             tap.close()

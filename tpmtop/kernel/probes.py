@@ -341,7 +341,7 @@ class Probes:
     # Signals whose default action would kill tpmtop without unwinding (SIGINT, SIGTERM and
     # SIGHUP already unwind: the CLI turns them into exceptions). While probes are armed these
     # unwind too, so the probes are removed; SIGKILL cannot be caught: clean_stale handles it.
-    _UNWIND_SIGNALS = ("SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF", "SIGXCPU")
+    UNWIND_SIGNALS = ("SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF", "SIGXCPU")
 
     def _install_signals(self) -> None:
         import signal
@@ -349,7 +349,7 @@ class Probes:
         from tpmtop.tpm import interrupts
 
         self._old_handlers = {}
-        for name in self._UNWIND_SIGNALS:
+        for name in self.UNWIND_SIGNALS:
             sig = getattr(signal, name, None)
             if sig is None:
                 continue
