@@ -49,7 +49,6 @@ class KernelTap:
         # clock (Python's perf_counter), else fixed at the first command (a file's old times).
         self._offset: int | None = 0 if probes is not None and getattr(probes, "clock", "") == "mono" else None
         self.started_unix_ns = time.time_ns()
-        self._own: dict[int, bool] = {}
         # (path label, command code) -> CommandStats: a GetRandom from hwrng and one from a
         # program through /dev/tpmrm0 are different things, priced apart in the Latency panel.
         self.by_path: dict[tuple[str, int | None], CommandStats] = {}
@@ -144,10 +143,9 @@ class KernelTap:
         """Whether a traced task is one of tpmtop's own threads: the kernel sends PCR_Read
         for tpmtop's System panel (sysfs pcr-sha256 files) — tpmtop's one effect on the TPM
         here, shown as such."""
-        v = self._own.get(pid)
-        if v is None:
-            v = self._own[pid] = os.path.exists(f"/proc/self/task/{pid}")
-        return v
+        # Not cached: the dashboard's workers are new threads, and pids are reused. A stat
+        # per kernel command (a few µs; the kernel sends at most thousands a second) is cheap.
+        return os.path.exists(f"/proc/self/task/{pid}")
 
     def _record(self, kc: KernelCommand) -> None:
         if self._ours(kc.pid):
