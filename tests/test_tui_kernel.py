@@ -268,3 +268,24 @@ def test_headless_kernel_import_never_loads_textual():
             "print('textual' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "False", r.stderr
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (140, 40), (200, 50)])
+async def test_task_names_are_text_never_markup_nor_terminal_codes(kernel, tmp_path, size):
+    """A task names itself (prctl): `x[`, a markup tag, a title-setting escape. Shown as text
+    at every width — no MarkupError from a "[" cut at a column's end (it once paired with the
+    next line's tag and ended the dashboard), no escape sequence reaching the terminal."""
+    src, path = kernel()
+    hostile = KEPT.replace("bash-1200", "x[-1200").replace("bash-1300", "\x1b]0;pwned\x07-1300") \
+        .replace("systemd-1 ", "[reverse]y[/reverse][-1 ")
+    app = app_for(src, tmp_path)
+    async with app.run_test(size=size) as pilot:
+        _append(path, hostile)
+        await until(pilot, lambda: "5 extends" in header_text(app), what="the trace")
+        await pilot.press("5")  # the stream (a tab at 80×24)
+        await pilot.pause(0.5)
+        screen = main_screen(app)
+        text = screen.query_one("#stream-view").render().plain
+        assert "\x1b" not in text and "\\x1b]0;pwned\\x07" in "".join(c.comm for c in src.tap.commands)
+        assert any("x[-1200" in r.handles for r in screen.query_one("#stream").buffer)
+        assert app.is_running

@@ -26,6 +26,7 @@ import sys
 from dataclasses import dataclass, field
 
 from tpmtop.kernel import probes
+from tpmtop.textsafe import safe
 
 _LINE = re.compile(
     r"^\s*(?P<comm>.*?)-(?P<pid>\d+)\s+(?:\(\s*(?P<tgid>[-\d]+)\)\s+)?\[(?P<cpu>\d+)\]\s+"
@@ -72,7 +73,10 @@ def parse_line(line: str) -> TraceEvent | tuple[int, int] | None:
     # comm=$comm, fetched by the probe itself, beats the line's (tracefs's saved_cmdlines
     # cache, "<...>" once the pid was evicted on a busy system)
     comm = args.get("comm") or m["comm"].strip()
-    return TraceEvent(comm, int(m["pid"]), int(m["cpu"]), t_ns, m["event"], m["loc"], args)
+    # A task names itself (prctl PR_SET_NAME): whatever it holds is shown, and stored in
+    # captures, with terminal control characters escaped (an ESC ] 0 ; … title sequence, say)
+    return TraceEvent(safe(comm), int(m["pid"]), int(m["cpu"]), t_ns, m["event"], safe(m["loc"]),
+                      {k: safe(v) for k, v in args.items()})
 
 
 def _num(text: str | None) -> int | None:

@@ -11,7 +11,6 @@ import time
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.markup import escape
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Static, Tab, Tabs
@@ -271,13 +270,11 @@ class MainScreen(TpmWorkers, Screen):
         modes = self.query_one(ModesPanel)
         comps = boot_components(runs, src.engine if src.engine != "-" else "native")
         boot = projection_summary(comps, self._projection_n()[0]) if comps else ""
-        if view.modes_lines:  # plain text (a kernel's task names may hold brackets)
-            boot = "\n".join([*(f"[dim]{escape(t)}[/]" for t in view.modes_lines), boot]).rstrip("\n")
         series = None
         if self.caps.workload:
             width = max(10, modes.content_size.width or 40)
             series = timeline(list(src.timeline), src.op, src.engine, time.monotonic(), width)
-        modes.show(comparison(runs, src.op, MODES), src.op, (src.engine, src.mode), boot, series)
+        modes.show(comparison(runs, src.op, MODES), src.op, (src.engine, src.mode), boot, series, view.modes_lines)
         modes.border_subtitle = view.modes_note
         if not self.caps.live:
             stream = self.query_one(StreamPanel)

@@ -56,14 +56,20 @@ class ModesPanel(Panel):
             self.show(*self._last)
 
     def show(self, rows: list[CompareRow], op: str, current: tuple[str, str], boot: str = "",
-             series: list | None = None) -> None:
+             series: list | None = None, notes: list[str] | None = None) -> None:
         """``boot``: markup of the boot-cost projection for this sitting (screens/projection.py);
-        ``series``: op p50 per second (model.timeline), drawn across mode switches."""
-        self._last = (rows, op, current, boot, series)
+        ``series``: op p50 per second (model.timeline), drawn across mode switches; ``notes``:
+        plain text under the bars (a kernel's session verdict, which quotes task names)."""
+        self._last = (rows, op, current, boot, series, notes)
         self.border_title = f"Modes · {op} · op p50"
         bars = self.query_one("#bars", Static)
         if not rows:
-            self._text.set(bars, "[dim]no operations yet: each (engine, mode) you run shows up here[/]")
+            from textual.content import Content
+
+            if notes:  # the source says what it waits for (the kernel: its first extend)
+                self._text.set(bars, Content("\n").join(Content.from_markup("[dim]$t[/]", t=t) for t in notes))
+            else:
+                self._text.set(bars, "[dim]no operations yet: each (engine, mode) you run shows up here[/]")
             return
         # One line per (engine, mode) under a header, whatever the width (two lines each hid
         # the active row at 120×40 once both engines had run); the bar takes what is left.
@@ -81,8 +87,11 @@ class ModesPanel(Panel):
                 n = max(1, round(r.p50_us / top * width))
                 text += f" [${tone}]{'█' * n}[/]"
             lines.append(text)
-        if boot:
-            lines.append(boot)
-        if series and any(series):
-            lines += timeline_markup(series, avail)
-        self._text.set(bars, "\n".join(lines))
+        from textual.content import Content
+
+        parts = [Content.from_markup("\n".join(lines))]
+        parts += [Content.from_markup("[dim]$t[/]", t=t) for t in notes or ()]
+        tail = ([boot] if boot else []) + (timeline_markup(series, avail) if series and any(series) else [])
+        if tail:
+            parts.append(Content.from_markup("\n".join(tail)))
+        self._text.set(bars, Content("\n").join(parts))

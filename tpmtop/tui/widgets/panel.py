@@ -23,17 +23,21 @@ class QuietStatic:
     (benchmarks/ui_load.py)."""
 
     def __init__(self) -> None:
-        self.markup = ""
+        self.markup: object = ""
         self.shape: tuple | None = None
 
-    def set(self, static: Static, markup: str) -> None:
+    def set(self, static: Static, markup) -> None:
+        """``markup``: our own markup text, or a Content built with markup variables (which
+        is how text from elsewhere — a task's name, a capture — is shown: never parsed)."""
         from textual.content import Content
 
         if markup == self.markup and self.shape is not None:
             return
-        content = Content.from_markup(markup)
-        width = static.size.width
-        rows = tuple(-(-line.cell_length // width) if width else -1 for line in content.split("\n"))
+        content = markup if isinstance(markup, Content) else Content.from_markup(markup)
+        width = static.content_size.width
+        # Rows as the Static will wrap them (at word boundaries: a long line can take one row
+        # more than its length divided by the width, and the panel then cut its last line).
+        rows = tuple(len(line.wrap(width)) if width else -1 for line in content.split("\n"))
         shape = (width, rows)
         self.markup = markup
         static.update(content, layout=shape != self.shape or not width)

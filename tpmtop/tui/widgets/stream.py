@@ -11,12 +11,12 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
-from textual.markup import escape
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Input
 
 from tpmtop.sources.model import LazyStreamRows, StreamRow
+from tpmtop.textsafe import safe
 from tpmtop.tui.widgets.panel import Panel
 
 # (header, width); the last column takes the rest of the line: the handles a command names
@@ -91,6 +91,9 @@ class StreamView(Widget, can_focus=True):
         self.action_scroll_back(-3)
 
     def render(self) -> Content:
+        # Every piece of text is a markup *variable* ($t, $origin …): substituted as plain text,
+        # never parsed. A row's text can be anyone's (a task named "x[" under the kernel probes,
+        # a replayed capture), and a cut "[" once paired with the next line's tag: MarkupError.
         height = max(1, self.size.height)
         widths = dict(COLUMNS)
         if self.size.width >= 110:
@@ -99,25 +102,27 @@ class StreamView(Widget, can_focus=True):
         header = " ".join(_fit(h, w, right=h == "µs") for h, w in widths.items()) + " " + _fit(LAST, rest)
         end = len(self.rows) - self.back
         shown = self.rows[max(0, end - (height - 1)):end]
-        lines = [f"[b $foreground-muted]{escape(header)}[/]"]
+        lines = [Content.from_markup("[b $foreground-muted]$h[/]", h=header)]
         for r in shown:
+            t = _fit(safe(r.t), widths["t s"], right=True)
             if r.origin == "mark":  # a boundary: one line across every column
-                lines.append(f"{escape(_fit(r.t, widths['t s'], right=True))} [b $warning]── {escape(r.command)} ──[/]")
+                lines.append(Content.from_markup("$t [b $warning]── $m ──[/]", t=t, m=safe(r.command)))
                 continue
-            rc = _fit(r.rc, widths["rc"])
-            rc = escape(rc) if r.ok else f"[$error]{escape(rc)}[/]"
-            origin = _fit(r.origin, 8)
-            origin = f"[dim]{origin}[/]" if r.origin != "workload" else origin
             last = " · ".join(x for x in (r.handles, r.sessions) if x)
-            line = " ".join((escape(_fit(r.t, widths["t s"], right=True)), origin, escape(_fit(r.command, widths["command"])),
-                             escape(_fit(r.us, widths["µs"], right=True)), rc, escape(_fit(last, rest))))
+            fields = {"t": t, "origin": _fit(safe(r.origin), 8), "cmd": _fit(safe(r.command), widths["command"]),
+                      "us": _fit(safe(r.us), widths["µs"], right=True), "rc": _fit(safe(r.rc), widths["rc"]),
+                      "last": _fit(safe(last), rest)}
+            origin = "$origin" if r.origin == "workload" else "[dim]$origin[/]"
+            rc = "$rc" if r.ok else "[$error]$rc[/]"
+            line = f"$t {origin} $cmd $us {rc} $last"
             if self.has_focus and r is shown[-1]:  # what Enter decodes
                 line = f"[reverse]{line}[/]"
-            lines.append(line)
+            lines.append(Content.from_markup(line, **fields))
         if not shown:
             needle = getattr(self.parent, "needle", "")
-            lines.append(f"[dim]no command matches '{escape(needle)}'[/]" if needle else "[dim]no commands yet[/]")
-        return Content.from_markup("\n".join(lines))
+            lines.append(Content.from_markup("[dim]no command matches '$n'[/]", n=safe(needle)) if needle
+                         else Content.from_markup("[dim]no commands yet[/]"))
+        return Content("\n").join(lines)
 
 
 class StreamPanel(Panel):
