@@ -289,3 +289,80 @@ async def test_task_names_are_text_never_markup_nor_terminal_codes(kernel, tmp_p
         assert "\x1b" not in text and "\\x1b]0;pwned\\x07" in "".join(c.comm for c in src.tap.commands)
         assert any("x[-1200" in r.handles for r in screen.query_one("#stream").buffer)
         assert app.is_running
+
+
+REAL_612 = (FIX / "trace-6.12-debian-qemu-tpmrm.txt").read_text()
+TGID_515 = (FIX / "trace-5.15-tgid-extend.txt").read_text()
+
+
+class TestKernelDashboardHonesty:
+    async def test_no_host_row_where_no_host_time_can_be_seen(self, kernel, tmp_path):
+        """A real 6.12 trace without operation events: each extend is its PCR_Extend alone, so
+        there is no host time to show — no `host` row (it read 1.0 µs, the histogram's floor)."""
+        src, path = kernel()
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            _append(path, REAL_612)
+            table = main_screen(app).query_one("#latency-table")
+            await until(pilot, lambda: "op:total" in table._shadow, what="the extend rows")
+            assert "op:wire" in table._shadow and "op:host" not in table._shadow
+            assert "its host time not seen" in " ".join(_modes_text(app).split())
+
+    async def test_lost_events_are_said_where_they_stay(self, kernel, tmp_path):
+        """The 5.15 trace has a CPU:0 [LOST 4 EVENTS] marker: the Modes panel says commands are
+        missing (the header, cut at the terminal's width, could not be relied on)."""
+        src, path = kernel()
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            _append(path, TGID_515)
+            await until(pilot, lambda: src.tap.parser.lost == 4, what="the lost events")
+            await pilot.press("4")
+            await until(pilot, lambda: "4 trace events lost" in " ".join(_modes_text(app).split()),
+                        what="the note in Modes")
+
+    async def test_the_resource_managers_expected_0x910_is_no_failure(self, kernel, tmp_path):
+        """The real 6.12 trace's three ContextSave answered TPM_RC_REFERENCE_H0: the kernel's
+        expected answer for a session the TPM had already ended. No errors, no pattern alert."""
+        src, path = kernel()
+        seen = []
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
+            _append(path, REAL_612)
+            table = main_screen(app).query_one("#latency-table")
+            await until(pilot, lambda: "ContextSave · rm" in _labels(table), what="the resource manager's rows")
+            await pilot.pause(1.2)
+            assert str(_labels(table)["ContextSave · rm"][2]).strip() in ("", "0")  # the errors column
+            assert not main_screen(app).alerts.current
+            assert not any("failure pattern" in str(getattr(m, "title", "")) for m in seen)
+
+    async def test_export_before_any_command_says_why(self, kernel, tmp_path):
+        src, _ = kernel()
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("x")
+            await pilot.pause(0.3)
+            assert any("no kernel command seen" in n.message for n in app._notifications)
+            assert not list(tmp_path.glob("tpmtop-*.json"))
+
+
+def test_a_kernel_capture_is_not_exported_to_pcapng_for_the_wrong_reason(tmp_path):
+    out = tmp_path / "k.json"
+    r = subprocess.run(TPMTOP + ["kernel", "--from-trace", str(FIX / "trace-6.10-ima-hmac.txt"), "-q", "--json",
+                                 str(out)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    cap = json.loads(out.read_text())
+    assert cap["host"]["kernel"] == "unknown"  # a saved trace: not this machine's kernel
+    r = subprocess.run(TPMTOP + ["export", str(out), "--format", "pcapng", "-o", str(tmp_path / "k.pcapng")],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "the probes read only each command's header, so there are no bytes to put in a pcapng" in r.stderr
+
+
+@pytest.mark.skipif(_cannot_trace() is None, reason="this machine can trace its kernel")
+def test_passive_keeps_saying_why_there_is_no_kernel_traffic():
+    from argparse import Namespace
+
+    from tpmtop.cli.dashboard_args import watch_source
+
+    src, _ = watch_source(Namespace(kernel=False, passive=True, kernel_trace=None))
+    assert src.header().marker == f"no live kernel TPM commands: {_cannot_trace()}"

@@ -60,6 +60,7 @@ class Event:
     # code could not be read (a user-space command through /dev/tpmrm0). Not a failure.
     rc_unknown: bool = False
     note: str | None = None  # where an observed command came from ("IMA extend", "user tpm2_pcrread")
+    expected: bool = False  # a TPM error its sender expects (the kernel's resource manager): no failure
 
     @property
     def name(self) -> str:
@@ -153,7 +154,7 @@ class Recorder:
 
     def observed(self, t_ns: int, cc: int | None, wire_ns: int, *, origin: str, rc: int | None,
                  answered: bool = True, cmd_size: int = 0, rsp_size: int = 0, client: str | None = None,
-                 note: str | None = None, error: str | None = None) -> None:
+                 note: str | None = None, error: str | None = None, expected: bool = False) -> None:
         """A command someone else sent, seen and already decoded (the kernel's own, under
         tpmtop kernel's probes): no bytes, no handles. The same ring and histograms as what
         tpmtop sends, under its own origin, so every panel and export reads it alike.
@@ -164,7 +165,7 @@ class Recorder:
             self._add_locked(Event(
                 seq=self._seq, t_ns=t_ns, cc=cc, handles=(), sessions=(), cmd_size=cmd_size, rsp_size=rsp_size,
                 rc=rc, rsp_handle=None, wire_ns=wire_ns, origin=origin, error=error, client=client,
-                rc_unknown=rc is None and answered, note=note))
+                rc_unknown=rc is None and answered, note=note, expected=expected))
 
     def flush_pending(self) -> None:
         with self._lock:
@@ -193,7 +194,7 @@ class Recorder:
         st.hist.record(ev.wire_ns)
         st.last_ns = ev.wire_ns
         st.recent.append(ev.wire_ns)
-        if ev.rc != 0:
+        if ev.rc != 0 and not ev.expected:
             st.errors += 1
         self._track_handles(ev, now)
 

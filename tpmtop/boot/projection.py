@@ -227,6 +227,12 @@ def capture_costs(data, path: str) -> tuple[dict[str, Cost], list[str]]:
     notes = []
     if not best:
         notes.append(f"capture {path} has no extend runs")
+    for run in runs:
+        if isinstance(run, dict) and run.get("engine") == "kernel" and run.get("op") == "extend":
+            # what the traced kernel did, from its own traffic: may differ from this machine's
+            # config (the capture can be another machine's, or another boot's)
+            notes.append(f"capture {path}: the traced kernel's {run.get('ops')} extends ran as "
+                         f"'{run.get('mode')}' (from its own traffic)")
     engines = {"kernel" if "kernel's own" in c.detail else c.detail.rsplit("engine ", 1)[-1] for _, c in best.values()}
     if not engines & {"native", "kernel"} and best:
         notes.append("capture has only ESAPI runs: their host cost (OpenSSL look-ups) is far above the kernel's")

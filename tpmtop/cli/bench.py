@@ -108,7 +108,7 @@ def _us(v: float) -> str:
 
 def run_bench(args) -> int:
     from tpmtop.bench import capture_dict, run_bench as _run, write_capture_file
-    from tpmtop.cli.common import notice, tpm_from_args
+    from tpmtop.cli.common import is_stdout, notice, tpm_from_args
     from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED
 
     plan = _plan(args)
@@ -124,7 +124,7 @@ def run_bench(args) -> int:
         raise UsageError("--json and --openmetrics name the same file")
     # With a data file on stdout (-, or /dev/stdout and the like: the same open file), the report
     # goes to stderr so that stdout stays parseable.
-    report = sys.stderr if any(_is_stdout(p) for p in (args.json, args.openmetrics)) else sys.stdout
+    report = sys.stderr if any(is_stdout(p) for p in (args.json, args.openmetrics)) else sys.stdout
     # issue 7: checked (and the file validated) before the TPM is opened: refused on real hardware.
     from tpmtop.profiles.apply import apply_profile, describe, profile_from_args
 
@@ -180,15 +180,3 @@ def run_bench(args) -> int:
         notice(f"stopped: {result.error}")
         return EXIT_FAILURE
     return 0
-
-
-def _is_stdout(path) -> bool:
-    if path is None:
-        return False
-    if path == "-":
-        return True
-    try:
-        a, b = os.stat(path), os.fstat(sys.stdout.fileno())
-    except (OSError, ValueError):
-        return False
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)

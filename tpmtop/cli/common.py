@@ -73,3 +73,20 @@ def check_output_dir(path: str, what: str) -> None:
         raise UsageError(f"{what}: cannot write {path}: {d} is not a folder")
     if not os.access(d, os.W_OK):
         raise UsageError(f"{what}: cannot write {path}: {d} is not writable")
+
+
+def is_stdout(path) -> bool:
+    """Whether a data file named on the command line is stdout itself (``-``, or /dev/stdout
+    and the like: the same open file): the human-readable report then goes to stderr, so
+    stdout stays one parseable document."""
+    import os
+
+    if path is None:
+        return False
+    if path == "-":
+        return True
+    try:
+        a, b = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)

@@ -91,13 +91,16 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
 GRACE_S = 3.0
 
 
-def require_terminal() -> None:
+def require_terminal(kernel: bool = False) -> None:
     """The dashboard draws on a terminal. Without one (a pipe, a file, cron) Textual would
     write escape codes into the file and spin; say so instead, before anything is opened."""
     import sys
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         which = "stdin" if not sys.stdin.isatty() else "stdout"
+        if kernel:
+            raise UsageError(f"the dashboard needs a terminal ({which} is not one); without one, the kernel's "
+                             "commands headless: tpmtop kernel [--json FILE] (see tpmtop kernel --help)")
         raise UsageError(f"the dashboard needs a terminal ({which} is not one); without one use the headless "
                          "commands: tpmtop info, handles, bench --json, boot, export (see tpmtop --help)")
 
@@ -157,7 +160,7 @@ def run(args) -> int:
             raise UsageError(f"{flag} sends nothing to any TPM: there is no simulator for --profile/--seed to slow down")
         if args.kernel_trace:
             _check_trace_file(args.kernel_trace)
-        require_terminal()
+        require_terminal(kernel=args.kernel)
         return _run_watch(args, TpmtopApp)
 
     from tpmtop.cli.common import notice
@@ -230,7 +233,8 @@ def watch_source(args):
     except KernelTraceError as e:
         if args.kernel:
             raise  # one line, exit 1: --kernel asked for what this machine cannot do
-        return PassiveSource(), [f"sysfs only, no live kernel TPM commands: {e}"]
+        why = f"sysfs only, no live kernel TPM commands: {e}"
+        return PassiveSource(note=why), [why]
     notices = [f"removed stale probe group {g} left by a tpmtop that was killed"
                for g in getattr(tap.probes, "stale_removed", ())]
     return KernelSource(tap, passive=args.passive), notices

@@ -84,29 +84,33 @@ def _op_summary(tap) -> str:
     return "\n".join(out)
 
 
-def _finish(args, tap, source_note: str) -> int:
+def _finish(args, tap, source_note: str, out=None, report=None) -> int:
     import sys
 
     from tpmtop.cli.common import notice
     from tpmtop.patterns import detect, summary_lines
 
+    report = report or sys.stdout
+
     p = tap.parser
     notice(f"{len(tap.commands)} kernel TPM commands from {source_note}"
            + (f", {p.lost} events lost" if p.lost else "")
-           + (f", {p.orphans} returns without an entry" if p.orphans else ""))
+           + (f", {p.orphans} returns without an entry" if p.orphans else "")
+           + (f", {p.backwards} returns timed before their entry (dropped)" if p.backwards else "")
+           + (f", {p.dropped} entries dropped" if p.dropped else ""))
     cap = tap.capture()
     if tap.commands:
-        print(_summary(cap))
+        print(_summary(cap), file=report)
         ops = _op_summary(tap)
         if ops:
-            print(ops)
+            print(ops, file=report)
     for line in summary_lines(detect(cap["events"])):
         notice(line)
-    if args.json:
+    if out is not None:
         from tpmtop.capture import write_capture
 
-        write_capture(args.json, cap)
-        notice(f"wrote {args.json}")
+        write_capture(out, cap, keep=True)
+        notice(f"wrote {'the capture to stdout' if out.kind == 'stdout' else args.json}")
     sys.stdout.flush()
     return 0
 
@@ -122,24 +126,17 @@ def run_kernel(args) -> int:
     if args.boot_cmdline:
         print(probes.boot_cmdline())
         return 0
-    if args.json:
-        from tpmtop.cli.common import check_output_dir
+    import sys
 
-        check_output_dir(args.json, "tpmtop kernel")  # before tracing, not after
+    from tpmtop.cli.common import is_stdout
+    from tpmtop.output import Output
+
+    # checked before tracing, not after; with the capture on stdout (-, /dev/stdout) the
+    # lines and tables go to stderr, so stdout stays one JSON document
+    out = Output(args.json, what="--json", big=True).check() if args.json is not None else None
+    report = sys.stderr if is_stdout(args.json) else sys.stdout
     if args.from_trace:
-        try:
-            with open(args.from_trace, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-        except OSError as e:
-            raise UsageError(f"tpmtop kernel: cannot read {args.from_trace}: {e.strerror}") from None
-        tap = KernelTap(trace_path=args.from_trace)
-        commands = tap.feed(text.splitlines()) + tap.finish()
-        if not commands and not tap.parser.lost:
-            raise UsageError(f"tpmtop kernel: {args.from_trace} holds no tpmtop kprobe events")
-        if not args.quiet:
-            for kc in sorted(commands, key=lambda kc: kc.t_ns):  # completed in return order; shown in start order
-                print(_line(kc))
-        return _finish(args, tap, args.from_trace)
+        return _from_trace(args, out, report)
 
     from tpmtop.kernel.live import read_lines
 
@@ -160,7 +157,7 @@ def run_kernel(args) -> int:
         def show(cmds) -> None:
             if not args.quiet:
                 for kc in cmds:
-                    print(_line(kc), flush=True)
+                    print(_line(kc), file=report, flush=True)
 
         try:
             for lines in read_lines(tap.pipe_path, lambda: deadline is not None and time.monotonic() >= deadline):
@@ -173,11 +170,55 @@ def run_kernel(args) -> int:
         show(tap.finish())  # a user-space command whose response code was not seen
     finally:
         tap.close()
-    status = _finish(args, tap, "tpm_transmit")
+    status = _finish(args, tap, "tpm_transmit", out, report)
     if stopped_by:
         notice(f"interrupted ({stopped_by})" + (f"; the capture is in {args.json}" if args.json else ""))
         return EXIT_INTERRUPTED
     return status
+
+
+def _from_trace(args, out, report) -> int:
+    """A saved trace, read in pieces (memory stays bounded whatever the file holds)."""
+    import os
+    import stat
+
+    from tpmtop.cli.common import notice
+    from tpmtop.errors import UsageError
+    from tpmtop.kernel.live import file_lines
+    from tpmtop.kernel.tap import KernelTap
+
+    path = args.from_trace
+    try:
+        if stat.S_ISDIR(os.stat(path).st_mode):
+            raise UsageError(f"cannot read {path}: it is a folder")
+        if stat.S_ISFIFO(os.stat(path).st_mode):
+            notice(f"reading the FIFO {path} until its writer closes it")
+        tap = KernelTap(trace_path=path)
+        commands = []
+        for lines in file_lines(path):
+            commands += tap.feed(lines)
+        commands += tap.finish()
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror}") from None
+    p = tap.parser
+    if not commands and not p.lost:
+        if not p.events:
+            raise UsageError(f"{path} holds no tpmtop kprobe events")
+        why = [_n(n, *what) for n, what in (
+            (p.pending(), ("entry whose return is not in it", "entries whose return is not in it")),
+            (p.orphans, ("return whose entry is not", "returns whose entry is not")),
+            (p.backwards, ("return timed before its entry", "returns timed before their entry")),
+            (p.dropped, ("entry dropped", "entries dropped"))) if n]
+        raise UsageError(f"{path} holds {_n(p.events, 'probe event', 'probe events')} but no whole command "
+                         f"({', '.join(why)}): a trace that wrapped or was cut?")
+    if not args.quiet:
+        for kc in sorted(commands, key=lambda kc: kc.t_ns):  # completed in return order; shown in start order
+            print(_line(kc), file=report)
+    return _finish(args, tap, path, out, report)
+
+
+def _n(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
 
 
 def preload() -> None:

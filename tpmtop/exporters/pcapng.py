@@ -81,6 +81,9 @@ def export_pcapng(capture_path: str | os.PathLike, out) -> dict:
         raise UsageError(f"{capture_path}: no events to export; record with `tpmtop bench --events --json FILE`")
     usable = [e for e in events if isinstance(e.get("command_hex"), str)]
     if not usable:
+        if all(e.get("origin") == "kernel" for e in events):
+            raise UsageError(f"{capture_path}: a kernel capture (tpmtop kernel): the probes read only each "
+                             "command's header, so there are no bytes to put in a pcapng")
         raise UsageError(f"{capture_path}: its {len(events)} events carry no command bytes (captures "
                          f"keep them for the newest commands only since this version); nothing to export")
     t0 = _t0_unix_ns(cap)

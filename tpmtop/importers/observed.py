@@ -119,7 +119,7 @@ def capture_from_exchanges(exchanges: list[Exchange], *, origin: str, source: st
             op_h.record(e["wire_ns"])
             per_cc.setdefault(e["command"], LatencyHistogram()).record(e["wire_ns"])
             counts[e["command"]] = counts.get(e["command"], 0) + 1
-            errors += bool(e["rc"])
+            errors += bool(e["rc"]) and not e.get("expected")
 
         def summ(h):
             return h.summary() | {"histogram": h.buckets()}

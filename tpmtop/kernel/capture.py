@@ -73,13 +73,17 @@ def op_runs(ops: list[KernelOp], mode: str | None) -> list[dict]:
 
 
 def kernel_capture(commands: list[KernelCommand], ops: list[KernelOp], t0_unix_ns: int, parser, source: str,
-                   mode: str | None) -> dict:
-    """``t0_unix_ns``: the wall-clock time of ``commands[0]``'s entry."""
+                   mode: str | None, this_machine: bool = True) -> dict:
+    """``t0_unix_ns``: the wall-clock time of ``commands[0]``'s entry. ``this_machine``
+    False (a saved trace): the capture does not claim this machine as the one traced."""
     base = commands[0].t_ns if commands else 0
     cap = capture_from_exchanges(exchanges(commands, t0_unix_ns), origin="kernel", source=source,
                                  extra={"kernel_trace": {"lost_events": parser.lost, "orphans": parser.orphans,
                                                          "operation_probes": bool(parser.op_probes),
                                                          "kernel_commands": own_summaries(commands)}})
+    if not this_machine:
+        cap["host"] = {"hostname": "unknown", "kernel": "unknown",
+                       "note": "read from a saved trace: the machine that recorded it is not known"}
     if not ops:
         return cap
     cap["runs"].extend(op_runs(ops, mode))

@@ -75,6 +75,21 @@ class KernelTap:
         return f"trace file {self.trace_path}"
 
     @property
+    def this_machine(self) -> bool:
+        """Whether the traffic is this machine's kernel's (its probes, or its own tracefs), so
+        that this machine's sysfs and identity belong beside it; a saved trace may be anyone's."""
+        if self.probes is not None:
+            return True
+        from tpmtop.kernel.probes import TRACEFS_CANDIDATES
+
+        path = os.path.realpath(self.trace_path)
+        return any(path.startswith(root + "/") for root in TRACEFS_CANDIDATES)
+
+    def reanchor(self) -> None:
+        if not (self.probes is not None and getattr(self.probes, "clock", "") == "mono"):
+            self._offset = None
+
+    @property
     def pipe_path(self) -> str | int:
         """The probes' trace_pipe (a descriptor they opened before enabling the events), or the file."""
         if self.probes is not None:
@@ -163,13 +178,14 @@ class KernelTap:
             st.hist.record(kc.wire_ns)
             st.last_ns = kc.wire_ns
             st.recent.append(kc.wire_ns)
-        if not answered or (kc.rc is not None and kc.rc != 0):
+        if not answered or (kc.rc is not None and kc.rc != 0 and not kc.expected_error):
             st.errors += 1
         self.recorder.observed(
             kc.t_ns + self._offset, kc.cc, kc.wire_ns, origin=ORIGIN, rc=kc.rc, answered=answered,
             cmd_size=kc.size or 0, rsp_size=kc.ret if answered else 0, client=f"{kc.comm}-{kc.pid} · {kc.path}",
             note=label,
-            error=None if answered or kc.ret is None else f"tpm_transmit returned {kc.ret} ({_errno(kc.ret)})")
+            error=None if answered or kc.ret is None else f"tpm_transmit returned {kc.ret} ({_errno(kc.ret)})",
+            expected=kc.expected_error)
 
     # -- the end ---------------------------------------------------------------------------------
     def close(self) -> None:
@@ -190,7 +206,8 @@ class KernelTap:
             mode = self.accounts.mode()[0]
         unix = time.time_ns() - time.perf_counter_ns()  # perf_counter -> wall clock, now
         t0 = (commands[0].t_ns + (self._offset or 0) + unix) if commands else time.time_ns()
-        return kernel_capture(commands, ops, t0, self.parser, "kernel:" + self.source_text, mode)
+        return kernel_capture(commands, ops, t0, self.parser, "kernel:" + self.source_text, mode,
+                              this_machine=self.this_machine)
 
 
 def _errno(ret: int) -> str:

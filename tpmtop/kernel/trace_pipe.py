@@ -66,6 +66,8 @@ def parse_line(line: str) -> TraceEvent | tuple[int, int] | None:
     if not m:
         return None
     frac = m["frac"]
+    if len(m["secs"]) > 11:  # over 3,000 years of uptime: not a trace clock, a hostile line
+        return None
     t_ns = int(m["secs"]) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
     args = {}
     for k, v in _ARG.findall(m["args"]):
@@ -114,6 +116,13 @@ class KernelCommand:
     @property
     def migrated(self) -> bool:
         return self.cpu != self.cpu_return
+
+    @property
+    def expected_error(self) -> bool:
+        """The resource manager's ContextSave of a session the TPM had already ended:
+        TPM_RC_REFERENCE_H0 (0x910), which tpm2_save_context (tpm2-space.c) takes to mean
+        "flushed meanwhile" and goes on. A TPM error on the wire, but no failure."""
+        return self.cc == 0x162 and self.rc == 0x910 and self.path.startswith(RESOURCE_MANAGER)
 
     @property
     def hmac(self) -> bool | None:
@@ -239,6 +248,8 @@ class _Work:
     held: KernelCommand | None = None  # the client's command, waiting for its response code
 
 
+_PIDS_KEPT = 4096  # tasks with an entry still waiting for its return
+_DEPTH_KEPT = 8  # entries one task may have waiting (it nests 3 at most)
 _WRITES_KEPT = 256  # writes never run (refused with -EBUSY, say) are forgotten after this many
 _WRITE_MAX_AGE_NS = 60 * 1_000_000_000
 
@@ -250,7 +261,9 @@ class Parser:
     byteorder: str = sys.byteorder
     lost: int = 0
     orphans: int = 0  # returns without an entry (buffer started mid-call, or events lost)
-    dropped: int = 0  # entries dropped because their CPU lost events
+    dropped: int = 0  # entries dropped because their CPU lost events, or never returned
+    backwards: int = 0  # returns timed before their entry (a clock that is not in step): dropped
+    events: int = 0  # probe events seen (of any kind): a file with some is a trace, if a broken one
     _tx: dict = field(default_factory=dict)  # pid -> list of open tpm_transmit entries
     _cmd: dict = field(default_factory=dict)  # pid -> list of open tpm_transmit_cmd entries
     _done_under_cmd: dict = field(default_factory=dict)  # pid -> commands waiting for tpm_transmit_cmd's rc
@@ -285,18 +298,19 @@ class Parser:
             return []
         if isinstance(ev, tuple):
             return self._lost(*ev)
+        self.events += 1
         name = ev.event
         if name == probes.TX:
-            self._tx.setdefault(ev.pid, []).append(ev)
+            self._push(self._tx, ev.pid, ev)
             return []
         if name == probes.CMD:
-            self._cmd.setdefault(ev.pid, []).append(ev)
+            self._push(self._cmd, ev.pid, ev)
             return []
         if name in probes.OP_EVENTS:
             self.op_probes = True
             self._op_seq += 1
             op = KernelOp(self._op_seq, probes.OP_EVENTS[name], ev.t_ns, 0, ev.pid, ev.comm, None)
-            self._op.setdefault(ev.pid, []).append((op, ev))
+            self._push(self._op, ev.pid, (op, ev))
             return []
         if name in probes.OP_RET_EVENTS:
             self.op_probes = True
@@ -307,7 +321,10 @@ class Parser:
             op, _ = stack.pop()
             if not stack:
                 del self._op[ev.pid]
-            op.total_ns = max(ev.t_ns - op.t_ns, 0)
+            if ev.t_ns < op.t_ns:
+                self.backwards += 1
+                return []
+            op.total_ns = ev.t_ns - op.t_ns
             op.ret = _signed32(_num(ev.args.get("ret")))
             self.ops.append(op)
             return []
@@ -323,6 +340,9 @@ class Parser:
                 self.orphans += 1
                 return []
             entry = stack.pop()
+            if ev.t_ns < entry.t_ns:  # no latency can be had from it: not invented as 0 µs
+                self.backwards += 1
+                return []
             cmd_stack = self._cmd.get(ev.pid) or []
             via_cmd = bool(cmd_stack)
             desc = _desc(cmd_stack[-1].args.get("desc")) if via_cmd else None
@@ -382,6 +402,21 @@ class Parser:
                     kc.path = "session end" + (f" [{kc.caller}]" if kc.caller else "")
                 out.append(kc)
             return out
+
+    def _push(self, stacks: dict, pid: int, item) -> None:
+        """An entry waiting for its return. Bounded: a task nests two calls at most (an
+        operation, tpm_transmit_cmd, tpm_transmit), and entries whose returns never come (a
+        kretprobe out of instances, a hostile file) must not pile up for ever."""
+        stack = stacks.get(pid)
+        if stack is None:
+            if len(stacks) >= _PIDS_KEPT:
+                del stacks[next(iter(stacks))]  # the task waiting longest
+                self.dropped += 1
+            stack = stacks[pid] = []
+        stack.append(item)
+        if len(stack) > _DEPTH_KEPT:
+            del stack[0]
+            self.dropped += 1
 
     def _in_op(self, kc: KernelCommand, pid: int) -> None:
         """``pid``: the task that sent it (the operation's), not the client it was for."""

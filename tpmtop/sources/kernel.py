@@ -21,17 +21,8 @@ UNUSUAL = ("hwrng", "user", "tpmtop", "kernel")  # paths named in a row's label 
 WHY_NOT = "--kernel watches the kernel's own TPM commands: tpmtop sends nothing to the TPM"
 
 
-def _this_machine(tap) -> bool:
-    """Whether the traffic is this machine's kernel's (its probes, or its own tracefs), so that
-    its sysfs belongs beside it; a saved trace may come from any machine."""
-    if tap.probes is not None:
-        return True
-    import os
-
-    from tpmtop.kernel.probes import TRACEFS_CANDIDATES
-
-    path = os.path.realpath(tap.trace_path)
-    return any(path.startswith(root + "/") for root in TRACEFS_CANDIDATES)
+def _n(n: int, one: str, many: str | None = None) -> str:
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
 
 
 class KernelSource:
@@ -52,7 +43,7 @@ class KernelSource:
         self.engine, self.op = ENGINE, "extend"
         self.tcti = tap.source_text
         self.caps = Capabilities("kernel", live=True, handles=False, timings=True, workload=False,
-                                 changes_tpm=False, selects_runs=False, export=True, sysfs=_this_machine(tap),
+                                 changes_tpm=False, selects_runs=False, export=True, sysfs=tap.this_machine,
                                  why_not=WHY_NOT)
 
     # -- what the screens read ----------------------------------------------------------------
@@ -71,9 +62,10 @@ class KernelSource:
         with tap.lock:
             n, acc = len(tap.commands), tap.accounts
             extends = acc.by_kind["extend"].ops if "extend" in acc.by_kind else 0
-        bits = [f"{n:,} kernel commands", f"{extends:,} extends", "tpmtop sends no TPM command"]
-        if p.lost:
-            bits.append(f"{p.lost:,} events lost (trace buffer overrun)")
+        bits = [_n(n, "kernel command"), _n(extends, "extend")]
+        if p.lost:  # before the long tail of the line: the header is cut at the terminal's width
+            bits.append(f"{p.lost:,} events lost")
+        bits.append("tpmtop sends no TPM command")
         if tap.error:
             bits.insert(0, f"stopped: {tap.error}")
         there = self.sysfs.tpm_dir.is_dir()
@@ -94,17 +86,26 @@ class KernelSource:
     def timings(self, runs: list | None = None) -> TimingsView:
         runs = self.runs() if runs is None else runs
         current = next((r for r in runs if r.op == self.op), None)
-        rows = op_rows(current) + self._command_rows()
         with self.tap.lock:
             mode, why = self.tap.accounts.mode()
             st = self.tap.accounts.by_kind.get("extend")
             after = dict(st.setup_after) if st is not None else {}
             estimated = bool(st and st.estimated)
-        subtitle = f"kernel · {current.ops} {self.op} ops" if current else "kernel · no extend yet"
+            blind = bool(st and st.ops and st.blind == st.ops)
+        ops = op_rows(current)
+        if blind:  # one command per extend and no operation probes: no host time can be seen
+            ops = [r for r in ops if r.key != "op:host"]
+        rows = ops + self._command_rows()
+        subtitle = f"kernel · {_n(current.ops, self.op + ' op', self.op + ' ops')}" if current else "kernel · no extend yet"
         lines = [f"sessions: {mode or 'cannot tell'}: {why}"]
+        lost = self.tap.parser.lost
+        if lost:
+            lines.append(f"{lost:,} trace events lost (the buffer overran): commands are missing from these numbers")
         if mode == "reuse" and after:
             lines.append("set-ups after: " + ", ".join(f"{k} ×{n}" for k, n in sorted(after.items(), key=lambda kv: -kv[1])))
-        if estimated:
+        if blind:
+            lines.append("no operation probes: an extend is its PCR_Extend alone, its host time not seen")
+        elif estimated:
             lines.append("no operation probes: an extend is timed from its first command to its last")
         return TimingsView(rows, subtitle, f"{ENGINE}/{mode or 'unknown'}", modes_lines=lines)
 
@@ -147,6 +148,7 @@ class KernelSource:
             tap.commands.clear()
             tap.ops.clear()
             tap.by_path.clear()
+            tap.reanchor()  # a file's times: the next command starts the stream's clock again
 
     def capture(self) -> dict:
         return self.tap.capture()

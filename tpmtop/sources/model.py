@@ -135,7 +135,7 @@ class ErrorBook:
 
     def feed(self, events) -> None:
         for ev in events:
-            if ev.rc != 0 and not getattr(ev, "rc_unknown", False):
+            if failed(ev):
                 self.add(ev.cc, ev.rc)
 
     def count(self, key: str) -> int:
@@ -359,12 +359,13 @@ def stream_row(ev, t0_ns: int) -> StreamRow:
 
 def failed(ev) -> bool:
     """A command that did not succeed (an observed one whose code was not traced did not fail)."""
-    return ev.rc != 0 and not getattr(ev, "rc_unknown", False)
+    return ev.rc != 0 and not getattr(ev, "rc_unknown", False) and not getattr(ev, "expected", False)
 
 
 def event_matches(ev, needle: str) -> bool:
     """``needle`` (lower case) in the event's origin, where it came from, or its command."""
-    return needle in ev.origin or needle in ev.name.lower() or needle in (getattr(ev, "note", None) or "").lower()
+    return (needle in ev.origin or needle in ev.name.lower() or needle in (getattr(ev, "note", None) or "").lower()
+            or needle in (getattr(ev, "client", None) or "").lower())  # a kernel row's task
 
 
 class LazyStreamRows:
@@ -425,11 +426,18 @@ def stream_row_from_dict(i: int, e: dict) -> StreamRow:
     name = str(e.get("command") or e.get("cc") or "?").removeprefix("TPM2_CC_")
     wire = e.get("wire_ns")
     origin = f"client:{e['client']}" if e.get("client") is not None else str(e.get("origin", "workload"))
+    if isinstance(e.get("path"), str) and e.get("origin") == "kernel":
+        # a command the kernel probes saw: its path and task, as the live view shows them
+        from tpmtop.kernel.trace_pipe import path_label
+
+        origin = path_label(e["path"])
+        hs = f"{e.get('comm', '?')}-{e.get('pid', '?')} · {e['path']}"
+    ok = rc == 0 or e.get("expected") is True
     if rc is None and rc_not_traced(e):  # answered; only its response code is unknown
         return StreamRow(str(i), f"{float(t) / 1e9:.3f}", origin, name, hs, ss, "rc ?",
                          fmt_us(wire / 1000) if isinstance(wire, (int, float)) else "", True)
     return StreamRow(str(i), f"{float(t) / 1e9:.3f}", origin, name, hs, ss,
-                     short_rc(rc, None), fmt_us(wire / 1000) if isinstance(wire, (int, float)) else "", rc == 0)
+                     short_rc(rc, None), fmt_us(wire / 1000) if isinstance(wire, (int, float)) else "", ok)
 
 
 def rc_not_traced(e: dict) -> bool:

@@ -79,8 +79,9 @@ class PassiveSource:
     connected = True
     engine = mode = op = "-"
 
-    def __init__(self, sysfs: Sysfs | None = None, interval: float = 1.0):
+    def __init__(self, sysfs: Sysfs | None = None, interval: float = 1.0, note: str | None = None):
         self.sysfs = sysfs or Sysfs()
+        self.note = note  # why there is no more than sysfs (kept in the header: a notice goes away)
         self.poll_interval = interval
         from tpmtop.sources.model import ErrorBook
 
@@ -92,7 +93,9 @@ class PassiveSource:
         there = self.sysfs.tpm_dir.is_dir()
         return HeaderInfo(state="passive", identity="kernel TPM (not contacted)" if there else
                           f"no TPM here (no {self.sysfs.tpm_dir})", tcti=self.tcti, simulated=False,
-                          engine="-", mode="-", op="-", extra="no TPM traffic: sysfs and securityfs only")
+                          engine="-", mode="-", op="-", extra="no TPM traffic: sysfs and securityfs only",
+                          marker=self.note.removeprefix("sysfs only, ") if self.note else "",
+                          tooltip=self.note)
 
     def runs(self) -> list:
         return []

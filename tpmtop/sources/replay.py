@@ -73,15 +73,18 @@ class ReplaySource:
             if isinstance(e, dict):
                 rc = e.get("rc")
                 rc = int(rc, 0) if isinstance(rc, str) and rc.strip().lower().startswith("0x") else rc
-                if rc is None and rc_not_traced(e):
-                    continue  # answered: not an error, only its code is unknown
+                if (rc is None and rc_not_traced(e)) or e.get("expected") is True:
+                    continue  # answered (its code unknown), or an error its sender expects
                 if rc != 0 and (rc is None or isinstance(rc, int)):
                     from tpmtop.tpm import names
 
                     self.errors.add(names.cc_from_name(str(e.get("command") or e.get("cc") or "")), rc)
         self.created = str(capture.get("created", ""))
         self.host = capture.get("host") or {}
-        first = self._runs[0] if self._runs else None
+        # A kernel capture opens on the kernel's extends (its operations, priced whole), not on
+        # the per-command run that comes first
+        first = next((r for r in self._runs if r.engine == "kernel" and r.op == "extend"), None) or \
+            (self._runs[0] if self._runs else None)
         self.engine = first.engine if first else "-"
         self.mode = first.mode if first else "-"
         self.op = first.op if first else "-"

@@ -57,6 +57,9 @@ def allowed(action: str, caps: Capabilities, src, screen) -> bool | None:
 
 
 def refused_why(action: str, caps: Capabilities, src) -> str:
+    if action == "export" and caps.export:  # allowed here, only not yet
+        return ("nothing to export yet: no kernel command seen" if caps.state_word == "kernel"
+                else "nothing to export yet: the TPM has not answered")
     if caps.why_not and (not caps.changes_tpm or action in SELECTS_RUN):
         return caps.why_not
     if not src.connected:

@@ -45,6 +45,10 @@ def buffers_for(source, row: StreamRow) -> tuple[bytes | None, bytes | None, str
         except (ValueError, IndexError):
             return None, None, "not in the capture"
         if not isinstance(e.get("command_hex"), str):
+            if e.get("origin") == "kernel":
+                return None, None, ("it was seen under tpmtop's kernel probes, which read only the command's "
+                                    f"header: {e.get('command')}, rc {e.get('rc_text') or e.get('rc')}, "
+                                    f"sent by {e.get('comm', '?')}-{e.get('pid', '?')} · {e.get('path', '?')}")
             return None, None, "the capture kept no bytes for this command"
         try:
             rsp = e.get("response_hex")
@@ -82,9 +86,11 @@ class DecodeScreen(ModalScreen):
         self.show_hex = True
 
     def compose(self) -> ComposeResult:
+        rc = self.row.rc if self.row.rc.startswith("rc ") else f"rc {self.row.rc}"
         with Vertical():
             yield Static(f"{self.row.command}  ·  t {self.row.t.strip()} s  ·  {self.row.origin}  ·  "
-                         f"{self.row.us} µs  ·  rc {self.row.rc}   (Esc closes, x hex)", id="decode-title",
+                         f"{self.row.us} µs  ·  {rc}   ({'Esc closes, x hex' if self.command else 'Esc closes'})",
+                         id="decode-title",
                          markup=False)
             with VerticalScroll():
                 yield Static(self._text(), id="decode-body", markup=False)

@@ -555,6 +555,7 @@ class MainScreen(TpmWorkers, Screen):
     def action_reset_stats(self) -> None:
         self.source.reset_stats()
         self.source.errors.clear()
+        self.alerts = PatternAlerts()  # the patterns' counts start again with the statistics
         self.peaks.reset()
         self._warned_full.clear()
         self.ops_rate.reset()
