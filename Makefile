@@ -11,9 +11,11 @@ bootstrap:
 run: bootstrap
 	$(TPMTOP) --sim
 
+# One pytest worker per CPU (pytest-xdist): most tests wait on a TPM, a process or a screen,
+# so two workers on a 2-core machine halve the wall time (each worker starts its own swtpms).
 test:
 	@scripts/bootstrap.sh --test
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n logical
 
 # The whole suite three times under two busy loops (scripts/stress-test.sh): a loaded 2-core CI box.
 test-stress: bootstrap

@@ -211,3 +211,50 @@ def test_a_signal_swallowed_on_the_way_still_ends_the_wait(tpm):
             pass  # what CPython does with an exception from a finalizer
 
     assert _interrupted_mid_job(tpm, swallowed, threading.main_thread) == "stopped by SIGTERM"
+
+
+def _owner_closed_after_two_signals(first_job) -> tuple[bool, list]:
+    """Close an owner whose queue holds ``first_job`` then a quick clean-up, after two
+    signals came (as the CLI's handler counts them). Returns (ended in time, what ran)."""
+    from tpmtop.tpm import interrupts
+    from tpmtop.tpm.owner import TpmOwner
+
+    owner = TpmOwner(transport=None, name="test-owner")
+    ran: list = []
+    owner.submit(first_job, ran)
+    owner.submit(lambda: ran.append("flush"))
+    before = interrupts.received
+    interrupts.received = 2
+    try:
+        ended = owner.close(timeout=60)
+    finally:
+        interrupts.received = before
+    return ended, ran
+
+
+def test_after_two_signals_closing_does_not_wait_for_a_silent_tpm():
+    """A job stuck on a TPM that does not answer, and the user has sent a second signal:
+    closing gives it a short grace, not the full time-out. The stuck job is released 30 s
+    later, so a close that waited for it (the 60 s time-out) would find the thread ended."""
+    release = threading.Event()
+    timer = threading.Timer(30, release.set)
+    timer.daemon = True
+    timer.start()
+
+    def stuck(ran):
+        release.wait(60)
+        ran.append("answered")
+
+    try:
+        ended, ran = _owner_closed_after_two_signals(stuck)
+        assert not ended and ran == [], "closing waited for the silent TPM"
+    finally:
+        timer.cancel()
+        release.set()
+
+
+def test_after_two_signals_a_tpm_that_answers_still_gets_its_clean_up():
+    """The grace is for a TPM that answers: the job in flight and the clean-up queued behind
+    it (a flush) both run before closing gives up."""
+    ended, ran = _owner_closed_after_two_signals(lambda ran: ran.append("op"))
+    assert ended and ran == ["op", "flush"]

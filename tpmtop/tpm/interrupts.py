@@ -28,13 +28,17 @@ _pending: str | None = None
 # count move while it is still waiting knows the signal never reached it (:func:`check_lost`).
 raised = 0
 _raised_why = ""
+# Signals received so far. Two mean "do not wait": clean-up still runs, but closing gives a TPM
+# that does not answer a short grace instead of the owner's full time-out (see hurry()).
+received = 0
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
 def handler(signum, frame) -> None:
     """The signal handler tpmtop's CLI installs (SIGTERM, SIGHUP, SIGINT)."""
-    global _pending
+    global _pending, received
+    received += 1
     why = f"stopped by {signal.Signals(signum).name}"
     if _closing or (_depth and _pending is None):
         _pending = _pending or why  # raised once the command in flight is answered
@@ -46,6 +50,11 @@ def handler(signum, frame) -> None:
     raised += 1
     _raised_why = why
     raise Interrupted(why)
+
+
+def hurry() -> bool:
+    """True once a second signal came: the user will not wait for a TPM that does not answer."""
+    return received >= 2
 
 
 def check_lost(since: int) -> None:

@@ -35,6 +35,7 @@ from tpmtop.tpm.exchange import Labels, labelled
 
 
 WAIT_SLICE_S = 0.05  # the longest a signal can wait for the main thread to notice it
+HURRY_GRACE_S = 0.5  # how long closing still waits for the TPM once a second signal came
 
 
 class Job:
@@ -212,5 +213,15 @@ class TpmOwner:
             self._q.put(None)
         if self.on_owner_thread():
             return False
-        self._thread.join(timeout)
+        # Joined in slices: after a second signal a job stuck on a silent TPM gets HURRY_GRACE_S,
+        # not the whole time-out (a healthy TPM's queued flushes take milliseconds and finish).
+        now = time.monotonic()
+        deadline = None if timeout is None else now + timeout
+        while self._thread.is_alive():
+            now = time.monotonic()
+            if interrupts.hurry():
+                deadline = min(deadline or now + HURRY_GRACE_S, now + HURRY_GRACE_S)
+            if deadline is not None and now >= deadline:
+                break
+            self._thread.join(WAIT_SLICE_S if deadline is None else min(WAIT_SLICE_S, deadline - now))
         return not self._thread.is_alive()
