@@ -366,3 +366,27 @@ def test_passive_keeps_saying_why_there_is_no_kernel_traffic():
 
     src, _ = watch_source(Namespace(kernel=False, passive=True, kernel_trace=None))
     assert src.header().marker == f"no live kernel TPM commands: {_cannot_trace()}"
+
+
+class TestKernelHelp:
+    async def test_help_names_the_keys_this_view_has_not_instead_of_listing_them(self, kernel, tmp_path):
+        """? on the kernel view: no workload or flush key is listed as if it acted; they are
+        named in one line with the reason (tpmtop sends nothing to the TPM here), and the
+        panel keys are the panels it has."""
+        from tpmtop.tui.screens.help import HelpScreen
+
+        src, path = kernel()
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("question_mark")
+            await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help screen")
+            text = str(app.screen.query_one("#help-text").render())
+            assert "workload: Pause or resume" not in text and "handle: Flush selected" not in text
+            assert "Switch to next mode" not in text
+            assert "not in this view: space m e o + - f i F" in " ".join(text.split())
+            assert "tpmtop sends nothing to the TPM" in " ".join(text.split())
+            # only the panels this view has
+            assert "show a panel: 3 Latency, 4 Modes, 5 Stream" in text and "1 Handles" not in text
+            # what the view does have is still there
+            for still in ("  x  ", "  /  ", "  p  ", "  q  "):
+                assert still in text, (still, text)

@@ -15,17 +15,30 @@ from tpmtop.tui.actions import ACTIONS, PANELS
 KEY_NAMES = {"space": "space", "plus": "+", "minus": "-", "slash": "/", "question_mark,f1": "? F1", "greater_than_sign": ">"}
 
 
-def help_markup(width: int = 96) -> str:
-    """``width``: the text's width; each key's help wraps under its own column, not under the key."""
+def help_markup(width: int = 96, hidden: frozenset[str] = frozenset(), why_hidden: str = "",
+                panels: tuple[str, ...] | None = None) -> str:
+    """``width``: the text's width; each key's help wraps under its own column, not under the key.
+    ``hidden``: actions this dashboard's source can never do (a kernel trace has no workload to
+    pause): listed in one line with ``why_hidden`` instead of as keys that do nothing.
+    ``panels``: the panel ids this dashboard has (None: all)."""
     import textwrap
 
     lines = ["[b]Keys[/]  (all of these are also in the command palette: ctrl+p)", ""]
     for a in ACTIONS:
+        if a.action in hidden:
+            continue
         body = textwrap.wrap(a.help, max(30, width - 10))
         lines.append(f"  [b $accent]{escape(KEY_NAMES.get(a.key, a.key)):>6}[/]  {escape(body[0])}")
         lines += ["\u00a0" * 10 + escape(more) for more in body[1:]]  # no-break: kept when wrapped
-    lines.append(f"  [b $accent]{'1–6':>6}[/]  show a panel: " + ", ".join(f"{k} {t}" for k, _, t in PANELS))
+    shown = [(k, t) for k, pid, t in PANELS if panels is None or pid in panels]
+    span = f"{shown[0][0]}–{shown[-1][0]}" if len(shown) > 1 else shown[0][0] if shown else "–"
+    lines.append(f"  [b $accent]{span:>6}[/]  show a panel: " + ", ".join(f"{k} {t}" for k, t in shown))
     lines.append(f"  [b $accent]{'tab':>6}[/]  move between panels; arrows move in a table; the mouse works too")
+    if hidden:
+        keys = " ".join(KEY_NAMES.get(a.key, a.key) for a in ACTIONS if a.action in hidden)
+        why = f": {why_hidden}" if why_hidden else ""
+        body = textwrap.wrap(f"not in this view: {keys}{why}", max(30, width - 10))
+        lines += ["\u00a0" * 10 + f"[dim]{escape(part)}[/]" for part in body]
     lines += ["", "[b]Reading the panels[/]",
               "  Header: [b]CPU ui[/] is the dashboard's own thread, [b]all[/] the whole process (workload, "
               "poller, recorder), as a share of one core. A paced workload runs in bursts (>= 4 operations "
@@ -48,8 +61,13 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close", id="help-close",
                         tooltip="Back to the dashboard")]
 
+    def __init__(self, hidden: frozenset[str] = frozenset(), why_hidden: str = "",
+                 panels: tuple[str, ...] | None = None) -> None:
+        super().__init__()
+        self.hidden, self.why_hidden, self.panels = hidden, why_hidden, panels
+
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
             # The box is 100 wide (95 % of a narrower screen), less its border and padding.
             width = min(100, int(self.app.size.width * 0.95)) - 6  # border, padding, scrollbar
-            yield Static(Content.from_markup(help_markup(width)), id="help-text")
+            yield Static(Content.from_markup(help_markup(width, self.hidden, self.why_hidden, self.panels)), id="help-text")

@@ -632,7 +632,10 @@ class MainScreen(TpmWorkers, Screen):
         self.app.push_screen(ProjectionScreen(comps, n, why, where), done)
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen())
+        # Keys this source can never act on (False, not "not now") are named, not listed as keys.
+        never = frozenset(a.action for a in ACTIONS
+                          if allowed(a.action.split("(")[0], self.caps, self.source, self) is False)
+        self.app.push_screen(HelpScreen(never, self.caps.why_not if never else "", tuple(self.panels)))
 
     def action_quit(self) -> None:
         self.app.exit()
