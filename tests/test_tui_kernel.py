@@ -390,3 +390,36 @@ class TestKernelHelp:
             # what the view does have is still there
             for still in ("  x  ", "  /  ", "  p  ", "  q  "):
                 assert still in text, (still, text)
+
+
+class TestKernelProjection:
+    async def test_p_prices_with_the_kernels_commands_and_asks_for_no_mode_run(self, kernel, tmp_path):
+        """p on the kernel view: priced with the kernel's own p50s; a component the kernel never
+        sent (an extend without a session) is 'not seen', not 'run that mode' — no mode can be
+        run here."""
+        from tpmtop.tui.screens.projection import ProjectionScreen
+
+        src, path = kernel()
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            _append(path, KEPT)
+            await until(pilot, lambda: "5 extends" in header_text(app), what="five extends counted")
+            await pilot.press("p")
+            await until(pilot, lambda: isinstance(app.screen, ProjectionScreen), what="the projection")
+            text = " ".join(str(app.screen.query_one("#projection-text").render()).split())
+            assert "priced with the kernel's own per-command p50s" in text
+            assert "E0 PCR_Extend not seen: the kernel sent none" in text
+            assert "run that mode" not in text
+
+
+def test_projection_arithmetic_wraps_under_its_own_column():
+    """A long line of arithmetic, wrapped at the box's width, continues under the formula's
+    column (no-break indent), not at the mode names' column."""
+    from tpmtop.tui.screens.projection import INDENT, projection_markup
+
+    comps = {"E0": 6000.0, "L": 36995.071, "S": 84803.583, "F": 3196.927, "Eh": 24363.007}
+    lines = projection_markup(comps, 1000, "set here", "test", width=60).splitlines()
+    saved = lines.index(next(line for line in lines if line.startswith("[b]saved")))
+    under = lines[saved + 1:lines.index("", saved)]
+    assert len(under) >= 3  # the arithmetic really wrapped at 60
+    assert all(line.startswith("\u00a0" * INDENT) and len(line) <= INDENT + 60 + 10 for line in under), under

@@ -25,7 +25,7 @@ from tpmtop.sources.model import (ContextGapTracker, CpuMeter, HandleBook, RateM
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tpmtop.tui.screens.help import HelpScreen
 from tpmtop.tui.screens.inspect import InspectScreen
-from tpmtop.tui.screens.projection import DEFAULT_N, ProjectionScreen, projection_summary
+from tpmtop.tui.screens.projection import DEFAULT_N, MISSING_LIVE, ProjectionScreen, projection_summary
 from tpmtop.tui.screens.workers import TpmWorkers
 from tpmtop.tui.widgets.clients import ClientsPanel
 from tpmtop.tui.widgets.footer import TpmtopFooter
@@ -622,14 +622,22 @@ class MainScreen(TpmWorkers, Screen):
     def action_show_projection(self) -> None:
         comps = boot_components(self.source.runs(), self.source.engine if self.source.engine != "-" else "native")
         n, why = self._projection_n()
-        where = "this sitting's per-command p50s" if self.caps.live else "the capture's per-command p50s"
+        kernel = self.caps.state_word == "kernel"
+        if kernel:
+            where = "the kernel's own per-command p50s"
+        else:
+            where = "this sitting's per-command p50s" if self.caps.live else "the capture's per-command p50s"
+        if self.caps.workload:
+            missing = MISSING_LIVE
+        else:  # nothing here can run the mode that would measure it
+            missing = "not seen: the kernel sent none" if kernel else "not in this capture"
 
         def done(new_n: int | None) -> None:
             if new_n is not None:
                 self._boot_n = new_n
                 self._stats_dirty = True
 
-        self.app.push_screen(ProjectionScreen(comps, n, why, where), done)
+        self.app.push_screen(ProjectionScreen(comps, n, why, where, missing), done)
 
     def action_help(self) -> None:
         # Keys this source can never act on (False, not "not now") are named, not listed as keys.

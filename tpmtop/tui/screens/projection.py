@@ -20,7 +20,17 @@ from textual.widgets import Input, Static
 DEFAULT_N = 1000
 
 
-def projection_markup(components_us: dict[str, float], n: int, n_source: str, where: str) -> str:
+MISSING_LIVE = "not measured yet (run that mode)"
+INDENT = 13  # the arithmetic's column, under the formula
+
+
+def projection_markup(components_us: dict[str, float], n: int, n_source: str, where: str,
+                      missing: str = MISSING_LIVE, width: int | None = None) -> str:
+    """``missing``: what a component nobody measured says (a kernel trace cannot be asked to
+    run a mode). ``width``: the text's width; a long line of arithmetic wraps under its own
+    column instead of under the mode's name."""
+    import textwrap
+
     from tpmtop.boot.projection import COMPONENTS, Cost, fmt_estimate, project
 
     comps = {k: Cost(Decimal(repr(v)), where) for k, v in components_us.items()}
@@ -29,17 +39,24 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
     for letter, what in COMPONENTS.items():
         v = components_us.get(letter)
         lines.append(f"  {letter:<2} {what:<28} " + (f"{v:,.1f} µs" if v is not None else
-                                                      "[dim]not measured yet (run that mode)[/]"))
+                                                      f"[dim]{escape(missing)}[/]"))
     lines.append("")
+
+    def under(text: str, style: str = "") -> None:
+        parts = textwrap.wrap(text, max(30, width - INDENT)) if width else [text]
+        for part in parts or [""]:  # no-break spaces: the indent survives the widget's wrapping
+            body = f"[{style}]{escape(part)}[/]" if style else escape(part)
+            lines.append("\u00a0" * INDENT + body)
+
     for mode, mc in proj.modes.items():
         est = fmt_estimate(mc.estimate_s) if mc.estimate_s is not None else "–"
         lines.append(f"[b]{mode:<12}[/] {est:>10}   [dim]{escape(mc.formula)}[/]")
         if mc.arithmetic:
-            lines.append(f"             {escape(mc.arithmetic)}")
+            under(mc.arithmetic)
         elif mc.reason:
-            lines.append(f"             [dim]{escape(mc.reason)}[/]")
+            under(mc.reason, "dim")
         if mc.note:
-            lines.append(f"             [dim]{escape(mc.note)}[/]")
+            under(mc.note, "dim")
     lines += ["", "[dim]The same model as `tpmtop boot` (domain notes §2). Type another N and Enter; Esc closes.[/]"]
     return "\n".join(lines)
 
@@ -56,9 +73,11 @@ def projection_summary(components_us: dict[str, float], n: int) -> str:
 class ProjectionScreen(ModalScreen[int | None]):
     BINDINGS = [Binding("escape,q,p", "close", "Close", id="projection-close", tooltip="Back to the dashboard")]
 
-    def __init__(self, components_us: dict[str, float], n: int, n_source: str, where: str) -> None:
+    def __init__(self, components_us: dict[str, float], n: int, n_source: str, where: str,
+                 missing: str = MISSING_LIVE) -> None:
         super().__init__()
         self.components_us, self.n, self.n_source, self.where = components_us, n, n_source, where
+        self.missing = missing
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="projection-box"):
@@ -69,7 +88,10 @@ class ProjectionScreen(ModalScreen[int | None]):
         self.query_one("#projection-n", Input).focus()  # type another N straight away
 
     def _markup(self) -> Content:
-        return Content.from_markup(projection_markup(self.components_us, self.n, self.n_source, self.where))
+        # The box is 110 wide (95 % of a narrower screen), less its border, padding and scrollbar.
+        width = min(110, int(self.app.size.width * 0.95)) - 6
+        return Content.from_markup(projection_markup(self.components_us, self.n, self.n_source, self.where,
+                                                     self.missing, width))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         try:
