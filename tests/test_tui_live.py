@@ -6,6 +6,8 @@ Each test asserts on what the TPM and the recorder now hold, not only on widget 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 from tpmtop.tpm.handles import list_handles
 from tpmtop.tui import messages as m
@@ -66,13 +68,59 @@ class TestWorkload:
             await pilot.press("F")
             await until(pilot, lambda: any(isinstance(x, m.HandlesFlushed) for x in seen), what="flushed")
             flushed = next(x for x in seen if isinstance(x, m.HandlesFlushed)).handles
-            assert any(h >> 24 == 0x02 for h in flushed)  # the saved mode's kept session
+            tail = [(e.name, [hex(h) for h in e.handles], e.rc, e.origin) for e in src.recorder.events()[-40:]]
+            assert any(h >> 24 == 0x02 for h in flushed), (flushed, tail)  # the saved mode's kept session
             after = src.accounts()
             assert set(after) >= set(before)
             assert all(after[k].ops >= n for k, n in before.items())
             main_screen(app)._refresh_stats()
             bars = str(main_screen(app).query_one("#bars").render())
             assert all(mode in bars for mode in ("none", "per-command", "reuse", "saved"))
+
+    def test_flush_ours_names_the_session_even_when_its_handle_comes_back_at_once(self, live):
+        """F's report of what it flushed is judged inside its own job. The workload's next
+        operation, queued right behind it, starts a session that swtpm gives the same handle;
+        a reader that looked again only after that job (a loaded machine) once saw the handle
+        still "ours" and reported no session flushed (a stress-run failure)."""
+        src = live(start_running=True, rate=0, mode="saved")
+        for _ in range(3):
+            assert src.on_tpm(src._step_job)
+        session = next(h for h in src.recorder.owned_handles() if h >> 24 == 0x02)
+        owner, rec = src.conn.owner, src.recorder
+        real, reads, again = rec.owned_handles, [], threading.Event()
+
+        def late_reader():  # off the owner thread, a second look comes after the next job ran
+            if not owner.on_owner_thread():
+                reads.append(1)
+                if len(reads) > 1:
+                    again.wait(60)
+            return real()
+
+        def next_operation(t):
+            src._step_job(t)
+            again.set()
+
+        rec.owned_handles = late_reader
+        gate, started = threading.Event(), threading.Event()
+        blocker = owner.submit(lambda: (started.set(), gate.wait(60)))  # the flush job queues behind it
+        assert started.wait(60)
+        out: list = []
+        flusher = threading.Thread(target=lambda: out.append(src.flush_ours()))
+        flusher.start()
+        try:
+            deadline = time.monotonic() + 60
+            while owner._q.qsize() < 1:  # the flush job is queued
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            follow = owner.submit(next_operation, t=None)
+        finally:
+            gate.set()
+        blocker.result(60)
+        follow.result(60)
+        flusher.join(60)
+        rec.owned_handles = real
+        assert out and session in out[0], out
+        assert session in rec.owned_handles()  # the next operation's session, same handle: still there
 
     async def test_pause_stops_workload_commands(self, live, tmp_path):
         """Space pauses the workload: no workload command reaches the TPM while paused."""

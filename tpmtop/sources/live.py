@@ -438,16 +438,17 @@ class LiveSource:
         tpmtop created that the TPM still lists."""
         if self.read_only:
             raise UsageError("--read-only: refusing to flush")
-        before = self.recorder.owned_handles()
-        done = self.on_tpm(self._flush_ours_job)
-        done += sorted((before - set(done)) - self.recorder.owned_handles())
-        return sorted(set(done))
+        return self.on_tpm(self._flush_ours_job)
 
     def _flush_ours_job(self, t) -> list[int]:
+        # All of it in one job: once it returns, the workload's next job may start a session
+        # that gets the same handle again (swtpm hands out 0x02000000 first), so "ours before,
+        # not ours after" must be judged before any other job runs.
         from tpmtop.tpm.handles import FLUSHABLE, flush, list_handles
 
+        before = self.recorder.owned_handles()
         done: list[int] = []
-        self._drop_workload()
+        self._drop_workload()  # the engine flushes what it made
         listed = {e.handle for e in list_handles(t, self.recorder.owned_handles())}
         for h in sorted(self.recorder.owned_handles() & listed):
             if h >> 24 in FLUSHABLE:
@@ -457,7 +458,7 @@ class LiveSource:
                     continue
                 self.recorder.forget_handle(h)
                 done.append(h)
-        return done
+        return sorted(set(done) | (before - self.recorder.owned_handles()))
 
     def reset_stats(self) -> None:
         self.recorder.reset_stats()
