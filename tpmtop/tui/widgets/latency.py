@@ -21,6 +21,7 @@ from tpmtop.tui.widgets.table import KeyedTable
 COLUMNS = (("name", "command", 21, 0), ("count", "count", 7, 1), ("errors", "errors", 6, 4),
            ("p50", "p50 µs", 7, 2), ("p90", "p90 µs", 7, 7), ("p99", "p99 µs", 7, 3), ("max", "max µs", 7, 5),
            ("last", "last µs", 7, 6))
+NAME_GROW_TO = 32  # "SetCommandCodeAuditStatus · user": the longest command name with a path
 HIST_BAR = 24
 HIST_EVERY_S = 2.0
 
@@ -47,7 +48,8 @@ class LatencyPanel(Panel):
     title = "Latency"
 
     def compose(self) -> ComposeResult:
-        table = KeyedTable(COLUMNS, id="latency-table")
+        # A cut name costs more than the last and p90 columns (priorities 6, 7), less than max.
+        table = KeyedTable(COLUMNS, grow_to=NAME_GROW_TO, grow_priority=5.5, id="latency-table")
         table.pinned = "op:"  # the operation's total / wire / host stay on top of any sort
         yield table
         with Horizontal(id="latency-detail"):

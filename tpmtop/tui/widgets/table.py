@@ -41,12 +41,17 @@ class KeyedTable(DataTable):
     KeyedTable { height: 1fr; overflow-x: hidden; }
     """
 
-    def __init__(self, columns: Iterable[tuple], **kw):
+    def __init__(self, columns: Iterable[tuple], grow_to: int = 0, grow_priority: float = 0.0, **kw):
         """``columns``: (key, label, width[, priority]); lower priority numbers stay longest,
-        the first column always stays. Cells passed to :meth:`sync` cover every column."""
+        the first column always stays. Cells passed to :meth:`sync` cover every column.
+        ``grow_to``: the first column (the names) widens up to that, as far as its longest
+        name needs, ranked among the columns at ``grow_priority``: a name is then cut only
+        where the panel lacks room even after the less wanted columns are gone."""
         super().__init__(cursor_type="row", zebra_stripes=False, **kw)
         self._all = [(c[0], c[1], c[2], c[3] if len(c) > 3 else i) for i, c in enumerate(columns)]
         self._shown: list[int] = list(range(len(self._all)))
+        self._grow_to, self._grow_priority = grow_to, grow_priority
+        self._first_w = self._want_w = self._all[0][2] if self._all else 0
         self._shadow: dict[str, tuple] = {}
         self._rows: list[tuple[str, tuple]] = []
         self._order: Callable[[str], object] | None = None
@@ -95,7 +100,7 @@ class KeyedTable(DataTable):
 
     @property
     def _columns(self) -> list[tuple]:
-        return [self._all[i][:3] for i in self._shown]
+        return [self._all[i][:2] + (self._first_w,) if i == 0 else self._all[i][:3] for i in self._shown]
 
     @property
     def shown_columns(self) -> list[str]:
@@ -111,17 +116,25 @@ class KeyedTable(DataTable):
     def _fit(self, width: int) -> bool:
         """Choose the columns that fit ``width``; True if the choice changed."""
         budget = width if width else 10_000
-        by_priority = sorted(range(len(self._all)), key=lambda i: (i != 0, self._all[i][3]))
-        shown, used = [], 0
-        for i in by_priority:
+        GROW = -1  # the first column's extra width, ranked like a column
+        items = list(range(len(self._all))) + ([GROW] if self._want_w > self._all[0][2] else [])
+        rank = lambda i: (i != 0, self._grow_priority if i == GROW else self._all[i][3])  # noqa: E731
+        shown, used, first_w = [], 0, self._all[0][2]
+        for i in sorted(items, key=rank):
+            if i == GROW:
+                extra = min(self._want_w - first_w, budget - used)
+                if extra > 0:
+                    first_w += extra
+                    used += extra
+                continue
             w = (self._all[i][2] or 10) + CELL_PAD
             if used + w <= budget or not shown:
                 shown.append(i)
                 used += w
         shown.sort()
-        if shown == self._shown and self.columns:
+        if shown == self._shown and first_w == self._first_w and self.columns:
             return False
-        self._shown = shown
+        self._shown, self._first_w = shown, first_w
         if not self.columns:
             for key, label, width in self._columns:
                 self.add_column(label, key=key, width=width)
@@ -150,6 +163,14 @@ class KeyedTable(DataTable):
         """Make the table show ``rows`` [(key, cells)]; returns True if rows came or went.
         ``order`` ranks a row by the plain text of its first cell."""
         self._rows, self._order = rows, order
+        if self._grow_to:
+            longest = max((len(str(cells[0])) for _, cells in rows), default=0)
+            want = max(self._all[0][2], min(self._grow_to, longest))
+            if want != self._want_w:
+                self._want_w = want
+                if self.columns and self._fit(self.size.width):
+                    self._rebuild()  # which syncs these rows into the new columns
+                    return True
         if not self.columns:
             return False  # not mounted yet: on_mount adds the columns, the next sync the rows
         shown = self._shown
