@@ -77,8 +77,15 @@ class Proxy:
 
     def stop(self) -> tuple[int, str, dict]:
         self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=TIMEOUT)
+        # Not communicate(): it would read (and close) stderr under the pump thread, which then
+        # died with "I/O operation on closed file" (a warning in a stress run) and lost lines.
+        # stdout is a line or two, well under a pipe's buffer, so waiting first cannot block.
+        self.proc.wait(timeout=TIMEOUT)
+        out = self.proc.stdout.read()
+        self.proc.stdout.close()
         self._t.join(TIMEOUT)
+        if not self._t.is_alive():
+            self.proc.stderr.close()
         cap = json.loads(self.capture.read_text()) if self.capture.exists() else {}
         return self.proc.returncode, out, cap
 
