@@ -8,7 +8,8 @@ error lines), so every one of them goes through :func:`safe` first: C0 and C1 co
 characters, DEL, and the Unicode bidi/zero-width format characters become visible escapes
 (``\\x1b``, ``\\u202e``). Tab and newline are escaped too: every field is shown on one line.
 
-The dashboard uses the same helper for what it shows from a replayed capture.
+The dashboard uses the same helper for what it shows from a replayed capture; :func:`counted`
+words a count the same way in both ("1 extend", "5 extends").
 No dependencies (the lowest layer: anyone may import it).
 """
 
@@ -44,3 +45,9 @@ def safe_tree(obj):
     if isinstance(obj, (list, tuple)):
         return [safe_tree(v) for v in obj]
     return obj
+
+
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """``n`` with thousands separators and the noun in the number it takes ("1 probe event",
+    "2,048 probe events"); ``many`` where the plural is not ``one`` + "s"."""
+    return f"{n:,} {one if n == 1 else many or one + 's'}"

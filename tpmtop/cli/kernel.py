@@ -186,12 +186,14 @@ def _from_trace(args, out, report) -> int:
     from tpmtop.errors import UsageError
     from tpmtop.kernel.live import file_lines
     from tpmtop.kernel.tap import KernelTap
+    from tpmtop.textsafe import counted
 
     path = args.from_trace
     try:
-        if stat.S_ISDIR(os.stat(path).st_mode):
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
             raise UsageError(f"cannot read {path}: it is a folder")
-        if stat.S_ISFIFO(os.stat(path).st_mode):
+        if stat.S_ISFIFO(mode):
             notice(f"reading the FIFO {path} until its writer closes it")
         tap = KernelTap(trace_path=path)
         commands = []
@@ -204,21 +206,17 @@ def _from_trace(args, out, report) -> int:
     if not commands and not p.lost:
         if not p.events:
             raise UsageError(f"{path} holds no tpmtop kprobe events")
-        why = [_n(n, *what) for n, what in (
+        why = [counted(n, *what) for n, what in (
             (p.pending(), ("entry whose return is not in it", "entries whose return is not in it")),
             (p.orphans, ("return whose entry is not", "returns whose entry is not")),
             (p.backwards, ("return timed before its entry", "returns timed before their entry")),
             (p.dropped, ("entry dropped", "entries dropped"))) if n]
-        raise UsageError(f"{path} holds {_n(p.events, 'probe event', 'probe events')} but no whole command "
+        raise UsageError(f"{path} holds {counted(p.events, 'probe event', 'probe events')} but no whole command "
                          f"({', '.join(why)}): a trace that wrapped or was cut?")
     if not args.quiet:
         for kc in sorted(commands, key=lambda kc: kc.t_ns):  # completed in return order; shown in start order
             print(_line(kc), file=report)
     return _finish(args, tap, path, out, report)
-
-
-def _n(n: int, one: str, many: str) -> str:
-    return f"{n:,} {one if n == 1 else many}"
 
 
 def preload() -> None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from tpmtop.importers.observed import capture_from_exchanges
 from tpmtop.kernel.live import exchanges
-from tpmtop.kernel.trace_pipe import RESOURCE_MANAGER, USER_SPACE, KernelCommand, KernelOp
+from tpmtop.kernel.ops import for_a_client
+from tpmtop.kernel.trace_pipe import KernelCommand, KernelOp
 from tpmtop.stats import LatencyHistogram
 from tpmtop.tpm import names
 
@@ -27,7 +28,7 @@ def own_summaries(commands: list[KernelCommand]) -> dict:
     from these: a tpm2_createprimary's StartAuthSession is not the kernel starting sessions."""
     hs: dict = {}
     for kc in commands:
-        if kc.path.startswith((USER_SPACE, RESOURCE_MANAGER)) or kc.ret is None or kc.ret < 0:
+        if for_a_client(kc) or not kc.answered:
             continue
         hs.setdefault(names.cc_name(kc.cc), LatencyHistogram()).record(kc.wire_ns)
     return {name: h.summary() for name, h in hs.items()}

@@ -108,7 +108,7 @@ def exchanges(commands: list[KernelCommand], t0_unix_ns: int) -> list[Exchange]:
     for kc in commands:
         out.append(Exchange(
             t_unix_ns=t0_unix_ns + kc.t_ns - base, wire_ns=kc.wire_ns, command=None, response=None,
-            cc=kc.cc, rc=kc.rc, answered=kc.ret is not None and kc.ret >= 0,
+            cc=kc.cc, rc=kc.rc, answered=kc.answered,
             extra={"pid": kc.pid, "comm": kc.comm, "path": kc.path, "cpu": kc.cpu,
                    # tpm_transmit_cmd's return carries the TPM's rc; a command from user space
                    # (or one whose return was lost) may have none the probes could read

@@ -130,9 +130,7 @@ class KernelTap:
                 if isinstance(x, KernelOp):
                     self._add_op(x)
                     continue
-                self._record(x)
-                self.accounts.add_command(x)
-                self.commands.append(x)
+                self._add_command(x)
                 if not p.op_probes:
                     op = self.assembler.feed(x)
                     if op is not None:
@@ -145,10 +143,14 @@ class KernelTap:
         if done:
             with self.lock:
                 for kc in done:
-                    self._record(kc)
-                    self.accounts.add_command(kc)
-                    self.commands.append(kc)
+                    self._add_command(kc)
         return done
+
+    def _add_command(self, kc: KernelCommand) -> None:
+        """A completed command into the recorder, the accounts and the list (under the lock)."""
+        self._record(kc)
+        self.accounts.add_command(kc)
+        self.commands.append(kc)
 
     def _add_op(self, op: KernelOp) -> None:
         self.accounts.add_op(op)
@@ -169,7 +171,7 @@ class KernelTap:
             kc.path = f"tpmtop's own: {kc.path}"
         if self._offset is None:
             self._offset = time.perf_counter_ns() - (kc.t_ns + kc.wire_ns)
-        answered = kc.ret is not None and kc.ret >= 0
+        answered = kc.answered
         label = path_label(kc.path)
         st = self.by_path.get((label, kc.cc))
         if st is None:

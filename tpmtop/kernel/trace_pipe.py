@@ -118,6 +118,12 @@ class KernelCommand:
         return self.cpu != self.cpu_return
 
     @property
+    def answered(self) -> bool:
+        """The TPM answered: the transmit function returned a response's length, not -errno
+        (a command whose return was never seen has ``ret`` None)."""
+        return self.ret is not None and self.ret >= 0
+
+    @property
     def expected_error(self) -> bool:
         """The resource manager's ContextSave of a session the TPM had already ended:
         TPM_RC_REFERENCE_H0 (0x910), which tpm2_save_context (tpm2-space.c) takes to mean
@@ -348,7 +354,7 @@ class Parser:
             desc = _desc(cmd_stack[-1].args.get("desc")) if via_cmd else None
             work = self._work.get(ev.pid)
             kc = KernelCommand(
-                t_ns=entry.t_ns, wire_ns=max(ev.t_ns - entry.t_ns, 0), pid=ev.pid, comm=entry.comm,
+                t_ns=entry.t_ns, wire_ns=ev.t_ns - entry.t_ns, pid=ev.pid, comm=entry.comm,
                 cpu=entry.cpu, cpu_return=ev.cpu,
                 cc=self._swap(_num(entry.args.get("cc"))),
                 tag=self._swap(_num(entry.args.get("tag")), 16),

@@ -15,14 +15,11 @@ from tpmtop.sources.model import (CommandRow, ErrorBook, RunView, buckets_of, op
                                   summary_of)
 from tpmtop.sources.passive import Sysfs
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, TimingsView
+from tpmtop.textsafe import counted
 
 ENGINE = "kernel"
 UNUSUAL = ("hwrng", "user", "tpmtop", "kernel")  # paths named in a row's label whatever else came
 WHY_NOT = "--kernel watches the kernel's own TPM commands: tpmtop sends nothing to the TPM"
-
-
-def _n(n: int, one: str, many: str | None = None) -> str:
-    return f"{n:,} {one if n == 1 else many or one + 's'}"
 
 
 class KernelSource:
@@ -62,7 +59,7 @@ class KernelSource:
         with tap.lock:
             n, acc = len(tap.commands), tap.accounts
             extends = acc.by_kind["extend"].ops if "extend" in acc.by_kind else 0
-        bits = [_n(n, "kernel command"), _n(extends, "extend")]
+        bits = [counted(n, "kernel command"), counted(extends, "extend")]
         if p.lost:  # before the long tail of the line: the header is cut at the terminal's width
             bits.append(f"{p.lost:,} events lost")
         bits.append("tpmtop sends no TPM command")
@@ -96,7 +93,7 @@ class KernelSource:
         if blind:  # one command per extend and no operation probes: no host time can be seen
             ops = [r for r in ops if r.key != "op:host"]
         rows = ops + self._command_rows()
-        subtitle = f"kernel · {_n(current.ops, self.op + ' op', self.op + ' ops')}" if current else "kernel · no extend yet"
+        subtitle = f"kernel · {counted(current.ops, self.op + ' op', self.op + ' ops')}" if current else "kernel · no extend yet"
         lines = [f"sessions: {mode or 'cannot tell'}: {why}"]
         lost = self.tap.parser.lost
         if lost:

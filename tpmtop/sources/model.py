@@ -433,7 +433,7 @@ def stream_row_from_dict(i: int, e: dict) -> StreamRow:
         origin = path_label(e["path"])
         hs = f"{e.get('comm', '?')}-{e.get('pid', '?')} · {e['path']}"
     ok = rc == 0 or e.get("expected") is True
-    if rc is None and rc_not_traced(e):  # answered; only its response code is unknown
+    if rc_not_traced(e):  # answered; only its response code is unknown
         return StreamRow(str(i), f"{float(t) / 1e9:.3f}", origin, name, hs, ss, "rc ?",
                          fmt_us(wire / 1000) if isinstance(wire, (int, float)) else "", True)
     return StreamRow(str(i), f"{float(t) / 1e9:.3f}", origin, name, hs, ss,

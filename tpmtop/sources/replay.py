@@ -73,7 +73,7 @@ class ReplaySource:
             if isinstance(e, dict):
                 rc = e.get("rc")
                 rc = int(rc, 0) if isinstance(rc, str) and rc.strip().lower().startswith("0x") else rc
-                if (rc is None and rc_not_traced(e)) or e.get("expected") is True:
+                if rc_not_traced(e) or e.get("expected") is True:
                     continue  # answered (its code unknown), or an error its sender expects
                 if rc != 0 and (rc is None or isinstance(rc, int)):
                     from tpmtop.tpm import names

@@ -4,6 +4,7 @@ its ratio to `none` of the same engine."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
+from textual.content import Content
 from textual.widgets import Static
 
 from tpmtop.sources.model import CompareRow, fmt_duration
@@ -64,8 +65,6 @@ class ModesPanel(Panel):
         self.border_title = f"Modes · {op} · op p50"
         bars = self.query_one("#bars", Static)
         if not rows:
-            from textual.content import Content
-
             if notes:  # the source says what it waits for (the kernel: its first extend)
                 self._text.set(bars, Content("\n").join(Content.from_markup("[dim]$t[/]", t=t) for t in notes))
             else:
@@ -87,8 +86,6 @@ class ModesPanel(Panel):
                 n = max(1, round(r.p50_us / top * width))
                 text += f" [${tone}]{'█' * n}[/]"
             lines.append(text)
-        from textual.content import Content
-
         parts = [Content.from_markup("\n".join(lines))]
         parts += [Content.from_markup("[dim]$t[/]", t=t) for t in notes or ()]
         tail = ([boot] if boot else []) + (timeline_markup(series, avail) if series and any(series) else [])
