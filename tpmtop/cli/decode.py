@@ -1,4 +1,5 @@
-"""``tpmtop decode COMMAND [RESPONSE]``: a TPM command and its response to the parameter level."""
+"""``tpmtop decode COMMAND [RESPONSE]``: a TPM command and its response, field by field
+(:mod:`tpmtop.decode`; JSON form: ``tpmtop/schema/decode-1.json``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,14 @@ the raw bytes or their hex. A lone response needs --cc to say which command it a
 A capture (tpmtop bench --events --json, tpmtop import) with --event N decodes its event N
 (counted from 0; captures keep the bytes of their newest 16,384 commands).
 
+Every field is shown with its offset, spec name (TPM 2.0 Part 2/3), type, bytes and meaning:
+enumerations by name, attribute bits spelled out, unions resolved by their selector, TPM2B
+sizes checked. A parameter encrypted by a session is shown as ciphertext with the session
+that encrypted it. --json gives the same tree (schema tpmtop/schema/decode-1.json).
+
 exit status: 0 every buffer decoded fully; 2 bad input, or a buffer that does not follow
-the TPM 2.0 layout (the partial decode is still printed and says where it stopped).
+the TPM 2.0 layout (the partial decode is still printed: where it stopped, why, and the
+rest of the buffer raw).
 
 examples:
   tpmtop decode 80010000000c0000017b0008
@@ -101,7 +108,7 @@ def run_decode(args) -> int:
 
     from tpmtop.cli.common import print_json
     from tpmtop.errors import EXIT_USAGE, UsageError
-    from tpmtop.tpm import decode
+    from tpmtop import decode
 
     if len(args.buffers) > 2:
         raise UsageError("tpmtop decode: give a command and at most one response")
@@ -121,7 +128,8 @@ def run_decode(args) -> int:
     else:
         print(decode.render(d, hexdump=not args.no_hex))
     if not d.complete:
-        stop = next(p.stopped for p in (d.command, d.response) if p is not None and p.stopped)
-        print(f"tpmtop: partial decode: {stop.text()}", file=sys.stderr)
+        stop = d.first_stop
+        why = stop.text() if stop else "bytes left after the declared size"
+        print(f"tpmtop: partial decode: {why}", file=sys.stderr)
         return EXIT_USAGE
     return 0

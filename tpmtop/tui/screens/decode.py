@@ -2,7 +2,7 @@
 
 Opened with Enter on the command stream. The bytes come from the recorder (live: it keeps
 the newest commands' bytes) or from the capture's ``command_hex``/``response_hex`` (replay);
-the decoding is :mod:`tpmtop.tpm.decode`, the same as ``tpmtop decode``.
+the decoding is :mod:`tpmtop.decode`, the same as ``tpmtop decode``.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class DecodeScreen(ModalScreen):
     def _text(self) -> str:
         if self.command is None:
             return f"No decode: {self.why}."
-        from tpmtop.tpm import decode
+        from tpmtop import decode
 
         d = decode.decode(self.command, self.response)
         return decode.render(d, hexdump=self.show_hex)
