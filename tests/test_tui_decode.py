@@ -84,4 +84,4 @@ async def test_replay_of_a_failing_tool_alerts_and_decodes(tcp_swtpm, tmp_path):
         text = _body(app)
         assert "TPM2_CC_CreatePrimary (0x00000131)" in text
         assert "rc 0x902 tpm:warn(2.0): out of memory for object contexts" in text
-        assert "TPM_RH_NULL" in text  # the hierarchy handle, by name
+        assert "TPM_RH.NULL" in text  # the hierarchy handle, by name

@@ -229,8 +229,8 @@ class _Walker:
                         f"says {size} bytes follow, {max(self.ends[-1] - off, 0)} left")
         f.size = 2 + size
         bpath = f"{path}.{buf_name}"
-        if encrypted is not None:
-            inner = self.raw(buf_name, bpath, f"BYTE[{size}]", off, size, f)
+        if encrypted is not None:  # ciphertext: named as tpmstream names it (TPM2B_ENCRYPTED_PARAM)
+            inner = self.raw("encryptedParam", f"{path}.encryptedParam", f"BYTE[{size}]", off, size, f)
             inner.note = f.note = _encrypted_note(encrypted)
             f.encrypted = encrypted
             return end
