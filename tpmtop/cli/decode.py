@@ -109,6 +109,7 @@ def run_decode(args) -> int:
     from tpmtop.cli.common import print_json
     from tpmtop.errors import EXIT_USAGE, UsageError
     from tpmtop import decode
+    from tpmtop.decode.plaintext import provider
 
     if len(args.buffers) > 2:
         raise UsageError("tpmtop decode: give a command and at most one response")
@@ -120,9 +121,9 @@ def run_decode(args) -> int:
     if len(bufs) == 1 and (cc is not None or decode.looks_like_response(bufs[0])):
         if cc is None:
             raise UsageError("tpmtop decode: that is a response; say which command it answers with --cc")
-        d = decode.decode(None, bufs[0], cc)
+        d = decode.decode(None, bufs[0], cc, plaintext=provider(None))
     else:
-        d = decode.decode(bufs[0], bufs[1] if len(bufs) > 1 else None)
+        d = decode.decode(bufs[0], bufs[1] if len(bufs) > 1 else None, plaintext=provider(None))
     if args.json:
         print_json(d.to_json())
     else:

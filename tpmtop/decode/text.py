@@ -49,16 +49,16 @@ def _field_lines(f: Field, depth: int, buf: bytes, out: list[str]) -> None:
             out.append(f"  {'':>5}  {'  ' * (depth + 1)}clear: {', '.join(clear)}")
     if f.note:
         out.append(f"  {'':>5}  {'  ' * (depth + 1)}({f.note})")
-    if f.encrypted and f.encrypted.get("plaintext") is not None and f.name != "encryptedParam":
-        pt = f.encrypted["plaintext"]
-        out.append(f"  {'':>5}  {'  ' * (depth + 1)}plaintext (tpmtop holds this session's key): "
-                   f"{pt['hex'] if pt['hex'] else 'empty'}")
-        for sub in pt.get("fields", []):
-            _plain_lines(sub, depth + 2, out)
-    elif f.encrypted and f.encrypted.get("why") and f.name != "encryptedParam":
-        out.append(f"  {'':>5}  {'  ' * (depth + 1)}no plaintext view: {f.encrypted['why']}")
     for c in f.fields:
         _field_lines(c, depth + 1, buf, out)
+    if f.encrypted and f.encrypted.get("plaintext") is not None:
+        pt = f.encrypted["plaintext"]
+        out.append(f"  {'':>5}  {'  ' * (depth + 1)}plaintext (tpmtop holds this session's key): "
+                   f"{pt['hex'] or 'empty'}")
+        for sub in pt.get("fields", []):
+            _plain_lines(sub, depth + 2, out)
+    elif f.encrypted and f.encrypted.get("why"):
+        out.append(f"  {'':>5}  {'  ' * (depth + 1)}no plaintext view: {f.encrypted['why']}")
 
 
 def _plain_lines(d: dict, depth: int, out: list[str]) -> None:

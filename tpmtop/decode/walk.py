@@ -230,8 +230,8 @@ class _Walker:
         f.size = 2 + size
         bpath = f"{path}.{buf_name}"
         if encrypted is not None:  # ciphertext: named as tpmstream names it (TPM2B_ENCRYPTED_PARAM)
-            inner = self.raw("encryptedParam", f"{path}.encryptedParam", f"BYTE[{size}]", off, size, f)
-            inner.note = f.note = _encrypted_note(encrypted)
+            self.raw("encryptedParam", f"{path}.encryptedParam", f"BYTE[{size}]", off, size, f)
+            f.note = _encrypted_note(encrypted)
             f.encrypted = encrypted
             return end
         if _is_list(buf_t):
@@ -462,6 +462,35 @@ def _fill_plaintext(part: Part, plaintext, command: Part | None = None) -> None:
         view = {"available": False, "why": f"{type(e).__name__}: {e}"}
     if view:
         first.encrypted.update(view)
+        first.note = _encrypted_note(first.encrypted)
+
+
+@lru_cache(maxsize=None)
+def _types_by_name() -> dict:
+    from tpmstream.spec import all_types
+
+    return {t.__name__: t for t in all_types}
+
+
+def decode_type(tpm2b_name: str, data: bytes) -> tuple[list[Field], Stop | None]:
+    """``data`` (a TPM2B's content, e.g. a decrypted parameter) decoded as that TPM2B's
+    buffer type; offsets are within ``data``."""
+    t = _types_by_name().get(tpm2b_name)
+    root = Field("", "", "", 0, len(data))
+    if t is None:
+        return [], Stop(0, tpm2b_name, f"{tpm2b_name} is not in the tables")
+    (_, _), (buf_name, buf_t) = _fields(t)
+    w = _Walker(data, len(data))
+    try:
+        if _is_list(buf_t):
+            w.raw(buf_name, buf_name, f"BYTE[{len(data)}]", 0, len(data), root)
+        elif data:
+            end, _ = w.walk(buf_t, buf_name, buf_name, 0, root)
+            if end != len(data):
+                raise _Fail(end, buf_name, f"{len(data) - end} bytes left over")
+    except _Fail as e:
+        return root.fields, Stop(e.offset, e.path, e.why)
+    return root.fields, None
 
 
 def looks_like_response(buf: bytes) -> bool:
