@@ -87,3 +87,25 @@ def test_corpus_agrees_with_tshark(corpus):
             assert a["handles"] == sorted(h.value for h in rsp.handles)
         checked["handles+sessions"] += 1
     assert checked["handles+sessions"] > 0.9 * n
+
+
+def test_import_and_replay_decode_option(corpus, tmp_path):
+    """`tpmtop import --decode` lists every command decoded; `replay --decode` puts the same
+    text in the stream's handles column."""
+    from conftest import run_tpmtop
+    from tpmtop.sources.replay import ReplaySource, load
+
+    pcap, n, _ = corpus
+    r = run_tpmtop("import", str(pcap), "-o", str(tmp_path / "c.json"), "--decode")
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.splitlines()
+    assert len(rows) == 1 + n
+    assert any("PCR_Extend" in x and "pcrHandle=PCR 16 digests=TPML_DIGEST_VALUES[1]" in x for x in rows)
+    assert any("GetRandom" in x and "bytesRequested=8" in x for x in rows)
+    assert any("NV_Write" in x and "nvIndex=" in x and "offset=0" in x for x in rows)
+    r = run_tpmtop("import", str(pcap), "-o", "-", "--decode")
+    assert r.returncode == 2 and r.stdout == ""
+    stream = ReplaySource(load(str(pcap)), str(pcap), decode=True).stream
+    assert any(row.command == "GetRandom" and row.handles == "bytesRequested=8" for row in stream)
+    plain = ReplaySource(load(str(pcap)), str(pcap)).stream
+    assert not any("bytesRequested" in row.handles for row in plain)

@@ -121,14 +121,19 @@ def render(d: Decoded, hexdump: bool = True) -> str:
 
 def _short_value(f: Field) -> str:
     if f.encrypted:
-        return "(encrypted)"
+        return f"({f.size - 2} bytes encrypted)"
     if isinstance(f.value, int):
         return f.text.split(", ")[-1] if f.text else str(f.value)
     if isinstance(f.value, str):
         return f.value[:16] + ("…" if len(f.value) > 16 else "") if f.value else "''"
-    if f.note and f.note.startswith("empty"):
-        return "∅"
-    return f"{f.type}"
+    if f.type.startswith("TPM2B"):  # size, and the bytes when they are few
+        inner = f.fields[1] if len(f.fields) > 1 else None
+        if inner is not None and isinstance(inner.value, str) and f.size <= 10:
+            return inner.value or "''"
+        return f"{f.size - 2}B"
+    if f.type.startswith("TPML") and f.fields and isinstance(f.fields[0].value, int):
+        return f"{f.type}[{f.fields[0].value}]"
+    return f.type
 
 
 def one_line(p: Part, limit: int = 100) -> str:

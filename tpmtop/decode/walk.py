@@ -184,7 +184,9 @@ class _Walker:
         value = int.from_bytes(self.buf[off:off + n], "big", signed=t._signed)
         f = Field(name, path, t.__name__, off, n, value)
         f.text, f.bits, f.note = _describe(t, value)
-        if _is_handle_type(t) and not f.text:  # tpmstream's name when it has one (TPM_HR.HMAC_SESSION.000000)
+        if _is_handle_type(t) and (not f.text or value >> 24 == 0):
+            # tpmstream's name when it has one (TPM_HR.HMAC_SESSION.000000), but a PCR in
+            # decimal: tpmstream's TPM_HR.PCR.10 is PCR 16
             f.text = handle_name(value)
         parent.fields.append(f)
         return off + n, value
