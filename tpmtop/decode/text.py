@@ -10,7 +10,7 @@ from __future__ import annotations
 from tpmtop.decode.model import Decoded, Field, Part
 from tpmtop.tpm import names
 
-HEX_SHOWN = 24  # bytes of a field's hex shown on its line; the hex view has them all
+HEX_SHOWN = 8  # bytes of a field's hex shown on its line; --json and the hex view have them all
 
 
 def hex_view(buf: bytes, width: int = 16, base: int = 0) -> list[str]:
@@ -24,56 +24,91 @@ def hex_view(buf: bytes, width: int = 16, base: int = 0) -> list[str]:
     return out
 
 
-def _meaning(f: Field) -> str:
-    if isinstance(f.value, int):
+def _meaning(value, text, bits, size) -> str:
+    if isinstance(value, int):
         # a value with a meaning (a name, a handle, bits) in hex as the spec writes it; a number in decimal
-        v = f"0x{f.value:0{f.size * 2}x}" if f.text or f.bits is not None else str(f.value)
-        return f"{v}  {f.text}" if f.text else v
-    if isinstance(f.value, str):  # a byte buffer: its hex is the value
-        return f"{f.size} bytes" if f.size else "empty"
+        v = f"0x{value:0{size * 2}x}" if text or bits is not None else str(value)
+        return f"{v}  {text}" if text else v
+    if isinstance(value, str):  # a byte buffer: its hex is the value
+        return f"{size} bytes" if size else "empty"
     return ""
 
 
-def _field_lines(f: Field, depth: int, buf: bytes, out: list[str]) -> None:
+class _Cols:
+    """Column widths of one part, from the fields that carry a value (a structure's own line
+    has only a name and a type, and may run past them)."""
+
+    def __init__(self, rows: list[tuple[str, str]]):
+        self.label = min(max((len(a) for a, _ in rows), default=10), 40)
+        self.type = min(max((len(b) for _, b in rows), default=10), 28)
+
+    def line(self, off: str, label: str, type_: str, hx: str, meaning: str) -> str:
+        if not hx and not meaning:
+            return f"  {off:>5}  {label:<{self.label}} {type_}".rstrip()
+        return f"  {off:>5}  {label:<{self.label}} {type_:<{self.type}} {hx:<{HEX_SHOWN * 2 + 1}} {meaning}".rstrip()
+
+    def under(self, depth: int, text: str) -> str:
+        return f"  {'':>5}  {'  ' * depth}{text}"
+
+
+def _short_hex(h: str) -> str:
+    return h[:HEX_SHOWN * 2] + ("…" if len(h) > HEX_SHOWN * 2 else "")
+
+
+def _widths(p: Part) -> _Cols:
+    rows = []
+
+    def plain(d: dict, depth: int) -> None:
+        if "value" in d:
+            rows.append(("  " * depth + d["name"], d["type"]))
+        for c in d.get("fields", []):
+            plain(c, depth + 1)
+
+    def walk(f: Field, depth: int) -> None:
+        if f.value is not None:
+            rows.append(("  " * depth + f.name, f.type))
+        for c in f.fields:
+            walk(c, depth + 1)
+        pt = (f.encrypted or {}).get("plaintext")
+        for d in (pt or {}).get("fields", []):
+            plain(d, depth + 2)
+
+    for f in p.root.fields:
+        walk(f, 0)
+    return _Cols(rows)
+
+
+def _field_lines(f: Field, depth: int, buf: bytes, out: list[str], cols: _Cols) -> None:
     raw = buf[f.offset:f.offset + f.size]
-    hx = raw[:HEX_SHOWN].hex() + ("…" if len(raw) > HEX_SHOWN else "")
-    label = "  " * depth + (f.name or f.type)
-    line = f"  {f.offset:>5}  {label:<38} {f.type:<30} {hx if (f.value is not None) else ''}"
-    m = _meaning(f)
-    if m:
-        line = f"{line:<{2 + 5 + 2 + 38 + 1 + 30 + 1 + 20}} {m}"
-    out.append(line.rstrip())
+    hx = _short_hex(raw.hex()) if f.value is not None else ""
+    out.append(cols.line(str(f.offset), "  " * depth + (f.name or f.type), f.type, hx,
+                         _meaning(f.value, f.text, f.bits, f.size)))
     if f.bits is not None:
         clear = [k for k, v in f.bits.items() if not v]
         if clear:
-            out.append(f"  {'':>5}  {'  ' * (depth + 1)}clear: {', '.join(clear)}")
+            out.append(cols.under(depth + 1, f"clear: {', '.join(clear)}"))
     if f.note:
-        out.append(f"  {'':>5}  {'  ' * (depth + 1)}({f.note})")
+        out.append(cols.under(depth + 1, f"({f.note})"))
     for c in f.fields:
-        _field_lines(c, depth + 1, buf, out)
+        _field_lines(c, depth + 1, buf, out, cols)
     if f.encrypted and f.encrypted.get("plaintext") is not None:
         pt = f.encrypted["plaintext"]
-        out.append(f"  {'':>5}  {'  ' * (depth + 1)}plaintext (tpmtop holds this session's key): "
-                   f"{pt['hex'] or 'empty'}")
+        out.append(cols.under(depth + 1, f"plaintext (tpmtop holds this session's key): {pt['hex'] or 'empty'}"))
         for sub in pt.get("fields", []):
-            _plain_lines(sub, depth + 2, out)
+            _plain_lines(sub, depth + 2, out, cols)
     elif f.encrypted and f.encrypted.get("why"):
-        out.append(f"  {'':>5}  {'  ' * (depth + 1)}no plaintext view: {f.encrypted['why']}")
+        out.append(cols.under(depth + 1, f"no plaintext view: {f.encrypted['why']}"))
 
 
-def _plain_lines(d: dict, depth: int, out: list[str]) -> None:
+def _plain_lines(d: dict, depth: int, out: list[str], cols: _Cols) -> None:
     """A plaintext field (JSON form, offsets within the plaintext)."""
-    hx = d["hex"][:HEX_SHOWN * 2] + ("…" if len(d["hex"]) > HEX_SHOWN * 2 else "")
-    label = "  " * depth + d["name"]
-    line = f"  {'+' + str(d['offset']):>5}  {label:<38} {d['type']:<30} {hx if 'value' in d else ''}"
-    meaning = d.get("text") or (str(d["value"]) if isinstance(d.get("value"), int) else "")
-    if meaning:
-        line = f"{line:<{2 + 5 + 2 + 38 + 1 + 30 + 1 + 20}} {meaning}"
-    out.append(line.rstrip())
+    hx = _short_hex(d["hex"]) if "value" in d else ""
+    out.append(cols.line(f"+{d['offset']}", "  " * depth + d["name"], d["type"], hx,
+                         _meaning(d.get("value"), d.get("text"), d.get("bits"), d["size"])))
     if d.get("note"):
-        out.append(f"  {'':>5}  {'  ' * (depth + 1)}({d['note']})")
+        out.append(cols.under(depth + 1, f"({d['note']})"))
     for c in d.get("fields", []):
-        _plain_lines(c, depth + 1, out)
+        _plain_lines(c, depth + 1, out, cols)
 
 
 def _headline(p: Part) -> str:
@@ -91,9 +126,10 @@ def part_lines(p: Part) -> list[str]:
         hint = names.rc_hint(p.rc)
         if hint:
             out.append(f"  hint: {hint}")
-    out.append(f"  {'off':>5}  {'field':<38} {'type':<30} {'bytes':<20} value")
+    cols = _widths(p)
+    out.append(cols.line("off", "field", "type", "bytes", "value"))
     for f in p.root.fields:
-        _field_lines(f, 0, p.buf, out)
+        _field_lines(f, 0, p.buf, out, cols)
     if p.stopped:
         out.append(f"  partial decode: {p.stopped.text()}")
         rest = p.buf[p.raw_from:]

@@ -4,8 +4,11 @@ tpmtop's native engine knows each session key it derives; with it, a decode can 
 plaintext of a parameter the session encrypted, which no passive decoder can. The engine
 registers a key once per session (at StartAuthSession, never per command, so the hot path
 pays nothing); the decoder looks it up only when someone decodes. Keys are kept for the
-newest ``KEPT`` sessions only (a per-command session ends with its command, and Enter comes
-after), only in this process's memory: never written to a capture, a log or stdout.
+newest ``KEPT`` sessions, ended ones included (a per-command session ends with its command,
+and Enter comes after): as many as the recorder can still hold the bytes of (it keeps the
+newest 16,384 commands, and a session takes at least 4), ~0.8 MB at most, only in this
+process's memory: never written to a capture, a log or stdout. An ended session's key
+opens nothing on the TPM; it only decrypts parameters tpmtop itself sent or received.
 A session is identified by its handle and the nonceTPM its StartAuthSession returned:
 handles are reused (every per-command session is 0x02000000).
 """
@@ -16,7 +19,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-KEPT = 64
+KEPT = 4096
 
 
 @dataclass(frozen=True)
