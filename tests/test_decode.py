@@ -155,6 +155,9 @@ def test_event_of_a_capture_decodes(tmp_path):
     assert r.returncode == 0, r.stderr
     events = load_capture(cap)["events"]
     n = next(i for i, e in enumerate(events) if e["command"] == "TPM2_CC_GetRandom")
+    # the capture says a plaintext view was available (tpmtop's own session), and only that
+    assert events[n]["plaintext_view"] is True
+    assert all(isinstance(e.get("plaintext_view", False), bool) for e in events)
     r = run_tpmtop("decode", "--event", str(n), str(cap), "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)

@@ -44,8 +44,8 @@ class _Cols:
 
     def line(self, off: str, label: str, type_: str, hx: str, meaning: str) -> str:
         if not hx and not meaning:
-            return f"  {off:>5}  {label:<{self.label}} {type_}".rstrip()
-        return f"  {off:>5}  {label:<{self.label}} {type_:<{self.type}} {hx:<{HEX_SHOWN * 2 + 1}} {meaning}".rstrip()
+            return f"  {off:>5}  {label:<{self.label}}  {type_}".rstrip()
+        return f"  {off:>5}  {label:<{self.label}}  {type_:<{self.type}}  {hx:<{HEX_SHOWN * 2 + 1}}  {meaning}".rstrip()
 
     def under(self, depth: int, text: str) -> str:
         return f"  {'':>5}  {'  ' * depth}{text}"
