@@ -210,6 +210,9 @@ class _Walker:
 
     def array(self, t, name, path, off, parent, count) -> int:
         elem = t.__args__[0]
+        left = self.ends[-1] - off
+        if count > left:  # every element takes at least a byte: a garbled count stops here
+            raise _Fail(off, path, f"count {count} is more than the {max(left, 0)} bytes left")
         if elem in _BYTES:
             return off + self.raw(name, path, f"BYTE[{count}]", off, count, parent).size
         f = Field(name, path, f"{elem.__name__}[{count}]", off)
