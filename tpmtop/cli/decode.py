@@ -24,7 +24,7 @@ examples:
   tpmtop decode 80010000000c0000017b0008
   tpmtop decode cmd.bin rsp.bin --json
   tpmtop decode --cc GetRandom 800100000014000000000008dbecfe91abd2b12f
-  tpmtop decode run.json --event 42"""
+  tpmtop decode --event 42 run.json"""
 
 
 def add_decode_arguments(p: argparse.ArgumentParser) -> None:
