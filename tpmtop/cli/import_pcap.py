@@ -12,7 +12,8 @@ the frame timestamps. `tpmtop replay FILE` opens such a file directly.
 
 examples:
   tpmtop import getrandom.pcap -o getrandom.json
-  tpmtop import lo.pcap --port 2341 -o run.json && tpmtop compare before.json run.json"""
+  tpmtop import lo.pcap --port 2341 -o run.json && tpmtop compare before.json run.json
+  tpmtop import tools.pcap -o tools.json --decode"""
 
 
 def add_import_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,6 +23,8 @@ def add_import_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="allow the output to be the input file itself")
     p.add_argument("--port", type=int, metavar="N", help="the TPM's TCP port (default: 2321, or "
                    "whichever port a stream of TPM commands goes to)")
+    p.add_argument("--decode", action="store_true", help="also list every command on stdout, one line each, "
+                   "with its handles and parameters decoded by name (as tpmtop decode does)")
 
 
 def run_import(args) -> int:
@@ -35,6 +38,10 @@ def run_import(args) -> int:
 
     # The output rules of every -o (tpmtop.output), checked before the pcap is read: the same
     # file as the input is refused (it would replace what is being read) unless --force.
+    if args.decode and args.output == "-":
+        from tpmtop.errors import UsageError
+
+        raise UsageError("import --decode lists on stdout: write the capture to a file (-o FILE)")
     dest = Output(args.output, force=args.force, inputs=[args.file]).check()
     cap, res = import_pcap(args.file, args.port)
     write_capture(dest, cap)
@@ -45,4 +52,9 @@ def run_import(args) -> int:
            f"{res.connections} connection(s), {res.framing} framing")
     for line in summary_lines(detect(cap["events"])):
         notice(line)
+    if args.decode:
+        from tpmtop.decode.listing import lines
+
+        for line in lines(cap["events"]):
+            print(line)
     return 0

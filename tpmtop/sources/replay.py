@@ -60,7 +60,7 @@ class ReplaySource:
     simulated = False
     connected = True
 
-    def __init__(self, capture: dict, path: str | Path = "capture"):
+    def __init__(self, capture: dict, path: str | Path = "capture", decode: bool = False):
         self.capture = capture
         self.path = Path(path)
         self.tpm = dict(capture.get("tpm") or {})
@@ -68,6 +68,14 @@ class ReplaySource:
         events = capture.get("events") or []
         self.stream: list[StreamRow] = [stream_row_from_dict(i, e) for i, e in
                                         enumerate(events[-MAX_STREAM_ROWS:]) if isinstance(e, dict)]
+        if decode:  # --decode: the handles column shows the decoded handles and parameters
+            from dataclasses import replace
+
+            from tpmtop.decode.listing import event_text
+
+            kept = [e for e in events[-MAX_STREAM_ROWS:] if isinstance(e, dict)]
+            self.stream = [replace(r, handles=t) if (t := event_text(e)) is not None else r
+                           for r, e in zip(self.stream, kept)]
         self.errors = ErrorBook()
         for e in events[-MAX_STREAM_ROWS:]:
             if isinstance(e, dict):
