@@ -139,3 +139,21 @@ def test_wire_constants_are_tpm2_pytss_values():
 
     assert (wire.TPM_ST_NO_SESSIONS, wire.TPM_ST_SESSIONS, wire.TPM_RS_PW, wire.CC_FLUSH_CONTEXT) == (
         TPM2_ST.NO_SESSIONS, TPM2_ST.SESSIONS, TPM2_RH.PW, TPM2_CC.FlushContext)
+
+
+def test_the_command_table_is_tpm2_pytss_s():
+    """wire.py reads handle counts from tpm/cc_table.py, not from tpm2-pytss's command parser
+    (~150 ms to import on every `tpmtop info`): every entry, and every command the installed
+    tpm2-pytss knows, must agree with the library."""
+    from tpmtop.tpm import cc_table
+
+    assert cc_table.from_library() == cc_table.HANDLES
+
+
+def test_a_command_missing_from_the_table_is_asked_of_the_library(monkeypatch):
+    """A command newer than the table (in TPM2_CC's range) is decoded as tpm2-pytss says."""
+    monkeypatch.delitem(wire.HANDLES, 0x176)  # StartAuthSession: 2 handles, a response handle
+    monkeypatch.setattr(wire, "_handle_counts", {})
+    monkeypatch.setattr(wire, "_rsp_has_handle", {})
+    assert wire.num_handles(0x176) == 2 and wire.response_has_handle(0x176)
+    assert wire.num_handles(0x2000_0001) is None and not wire.response_has_handle(0x2000_0001)  # vendor
