@@ -141,6 +141,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=400, help="GetRandom+PCR_Extend pairs per block")
     ap.add_argument("--blocks", type=int, default=8, help="blocks; each runs every path once, in a rotating order")
+    ap.add_argument("--baseline", metavar="DIR", action="append", default=[],
+                    help="also the mssim path through a proxy run from another checkout of tpmtop (a before/after "
+                         "in one run, e.g. from `git archive <commit> | tar -x -C DIR`); repeatable")
     a = ap.parse_args()
     os.environ.setdefault("TSS2_LOG", "all+NONE")
     if not shutil.which("swtpm"):
@@ -158,12 +161,13 @@ def main() -> int:
         abrmd = Abrmd(sw_port)
         tpmtop = [sys.executable, "-m", "tpmtop", "proxy", "-T", f"swtpm:host=127.0.0.1,port={sw_port}"]
 
-        def through_proxy(protocol: str, rounds: int) -> list[int]:
+        def through_proxy(protocol: str, rounds: int, src: str = os.path.join(HERE, "..")) -> list[int]:
             # swtpm serves one connection at a time: the proxy holds it only for its blocks
             # (tpm2-abrmd's swtpm: TCTI connects for each command, so it can stay up throughout)
             port = free_pair()
+            env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
             px = subprocess.Popen(tpmtop + ["--port", str(port), "--protocol", protocol],
-                                  cwd=os.path.join(HERE, ".."), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                  cwd=src, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             procs.append(px)
             try:
                 wait_port(port)
@@ -178,8 +182,11 @@ def main() -> int:
                  ("proxied", lambda: through_proxy("swtpm", a.rounds)),
                  ("mssim", lambda: through_proxy("mssim", a.rounds)),
                  ("abrmd", lambda: measure("tabrmd:bus_type=session", a.rounds))]
+        for src in a.baseline:
+            paths[src] = []
+            steps.append((src, (lambda src: lambda: through_proxy("mssim", a.rounds, src))(src)))
         for b in range(a.blocks):
-            for name, step in steps[b % 4:] + steps[:b % 4]:
+            for name, step in steps[b % len(steps):] + steps[:b % len(steps)]:
                 paths[name].extend(step())
     finally:
         if abrmd is not None:
@@ -205,6 +212,11 @@ def main() -> int:
                       ("proxied  (mssim: TCTI → tpmtop proxy)", mssim),
                       ("abrmd    (tabrmd: TCTI → tpm2-abrmd)", via_abrmd)):
         print(f"{label:<40} {statistics.median(xs) / 1000:9.1f} {p(xs, 99):9.1f}")
+    for src in a.baseline:
+        xs = paths[src]
+        print(f"{'baseline (mssim: TCTI → ' + os.path.basename(os.path.abspath(src)) + ')':<40} "
+              f"{statistics.median(xs) / 1000:9.1f} {p(xs, 99):9.1f}   "
+              f"{(statistics.median(xs) - statistics.median(direct)) / 1000:+.0f} µs over direct")
     d_swtpm = (statistics.median(proxied) - statistics.median(direct)) / 1000
     delta = (statistics.median(mssim) - statistics.median(direct)) / 1000
     d_abrmd = (statistics.median(via_abrmd) - statistics.median(direct)) / 1000
