@@ -56,7 +56,9 @@ class _Batch:
         self.stop = False
         self.resets: list[str] = []  # NullNameChanged seen inside a batch, for the caller to report
 
-    def __call__(self, k: int) -> int:
+    def __call__(self, k: int, pair: tuple[str, str] | None = None) -> int:
+        if pair is not None:
+            self.wl.set(*pair)
         done = 0
         for _ in range(k):
             if self.stop:
@@ -113,8 +115,7 @@ def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None
                 k = min(plan.batch, remaining[pair])
                 if not k:
                     continue
-                owner.call(wl.set, *pair)
-                n = owner.call(batch, k)  # an operation a TPM reset cost is not run again
+                n = owner.call(batch, k, pair)  # an operation a TPM reset cost is not run again
                 reported_resets()
                 remaining[pair] -= k
                 for _ in range(n):  # per operation, as the caller counts them
