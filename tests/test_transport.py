@@ -157,3 +157,29 @@ def test_a_command_missing_from_the_table_is_asked_of_the_library(monkeypatch):
     monkeypatch.setattr(wire, "_rsp_has_handle", {})
     assert wire.num_handles(0x176) == 2 and wire.response_has_handle(0x176)
     assert wire.num_handles(0x2000_0001) is None and not wire.response_has_handle(0x2000_0001)  # vendor
+
+
+def test_a_batch_drains_into_the_same_histogram_as_value_by_value():
+    """LatencyHistogram records each HDR slot of a batch once, with its count: counts,
+    percentiles, min, max, mean and the encoded form equal plain value-by-value recording."""
+    import random
+
+    from hdrh.histogram import HdrHistogram
+
+    from tpmtop.stats import HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS
+
+    rnd = random.Random(28)
+    values = [int(rnd.lognormvariate(10.5, 2.0)) for _ in range(5000)]
+    values += [0, 999, 1000, 1023, 1024, 2047, 2048, 2**20 - 1, 2**20, 2**21 + 5, HIGHEST_NS, 10**12]
+    h = LatencyHistogram()
+    for v in values:
+        h.record(v)
+    plain = HdrHistogram(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS)
+    for v in values:
+        plain.record_value(min(max(v, LOWEST_NS), HIGHEST_NS))
+    h.count  # drains
+    assert h._h.encode() == plain.encode()
+    for p in (0, 1, 50, 90, 99, 99.9, 100):
+        assert h._h.get_value_at_percentile(p) == plain.get_value_at_percentile(p)
+    assert (h._h.get_min_value(), h._h.get_max_value(), h._h.get_total_count()) == (
+        plain.get_min_value(), plain.get_max_value(), plain.get_total_count())
