@@ -3,9 +3,9 @@
 Readable from any thread while another records: a lock guards each histogram. Recording only
 appends to a pending list (~0.3 µs); the pure-Python HDR update happens in batches, on read or
 every 1,024 values, off the TPM round trip's critical path. A batch records each HDR bucket
-once with its count (:func:`_bucket_floor`): the same histogram as value by value, without
-the ~3 µs per value that made a 1,024-value batch a ~3 ms stall for whoever waited on the
-thread draining it (a proxied command, the next job).
+once with its count (:func:`_bucket_floor`): the same histogram as value by value, and a
+1,024-value drain (latencies around 30 µs) takes 0.18 ms instead of 0.69 ms here (best of 30,
+load average 10) — a shorter stall for whoever waits on the draining thread.
 """
 
 from __future__ import annotations
