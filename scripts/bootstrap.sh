@@ -4,8 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # --test: also what only the test suite needs (tshark, to check the pcapng export)
+# --bench: also what only benchmarks/ need (tpm2-abrmd and dbus-daemon, the comparison in
+#          benchmarks/proxy.py; py-spy, the sampling profiler) — implies --test
 for_tests=0
+for_bench=0
 [ "${1:-}" = "--test" ] && for_tests=1
+[ "${1:-}" = "--bench" ] && for_tests=1 && for_bench=1
 
 need_pkgs=()
 command -v swtpm >/dev/null 2>&1 || need_pkgs+=(swtpm)
@@ -17,6 +21,9 @@ if ! pkg-config --exists tss2-esys 2>/dev/null; then need_pkgs+=(libtss2-dev); f
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then need_pkgs+=(python3-venv); fi
 # tpm2-tss's pcap: TCTI (tests record tpm2-tools traffic with it)
 if ((for_tests)) && ! ls /usr/lib/*/libtss2-tcti-pcap.so.0 >/dev/null 2>&1; then need_pkgs+=(libtss2-tcti-pcap0); fi
+if ((for_bench)) && ! command -v tpm2-abrmd >/dev/null 2>&1; then need_pkgs+=(tpm2-abrmd); fi
+if ((for_bench)) && ! ls /usr/lib/*/libtss2-tcti-tabrmd.so.0 >/dev/null 2>&1; then need_pkgs+=(libtss2-tcti-tabrmd0); fi
+if ((for_bench)) && ! command -v dbus-daemon >/dev/null 2>&1; then need_pkgs+=(dbus-daemon); fi
 if ((for_tests)) && ! command -v tshark >/dev/null 2>&1; then
     need_pkgs+=(tshark)
     # wireshark-common asks whether non-root users may capture: answer no, non-interactively
@@ -42,4 +49,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
     .venv/bin/python -m pip install -q -e '.[test]'
     touch "$stamp"
+fi
+if ((for_bench)) && [ ! -x .venv/bin/py-spy ]; then
+    echo "bootstrap: installing the benchmarks' extras (py-spy) into .venv" >&2
+    .venv/bin/python -m pip install -q -e '.[test,bench]'
 fi
