@@ -11,7 +11,11 @@ import time
 
 from tpmtop.cli.common import notice, print_json, table, tpm_from_args
 from tpmtop.errors import EXIT_INTERRUPTED, UsageError
+from tpmtop.textsafe import safe
 from tpmtop.tpm import interrupts
+
+EXIT_NOT_FOUND = 127  # tpmtop run: CMD not found (the shell's convention)
+EXIT_NOT_EXECUTABLE = 126  # tpmtop run: CMD found but cannot be executed
 
 # What tpm2-tss based programs read to pick a TCTI: tpm2-tools, tpm2-pkcs11, tpm2-tss-engine,
 # tpm2-openssl, and the generic names tpm2-tss' own tests and tpm2-pytss examples use.
@@ -61,14 +65,31 @@ def _check_port(port: int) -> None:
         raise UsageError(f"--port {port}: expected 1..65534 (the proxy also uses PORT+1)")
 
 
-def _write_capture(args, conn, accounts, extra=None, events: bool = False) -> None:
+def _json_output(args):
+    """``--json FILE`` checked before anything is served or run (a directory, a missing folder,
+    a read-only place: one line, exit 2, nothing lost later)."""
     if not args.json:
+        return None
+    from tpmtop.output import Output
+
+    return Output(args.json, what="--json", big=True).check()
+
+
+def _write_capture(args, out, conn, accounts, extra=None, events: bool = False) -> None:
+    if out is None:
         return
     from tpmtop.bench import write_capture_file
     from tpmtop.proxy.report import capture
 
-    write_capture_file(args.json, capture(conn, accounts, args.events or events, extra))
+    write_capture_file(out, capture(conn, accounts, args.events or events, extra))
     notice(f"capture written to {args.json}")
+
+
+def _settled() -> None:
+    """The outcome is decided and written: a late signal (a SIGHUP when the terminal closes
+    after a Ctrl-C) must not change the exit status or cut the clean-up that remains."""
+    interrupts.ignore()
+    interrupts.take_pending()
 
 
 def run_proxy(args) -> int:
@@ -81,38 +102,50 @@ def run_proxy(args) -> int:
                "(no authentication; a TPM on the network is an attack surface)")
     from tpmtop.proxy.report import proxy_recorder
 
+    out = _json_output(args)
+    # Ports and socket paths are taken before the TPM is opened: a refused start (port busy,
+    # path taken) says so at once, serves no one, writes no capture and removes nothing.
+    server = ProxyServer(None, protocol=args.protocol, host=host, port=args.port,
+                         socket_path=args.socket, log=_log).listen()
     rec = proxy_recorder(keep_buffers=bool(args.events))
-    with tpm_from_args(args, recorder=rec) as conn:
-        conn.identity()  # read once now, not in the middle of the clients' traffic
-        server = ProxyServer(conn, protocol=args.protocol, host=host, port=args.port,
-                             socket_path=args.socket, log=_log)
-        interrupted = False
-        try:
+    try:
+        with tpm_from_args(args, recorder=rec) as conn:
+            conn.identity()  # read once now, not in the middle of the clients' traffic
+            server.conn = conn
             server.start()
-            kind = args.protocol
-            _log(f"serving {conn.target.tcti} on {host}:{args.port} ({kind}; control on {args.port + 1})"
-                 + (f" and {args.socket}" if args.socket else ""))
-            _log(f"clients use -T {kind}:host={host},port={args.port}"
-                 + (f" or -T swtpm:path={args.socket}" if args.socket and kind == "swtpm" else ""))
-            _log(server.sharing_note())
-            since = interrupts.raised
-            while True:
-                time.sleep(0.5)  # short: a signal tripped just before a long sleep waits for its end
-                interrupts.check_lost(since)  # one a finalizer swallowed meanwhile
-        except KeyboardInterrupt:
-            interrupted = True
-        except UsageError:
-            raise
-        except BaseException as e:
-            from tpmtop.errors import Interrupted
+            return _serve_until_stopped(args, server, conn, out, host)
+    finally:
+        server.stop()  # idempotent; here for a start that failed before serving
 
-            if not isinstance(e, Interrupted):
-                raise
-            interrupted = True
-        finally:
-            server.stop()
-            _print_clients(server.accounts)
-            _write_capture(args, conn, server.accounts)
+
+def _serve_until_stopped(args, server, conn, out, host) -> int:
+    interrupted = False
+    try:
+        kind = args.protocol
+        _log(f"serving {conn.target.tcti} on {host}:{args.port} ({kind}; control on {args.port + 1})"
+             + (f" and {args.socket}" if args.socket else ""))
+        _log(f"clients use -T {kind}:host={host},port={args.port}"
+             + (f" or -T swtpm:path={args.socket}" if args.socket and kind == "swtpm" else ""))
+        _log(server.sharing_note())
+        since = interrupts.raised
+        while True:
+            time.sleep(0.5)  # short: a signal tripped just before a long sleep waits for its end
+            interrupts.check_lost(since)  # one a finalizer swallowed meanwhile
+    except KeyboardInterrupt:
+        interrupted = True
+    except UsageError:
+        raise
+    except BaseException as e:
+        from tpmtop.errors import Interrupted
+
+        if not isinstance(e, Interrupted):
+            raise
+        interrupted = True
+    finally:
+        server.stop()
+        _print_clients(server.accounts)
+        _write_capture(args, out, conn, server.accounts)
+        _settled()
     if interrupted:
         notice("interrupted")
         return EXIT_INTERRUPTED
@@ -142,6 +175,7 @@ def run_run(args) -> int:
         raise UsageError("nothing to run: tpmtop run [options] -- CMD [ARGS…]")
     from tpmtop.proxy.report import proxy_recorder
 
+    out = _json_output(args)
     rec = proxy_recorder()
     with tpm_from_args(args, recorder=rec) as conn:
         conn.identity()
@@ -158,10 +192,12 @@ def run_run(args) -> int:
         try:
             try:
                 proc = subprocess.Popen(cmd, env=env)
-            except FileNotFoundError:
-                raise UsageError(f"{cmd[0]}: command not found") from None
-            except PermissionError:
-                raise UsageError(f"{cmd[0]}: permission denied") from None
+            except FileNotFoundError:  # the shell's statuses: 127 not found, 126 not executable
+                print(f"tpmtop run: {safe(cmd[0])}: command not found", file=sys.stderr)
+                return EXIT_NOT_FOUND
+            except (PermissionError, IsADirectoryError, OSError) as e:
+                print(f"tpmtop run: {safe(cmd[0])}: cannot execute: {e.strerror or e}", file=sys.stderr)
+                return EXIT_NOT_EXECUTABLE
             try:
                 # In slices: a signal that lands just before a blocking waitpid would otherwise
                 # be acted on only when CMD exits (tpmtop.tpm.owner.Job._wait says why).
@@ -187,8 +223,10 @@ def run_run(args) -> int:
                 clients = [c for c in server.accounts.snapshot() if c.id != 0]
                 print(f"tpmtop run: {' '.join(cmd)} (through {tcti}; TPM {conn.target.tcti})", file=sys.stderr)
                 print(run_table(clients, wall, server.accounts, table), file=sys.stderr, flush=True)
-                _write_capture(args, conn, server.accounts,
+                _write_capture(args, out, conn, server.accounts,
                                extra={"command": {"argv": cmd, "exit_status": status, "wall_ns": wall}}, events=True)
+                if status is not None:
+                    _settled()
     if status is None:
         return EXIT_INTERRUPTED
     return status if status >= 0 else 128 - status

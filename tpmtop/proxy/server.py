@@ -12,6 +12,7 @@ import errno
 import os
 import queue
 import socket
+import stat
 import threading
 import time
 from typing import Callable
@@ -22,9 +23,11 @@ from tpmtop.proxy.accounting import Accounts, ClientStats
 from tpmtop.proxy.forward import forward
 
 REAP_INTERVAL_S = 0.25
+LISTEN_BACKLOG = 128
 
 
-def _listen_tcp(host: str, port: int) -> socket.socket:
+def _listen_tcp(host: str, port: int, base: int | None = None) -> socket.socket:
+    """A listening TCP socket; ``base``: the proxy's port P when this is P+1 (for the message)."""
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -33,27 +36,78 @@ def _listen_tcp(host: str, port: int) -> socket.socket:
     except OSError as e:
         s.close()
         if e.errno == errno.EADDRINUSE:
-            raise UsageError(f"port {port} on {host} is already in use (the proxy needs {port} and {port + 1})") from None
+            p = port if base is None else base
+            raise UsageError(f"port {port} on {host} is already in use (the proxy needs {p} and {p + 1})") from None
         raise UsageError(f"cannot listen on {host}:{port}: {e.strerror}") from None
-    s.listen(64)
+    s.listen(LISTEN_BACKLOG)
     return s
 
 
-def _listen_unix(path: str) -> socket.socket:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _refuse_existing(path: str) -> None:
+    """Whatever is at ``path`` was not made by this process: never unlinked, never replaced
+    (a live proxy's socket, a stale one, or a file that happens to have that name)."""
     try:
-        if os.path.exists(path):
-            import stat
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise UsageError(f"cannot listen on {path}: {e.strerror}") from None
+    if not stat.S_ISSOCK(st.st_mode):
+        raise UsageError(f"{path} exists and is not a socket: refusing to replace it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+        live = True
+    except OSError:
+        live = False
+    finally:
+        probe.close()
+    if live:
+        raise UsageError(f"{path} is in use (another program listens on it): refusing to replace it")
+    raise UsageError(f"{path} exists (a socket nobody listens on, perhaps left by an earlier run): "
+                     f"refusing to replace it; remove it first")
 
-            if not stat.S_ISSOCK(os.stat(path).st_mode):
-                raise UsageError(f"{path} exists and is not a socket: refusing to replace it")
-            os.unlink(path)  # a stale socket of an earlier run
+
+def _listen_unix(path: str, mode: int = 0o600, gid: int | None = None) -> tuple[socket.socket, tuple[int, int]]:
+    """A listening Unix socket at ``path`` (which must not exist) and the (device, inode) of
+    the file it created: only that file is ever removed again (:func:`_unlink_own`).
+
+    Created under umask 0177 (mode 0600 from the first instant, not chmod-ed after), then
+    given ``mode``/``gid``; every connection's peer is checked anyway (:mod:`.access`)."""
+    _refuse_existing(path)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
         s.bind(path)
     except OSError as e:
         s.close()
+        if e.errno == errno.EADDRINUSE:  # created by someone else since the check above
+            raise UsageError(f"{path} exists: refusing to replace it") from None
         raise UsageError(f"cannot listen on {path}: {e.strerror}") from None
-    s.listen(64)
-    return s
+    finally:
+        os.umask(old)
+    st = os.lstat(path)
+    ident = (st.st_dev, st.st_ino)
+    try:
+        if gid is not None:
+            os.chown(path, -1, gid)
+        os.chmod(path, mode)
+    except OSError as e:
+        s.close()
+        _unlink_own(path, ident)
+        raise UsageError(f"cannot set the mode of {path}: {e.strerror}") from None
+    s.listen(LISTEN_BACKLOG)
+    return s, ident
+
+
+def _unlink_own(path: str, ident: tuple[int, int]) -> None:
+    """Remove ``path`` only if it is still the socket this process bound there."""
+    try:
+        st = os.lstat(path)
+        if (st.st_dev, st.st_ino) == ident and stat.S_ISSOCK(st.st_mode):
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 class ProxyServer:
@@ -61,12 +115,15 @@ class ProxyServer:
 
     def __init__(self, conn, *, protocol: str = "swtpm", host: str = "127.0.0.1", port: int = 2321,
                  socket_path: str | None = None, log: Callable[[str], None] = print,
-                 accounts: Accounts | None = None):
+                 accounts: Accounts | None = None, socket_mode: int = 0o600, socket_gid: int | None = None):
         if protocol not in ("swtpm", "mssim"):
             raise UsageError(f"unknown protocol {protocol!r}: use swtpm or mssim")
         self.conn = conn
         self.protocol = protocol
         self.host, self.port, self.socket_path = host, port, socket_path
+        self.socket_mode, self.socket_gid = socket_mode, socket_gid
+        self._own_paths: list[tuple[str, tuple[int, int]]] = []  # sockets this process bound
+        self._bound: list | None = None  # (listening socket, role) once listen() ran
         self.log = log
         self.accounts = accounts or Accounts()
         self.resolver = peers.TcpResolver()
@@ -74,26 +131,56 @@ class ProxyServer:
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._stopped = False
         self._threads: list[threading.Thread] = []
         self._work: queue.SimpleQueue = queue.SimpleQueue()
         self._idle = 0
         self.dropped = 0
         # /dev/tpmrm0: one file descriptor per client, so the kernel's resource manager keeps
-        # clients' transient objects apart exactly as without the proxy.
+        # clients' transient objects apart exactly as without the proxy (set again at start:
+        # the connection may be given after listen()).
         self.per_client_device = bool(getattr(conn, "is_kernel_rm", False))
         self._client_transports: dict[int, object] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def start(self) -> "ProxyServer":
+    def listen(self) -> "ProxyServer":
+        """Bind every listener (ports, socket paths) without serving yet: a busy port or a taken
+        path is refused (UsageError) before a TPM is opened; a refused start removes nothing."""
+        if self._bound is not None:
+            return self
+        bound: list = []
         try:
             if self.port is not None:
                 data, side = self._listen_pair()
-                self._serve(data, self._data_handler())
-                self._serve(side, self._side_handler())
+                bound += [(data, "data"), (side, "side")]
             if self.socket_path:
-                self._serve(_listen_unix(self.socket_path), self._data_handler(unix=True))
+                # both paths are checked before either is created
+                for p in (self.socket_path, self.socket_path + ".ctrl"):
+                    _refuse_existing(p)
                 # the Unix socket speaks the swtpm protocol (the only TCTI with path=), control on PATH.ctrl
-                self._serve(_listen_unix(self.socket_path + ".ctrl"), self._side_handler("swtpm"))
+                for p, role in ((self.socket_path, "unix"), (self.socket_path + ".ctrl", "unix-ctrl")):
+                    lsock, ident = _listen_unix(p, self.socket_mode, self.socket_gid)
+                    self._own_paths.append((p, ident))
+                    bound.append((lsock, role))
+        except BaseException:
+            for lsock, _ in bound:
+                lsock.close()
+            self._unlink_own_paths()
+            raise
+        self._bound = bound
+        self._listeners = [lsock for lsock, _ in bound]
+        return self
+
+    def start(self) -> "ProxyServer":
+        self.listen()
+        if self.conn is None:
+            raise TypeError("ProxyServer.start() needs a TPM connection")
+        self.per_client_device = bool(getattr(self.conn, "is_kernel_rm", False))
+        try:
+            handlers = {"data": self._data_handler(), "side": self._side_handler(),
+                        "unix": self._data_handler(unix=True), "unix-ctrl": self._side_handler("swtpm")}
+            for lsock, role in self._bound:
+                self._serve(lsock, handlers[role])
         except BaseException:
             self.stop()
             raise
@@ -102,15 +189,25 @@ class ProxyServer:
         self._threads.append(t)
         return self
 
+    def _unlink_own_paths(self) -> None:
+        for p, ident in self._own_paths:  # only what this process created, still as it made it
+            _unlink_own(p, ident)
+        self._own_paths.clear()
+
     def _listen_pair(self) -> tuple[socket.socket, socket.socket]:
         if self.port:
-            return _listen_tcp(self.host, self.port), _listen_tcp(self.host, self.port + 1)
+            data = _listen_tcp(self.host, self.port)
+            try:
+                return data, _listen_tcp(self.host, self.port + 1, base=self.port)
+            except BaseException:
+                data.close()
+                raise
         for _ in range(100):  # port 0: any free pair P, P+1 (the TCTIs derive the second port)
             data = _listen_tcp(self.host, 0)
             p = data.getsockname()[1]
             if p < 65535:
                 try:
-                    return data, _listen_tcp(self.host, p + 1)
+                    return data, _listen_tcp(self.host, p + 1, base=p)
                 except UsageError:
                     pass
             data.close()
@@ -131,14 +228,17 @@ class ProxyServer:
                 "and sessions, and a client's leak fills the TPM's slots for everyone")
 
     def _serve(self, lsock: socket.socket, handler) -> None:
-        self._listeners.append(lsock)
         t = threading.Thread(target=self._accept_loop, args=(lsock, handler), daemon=True,
                              name=f"proxy-accept-{lsock.getsockname()}")
         t.start()
         self._threads.append(t)
 
     def stop(self) -> list[ClientStats]:
-        """Close everything; every client still known departs (its leak report is returned)."""
+        """Close everything; every client still known departs (its leak report is returned).
+        Idempotent: a second call returns []."""
+        if self._stopped:
+            return []
+        self._stopped = True
         self._stop.set()
         for s in self._listeners:
             try:
@@ -156,12 +256,7 @@ class ProxyServer:
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=2)
-        if self.socket_path:
-            for p in (self.socket_path, self.socket_path + ".ctrl"):
-                try:
-                    os.unlink(p)
-                except OSError:
-                    pass
+        self._unlink_own_paths()
         owner = getattr(self.conn, "owner", None)
         if owner is not None:  # clients' jobs still queued are counted before anyone departs
             try:
