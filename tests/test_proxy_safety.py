@@ -147,3 +147,84 @@ def test_late_sighup_after_the_capture_is_written(tcp_swtpm, tmp_path):
         assert not any("Traceback" in ln for ln in p.lines)
     finally:
         p.kill()
+
+
+# -- item 3: access control, closed by default --------------------------------------------------
+
+NOBODY = 65534
+
+
+def _as_nobody(tcti: str, gid: int = NOBODY) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TPM2TOOLS_TCTI=tcti, TSS2_LOG="all+NONE", HOME="/")
+    return subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={gid}", "--clear-groups",
+                           "tpm2_getrandom", "--hex", "8"], env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT, cwd="/")
+
+
+def test_another_users_client_is_refused_on_tcp(tcp_swtpm, tmp_path):
+    p = Proxy(tcp_swtpm.tcti, "swtpm", tmp_path)
+    try:
+        p.wait_line("open to users")
+        r = _as_nobody(p.tcti)
+        assert r.returncode != 0 and len(r.stdout.strip()) != 16
+        line = p.wait_line("refused a connection on TCP", f"uid {NOBODY}")
+        assert "connection closed" in line
+        p.tool("tpm2_getrandom", "--hex", "8")  # this user still gets in
+        status, _, cap = p.stop()
+        assert status == 130
+        assert {c["uid"] for c in cap["clients"]} == {os.getuid()}  # nobody's commands never went through
+        assert all(e.get("client") is not None for e in cap["events"] if e.get("origin") == "proxy")
+    finally:
+        p.kill()
+
+
+def test_allow_user_lets_one_more_user_in(tcp_swtpm, tmp_path):
+    p = Proxy(tcp_swtpm.tcti, "swtpm", tmp_path, ("--allow-user", "nobody"))
+    try:
+        r = _as_nobody(p.tcti)
+        assert r.returncode == 0 and len(r.stdout.strip()) == 16, r.stderr
+        status, _, cap = p.stop()
+        assert NOBODY in {c["uid"] for c in cap["clients"]}
+        assert not any("refused a connection" in ln for ln in p.lines), p.lines
+    finally:
+        p.kill()
+
+
+def test_unix_socket_is_0600_and_checks_the_peer(tcp_swtpm, tmp_path):
+    """The socket is created 0600 whatever the umask; with --group root it is 0660 and the
+    kernel lets a process with egid root connect, but its uid (nobody, not a member of root)
+    is refused by the peer check (SO_PEERCRED)."""
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="tpmtop-proxy-sock-")
+    os.chmod(d, 0o711)  # nobody may reach a socket in it, the socket's mode decides the rest
+    try:
+        sock = os.path.join(d, "tpm.sock")
+        p = Proxy(tcp_swtpm.tcti, "swtpm", tmp_path, ("--socket", sock))
+        try:
+            assert os.stat(sock).st_mode & 0o777 == 0o600 and os.stat(f"{sock}.ctrl").st_mode & 0o777 == 0o600
+            r = _as_nobody(f"swtpm:path={sock}", gid=0)
+            assert r.returncode != 0  # the kernel refuses: permission denied on the socket
+            got = _tool(f"swtpm:path={sock}", "tpm2_getrandom", "--hex", "8")
+            assert got.returncode == 0, got.stderr
+            assert p.stop()[0] == 130
+        finally:
+            p.kill()
+        p = Proxy(tcp_swtpm.tcti, "swtpm", tmp_path, ("--socket", sock, "--group", "root"))
+        try:
+            st = os.stat(sock)
+            assert st.st_mode & 0o777 == 0o660 and st.st_gid == 0
+            r = _as_nobody(f"swtpm:path={sock}", gid=0)
+            assert r.returncode != 0
+            line = p.wait_line("refused a connection on a Unix socket", f"uid {NOBODY}")
+            assert " pid " in line
+            assert p.stop()[0] == 130
+        finally:
+            p.kill()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_bind_refuses_a_network_address(tcp_swtpm):
+    r = run_tpmtop("proxy", "-T", tcp_swtpm.tcti, "--port", str(_free_port_pair()), "--bind", "0.0.0.0")
+    assert r.returncode == 2 and "loopback only" in r.stderr, r.stderr

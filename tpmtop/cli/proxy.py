@@ -40,8 +40,14 @@ def add_proxy_arguments(p):
     _tpm_args(p)
     p.add_argument("--port", type=int, default=2321, metavar="P", help="TPM port P, control/platform P+1 (default 2321)")
     p.add_argument("--bind", metavar="ADDR", default=None,
-                   help="listen on ADDR instead of 127.0.0.1 (warning: a TPM on the network is an attack surface)")
-    p.add_argument("--socket", metavar="PATH", help="also listen on a Unix socket (swtpm protocol; PATH.ctrl for control)")
+                   help="listen on this loopback address instead of 127.0.0.1 (127.x.x.x or ::1; never the network)")
+    p.add_argument("--socket", metavar="PATH", help="also listen on a Unix socket, mode 0600 (swtpm protocol; "
+                                                    "PATH.ctrl for control); PATH must not exist")
+    p.add_argument("--group", metavar="G", help="make the Unix socket 0660, group G, and let G's members in")
+    p.add_argument("--allow-user", metavar="U", action="append", default=[],
+                   help="let user U use the TPM too (default: only this user and root); repeatable")
+    p.add_argument("--allow-group", metavar="G", action="append", default=[],
+                   help="let the members of group G use the TPM too; repeatable")
     _listen_args(p, 2321)
 
 
@@ -58,6 +64,23 @@ def add_clients_arguments(p):
 
 def _log(text: str) -> None:
     print(f"tpmtop proxy: {text}", file=sys.stderr, flush=True)
+
+
+def _loopback(addr: str) -> str:
+    """The proxy serves local users only: a peer's uid is asked of this kernel, which knows
+    nothing of a remote one (use an SSH tunnel to reach it from elsewhere)."""
+    import ipaddress
+
+    if addr == "localhost":
+        return "127.0.0.1"
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        raise UsageError(f"--bind {addr}: not an IP address (expected 127.x.x.x or ::1)") from None
+    if not ip.is_loopback:
+        raise UsageError(f"--bind {addr}: the proxy listens on loopback only (127.x.x.x or ::1): it checks "
+                         "each peer's uid with this kernel; reach it from elsewhere through an SSH tunnel")
+    return addr
 
 
 def _check_port(port: int) -> None:
@@ -95,18 +118,22 @@ def _settled() -> None:
 def run_proxy(args) -> int:
     from tpmtop.proxy.server import ProxyServer
 
+    from tpmtop.proxy.access import AccessPolicy, gid_of
+
     _check_port(args.port)
-    host = args.bind or "127.0.0.1"
-    if args.bind and args.bind not in ("127.0.0.1", "::1", "localhost"):
-        notice(f"WARNING: listening on {args.bind}: anyone who can reach this port can use the TPM "
-               "(no authentication; a TPM on the network is an attack surface)")
+    host = _loopback(args.bind or "127.0.0.1")
+    policy = AccessPolicy.default(tuple(args.allow_user), tuple(args.allow_group) + ((args.group,) if args.group else ()))
+    if args.group and not args.socket:
+        raise UsageError("--group G sets the Unix socket's group: it needs --socket PATH")
+    gid = gid_of(args.group, "--group") if args.group else None
     from tpmtop.proxy.report import proxy_recorder
 
     out = _json_output(args)
     # Ports and socket paths are taken before the TPM is opened: a refused start (port busy,
     # path taken) says so at once, serves no one, writes no capture and removes nothing.
-    server = ProxyServer(None, protocol=args.protocol, host=host, port=args.port,
-                         socket_path=args.socket, log=_log).listen()
+    server = ProxyServer(None, protocol=args.protocol, host=host, port=args.port, socket_path=args.socket,
+                         log=_log, policy=policy, socket_mode=0o660 if gid is not None else 0o600,
+                         socket_gid=gid).listen()
     rec = proxy_recorder(keep_buffers=bool(args.events))
     try:
         with tpm_from_args(args, recorder=rec) as conn:
@@ -127,6 +154,7 @@ def _serve_until_stopped(args, server, conn, out, host) -> int:
         _log(f"clients use -T {kind}:host={host},port={args.port}"
              + (f" or -T swtpm:path={args.socket}" if args.socket and kind == "swtpm" else ""))
         _log(server.sharing_note())
+        _log(f"open to {server.policy.describe()}; everyone else is refused")
         since = interrupts.raised
         while True:
             time.sleep(0.5)  # short: a signal tripped just before a long sleep waits for its end

@@ -139,6 +139,15 @@ def _socket_owner(peer: tuple, local: tuple, v6: bool) -> tuple[int, int] | None
     return None
 
 
+def socket_owner(peer: tuple, local: tuple, v6: bool) -> tuple[int, int] | None:
+    """(uid, inode) of the peer's end of our loopback TCP connection (an IPv4 peer on an IPv6
+    listener is looked up as IPv4)."""
+    owner = _socket_owner(peer, local, v6)
+    if owner is None and v6 and peer[0].startswith("::ffff:"):
+        owner = _socket_owner((peer[0][7:], peer[1]), (local[0][7:], local[1]), False)
+    return owner
+
+
 def _holding_fd(pid: int, target: str, hint: int | None) -> int | None:
     """The fd through which ``pid`` holds ``target`` (tried first: ``hint``, the fd number
     the previous connection of that process used; tpm2-tss reuses it), or None."""
@@ -180,11 +189,9 @@ class TcpResolver:
         except OSError:
             return Peer(None, "disconnected", "", None, None)
         v6 = sock.family == socket.AF_INET6
-        if not _is_loopback(peer[0]):
+        if not is_loopback(peer[0]):
             return Peer(None, f"remote {peer[0]}:{peer[1]}", "", None, None)
-        owner = _socket_owner(peer, local, v6)
-        if owner is None and v6 and peer[0].startswith("::ffff:"):
-            owner = _socket_owner((peer[0][7:], peer[1]), (local[0][7:], local[1]), False)
+        owner = socket_owner(peer, local, v6)
         if owner is None:
             return Peer(None, "unknown", "", None, None)
         uid, inode = owner
@@ -219,7 +226,7 @@ class TcpResolver:
                 self._recent.pop(next(reversed(self._recent)))
 
 
-def _is_loopback(ip: str) -> bool:
+def is_loopback(ip: str) -> bool:
     return ip.startswith("127.") or ip in ("::1", "::ffff:127.0.0.1") or ip.startswith("::ffff:127.")
 
 

@@ -18,7 +18,7 @@ import time
 from typing import Callable
 
 from tpmtop.errors import TpmConnectionError, TpmtopError, UsageError
-from tpmtop.proxy import peers, protocol as P
+from tpmtop.proxy import access, peers, protocol as P
 from tpmtop.proxy.accounting import Accounts, ClientStats
 from tpmtop.proxy.forward import forward
 
@@ -115,13 +115,17 @@ class ProxyServer:
 
     def __init__(self, conn, *, protocol: str = "swtpm", host: str = "127.0.0.1", port: int = 2321,
                  socket_path: str | None = None, log: Callable[[str], None] = print,
-                 accounts: Accounts | None = None, socket_mode: int = 0o600, socket_gid: int | None = None):
+                 accounts: Accounts | None = None, socket_mode: int = 0o600, socket_gid: int | None = None,
+                 policy: access.AccessPolicy | None = None):
         if protocol not in ("swtpm", "mssim"):
             raise UsageError(f"unknown protocol {protocol!r}: use swtpm or mssim")
         self.conn = conn
         self.protocol = protocol
         self.host, self.port, self.socket_path = host, port, socket_path
         self.socket_mode, self.socket_gid = socket_mode, socket_gid
+        # closed by default: this uid and root (access.AccessPolicy says why)
+        self.policy = policy or access.AccessPolicy.default()
+        self.refused = 0
         self._own_paths: list[tuple[str, tuple[int, int]]] = []  # sockets this process bound
         self._bound: list | None = None  # (listening socket, role) once listen() ran
         self.log = log
@@ -279,6 +283,10 @@ class ProxyServer:
                 sock, _addr = lsock.accept()
             except OSError:
                 return
+            uid, pid = access.peer_uid(sock)
+            if not self.policy.allows(uid):
+                self._refuse(sock, uid, pid)
+                continue
             if sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
@@ -291,6 +299,30 @@ class ProxyServer:
                 # Starting a thread costs ~100 µs; the swtpm TCTI connects for every command,
                 # so finished connection threads wait for the next one instead of exiting.
                 threading.Thread(target=self._worker, daemon=True, name="proxy-conn").start()
+
+    def _refuse(self, sock: socket.socket, uid: int | None, pid: int | None) -> None:
+        """A peer the policy does not let in: one line, and the connection closed before a byte
+        of it is read. A peer already gone whose uid could not be read (a client's empty
+        start-up probe) is closed without a line."""
+        try:
+            if uid is None:
+                try:
+                    if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                        return
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    return
+            self.refused += 1
+            where = "a Unix socket" if sock.family == socket.AF_UNIX else "TCP"
+            self.log(f"refused a connection on {where} from {access.user_text(uid)}"
+                     f"{f' pid {pid}' if pid else ''}: only {self.policy.describe()} may use this TPM "
+                     f"(--allow-user / --allow-group let more in); connection closed")
+        finally:
+            try:
+                sock.close()
+            except OSError:
+                pass
 
     def _worker(self) -> None:
         while True:
