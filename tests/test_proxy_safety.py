@@ -228,3 +228,39 @@ def test_unix_socket_is_0600_and_checks_the_peer(tcp_swtpm, tmp_path):
 def test_bind_refuses_a_network_address(tcp_swtpm):
     r = run_tpmtop("proxy", "-T", tcp_swtpm.tcti, "--port", str(_free_port_pair()), "--bind", "0.0.0.0")
     assert r.returncode == 2 and "loopback only" in r.stderr, r.stderr
+
+
+# -- item 7: other processes' strings are made terminal-safe -----------------------------------
+
+_HOSTILE_CLIENT = r"""
+import ctypes, sys
+from tpm2_pytss import ESAPI, TCTILdr, TPM2B_SENSITIVE_CREATE
+libc = ctypes.CDLL(None)
+libc.prctl(15, b"\x1b[31mEV\x1b]0;X\x07", 0, 0, 0)  # PR_SET_NAME: the comm the proxy reads
+ectx = ESAPI(TCTILdr("swtpm", sys.argv[1]))
+ectx.get_random(8)
+ectx.create_primary(TPM2B_SENSITIVE_CREATE(), "ecc256")  # left loaded: a LEAK line names it
+ectx.close()
+"""
+
+
+def test_client_names_reach_the_terminal_escaped(tcp_swtpm, tmp_path):
+    script = tmp_path / "evil\x1b[2J\nFORGED.py"  # a command line with a screen clear and a newline
+    script.write_text(_HOSTILE_CLIENT)
+    p = Proxy(tcp_swtpm.tcti, "swtpm", tmp_path)
+    try:
+        r = subprocess.run([sys.executable, script.name, f"host=127.0.0.1,port={p.port}"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=TIMEOUT, env=dict(os.environ, TSS2_LOG="all+NONE"))
+        assert r.returncode == 0, r.stderr
+        line = p.wait_line("LEAK", "0x80000000")
+        status, out, cap = p.stop()
+        assert status == 130
+        assert "\\x1b[31mEV\\x1b]0;X\\x07" in line
+        connected = next(ln for ln in p.lines if "connected" in ln and "EV" in ln)
+        assert "\\x1b[2J\\x0aFORGED.py" in connected
+        for text in p.lines + out.splitlines():
+            assert "\x1b" not in text and "\x07" not in text, text
+        assert "\\x1b[31mEV" in out  # the per-client table on stdout
+        assert any(c["name"] == "\x1b[31mEV\x1b]0;X\x07" for c in cap["clients"])  # the capture keeps the truth
+    finally:
+        p.kill()

@@ -184,7 +184,7 @@ def _print_clients(accounts) -> None:
     rows = []
     for c in accounts.snapshot():
         h = c.hist().summary()
-        rows.append([str(c.id), str(c.peer.pid or "-"), c.name[:24], str(c.commands), str(c.errors),
+        rows.append([str(c.id), str(c.peer.pid or "-"), safe(c.name)[:24], str(c.commands), str(c.errors),
                      f"{h['p50']:,.1f}", f"{h['p99']:,.1f}", str(c.created), str(c.flushed),
                      ", ".join(f"0x{x.handle:08x}" for x in c.leaked) or "-"])
     if rows:
@@ -249,7 +249,7 @@ def run_run(args) -> int:
             server.stop()
             if proc is not None:  # a CMD that never started gets no table: its one line says why
                 clients = [c for c in server.accounts.snapshot() if c.id != 0]
-                print(f"tpmtop run: {' '.join(cmd)} (through {tcti}; TPM {conn.target.tcti})", file=sys.stderr)
+                print(f"tpmtop run: {safe(' '.join(cmd))} (through {tcti}; TPM {conn.target.tcti})", file=sys.stderr)
                 print(run_table(clients, wall, server.accounts, table), file=sys.stderr, flush=True)
                 _write_capture(args, out, conn, server.accounts,
                                extra={"command": {"argv": cmd, "exit_status": status, "wall_ns": wall}}, events=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tpmtop.proxy.accounting import Accounts, ClientStats, attrs_text
 from tpmtop.proxy.forward import client_id_of
+from tpmtop.textsafe import safe
 from tpmtop.tpm import names
 
 CAPTURE_MINOR = 1
@@ -116,7 +117,7 @@ def run_table(clients: list[ClientStats], wall_ns: int, accounts: Accounts, tabl
     # flushed is not a leak of the command as a whole
     leaks = [(c, h) for c in clients for h in accounts.held_by(c.id)]
     for c, h in leaks:
-        out.append(f"LEAK: {c.name} (pid {c.peer.pid}) left {h.text()}")
+        out.append(f"LEAK: {safe(c.name)} (pid {c.peer.pid}) left {h.text()}")
     if not leaks:
         out.append("left nothing loaded")
     return "\n".join(out)
@@ -149,7 +150,7 @@ def client_rows(accounts: Accounts | None, recorder=None) -> list[tuple[str, lis
             continue
         s = c.hist().summary()
         held = accounts.held_by(c.id)
-        name = c.name if c.departed_ns is None else f"{c.name[:15]} (left)"  # fits the panel's 22 columns
+        name = safe(c.name) if c.departed_ns is None else f"{safe(c.name)[:15]} (left)"  # fits the panel's 22 columns
         rows.append((f"c{c.id}", [str(c.peer.pid or "?"), name, str(c.commands), str(c.errors), f"{s['p50']:,.1f}",
                                   f"{s['p99']:,.1f}", "-" if c.departed_ns is not None else str(len(held)),
                                   str(len(c.leaked)) if c.departed_ns is not None else "-"]))
@@ -163,8 +164,8 @@ def client_detail(accounts: Accounts, key: str) -> str:
     c = accounts.clients.get(int(key[1:]))
     if c is None:
         return ""
-    lines = [f"{c.name} pid {c.peer.pid or '?'} uid {c.peer.uid if c.peer.uid is not None else '?'}: "
-             f"{c.peer.cmdline[:100]}"]
+    lines = [f"{safe(c.name)} pid {c.peer.pid or '?'} uid {c.peer.uid if c.peer.uid is not None else '?'}: "
+             f"{safe(c.peer.cmdline)[:100]}"]
     for cc, h in sorted(c.per_cc.items(), key=lambda kv: kv[0] or 0):
         s = h.summary()
         lines.append(f"  {names.cc_short(cc):<22} {s['count']:>6}×  p50 {s['p50']:>9,.1f} µs  p99 {s['p99']:>9,.1f} µs")

@@ -18,6 +18,7 @@ import time
 from typing import Callable
 
 from tpmtop.errors import TpmConnectionError, TpmtopError, UsageError
+from tpmtop.textsafe import safe
 from tpmtop.proxy import access, peers, protocol as P
 from tpmtop.proxy.accounting import Accounts, ClientStats
 from tpmtop.proxy.forward import forward
@@ -128,7 +129,9 @@ class ProxyServer:
         self.refused = 0
         self._own_paths: list[tuple[str, tuple[int, int]]] = []  # sockets this process bound
         self._bound: list | None = None  # (listening socket, role) once listen() ran
-        self.log = log
+        # Every line carries other processes' names and command lines (a client can set its
+        # comm to an escape sequence): made terminal-safe here, once, for stderr and the dashboard.
+        self.log = lambda text: log(safe(text))
         self.accounts = accounts or Accounts()
         self.resolver = peers.TcpResolver()
         self._listeners: list[socket.socket] = []
