@@ -7,10 +7,12 @@ import argparse
 import os
 import subprocess
 import sys
+import threading
 import time
 
 from tpmtop.cli.common import notice, print_json, table, tpm_from_args
-from tpmtop.errors import EXIT_INTERRUPTED, UsageError
+from tpmtop.errors import EXIT_INTERRUPTED, TpmConnectionError, UsageError
+from tpmtop.proxy.latency import CompactLatency
 from tpmtop.textsafe import safe
 from tpmtop.tpm import interrupts
 
@@ -48,12 +50,24 @@ def add_proxy_arguments(p):
                    help="let user U use the TPM too (default: only this user and root); repeatable")
     p.add_argument("--allow-group", metavar="G", action="append", default=[],
                    help="let the members of group G use the TPM too; repeatable")
+    _serving_args(p)
     _listen_args(p, 2321)
+
+
+def _serving_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--interleave", action="store_true",
+                   help="over a raw TPM, share it command by command instead of one client at a time "
+                        "(clients can then run it out of slots: 0x902/0x903)")
+    p.add_argument("--max-connections", type=int, default=None, metavar="N",
+                   help="open client connections at most (default 1024)")
+    p.add_argument("--idle-timeout", type=float, default=None, metavar="S",
+                   help="close a connection that sends nothing for S seconds (default 600)")
 
 
 def add_run_arguments(p):
     _tpm_args(p)
     _listen_args(p, None)
+    _serving_args(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS…]",
                    help="the program to run with its TPM traffic going through a private proxy")
 
@@ -62,8 +76,28 @@ def add_clients_arguments(p):
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
 
+_LOG_LOCK = threading.Lock()
+
+
 def _log(text: str) -> None:
-    print(f"tpmtop proxy: {text}", file=sys.stderr, flush=True)
+    # one write per line under one lock: lines from the proxy's threads never glue together
+    line = f"tpmtop proxy: {text}\n"
+    with _LOG_LOCK:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+
+def _serving(args) -> dict:
+    kw = {"interleave": bool(args.interleave)}
+    if args.max_connections is not None:
+        if args.max_connections < 1:
+            raise UsageError(f"--max-connections {args.max_connections}: expected 1 or more")
+        kw["max_connections"] = args.max_connections
+    if args.idle_timeout is not None:
+        if not args.idle_timeout > 0:
+            raise UsageError(f"--idle-timeout {args.idle_timeout:g}: expected seconds above 0")
+        kw["idle_timeout"] = args.idle_timeout
+    return kw
 
 
 def _loopback(addr: str) -> str:
@@ -133,8 +167,10 @@ def run_proxy(args) -> int:
     # path taken) says so at once, serves no one, writes no capture and removes nothing.
     server = ProxyServer(None, protocol=args.protocol, host=host, port=args.port, socket_path=args.socket,
                          log=_log, policy=policy, socket_mode=0o660 if gid is not None else 0o600,
-                         socket_gid=gid).listen()
-    rec = proxy_recorder(keep_buffers=bool(args.events))
+                         socket_gid=gid, **_serving(args)).listen()
+    # Without --events no command is kept for the capture: a small ring (the per-command
+    # statistics are kept whole either way), so a proxy left running does not grow.
+    rec = proxy_recorder(keep_buffers=bool(args.events), capacity=None if args.events else 4096)
     try:
         with tpm_from_args(args, recorder=rec) as conn:
             conn.identity()  # read once now, not in the middle of the clients' traffic
@@ -156,7 +192,7 @@ def _serve_until_stopped(args, server, conn, out, host) -> int:
         _log(server.sharing_note())
         _log(f"open to {server.policy.describe()}; everyone else is refused")
         since = interrupts.raised
-        while True:
+        while server.failed is None:
             time.sleep(0.5)  # short: a signal tripped just before a long sleep waits for its end
             interrupts.check_lost(since)  # one a finalizer swallowed meanwhile
     except KeyboardInterrupt:
@@ -177,19 +213,27 @@ def _serve_until_stopped(args, server, conn, out, host) -> int:
     if interrupted:
         notice("interrupted")
         return EXIT_INTERRUPTED
+    if server.failed:  # the TPM went away for good: the capture is written, the line says why
+        raise TpmConnectionError(server.failed)
     return 0
 
 
 def _print_clients(accounts) -> None:
+    """One row per program (every departed client of it folded in: a proxy that served 10,000
+    tpm2_getrandom processes prints one row for them)."""
     rows = []
-    for c in accounts.snapshot():
-        h = c.hist().summary()
-        rows.append([str(c.id), str(c.peer.pid or "-"), safe(c.name)[:24], str(c.commands), str(c.errors),
-                     f"{h['p50']:,.1f}", f"{h['p99']:,.1f}", str(c.created), str(c.flushed),
-                     ", ".join(f"0x{x.handle:08x}" for x in c.leaked) or "-"])
+    for p in accounts.program_snapshot():
+        h = CompactLatency()
+        for x in p.per_cc.values():
+            h.merge(x)
+        s = h.summary()
+        rows.append([safe(p.name)[:24], str(p.clients), str(p.commands), str(p.errors),
+                     f"{s['p50']:,.1f}", f"{s['p99']:,.1f}", str(p.created), str(p.flushed), str(p.leaked)])
     if rows:
-        print(table(rows, ["id", "pid", "name", "cmds", "errors", "p50 µs", "p99 µs", "created", "flushed", "leaked"],
-                    right={0, 1, 3, 4, 5, 6, 7, 8}), flush=True)
+        print(table(rows, ["program", "clients", "cmds", "errors", "p50 µs", "p99 µs", "created", "flushed", "leaked"],
+                    right={1, 2, 3, 4, 5, 6, 7, 8}), flush=True)
+    if accounts.queue_max:
+        print(f"at most {accounts.queue_max} client(s) waited for their turn at once", flush=True)
 
 
 def run_run(args) -> int:
@@ -207,7 +251,8 @@ def run_run(args) -> int:
     rec = proxy_recorder()
     with tpm_from_args(args, recorder=rec) as conn:
         conn.identity()
-        server = ProxyServer(conn, protocol=args.protocol, host="127.0.0.1", port=0, log=_quiet_log)
+        server = ProxyServer(conn, protocol=args.protocol, host="127.0.0.1", port=0, log=_quiet_log,
+                             **_serving(args))
         server.start()
         port = server.bound_port
         tcti = f"{args.protocol}:host=127.0.0.1,port={port}"
@@ -248,9 +293,8 @@ def run_run(args) -> int:
             wall = time.perf_counter_ns() - t0
             server.stop()
             if proc is not None:  # a CMD that never started gets no table: its one line says why
-                clients = [c for c in server.accounts.snapshot() if c.id != 0]
                 print(f"tpmtop run: {safe(' '.join(cmd))} (through {tcti}; TPM {conn.target.tcti})", file=sys.stderr)
-                print(run_table(clients, wall, server.accounts, table), file=sys.stderr, flush=True)
+                print(run_table(server.accounts, wall, table), file=sys.stderr, flush=True)
                 _write_capture(args, out, conn, server.accounts,
                                extra={"command": {"argv": cmd, "exit_status": status, "wall_ns": wall}}, events=True)
                 if status is not None:

@@ -28,6 +28,7 @@ class Peer:
     uid: int | None
     user: str | None
     start_time: float | None = None  # tells a reused pid from the process before it
+    exe: str = ""  # the executable (with the name, what a departed client is folded under)
 
     @property
     def key(self) -> tuple:
@@ -63,7 +64,11 @@ def describe_pid(pid: int, uid: int | None = None) -> Peer:
             if uid is None:
                 uid = p.uids().real
             start = p.create_time()
-        return Peer(pid, name, cmdline or name, uid, _user(uid), start)
+            try:
+                exe = p.exe()
+            except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                exe = ""
+        return Peer(pid, name, cmdline or name, uid, _user(uid), start, exe)
     except psutil.NoSuchProcess:
         return Peer(pid, f"pid {pid} (exited)", "", uid, _user(uid))
     except psutil.AccessDenied:
