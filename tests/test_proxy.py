@@ -37,7 +37,8 @@ class Proxy:
         env = dict(os.environ)
         env.pop("TPM2TOOLS_TCTI", None)
         self.proc = subprocess.Popen(
-            TPMTOP + ["proxy", "-T", tcti, "--port", str(self.port), "--protocol", protocol,
+            TPMTOP + ["proxy", *(["--sim"] if tcti == "--sim" else ["-T", tcti]), "--port", str(self.port),
+                      "--protocol", protocol,
                       "--json", str(self.capture), "--events", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
         self.lines: list[str] = []

@@ -208,10 +208,9 @@ class TcpResolver:
             if fd is not None:
                 self._remember(pid, known, fd)
                 return known
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            pid = int(name)
+        # newest first: a client is usually a process that just started (a higher pid than
+        # the long-running ones), found after a few look-ups rather than a whole scan
+        for pid in sorted((int(n) for n in os.listdir("/proc") if n.isdigit()), reverse=True):
             if pid in self._recent:
                 continue
             fd = _holding_fd(pid, target, None)

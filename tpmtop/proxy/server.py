@@ -42,7 +42,7 @@ IDLE_TIMEOUT_S = 600.0  # a connection that sends nothing this long is closed
 MAX_IDLE_WORKERS = 8  # threads kept waiting for the next connection
 WORKER_LINGER_S = 2.0  # how long one waits before it exits
 TURN_IDLE_S = 0.25  # a raw TPM's turn passes on after its holder was idle this long (turns.py)
-RECOVER_GIVE_UP_S = 30.0  # a TPM that cannot be reached again for this long is gone
+RECOVER_GIVE_UP_MIN_S = 5.0  # a TPM unreachable for max(this, --timeout) seconds is gone
 TPM_RC_RETRY = 0x922  # the TPM is busy: try again (tpm2-tss's ESAPI retries by itself)
 TPM_RC_FAILURE = 0x101  # the TPM is in failure mode (here: it is gone)
 
@@ -635,18 +635,19 @@ class ProxyServer:
         self.log(f"the TPM was lost ({why}); "
                  + ("restarting the private swtpm" if private else "reconnecting")
                  + f"; clients are answered TPM_RC_RETRY meanwhile")
-        deadline = time.monotonic() + RECOVER_GIVE_UP_S
+        give_up = max(RECOVER_GIVE_UP_MIN_S, float(getattr(conn, "timeout", RECOVER_GIVE_UP_MIN_S)))
+        deadline = time.monotonic() + give_up
         last = why
         try:
             while not self._stop.is_set():
                 try:
-                    conn.owner.call(conn.reconnect, timeout=RECOVER_GIVE_UP_S + 30)
-                    conn.owner.call(_probe, conn.transport, timeout=RECOVER_GIVE_UP_S + 30)
+                    conn.owner.call(conn.reconnect, timeout=give_up + 30)
+                    conn.owner.call(_probe, conn.transport, timeout=give_up + 30)
                 except Exception as e:
                     last = str(e)
                     conn.owner.lost = None
                     if time.monotonic() >= deadline:
-                        self.failed = f"the TPM is gone: {last} (tried for {RECOVER_GIVE_UP_S:g} s)"
+                        self.failed = f"the TPM is gone: {last} (tried again for {give_up:g} s)"
                         self.log(self.failed)
                         return
                     self._stop.wait(1.0)
