@@ -130,6 +130,7 @@ class ClientStats:
     locality: int = 0
     dropped: str | None = None  # why a connection of it was cut (framing), last one
     exited: bool = False  # its process has ended (its connections may still be closing)
+    inflight: int = 0  # commands sent to the TPM and not yet answered and accounted
     waits: CompactLatency = field(default_factory=CompactLatency)  # waits for its turn (raw TPM)
 
     @property

@@ -208,10 +208,14 @@ class TcpResolver:
             if fd is not None:
                 self._remember(pid, known, fd)
                 return known
+        # Skip only the processes looked at above: another thread may have added this very
+        # process to the recent ones meanwhile (1,000 connections of one process resolved at
+        # once), and skipping it then named most of them "unknown".
+        looked = {pid for pid, _ in recent}
         # newest first: a client is usually a process that just started (a higher pid than
         # the long-running ones), found after a few look-ups rather than a whole scan
         for pid in sorted((int(n) for n in os.listdir("/proc") if n.isdigit()), reverse=True):
-            if pid in self._recent:
+            if pid in looked:
                 continue
             fd = _holding_fd(pid, target, None)
             if fd is not None:

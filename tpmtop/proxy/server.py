@@ -588,6 +588,8 @@ class ProxyServer:
             if sent < 0:
                 self._went_away(sock, client, len(rsp))
 
+        with self._lock:
+            client.inflight += 1
         per_client = self._transport_for(client)
         if per_client is None:
             fut = forward(self.conn, client.id, cmd, then)
@@ -596,7 +598,17 @@ class ProxyServer:
             with lock:  # one command at a time on a client's own upstream
                 fut = forward(self.conn, client.id, cmd, then, transport)
         fut.add_done_callback(lambda f: self._tpm_failed(sock, client, f, mssim, per_client is not None))
+        fut.add_done_callback(lambda f: self._answered(client))
         return fut
+
+    def _answered(self, client: ClientStats) -> None:
+        """A command of ``client`` is answered and accounted: if its process has exited
+        meanwhile (it got the answer and left), it departs now, its last command counted."""
+        with self._lock:
+            client.inflight -= 1
+            last = client.inflight <= 0 and client.exited
+        if last:
+            self._depart(client)
 
     def _send_rest(self, sock: socket.socket, client: ClientStats, rest: bytes) -> None:
         try:
@@ -699,7 +711,9 @@ class ProxyServer:
                         return
                     if swtpm and state.get("refused"):
                         # its payload's length is unknown: reading on would take the payload
-                        # for more requests
+                        # for more requests. The answer is sent, the rest read and dropped
+                        # (closing with unread bytes would reset the connection under the answer).
+                        _drain_and_close(sock)
                         return
             except P.Idle:
                 return
@@ -750,10 +764,14 @@ class ProxyServer:
             return
         os.close(fd)
         c = got[1]
-        c.exited = True
-        # An exited process has nothing in flight that it waits for: it departs now, even if
+        # An exited process waits for nothing more: it departs as soon as its commands still
+        # being answered are accounted (the answer goes out before the accounting), even if
         # the proxy has yet to see the end of its last connection.
-        self._depart(c)
+        with self._lock:
+            c.exited = True
+            ready = c.inflight <= 0
+        if ready:
+            self._depart(c)
 
     def _closed(self, c: ClientStats) -> None:
         self.accounts.connection_closed(c)
@@ -818,6 +836,20 @@ class ProxyServer:
 def _probe(transport) -> None:
     """One harmless command (GetRandom 8) on a reconnected TPM: does it answer?"""
     transport.transact(bytes.fromhex("80010000000c0000017b0008"))
+
+
+def _drain_and_close(sock: socket.socket, limit: int = 65536) -> None:
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(1.0)
+        n = 0
+        while n < limit:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            n += len(chunk)
+    except OSError:
+        pass
 
 
 def _shutdown(sock: socket.socket) -> None:
