@@ -58,6 +58,9 @@ def _serving_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--interleave", action="store_true",
                    help="over a raw TPM, share it command by command instead of one client at a time "
                         "(clients can then run it out of slots: 0x902/0x903)")
+    p.add_argument("--turn-idle", type=float, default=None, metavar="S",
+                   help="over a raw TPM, a client's turn passes on once it has sent nothing for S seconds "
+                        "while others wait (default 2)")
     p.add_argument("--max-connections", type=int, default=None, metavar="N",
                    help="open client connections at most (default 1024)")
     p.add_argument("--idle-timeout", type=float, default=None, metavar="S",
@@ -93,6 +96,10 @@ def _serving(args) -> dict:
         if args.max_connections < 1:
             raise UsageError(f"--max-connections {args.max_connections}: expected 1 or more")
         kw["max_connections"] = args.max_connections
+    if args.turn_idle is not None:
+        if not args.turn_idle > 0:
+            raise UsageError(f"--turn-idle {args.turn_idle:g}: expected seconds above 0")
+        kw["turn_idle"] = args.turn_idle
     if args.idle_timeout is not None:
         if not args.idle_timeout > 0:
             raise UsageError(f"--idle-timeout {args.idle_timeout:g}: expected seconds above 0")

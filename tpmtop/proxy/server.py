@@ -41,7 +41,11 @@ MAX_CONNECTIONS = 1024  # open client connections (each has a thread while open)
 IDLE_TIMEOUT_S = 600.0  # a connection that sends nothing this long is closed
 MAX_IDLE_WORKERS = 8  # threads kept waiting for the next connection
 WORKER_LINGER_S = 2.0  # how long one waits before it exits
-TURN_IDLE_S = 0.25  # a raw TPM's turn passes on after its holder was idle this long (turns.py)
+# A raw TPM's turn passes on after its holder was idle this long while others wait (turns.py).
+# Generous: a departure is seen at once (pidfd), so this only matters for a client that stays
+# alive between commands — and a tool descheduled for a moment on a loaded machine must not
+# lose its turn in the middle of its work (0.25 s did: 1 worker in 8 failed with 0x902).
+TURN_IDLE_S = 2.0
 RECOVER_GIVE_UP_MIN_S = 5.0  # a TPM unreachable for max(this, --timeout) seconds is gone
 TPM_RC_RETRY = 0x922  # the TPM is busy: try again (tpm2-tss's ESAPI retries by itself)
 TPM_RC_FAILURE = 0x101  # the TPM is in failure mode (here: it is gone)
@@ -740,9 +744,11 @@ class ProxyServer:
     def _exited(self, c: ClientStats) -> bool:
         with self._pidfd_lock:
             fds = [fd for fd, (_cid, x) in self._pidfds.items() if x is c]
-        if fds:
-            r, _, _ = select.select(fds, [], [], 0)
-            return bool(r)
+            if fds:
+                try:
+                    return bool(select.select(fds, [], [], 0)[0])
+                except (OSError, ValueError):
+                    return False
         return not peers.alive(c.peer)
 
     def _reap_exited(self) -> None:
@@ -759,10 +765,20 @@ class ProxyServer:
 
     def _process_exited(self, fd: int) -> None:
         with self._pidfd_lock:
-            got = self._pidfds.pop(fd, None)
-        if got is None:
-            return
-        os.close(fd)
+            got = self._pidfds.get(fd)
+            if got is None:
+                return
+            # Looked at again under the lock: the number a poll reported may since have been
+            # closed (its client departed) and given to a new client's pidfd, whose process
+            # is alive.
+            try:
+                readable = bool(select.select([fd], [], [], 0)[0])
+            except (OSError, ValueError):
+                readable = False
+            if not readable:
+                return
+            del self._pidfds[fd]
+            os.close(fd)
         c = got[1]
         # An exited process waits for nothing more: it departs as soon as its commands still
         # being answered are accounted (the answer goes out before the accounting), even if
