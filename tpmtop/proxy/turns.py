@@ -69,6 +69,8 @@ class Turns:
                     now = time.monotonic()
                     if self.closed:
                         raise TurnTimeout("the proxy is stopping")
+                    if client not in self._waiting:  # it departed while waiting (killed)
+                        raise TurnTimeout("it left while waiting for its turn")
                     if self._waiting[0] is client and self._free_for(client, now):
                         break
                     if now >= deadline:
