@@ -176,3 +176,26 @@ def _forked_clients_mssim(port: int, n: int) -> None:
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
+
+
+def test_connection_cap_and_idle_timeout(tcp_swtpm, tmp_path):
+    p = Proxy(tcp_swtpm.tcti, "swtpm", tmp_path, ("--max-connections", "2", "--idle-timeout", "1"))
+    try:
+        held = [socket.create_connection(("127.0.0.1", p.port), timeout=TIMEOUT) for _ in range(2)]
+        for s in held:
+            s.sendall(GET_RANDOM_8)
+            assert len(s.recv(64)) == 20
+        with socket.create_connection(("127.0.0.1", p.port), timeout=TIMEOUT) as third:
+            try:
+                assert third.recv(64) == b""  # closed at once
+            except ConnectionResetError:
+                pass
+        p.wait_line("2 connections are open (the limit): connection refused")
+        for s in held:  # silent for the idle time-out: closed by the proxy
+            assert s.recv(64) == b""
+            s.close()
+        p.wait_line("idle for 1 s; connection closed")
+        p.tool("tpm2_getrandom", "--hex", "8")  # room again
+        assert p.stop()[0] == 130
+    finally:
+        p.kill()
