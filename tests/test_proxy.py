@@ -92,8 +92,16 @@ class Proxy:
 
     def kill(self):
         if self.proc.poll() is None:
+            from conftest import swtpm_children
+
+            orphans = swtpm_children(self.proc.pid)  # a --sim proxy's private swtpm
             self.proc.kill()
             self.proc.wait()
+            for c in orphans:
+                try:
+                    c.kill()
+                except Exception:
+                    pass
 
 
 @pytest.fixture

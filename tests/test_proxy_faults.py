@@ -29,23 +29,25 @@ def _until_ok(p: Proxy, tries: int = 60) -> int:
 
 def test_killed_private_swtpm_is_restarted(tmp_path):
     p = Proxy("--sim", "swtpm", tmp_path)
-    p.tool("tpm2_getrandom", "--hex", "8")
-    (tpm,) = swtpm_children(p.proc.pid)
-    tpm.kill()
-    deadline = time.monotonic() + TIMEOUT
-    while tpm.is_running() and tpm.status() != psutil.STATUS_ZOMBIE:  # the proxy reaps it, not us
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    r = p.tool("tpm2_getrandom", "--hex", "8", check=False)  # answered (a response code), not hung
-    assert r.returncode != 0 or len(r.stdout.strip()) == 16
-    _until_ok(p)
-    p.wait_line("restarting the private swtpm")
-    p.wait_line("the TPM answers again")
-    (new,) = swtpm_children(p.proc.pid)
-    assert new.pid != tpm.pid
-    status, _, _ = p.stop()
-    assert status == 130
-    p.kill()
+    try:
+        p.tool("tpm2_getrandom", "--hex", "8")
+        (tpm,) = swtpm_children(p.proc.pid)
+        tpm.kill()
+        deadline = time.monotonic() + TIMEOUT
+        while tpm.is_running() and tpm.status() != psutil.STATUS_ZOMBIE:  # the proxy reaps it, not us
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        r = p.tool("tpm2_getrandom", "--hex", "8", check=False)  # answered (a response code), not hung
+        assert r.returncode != 0 or len(r.stdout.strip()) == 16
+        _until_ok(p)
+        p.wait_line("restarting the private swtpm")
+        p.wait_line("the TPM answers again")
+        (new,) = swtpm_children(p.proc.pid)
+        assert new.pid != tpm.pid
+        status, _, _ = p.stop()
+        assert status == 130
+    finally:
+        p.kill()
 
 
 def test_stalled_external_tpm_answers_and_recovers(tcp_swtpm, tmp_path):
