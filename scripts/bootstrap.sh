@@ -21,9 +21,10 @@ if ! pkg-config --exists tss2-esys 2>/dev/null; then need_pkgs+=(libtss2-dev); f
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then need_pkgs+=(python3-venv); fi
 # tpm2-tss's pcap: TCTI (tests record tpm2-tools traffic with it)
 if ((for_tests)) && ! ls /usr/lib/*/libtss2-tcti-pcap.so.0 >/dev/null 2>&1; then need_pkgs+=(libtss2-tcti-pcap0); fi
-if ((for_bench)) && ! command -v tpm2-abrmd >/dev/null 2>&1; then need_pkgs+=(tpm2-abrmd); fi
-if ((for_bench)) && ! ls /usr/lib/*/libtss2-tcti-tabrmd.so.0 >/dev/null 2>&1; then need_pkgs+=(libtss2-tcti-tabrmd0); fi
-if ((for_bench)) && ! command -v dbus-daemon >/dev/null 2>&1; then need_pkgs+=(dbus-daemon); fi
+# tpm2-abrmd on a private D-Bus (the proxy's tests over a resource-managed upstream, and benchmarks/proxy.py)
+if ((for_tests || for_bench)) && [ ! -x /usr/sbin/tpm2-abrmd ]; then need_pkgs+=(tpm2-abrmd); fi
+if ((for_tests || for_bench)) && ! command -v dbus-daemon >/dev/null 2>&1; then need_pkgs+=(dbus-daemon); fi
+if ((for_tests || for_bench)) && ! ls /usr/lib/*/libtss2-tcti-tabrmd.so.0 >/dev/null 2>&1; then need_pkgs+=(libtss2-tcti-tabrmd0); fi
 if ((for_tests)) && ! command -v tshark >/dev/null 2>&1; then
     need_pkgs+=(tshark)
     # wireshark-common asks whether non-root users may capture: answer no, non-interactively

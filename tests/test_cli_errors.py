@@ -100,7 +100,7 @@ CASES = [
     ("proxy", ["-T", DEAD, "--port", "65535"]),            # needs PORT and PORT+1
     ("proxy", ["-T", DEAD, "--protocol", "tcp"]),
     ("run", ["-T", DEAD]),                                 # nothing to run
-    ("run", ["--sim", "--", "no-such-command-tpmtop"]),
+    ("run", ["--sim", "--json", "{d}", "--", "true"]),      # --json a directory (CMD not found: 127)
     ("clients", ["--bogus"]),
 ]
 
