@@ -195,7 +195,7 @@ def _serve_until_stopped(args, server, conn, out, host) -> int:
         _log(f"serving {conn.target.tcti} on {host}:{args.port} ({kind}; control on {args.port + 1})"
              + (f" and {args.socket}" if args.socket else ""))
         _log(f"clients use -T {kind}:host={host},port={args.port}"
-             + (f" or -T swtpm:path={args.socket}" if args.socket and kind == "swtpm" else ""))
+             + (f" or -T swtpm:path={os.path.abspath(args.socket)}" if args.socket and kind == "swtpm" else ""))
         _log(server.sharing_note())
         _log(f"open to {server.policy.describe()}; everyone else is refused")
         since = interrupts.raised
