@@ -3,7 +3,7 @@
 # it only checks for commands/headers and compares a stamp of pyproject.toml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# --test: also what only the test suite needs (tshark, to check the pcapng export)
+# --test: also what only the test suite needs (tshark, to check the pcapng export; prometheus)
 for_tests=0
 [ "${1:-}" = "--test" ] && for_tests=1
 
@@ -17,6 +17,9 @@ if ! pkg-config --exists tss2-esys 2>/dev/null; then need_pkgs+=(libtss2-dev); f
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then need_pkgs+=(python3-venv); fi
 # tpm2-tss's pcap: TCTI (tests record tpm2-tools traffic with it)
 if ((for_tests)) && ! ls /usr/lib/*/libtss2-tcti-pcap.so.0 >/dev/null 2>&1; then need_pkgs+=(libtss2-tcti-pcap0); fi
+# Prometheus and promtool: the exporter's tests scrape it with a real Prometheus and check the
+# rules (the Debian package installs a prometheus.service; the tests never start it)
+if ((for_tests)) && ! command -v promtool >/dev/null 2>&1; then need_pkgs+=(prometheus); fi
 if ((for_tests)) && ! command -v tshark >/dev/null 2>&1; then
     need_pkgs+=(tshark)
     # wireshark-common asks whether non-root users may capture: answer no, non-interactively
