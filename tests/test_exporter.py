@@ -201,3 +201,51 @@ def test_promtool_checks_and_unit_tests_the_rules():
     r = subprocess.run([PROMTOOL, "test", "rules", "tpmtop-rules.test.yml"], cwd=RULES, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+
+
+# -- --probe: read-only GetCapability on a real swtpm ----------------------------------------------
+def test_probe_sends_only_getcapability_and_sees_slots_taken(tcp_swtpm):
+    """The probe's whole traffic is GetCapability, and it reads what another client holds."""
+    from argparse import Namespace
+
+    from tpm2_pytss import ESAPI, TCTILdr
+    from tpm2_pytss.types import TPM2B_PUBLIC
+
+    from tpmtop.fleet.families import SlotKind
+    from tpmtop.fleet.server import new_registry
+    from tpmtop.fleet.tpm_probe import TpmProbe
+
+    def other_program(fn):
+        """Another program's own connection (a swtpm serves one client at a time)."""
+        esys = ESAPI(TCTILdr("swtpm", f"host=127.0.0.1,port={tcp_swtpm.port}"))
+        try:
+            return fn(esys)
+        finally:
+            esys.close()
+
+    probe = TpmProbe(new_registry(), Namespace(tcti=tcp_swtpm.tcti, sim=False, raw_device=False, timeout=5.0))
+    try:
+        probe.keep_open = True  # to read its recorder: every command of the first probe
+        assert probe.read_once()
+        sent = [e.name for e in probe.conn.recorder.events()]
+        assert sent and set(sent) == {"TPM2_CC_GetCapability"}, sent
+        probe.conn.close()
+        probe.conn, probe.keep_open = None, False
+        free = probe.slots[SlotKind.TRANSIENT]
+        assert free >= 1
+        # an object another program leaves loaded (a swtpm keeps it across connections)
+        other_program(lambda e: e.create_primary(None, TPM2B_PUBLIC.parse("ecc256")))  # the swtpm is this test's
+        assert probe.read_once()
+        assert probe.conn is None  # not held between probes
+        assert probe.slots[SlotKind.TRANSIENT] == free - 1
+    finally:
+        probe.close()
+
+
+def test_probe_serves_identity_and_slots(exporter, tcp_swtpm):
+    exp = exporter("--no-kernel", "--probe", "60", "-T", tcp_swtpm.tcti)
+    text = wait_for(exp, lambda t: "tpmtop_tpm_probe_success" in t, "a probe")
+    assert value(text, "tpmtop_tpm_probe_success") == 1
+    assert value(text, "tpmtop_tpm_slots_available", kind="transient") >= 1
+    assert value(text, "tpmtop_tpm_info", manufacturer="IBM") == 1  # swtpm says it is IBM's
+    assert value(text, "tpmtop_kernel_trace_up") == 0  # --no-kernel: not tracing, and it says so

@@ -87,9 +87,10 @@ def run_exporter(args) -> int:
 
     from tpmtop.fleet import facts_feed, kernel_feed, server
 
+    kernel_feed.preload()
     registry = server.new_registry()
     kernel = kernel_feed.KernelMetrics(registry)
-    facts = facts_feed.FactsMetrics(registry, root=args.root)
+    facts = facts_feed.FactsMetrics(registry, root=args.root).read_all()
     reader = None
     probe = None
     httpd = None
@@ -111,7 +112,6 @@ def run_exporter(args) -> int:
         source = reader.source_text if reader is not None else "system facts only"
         server.ExporterInfo(registry, "kprobes" if reader is not None and reader.probes is not None else
                             "trace-file" if reader is not None else "facts")
-        facts.start()
         if args.probe:
             from tpmtop.fleet.tpm_probe import TpmProbe
 

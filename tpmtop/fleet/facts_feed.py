@@ -1,7 +1,7 @@
 """What ``tpmtop boot`` reads (sysfs, securityfs, the kernel config, systemd) as gauges.
 
-The whole set (dmesg, systemd-analyze, the journal) is read once, in the background, when the
-exporter starts: it does not change while the machine runs. The cheap part (sysfs,
+The whole set (dmesg, systemd-analyze, the journal) is read once when the exporter starts,
+before it arms its probes: it does not change while the machine runs. The cheap part (sysfs,
 securityfs, /proc: the IMA count, the PCR-integrity switch) is read again at a scrape when
 the last read is older than ``refresh_s``. None of it talks to the TPM. Layer: fleet; no Textual.
 """
@@ -46,8 +46,10 @@ class FactsMetrics(Collector):
         self.tpm_identity: dict[str, str] = {}  # manufacturer, firmware: from --probe
         registry.register(self)
 
-    def start(self) -> "FactsMetrics":
-        threading.Thread(target=self._read_all, name="tpmtop-exporter-facts", daemon=True).start()
+    def read_all(self) -> "FactsMetrics":
+        """The whole set, now: before the kernel probes are armed, so that the programs it runs
+        (systemd-analyze, journalctl, dmesg) are not measured into the exporter's trace."""
+        self._read_all()
         return self
 
     def _reader(self):
@@ -99,7 +101,7 @@ class FactsMetrics(Collector):
             g = _gauge("host_info", ("kernel_release",))
             g.add_metric((str(release),), 1.0)
             yield g
-        if value("tpm.family") is not None or (full is not None and full.tpm_seen):
+        if value("tpm.family") is not None or (full is not None and full.tpm_seen) or ident:
             g = _gauge("tpm_info", ("family", "driver", "vendor", "manufacturer", "firmware"))
             g.add_metric((str(value("tpm.family") or ""), str(value("tpm.driver") or ""),
                           str(value("tpm.vendor") or ""), ident.get("manufacturer", ""),

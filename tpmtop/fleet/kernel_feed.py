@@ -52,6 +52,16 @@ def rc_label(kc: KernelCommand) -> str:
     return f"0x{base:03x}" if base <= 0xFFF else RcLabel.OTHER.value
 
 
+def preload() -> None:
+    """Import now what parsing will need, before the probes are armed: a lazy import later
+    reads files while tracing, and under an IMA policy that measures files root reads
+    (ima_policy=tcb) each one is a PCR_Extend the kernel sends on the exporter's behalf."""
+    import tpmtop.kernel.live  # noqa: F401
+    from tpmtop.tpm import wire
+
+    wire.num_handles(0x182)  # tpm2-pytss's command tables: the session-handle offsets need them
+
+
 class KernelMetrics(Collector):
     """The counts, updated by :meth:`feed` (the reader thread), read by a scrape."""
 
