@@ -249,3 +249,19 @@ def test_probe_serves_identity_and_slots(exporter, tcp_swtpm):
     assert value(text, "tpmtop_tpm_slots_available", kind="transient") >= 1
     assert value(text, "tpmtop_tpm_info", manufacturer="IBM") == 1  # swtpm says it is IBM's
     assert value(text, "tpmtop_kernel_trace_up") == 0  # --no-kernel: not tracing, and it says so
+
+
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed")
+def test_the_unit_file_verifies(tmp_path):
+    """contrib/systemd/tpmtop-exporter.service passes `systemd-analyze verify` (with its
+    ExecStart pointed at this venv's tpmtop: verify checks that the program exists)."""
+    unit = (REPO / "contrib" / "systemd" / "tpmtop-exporter.service").read_text()
+    assert "ExecStart=/usr/local/bin/tpmtop exporter --listen 127.0.0.1:" in unit  # loopback by default
+    assert "IPAddressAllow=localhost" in unit and "DevicePolicy=closed" in unit
+    here = tmp_path / "tpmtop-exporter.service"
+    here.write_text(unit.replace("/usr/local/bin/tpmtop", str(Path(sys.executable).with_name("tpmtop"))))
+    r = subprocess.run([SYSTEMD_ANALYZE, "verify", str(here)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
