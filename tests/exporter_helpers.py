@@ -41,10 +41,10 @@ class Exporter:
         self.proc = subprocess.Popen([sys.executable, "-m", "tpmtop", "exporter", "--listen", "127.0.0.1:0", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stderr.readline()  # its first line says where it listens (or why not)
-        m = re.search(r"serving (http://(\S+))/metrics", line)
+        m = re.search(r"serving (https?://(\S+))/metrics", line)
         if m is None:
-            self.stop()
-            raise AssertionError(f"the exporter did not start: {line!r} {self.proc.stderr.read()!r}")
+            _, rest = self.stop()
+            raise AssertionError(f"the exporter did not start: {line!r} {rest!r}")
         self.url = m.group(1) + "/metrics"
         self.address = m.group(2)
         self.first_line = line

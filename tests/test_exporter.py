@@ -265,3 +265,70 @@ def test_the_unit_file_verifies(tmp_path):
     here.write_text(unit.replace("/usr/local/bin/tpmtop", str(Path(sys.executable).with_name("tpmtop"))))
     r = subprocess.run([SYSTEMD_ANALYZE, "verify", str(here)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# -- TLS and client certificates (prometheus_client's) ----------------------------------------------
+def _certs(tmp: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def cert(name, key, issuer_name, issuer_key, *, ca=False, san=None, usage=None):
+        b = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+             .issuer_name(issuer_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+             .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if san:
+            b = b.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        if usage:
+            b = b.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        return b.sign(issuer_key, hashes.SHA256())
+
+    out = {}
+
+    def write(name, c, key=None):
+        out[name] = tmp / f"{name}.pem"
+        out[name].write_bytes(c.public_bytes(serialization.Encoding.PEM))
+        if key is not None:
+            out[name + "-key"] = tmp / f"{name}-key.pem"
+            out[name + "-key"].write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                             serialization.PrivateFormat.PKCS8,
+                                                             serialization.NoEncryption()))
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tpmtop test CA")])
+    write("ca", cert("tpmtop test CA", ca_key, ca_name, ca_key, ca=True))
+    sk = ec.generate_private_key(ec.SECP256R1())
+    write("server", cert("127.0.0.1", sk, ca_name, ca_key, san=[x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+                         usage=ExtendedKeyUsageOID.SERVER_AUTH), sk)
+    ck = ec.generate_private_key(ec.SECP256R1())
+    write("client", cert("prometheus", ck, ca_name, ca_key, usage=ExtendedKeyUsageOID.CLIENT_AUTH), ck)
+    return out
+
+
+def test_tls_with_client_certificates(tmp_path):
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    c = _certs(tmp_path)
+    exp = Exporter("--no-kernel", "--tls-cert", str(c["server"]), "--tls-key", str(c["server-key"]),
+                   "--tls-client-ca", str(c["ca"]))
+    try:
+        url = exp.url
+        assert url.startswith("https://127.0.0.1:")
+        ctx = ssl.create_default_context(cafile=str(c["ca"]))
+        with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):  # no client certificate
+            urllib.request.urlopen(url, context=ctx, timeout=30).read()
+        ctx.load_cert_chain(str(c["client"]), str(c["client-key"]))
+        with urllib.request.urlopen(url, context=ctx, timeout=30) as r:
+            assert "tpmtop_exporter_info" in r.read().decode()
+    finally:
+        exp.stop()
