@@ -332,3 +332,29 @@ def test_tls_with_client_certificates(tmp_path):
             assert "tpmtop_exporter_info" in r.read().decode()
     finally:
         exp.stop()
+
+
+def test_garbled_codes_stay_one_label_value():
+    """A hostile or garbled trace (random command and response codes) adds no series per value."""
+    from prometheus_client import generate_latest
+
+    from tpmtop.fleet.kernel_feed import KernelMetrics
+    from tpmtop.fleet.server import new_registry
+
+    reg = new_registry()
+    km = KernelMetrics(reg, mark_own=False)
+    lines = []
+    for i in range(300):
+        t = 100 + i * 0.01
+        cc = (0x7F000000 + i * 7919).to_bytes(4, "little").hex()  # no such command codes
+        lines += [f"  bash-900 [000] .....  {t:.6f}: cmd: (tpm_transmit_cmd+0x0/0x1a0) desc=\"x\"",
+                  f"  bash-900 [000] .....  {t + 0.000001:.6f}: tx: (tpm_transmit+0x0/0x3a0) tag=0x180 "
+                  f"size=0xe000000 cc=0x{cc}",
+                  f"  bash-900 [000] .....  {t + 0.002:.6f}: tx_ret: (tpm_transmit_cmd+0x3c/0x1a0 <- tpm_transmit) ret=10",
+                  f"  bash-900 [000] .....  {t + 0.002001:.6f}: cmd_ret: (tpm2_foo+0x1/0x2 <- tpm_transmit_cmd) "
+                  f"rc={0x10000 + i * 4099}"]
+    assert km.feed(lines) == 300
+    text = generate_latest(reg).decode()
+    assert value(text, "tpmtop_kernel_command_responses_total", command="unknown", rc="other") == 300
+    assert len([ln for ln in text.splitlines() if ln.startswith("tpmtop_kernel_command_responses_total")]) == 1
+    assert len(km.detector.fails) == 0

@@ -46,10 +46,15 @@ def rc_label(kc: KernelCommand) -> str:
         return RcLabel.NO_RESPONSE.value
     if kc.rc is None:
         return RcLabel.NOT_TRACED.value
-    base = names.rc_base(kc.rc)
-    # TPM 2.0 codes live in 12 bits (format zero/one, without the handle/parameter numbers);
-    # anything larger is a garbled header or a TSS layer code: one value, not one series each.
-    return f"0x{base:03x}" if base <= 0xFFF else RcLabel.OTHER.value
+    if not tpm_rc(kc.rc):
+        return RcLabel.OTHER.value
+    return f"0x{names.rc_base(kc.rc):03x}"
+
+
+def tpm_rc(rc: int) -> bool:
+    """A TPM 2.0 response code: 12 bits (format zero or one). A larger or negative value is a
+    garbled header or an errno, one label value for all rather than a series each."""
+    return 0 <= rc <= 0xFFF
 
 
 def preload() -> None:
@@ -141,8 +146,11 @@ class KernelMetrics(Collector):
             self._cmd_hist.labels(cmd, path_label(kc.path)).observe(kc.wire_ns / 1e9)
         self._responses.labels(cmd, rc_label(kc)).inc()
         self.accounts.add_command(kc)
-        self.detector.add(({"command": names.cc_name(kc.cc), "rc": kc.rc, "t_ns": kc.t_ns, "wire_ns": kc.wire_ns,
-                            "origin": ORIGIN, "expected": kc.expected_error},))
+        # the detector keeps one count per (command, rc): only table names and TPM codes reach it
+        if kc.rc is None or tpm_rc(kc.rc):
+            cmd_name = names.cc_name(kc.cc) if kc.cc in names.CC_NAMES else "(unknown command)"
+            self.detector.add(({"command": cmd_name, "rc": kc.rc, "t_ns": kc.t_ns, "wire_ns": kc.wire_ns,
+                                "origin": ORIGIN, "expected": kc.expected_error},))
 
     def _op(self, op: KernelOp) -> None:
         if op.kind not in _OPERATIONS:
