@@ -91,12 +91,17 @@ def run_exporter(args) -> int:
     registry = server.new_registry()
     kernel = kernel_feed.KernelMetrics(registry)
     facts = facts_feed.FactsMetrics(registry, root=args.root).read_all()
+    info = server.ExporterInfo(registry, "facts")
     reader = None
     probe = None
     httpd = None
     try:
+        # Listening first: a port in use is said before any probe is armed.
+        httpd, bound = server.serve(registry, listen, certfile=args.tls_cert, keyfile=args.tls_key,
+                                    client_cafile=args.tls_client_ca)
         if args.kernel_trace:
             reader = kernel_feed.KernelReader(kernel, path=args.kernel_trace)
+            info.source = "trace-file"
         elif not args.no_kernel:
             from tpmtop.kernel.probes import KernelTraceError, Probes
 
@@ -104,22 +109,19 @@ def run_exporter(args) -> int:
                 p = Probes()
                 p.__enter__()
                 reader = kernel_feed.KernelReader(kernel, probes=p)
+                info.source = "kprobes"
                 for g in p.stale_removed:
                     notice(f"removed stale probe group {g} left by a tpmtop that was killed")
             except KernelTraceError as e:
                 notice(f"not tracing the kernel ({e}); serving the system facts only "
                        "(tpmtop_kernel_trace_up is 0)")
         source = reader.source_text if reader is not None else "system facts only"
-        server.ExporterInfo(registry, "kprobes" if reader is not None and reader.probes is not None else
-                            "trace-file" if reader is not None else "facts")
         if args.probe:
             from tpmtop.fleet.tpm_probe import TpmProbe
 
             probe = TpmProbe(registry, args, facts, interval_s=args.probe).start()
         if reader is not None:
             reader.start()
-        httpd, bound = server.serve(registry, listen, certfile=args.tls_cert, keyfile=args.tls_key,
-                                    client_cafile=args.tls_client_ca)
         url = bound.url().replace("http://", "https://") if args.tls_cert else bound.url()
         notice(f"serving {url} from {source}" + ("" if bound.loopback else
                " — not loopback: other hosts can scrape it" + ("" if args.tls_client_ca else
