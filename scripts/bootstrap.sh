@@ -32,6 +32,12 @@ if ((${#need_pkgs[@]})); then
     if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
     "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
     "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+    # Debian's prometheus package enables and starts a system Prometheus on :9090; the tests
+    # run their own, so the service that came with the package is stopped and disabled
+    if [[ " ${need_pkgs[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+        echo "bootstrap: disabling the prometheus.service Debian's package started (the tests run their own)" >&2
+        "${SUDO[@]}" systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+    fi
 fi
 
 PY=${PYTHON:-python3}
