@@ -358,3 +358,29 @@ def test_garbled_codes_stay_one_label_value():
     assert value(text, "tpmtop_kernel_command_responses_total", command="unknown", rc="other") == 300
     assert len([ln for ln in text.splitlines() if ln.startswith("tpmtop_kernel_command_responses_total")]) == 1
     assert len(km.detector.fails) == 0
+
+
+def test_boot_facts_of_a_machine_as_gauges():
+    """A desktop's saved facts (tests/fixtures/boot/desktop-6.12-systemd): systemd-analyze's
+    phases, the TPM units on the critical path (cryptsetup +30.512 s, tpm2-setup +1.044 s),
+    IMA's count, the HMAC build — the values its files hold."""
+    from prometheus_client import generate_latest
+
+    from tpmtop.fleet.facts_feed import FactsMetrics
+    from tpmtop.fleet.server import new_registry
+
+    reg = new_registry()
+    FactsMetrics(reg, root=str(REPO / "tests" / "fixtures" / "boot" / "desktop-6.12-systemd")).read_all()
+    text = generate_latest(reg).decode()
+    assert value(text, "tpmtop_boot_duration_seconds") == pytest.approx(53.118)
+    assert value(text, "tpmtop_boot_phase_seconds", phase="userspace") == pytest.approx(41.870)
+    assert value(text, "tpmtop_boot_tpm_units_critical_path_seconds") == pytest.approx(30.512 + 1.044)
+    assert value(text, "tpmtop_ima_measurements") == 64
+    assert value(text, "tpmtop_kernel_config_tpm2_hmac") == 1
+    assert value(text, "tpmtop_kernel_pcr_integrity_disabled") == 0
+    assert value(text, "tpmtop_host_info", kernel_release="6.12.9-200.fc41.x86_64") == 1
+    assert value(text, "tpmtop_tpm_info", family="2.0", driver="tpm_tis") == 1
+    # a machine without a TPM has no tpm_info at all (absent, not 0)
+    reg = new_registry()
+    FactsMetrics(reg, root=str(REPO / "tests" / "fixtures" / "boot" / "vm-no-tpm")).read_all()
+    assert "tpmtop_tpm_info" not in generate_latest(reg).decode()
