@@ -35,6 +35,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "kernel": ("tpmtop.cli.kernel", "the kernel's own TPM commands, live, through tracefs kprobes"),
     "proxy": ("tpmtop.cli.proxy", "serve the TPM to other programs (swtpm/mssim protocols) and record who sends what"),
     "run": ("tpmtop.cli.proxy", "run a program through a private proxy: strace -c for the TPM"),
+    "exporter": ("tpmtop.cli.exporter", "serve /metrics to Prometheus: the kernel's TPM traffic and the boot facts, passively"),
     "clients": ("tpmtop.cli.proxy", "which processes hold /dev/tpm0 or /dev/tpmrm0 open; is tpm2-abrmd running"),
 }
 
