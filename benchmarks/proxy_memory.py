@@ -44,6 +44,8 @@ def free_pair() -> int:
         if p < 65000:
             try:
                 with socket.socket() as s2:
+                    # as the proxy binds: a port left in TIME_WAIT by an earlier run's clients is free
+                    s2.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                     s2.bind(("127.0.0.1", p + 1))
                 return p
             except OSError:
