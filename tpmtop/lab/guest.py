@@ -135,16 +135,43 @@ def qemu_command(spec: KernelSpec, ctrl_path: str, results: str, accel: str, cpu
             "-nic", "none"]
 
 
-def boot_once(spec: KernelSpec, index: int, *, run_dir: str, repo: str, python: str, files: int, profile,
-              seed: int | None, accel: str = "tcg", cpus: int = 2, mem_mib: int = 1024, append: str = "",
-              timeout_s: float = 900.0, log=lambda s: None) -> Boot:
-    """Boot ``spec`` once; return what was seen. qemu and swtpm are stopped on every path."""
+# The guest mounts its own tmpfs on these (kernel-vm-init.sh): a results share below them
+# would be hidden from it.
+HIDDEN_IN_GUEST = ("/tmp", "/run", "/dev", "/proc", "/sys")
+
+
+def boot_once(spec: KernelSpec, index: int, *, run_dir: str, share_parent: str, repo: str, python: str,
+              files: int, profile, seed: int | None, accel: str = "tcg", cpus: int = 2, mem_mib: int = 1024,
+              append: str = "", timeout_s: float = 900.0, log=lambda s: None) -> Boot:
+    """Boot ``spec`` once; return what was seen. qemu and swtpm are stopped on every path.
+
+    ``run_dir`` gets the console log, qemu's command line, the guest's dmesg and IMA list;
+    the guest's results share (workload files, its output) is made below ``share_parent``
+    (a folder the guest sees at the same path: not under /tmp or /run) and removed after."""
+    b = Boot(spec, index)
+    real = os.path.realpath(share_parent)
+    if any(real == h or real.startswith(h + "/") for h in HIDDEN_IN_GUEST):
+        raise TpmtopError(f"{share_parent}: the guest mounts its own file systems on {', '.join(HIDDEN_IN_GUEST)}; "
+                          "its share must be elsewhere")
+    os.makedirs(share_parent, exist_ok=True)
+    results = tempfile.mkdtemp(prefix="share-", dir=share_parent)
+    try:
+        return _boot(b, spec, run_dir, results, repo, python, files, profile, seed, accel, cpus, mem_mib,
+                     append, timeout_s)
+    finally:
+        for name in ("dmesg.txt", "ima.txt", "output.log"):
+            try:
+                shutil.copyfile(os.path.join(results, name), os.path.join(run_dir, name))
+            except OSError:
+                pass
+        shutil.rmtree(results, ignore_errors=True)
+
+
+def _boot(b: Boot, spec, run_dir, results, repo, python, files, profile, seed, accel, cpus, mem_mib, append,
+          timeout_s) -> Boot:
     from tpmtop.tpm.sim import Swtpm
     from tpmtop.tpm.transport import InstrumentedTransport
 
-    b = Boot(spec, index)
-    results = os.path.join(run_dir, "results")
-    os.makedirs(results, exist_ok=True)
     b.results_dir = results
     write_workload(results, files)
     venv_bin = os.path.dirname(python)

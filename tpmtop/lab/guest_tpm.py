@@ -193,7 +193,12 @@ class GuestTpm:
                 code, fds = self._read_code(conn)
                 self._handle(conn, code, fds)
         except (EOFError, OSError):
-            pass  # qemu closed the channel (it exited), or stop()
+            pass  # qemu closed the channel (it exited), a command out of step, or stop()
+        finally:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)  # qemu sees the channel end (stop() closes it)
+            except OSError:
+                pass
 
     def _read_code(self, conn: socket.socket) -> tuple[int, list[int]]:
         buf, fds = b"", []

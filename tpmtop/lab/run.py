@@ -154,7 +154,7 @@ def run_lab(opts: LabOptions, log=print) -> LabResult:
             run_dir = os.path.join(out, f"{spec.name}-boot{i + 1}")
             os.makedirs(run_dir, exist_ok=True)
             log(f"lab: booting {spec.name} ({i + 1}/{opts.boots}, {res.accel}) …")
-            b = boot_once(spec, i + 1, run_dir=run_dir, repo=root, python=sys.executable, files=opts.files,
+            b = boot_once(spec, i + 1, run_dir=run_dir, share_parent=os.path.join(cache, "shares"), repo=root, python=sys.executable, files=opts.files,
                           profile=profile, seed=None if opts.seed is None else opts.seed + i, accel=res.accel,
                           cpus=opts.cpus, mem_mib=opts.mem_mib, append=opts.append, timeout_s=opts.timeout_s)
             st, kcs, xs, ops, acc = analysis.boot_stats(b)
