@@ -54,6 +54,9 @@ def add_lab_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds one guest may run before it is stopped (default: 900)")
     p.add_argument("--bench-n", type=_count(1, 100000), default=100, metavar="N",
                    help="extends per mode for the bench comparison (default: 100)")
+    p.add_argument("--no-trace", action="store_true",
+                   help="boot without tpmtop's kprobes in the guest (by default they record from boot and what "
+                        "they saw is checked against the wire)")
     p.add_argument("--json", metavar="FILE", help="also write the whole result as JSON")
 
 
@@ -68,7 +71,8 @@ def run_lab(args) -> int:
     names += args.kernel
     profile = None if args.profile in ("none", "") else args.profile
     opts = LabOptions(kernels=names, profile=profile, seed=args.seed, boots=args.boots, files=args.files,
-                      out_dir=args.out, timeout_s=args.guest_timeout, accel=args.accel, bench_n=args.bench_n)
+                      out_dir=args.out, timeout_s=args.guest_timeout, accel=args.accel, bench_n=args.bench_n,
+                      trace=not args.no_trace)
     import sys
 
     res = run(opts, log=lambda s: print(s, file=sys.stderr))

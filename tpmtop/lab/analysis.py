@@ -79,9 +79,11 @@ class BootStats:
     extend_tpm_s: float  # all extend operations' TPM time, whole boot
     setup_after: dict = field(default_factory=dict)
     capture_path: str | None = None
+    probes: "ProbeView | None" = None  # the in-guest kprobe view, when the guest was traced
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
+        d["probes"] = self.probes.to_json() if self.probes is not None else None
         d["commands_at_boot"] = dict(self.commands_at_boot)
         d["commands_total"] = dict(self.commands_total)
         return d
@@ -199,3 +201,58 @@ def boot_stats(b: Boot) -> tuple[BootStats, list[KernelCommand], list[Exchange],
         setup_after=dict(st_ext.setup_after) if st_ext else {})
     return s, kcs, xs, ops, acc
 
+
+
+@dataclass
+class ProbeView:
+    """What tpmtop's kprobes inside the guest saw (``tpmtop kernel --from-trace`` on the trace
+    the guest saved after its workload), set against the wire up to the same moment."""
+
+    commands: int
+    extends: int
+    extends_with_setup: int
+    sessions: int
+    mode: str | None
+    mode_why: str
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def agrees(self) -> bool:
+        return not self.differences
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__) | {"agrees": self.agrees}
+
+
+def probe_view(path: str, b: Boot, kcs: list[KernelCommand]) -> ProbeView | None:
+    """None when the guest saved no trace (booted without the probes, or no tracefs)."""
+    import os
+
+    from tpmtop.kernel.live import file_lines
+    from tpmtop.kernel.tap import KernelTap
+
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return None
+    tap = KernelTap(trace_path=path)
+    seen = []
+    for lines in file_lines(path):
+        seen += tap.feed(lines)
+    seen += tap.finish()
+    acc = tap.accounts
+    ext = acc.by_kind.get("extend")
+    mode, why = acc.mode()
+    pv = ProbeView(len(seen), ext.ops if ext else 0, ext.with_setup if ext else 0, acc.sessions_started, mode, why)
+    # the wire up to the guest's "done" line (the trace was read just before it)
+    done = b.marks.get("done")
+    wire_kcs = [kc for kc in kcs if done is None or kc.t_ns < done[0]]
+    wire_ops, wire_acc = operations(wire_kcs)
+    w_ext = wire_acc.by_kind.get("extend")
+    pairs = (("commands", pv.commands, len(wire_kcs)),
+             ("PCR extends", pv.extends, w_ext.ops if w_ext else 0),
+             ("extends that set up a session", pv.extends_with_setup, w_ext.with_setup if w_ext else 0),
+             ("StartAuthSession", pv.sessions, wire_acc.sessions_started),
+             ("session mode", pv.mode, wire_acc.mode()[0]))
+    for what, probes_saw, wire_saw in pairs:
+        if probes_saw != wire_saw:
+            pv.differences.append(f"{what}: kprobes {probes_saw}, wire {wire_saw}")
+    return pv

@@ -46,6 +46,7 @@ class KernelSpec:
     image: str
     initrd: str
     hmac_built: bool | None = None  # CONFIG_TCG_TPM2_HMAC, when the lab knows it from the build
+    release: str | None = None  # uname -r, when known before the boot (the probes' argument layout)
     note: str = ""
 
 
@@ -106,6 +107,8 @@ for f in "$R"/workload/file-*; do read -r _ < "$f"; done
 t1=$(up); c1=$(count)
 echo "{MARK} workload-end $t1 $c1"
 cat /sys/kernel/security/ima/ascii_runtime_measurements > "$R/ima.txt" 2>/dev/null
+# what tpmtop's boot-time kprobes recorded (tpmtop kernel --boot-cmdline), read after the workload
+[ -r /sys/kernel/tracing/trace ] && cat /sys/kernel/tracing/trace > "$R/trace.txt" 2>/dev/null
 echo "{MARK} done $(up)"
 """
 
@@ -159,7 +162,7 @@ def boot_once(spec: KernelSpec, index: int, *, run_dir: str, share_parent: str, 
         return _boot(b, spec, run_dir, results, repo, python, files, profile, seed, accel, cpus, mem_mib,
                      append, timeout_s)
     finally:
-        for name in ("dmesg.txt", "ima.txt", "output.log"):
+        for name in ("dmesg.txt", "ima.txt", "output.log", "trace.txt"):
             try:
                 shutil.copyfile(os.path.join(results, name), os.path.join(run_dir, name))
             except OSError:

@@ -70,8 +70,14 @@ def resolve(name: str, *, root: str, python: str, cache: str) -> KernelSpec:
         if p.returncode != 0 or not image:
             raise UsageError(f"kernel {name} is not built: run `make lab-kernels` (scripts/lab-kernels.sh {name}; "
                              "about 45 min on a 2-core machine)")
+        release = None
+        try:
+            with open(os.path.join(os.path.dirname(image), "release")) as f:
+                release = f.read().strip() or None
+        except OSError:
+            pass
         return KernelSpec(name, image, built_initrd(root, python, cache), hmac_built=name.endswith("-hmac"),
-                          note="built from Debian's linux-source-6.12, the lab's small guest config")
+                          release=release, note="built from Debian's linux-source-6.12, the lab's small guest config")
     if name in DEBIAN:
         out = _script(root, [os.path.join(root, "scripts", "kernel-vm.sh"), "--prepare", "--kernel", name],
                       f"could not prepare Debian's {name} kernel")
@@ -79,6 +85,7 @@ def resolve(name: str, *, root: str, python: str, cache: str) -> KernelSpec:
         if len(parts) != 3:
             raise TpmtopError(f"scripts/kernel-vm.sh --prepare gave no kernel for {name}")
         return KernelSpec(name, parts[1], parts[2], hmac_built=False,
+                          release=os.path.basename(parts[1]).removeprefix("vmlinuz-"),
                           note="Debian's binary kernel (CONFIG_TCG_TPM2_HMAC not set)")
     if os.sep in name or os.path.isfile(name):
         if not os.path.isfile(name):

@@ -70,6 +70,19 @@ def render(res: LabResult) -> str:
     for b in res.boots:
         L.append(f"  {b.kernel} #{b.index}: " + ", ".join(f"{k} {v}" for k, v in sorted(b.commands_at_boot.items())))
     L.append("")
+    traced = [b for b in res.boots if b.probes is not None]
+    if traced:
+        L.append("Inside the guest: tpmtop's kprobes from boot (`tpmtop kernel --from-trace`) against the wire, "
+                 "up to the moment the trace was read:")
+        for b in traced:
+            p = b.probes
+            verdict = "agree" if p.agrees else "DIFFER: " + "; ".join(p.differences)
+            L.append(f"  {b.kernel} #{b.index}: {p.commands} commands, {p.extends} extends ({p.extends_with_setup} "
+                     f"with a set-up), {p.sessions} StartAuthSession, mode {p.mode or '?'} — {verdict}")
+        untraced = [f"{b.kernel} #{b.index}" for b in res.boots if b.probes is None]
+        if untraced:
+            L.append(f"  no trace from {', '.join(untraced)} (kprobe events missing, or the boot failed)")
+        L.append("")
     rs = ratio(res)
     if rs:
         L.append(f"HMAC on / HMAC off, per-extend TPM time (baseline {res.baseline}):")

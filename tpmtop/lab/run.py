@@ -48,6 +48,7 @@ class LabOptions:
     mem_mib: int = 1024
     bench_n: int = 100
     append: str = ""
+    trace: bool = True  # arm tpmtop's kprobes in the guest from boot and set what they saw beside the wire
 
 
 @dataclass
@@ -154,10 +155,18 @@ def run_lab(opts: LabOptions, log=print) -> LabResult:
             run_dir = os.path.join(out, f"{spec.name}-boot{i + 1}")
             os.makedirs(run_dir, exist_ok=True)
             log(f"lab: booting {spec.name} ({i + 1}/{opts.boots}, {res.accel}) …")
-            b = boot_once(spec, i + 1, run_dir=run_dir, share_parent=os.path.join(cache, "shares"), repo=root, python=sys.executable, files=opts.files,
-                          profile=profile, seed=None if opts.seed is None else opts.seed + i, accel=res.accel,
-                          cpus=opts.cpus, mem_mib=opts.mem_mib, append=opts.append, timeout_s=opts.timeout_s)
+            append = opts.append
+            if opts.trace:  # tpmtop's kprobes from early boot, read back after the workload
+                from tpmtop.kernel.probes import boot_cmdline
+
+                append = f"{append} {boot_cmdline(release=spec.release)}".strip()
+            b = boot_once(spec, i + 1, run_dir=run_dir, share_parent=os.path.join(cache, "shares"), repo=root,
+                          python=sys.executable, files=opts.files, profile=profile,
+                          seed=None if opts.seed is None else opts.seed + i, accel=res.accel,
+                          cpus=opts.cpus, mem_mib=opts.mem_mib, append=append, timeout_s=opts.timeout_s)
             st, kcs, xs, ops, acc = analysis.boot_stats(b)
+            if opts.trace:
+                st.probes = analysis.probe_view(os.path.join(run_dir, "trace.txt"), b, kcs)
             path = os.path.join(out, f"{spec.name}-boot{i + 1}.capture.json")
             _write_capture(path, st, kcs, xs, ops, spec, profile, res)
             st.capture_path = path
