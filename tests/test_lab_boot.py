@@ -106,3 +106,12 @@ def test_the_report_sets_the_hmac_ratio_beside_the_bench_and_the_projection_besi
     assert "HMAC on / HMAC off, per-extend TPM time" in text
     assert lab.projections and lab.projections[0].projected_extra_s is not None
     assert lab.projections[0].measured_extra_s > 0
+
+
+def test_the_kprobes_inside_each_guest_see_what_the_wire_saw(lab):
+    for b in lab.boots:
+        assert b.probes is not None, f"{b.kernel}: the guest saved no trace of tpmtop's boot-time probes"
+        assert b.probes.agrees, (b.kernel, b.probes.differences)
+    hmac = [b for b in lab.boots if b.kernel == "6.12-hmac"]
+    if hmac:  # the kprobe path sees the real kernel's HMAC sessions: salted set-ups, then a kept session
+        assert hmac[0].probes.sessions >= 1 and hmac[0].probes.mode == "reuse"

@@ -33,7 +33,7 @@ def _count(lo: int, hi: int):
 
 
 def add_lab_arguments(p: argparse.ArgumentParser) -> None:
-    from tpmtop.lab.run import DEFAULT_KERNELS
+    from tpmtop.lab import DEFAULT_KERNELS
 
     p.epilog = EXAMPLES + "\n\n" + (p.epilog or "")
     p.add_argument("--kernels", default=None, metavar="LIST",
@@ -64,7 +64,8 @@ def run_lab(args) -> int:
     import json
 
     from tpmtop.lab.report import render
-    from tpmtop.lab.run import DEFAULT_KERNELS, LabOptions, run_lab as run
+    from tpmtop.lab import DEFAULT_KERNELS
+    from tpmtop.lab.run import LabOptions, run_lab as run
     from tpmtop.output import Output
 
     names = [k.strip() for k in (args.kernels or ("" if args.kernel else DEFAULT_KERNELS)).split(",") if k.strip()]

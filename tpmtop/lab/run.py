@@ -28,10 +28,8 @@ import time
 from dataclasses import dataclass, field
 
 from tpmtop.errors import UsageError
-from tpmtop.lab import analysis, kernels
+from tpmtop.lab import DEFAULT_KERNELS, analysis, kernels  # noqa: F401 - DEFAULT_KERNELS: the CLI's default
 from tpmtop.lab.guest import boot_once
-
-DEFAULT_KERNELS = "6.12-hmac,6.12,6.1"
 
 
 @dataclass
