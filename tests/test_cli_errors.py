@@ -102,6 +102,8 @@ CASES = [
     ("run", ["-T", DEAD]),                                 # nothing to run
     ("run", ["--sim", "--", "no-such-command-tpmtop"]),
     ("clients", ["--bogus"]),
+    ("lab", ["--boots", "0"]),                             # issue 26: argument checks before any VM
+    ("lab", ["--accel", "xen"]),
 ]
 
 # Cases that exercise someone else's code and show a bug there (issue 8 lists them):
