@@ -5,6 +5,7 @@
 #
 #   scripts/kernel-vm.sh                         # the live tests on every kernel in $KERNELS
 #   scripts/kernel-vm.sh --kernel 6.12           # one series
+#   scripts/kernel-vm.sh --kernel 6.12-hmac      # the lab's HMAC kernel (make lab-kernels)
 #   scripts/kernel-vm.sh --kernel 6.1 -- sh -c 'tpmtop kernel --duration 5'   # any command
 #   scripts/kernel-vm.sh --keep                  # keep the run folder (console log, dmesg, output)
 #   scripts/kernel-vm.sh --prepare               # only fetch the kernels and build their initramfs:
@@ -40,7 +41,7 @@ while (($#)); do
         --keep) KEEP=1; shift ;;
         --prepare) PREPARE=1; shift ;;
         --) shift; CMD=("$@"); break ;;
-        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
 done
@@ -161,8 +162,24 @@ default_cmd() {
 VERDICTS=()
 FAILED=0
 # Fetches a series' kernel and builds its initramfs; sets KDIR, KVER, VMLINUZ, INITRD.
+# 6.12-hmac / 6.12-nohmac: the lab's kernels (scripts/lab-kernels.sh, everything built in, so
+# the initramfs carries no modules).
 prepare_kernel() {
     local series=$1 mods
+    case $series in
+        *-hmac|*-nohmac)
+            VMLINUZ=$(scripts/lab-kernels.sh --print "$series") \
+                || die "kernel $series is not built: make lab-kernels (scripts/lab-kernels.sh $series)"
+            KDIR=$(dirname "$VMLINUZ")
+            KVER=$(cat "$KDIR/release" 2>/dev/null || echo "$series")
+            INITRD=$CACHE/initramfs-builtin-$(cat scripts/kernel-vm-init.sh scripts/kernel_vm_initramfs.py | sha256sum | cut -c1-12).cpio.gz
+            if [ ! -f "$INITRD" ]; then
+                mkdir -p "$CACHE"
+                "$PY" scripts/kernel_vm_initramfs.py "$CACHE/no-modules" "$BUSYBOX" scripts/kernel-vm-init.sh "$INITRD" \
+                    >/dev/null || die "could not build the initramfs for $series"
+            fi
+            return 0 ;;
+    esac
     KDIR=$(fetch_kernel "$series") || exit 1
     VMLINUZ=$(ls "$KDIR"/boot/vmlinuz-* | head -n1)
     KVER=${VMLINUZ##*/vmlinuz-}

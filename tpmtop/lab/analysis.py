@@ -79,6 +79,7 @@ class BootStats:
     extend_tpm_s: float  # all extend operations' TPM time, whole boot
     setup_after: dict = field(default_factory=dict)
     capture_path: str | None = None
+    hmac_config: str | None = None  # the guest's /proc/config.gz says (None: no IKCONFIG_PROC)
     probes: "ProbeView | None" = None  # the in-guest kprobe view, when the guest was traced
 
     def to_json(self) -> dict:
@@ -199,6 +200,9 @@ def boot_stats(b: Boot) -> tuple[BootStats, list[KernelCommand], list[Exchange],
         workload_tpm_s=sum(kc.wire_ns for kc in in_work) / 1e9,
         extend_tpm_s=sum(op.wire_ns for op in ext) / 1e9,
         setup_after=dict(st_ext.setup_after) if st_ext else {})
+    cfg = b.mark_value("hmac_config", 0)
+    if cfg and cfg != "unknown":
+        s.hmac_config = "y" if cfg.endswith("=y") else "n"
     return s, kcs, xs, ops, acc
 
 

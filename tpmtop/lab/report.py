@@ -48,11 +48,12 @@ def render(res: LabResult) -> str:
          f"captures and logs in {res.out_dir}", ""]
     rows = []
     for b in res.boots:
-        rows.append([f"{b.kernel} #{b.index}", safe(b.release or "?"), _f(b.host_to_kernel_s), _f(b.host_to_init_s),
+        rows.append([f"{b.kernel} #{b.index}", safe(b.release or "?"), b.hmac_config or "?", _f(b.host_to_kernel_s), _f(b.host_to_init_s),
                      _f(b.guest_init_s), _f(b.host_to_workload_end_s), _f(b.guest_workload_s), _f(b.host_total_s),
                      f"{_f(b.ima_measurements, '{}')}/{_f(b.ima_workload, '{}')}", "ok" if b.ok else "FAILED"])
-    L.append("Boot (seconds; host = this machine's clock from qemu's start, guest = the emulated guest's uptime):")
-    L += _table(["kernel", "release", "host→kernel", "host→/init", "guest /init", "host→work end",
+    L.append("Boot (seconds; host = this machine's clock from qemu's start, guest = the emulated guest's uptime; "
+             "HMAC = CONFIG_TCG_TPM2_HMAC from the guest's /proc/config.gz, ? without IKCONFIG_PROC):")
+    L += _table(["kernel", "release", "HMAC", "host→kernel", "host→/init", "guest /init", "host→work end",
                  "guest work", "host total", "IMA all/work", ""], rows)
     L.append("")
     rows = []
