@@ -146,6 +146,20 @@ def _sub(a, b):
     return None if a is None or b is None else a - b
 
 
+def workload_extends(b: Boot, ext: list[KernelOp], t_ws: int | None, t_we: int | None) -> list[KernelOp]:
+    """The extend operations for the workload's files. Every PCR_Extend this guest's kernel
+    sends is IMA's (no other kernel user extends here), in the order of IMA's list: the k-th
+    extend is the k-th entry, so the workload's are those whose entry names a workload file.
+    Without the list (the guest saved none), the operations between the workload's two console
+    lines — which can miss one at an edge: a line is stamped when the host reads it."""
+    paths = b.ima_paths
+    if paths and len(ext) >= len(paths):
+        return [op for op, path in zip(ext, paths) if "/workload/file-" in path]
+    if t_ws is None or t_we is None:
+        return []
+    return [op for op in ext if t_ws <= op.t_ns < t_we]
+
+
 def boot_stats(b: Boot) -> tuple[BootStats, list[KernelCommand], list[Exchange], list[KernelOp], KernelAccounts]:
     kcs, xs = kernel_commands(b)
     ops, acc = operations(kcs)
@@ -157,7 +171,7 @@ def boot_stats(b: Boot) -> tuple[BootStats, list[KernelCommand], list[Exchange],
     at_boot = [kc for kc in kcs if t_ws is None or kc.t_ns < t_ws]
     in_work = [kc for kc in kcs if t_ws is not None and t_we is not None and t_ws <= kc.t_ns < t_we]
     ext = [op for op in ops if op.kind == "extend"]
-    work_ext = [op for op in ext if t_ws is not None and t_we is not None and t_ws <= op.t_ns < t_we]
+    work_ext = workload_extends(b, ext, t_ws, t_we)
     st_ext = acc.by_kind.get("extend")
     c0, c1 = _int(b.mark_value("workload-start", 1)), _int(b.mark_value("workload-end", 1))
     starts = [kc for kc in kcs if kc.cc == CC_START_AUTH_SESSION]

@@ -67,6 +67,7 @@ class Boot:
     release: str | None = None
     results_dir: str | None = None
     problems: list[str] = field(default_factory=list)
+    ima_paths: list[str] | None = None  # IMA's measurement list in order (the file names), as the guest saved it
 
     def host_s(self, mark: str) -> float | None:
         """Seconds from qemu's start to a mark's line on the console."""
@@ -168,6 +169,17 @@ def boot_once(spec: KernelSpec, index: int, *, run_dir: str, share_parent: str, 
             except OSError:
                 pass
         shutil.rmtree(results, ignore_errors=True)
+        b.ima_paths = read_ima_paths(os.path.join(run_dir, "ima.txt"))
+
+
+def read_ima_paths(path: str) -> list[str] | None:
+    """The file name of each entry of IMA's ascii_runtime_measurements (``PCR template-hash
+    template digest name``), in order; None when the guest saved none."""
+    try:
+        with open(path, errors="replace") as f:
+            return [line.rstrip("\n").split(" ", 4)[-1] for line in f if line.strip()]
+    except OSError:
+        return None
 
 
 def _boot(b: Boot, spec, run_dir, results, repo, python, files, profile, seed, accel, cpus, mem_mib, append,
