@@ -5,8 +5,11 @@
 #
 #   scripts/kernel-vm.sh                         # the live tests on every kernel in $KERNELS
 #   scripts/kernel-vm.sh --kernel 6.12           # one series
+#   scripts/kernel-vm.sh --kernel 6.12-hmac      # the lab's HMAC kernel (make lab-kernels)
 #   scripts/kernel-vm.sh --kernel 6.1 -- sh -c 'tpmtop kernel --duration 5'   # any command
 #   scripts/kernel-vm.sh --keep                  # keep the run folder (console log, dmesg, output)
+#   scripts/kernel-vm.sh --prepare               # only fetch the kernels and build their initramfs:
+#                                                # one line per kernel, "SERIES VMLINUZ INITRD" (tpmtop lab)
 #
 # Needs root (apt, KVM, the 9p export of /). Installs what is missing from Debian's archive:
 # qemu-system-x86 and busybox-static; the kernels are not installed into this system, only
@@ -26,6 +29,7 @@ TIMEOUT=${KERNEL_VM_TIMEOUT:-900}
 APPEND=${KERNEL_VM_APPEND:-}
 PY=${KERNEL_VM_PYTHON:-$REPO/.venv/bin/python}
 KEEP=0
+PREPARE=0
 CMD=()
 
 die() { echo "kernel-vm: $*" >&2; exit 1; }
@@ -35,8 +39,9 @@ while (($#)); do
     case $1 in
         --kernel) KERNELS=$2; shift 2 ;;
         --keep) KEEP=1; shift ;;
+        --prepare) PREPARE=1; shift ;;
         --) shift; CMD=("$@"); break ;;
-        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
 done
@@ -156,20 +161,42 @@ default_cmd() {
 
 VERDICTS=()
 FAILED=0
-run_guest() {
-    local series=$1 kdir kver vmlinuz initrd mods cmd started ended status release summary passed failed
-    kdir=$(fetch_kernel "$series") || exit 1
-    vmlinuz=$(ls "$kdir"/boot/vmlinuz-* | head -n1)
-    kver=${vmlinuz##*/vmlinuz-}
+# Fetches a series' kernel and builds its initramfs; sets KDIR, KVER, VMLINUZ, INITRD.
+# 6.12-hmac / 6.12-nohmac: the lab's kernels (scripts/lab-kernels.sh, everything built in, so
+# the initramfs carries no modules).
+prepare_kernel() {
+    local series=$1 mods
+    case $series in
+        *-hmac|*-nohmac)
+            VMLINUZ=$(scripts/lab-kernels.sh --print "$series") \
+                || die "kernel $series is not built: make lab-kernels (scripts/lab-kernels.sh $series)"
+            KDIR=$(dirname "$VMLINUZ")
+            KVER=$(cat "$KDIR/release" 2>/dev/null || echo "$series")
+            INITRD=$CACHE/initramfs-builtin-$(cat scripts/kernel-vm-init.sh scripts/kernel_vm_initramfs.py | sha256sum | cut -c1-12).cpio.gz
+            if [ ! -f "$INITRD" ]; then
+                mkdir -p "$CACHE"
+                "$PY" scripts/kernel_vm_initramfs.py "$CACHE/no-modules" "$BUSYBOX" scripts/kernel-vm-init.sh "$INITRD" \
+                    >/dev/null || die "could not build the initramfs for $series"
+            fi
+            return 0 ;;
+    esac
+    KDIR=$(fetch_kernel "$series") || exit 1
+    VMLINUZ=$(ls "$KDIR"/boot/vmlinuz-* | head -n1)
+    KVER=${VMLINUZ##*/vmlinuz-}
     # the initramfs, rebuilt when this script, the init or the module list change
     mods="9p 9pnet 9pnet_virtio netfs virtio_pci tpm tpm_tis tpm_tis_core"
-    initrd=$CACHE/initramfs-$kver-$(cat scripts/kernel-vm-init.sh scripts/kernel_vm_initramfs.py <(echo "$mods") | sha256sum | cut -c1-12).cpio.gz
-    if [ ! -f "$initrd" ]; then
-        rm -f "$CACHE/initramfs-$kver-"*.cpio.gz
-        "$PY" scripts/kernel_vm_initramfs.py "$kdir/lib/modules/$kver" "$BUSYBOX" scripts/kernel-vm-init.sh "$initrd" $mods \
-            >"$CACHE/initramfs-$kver.modules" || die "could not build the initramfs for $kver"
+    INITRD=$CACHE/initramfs-$KVER-$(cat scripts/kernel-vm-init.sh scripts/kernel_vm_initramfs.py <(echo "$mods") | sha256sum | cut -c1-12).cpio.gz
+    if [ ! -f "$INITRD" ]; then
+        rm -f "$CACHE/initramfs-$KVER-"*.cpio.gz
+        "$PY" scripts/kernel_vm_initramfs.py "$KDIR/lib/modules/$KVER" "$BUSYBOX" scripts/kernel-vm-init.sh "$INITRD" $mods \
+            >"$CACHE/initramfs-$KVER.modules" || die "could not build the initramfs for $KVER"
     fi
+}
 
+run_guest() {
+    local series=$1 kdir kver vmlinuz initrd cmd started ended status release summary passed failed
+    prepare_kernel "$series"
+    kdir=$KDIR kver=$KVER vmlinuz=$VMLINUZ initrd=$INITRD
     mkdir -p "$CACHE/runs"
     RUN=$(mktemp -d "$CACHE/runs/$kver.XXXXXX")
     mkdir -p "$RUN/results" "$RUN/tpm"
@@ -264,6 +291,10 @@ EOF
     RUN=
 }
 
+if ((PREPARE)); then
+    for k in $KERNELS; do prepare_kernel "$k"; echo "$k $VMLINUZ $INITRD"; done
+    exit 0
+fi
 for k in $KERNELS; do run_guest "$k"; done
 printf '%s\n' "${VERDICTS[@]}"
 exit $FAILED

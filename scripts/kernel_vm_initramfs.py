@@ -5,7 +5,7 @@ install), so dependencies are read from each module's ``.modinfo`` ELF section
 (``depends=``), modules built in are found in ``modules.builtin``, and compressed modules
 (.ko.xz/.ko.zst/.ko.gz) are decompressed here so busybox's insmod can load any of them.
 
-    python3 kernel_vm_initramfs.py MODULES_DIR BUSYBOX INIT OUT.cpio.gz MODULE...
+    python3 kernel_vm_initramfs.py MODULES_DIR BUSYBOX INIT OUT.cpio.gz [MODULE...]   (none: all built in)
 
 A module that is neither built in nor in MODULES_DIR is an error (one line, exit 1).
 """
@@ -138,7 +138,7 @@ class Cpio:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 5:
+    if len(argv) < 4:
         print(__doc__, file=sys.stderr)
         return 2
     moddir, busybox, init, out, *wanted = argv

@@ -106,6 +106,8 @@ CASES = [
     ("run", ["-T", DEAD]),                                 # nothing to run
     ("run", ["--sim", "--json", "{d}", "--", "true"]),      # --json a directory (CMD not found: 127)
     ("clients", ["--bogus"]),
+    ("lab", ["--boots", "0"]),                             # issue 26: argument checks before any VM
+    ("lab", ["--accel", "xen"]),
 ]
 
 # Cases that exercise someone else's code and show a bug there (issue 8 lists them):

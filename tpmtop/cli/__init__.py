@@ -36,6 +36,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "proxy": ("tpmtop.cli.proxy", "serve the TPM to other programs (swtpm/mssim protocols) and record who sends what"),
     "run": ("tpmtop.cli.proxy", "run a program through a private proxy: strace -c for the TPM"),
     "exporter": ("tpmtop.cli.exporter", "serve /metrics to Prometheus: the kernel's TPM traffic and the boot facts, passively"),
+    "lab": ("tpmtop.cli.lab", "boot real kernels under qemu with a (chip-shaped) TPM served by tpmtop: HMAC on vs off, measured"),
     "clients": ("tpmtop.cli.proxy", "which processes hold /dev/tpm0 or /dev/tpmrm0 open; is tpm2-abrmd running"),
 }
 
@@ -161,10 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     except _UsageExit as e:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE
-    if getattr(args, "profile", None) and args.command not in (None, "bench", "replay"):
+    if getattr(args, "profile", None) and args.command not in (None, "bench", "replay", "lab"):
         # A top-level option that only the dashboard and bench act on must not be ignored
         # (replay refuses it itself, saying why).
-        print(f"tpmtop: --profile applies to the dashboard and `tpmtop bench`, not `tpmtop {args.command}`",
+        print(f"tpmtop: --profile applies to the dashboard, `tpmtop bench` and `tpmtop lab`, not `tpmtop {args.command}`",
               file=sys.stderr)
         return EXIT_USAGE
     # SIGTERM, SIGHUP (an SSH drop) and Ctrl-C unwind as Interrupted, so every `finally`

@@ -74,11 +74,15 @@ def op_runs(ops: list[KernelOp], mode: str | None) -> list[dict]:
 
 
 def kernel_capture(commands: list[KernelCommand], ops: list[KernelOp], t0_unix_ns: int, parser, source: str,
-                   mode: str | None, this_machine: bool = True) -> dict:
+                   mode: str | None, this_machine: bool = True, xs: list | None = None,
+                   simulated: bool = False) -> dict:
     """``t0_unix_ns``: the wall-clock time of ``commands[0]``'s entry. ``this_machine``
-    False (a saved trace): the capture does not claim this machine as the one traced."""
+    False (a saved trace): the capture does not claim this machine as the one traced.
+    ``xs``: the commands as exchanges with their bytes, one per command in the same order,
+    when the caller saw the wire (``tpmtop lab``); otherwise built from the probes' view."""
     base = commands[0].t_ns if commands else 0
-    cap = capture_from_exchanges(exchanges(commands, t0_unix_ns), origin="kernel", source=source,
+    cap = capture_from_exchanges(xs if xs is not None else exchanges(commands, t0_unix_ns), origin="kernel",
+                                 source=source, simulated=simulated,
                                  extra={"kernel_trace": {"lost_events": parser.lost, "orphans": parser.orphans,
                                                          "operation_probes": bool(parser.op_probes),
                                                          "kernel_commands": own_summaries(commands)}})

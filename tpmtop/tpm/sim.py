@@ -82,8 +82,11 @@ def _popen_lasting(*args, **kwargs) -> subprocess.Popen:
 class Swtpm:
     binary = "swtpm"
 
-    def __init__(self, state_dir: str | None = None):
+    def __init__(self, state_dir: str | None = None, startup: bool = True):
+        """``startup`` False: swtpm answers but is not started up (TPM2_Startup is the
+        caller's, as on a platform whose firmware sends it: ``tpmtop lab``'s guests)."""
         self._own_dir = state_dir is None
+        self.startup = startup
         self.state_dir = state_dir
         self.proc: subprocess.Popen | None = None
         self.data: socket.socket | None = None
@@ -105,7 +108,7 @@ class Swtpm:
         fds = (data_theirs.fileno(), ctrl_theirs.fileno())
         cmd = [self.binary, "socket", "--tpm2", "--tpmstate", f"dir={self.state_dir}",
                "--server", f"type=tcp,fd={fds[0]}", "--ctrl", f"type=unixio,clientfd={fds[1]}",
-               "--flags", "not-need-init,startup-clear"]
+               "--flags", "not-need-init,startup-clear" if self.startup else "not-need-init"]
         try:
             self.proc = _popen_lasting(cmd, pass_fds=fds, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -133,7 +136,8 @@ class Swtpm:
         finally:
             if self.data is not None:
                 self.data.settimeout(None)
-        if rsp[6:10] != b"\0\0\0\0":
+        # not started up: TPM_RC_INITIALIZE (0x100) is the answer that shows it is there
+        if rsp[6:10] != (b"\0\0\0\0" if self.startup else b"\0\0\x01\0"):
             self.stop()
             raise TpmtopError(f"swtpm answered with error 0x{rsp[6:10].hex()}")
 

@@ -1,0 +1,280 @@
+"""``tpmtop lab``: boot each kernel N times with its TPM served by tpmtop, measure, compare.
+
+Per boot: :func:`tpmtop.lab.guest.boot_once` (qemu + the relay + a private swtpm, shaped to a
+chip profile), :func:`tpmtop.lab.analysis.boot_stats`, and one ``tpmtop.capture/1`` file of
+the kernel's commands (origin ``kernel``, the bytes of each command and response, the
+kernel's operations) that ``tpmtop compare``, ``replay``, ``boot --capture`` and ``export``
+read. Then the two other ways to the same number, both run here, on this machine, in this run:
+
+- ``tpmtop bench --sim --profile P --op extend --modes none,reuse --engine native``: tpmtop's
+  own re-enactment of the kernel's extend sequences; its reuse/none TPM-time ratio beside the
+  lab's HMAC-on/HMAC-off per-extend ratio;
+- ``tpmtop boot --capture <the HMAC-off boot's capture> --extends N``: the projection of the
+  HMAC boot's extra time, beside the extra the lab measured.
+
+Layer: lab; no Textual.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from tpmtop.errors import UsageError
+from tpmtop.lab import DEFAULT_KERNELS, analysis, kernels  # noqa: F401 - DEFAULT_KERNELS: the CLI's default
+from tpmtop.lab.guest import boot_once
+
+
+@dataclass
+class LabOptions:
+    kernels: list[str]
+    profile: str | None = "slb9670"
+    seed: int | None = 1
+    boots: int = 1
+    files: int = 100
+    out_dir: str | None = None
+    timeout_s: float = 900.0
+    accel: str | None = None
+    cpus: int = 2
+    mem_mib: int = 1024
+    bench_n: int = 100
+    append: str = ""
+    trace: bool = True  # arm tpmtop's kprobes in the guest from boot and set what they saw beside the wire
+
+
+@dataclass
+class Projection:
+    """``tpmtop boot --capture``'s projection of one HMAC boot's extra time, and the measure."""
+
+    kernel: str
+    index: int
+    baseline: str
+    extends: int
+    projected_extra_s: float | None
+    measured_extra_s: float
+    projected_setups: int  # the projection's set-ups (reuse: one)
+    measured_setups: int
+    setup_aware_extra_s: float | None  # the same formula with the set-ups the lab counted
+    detail: str = ""
+
+    @property
+    def error(self) -> float | None:
+        if self.projected_extra_s is None or not self.measured_extra_s:
+            return None
+        return (self.projected_extra_s - self.measured_extra_s) / self.measured_extra_s
+
+
+@dataclass
+class LabResult:
+    options: LabOptions
+    accel: str
+    out_dir: str
+    boots: list[analysis.BootStats] = field(default_factory=list)
+    bench: dict | None = None
+    bench_error: str | None = None
+    projections: list[Projection] = field(default_factory=list)
+    machine: dict = field(default_factory=dict)
+    baseline: str | None = None
+    wall_s: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"schema": "tpmtop.lab/1", "machine": self.machine, "accel": self.accel,
+                "options": self.options.__dict__, "baseline": self.baseline, "wall_s": round(self.wall_s, 3),
+                "boots": [b.to_json() for b in self.boots], "bench": self.bench, "bench_error": self.bench_error,
+                "projections": [p.__dict__ | {"error": p.error} for p in self.projections]}
+
+
+def detect_accel() -> str:
+    """kvm only with hardware virtualisation: kvm_pvm's /dev/kvm boots only PVM guest kernels."""
+    if os.path.exists("/dev/kvm") and os.access("/dev/kvm", os.R_OK | os.W_OK):
+        if os.path.isdir("/sys/module/kvm_intel") or os.path.isdir("/sys/module/kvm_amd"):
+            return "kvm"
+    return "tcg"
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        swtpm = subprocess.run(["swtpm", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[0].split(",")[0]
+    except (OSError, IndexError):
+        swtpm = "unknown"
+    try:
+        qemu = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True,
+                              text=True).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        qemu = "unknown"
+    load = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else []
+    return {"cpu": cpu, "cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
+            "swtpm": swtpm, "qemu": qemu, "loadavg_at_start": load}
+
+
+def check_environment() -> None:
+    if os.geteuid() != 0:
+        raise UsageError("tpmtop lab needs root: qemu exports this machine's root read-only to the guest over 9p")
+    for prog, pkg in (("qemu-system-x86_64", "qemu-system-x86"), ("swtpm", "swtpm")):
+        if shutil.which(prog) is None:
+            raise UsageError(f"{prog} is not installed (Debian: apt-get install {pkg}; `make lab` installs it)")
+    if not os.path.exists(kernels.BUSYBOX):
+        raise UsageError("busybox-static is not installed (/bin/busybox; `make lab` installs it)")
+
+
+def run_lab(opts: LabOptions, log=print) -> LabResult:
+    started = time.monotonic()
+    check_environment()
+    root = kernels.repo_root()
+    cache = os.path.join(root, ".cache", "tpmtop-lab")
+    out = opts.out_dir or os.path.join(cache, "runs", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    os.makedirs(out, exist_ok=True)
+    profile = None
+    if opts.profile:
+        from tpmtop.profiles.loader import load_profile
+
+        profile = load_profile(opts.profile)
+    specs = [kernels.resolve(k, root=root, python=sys.executable, cache=cache) for k in opts.kernels]
+    res = LabResult(opts, opts.accel or detect_accel(), out, machine=machine())
+    captures: dict[tuple[str, int], str] = {}
+    for spec in specs:
+        for i in range(opts.boots):
+            run_dir = os.path.join(out, f"{spec.name}-boot{i + 1}")
+            os.makedirs(run_dir, exist_ok=True)
+            log(f"lab: booting {spec.name} ({i + 1}/{opts.boots}, {res.accel}) …")
+            append = opts.append
+            if opts.trace:  # tpmtop's kprobes from early boot, read back after the workload
+                from tpmtop.kernel.probes import boot_cmdline
+
+                append = f"{append} {boot_cmdline(release=spec.release)}".strip()
+            b = boot_once(spec, i + 1, run_dir=run_dir, share_parent=os.path.join(cache, "shares"), repo=root,
+                          python=sys.executable, files=opts.files, profile=profile,
+                          seed=None if opts.seed is None else opts.seed + i, accel=res.accel,
+                          cpus=opts.cpus, mem_mib=opts.mem_mib, append=append, timeout_s=opts.timeout_s)
+            st, kcs, xs, ops, acc = analysis.boot_stats(b)
+            if opts.trace:
+                st.probes = analysis.probe_view(os.path.join(run_dir, "trace.txt"), b, kcs)
+            path = os.path.join(out, f"{spec.name}-boot{i + 1}.capture.json")
+            _write_capture(path, st, kcs, xs, ops, spec, profile, res)
+            st.capture_path = path
+            captures[(spec.name, i + 1)] = path
+            res.boots.append(st)
+            log(f"lab: {spec.name} boot {i + 1}: {'ok' if st.ok else 'FAILED: ' + '; '.join(st.problems)}; "
+                f"{sum(st.commands_total.values())} kernel TPM commands, {st.sessions_started} sessions, "
+                f"{st.extends} extends, mode {st.mode}")
+    res.baseline = baseline_kernel(res.boots)
+    res.bench, res.bench_error = run_bench(opts, out)
+    res.projections = project(res, captures, out)
+    res.wall_s = time.monotonic() - started
+    with open(os.path.join(out, "lab.json"), "w") as f:
+        json.dump(res.to_json(), f, indent=1, default=str)
+    return res
+
+
+def _write_capture(path, st, kcs, xs, ops, spec, profile, res) -> None:
+    from tpmtop.capture.write import write_capture
+    from tpmtop.kernel.capture import kernel_capture
+
+    class _Seen:  # what the kernel capture says about its trace: the relay loses nothing
+        lost = 0
+        orphans = 0
+        op_probes = False
+
+    t0 = xs[0].t_unix_ns if xs else time.time_ns()
+    cap = kernel_capture(kcs, ops, t0, _Seen(), f"tpmtop lab: {spec.name} under qemu ({res.accel}), "
+                         f"TPM: swtpm behind tpmtop's relay" + (f", profile {profile.name}" if profile else ""),
+                         st.mode, xs=xs, simulated=True)
+    if profile is not None:
+        cap["tpm"]["profile"] = profile.name
+    cap["lab"] = {"kernel": spec.name, "image": spec.image, "release": st.release, "boot": st.index,
+                  "accel": res.accel, "ok": st.ok, "ima_measurements": st.ima_measurements,
+                  "ima_workload": st.ima_workload, "mode": st.mode, "mode_why": st.mode_why}
+    write_capture(path, cap)
+
+
+def baseline_kernel(boots: list[analysis.BootStats]) -> str | None:
+    """The HMAC-off kernel the HMAC kernels are compared with: of the kernels that started no
+    session, one of the HMAC kernels' series (6.12 for 6.12-hmac), else the first."""
+    off = [b for b in boots if b.ok and b.sessions_started == 0 and b.extends]
+    on = [b for b in boots if b.ok and b.sessions_started]
+    if not off:
+        return None
+    series = {".".join((b.release or "").split(".")[:2]) for b in on}
+    for b in off:
+        if ".".join((b.release or "").split(".")[:2]) in series:
+            return b.kernel
+    return off[0].kernel
+
+
+def run_bench(opts: LabOptions, out: str) -> tuple[dict | None, str | None]:
+    path = os.path.join(out, "bench.capture.json")
+    cmd = [sys.executable, "-m", "tpmtop", "bench", "--sim", "--op", "extend", "--modes", "none,reuse",
+           "--engine", "native", "-n", str(opts.bench_n), "--warmup", "5", "-q", "--json", path]
+    if opts.profile:
+        cmd += ["--profile", opts.profile] + (["--seed", str(opts.seed)] if opts.seed is not None else [])
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return None, (p.stderr.strip().splitlines() or ["tpmtop bench failed"])[-1]
+    with open(path) as f:
+        data = json.load(f)
+    runs = {r["mode"]: r for r in data["runs"] if r.get("op") == "extend"}
+    if "none" not in runs or "reuse" not in runs:
+        return None, "tpmtop bench gave no none/reuse extend runs"
+    w = {m: runs[m]["wire_us"] for m in ("none", "reuse")}
+    return {"command": " ".join(["tpmtop"] + cmd[3:]), "capture": path,
+            "none_wire_us": w["none"], "reuse_wire_us": w["reuse"],
+            "ratio_p50": w["reuse"]["p50"] / w["none"]["p50"], "ratio_mean": w["reuse"]["mean"] / w["none"]["mean"],
+            "reuse_commands_per_op": runs["reuse"].get("commands_per_op")}, None
+
+
+def project(res: LabResult, captures: dict, out: str) -> list[Projection]:
+    """For each HMAC boot: ``tpmtop boot --capture BASELINE --extends N`` (reuse − none) beside
+    the lab's measured extra TPM time of its N extends over the baseline's per-extend time."""
+    if res.baseline is None:
+        return []
+    base = [b for b in res.boots if b.kernel == res.baseline and b.ok]
+    empty = tempfile.mkdtemp(prefix="tpmtop-lab-root-")  # boot reads no facts: only the capture
+    projections = []
+    try:
+        for b in res.boots:
+            if not b.ok or not b.sessions_started or not b.extends:
+                continue
+            ref = next((x for x in base if x.index == b.index), base[0])
+            per_off = ref.extend_tpm_s / ref.extends
+            measured = b.extend_tpm_s - b.extends * per_off
+            cmd = [sys.executable, "-m", "tpmtop", "boot", "--root", empty, "--capture", ref.capture_path,
+                   "--extends", str(b.extends), "--json"]
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            projected, setup_aware, detail = None, None, ""
+            if p.returncode == 0:
+                modes = json.loads(p.stdout)["projection"]["modes"]
+                r, n = modes["reuse"].get("total_s"), modes["none"].get("total_s")
+                if r is not None and n is not None:
+                    projected = r - n
+                    detail = f"reuse: {modes['reuse'].get('arithmetic')}; none: {modes['none'].get('arithmetic')}"
+                comps = json.loads(p.stdout)["projection"].get("components_us") or {}
+                if all(k in comps for k in ("L", "S", "F")) and projected is not None:
+                    setup_us = sum(comps[k]["us"] for k in ("L", "S", "F"))
+                    setup_aware = projected + (b.extends_with_setup - 1) * setup_us / 1e6
+            else:
+                detail = (p.stderr.strip().splitlines() or ["tpmtop boot failed"])[-1]
+            projections.append(Projection(b.kernel, b.index, ref.kernel, b.extends, projected, measured, 1,
+                                          b.extends_with_setup, setup_aware, detail))
+    finally:
+        shutil.rmtree(empty, ignore_errors=True)
+    with open(os.path.join(out, "projections.txt"), "w") as f:
+        for pj in projections:
+            f.write(f"{pj.kernel} boot {pj.index}: {pj.detail}\n")
+    return projections
+
