@@ -31,8 +31,6 @@ DEFAULT_CAPACITY = 100_000
 BUFFERS_KEPT = 16_384
 RECENT_PER_COMMAND = 120  # samples kept per command for sparklines
 
-ORIGINS = ("workload", "poll", "user")  # what tpmtop sends; "proxy" and "kernel" are what it sees
-
 
 @dataclass(slots=True)
 class Event:

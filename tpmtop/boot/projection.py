@@ -23,7 +23,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 
 from tpmtop.boot.series import OP_EXTEND, OP_EXTEND_HMAC, TraceResult, merged_operations
 from tpmtop.errors import UsageError
-from tpmtop.sessions.modes import MODES  # noqa: F401 - boot.report reads pj.MODES
+from tpmtop.sessions.modes import MODE_INFO, MODES  # noqa: F401 - boot.report reads pj.MODES
 COMPONENTS = {
     "E0": OP_EXTEND,
     "L": "ContextLoad",
@@ -250,20 +250,9 @@ def project(extends: int | None, extends_source: str, components: dict[str, Cost
     per_mode = per_mode or {}
     proj = Projection(extends, extends_source, components, {})
     n = extends
-    setup = ["L", "S", "F"]
-    plans = {
-        "none": ([], ["E0"], "N × E0"),
-        "per-command": ([], ["L", "S", "F", "Eh"], "N × (L + S + F + Eh)"),
-        "reuse": (setup, ["Eh"], "(L + S + F) + N × Eh"),
-        "saved": (setup, ["L", "Eh"], "(L + S + F) + N × (L + Eh)"),
-    }
-    notes = {
-        "reuse": "a lower bound: each user-space TPM command, hwrng read (before 6.15) or resume "
-                 "pays L + S + F again",
-        "saved": "the saved session's ContextLoad priced as the null primary's; ContextSave not priced",
-    }
-    for mode, (once, each, formula) in plans.items():
-        mc = ModeCost(mode, formula, note=notes.get(mode))
+    for mode, info in MODE_INFO.items():  # the formulas are the modes' own (tpmtop.sessions.modes)
+        once, each = list(info.once), list(info.each)
+        mc = ModeCost(mode, info.formula, note=info.projection_note)
         proj.modes[mode] = mc
         if mode in per_mode:
             c = per_mode[mode]

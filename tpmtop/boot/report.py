@@ -12,6 +12,7 @@ from tpmtop.boot.facts import SystemFacts, collect
 from tpmtop.boot.rootfs import RootReader
 from tpmtop.boot.session_mode import SessionMode, infer
 from tpmtop.boot.series import TraceResult
+from tpmtop.sessions.modes import HMAC_MODES
 
 
 @dataclass
@@ -116,7 +117,7 @@ def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
 def _without_sessions(p: pj.Projection, sf: SystemFacts, notes: list[str]) -> None:
     """A TPM 1.2: only the session-less mode is a real possibility; the others are not
     projected rather than projected for a session the kernel cannot open."""
-    for mode in ("per-command", "reuse", "saved"):
+    for mode in HMAC_MODES:
         mc = p.modes[mode]
         mc.total_s = mc.estimate_s = mc.arithmetic = None
         mc.note = None

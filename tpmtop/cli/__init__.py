@@ -13,6 +13,7 @@ import os
 import sys
 
 from tpmtop import __version__
+from tpmtop.sessions.modes import mode_help
 from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, TpmtopError
 from tpmtop.tpm import interrupts
 
@@ -26,7 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "boot": ("tpmtop.cli.boot", "is the TPM slowing this boot? system facts, trace import, cost projection"),
     "compare": ("tpmtop.cli.compare", "compare captures: p50/p99 before and after, and whether it is noise"),
     "export": ("tpmtop.cli.export", "a capture as a Chrome/Perfetto trace or OpenMetrics histograms"),
-    "bench": ("tpmtop.cli.bench", "measure each HMAC session strategy (none, per-command, reuse, saved)"),
+    "bench": ("tpmtop.cli.bench", f"measure each HMAC session strategy ({mode_help()})"),
     "profile": ("tpmtop.cli.profile", "chip latency profiles: record one from a TPM, derive one from a capture or trace"),
     "decode": ("tpmtop.cli.decode", "a TPM command and its response decoded to the parameter level"),
     "import": ("tpmtop.cli.import_pcap", "a tpm2-tss pcap: TCTI file or a tcpdump of a simulator port as a capture"),

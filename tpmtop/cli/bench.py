@@ -8,12 +8,14 @@ import sys
 
 def add_bench_arguments(p) -> None:
     from tpmtop.cli import add_tpm_options
+    from tpmtop.sessions.modes import ENGINES, MODES, OP_COMMANDS, Op, mode_help
 
     add_tpm_options(p)
-    p.add_argument("--op", default="extend", help="extend (PCR_Extend), get_random, create_primary (default: extend)")
-    p.add_argument("--modes", default="none,per-command,reuse,saved",
-                   help="comma-separated session modes: none, per-command, reuse, saved (default: all)")
-    p.add_argument("--engine", default="native,esys",
+    p.add_argument("--op", default=Op.EXTEND.value,
+                   help=f"{', '.join(f'{o} ({c})' for o, c in OP_COMMANDS.items())} (default: extend)")
+    p.add_argument("--modes", default=",".join(MODES),
+                   help=f"comma-separated session modes: {mode_help()} (default: all)")
+    p.add_argument("--engine", default=",".join(ENGINES),
                    help="comma-separated crypto engines: native (tpmtop's), esys (tpm2-pytss ESAPI) (default: both)")
     p.add_argument("-n", type=int, default=200, metavar="N", help="operations per (engine, mode) (default: 200)")
     p.add_argument("--warmup", type=int, default=10, metavar="N", help="uncounted operations per pair first (default: 10)")

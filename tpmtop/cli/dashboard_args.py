@@ -11,6 +11,7 @@ import os
 import signal
 
 from tpmtop.errors import UsageError
+from tpmtop.sessions.modes import ENGINES, MODES, OPS, Engine, Mode, Op
 
 
 def _positive(text: str) -> float:
@@ -64,10 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--rate", type=_rate, default=100.0, metavar="OPS",
                    help="workload operations per second on average (default 100; 0: as fast as the TPM "
                         "allows). Paced in bursts of >= 4 back to back so each operation runs warm")
-    g.add_argument("--mode", default="per-command", choices=("none", "per-command", "reuse", "saved"),
+    g.add_argument("--mode", default=Mode.PER_COMMAND.value, choices=MODES,
                    help="session mode the workload starts in (default per-command)")
-    g.add_argument("--engine", default="native", choices=("native", "esys"), help="crypto engine (default native)")
-    g.add_argument("--op", default="extend", choices=("extend", "get_random", "create_primary"),
+    g.add_argument("--engine", default=Engine.NATIVE.value, choices=ENGINES, help="crypto engine (default native)")
+    g.add_argument("--op", default=Op.EXTEND.value, choices=OPS,
                    help="workload operation (default extend, on PCR 16)")
     g.add_argument("--start", choices=("running", "paused"),
                    help="workload state at start (default: running with --sim, paused on a real TPM, "

@@ -27,7 +27,7 @@ RC_NOT_TRACED = "response code not traced"
 
 
 @dataclass
-class Exchange:
+class ObservedExchange:
     """One command and its response as seen from outside the client."""
 
     t_unix_ns: int  # wall clock when the command started
@@ -41,7 +41,7 @@ class Exchange:
     extra: dict = field(default_factory=dict)
 
 
-def event_dict(x: Exchange, t0_unix_ns: int, origin: str) -> dict:
+def event_dict(x: ObservedExchange, t0_unix_ns: int, origin: str) -> dict:
     if x.command is not None:
         info = wire.decode_command(x.command)
         cc, handles, sessions = info.cc, info.handles, info.sessions
@@ -67,7 +67,7 @@ def event_dict(x: Exchange, t0_unix_ns: int, origin: str) -> dict:
     return e
 
 
-def _tpm_identity(exchanges: list[Exchange]) -> dict:
+def _tpm_identity(exchanges: list[ObservedExchange]) -> dict:
     """TPM2_PT_MANUFACTURER etc. from a GetCapability(TPM_PROPERTIES) answer in the traffic."""
     found: dict[int, int] = {}
     for x in exchanges:
@@ -93,7 +93,7 @@ def _tpm_identity(exchanges: list[Exchange]) -> dict:
     return {"manufacturer": text(0x105), "vendor": text(0x106, 0x107, 0x108, 0x109), "firmware": fw}
 
 
-def capture_from_exchanges(exchanges: list[Exchange], *, origin: str, source: str,
+def capture_from_exchanges(exchanges: list[ObservedExchange], *, origin: str, source: str,
                            simulated: bool = False, extra: dict | None = None) -> dict:
     """The ``tpmtop.capture/1`` document for observed traffic (events in time order)."""
     from tpmtop import __version__

@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass, field
 
 from tpmtop.errors import UsageError
-from tpmtop.importers.observed import Exchange
+from tpmtop.importers.observed import ObservedExchange
 
 TPM_PORT = 2321
 PLATFORM_PORT = 2322  # the simulators' power/NV control port: no TPM commands there
@@ -210,7 +210,7 @@ def _mssim_responses(data: bytes, handshakes: int) -> tuple[list[tuple[int, int]
 
 @dataclass
 class ImportResult:
-    exchanges: list[Exchange]
+    exchanges: list[ObservedExchange]
     framing: str  # "raw" | "mssim" | "mixed"
     connections: int
     warnings: list[str]
@@ -236,7 +236,7 @@ def read_pcap(path: str | os.PathLike, port: int | None = None) -> ImportResult:
     except Exception as e:  # dpkt on a damaged file: bad input, one line
         raise PcapError(f"{path}: unreadable capture file ({type(e).__name__}: {e})") from None
 
-    exchanges: list[Exchange] = []
+    exchanges: list[ObservedExchange] = []
     warnings: list[str] = []
     framings: set[str] = set()
     used = 0
@@ -277,10 +277,10 @@ def read_pcap(path: str | os.PathLike, port: int | None = None) -> ImportResult:
             if i < len(rsps):
                 rs, re_ = rsps[i]
                 t_end = _ts_at(smarks, re_ - 1)
-                exchanges.append(Exchange(t_start, max(t_end - t_start, 0), cdata[cs:ce], sdata[rs:re_],
+                exchanges.append(ObservedExchange(t_start, max(t_end - t_start, 0), cdata[cs:ce], sdata[rs:re_],
                                           who if multi else None))
             else:
-                exchanges.append(Exchange(t_start, 0, cdata[cs:ce], None, who if multi else None))
+                exchanges.append(ObservedExchange(t_start, 0, cdata[cs:ce], None, who if multi else None))
         if len(cmds) > len(rsps):
             warnings.append(f"{who}: {len(cmds) - len(rsps)} command(s) without a response")
     if not exchanges:

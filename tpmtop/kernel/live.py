@@ -10,7 +10,7 @@ import select
 import time
 from typing import Callable, Iterator
 
-from tpmtop.importers.observed import RC_NOT_TRACED, Exchange
+from tpmtop.importers.observed import RC_NOT_TRACED, ObservedExchange
 from tpmtop.kernel.trace_pipe import KernelCommand, Parser
 
 
@@ -99,14 +99,14 @@ def read_pipe(path: str | int, parser: Parser, stop: Callable[[], bool], poll_s:
             yield from parser.feed(line)
 
 
-def exchanges(commands: list[KernelCommand], t0_unix_ns: int) -> list[Exchange]:
+def exchanges(commands: list[KernelCommand], t0_unix_ns: int) -> list[ObservedExchange]:
     """Kernel commands on the wall clock: the first command's trace time is ``t0_unix_ns``."""
     if not commands:
         return []
     base = commands[0].t_ns
     out = []
     for kc in commands:
-        out.append(Exchange(
+        out.append(ObservedExchange(
             t_unix_ns=t0_unix_ns + kc.t_ns - base, wire_ns=kc.wire_ns, command=None, response=None,
             cc=kc.cc, rc=kc.rc, answered=kc.answered,
             extra={"pid": kc.pid, "comm": kc.comm, "path": kc.path, "cpu": kc.cpu,

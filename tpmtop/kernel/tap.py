@@ -20,8 +20,9 @@ from tpmtop.kernel import ops as kops
 from tpmtop.kernel.live import read_lines
 from tpmtop.kernel.trace_pipe import KernelCommand, KernelOp, Parser, path_label
 from tpmtop.recorder import DEFAULT_CAPACITY, CommandStats, Recorder
+from tpmtop.tpm.exchange import Origin
 
-ORIGIN = "kernel"
+ORIGIN = Origin.KERNEL
 
 
 class KernelTap:

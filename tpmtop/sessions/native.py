@@ -16,8 +16,8 @@ from tpm2_pytss.constants import TPM2_ALG, TPM2_CC, TPM2_RH, TPM2_ST
 
 from tpmtop.errors import IntegrityError, TpmConnectionError, TpmError
 from tpmtop.sessions import crypto
-from tpmtop.sessions.engine import ATTR_DECRYPT, ATTR_ENCRYPT, EXTEND_DIGEST, RANDOM_BYTES, Engine
-from tpmtop.sessions.modes import Engine as EngineName, Op
+from tpmtop.sessions.engine import ATTR_DECRYPT, ATTR_ENCRYPT, EXTEND_DIGEST, RANDOM_BYTES, CryptoEngine
+from tpmtop.sessions.modes import Engine, Op
 from tpmtop.sessions.templates import TPM_RH_NULL, null_primary_public_bytes
 from tpmtop.tpm import names
 
@@ -55,8 +55,8 @@ def _tpm2b(data: bytes) -> bytes:
     return struct.pack(">H", len(data)) + data
 
 
-class NativeEngine(Engine):
-    name = EngineName.NATIVE
+class NativeEngine(CryptoEngine):
+    name = Engine.NATIVE
 
     def __init__(self, transport):
         super().__init__()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import NamedTuple, Protocol
 
 from tpmtop.tpm.interrupts import held
@@ -21,12 +22,26 @@ from tpmtop.tpm.interrupts import held
 _HELD = held()
 
 
+class Origin(StrEnum):
+    """Who sent a command. tpmtop's own: the workload, the dashboard's poller, an operator's
+    key; what it only sees: a proxied program, the kernel, an imported trace. ``mark`` is
+    no command: a boundary (TPM reset, reconnection) in the stream."""
+
+    WORKLOAD = "workload"
+    POLL = "poll"
+    USER = "user"
+    PROXY = "proxy"
+    KERNEL = "kernel"
+    IMPORTED = "imported"
+    MARK = "mark"
+
+
 @dataclass(frozen=True, slots=True)
 class Labels:
     """Who sent a command and as part of what. ``origin`` keeps tpmtop's own traffic
     (``poll``, ``user``) out of the workload's numbers."""
 
-    origin: str = "user"
+    origin: str = Origin.USER
     engine: str | None = None
     mode: str | None = None
     op: str | None = None

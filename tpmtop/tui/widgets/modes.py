@@ -7,6 +7,7 @@ from textual.app import ComposeResult
 from textual.content import Content
 from textual.widgets import Static
 
+from tpmtop.sessions.modes import MODE_INFO, Mode
 from tpmtop.sources.model import CompareRow, fmt_duration
 from tpmtop.tui.widgets.panel import Panel, QuietStatic
 
@@ -14,7 +15,11 @@ from tpmtop.tui.widgets.panel import Panel, QuietStatic
 BLOCKS = "▁▂▃▄▅▆▇█"
 GAP = "\u00a0"  # a no-break space: wrapping drops leading plain spaces, and the cells must line up
 AXIS = "─"  # the time axis under the series; a mode's initial where it starts
-MODE_TONE = {"none": "bar-baseline", "per-command": "latency-slow", "reuse": "latency-fast", "saved": "latency-mid"}
+
+
+def mode_tone(mode: str) -> str:
+    """The theme variable a mode's bars are drawn in (the mode's own, tpmtop.sessions.modes)."""
+    return MODE_INFO[Mode(mode)].tone if mode in MODE_INFO else "bar-session"
 
 
 def timeline_markup(series: list, width: int) -> list[str]:
@@ -33,7 +38,7 @@ def timeline_markup(series: list, width: int) -> list[str]:
             marks.append(AXIS)
             continue
         level = round((math.log10(max(p.p50_us, 0.1)) - lo) / span * (len(BLOCKS) - 1))
-        top.append(f"[${MODE_TONE.get(p.mode, 'bar-session')}]{BLOCKS[level]}[/]")
+        top.append(f"[${mode_tone(p.mode)}]{BLOCKS[level]}[/]")
         marks.append(p.mode[0] if p.mode != prev else AXIS)
         prev = p.mode
     return [f"[dim]op p50 each second, {len(series)} s (log; letter: mode)[/]",

@@ -1,0 +1,44 @@
+"""Every closed set is defined once and every registry is complete: a mode has its strategy,
+colour, projection formula and schema entry; a panel its key, title and help line; an
+exporter and an importer their format. A half-added member fails here, not on a user."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+from tpmtop.boot import projection as pj
+from tpmtop.sessions.engines import ENGINE_FACTORIES
+from tpmtop.sessions.modes import MODE_INFO, Engine, Mode
+from tpmtop.sessions.workload import STRATEGIES
+
+
+def _schema() -> dict:
+    return json.loads(resources.files("tpmtop").joinpath("schema/capture-1.json").read_text())
+
+
+def test_every_mode_has_strategy_colour_projection_and_schema_entry():
+    from tpmtop.tui.themes import VARIABLE_DEFAULTS
+
+    assert set(MODE_INFO) == set(Mode)
+    assert set(STRATEGIES) == set(Mode)
+    for mode, info in MODE_INFO.items():
+        assert info.tone in VARIABLE_DEFAULTS, f"{mode}: colour {info.tone} is no theme variable"
+        for letter in info.once + info.each:
+            assert letter in pj.COMPONENTS, f"{mode}: projection names unknown command {letter}"
+    proj = pj.project(1000, "test", pj.published_components())
+    assert set(proj.modes) == set(Mode)
+    assert proj.modes[Mode.REUSE].formula == "(L + S + F) + N × Eh"
+    assert _schema()["$defs"]["session_mode"]["enum"] == [m.value for m in Mode]
+
+
+def test_every_engine_can_be_built():
+    assert set(ENGINE_FACTORIES) == set(Engine)
+
+
+def test_cli_choices_come_from_the_registry():
+    from tpmtop.cli import build_parser
+
+    p = build_parser()
+    mode = next(a for a in p._actions if "--mode" in a.option_strings)
+    assert tuple(mode.choices) == tuple(Mode)
