@@ -42,7 +42,8 @@ from machine import describe  # noqa: E402 - benchmarks/machine.py
 async def live_ratio(src, pilot, rate: float, seconds: float) -> tuple[float | None, dict]:
     """per-command p50 / none p50 as the Modes panel computes it, at ``rate``."""
     from tpmtop.sessions.modes import MODES
-    from tpmtop.sources.model import comparison, runs_from_accounts
+    from tpmtop.sources.rows.modes import comparison
+    from tpmtop.sources.runs import runs_from_accounts
 
     src.rate = rate
     src.reset_stats()
@@ -74,8 +75,8 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
     import psutil
 
     from tpmtop.connect import open_tpm
-    from tpmtop.tui.app import TpmtopApp
     from tpmtop.sources.live import DEFAULT_RATE, LiveSource
+    from tpmtop.tui.app import TpmtopApp
     from tpmtop.tui.screens.main import MainScreen
 
     ticks: list[float] = []

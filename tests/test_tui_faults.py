@@ -6,19 +6,25 @@ A reset TPM, object slots leaked by another client, a slow chip, and --read-only
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
+from tui_helpers import (  # noqa: F401 - fixtures
+    SIZE,
+    _private_config,
+    app_for,
+    header_text,
+    live,
+    main_screen,
+    until,
+)
 
 from tpmtop.errors import UsageError
 from tpmtop.sessions.native import NativeEngine
+from tpmtop.sources.numbers import summary_of
 from tpmtop.tpm.handles import list_handles
 from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS, palette_entries
-from tpmtop.sources.model import summary_of
 from tpmtop.tui.screens.confirm import ConfirmScreen
-from tui_helpers import SIZE, app_for, header_text, main_screen, until
-from tui_helpers import _private_config, live  # noqa: F401 - fixtures
 
 
 def _ops(src) -> int:

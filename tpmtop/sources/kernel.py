@@ -11,10 +11,11 @@ session per extend as in 6.10, a kept session as in 6.12+, or none) is named. No
 
 from __future__ import annotations
 
-from tpmtop.sources.model import (CommandRow, ErrorBook, RunView, buckets_of, op_rows, run_from_account,
-                                  summary_of)
+from tpmtop.sources.numbers import buckets_of, summary_of
 from tpmtop.sources.passive import Sysfs
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, TimingsView
+from tpmtop.sources.rows.latency import CommandRow, ErrorBook, op_rows
+from tpmtop.sources.runs import RunView, run_from_account
 from tpmtop.textsafe import counted
 
 ENGINE = "kernel"

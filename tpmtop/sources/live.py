@@ -21,7 +21,13 @@ from pathlib import Path
 
 from tpm2_pytss.constants import TPM2_RC
 
-from tpmtop.errors import NullNameChanged, TpmConnectionError, TpmError, TpmtopError, UsageError
+from tpmtop.errors import (
+    NullNameChanged,
+    TpmConnectionError,
+    TpmError,
+    TpmtopError,
+    UsageError,
+)
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, TimingsView
 
 DEFAULT_RATE = 100.0  # ops/s the dashboard's workload starts at
@@ -106,7 +112,7 @@ class LiveSource:
         # time series of op p50 across mode switches. Bounded: at max rate ~10 minutes of `none`
         # would be millions; 200,000 is a few minutes unpaced, over half an hour at 100/s.
         self.timeline: deque = deque(maxlen=200_000)
-        from tpmtop.sources.model import ErrorBook
+        from tpmtop.sources.rows.latency import ErrorBook
 
         self.errors = ErrorBook()  # fed by the dashboard from the recorder's new events
         self._close_lock = threading.Lock()
@@ -144,14 +150,18 @@ class LiveSource:
                           rate=rate, extra=extra, profile=self.profile, marker=marker, tooltip=self.profile_note)
 
     def runs(self) -> list:
-        from tpmtop.sources.model import runs_from_accounts
+        from tpmtop.sources.runs import runs_from_accounts
 
         return runs_from_accounts(self.accounts())
 
     def timings(self, runs: list | None = None) -> TimingsView:
         """The current (engine, mode, op) run: its operation rows and its commands, as replay
         shows a capture's run — never commands of other modes beside this mode's operations."""
-        from tpmtop.sources.model import command_rows_live, command_rows_run, op_rows
+        from tpmtop.sources.rows.latency import (
+            command_rows_live,
+            command_rows_run,
+            op_rows,
+        )
 
         runs = self.runs() if runs is None else runs
         current = next((r for r in runs if r.key == (self.engine, self.mode, self.op)), None)
@@ -350,7 +360,9 @@ class LiveSource:
 
     def _workload(self):
         if self.workload is None:
-            from tpmtop.sessions.workload import Workload  # imported here: replay never needs it
+            from tpmtop.sessions.workload import (
+                Workload,  # imported here: replay never needs it
+            )
 
             self.workload = Workload(self.conn, engine=self.engine, mode=self.mode, op=self.op, pcr=self.pcr)
             self._accounts_from_old()

@@ -83,7 +83,7 @@ class PassiveSource:
         self.sysfs = sysfs or Sysfs()
         self.note = note  # why there is no more than sysfs (kept in the header: a notice goes away)
         self.poll_interval = interval
-        from tpmtop.sources.model import ErrorBook
+        from tpmtop.sources.rows.latency import ErrorBook
 
         self.errors = ErrorBook()
         self.tcti = f"none (--passive: {self.sysfs.tpm_dir} and securityfs only)"

@@ -2,7 +2,7 @@
 :class:`Capabilities` instead of asking which kind of source they have.
 
 Live (a TPM), replay (a capture) and passive (sysfs only) sources all satisfy :class:`Source`;
-each answers the same questions in plain data built by :mod:`tpmtop.sources.model`, so a
+each answers the same questions in plain data built by :mod:`tpmtop.sources.rows`, so a
 replayed capture goes through the panels' code exactly as a live run does. No Textual here.
 """
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from tpmtop.sources.model import CommandRow, ErrorBook, RunView
+from tpmtop.sources.rows.latency import CommandRow, ErrorBook
+from tpmtop.sources.runs import RunView
 
 
 @dataclass(frozen=True)

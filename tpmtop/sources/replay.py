@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tpmtop.sources.model import (ErrorBook, RunView, StreamRow, command_rows_run, op_rows, rc_not_traced,
-                                  run_from_capture, stream_row_from_dict)
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, TimingsView
+from tpmtop.sources.rows.latency import ErrorBook, command_rows_run, op_rows
+from tpmtop.sources.rows.stream import StreamRow, rc_not_traced, stream_row_from_dict
+from tpmtop.sources.runs import RunView, run_from_capture
 
 MAX_STREAM_ROWS = 100_000  # as many as the recorder's ring keeps live
 

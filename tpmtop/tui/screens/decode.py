@@ -13,7 +13,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tpmtop.sources.model import StreamRow
+from tpmtop.sources.rows.stream import StreamRow
 
 
 def buffers_for(source, row: StreamRow) -> tuple[bytes | None, bytes | None, str]:

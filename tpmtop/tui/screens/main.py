@@ -15,17 +15,32 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Static, Tab, Tabs
 
+from tpmtop.sources.meters import CpuMeter, RateMeter
 from tpmtop.sources.protocol import Capabilities
+from tpmtop.sources.rows.handles import HandleBook
+from tpmtop.sources.rows.modes import comparison, timeline
+from tpmtop.sources.rows.resources import ContextGapTracker, SlotPeaks, gauges
+from tpmtop.sources.rows.stream import (
+    event_matches,
+    failed,
+    mark_row,
+    merge_marks,
+    stream_row,
+)
+from tpmtop.sources.runs import boot_components
 from tpmtop.tui import messages as m
-from tpmtop.tui.availability import KEY_ACTIONS, PANEL_NEEDS, allowed, refused_why
 from tpmtop.tui.actions import ACTIONS, ENGINES, MODES, OPS, PANELS
-from tpmtop.sources.model import (ContextGapTracker, CpuMeter, HandleBook, RateMeter, SlotPeaks, comparison, gauges,
-                                  boot_components, event_matches, failed, mark_row, merge_marks, stream_row,
-                                  timeline)
+from tpmtop.tui.availability import KEY_ACTIONS, PANEL_NEEDS, allowed, refused_why
+from tpmtop.tui.pattern_alerts import PatternAlerts
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tpmtop.tui.screens.help import HelpScreen
 from tpmtop.tui.screens.inspect import InspectScreen
-from tpmtop.tui.screens.projection import DEFAULT_N, MISSING_LIVE, ProjectionScreen, projection_summary
+from tpmtop.tui.screens.projection import (
+    DEFAULT_N,
+    MISSING_LIVE,
+    ProjectionScreen,
+    projection_summary,
+)
 from tpmtop.tui.screens.workers import TpmWorkers
 from tpmtop.tui.widgets.clients import ClientsPanel
 from tpmtop.tui.widgets.footer import TpmtopFooter
@@ -34,10 +49,9 @@ from tpmtop.tui.widgets.header import StatusHeader
 from tpmtop.tui.widgets.latency import LatencyPanel
 from tpmtop.tui.widgets.modes import ModesPanel
 from tpmtop.tui.widgets.resources import ResourcesPanel
-from tpmtop.tui.pattern_alerts import PatternAlerts
 from tpmtop.tui.widgets.stream import StreamPanel, StreamView
-from tpmtop.tui.widgets.table import KeyedTable
 from tpmtop.tui.widgets.system import SystemPanel
+from tpmtop.tui.widgets.table import KeyedTable
 
 REFRESH_S = 0.2  # ≤ 10 refreshes a second, as the issue asks; 5 keeps a paused dashboard idle
 RETRY_S = 2.0

@@ -7,7 +7,8 @@ import math
 from textual.app import ComposeResult
 from textual.content import Content
 
-from tpmtop.sources.model import HandleRow, fmt_age
+from tpmtop.sources.numbers import fmt_age
+from tpmtop.sources.rows.handles import HandleRow
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
 

@@ -13,7 +13,8 @@ from textual.markup import escape
 from textual.message import Message
 from textual.widgets import Sparkline, Static
 
-from tpmtop.sources.model import CommandRow, fmt_us
+from tpmtop.sources.numbers import fmt_us
+from tpmtop.sources.rows.latency import CommandRow
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
 
@@ -65,7 +66,7 @@ class LatencyPanel(Panel):
 
     run_label = ""
 
-    errors = None  # tpmtop.sources.model.ErrorBook: which response codes a command got
+    errors = None  # tpmtop.sources.rows.latency.ErrorBook: which response codes a command got
 
     def show(self, rows: list[CommandRow], subtitle: str = "", run_label: str = "", errors=None) -> None:
         self.run_label = run_label

@@ -8,9 +8,9 @@ from textual.content import Content
 from textual.widgets import Static
 
 from tpmtop.sessions.modes import MODE_INFO, Mode
-from tpmtop.sources.model import CompareRow, fmt_duration
+from tpmtop.sources.numbers import fmt_duration
+from tpmtop.sources.rows.modes import CompareRow
 from tpmtop.tui.widgets.panel import Panel, QuietStatic
-
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 GAP = "\u00a0"  # a no-break space: wrapping drops leading plain spaces, and the cells must line up

@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from tpmtop.sources.model import Gauge
+from tpmtop.sources.rows.resources import Gauge
 from tpmtop.tui.widgets.panel import Panel, QuietStatic
 
 BAR = 20

@@ -15,7 +15,7 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Input
 
-from tpmtop.sources.model import LazyStreamRows, StreamRow
+from tpmtop.sources.rows.stream import LazyStreamRows, StreamRow
 from tpmtop.textsafe import safe
 from tpmtop.tui.widgets.panel import Panel
 

@@ -1,0 +1,176 @@
+"""The Stream panel's rows: one per command the recorder (or a capture) holds, and the
+boundaries (marks) between TPM periods. No Textual here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpmtop.sources.numbers import fmt_us
+from tpmtop.tpm import names
+
+CC_FLUSH_CONTEXT = 0x165  # its handle is a parameter, not in the handle area
+
+
+@dataclass(slots=True)
+class StreamRow:
+    key: str
+    t: str
+    origin: str
+    command: str
+    handles: str
+    sessions: str
+    rc: str
+    us: str
+    ok: bool
+
+    def matches(self, needle: str) -> bool:
+        """Command or origin contains ``needle``; the word ``errors`` keeps failed commands."""
+        n = needle.lower()
+        if n == "errors":
+            return not self.ok
+        return not n or n in self.command.lower() or n in self.origin
+
+
+def _sessions_text(sessions) -> str:
+    return " ".join(f"{h:08x}:{a:02x}" if h != 0x40000009 else f"PW:{a:02x}" for h, a in sessions)
+
+
+def _handles_of(ev) -> list[int]:
+    """The handles a command names; FlushContext's target is a parameter, not in the handle
+    area, yet it is the one thing worth seeing on that line."""
+    handles = list(ev.handles)
+    cmd = getattr(ev, "command", None)
+    if ev.cc == CC_FLUSH_CONTEXT and not handles and cmd is not None and len(cmd) >= 14:
+        handles.append(int.from_bytes(cmd[10:14], "big"))
+    return handles
+
+
+def stream_row(ev, t0_ns: int) -> StreamRow:
+    note = getattr(ev, "note", None)
+    handles = " ".join(f"{h:08x}" for h in _handles_of(ev))
+    if note:  # a command tpmtop only saw (the kernel's): its path, and which task sent it
+        origin, handles = note, ev.client or ""
+    elif getattr(ev, "client", None):
+        origin = f"client:{ev.client}"  # a proxied program (tpmtop --listen)
+    else:
+        origin = ev.origin
+    unknown = getattr(ev, "rc_unknown", False)
+    return StreamRow(str(ev.seq), f"{(ev.t_ns - t0_ns) / 1e9:.3f}", origin, ev.name.removeprefix("TPM2_CC_"),
+                     handles, _sessions_text(ev.sessions),
+                     short_rc(ev.rc, ev.error, unknown), fmt_us(ev.wire_ns / 1000), ev.rc == 0 or unknown)
+
+
+def failed(ev) -> bool:
+    """A command that did not succeed (an observed one whose code was not traced did not fail)."""
+    return ev.rc != 0 and not getattr(ev, "rc_unknown", False) and not getattr(ev, "expected", False)
+
+
+def event_matches(ev, needle: str) -> bool:
+    """``needle`` (lower case) in the event's origin, where it came from, or its command."""
+    return (needle in ev.origin or needle in ev.name.lower() or needle in (getattr(ev, "note", None) or "").lower()
+            or needle in (getattr(ev, "client", None) or "").lower())  # a kernel row's task
+
+
+class LazyStreamRows:
+    """The recorder's whole ring as stream rows, converted only when looked at: a frozen
+    stream can scroll back through every command the recorder keeps (100,000) without
+    building 100,000 rows. ``items`` are Events and (t_ns, text) marks, oldest first."""
+
+    def __init__(self, items: list, t0_ns: int, needle: str = ""):
+        self.t0 = t0_ns
+        if needle:
+            n = needle.lower()
+            errors = n == "errors"
+            items = [x for x in items if isinstance(x, tuple) or (failed(x) if errors else event_matches(x, n))]
+        self.items = items
+        self._done: dict[int, StreamRow] = {}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def _row(self, i: int) -> StreamRow:
+        r = self._done.get(i)
+        if r is None:
+            x = self.items[i]
+            r = self._done[i] = mark_row(x[0], self.t0, x[1]) if isinstance(x, tuple) else stream_row(x, self.t0)
+        return r
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return [self._row(i) for i in range(*k.indices(len(self.items)))]
+        return self._row(k if k >= 0 else len(self.items) + k)
+
+
+def merge_marks(events: list, marks: list[tuple[int, str]]) -> list:
+    """Events and marks in time order (marks are few: a sort of the merged list is cheap)."""
+    if not marks:
+        return events
+    return sorted(events + list(marks), key=lambda x: x[0] if isinstance(x, tuple) else x.t_ns)
+
+
+def mark_row(t_ns: int, t0_ns: int, text: str) -> StreamRow:
+    """A boundary in the stream (TPM reset, reconnection): origin "mark", the text as command."""
+    return StreamRow(f"mark-{t_ns}", f"{(t_ns - t0_ns) / 1e9:.3f}", "mark", text, "", "", "", "", True)
+
+
+def stream_row_from_dict(i: int, e: dict) -> StreamRow:
+    """An event of a capture's optional ``events`` array (tpmtop.capture/1)."""
+    t = e.get("t_ns", e.get("offset_ns", e.get("t", 0))) or 0
+    rc = e.get("rc")
+    if isinstance(rc, str):
+        try:
+            rc = int(rc, 0)
+        except ValueError:
+            rc = None
+    handles = e.get("handles") or []
+    hs = " ".join(h.removeprefix("0x") if isinstance(h, str) else f"{h:08x}" for h in handles)
+    sess = e.get("sessions") or []
+    ss = " ".join(_session_text(s) for s in sess)
+    name = str(e.get("command") or e.get("cc") or "?").removeprefix("TPM2_CC_")
+    wire = e.get("wire_ns")
+    origin = f"client:{e['client']}" if e.get("client") is not None else str(e.get("origin", "workload"))
+    if isinstance(e.get("path"), str) and e.get("origin") == "kernel":
+        # a command the kernel probes saw: its path and task, as the live view shows them
+        from tpmtop.kernel.trace_pipe import path_label
+
+        origin = path_label(e["path"])
+        hs = f"{e.get('comm', '?')}-{e.get('pid', '?')} · {e['path']}"
+    ok = rc == 0 or e.get("expected") is True
+    if rc_not_traced(e):  # answered; only its response code is unknown
+        return StreamRow(str(i), f"{float(t) / 1e9:.3f}", origin, name, hs, ss, "rc ?",
+                         fmt_us(wire / 1000) if isinstance(wire, (int, float)) else "", True)
+    return StreamRow(str(i), f"{float(t) / 1e9:.3f}", origin, name, hs, ss,
+                     short_rc(rc, None), fmt_us(wire / 1000) if isinstance(wire, (int, float)) else "", ok)
+
+
+def rc_not_traced(e: dict) -> bool:
+    """A capture event that was answered though nobody saw its response code (tpmtop kernel:
+    a user-space command where tpm2_commit_space could not be probed)."""
+    from tpmtop.importers.observed import RC_NOT_TRACED
+
+    return e.get("rc") is None and e.get("rc_text") == RC_NOT_TRACED
+
+
+def _session_text(s) -> str:
+    if isinstance(s, dict):  # tpmtop.capture/1: {"handle": "0x02000000", "attrs": 65}
+        h, a = s.get("handle", "?"), s.get("attrs", 0)
+    elif isinstance(s, (list, tuple)) and len(s) == 2:
+        h, a = s
+    else:
+        return str(s)
+    h = int(h, 16) if isinstance(h, str) and h.startswith("0x") else h
+    if h == 0x40000009:
+        return f"PW:{a:02x}" if isinstance(a, int) else f"PW:{a}"
+    hs = f"{h:08x}" if isinstance(h, int) else str(h)
+    return f"{hs}:{a:02x}" if isinstance(a, int) else f"{hs}:{a}"
+
+
+def short_rc(rc: int | None, error: str | None, unknown: bool = False) -> str:
+    if unknown and rc is None and not error:
+        return "rc ?"  # answered, seen under the kernel probes: the response code is not traced
+    if error or rc is None:
+        return "no response"
+    if rc == 0:
+        return "ok"
+    text = names.rc_text(rc)
+    return f"0x{rc:03x} {text.split(':')[-1].strip()[:40]}"
