@@ -115,12 +115,12 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             await pilot.pause(1.0)
             rec = src.recorder
             n0, t0 = rec.total, time.perf_counter()
-            seen0 = main._seen_seq
+            seen0 = main.dash._seen_seq
             await pilot.pause(seconds)
             n1, t1 = rec.total, time.perf_counter()
             out["events_per_s"] = round((n1 - n0) / (t1 - t0))
-            out["events_read_by_ui_per_s"] = round((main._seen_seq - seen0) / (t1 - t0))
-            out["ops_per_s"] = round(main.ops_rate.add(sum(a.ops for a in src.accounts().values())))
+            out["events_read_by_ui_per_s"] = round((main.dash._seen_seq - seen0) / (t1 - t0))
+            out["ops_per_s"] = round(main.dash.ops_rate.add(sum(a.ops for a in src.accounts().values())))
             out["refresh_ms_p50"] = round(statistics.median(ticks) * 1000, 2)
             out["refresh_ms_max"] = round(max(ticks) * 1000, 2)
             out["refreshes_per_s"] = round(len(ticks) / (seconds + 1.0), 1)

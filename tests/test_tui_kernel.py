@@ -332,7 +332,7 @@ class TestKernelDashboardHonesty:
             await until(pilot, lambda: "ContextSave · rm" in _labels(table), what="the resource manager's rows")
             await pilot.pause(1.2)
             assert str(_labels(table)["ContextSave · rm"][2]).strip() in ("", "0")  # the errors column
-            assert not main_screen(app).alerts.current
+            assert not main_screen(app).dash.alerts.current
             assert not any("failure pattern" in str(getattr(m, "title", "")) for m in seen)
 
     async def test_export_before_any_command_says_why(self, kernel, tmp_path):

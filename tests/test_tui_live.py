@@ -73,7 +73,7 @@ class TestWorkload:
             after = src.accounts()
             assert set(after) >= set(before)
             assert all(after[k].ops >= n for k, n in before.items())
-            main_screen(app)._refresh_stats()
+            main_screen(app).refresh_all()
             bars = str(main_screen(app).query_one("#bars").render())
             assert all(mode in bars for mode in ("none", "per-command", "reuse", "saved"))
 
@@ -84,7 +84,7 @@ class TestWorkload:
         still "ours" and reported no session flushed (a stress-run failure)."""
         src = live(start_running=True, rate=0, mode="saved")
         for _ in range(3):
-            assert src.on_tpm(src._step_job)
+            assert src.run_on_owner(src._step_job)
         session = next(h for h in src.recorder.owned_handles() if h >> 24 == 0x02)
         owner, rec = src.conn.owner, src.recorder
         real, reads, again = rec.owned_handles, [], threading.Event()
@@ -319,7 +319,7 @@ class TestLatency:
 
 
 def list_handles_locked(src):
-    return src.on_tpm(list_handles)
+    return src.run_on_owner(list_handles)
 
 
 class TestHandles:
@@ -331,7 +331,7 @@ class TestHandles:
             e.create_null_primary()
             return e.load_null()  # a transient object tpmtop holds
 
-        return await asyncio.to_thread(src.on_tpm, create)
+        return await asyncio.to_thread(src.run_on_owner, create)
 
     async def test_flush_removes_handle_from_tpm_and_table(self, live, tmp_path):
         """f flushes the selected handle: gone from the TPM's list and from the table."""
@@ -339,7 +339,7 @@ class TestHandles:
         app = app_for(src, tmp_path)
         async with app.run_test(size=SIZE) as pilot:
             screen = main_screen(app)
-            screen.book.HIGHLIGHT_S = 0.0
+            screen.dash.book.HIGHLIGHT_S = 0.0
             await until(pilot, lambda: src.identity is not None, what="first poll")
             h = await self._primary(src)
             key = f"0x{h:08x}"
@@ -360,7 +360,7 @@ class TestHandles:
         app = app_for(src, tmp_path)
         async with app.run_test(size=SIZE) as pilot:
             screen = main_screen(app)
-            screen.book.HIGHLIGHT_S = 0.0
+            screen.dash.book.HIGHLIGHT_S = 0.0
 
             def flush_key():
                 # None while the footer recomposes (its keys are replaced, not updated)
@@ -411,7 +411,7 @@ class TestHandles:
         app = app_for(src, tmp_path)
         async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
             screen = main_screen(app)
-            screen.book.HIGHLIGHT_S = 0.0
+            screen.dash.book.HIGHLIGHT_S = 0.0
             await until(pilot, lambda: src.identity is not None, what="first poll")
             h = await self._primary(src)
             await pilot.press("space")  # reuse: a kept session appears
@@ -446,13 +446,13 @@ class TestHandles:
         app = app_for(src, tmp_path)
         async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
             screen = main_screen(app)
-            screen.book.HIGHLIGHT_S = 0.0
+            screen.dash.book.HIGHLIGHT_S = 0.0
             await until(pilot, lambda: src.identity is not None, what="first poll")
             h = await self._primary(src)
             src.recorder.forget_handle(h)  # as if another program had made it
             key = f"0x{h:08x}"
             table = screen.query_one("#handles-table")
-            await until(pilot, lambda: key in table._shadow and not screen.book.rows(
+            await until(pilot, lambda: key in table._shadow and not screen.dash.book.rows(
                 {}, src.recorder.owned_handles(), 0)[0].ours, what="foreign handle listed")
             table.focus()
             table.move_cursor(row=table.get_row_index(key))

@@ -165,8 +165,8 @@ def run(args) -> int:
         return _run_watch(args, TpmtopApp)
 
     from tpmtop.cli.common import notice
-    from tpmtop.profiles.apply import apply_profile, describe, profile_from_args
     from tpmtop.connect import open_tpm
+    from tpmtop.profiles.apply import apply_profile, describe, profile_from_args
     from tpmtop.sources.live import LiveSource
 
     if not os.path.isdir(args.export_dir):
@@ -176,20 +176,23 @@ def run(args) -> int:
     require_terminal()
     conn = open_tpm(tcti=args.tcti, sim=args.sim, raw_device=args.raw_device, notice=notice, timeout=args.timeout)
     source = None
+    proxy = None
     try:
         apply_profile(conn, profile, args.seed)
         start = None if args.start is None else args.start == "running"
+        log: list[str] = []
+        proxy = _start_listen(args, conn, log)
         source = LiveSource(conn, read_only=args.read_only, poll_interval=args.poll_interval, rate=args.rate,
                             start_running=start, engine=args.engine, mode=args.mode, op=args.op,
-                            profile_note=describe(profile, args.seed) if profile is not None else None)
-        proxy = _start_listen(args, conn, source)
+                            profile_note=describe(profile, args.seed) if profile is not None else None,
+                            proxy=proxy, proxy_log=log)
         return _run_app(TpmtopApp(source, theme=args.theme, export_dir=args.export_dir), cleanup=source.close)
     finally:
-        if source is not None and getattr(source, "proxy", None) is not None:
-            source.proxy.stop()
         if source is not None:
-            source.close()
+            source.close()  # stops the proxy first
         else:
+            if proxy is not None:
+                proxy.stop()
             conn.close()
 
 
@@ -258,19 +261,17 @@ def _run_watch(args, app_cls) -> int:
             tap.close()
 
 
-def _start_listen(args, conn, source):
+def _start_listen(args, conn, log: list[str]):
     """`tpmtop --listen P`: the proxy inside the dashboard; its commands are jobs on the TPM's
-    owner thread like the workload's and the polls', each with its own labels."""
+    owner thread like the workload's and the polls', each with its own labels. It is handed
+    to the source, which stops it when it closes."""
     if getattr(args, "listen", None) is None:
         return None
     if not 0 < args.listen < 65535:
         raise UsageError(f"--listen {args.listen}: expected 1..65534 (the proxy also uses P+1)")
     from tpmtop.proxy.server import ProxyServer
 
-    log: list[str] = []
-    source.proxy = ProxyServer(conn, port=args.listen, log=log.append).start()
-    source.proxy_log = log
-    return source.proxy
+    return ProxyServer(conn, port=args.listen, log=log.append).start()
 
 
 def run_replay(args) -> int:

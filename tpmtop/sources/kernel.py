@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from tpmtop.sources.numbers import buckets_of, summary_of
 from tpmtop.sources.passive import Sysfs
-from tpmtop.sources.protocol import Capabilities, HeaderInfo, TimingsView
-from tpmtop.sources.rows.latency import CommandRow, ErrorBook, op_rows
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase, TimingsView
+from tpmtop.sources.rows.latency import CommandRow, op_rows
 from tpmtop.sources.runs import RunView, run_from_account
 from tpmtop.textsafe import counted
 
@@ -23,25 +23,16 @@ UNUSUAL = ("hwrng", "user", "tpmtop", "kernel")  # paths named in a row's label 
 WHY_NOT = "--kernel watches the kernel's own TPM commands: tpmtop sends nothing to the TPM"
 
 
-class KernelSource:
-    read_only = True
-    simulated = False
-    connected = True
-    running = False
-    poll_interval = 1.0
-
+class KernelSource(SourceBase):
     def __init__(self, tap, sysfs: Sysfs | None = None, *, passive: bool = False):
+        super().__init__()
         self.tap = tap
         self.recorder = tap.recorder
         self.sysfs = sysfs or Sysfs()
         self.passive = passive  # started as --passive (which traces where it can)
-        self.errors = ErrorBook()
-        self.boundaries: list = []  # a kernel has no TPM periods of tpmtop's making
-        self.periods: list = []
         self.engine, self.op = ENGINE, "extend"
         self.tcti = tap.source_text
-        self.caps = Capabilities("kernel", live=True, handles=False, timings=True, workload=False,
-                                 changes_tpm=False, selects_runs=False, export=True, sysfs=tap.this_machine,
+        self.caps = Capabilities("kernel", live=True, timings=True, export=True, sysfs=tap.this_machine,
                                  why_not=WHY_NOT)
 
     # -- what the screens read ----------------------------------------------------------------
@@ -128,12 +119,6 @@ class KernelSource:
                 last_us=st.last_ns / 1000 if st.last_ns else None, errors=st.errors, buckets=buckets_of(st.hist),
                 recent_us=[v / 1000 for v in list(st.recent)]))
         return rows
-
-    def choose(self, engine=None, mode=None, op=None) -> bool:
-        return False
-
-    def values(self, what: str) -> list[str]:
-        return []
 
     # -- actions ---------------------------------------------------------------------------------
     def reset_stats(self) -> None:

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tpmtop.sources.protocol import Capabilities, HeaderInfo, TimingsView
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase
 
 PCRS_SHOWN = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 14, 16, 23)
 
@@ -68,24 +68,17 @@ class Sysfs:
         return s
 
 
-class PassiveSource:
+class PassiveSource(SourceBase):
     """``--passive``: no TPM connection at all, only :class:`Sysfs`."""
 
-    caps = Capabilities("passive", live=False, handles=False, timings=False, workload=False, changes_tpm=False,
-                        selects_runs=False, export=False, sysfs=True,
+    caps = Capabilities("passive", sysfs=True,
                         why_not="--passive sends nothing to the TPM: only sysfs and securityfs are read")
-    read_only = True
-    simulated = False
-    connected = True
-    engine = mode = op = "-"
 
     def __init__(self, sysfs: Sysfs | None = None, interval: float = 1.0, note: str | None = None):
-        self.sysfs = sysfs or Sysfs()
+        super().__init__()
+        self.sysfs: Sysfs = sysfs or Sysfs()
         self.note = note  # why there is no more than sysfs (kept in the header: a notice goes away)
         self.poll_interval = interval
-        from tpmtop.sources.rows.latency import ErrorBook
-
-        self.errors = ErrorBook()
         self.tcti = f"none (--passive: {self.sysfs.tpm_dir} and securityfs only)"
 
     def header(self) -> HeaderInfo:
@@ -96,15 +89,3 @@ class PassiveSource:
                           engine="-", mode="-", op="-", extra="no TPM traffic: sysfs and securityfs only",
                           marker=self.note.removeprefix("sysfs only, ") if self.note else "",
                           tooltip=self.note)
-
-    def runs(self) -> list:
-        return []
-
-    def timings(self) -> TimingsView:
-        return TimingsView()
-
-    def choose(self, engine=None, mode=None, op=None) -> bool:
-        return False
-
-    def values(self, what: str) -> list[str]:
-        return []

@@ -6,9 +6,10 @@ Loaded with :func:`tpmtop.capture.load_capture`: schema validation, clear one-li
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from tpmtop.sources.protocol import Capabilities, HeaderInfo, TimingsView
-from tpmtop.sources.rows.latency import ErrorBook, command_rows_run, op_rows
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase, TimingsView
+from tpmtop.sources.rows.latency import command_rows_run, op_rows
 from tpmtop.sources.rows.stream import StreamRow, rc_not_traced, stream_row_from_dict
 from tpmtop.sources.runs import RunView, run_from_capture
 
@@ -53,23 +54,19 @@ def _event_dict(e) -> dict:
     return d
 
 
-class ReplaySource:
-    caps = Capabilities("replay", live=False, handles=False, timings=True, workload=False, changes_tpm=False,
-                        selects_runs=True, export=False, sysfs=False,
+class ReplaySource(SourceBase):
+    caps = Capabilities("replay", timings=True, selects_runs=True,
                         why_not="replay shows a saved capture: nothing here runs or changes a TPM")
-    read_only = True
-    simulated = False
-    connected = True
 
-    def __init__(self, capture: dict, path: str | Path = "capture"):
-        self.capture = capture
+    def __init__(self, capture: dict[str, Any], path: str | Path = "capture"):
+        super().__init__()
+        self.doc = capture  # the capture as loaded (capture() hands it back)
         self.path = Path(path)
         self.tpm = dict(capture.get("tpm") or {})
         self._runs: list[RunView] = [run_from_capture(r) for r in capture.get("runs") or [] if isinstance(r, dict)]
         events = capture.get("events") or []
         self.stream: list[StreamRow] = [stream_row_from_dict(i, e) for i, e in
                                         enumerate(events[-MAX_STREAM_ROWS:]) if isinstance(e, dict)]
-        self.errors = ErrorBook()
         for e in events[-MAX_STREAM_ROWS:]:
             if isinstance(e, dict):
                 rc = e.get("rc")
@@ -124,7 +121,16 @@ class ReplaySource:
         i = {"engine": 0, "mode": 1, "op": 2}[what]
         return list(dict.fromkeys(r.key[i] for r in self._runs))
 
-    def timings(self) -> TimingsView:
+    def capture(self) -> dict[str, Any]:
+        return self.doc
+
+    def events(self) -> list[dict[str, Any]]:
+        return list(self.doc.get("events") or [])
+
+    def stream_rows(self) -> list[StreamRow]:
+        return self.stream
+
+    def timings(self, runs: list[RunView] | None = None) -> TimingsView:
         run = self.current_run()
         rows = op_rows(run) + (command_rows_run(run) if run else [])
         return TimingsView(rows, f"run {self.engine}/{self.mode}/{self.op} · {run.ops if run else 0} ops",
@@ -133,7 +139,7 @@ class ReplaySource:
     def header(self) -> HeaderInfo:
         t = self.tpm
         host = self.host
-        pacing = self.capture.get("pacing")
+        pacing = self.doc.get("pacing")
         paced = ""
         if isinstance(pacing, dict) and isinstance(pacing.get("rate_ops_per_s"), (int, float)):
             r = pacing["rate_ops_per_s"]

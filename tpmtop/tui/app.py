@@ -11,13 +11,7 @@ from textual.app import App, SystemCommand
 
 from tpmtop.tui.actions import palette_entries
 from tpmtop.tui.screens.main import MainScreen
-from tpmtop.tui.themes import (
-    DEFAULT_THEME,
-    VARIABLE_DEFAULTS,
-    load_themes,
-    remember_theme,
-    remembered_theme,
-)
+from tpmtop.tui.themes import DEFAULT_THEME, VARIABLE_DEFAULTS, load_themes, remember_theme, remembered_theme
 
 
 class TpmtopApp(App):

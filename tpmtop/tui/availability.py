@@ -14,11 +14,7 @@ SELECTS_RUN = {"next_mode", "next_engine", "next_op", "set_mode", "set_engine", 
 KEY_ACTIONS = {k: a.action for a in ACTIONS for k in a.key.split(",")}
 KEY_ACTIONS.update({"plus": "rate(1)", "minus": "rate(-1)"})
 
-# Which capabilities each panel needs (tpmtop.sources.protocol.Capabilities).
-PANEL_NEEDS = {
-    "handles": lambda c: c.handles, "resources": lambda c: c.handles, "latency": lambda c: c.timings,
-    "modes": lambda c: c.timings, "stream": lambda c: c.timings, "system": lambda c: c.sysfs,
-}
+# Which panels a source can fill: each panel's own `needs` (tpmtop.tui.panels.PANELS).
 
 
 def allowed(action: str, caps: Capabilities, src, screen) -> bool | None:
@@ -48,7 +44,7 @@ def allowed(action: str, caps: Capabilities, src, screen) -> bool | None:
     if action == "export":
         if not caps.export:
             return False
-        return True if getattr(src, "identity", None) is not None else None
+        return True if src.identity is not None else None
     if action == "show_tcti":
         return caps.handles
     if action in ("toggle_stream", "filter_stream", "show_projection"):

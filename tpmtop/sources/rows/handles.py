@@ -5,6 +5,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class HandleState(StrEnum):
+    """A row's highlight: just appeared, just went away (kept for HIGHLIGHT_S), or neither."""
+
+    NEW = "new"
+    GONE = "gone"
+    SEEN = ""
 
 
 @dataclass
@@ -15,7 +24,7 @@ class HandleRow:
     age_s: float
     last_use_s: float | None
     uses: int
-    state: str  # "new", "gone" or ""
+    state: HandleState
 
     @property
     def key(self) -> str:
@@ -44,7 +53,7 @@ class HandleBook:
             self.gone.pop(e.handle, None)
         for h in set(self.current) - set(seen):
             kind, ours = self.current[h]
-            self.gone[h] = (now, HandleRow(h, kind, ours, now - self.first_seen.get(h, now), None, 0, "gone"))
+            self.gone[h] = (now, HandleRow(h, kind, ours, now - self.first_seen.get(h, now), None, 0, HandleState.GONE))
             self.first_seen.pop(h, None)
         self.current = seen
         self.polled = True
@@ -52,7 +61,7 @@ class HandleBook:
     def forget(self, handle: int) -> None:
         if handle in self.current:
             kind, ours = self.current.pop(handle)
-            self.gone[handle] = (self.clock(), HandleRow(handle, kind, ours, 0, None, 0, "gone"))
+            self.gone[handle] = (self.clock(), HandleRow(handle, kind, ours, 0, None, 0, HandleState.GONE))
 
     def rows(self, uses: dict, owned: set[int], now_ns: int) -> list[HandleRow]:
         now = self.clock()
@@ -63,7 +72,7 @@ class HandleBook:
             age = (now_ns - u.first_seen_ns) / 1e9 if u is not None else now - first
             if first < now - 1e8:  # there before tpmtop started: its age is unknown
                 age = float("nan") if u is None else age
-            state = "new" if now - first < self.HIGHLIGHT_S else ""
+            state = HandleState.NEW if now - first < self.HIGHLIGHT_S else HandleState.SEEN
             out.append(HandleRow(h, kind, ours or h in owned, age,
                                  (now_ns - u.last_use_ns) / 1e9 if u is not None else None,
                                  u.uses if u is not None else 0, state))

@@ -4,6 +4,7 @@ and the time series of op p50 across mode switches. No Textual here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 
 from tpmtop.sources.runs import RunView
 
@@ -62,3 +63,12 @@ def comparison(runs: list[RunView], op: str, modes_order: tuple[str, ...]) -> li
     return [CompareRow(r.engine, r.mode, r.op_us["p50"],
                        r.op_us["p50"] / base[r.engine] if r.engine in base else None,
                        r.ops, r.commands_total) for r in mine]
+
+
+def projection_summary(components_us: dict[str, float], n: int) -> str:
+    """One line for the Modes panel: each mode's estimate for N extends."""
+    from tpmtop.boot.projection import Cost, fmt_estimate, project
+
+    proj = project(n, "", {k: Cost(Decimal(repr(v)), "") for k, v in components_us.items()})
+    parts = [f"{m} {fmt_estimate(mc.estimate_s).removeprefix('about ')}" for m, mc in proj.modes.items() if mc.estimate_s is not None]
+    return f"[b]boot, {n:,} extends[/] [dim](p)[/]: " + " · ".join(parts) if parts else ""

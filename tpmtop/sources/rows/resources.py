@@ -5,6 +5,19 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class GaugeLevel(StrEnum):
+    """How full a kind of slot is; the theme colours ``$gauge-ok``, ``$gauge-warn``, ``$gauge-full``."""
+
+    OK = "ok"
+    WARN = "warn"  # two thirds or more
+    FULL = "full"
+
+    @classmethod
+    def of(cls, fraction: float) -> GaugeLevel:
+        return cls.FULL if fraction >= 1.0 else cls.WARN if fraction >= 0.66 else cls.OK
 
 
 @dataclass
@@ -20,17 +33,15 @@ class Gauge:
         return self.used / self.total if self.total else 0.0
 
     @property
-    def peak_level(self) -> str:
+    def peak_level(self) -> GaugeLevel:
         """``full`` when the traffic filled every slot at some moment, even if no poll saw it."""
         if self.peak is None or not self.total:
-            return "ok"
-        f = self.peak / self.total
-        return "full" if f >= 1.0 else "warn" if f >= 0.66 else "ok"
+            return GaugeLevel.OK
+        return GaugeLevel.of(self.peak / self.total)
 
     @property
-    def level(self) -> str:
-        f = self.fraction
-        return "full" if f >= 1.0 else "warn" if f >= 0.66 else "ok"
+    def level(self) -> GaugeLevel:
+        return GaugeLevel.of(self.fraction)
 
 
 def gauges(var: dict, fixed: dict, gap: int | None, transient_loaded: int, saved_listed: int = 0,

@@ -17,6 +17,7 @@ from tpmtop.sources.numbers import fmt_us
 from tpmtop.sources.rows.latency import CommandRow
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
+from tpmtop.viewmodel.frame import Frame
 
 # (key, header, width, priority): a narrow panel drops the highest numbers first.
 COLUMNS = (("name", "command", 21, 0), ("count", "count", 7, 1), ("errors", "errors", 6, 4),
@@ -67,6 +68,11 @@ class LatencyPanel(Panel):
     run_label = ""
 
     errors = None  # tpmtop.sources.rows.latency.ErrorBook: which response codes a command got
+
+    def show_frame(self, frame: Frame) -> None:
+        if frame.stats is not None:
+            t = frame.stats.timings
+            self.show(t.rows, t.subtitle, t.run_label, frame.stats.errors)
 
     def show(self, rows: list[CommandRow], subtitle: str = "", run_label: str = "", errors=None) -> None:
         self.run_label = run_label

@@ -11,6 +11,7 @@ from tpmtop.sessions.modes import MODE_INFO, Mode
 from tpmtop.sources.numbers import fmt_duration
 from tpmtop.sources.rows.modes import CompareRow
 from tpmtop.tui.widgets.panel import Panel, QuietStatic
+from tpmtop.viewmodel.frame import Frame
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 GAP = "\u00a0"  # a no-break space: wrapping drops leading plain spaces, and the cells must line up
@@ -60,6 +61,12 @@ class ModesPanel(Panel):
     def on_resize(self, event) -> None:
         if self._last is not None:
             self.show(*self._last)
+
+    def show_frame(self, frame: Frame) -> None:
+        st = frame.stats
+        if st is not None:
+            self.show(st.compare, st.op, st.current, st.boot, st.series, st.timings.modes_lines)
+            self.border_subtitle = st.timings.modes_note
 
     def show(self, rows: list[CompareRow], op: str, current: tuple[str, str], boot: str = "",
              series: list | None = None, notes: list[str] | None = None) -> None:
