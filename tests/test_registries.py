@@ -42,3 +42,23 @@ def test_cli_choices_come_from_the_registry():
     p = build_parser()
     mode = next(a for a in p._actions if "--mode" in a.option_strings)
     assert tuple(mode.choices) == tuple(Mode)
+
+
+def test_every_panel_has_a_key_a_help_line_and_a_place():
+    from tpmtop.tui.actions import ACTIONS, palette_entries
+    from tpmtop.tui.panels import PANELS, Group
+    from tpmtop.tui.screens.help import help_markup
+    from tpmtop.tui.screens.main import MainScreen
+    from tpmtop.tui.widgets.panel import Panel
+
+    keys = [p.key for p in PANELS]
+    assert len(set(keys)) == len(keys) and not set(keys) & {a.key for a in ACTIONS}
+    assert len({p.id for p in PANELS}) == len(PANELS)
+    text = help_markup()
+    palette = {title for title, _, _ in palette_entries()}
+    bindings = {b.id for b in MainScreen.BINDINGS}
+    for p in PANELS:
+        assert p.title and p.help and isinstance(p.group, Group) and issubclass(p.widget, Panel)
+        assert p.help in text, f"{p.id}: no help line"
+        assert f"panel: Show {p.title.lower()}" in palette
+        assert f"panel-{p.id}" in bindings
