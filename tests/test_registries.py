@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from pathlib import Path
 
 from tpmtop.boot import projection as pj
 from tpmtop.sessions.engines import ENGINE_FACTORIES
@@ -62,3 +63,30 @@ def test_every_panel_has_a_key_a_help_line_and_a_place():
         assert p.help in text, f"{p.id}: no help line"
         assert f"panel: Show {p.title.lower()}" in palette
         assert f"panel-{p.id}" in bindings
+
+
+def test_every_export_format_is_offered_and_described():
+    from tpmtop.cli import build_parser
+    from tpmtop.exporters.registry import EXPORTERS, formats_help
+
+    export = next(a for a in build_parser()._subparsers._group_actions[0].choices["export"]._actions
+                  if "--format" in a.option_strings)
+    assert tuple(export.choices) == tuple(EXPORTERS) and "pcapng" in EXPORTERS
+    for e in EXPORTERS.values():
+        assert f"  {e.name} " in formats_help() and e.name in e.example
+        assert callable(getattr(__import__(e.module, fromlist=[e.function]), e.function))
+
+
+def test_every_import_format_sniffs_its_own_files(tmp_path):
+    from tpmtop.importers.registry import IMPORTERS, find_importer
+
+    import struct
+
+    pcap, pcapng = tmp_path / "a.pcap", tmp_path / "a.pcapng"
+    pcap.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))  # a pcap's global header
+    pcapng.write_bytes(b"\x0a\x0d\x0d\x0a" + bytes(24))  # a section header block's type
+    assert find_importer(pcap) is IMPORTERS["pcap"] and find_importer(pcapng) is IMPORTERS["pcap"]
+    capture = Path(__file__).parent / "tui_fixtures" / "slb9670-extend.json"
+    assert find_importer(capture) is None  # a capture is read as one, not imported
+    for i in IMPORTERS.values():
+        assert callable(getattr(__import__(i.module, fromlist=[i.function]), i.function))

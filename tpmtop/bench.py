@@ -113,8 +113,6 @@ def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None
     return result
 
 
-# The capture builder lives with the rest of the capture code; the old name stays for callers.
-from tpmtop.capture.build import build_capture as capture_dict  # noqa: E402
 
 
 def write_capture_file(path, cap: dict) -> None:

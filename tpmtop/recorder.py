@@ -165,10 +165,6 @@ class Recorder:
                 rc=rc, rsp_handle=None, wire_ns=wire_ns, origin=origin, error=error, client=client,
                 rc_unknown=rc is None and answered, note=note, expected=expected))
 
-    def flush_pending(self) -> None:
-        with self._lock:
-            self._process()
-
     def next_op_seq(self) -> int:
         """Operation numbers are unique per recorder, whichever workload runs them."""
         self._op_seq += 1

@@ -104,6 +104,10 @@ class LatencyHistogram:
                 "mean": round(self._sum_ns / n / 1000, 3),
             }
 
+    def to_json(self) -> dict:
+        """A capture's latency member: :meth:`summary` with ``histogram`` (:meth:`buckets`)."""
+        return self.summary() | {"histogram": self.buckets()}
+
     def buckets(self, per_decade: int = 4) -> list[list[float]]:
         """Logarithmic buckets ``[[upper_bound_us, count], …]`` covering the recorded range.
 
@@ -124,10 +128,3 @@ class LatencyHistogram:
             bound = round(10 ** (k / per_decade), 3)
             out[bound] = out.get(bound, 0) + c
         return [[b, out[b]] for b in sorted(out)]
-
-    def values_at(self, percentiles: list[float]) -> dict[float, int]:
-        with self._lock:
-            self._drain()
-            if self._h.get_total_count() == 0:
-                return {p: 0 for p in percentiles}
-            return self._h.get_percentile_to_value_dict(percentiles)

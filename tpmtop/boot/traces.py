@@ -32,14 +32,6 @@ def _classify(line: str) -> str | None:
     return "neither"
 
 
-def sniff_format(lines) -> str | None:
-    for line in lines:
-        kind = _classify(line)
-        if kind is not None:
-            return None if kind == "neither" else kind
-    return None
-
-
 def _text_lines(f, path: str):
     """The file's lines as text, one at a time (a trace can be hundreds of MB)."""
     for lineno, raw in enumerate(f, 1):

@@ -16,6 +16,25 @@ import socket
 from tpmtop.capture.model import SCHEMA_ID
 
 
+def capture_head(tpm: dict, runs: list[dict], *, cpus: bool = True) -> dict:
+    """The members every capture starts with (schema, created, tool, host, tpm, runs): the
+    one place they are written, for a run of tpmtop's and for observed traffic alike."""
+    from tpmtop import __version__
+
+    host: dict[str, object] = {"hostname": socket.gethostname(), "kernel": platform.release(),
+                               "machine": platform.machine()}
+    if cpus:
+        host["cpus"] = os.cpu_count()
+    return {
+        "schema": SCHEMA_ID,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "tool": {"version": __version__},
+        "host": host,
+        "tpm": tpm,
+        "runs": runs,
+    }
+
+
 def build_capture(conn, accounts: list, *, events: list | None = None, ops_log: list | None = None,
                   extra: dict | None = None, periods: list[list] | None = None) -> dict:
     """The capture document (validated when written; see tpmtop/schema/capture-1.json).
@@ -25,17 +44,7 @@ def build_capture(conn, accounts: list, *, events: list | None = None, ops_log: 
     After a TPM reset the runs of each period are kept apart: every run then carries
     ``period`` (0 = before the first reset) and ``marks`` says when and why.
     """
-    from tpmtop import __version__
-
-    cap = {
-        "schema": SCHEMA_ID,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "tool": {"version": __version__},
-        "host": {"hostname": socket.gethostname(), "kernel": platform.release(),
-                 "machine": platform.machine(), "cpus": os.cpu_count()},
-        "tpm": conn.tpm_json(),
-        "runs": [a.to_json() for a in accounts],
-    }
+    cap = capture_head(conn.tpm_json(), [a.to_json() for a in accounts])
     if periods:
         cap["runs"] = [a.to_json() | {"period": i} for i, p in enumerate(periods) for a in p] + \
                       [a.to_json() | {"period": len(periods)} for a in accounts]

@@ -33,7 +33,7 @@ from tpmtop.capture.model import (EVENT_KEYS, OP_KEYS, CaptureError, EventLine, 
 
 MAX_FILE_BYTES = 4 * 1024**3  # a 1M-event capture is ~250 MB; beyond this it is not a capture
 MAX_VALUE_CHARS = 64 * 1024**2  # any single member other than events/ops (runs, tpm …)
-_CHUNK = 4 * 1024 * 1024
+READ_CHUNK = 4 * 1024 * 1024
 
 # -- rows: what exporters get for each event / op -------------------------------------------
 # Every field is JSON text: strings with their quotes, numbers as digits, ``null``. An exporter
@@ -183,7 +183,7 @@ class CaptureReader:
         self._line0 = 1
         self._bytes = 0
 
-    def _fill(self, want: int = _CHUNK) -> bool:
+    def _fill(self, want: int = READ_CHUNK) -> bool:
         """Append at least ``want`` more bytes of text; False at end of file."""
         if self.eof:
             return False
@@ -236,7 +236,7 @@ class CaptureReader:
     def _value(self, where: str = "") -> Any:
         """The JSON value at self.pos; ``where`` is its path in the capture (for messages)."""
         self._ws()
-        want = _CHUNK
+        want = READ_CHUNK
         while True:
             try:
                 v, end = self._dec.raw_decode(self.buf, self.pos)

@@ -26,11 +26,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("tpmtop.cli.dashboard_args", "open the dashboard on a saved capture"),
     "boot": ("tpmtop.cli.boot", "is the TPM slowing this boot? system facts, trace import, cost projection"),
     "compare": ("tpmtop.cli.compare", "compare captures: p50/p99 before and after, and whether it is noise"),
-    "export": ("tpmtop.cli.export", "a capture as a Chrome/Perfetto trace or OpenMetrics histograms"),
+    "export": ("tpmtop.cli.export", "a capture as a Chrome/Perfetto trace, OpenMetrics histograms or a pcapng for Wireshark"),
     "bench": ("tpmtop.cli.bench", f"measure each HMAC session strategy ({mode_help()})"),
     "profile": ("tpmtop.cli.profile", "chip latency profiles: record one from a TPM, derive one from a capture or trace"),
     "decode": ("tpmtop.cli.decode", "a TPM command and its response decoded to the parameter level"),
-    "import": ("tpmtop.cli.import_pcap", "a tpm2-tss pcap: TCTI file or a tcpdump of a simulator port as a capture"),
+    "import": ("tpmtop.cli.import_file", "recorded TPM traffic (a tpm2-tss pcap: TCTI file, a tcpdump of a simulator port) as a capture"),
     "kernel": ("tpmtop.cli.kernel", "the kernel's own TPM commands, live, through tracefs kprobes"),
     "proxy": ("tpmtop.cli.proxy", "serve the TPM to other programs (swtpm/mssim protocols) and record who sends what"),
     "run": ("tpmtop.cli.proxy", "run a program through a private proxy: strace -c for the TPM"),
@@ -96,9 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tpmtop {__version__}")
     add_common(parser, top=True)
     add_tpm_options(parser, top=True)
-    dash = _load("tpmtop.cli.dashboard_args")
-    if dash is not None:
-        dash.add_arguments(parser)
+    importlib.import_module("tpmtop.cli.dashboard_args").add_arguments(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, (modname, helptext) in SUBCOMMANDS.items():
         mod = importlib.import_module(modname)
@@ -109,15 +107,6 @@ def build_parser() -> argparse.ArgumentParser:
         getattr(mod, f"add_{ident}_arguments")(sp)
         sp.set_defaults(_run=getattr(mod, f"run_{ident}"))
     return parser
-
-
-def _load(modname: str):
-    try:
-        return importlib.import_module(modname)
-    except ModuleNotFoundError as e:
-        if e.name == modname:
-            return None
-        raise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,11 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     interrupts.install()
     run = getattr(args, "_run", None)
     if run is None:
-        dash = _load("tpmtop.cli.dashboard_args")
-        if dash is None:
-            print("tpmtop: the dashboard is not built yet; try `tpmtop info --sim`", file=sys.stderr)
-            return EXIT_USAGE
-        run = dash.run
+        run = importlib.import_module("tpmtop.cli.dashboard_args").run
     try:
         return int(run(args) or 0)
     except TpmtopError as e:

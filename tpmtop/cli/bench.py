@@ -109,7 +109,8 @@ def _us(v: float) -> str:
 
 
 def run_bench(args) -> int:
-    from tpmtop.bench import capture_dict, run_bench as _run, write_capture_file
+    from tpmtop.bench import run_bench as _run, write_capture_file
+    from tpmtop.capture import build_capture
     from tpmtop.cli.common import is_stdout, notice, tpm_from_args
     from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED
 
@@ -161,7 +162,7 @@ def run_bench(args) -> int:
             counted = {o[0] for o in result.ops_log}
             events = [e for e in conn.recorder.events() if e.op_seq is None or e.op_seq in counted] \
                 if args.events else None
-            cap = capture_dict(conn, result.accounts, periods=result.periods, events=events,
+            cap = build_capture(conn, result.accounts, periods=result.periods, events=events,
                                ops_log=result.ops_log if args.events else None,
                                extra={"bench": {"n": plan.n, "warmup": plan.warmup, "batch": plan.batch,
                                                 "pcr": plan.pcr, "param_encryption": plan.param_encryption,

@@ -64,17 +64,6 @@ def table(rows: list[list[str]], header: list[str], right: set[int] = frozenset(
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
 
 
-def check_output_dir(path: str, what: str) -> None:
-    """Refuse an output whose folder is missing or read-only before any work (exit 2)."""
-    import os
-
-    d = os.path.dirname(os.path.abspath(path)) or "."
-    if not os.path.isdir(d):
-        raise UsageError(f"{what}: cannot write {path}: {d} is not a folder")
-    if not os.access(d, os.W_OK):
-        raise UsageError(f"{what}: cannot write {path}: {d} is not writable")
-
-
 def is_stdout(path) -> bool:
     """Whether a data file named on the command line is stdout itself (``-``, or /dev/stdout
     and the like: the same open file): the human-readable report then goes to stderr, so

@@ -12,9 +12,6 @@ Layer: importers (beside exporters); no Textual.
 
 from __future__ import annotations
 
-import datetime as _dt
-import platform
-import socket
 from dataclasses import dataclass, field
 
 from tpmtop.tpm import names, wire
@@ -96,7 +93,7 @@ def _tpm_identity(exchanges: list[ObservedExchange]) -> dict:
 def capture_from_exchanges(exchanges: list[ObservedExchange], *, origin: str, source: str,
                            simulated: bool = False, extra: dict | None = None) -> dict:
     """The ``tpmtop.capture/1`` document for observed traffic (events in time order)."""
-    from tpmtop import __version__
+    from tpmtop.capture.build import capture_head
     from tpmtop.stats import LatencyHistogram
 
     exchanges = sorted(exchanges, key=lambda x: x.t_unix_ns)
@@ -121,30 +118,18 @@ def capture_from_exchanges(exchanges: list[ObservedExchange], *, origin: str, so
             counts[e["command"]] = counts.get(e["command"], 0) + 1
             errors += bool(e["rc"]) and not e.get("expected")
 
-        def summ(h):
-            return h.summary() | {"histogram": h.buckets()}
-
         n = op_h.count if isinstance(op_h.count, int) else op_h.count()
         # one key for all observed traffic, so two such captures (kernel 6.10 vs 6.12, two
         # pcap files) compare command by command in `tpmtop compare`
         runs.append({"engine": "observed", "mode": org, "op": "command", "ops": n, "errors": errors,
-                     "op_us": summ(op_h), "wire_us": summ(op_h), "host_us": summ(zero),
+                     "op_us": op_h.to_json(), "wire_us": op_h.to_json(), "host_us": zero.to_json(),
                      "commands_per_op": {k: round(v / n, 4) for k, v in counts.items()} if n else {},
-                     "commands": {k: summ(h) for k, h in per_cc.items()}})
+                     "commands": {k: h.to_json() for k, h in per_cc.items()}})
     ident = _tpm_identity(exchanges)
-    cap = {
-        "schema": "tpmtop.capture/1",
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "tool": {"version": __version__},
-        "host": {"hostname": socket.gethostname(), "kernel": platform.release(),
-                 "machine": platform.machine()},
-        "tpm": {"tcti": source, **ident,
-                # swtpm and the IBM simulator answer "IBM" / "SW   TPM"
-                "simulated": simulated or (ident["manufacturer"] == "IBM" and ident["vendor"].startswith("SW"))},
-        "runs": runs,
-        "t0_unix_ns": t0,
-        "events": events,
-    }
+    # swtpm and the IBM simulator answer "IBM" / "SW   TPM"
+    sim = simulated or (ident["manufacturer"] == "IBM" and ident["vendor"].startswith("SW"))
+    cap = capture_head({"tcti": source, **ident, "simulated": sim}, runs, cpus=False)
+    cap |= {"t0_unix_ns": t0, "events": events}
     if extra:
         cap.update(extra)
     return cap

@@ -34,10 +34,6 @@ def own_summaries(commands: list[KernelCommand]) -> dict:
     return {name: h.summary() for name, h in hs.items()}
 
 
-def _summ(h: LatencyHistogram) -> dict:
-    return h.summary() | {"histogram": h.buckets()}
-
-
 def _op_ok(op: KernelOp) -> bool:
     if op.kind == "get_random":
         return op.ret is None or op.ret > 0 or (op.ret == 0 and all(c.rc == 0 for c in op.commands))
@@ -64,9 +60,9 @@ def op_runs(ops: list[KernelOp], mode: str | None) -> list[dict]:
         estimated = sum(op.estimated for op in mine)
         runs.append({
             "engine": ENGINE, "mode": mode or "unknown", "op": kind, "ops": n, "errors": errors,
-            "op_us": _summ(total), "wire_us": _summ(wire), "host_us": _summ(host),
+            "op_us": total.to_json(), "wire_us": wire.to_json(), "host_us": host.to_json(),
             "commands_per_op": {k: round(v / n, 4) for k, v in counts.items()},
-            "commands": {k: _summ(h) for k, h in per_cc.items()},
+            "commands": {k: h.to_json() for k, h in per_cc.items()},
             "timing": ("from the first command's entry to the last one's return (no operation probes)"
                        if estimated == n else f"{kind} function entry to return (kprobes)"
                        if not estimated else f"{n - estimated} of {n} by function probes")})

@@ -69,10 +69,6 @@ class Assembler:
                         estimated=True)
 
 
-def setup_count(op: KernelOp) -> int:
-    return sum(1 for c in op.commands if c.cc in SETUP_CCS)
-
-
 def started_session(op: KernelOp) -> bool:
     return any(c.cc == CC_START_AUTH_SESSION for c in op.commands)
 

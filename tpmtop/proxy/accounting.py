@@ -219,10 +219,6 @@ class Accounts:
                 if o is not None and h0 >> 24 in (0x02, 0x03):
                     o[1].state = "saved"  # a saved session leaves the loaded list, not the TPM
 
-    def _owner_client(self, h: int) -> ClientStats | None:
-        o = self._owner.get(h)
-        return self.clients.get(o[0]) if o else None
-
     def _gone(self, h: int) -> bool:
         return self._owner.pop(h, None) is not None
 

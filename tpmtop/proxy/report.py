@@ -50,21 +50,18 @@ def client_runs(accounts: Accounts) -> list[dict]:
             wire.merge(h)
         n = sum(c.commands for c in cs)
 
-        def summ(h):
-            return h.summary() | {"histogram": h.buckets()}
-
         runs.append({"engine": "proxy", "mode": name, "op": "client", "ops": n, "errors": sum(c.errors for c in cs),
-                     "op_us": summ(wire), "wire_us": summ(wire), "host_us": summ(LatencyHistogram()),
+                     "op_us": wire.to_json(), "wire_us": wire.to_json(), "host_us": LatencyHistogram().to_json(),
                      "commands_per_op": {names.cc_name(cc): round(h.count / n, 3) for cc, h in per.items()},
-                     "commands": {names.cc_name(cc): summ(h) for cc, h in sorted(per.items(), key=lambda kv: kv[0] or 0)}})
+                     "commands": {names.cc_name(cc): h.to_json() for cc, h in sorted(per.items(), key=lambda kv: kv[0] or 0)}})
     return runs
 
 
 def capture(conn, accounts: Accounts, with_events: bool, extra: dict | None = None) -> dict:
-    from tpmtop.bench import capture_dict
+    from tpmtop.capture import build_capture
 
     events = conn.recorder.events() if with_events else None
-    cap = capture_dict(conn, [], events=events, extra={"minor": CAPTURE_MINOR, "clients": clients_json(accounts),
+    cap = build_capture(conn, [], events=events, extra={"minor": CAPTURE_MINOR, "clients": clients_json(accounts),
                                                        **(extra or {})})
     cap["runs"] = client_runs(accounts)
     if "events" in cap:

@@ -48,15 +48,12 @@ class RunAccount:
         return {names.cc_name(cc): round(n / self.ops, 3) for cc, n in sorted(self.commands.items(), key=_cc_key)}
 
     def to_json(self) -> dict:
-        def summ(h: LatencyHistogram) -> dict:
-            return h.summary() | {"histogram": h.buckets()}
-
         return {
             "engine": self.engine, "mode": self.mode, "op": self.op, "ops": self.ops,
             "errors": self.errors, "setups": self.setups, "sessions_lost": self.sessions_lost,
-            "op_us": summ(self.op_hist), "wire_us": summ(self.wire_hist), "host_us": summ(self.host_hist),
+            "op_us": self.op_hist.to_json(), "wire_us": self.wire_hist.to_json(), "host_us": self.host_hist.to_json(),
             "commands_per_op": self.commands_per_op(),
-            "commands": {names.cc_name(cc): summ(h) for cc, h in sorted(self.command_hists.items(), key=_cc_key)},
+            "commands": {names.cc_name(cc): h.to_json() for cc, h in sorted(self.command_hists.items(), key=_cc_key)},
         }
 
 

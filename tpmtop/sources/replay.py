@@ -17,16 +17,17 @@ MAX_STREAM_ROWS = 100_000  # as many as the recorder's ring keeps live
 
 
 def load(path: str | Path) -> dict:
-    """Schema-checked; a bad file is one clear line (a UsageError), exit status 2. A pcap or
-    pcapng file is imported first (tpmtop.importers.pcap). Only the
+    """Schema-checked; a bad file is one clear line (a UsageError), exit status 2. A file of
+    recorded traffic (pcap, pcapng: tpmtop.importers.registry) is imported first. Only the
     newest MAX_STREAM_ROWS events are kept (a capture may hold a million), and every string
     is made safe for a terminal (tpmtop.textsafe): the capture may come from anyone."""
     from tpmtop.capture import CaptureReader
-    from tpmtop.importers.pcap import import_pcap, is_pcap
+    from tpmtop.importers.registry import find_importer
     from tpmtop.textsafe import safe_tree
 
-    if is_pcap(path):  # a tpm2-tss pcap: TCTI file, or tcpdump of a simulator's port
-        return safe_tree(import_pcap(path)[0])
+    importer = find_importer(path)  # recorded traffic (a tpm2-tss pcap: TCTI file, a tcpdump …)
+    if importer is not None:
+        return safe_tree(importer.read(path)[0])
     return safe_tree(_read_tail(CaptureReader, path))
 
 

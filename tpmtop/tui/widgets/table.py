@@ -207,8 +207,3 @@ class KeyedTable(DataTable):
     def set_filter(self, needle: str) -> None:
         self.needle = needle.strip()
         self.sync(self._rows, self._order)
-
-    def clear_rows(self) -> None:
-        self.clear()
-        self._shadow.clear()
-        self._rows = []
