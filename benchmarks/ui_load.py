@@ -51,7 +51,7 @@ async def live_ratio(src, pilot, rate: float, seconds: float) -> tuple[float | N
         src.choose(mode=mode)
         await pilot.pause(seconds)
     rows = {r.mode: r for r in comparison(runs_from_accounts(src.accounts()), src.op, MODES) if r.engine == src.engine}
-    pc, none = rows.get("per-command"), rows.get("none")
+    pc = rows.get("per-command")
     detail = {m: {"p50_us": round(r.p50_us, 1), "ops": r.ops} for m, r in rows.items()}
     return (pc.ratio if pc is not None and pc.ratio else None), detail
 
@@ -104,7 +104,8 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             main = next(s for s in app.screen_stack if isinstance(s, MainScreen))
             await pilot.pause(1.0)  # warm up
             r = await live_ratios(src, pilot, DEFAULT_RATE, ratio_seconds, ratio_rounds)
-            out["ratios_default"], out["ratios_max"] = [round(x, 1) for x in r["default"]], [round(x, 1) for x in r["max"]]
+            out["ratios_default"] = [round(x, 1) for x in r["default"]]
+            out["ratios_max"] = [round(x, 1) for x in r["max"]]
             out["ratio_default"] = round(statistics.median(r["default"]), 1) if r["default"] else None
             out["ratio_max"] = round(statistics.median(r["max"]), 1) if r["max"] else None
             out["ratio_default_detail"], out["ratio_max_detail"] = r["detail"]["default"], r["detail"]["max"]
@@ -153,7 +154,7 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             try:
                 for key, state in effects.items():
                     times = []
-                    for i in range(presses):
+                    for _ in range(presses):
                         if key == "3" and state():
                             main.query_one("#handles-table").focus()
                             await pilot.pause(0.1)

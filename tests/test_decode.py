@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import run_tpmtop
+
 from tpmtop.capture import load_capture
 from tpmtop.tpm import decode
 

@@ -8,13 +8,13 @@ import struct
 
 import psutil
 import pytest
+from conftest import run_tpmtop
 
 from tpmtop.bench import BenchPlan, run_bench
 from tpmtop.capture import build_capture
 from tpmtop.sessions.native import NativeEngine
 from tpmtop.sessions.workload import Workload
 from tpmtop.tpm.handles import flush, list_handles
-from conftest import run_tpmtop
 
 
 @pytest.mark.parametrize("engine", ["native", "esys"])

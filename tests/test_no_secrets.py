@@ -17,8 +17,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
+
 from tpmtop.sessions import crypto
 from tpmtop.sessions.modes import OPS
 from tpmtop.sessions.workload import Workload

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import random
 import statistics
-from pathlib import Path
 from importlib import resources
+from pathlib import Path
 
 import pytest
 from jsonschema import Draft202012Validator

@@ -78,9 +78,9 @@ def test_every_export_format_is_offered_and_described():
 
 
 def test_every_import_format_sniffs_its_own_files(tmp_path):
-    from tpmtop.importers.registry import IMPORTERS, find_importer
-
     import struct
+
+    from tpmtop.importers.registry import IMPORTERS, find_importer
 
     pcap, pcapng = tmp_path / "a.pcap", tmp_path / "a.pcapng"
     pcap.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))  # a pcap's global header

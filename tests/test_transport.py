@@ -9,8 +9,8 @@ from tpmtop.sessions.modes import ENGINES, MODES, OPS
 from tpmtop.sessions.workload import Workload
 from tpmtop.stats import LatencyHistogram
 from tpmtop.tpm import names, wire
-from tpmtop.tpm.handles import flush, list_handles
 from tpmtop.tpm.exchange import labelled
+from tpmtop.tpm.handles import flush, list_handles
 from tpmtop.tpm.identity import read_identity, read_variable
 
 

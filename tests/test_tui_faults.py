@@ -8,15 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tui_helpers import (  # noqa: F401 - fixtures
-    SIZE,
-    _private_config,
-    app_for,
-    header_text,
-    live,
-    main_screen,
-    until,
-)
+from tui_helpers import SIZE, _private_config, app_for, header_text, live, main_screen, until  # noqa: F401 - fixtures
 
 from tpmtop.errors import UsageError
 from tpmtop.sessions.native import NativeEngine
@@ -117,20 +109,21 @@ async def test_object_slots_exhausted_pauses_and_flushing_in_handles_resumes(liv
         # The Latency panel says which command failed and how, decoded (issue #15 item 6).
         failed = [k for k, c in main_screen(app).dash.errors.by_key.items() if 0x902 in c]
         assert failed, main_screen(app).dash.errors.by_key
-        assert "0x902" in main_screen(app).dash.errors.text(failed[0]) and "×" in main_screen(app).dash.errors.text(failed[0])
+        errors = main_screen(app).dash.errors
+        assert "0x902" in errors.text(failed[0]) and "×" in errors.text(failed[0])
         lat = screen.query_one("#latency-table")
         await until(pilot, lambda: failed[0] in lat._shadow and str(lat._shadow[failed[0]][2]).strip() != "",
                     what="errors counted in the Latency row")
         table = screen.query_one("#handles-table")
         for h in leaked:
             key = f"0x{h:08x}"
-            await until(pilot, lambda: key in table._shadow, what=f"{key} listed")
+            await until(pilot, lambda key=key: key in table._shadow, what=f"{key} listed")
             table.focus()
             table.move_cursor(row=table.get_row_index(key))
             await pilot.press("f")
             await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirmation")
             await pilot.press("y")
-            await until(pilot, lambda: any(isinstance(x, m.HandlesFlushed) and h in x.handles for x in seen),
+            await until(pilot, lambda h=h: any(isinstance(x, m.HandlesFlushed) and h in x.handles for x in seen),
                         what=f"{key} flushed")
         await until(pilot, lambda: "a slot was freed" in header_text(app), what="header: no longer 'slots full'")
         await pilot.press("space")
@@ -172,7 +165,7 @@ async def test_slow_tpm_keys_do_their_action_and_quit_ends_cleanly(live, tmp_pat
             await pilot.press("space")
             assert src.running is not before  # the key acted at once, not after the TPM answered
             word = "running" if src.running else "paused"
-            await until(pilot, lambda: word in header_text(app), what=f"header says {word}")
+            await until(pilot, lambda word=word: word in header_text(app), what=f"header says {word}")
         await pilot.press("q")
         await until(pilot, lambda: not app.is_running, what="the app ended")
     src.close()

@@ -8,18 +8,16 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 
+from tui_helpers import SIZE, _private_config, app_for, header_text, live, main_screen, until  # noqa: F401 - fixtures
+
+from tpmtop.sources.live import burst_size, pacing_json
+from tpmtop.sources.replay import ReplaySource, load
 from tpmtop.tpm.handles import list_handles
 from tpmtop.tui import messages as m
 from tpmtop.tui.app import TpmtopApp
-from tpmtop.sources.live import burst_size, pacing_json
-from tpmtop.sources.replay import ReplaySource, load
 from tpmtop.tui.screens.confirm import ConfirmScreen
-from pathlib import Path
-
-from tui_helpers import SIZE, app_for, header_text, main_screen, until
-from tui_helpers import _private_config, live  # noqa: F401 - fixtures
-
 
 FIXTURE = Path(__file__).parent / "tui_fixtures" / "slb9670-extend.json"
 
@@ -36,7 +34,7 @@ class TestWorkload:
                     await pilot.press("m")
                 assert src.mode == mode
                 key = ("native", mode, "extend")
-                await until(pilot, lambda: key in src.accounts() and src.accounts()[key].ops >= 5, what=mode)
+                await until(pilot, lambda key=key: key in src.accounts() and src.accounts()[key].ops >= 5, what=mode)
             accounts = src.accounts()
             for mode, n in expected.items():
                 acc = accounts[("native", mode, "extend")]
@@ -63,7 +61,7 @@ class TestWorkload:
                 if i:
                     await pilot.press("m")
                 key = ("native", mode, "extend")
-                await until(pilot, lambda: key in src.accounts() and src.accounts()[key].ops >= 5, what=mode)
+                await until(pilot, lambda key=key: key in src.accounts() and src.accounts()[key].ops >= 5, what=mode)
             before = {k: a.ops for k, a in src.accounts().items()}
             await pilot.press("F")
             await until(pilot, lambda: any(isinstance(x, m.HandlesFlushed) for x in seen), what="flushed")

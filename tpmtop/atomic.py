@@ -15,8 +15,9 @@ import os
 import stat
 import tempfile
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, Iterator
+from typing import IO
 
 # While a big export streams out, a helper thread fdatasyncs every this many bytes, so the
 # disk writes the file while Python is still producing it and the final fsync is short.

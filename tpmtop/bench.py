@@ -7,8 +7,8 @@ their *ratios* stay meaningful even when absolute figures wander.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from tpmtop.errors import Interrupted, NullNameChanged, TpmtopError
 from tpmtop.sessions.accounting import RunAccount

@@ -54,7 +54,7 @@ class LatencyHistogram:
         if self._min_ns is None or m < self._min_ns:
             self._min_ns = m
 
-    def merge(self, other: "LatencyHistogram") -> None:
+    def merge(self, other: LatencyHistogram) -> None:
         with other._lock:
             other._drain()
             snap = HdrHistogram(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import re
 
-from tpmtop.boot.series import HMAC_FUNCS, OP_EXTEND, OP_EXTEND_HMAC, OP_FUNCS, TRANSMIT_FUNCS, Series, TraceResult
 from tpmtop.boot.badline import bad_line
+from tpmtop.boot.series import HMAC_FUNCS, OP_EXTEND, OP_EXTEND_HMAC, OP_FUNCS, TRANSMIT_FUNCS, Series, TraceResult
 
 _SUFFIX = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4, "P": 1024 ** 5}
 _NUM = r"-?\d+[KMGTP]?"

@@ -18,8 +18,15 @@ from tpmtop.boot.journal import Journal, parse_journal
 from tpmtop.boot.kconfig import OPTIONS, read_config
 from tpmtop.boot.rcwords import word_all
 from tpmtop.boot.rootfs import RootReader, Unavailable
-from tpmtop.boot.systemd import (BootTimes, SystemdAnalyzeError, UnitTime, parse_blame, parse_critical_chain,
-                                 parse_systemd_analyze, tpm_units)
+from tpmtop.boot.systemd import (
+    BootTimes,
+    SystemdAnalyzeError,
+    UnitTime,
+    parse_blame,
+    parse_critical_chain,
+    parse_systemd_analyze,
+    tpm_units,
+)
 from tpmtop.errors import UsageError
 
 IMA_DIR = "/sys/kernel/security/ima"

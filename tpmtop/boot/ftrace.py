@@ -15,9 +15,17 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
-from tpmtop.boot.series import (HMAC_FUNCS, OP_EXTEND, OP_EXTEND_HMAC, OP_FUNCS, OP_SETUP_UNATTRIBUTED,
-                                SETUP_SEQUENCE, TRANSMIT_FUNCS, TraceResult)
 from tpmtop.boot.badline import bad_line
+from tpmtop.boot.series import (
+    HMAC_FUNCS,
+    OP_EXTEND,
+    OP_EXTEND_HMAC,
+    OP_FUNCS,
+    OP_SETUP_UNATTRIBUTED,
+    SETUP_SEQUENCE,
+    TRANSMIT_FUNCS,
+    TraceResult,
+)
 
 _ROW = re.compile(r"""
     ^\s*(?:(?P<time>\d+\.\d+)\s*\|)?      # funcgraph-abstime
@@ -222,7 +230,7 @@ class _Parser:
                 names = ("StartAuthSession",)
             else:
                 names = (OP_SETUP_UNATTRIBUTED,) * len(f.transmits)
-            for name, ns in zip(names, f.transmits):
+            for name, ns in zip(names, f.transmits, strict=False):
                 self.res.operation(name).samples_ns.append(ns)
             return
         op = OP_FUNCS[f.name]

@@ -24,6 +24,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from tpmtop.boot.series import OP_EXTEND, OP_EXTEND_HMAC, TraceResult, merged_operations
 from tpmtop.errors import UsageError
 from tpmtop.sessions.modes import MODE_INFO, MODES  # noqa: F401 - boot.report reads pj.MODES
+
 COMPONENTS = {
     "E0": OP_EXTEND,
     "L": "ContextLoad",

@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-
 from tpmtop.boot import projection as pj
 from tpmtop.boot.dmesg import KIND_TEXT
 from tpmtop.boot.facts import SystemFacts, collect
 from tpmtop.boot.rootfs import RootReader
-from tpmtop.boot.session_mode import SessionMode, infer
 from tpmtop.boot.series import TraceResult
+from tpmtop.boot.session_mode import SessionMode, infer
 from tpmtop.sessions.modes import HMAC_MODES
 
 
@@ -305,7 +304,8 @@ def _us(v: float) -> str:
 FACT_LABELS = [
     ("kernel.release", "kernel"), ("kernel.config", "kernel config"),
     ("config.CONFIG_TCG_TPM2_HMAC", "CONFIG_TCG_TPM2_HMAC"), ("config.CONFIG_IMA", "CONFIG_IMA"),
-    ("config.CONFIG_IMA_ARCH_POLICY", "CONFIG_IMA_ARCH_POLICY"), ("config.CONFIG_HW_RANDOM_TPM", "CONFIG_HW_RANDOM_TPM"),
+    ("config.CONFIG_IMA_ARCH_POLICY", "CONFIG_IMA_ARCH_POLICY"),
+    ("config.CONFIG_HW_RANDOM_TPM", "CONFIG_HW_RANDOM_TPM"),
     ("config.CONFIG_TCG_TIS_SPI", "CONFIG_TCG_TIS_SPI"),
     ("cmdline.tpm_ima", "TPM/IMA parameters"), ("tpm.disable_pcr_integrity", "disable_pcr_integrity"),
     ("tpm.chips", "TPM chips"), ("tpm.version", "TPM version"), ("tpm.family", "TPM family"),

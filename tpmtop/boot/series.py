@@ -53,7 +53,7 @@ class Series:
     buckets: list[tuple[int | None, int | None, int]] = field(default_factory=list)  # [lo, hi) ns, count
     sums: list[tuple[int, int | None]] = field(default_factory=list)  # (total ns, calls or None)
 
-    def merge(self, other: "Series") -> None:
+    def merge(self, other: Series) -> None:
         self.samples_ns += other.samples_ns
         self.buckets += other.buckets
         self.sums += other.sums

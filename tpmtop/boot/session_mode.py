@@ -32,7 +32,7 @@ class SessionMode:
     applies: bool = True  # False on a TPM 1.2: the kernel has no HMAC sessions for it
     hwrng_ends_session: bool | None = None  # only meaningful with a kept session
 
-    def decide(self, mode: str | None, rule: str) -> "SessionMode":
+    def decide(self, mode: str | None, rule: str) -> SessionMode:
         self.mode, self.rule = mode, rule
         return self
 

@@ -13,8 +13,7 @@ every minor and ignores members it does not know; an unknown major is refused.
 """
 
 from tpmtop.capture.build import build_capture, events_json
-from tpmtop.capture.model import (MAJOR, MINOR, SCHEMA_ID, CaptureError, check_version, schema,
-                                  validate_capture)
+from tpmtop.capture.model import MAJOR, MINOR, SCHEMA_ID, CaptureError, check_version, schema, validate_capture
 from tpmtop.capture.read import CaptureReader, event_row, load_capture, load_summary, op_row
 from tpmtop.capture.write import write_capture
 

@@ -27,7 +27,7 @@ def capture_head(tpm: dict, runs: list[dict], *, cpus: bool = True) -> dict:
         host["cpus"] = os.cpu_count()
     return {
         "schema": SCHEMA_ID,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "tool": {"version": __version__},
         "host": host,
         "tpm": tpm,

@@ -24,7 +24,7 @@ def attach_raw_bytes(cap: dict, events: list, t0_ns: int) -> int:
     if len(kept) != len(rows):
         return 0
     n = 0
-    for row, ev in zip(rows, kept):
+    for row, ev in zip(rows, kept, strict=False):
         client = getattr(ev, "client", None)  # a proxied program: its own TCP stream in a pcapng
         if client is not None:
             row["client"] = str(client)

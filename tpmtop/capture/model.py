@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Annotated, Any, Iterable
+from typing import Annotated, Any
 
 from tpmtop.errors import UsageError
 
@@ -98,8 +99,6 @@ def schema() -> dict:
 
 @lru_cache(maxsize=4)
 def validator(part: str | None = None):
-    import jsonschema
-
     s = schema()
     if part is not None:
         # An item sub-schema that still resolves "#/$defs/…" against the whole document.

@@ -23,13 +23,22 @@ import codecs
 import json
 import os
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
 from tpmtop import strictjson
-from tpmtop.capture.model import (EVENT_KEYS, OP_KEYS, CaptureError, EventLine, OpLine, check_element,
-                                  check_version, validate_head)
+from tpmtop.capture.model import (
+    EVENT_KEYS,
+    OP_KEYS,
+    CaptureError,
+    EventLine,
+    OpLine,
+    check_element,
+    check_version,
+    validate_head,
+)
 
 MAX_FILE_BYTES = 4 * 1024**3  # a 1M-event capture is ~250 MB; beyond this it is not a capture
 MAX_VALUE_CHARS = 64 * 1024**2  # any single member other than events/ops (runs, tpm …)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 
@@ -18,7 +17,8 @@ def add_bench_arguments(p) -> None:
     p.add_argument("--engine", default=",".join(ENGINES),
                    help="comma-separated crypto engines: native (tpmtop's), esys (tpm2-pytss ESAPI) (default: both)")
     p.add_argument("-n", type=int, default=200, metavar="N", help="operations per (engine, mode) (default: 200)")
-    p.add_argument("--warmup", type=int, default=10, metavar="N", help="uncounted operations per pair first (default: 10)")
+    p.add_argument("--warmup", type=int, default=10, metavar="N",
+                   help="uncounted operations per pair first (default: 10)")
     p.add_argument("--batch", type=int, default=10, metavar="N",
                    help="operations per pair per round; pairs are interleaved in rounds (default: 10)")
     p.add_argument("--pcr", type=int, default=16, help="PCR to extend (default: 16; 0-15 need --allow-pcr)")
@@ -109,7 +109,8 @@ def _us(v: float) -> str:
 
 
 def run_bench(args) -> int:
-    from tpmtop.bench import run_bench as _run, write_capture_file
+    from tpmtop.bench import run_bench as _run
+    from tpmtop.bench import write_capture_file
     from tpmtop.capture import build_capture
     from tpmtop.cli.common import is_stdout, notice, tpm_from_args
     from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED

@@ -85,7 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_replay_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("capture", metavar="CAPTURE.json", help="a capture from `tpmtop bench --json` or the dashboard's export")
+    p.add_argument("capture", metavar="CAPTURE.json",
+                   help="a capture from `tpmtop bench --json` or the dashboard's export")
     _display_options(p)
 
 
@@ -158,7 +159,8 @@ def run(args) -> int:
         if args.sim or args.tcti:
             raise UsageError(f"{flag} sends nothing to any TPM: it cannot be combined with --sim or -T")
         if args.profile is not None or args.seed is not None:
-            raise UsageError(f"{flag} sends nothing to any TPM: there is no simulator for --profile/--seed to slow down")
+            raise UsageError(f"{flag} sends nothing to any TPM: there is no simulator for --profile/--seed "
+                             "to slow down")
         if args.kernel_trace:
             _check_trace_file(args.kernel_trace)
         require_terminal(kernel=args.kernel)

@@ -14,14 +14,15 @@ examples:
 
 
 def add_import_arguments(p: argparse.ArgumentParser) -> None:
-    from tpmtop.importers.registry import IMPORTERS
-
     import textwrap
+
+    from tpmtop.importers.registry import IMPORTERS
 
     reads = "\n".join(textwrap.fill(f"reads ({i.name}) {i.about}.", 92) for i in IMPORTERS.values())
     p.epilog = reads + "\n\n" + EXAMPLES + "\n\n" + (p.epilog or "")
     p.add_argument("file", metavar="FILE", help=f"a file of recorded TPM traffic ({', '.join(IMPORTERS)})")
-    p.add_argument("-o", "--output", required=True, metavar="CAPTURE", help="the capture to write (JSON); '-' for stdout")
+    p.add_argument("-o", "--output", required=True, metavar="CAPTURE",
+                   help="the capture to write (JSON); '-' for stdout")
     p.add_argument("--force", action="store_true", help="allow the output to be the input file itself")
     for i in IMPORTERS.values():
         for o in i.options:

@@ -344,7 +344,7 @@ class _Export:
                 tracks[key] = tid
             elif have != tid:
                 return False
-        for key, tid in tracks.items():
+        for tid in tracks.values():
             if tid not in self.track_names:
                 self.track_names[tid] = res["labels"][tid]
         self.tracks.update(tracks)

@@ -16,7 +16,7 @@ helper's result is used only where it is exactly what this process would compute
 from __future__ import annotations
 
 import codecs
-from typing import Callable
+from collections.abc import Callable
 
 from tpmtop.capture.read import READ_CHUNK, CaptureReader
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from tpmtop.tpm import names, wire
 
-
 # rc_text of a command that was answered but whose response code no probe could read (a
 # user-space command seen by kernel probes without tpm2_commit_space): not an error, not
 # "(no response)".
@@ -100,7 +99,7 @@ def capture_from_exchanges(exchanges: list[ObservedExchange], *, origin: str, so
     t0 = exchanges[0].t_unix_ns if exchanges else 0
     events = [event_dict(x, t0, origin) for x in exchanges]
     per_origin: dict[str, list[tuple[dict, bool]]] = {}
-    for x, e in zip(exchanges, events):
+    for x, e in zip(exchanges, events, strict=False):
         # the latency counts when an answer came, even one whose response code nobody saw
         per_origin.setdefault(e["origin"], []).append((e, e["rc"] is not None or bool(x.answered)))
     runs = []

@@ -241,7 +241,7 @@ def read_pcap(path: str | os.PathLike, port: int | None = None) -> ImportResult:
     framings: set[str] = set()
     used = 0
     multi = len(conns) > 1
-    for key, dirs in conns.items():
+    for dirs in conns.values():
         client_dir = server_dir = None
         for d in dirs:
             other = next((x for x in dirs if x != d), None)

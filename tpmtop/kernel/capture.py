@@ -100,7 +100,7 @@ def kernel_capture(commands: list[KernelCommand], ops: list[KernelOp], t0_unix_n
         for c in op.commands:
             member[id(c)] = op
     by_time = sorted(commands, key=lambda c: c.t_ns)
-    for e, kc in zip(cap["events"], by_time):
+    for e, kc in zip(cap["events"], by_time, strict=False):
         op = member.get(id(kc))
         if op is not None:
             e.update(engine=ENGINE, mode=mode or "unknown", op=op.kind, op_seq=seq_of[op.id])

@@ -8,11 +8,10 @@ from __future__ import annotations
 import os
 import select
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from tpmtop.importers.observed import RC_NOT_TRACED, ObservedExchange
 from tpmtop.kernel.trace_pipe import KernelCommand, Parser
-
 
 MAX_LINE = 64 * 1024  # a trace_pipe line is well under 1 KiB; a longer "line" is junk, dropped
 
@@ -92,7 +91,8 @@ def read_lines(path: str | int, stop: Callable[[], bool], poll_s: float = 0.2) -
             os.close(fd)
 
 
-def read_pipe(path: str | int, parser: Parser, stop: Callable[[], bool], poll_s: float = 0.2) -> Iterator[KernelCommand]:
+def read_pipe(path: str | int, parser: Parser, stop: Callable[[], bool],
+              poll_s: float = 0.2) -> Iterator[KernelCommand]:
     """Commands from a ``trace_pipe`` until ``stop()`` says so (checked every ``poll_s``)."""
     for lines in read_lines(path, stop, poll_s):
         for line in lines:

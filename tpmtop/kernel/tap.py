@@ -55,7 +55,7 @@ class KernelTap:
         self.by_path: dict[tuple[str, int | None], CommandStats] = {}
 
     @classmethod
-    def arm(cls) -> "KernelTap":
+    def arm(cls) -> KernelTap:
         """Arm tpmtop's probes (root, tracefs, kprobe events): a KernelTraceError says why not."""
         from tpmtop.kernel.probes import Probes
 
@@ -97,7 +97,7 @@ class KernelTap:
             return self.probes.pipe_fd if self.probes.pipe_fd is not None else self.probes.pipe_path()
         return self.trace_path
 
-    def start(self) -> "KernelTap":
+    def start(self) -> KernelTap:
         self._thread = threading.Thread(target=self._run, name="tpmtop-kernel-tap", daemon=True)
         self._thread.start()
         return self

@@ -213,8 +213,8 @@ def profile_from_traces(paths: list[str], name: str, calls: int | None = None,
             variant = _variant(short, hmac)
             src = {"kind": "trace", "file": path}
             if series.precision == "exact":
-                f = figure_from_ns(series.samples_ns, dict(src, detail=f"{tr.format} trace: "
-                                   f"{'1 call' if len(series.samples_ns) == 1 else f'median of {len(series.samples_ns)} calls'}"))
+                calls_text = "1 call" if len(series.samples_ns) == 1 else f"median of {len(series.samples_ns)} calls"
+                f = figure_from_ns(series.samples_ns, dict(src, detail=f"{tr.format} trace: {calls_text}"))
             else:
                 per, how = series.per_call_ns(calls)
                 if per is None:

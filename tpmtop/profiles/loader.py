@@ -71,7 +71,7 @@ def validate(doc, label: str) -> None:
             hist = fig.get("histogram")
             if hist:
                 bounds = [b for b, _ in hist]
-                if any(b2 <= b1 for b1, b2 in zip(bounds, bounds[1:])):
+                if any(b2 <= b1 for b1, b2 in zip(bounds, bounds[1:], strict=False)):
                     raise UsageError(f"profile {label}: {here}.histogram: bucket bounds must ascend")
                 if not any(c for _, c in hist):
                     raise UsageError(f"profile {label}: {here}.histogram: all counts are zero")

@@ -116,7 +116,7 @@ class Figure:
         return d
 
     @classmethod
-    def from_json(cls, d: dict) -> "Figure":
+    def from_json(cls, d: dict) -> Figure:
         return cls(median_us=float(d["median_us"]), source=dict(d["source"]), p10_us=_opt(d.get("p10_us")),
                    p90_us=_opt(d.get("p90_us")), histogram=d.get("histogram"), min_us=_opt(d.get("min_us")),
                    samples=d.get("samples"))

@@ -83,11 +83,13 @@ def describe(handle: int, kind: str, ours: bool, transport, recorder) -> tuple[s
             rows += [("salted with", "no salt (TPM_RH_NULL)" if salt == 0x40000007 else f"0x{salt:08x}"),
                      ("bound to", "nothing (TPM_RH_NULL)" if bind == 0x40000007 else f"0x{bind:08x}")]
         else:
-            rows.append(("salt, bind", "not seen on the wire (started before tpmtop watched): the TPM does not report them"))
+            rows.append(("salt, bind",
+                         "not seen on the wire (started before tpmtop watched): the TPM does not report them"))
         last = next((ev for ev in reversed(recorder.events()) if any(h == handle for h, _ in ev.sessions)), None)
         if last is not None:
             attrs = next(a for h, a in last.sessions if h == handle)
-            rows.append(("last attributes", f"0x{attrs:02x} ({_session_attrs(attrs)}) on {last.name.removeprefix('TPM2_CC_')}"))
+            rows.append(("last attributes",
+                         f"0x{attrs:02x} ({_session_attrs(attrs)}) on {last.name.removeprefix('TPM2_CC_')}"))
         return ("session", rows)
     return ("handle", rows)
 

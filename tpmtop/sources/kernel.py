@@ -85,13 +85,15 @@ class KernelSource(SourceBase):
         if blind:  # one command per extend and no operation probes: no host time can be seen
             ops = [r for r in ops if r.key != "op:host"]
         rows = ops + self._command_rows()
-        subtitle = f"kernel · {counted(current.ops, self.op + ' op', self.op + ' ops')}" if current else "kernel · no extend yet"
+        subtitle = (f"kernel · {counted(current.ops, self.op + ' op', self.op + ' ops')}" if current
+                    else "kernel · no extend yet")
         lines = [f"sessions: {mode or 'cannot tell'}: {why}"]
         lost = self.tap.parser.lost
         if lost:
             lines.append(f"{lost:,} trace events lost (the buffer overran): commands are missing from these numbers")
         if mode == "reuse" and after:
-            lines.append("set-ups after: " + ", ".join(f"{k} ×{n}" for k, n in sorted(after.items(), key=lambda kv: -kv[1])))
+            most = sorted(after.items(), key=lambda kv: -kv[1])
+            lines.append("set-ups after: " + ", ".join(f"{k} ×{n}" for k, n in most))
         if blind:
             lines.append("no operation probes: an extend is its PCR_Extend alone, its host time not seen")
         elif estimated:

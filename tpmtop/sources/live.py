@@ -116,7 +116,8 @@ class LiveSource(WorkloadDriver, SourceBase):
             marker = self.pause_reason
         elif self.boundaries:
             marker = f"TPM period {len(self.boundaries) + 1}"
-        return HeaderInfo(state=st, identity=f"{ident.manufacturer} {ident.vendor} fw {ident.firmware}" if ident else "…",
+        who = f"{ident.manufacturer} {ident.vendor} fw {ident.firmware}" if ident else "…"
+        return HeaderInfo(state=st, identity=who,
                           tcti=self.tcti, simulated=self.simulated, engine=self.engine, mode=self.mode, op=self.op,
                           rate=rate, extra=extra, profile=self.profile, marker=marker, tooltip=self.profile_note)
 

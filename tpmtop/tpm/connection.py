@@ -9,16 +9,20 @@ private swtpm. This module never imports the recorder: the sink is whatever the 
 
 from __future__ import annotations
 
-
 from tpmtop.errors import TpmConnectionError
-from tpmtop.tpm import interrupts
+from tpmtop.tpm import interrupts, wire
 from tpmtop.tpm import tcti as tcti_mod
-from tpmtop.tpm import wire
 from tpmtop.tpm.exchange import ExchangeSink, Labels
-from tpmtop.tpm.owner import TpmOwner
 from tpmtop.tpm.identity import Identity, read_identity
-from tpmtop.tpm.transport import (DEFAULT_TIMEOUT, DeviceBackend, InstrumentedTransport, SocketBackend,
-                                  TctiLdrBackend, connect_tcp)
+from tpmtop.tpm.owner import TpmOwner
+from tpmtop.tpm.transport import (
+    DEFAULT_TIMEOUT,
+    DeviceBackend,
+    InstrumentedTransport,
+    SocketBackend,
+    TctiLdrBackend,
+    connect_tcp,
+)
 
 
 class TpmConnection:
@@ -36,7 +40,7 @@ class TpmConnection:
         self.profile_name: str | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def open(self) -> "TpmConnection":
+    def open(self) -> TpmConnection:
         try:
             # Opened whole: a signal meanwhile is raised at the end (and closes what was
             # opened), never inside a thread's start or half way through starting a swtpm.
@@ -109,7 +113,7 @@ class TpmConnection:
             self.sim.stop()
             self.sim = None
 
-    def __enter__(self) -> "TpmConnection":
+    def __enter__(self) -> TpmConnection:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -53,7 +53,7 @@ USER = Labels()
 _LABELS: ContextVar[Labels] = ContextVar("tpmtop_labels", default=USER)
 # When set, (command code, wire ns) of each exchange is appended: the session engine sums an
 # operation's wire time from it. A list per operation, owned by the job that set it.
-_WIRE_LOG: ContextVar["list | None"] = ContextVar("tpmtop_wire_log", default=None)
+_WIRE_LOG: ContextVar[list | None] = ContextVar("tpmtop_wire_log", default=None)
 
 
 def current_labels() -> Labels:

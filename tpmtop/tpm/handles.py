@@ -10,6 +10,7 @@ from tpm2_pytss.constants import TPM2_HR, TPM2_HT
 from tpmtop.errors import UsageError
 from tpmtop.tpm.commands import flush_context, get_handles
 
+
 class HandleKind(StrEnum):
     TRANSIENT = "transient"
     LOADED_SESSION = "loaded-session"

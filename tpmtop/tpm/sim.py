@@ -30,7 +30,7 @@ CMD_SHUTDOWN = 0x03
 TPM2_STARTUP_CLEAR = bytes.fromhex("80010000000c000001440000")
 GET_RANDOM_8 = bytes.fromhex("80010000000c0000017b0008")
 
-_live: "weakref.WeakSet[Swtpm]" = weakref.WeakSet()
+_live: weakref.WeakSet[Swtpm] = weakref.WeakSet()
 
 
 def _set_pdeathsig() -> None:  # runs in the child between fork and exec
@@ -58,7 +58,7 @@ class Swtpm:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def start(self, timeout: float = 10.0) -> "Swtpm":
+    def start(self, timeout: float = 10.0) -> Swtpm:
         if shutil.which(self.binary) is None:
             raise TpmtopError("swtpm is not installed (Debian/Ubuntu: apt-get install swtpm swtpm-tools; "
                               "or run `make run`, which installs it)")
@@ -75,7 +75,8 @@ class Swtpm:
                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                          preexec_fn=_set_pdeathsig, start_new_session=True)
         except OSError as e:
-            data_ours.close(); ctrl_ours.close()
+            data_ours.close()
+            ctrl_ours.close()
             raise TpmtopError(f"cannot start swtpm: {e.strerror}") from None
         finally:
             data_theirs.close()
@@ -136,7 +137,7 @@ class Swtpm:
             self.proc.kill()
             self.proc.wait()
 
-    def restart(self, timeout: float = 10.0) -> "Swtpm":
+    def restart(self, timeout: float = 10.0) -> Swtpm:
         """A new swtpm process on the same state directory (NV state survives)."""
         self._close_sockets()
         self.kill()
@@ -173,7 +174,7 @@ class Swtpm:
                 self.state_dir = None
             _live.discard(self)
 
-    def __enter__(self) -> "Swtpm":
+    def __enter__(self) -> Swtpm:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -111,8 +111,10 @@ def choose(tcti: str | None, sim: bool, env: dict | None = None, raw_device: boo
             # Exists but not ours: say so rather than silently simulating.
             from tpmtop.tpm.transport import permission_hint
 
-            return Target(TargetKind.SIM, source="fallback", note=f"{permission_hint(device)}; using a private swtpm instead")
-        return Target(TargetKind.SIM, source="fallback", note=f"no {device} here: using a private swtpm (simulated TPM)")
+            return Target(TargetKind.SIM, source="fallback",
+                          note=f"{permission_hint(device)}; using a private swtpm instead")
+        return Target(TargetKind.SIM, source="fallback",
+                      note=f"no {device} here: using a private swtpm (simulated TPM)")
     check_raw_device(t, raw_device)
     return t
 

@@ -40,7 +40,7 @@ class HandleBook:
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.clock = clock
         self.first_seen: dict[int, float] = {}
-        self.gone: dict[int, tuple[float, "HandleRow"]] = {}
+        self.gone: dict[int, tuple[float, HandleRow]] = {}
         self.current: dict[int, tuple[str, bool]] = {}  # handle -> (kind, ours)
         self.polled = False
 

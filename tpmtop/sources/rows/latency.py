@@ -37,7 +37,7 @@ def command_rows_live(recorder, origin: str = "workload") -> list[CommandRow]:
     return rows
 
 
-def command_rows_run(run: "RunView") -> list[CommandRow]:
+def command_rows_run(run: RunView) -> list[CommandRow]:
     rows = []
     for name, d in sorted(run.commands.items(), key=lambda kv: names.cc_from_name(kv[0]) or 0):
         cc = names.cc_from_name(name)
@@ -47,7 +47,7 @@ def command_rows_run(run: "RunView") -> list[CommandRow]:
     return rows
 
 
-def op_rows(run: "RunView | None") -> list[CommandRow]:
+def op_rows(run: RunView | None) -> list[CommandRow]:
     """Operation-level rows: total / wire / host time of the current (engine, mode, op)."""
     if run is None:
         return []

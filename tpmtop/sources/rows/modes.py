@@ -37,7 +37,8 @@ def timeline(points, op: str, engine: str, now: float, seconds: int) -> list[Tim
     out: list[TimelinePoint | None] = []
     for i in range(seconds):
         if per[i]:
-            out.append(TimelinePoint(start + i + 1, max(modes[i], key=modes[i].get), median(per[i]) / 1000, len(per[i])))
+            out.append(TimelinePoint(start + i + 1, max(modes[i], key=modes[i].get), median(per[i]) / 1000,
+                                     len(per[i])))
         else:
             out.append(None)
     return out
@@ -70,5 +71,6 @@ def projection_summary(components_us: dict[str, float], n: int) -> str:
     from tpmtop.boot.projection import Cost, fmt_estimate, project
 
     proj = project(n, "", {k: Cost(Decimal(repr(v)), "") for k, v in components_us.items()})
-    parts = [f"{m} {fmt_estimate(mc.estimate_s).removeprefix('about ')}" for m, mc in proj.modes.items() if mc.estimate_s is not None]
+    parts = [f"{m} {fmt_estimate(mc.estimate_s).removeprefix('about ')}" for m, mc in proj.modes.items()
+             if mc.estimate_s is not None]
     return f"[b]boot, {n:,} extends[/] [dim](p)[/]: " + " · ".join(parts) if parts else ""

@@ -13,7 +13,8 @@ from textual.widgets import Static
 from tpmtop.tui.actions import ACTIONS
 from tpmtop.tui.panels import PANELS
 
-KEY_NAMES = {"space": "space", "plus": "+", "minus": "-", "slash": "/", "question_mark,f1": "? F1", "greater_than_sign": ">"}
+KEY_NAMES = {"space": "space", "plus": "+", "minus": "-", "slash": "/", "question_mark,f1": "? F1",
+             "greater_than_sign": ">"}
 
 
 def help_markup(width: int = 96, hidden: frozenset[str] = frozenset(), why_hidden: str = "",
@@ -66,4 +67,5 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(id="help-box"):
             # The box is 100 wide (95 % of a narrower screen), less its border and padding.
             width = min(100, int(self.app.size.width * 0.95)) - 6  # border, padding, scrollbar
-            yield Static(Content.from_markup(help_markup(width, self.hidden, self.why_hidden, self.panels)), id="help-text")
+            text = help_markup(width, self.hidden, self.why_hidden, self.panels)
+            yield Static(Content.from_markup(text), id="help-text")

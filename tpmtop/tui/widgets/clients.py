@@ -56,7 +56,7 @@ class ClientsPanel(Panel):
             if old is None:
                 t.add_row(*cells, key=k)
             else:
-                for col, a, b in zip(cols, old, cells):
+                for col, a, b in zip(cols, old, cells, strict=False):
                     if a != b:
                         t.update_cell(k, col, b, update_width=False)
             self._cells[k] = cells

@@ -48,7 +48,7 @@ class HandlesPanel(Panel):
         cells = []
         for r in rows:
             style = {HandleState.NEW: "$handle-new", HandleState.GONE: "$handle-gone strike"}.get(r.state, "")
-            who = Content.from_markup("[$handle-ours]tpmtop[/]") if r.ours else Content.from_markup("[$handle-foreign]other[/]")
+            who = Content.from_markup("[$handle-ours]tpmtop[/]" if r.ours else "[$handle-foreign]other[/]")
             h = Content.styled(r.key, style) if style else Content(r.key)
             cells.append((r.key, (h, KINDS.get(r.kind, r.kind), who, "?" if math.isnan(r.age_s) else fmt_age(r.age_s),
                                   "" if r.last_use_s is None else fmt_age(r.last_use_s),

@@ -139,7 +139,7 @@ class LatencyPanel(Panel):
     def compute_histogram(self, key, buckets, summary, lines, title, width) -> None:
         self.post_message(self.HistogramReady(key, title + "\n" + histogram_markup(buckets(), summary, lines, width)))
 
-    def on_latency_panel_histogram_ready(self, message: "LatencyPanel.HistogramReady") -> None:
+    def on_latency_panel_histogram_ready(self, message: LatencyPanel.HistogramReady) -> None:
         if message.key == self.table.selected_key:
             self._hist_for = message.key
             self._set(self.query_one("#histogram", Static), message.markup)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from textual.widgets import DataTable
 
@@ -191,7 +191,7 @@ class KeyedTable(DataTable):
                 self.add_row(*cells, key=key)
                 structural = True
             elif old != cells:
-                for col, a, b in zip(col_keys, old, cells):
+                for col, a, b in zip(col_keys, old, cells, strict=False):
                     if a != b:
                         self.update_cell(key, col, b, update_width=False)
             self._shadow[key] = cells
