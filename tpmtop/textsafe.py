@@ -15,6 +15,8 @@ No dependencies (the lowest layer: anyone may import it).
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 
 # C0 controls, DEL, C1 controls; Unicode format characters that reorder or hide text.
@@ -35,7 +37,7 @@ def safe(text) -> str:
     return _UNSAFE.sub(_escape, s)
 
 
-def safe_tree(obj):
+def safe_tree(obj: Any) -> Any:
     """A copy of a JSON-like value with :func:`safe` applied to every string in it, keys
     included. Numbers, booleans and None are returned as they are."""
     if isinstance(obj, str):

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 
-def export_capture(cap: dict[str, Any], directory: str | os.PathLike = ".", now: _dt.datetime | None = None) -> Path:
+def export_capture(cap: dict[str, Any], directory: str | os.PathLike[str] = ".",
+                   now: _dt.datetime | None = None) -> Path:
     """Write ``tpmtop-YYYYmmdd-HHMMSS.json`` atomically; never overwrite an earlier export."""
     now = now or _dt.datetime.now()
     d = Path(directory)

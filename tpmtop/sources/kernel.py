@@ -11,6 +11,8 @@ session per extend as in 6.10, a kept session as in 6.12+, or none) is named. No
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from tpmtop.sources.numbers import buckets_of, summary_of
 from tpmtop.sources.passive import Sysfs
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase, TimingsView
@@ -18,22 +20,26 @@ from tpmtop.sources.rows.latency import CommandRow, op_rows
 from tpmtop.sources.runs import RunView, run_from_account
 from tpmtop.textsafe import counted
 
+if TYPE_CHECKING:
+    from tpmtop.kernel.tap import KernelTap
+    from tpmtop.recorder import Recorder
+
 ENGINE = "kernel"
 UNUSUAL = ("hwrng", "user", "tpmtop", "kernel")  # paths named in a row's label whatever else came
 WHY_NOT = "--kernel watches the kernel's own TPM commands: tpmtop sends nothing to the TPM"
 
 
 class KernelSource(SourceBase):
-    def __init__(self, tap, sysfs: Sysfs | None = None, *, passive: bool = False):
+    def __init__(self, tap: KernelTap, sysfs: Sysfs | None = None, *, passive: bool = False) -> None:
         super().__init__()
         self.tap = tap
-        self.recorder = tap.recorder
-        self.sysfs = sysfs or Sysfs()
+        self.recorder: Recorder = tap.recorder
+        self.sysfs: Sysfs = sysfs or Sysfs()
         self.passive = passive  # started as --passive (which traces where it can)
         self.engine, self.op = ENGINE, "extend"
-        self.tcti = tap.source_text
-        self.caps = Capabilities("kernel", live=True, timings=True, export=True, sysfs=tap.this_machine,
-                                 why_not=WHY_NOT)
+        self._tcti = str(tap.source_text)
+        self._caps = Capabilities("kernel", live=True, timings=True, export=True, sysfs=tap.this_machine,
+                                  why_not=WHY_NOT)
 
     # -- what the screens read ----------------------------------------------------------------
     @property
@@ -41,9 +47,16 @@ class KernelSource(SourceBase):
         return self.tap.accounts.mode()[0] or "unknown"
 
     @property
-    def identity(self):
+    def caps(self) -> Capabilities:
+        return self._caps
+
+    @property
+    def tcti(self) -> str:
+        return self._tcti
+
+    def ready(self) -> bool:
         """Something to export once the kernel sent a command (the x key's condition)."""
-        return True if self.tap.commands else None
+        return bool(self.tap.commands)
 
     def header(self) -> HeaderInfo:
         tap = self.tap
@@ -72,7 +85,7 @@ class KernelSource(SourceBase):
             kinds = sorted(tap.accounts.by_kind.items(), key=lambda kv: kv[0] != "extend")  # extend first
             return [run_from_account((ENGINE, mode, kind), st) for kind, st in kinds if st.ops]
 
-    def timings(self, runs: list | None = None) -> TimingsView:
+    def timings(self, runs: list[Any] | None = None) -> TimingsView:
         runs = self.runs() if runs is None else runs
         current = next((r for r in runs if r.op == self.op), None)
         with self.tap.lock:
@@ -135,10 +148,10 @@ class KernelSource(SourceBase):
             tap.by_path.clear()
             tap.reanchor()  # a file's times: the next command starts the stream's clock again
 
-    def capture(self) -> dict:
+    def capture(self) -> dict[str, Any]:
         return self.tap.capture()
 
-    def tpm_json(self) -> dict:
+    def tpm_json(self) -> dict[str, Any]:
         return {"tcti": self.tcti, "simulated": False}
 
     def close(self) -> None:

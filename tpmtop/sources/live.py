@@ -14,21 +14,28 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tpmtop.errors import TpmConnectionError, TpmtopError, UsageError
 from tpmtop.sessions.modes import ENGINES, MODES, OPS, Engine, Mode, Op
 from tpmtop.sources.live_workload import PauseCause, WorkloadDriver
 from tpmtop.sources.pacing import DEFAULT_RATE, burst_size, pacing_json
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase, TimingsView
+from tpmtop.sources.runs import RunView
 from tpmtop.tpm.exchange import Origin
 from tpmtop.tpm.tcti import TargetKind
+
+if TYPE_CHECKING:
+    from tpmtop.recorder import Recorder
+    from tpmtop.tpm.connection import TpmConnection
+    from tpmtop.tpm.handles import HandleEntry
 
 
 @dataclass
 class PollResult:
-    entries: list  # tpmtop.tpm.handles.HandleEntry
+    entries: list[HandleEntry]
     var: dict[str, int]
     t: float  # monotonic time of the poll
     seq: int = 0  # the recorder's last command when the poll ran (the TPM's list is as of it)
@@ -37,17 +44,17 @@ class PollResult:
 class LiveSource(WorkloadDriver, SourceBase):
     """A TPM: polled for handles and slots, driven by a workload, recorded command by command."""
 
-    def __init__(self, conn, *, read_only: bool = False, poll_interval: float | None = None,
+    def __init__(self, conn: TpmConnection, *, read_only: bool = False, poll_interval: float | None = None,
                  rate: float = DEFAULT_RATE, start_running: bool | None = None, engine: str = Engine.NATIVE,
                  mode: str = Mode.PER_COMMAND, op: str = Op.EXTEND, pcr: int = 16, profile_note: str | None = None,
-                 proxy: Any = None, proxy_log: list[str] | None = None):
+                 proxy: Any = None, proxy_log: list[str] | None = None) -> None:
         """``proxy``: a started :class:`tpmtop.proxy.server.ProxyServer` on this connection
         (``--listen``), whose ``log`` appends to ``proxy_log``; the source stops it on close."""
         super().__init__()
         self.conn = conn
         self.proxy = proxy
         self.proxy_log = proxy_log if proxy_log is not None else []
-        self.recorder = conn.recorder
+        self.recorder: Recorder = cast("Recorder", conn.recorder)  # open_tpm always attaches one
         self.read_only = read_only
         self.simulated = bool(conn.simulated)
         # The observer effect concerns a kernel's TPM: a device node, not a simulator on a socket.
@@ -65,7 +72,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.errors_in_row = 0
         # Accounts of earlier TPM lives (a reset, or a restart found by reconnecting), oldest
         # first: never merged with the current one, so no panel mixes two TPMs' numbers.
-        self.periods: list[dict] = []
+        self.periods: list[dict[str, Any]] = []
         self.boundaries: list[tuple[float, str]] = []  # (time.time(), why) of each new TPM life
         self.connected = True
         self.last_error: str | None = None
@@ -78,7 +85,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         # Set by tpmtop.profiles.apply.apply_profile: every latency shown is then the profile's.
         self.profile: str | None = getattr(conn, "profile_name", None)
         self.profile_note = profile_note or (f"profile {self.profile}" if self.profile else None)
-        self._old_accounts: dict = {}
+        self._old_accounts: dict[str, Any] = {}
         # (engine, mode, op) -> every rate its operations ran at: a capture says so per run.
         self.rates_run: dict[tuple[str, str, str], set[float]] = {}
         # (monotonic s, engine, mode, op, total ns) of the latest operations: the Modes panel's
@@ -121,12 +128,12 @@ class LiveSource(WorkloadDriver, SourceBase):
                           tcti=self.tcti, simulated=self.simulated, engine=self.engine, mode=self.mode, op=self.op,
                           rate=rate, extra=extra, profile=self.profile, marker=marker, tooltip=self.profile_note)
 
-    def runs(self) -> list:
+    def runs(self) -> list[RunView]:
         from tpmtop.sources.runs import runs_from_accounts
 
         return runs_from_accounts(self.accounts())
 
-    def timings(self, runs: list | None = None) -> TimingsView:
+    def timings(self, runs: list[RunView] | None = None) -> TimingsView:
         """The current (engine, mode, op) run: its operation rows and its commands, as replay
         shows a capture's run — never commands of other modes beside this mode's operations."""
         from tpmtop.sources.rows.latency import command_rows_live, command_rows_run, op_rows
@@ -159,7 +166,8 @@ class LiveSource(WorkloadDriver, SourceBase):
         return list({"engine": ENGINES, "mode": MODES, "op": OPS}[what])
 
     # -- the TPM's owner thread -------------------------------------------------------------
-    def run_on_owner(self, fn, *args, origin: str = Origin.USER, check_stopping: bool = True):
+    def run_on_owner(self, fn: Callable[..., Any], *args: Any, origin: str = Origin.USER,
+                     check_stopping: bool = True) -> Any:
         """Run ``fn(transport, *args)`` as one job on the TPM's owner thread (after any job
         already queued) and return its result. A lost connection is noted here."""
         if check_stopping and self.stopping.is_set():
@@ -180,7 +188,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         from tpmtop.tpm.handles import list_handles
         from tpmtop.tpm.identity import read_variable
 
-        def job(t):
+        def job(t: Any) -> tuple[list[HandleEntry], dict[str, int], int]:
             if self.identity is None:
                 self.identity = self.conn.identity()
             # The recorder's last command now: the list is as of it (no other job runs meanwhile).
@@ -194,7 +202,7 @@ class LiveSource(WorkloadDriver, SourceBase):
             return
         self.run_on_owner(self._reconnect_job)
 
-    def _reconnect_job(self, _t) -> None:
+    def _reconnect_job(self, _t: Any) -> None:
         self.conn.reconnect()
         # The old engine's sessions and null key died with the TPM; never flush "its"
         # handles on the new one (they could be someone else's).
@@ -224,16 +232,19 @@ class LiveSource(WorkloadDriver, SourceBase):
         allowed with --read-only (it changes nothing)."""
         from tpmtop.sources.inspect import describe
 
-        return self.run_on_owner(lambda t: describe(handle, kind, ours, t, self.recorder))
+        result: tuple[str, list[tuple[str, str]]] = self.run_on_owner(
+            lambda t: describe(handle, kind, ours, t, self.recorder))
+        return result
 
     def flush_ours(self) -> list[int]:
         """Close the engine (which flushes every handle it made), then flush whatever else
         tpmtop created that the TPM still lists."""
         if self.read_only:
             raise UsageError("--read-only: refusing to flush")
-        return self.run_on_owner(self._flush_ours_job)
+        done: list[int] = self.run_on_owner(self._flush_ours_job)
+        return done
 
-    def _flush_ours_job(self, t) -> list[int]:
+    def _flush_ours_job(self, t: Any) -> list[int]:
         # All of it in one job: once it returns, the workload's next job may start a session
         # that gets the same handle again (swtpm hands out 0x02000000 first), so "ours before,
         # not ours after" must be judged before any other job runs.
@@ -264,13 +275,14 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.rates_run = {}
         self.timeline.clear()
 
-    def capture(self, max_events: int = 20_000) -> dict:
+    def capture(self, max_events: int = 20_000) -> dict[str, Any]:
         """The ``tpmtop bench --json`` contract (the same builder,
         ``tpmtop.capture.build_capture``), with the latest events so that ``tpmtop replay``
         can show the command stream too."""
         from tpmtop.capture import build_capture
 
-        def job(_t):  # on the owner thread: the engine's accounts are consistent between operations
+        # On the owner thread: the engine's accounts are consistent between operations.
+        def job(_t: Any) -> dict[str, Any]:
             accounts = [a for a in self.accounts().values() if a.ops]
             periods = [[a for a in p.values() if a.ops] for p in self.periods]
             events = [e for e in self.recorder.events(max_events) if e.origin == Origin.WORKLOAD]
@@ -279,7 +291,7 @@ class LiveSource(WorkloadDriver, SourceBase):
             # Each run then carries its period, and the recorder's marks say when and why.
             return build_capture(self.conn, accounts, events=events, periods=periods or None)
 
-        cap = self.run_on_owner(job, check_stopping=False)
+        cap: dict[str, Any] = self.run_on_owner(job, check_stopping=False)
         cap["pacing"] = self.pacing()
         for run in cap["runs"]:
             rates = self.rates_run.get((run["engine"], run["mode"], run["op"]))
@@ -287,7 +299,7 @@ class LiveSource(WorkloadDriver, SourceBase):
                 run["pacing"] = [pacing_json(r) for r in sorted(rates, key=lambda r: r or float("inf"))]
         return cap
 
-    def tpm_json(self) -> dict:
+    def tpm_json(self) -> dict[str, Any]:
         ident = self.identity
         d = {"tcti": self.tcti, "simulated": self.simulated}
         if self.profile:
@@ -310,7 +322,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.resume.set()  # wake a paused loop so it sees `stopping`
         self.stopping.set()
 
-        def job():  # queued behind an operation in flight, which finishes first
+        def job() -> None:  # queued behind an operation in flight, which finishes first
             w, self.workload = self.workload, None
             if w is not None and self.connected:
                 w.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
@@ -63,7 +64,7 @@ class WorkloadDriver:
         raise NotImplementedError
 
     # -- the workload (its own worker thread) ---------------------------------------------------
-    def workload_loop(self, cancelled) -> None:
+    def workload_loop(self, cancelled: Callable[[], bool]) -> None:
         """Run operations until ``cancelled()`` or stopping, ``self.rate`` per second on average,
         in bursts (:func:`burst_size`). Errors are reported through state (``workload_error``)
         and the loop goes on; a lost TPM ends the loop (the poller reconnects and restarts it).
@@ -94,7 +95,7 @@ class WorkloadDriver:
                 # GIL for whole switch intervals (5 ms); yielding keeps keys responsive.
                 time.sleep(0)
 
-    def pacing(self) -> dict:
+    def pacing(self) -> dict[str, Any]:
         """How the workload is paced now (shown in the header, written into captures)."""
         return pacing_json(self.rate)
 
@@ -125,7 +126,7 @@ class WorkloadDriver:
         except Exception as e:  # a TSS2_Exception from ESAPI, or a bug in the engine
             self._workload_failed(f"{type(e).__name__}: {e}")
 
-    def _burst_job(self, t, n: int) -> int:
+    def _burst_job(self, t: Any, n: int) -> int:
         """On the owner thread: operations until ``n`` ran, one failed to run (a reset, paused,
         stopping) or BURST_JOB_S passed. Returns how many ran; an error propagates."""
         deadline = time.perf_counter() + BURST_JOB_S
@@ -138,7 +139,7 @@ class WorkloadDriver:
                 break
         return done
 
-    def _step_job(self, _t) -> bool:
+    def _step_job(self, _t: Any) -> bool:
         """One workload operation, on the owner thread. False: nothing ran, or a reset."""
         if not self.running:
             return False
@@ -179,13 +180,13 @@ class WorkloadDriver:
         if not self.running and self.pause_cause is PauseCause.SLOTS_FULL:
             self.pause_reason, self.pause_cause = "paused: a slot was freed, space resumes", PauseCause.SLOT_FREED
 
-    def _end_period(self, accounts: dict, why: str) -> None:
+    def _end_period(self, accounts: dict[Any, Any], why: str) -> None:
         done = {k: a for k, a in accounts.items() if getattr(a, "ops", 0)}
         if done:
             self.periods.append(done)
         self.boundaries.append((time.time(), why))
 
-    def _workload(self):
+    def _workload(self) -> Any:  # tpmtop.sessions.workload.Workload
         if self.workload is None:
             from tpmtop.sessions.workload import Workload  # imported here: replay never needs it
 
@@ -225,7 +226,7 @@ class WorkloadDriver:
             for k, v in old.items():
                 new.setdefault(k, v)
 
-    def accounts(self) -> dict:
+    def accounts(self) -> dict[tuple[str, str, str], Any]:
         w = self.workload
         acc = getattr(w, "accounts", None) if w is not None else None
         return dict(acc) if acc else dict(self._old_accounts)

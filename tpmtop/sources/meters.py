@@ -10,7 +10,7 @@ from collections.abc import Callable
 class RateMeter:
     """Operations per second over a sliding window of a few seconds."""
 
-    def __init__(self, window_s: float = 3.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, window_s: float = 3.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.window = window_s
         self.clock = clock
         self.samples: deque[tuple[float, int]] = deque()
@@ -32,7 +32,7 @@ class CpuMeter:
     on that thread) and the whole process's (workload, poller and recorder included), over the
     last ``window_s``. The dashboard shows both so a user can tell tpmtop's cost from the TPM's."""
 
-    def __init__(self, window_s: float = 2.0):
+    def __init__(self, window_s: float = 2.0) -> None:
         self.window = window_s
         self._last = (time.monotonic(), time.thread_time(), time.process_time())
         self.ui = 0.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 EMPTY = {"count": 0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0, "mean": 0.0}
 
@@ -41,7 +42,7 @@ def fmt_age(seconds: float) -> str:
 _cache: dict[tuple[int, str], tuple[object, int, object]] = {}
 
 
-def _cached(h, what: str, compute):
+def _cached(h: Any, what: str, compute: Callable[[], Any]) -> Any:
     n = h.count
     key = (id(h), what)
     hit = _cache.get(key)
@@ -54,9 +55,11 @@ def _cached(h, what: str, compute):
     return value
 
 
-def summary_of(h) -> dict:
-    return _cached(h, "summary", h.summary)
+def summary_of(h: Any) -> dict[str, Any]:
+    """``h``: a :class:`tpmtop.stats.LatencyHistogram` (or anything with its summary/buckets)."""
+    summary: dict[str, Any] = _cached(h, "summary", h.summary)
+    return summary
 
 
-def buckets_of(h) -> Callable[[], list]:
+def buckets_of(h: Any) -> Callable[[], list[Any]]:
     return lambda: _cached(h, "buckets", h.buckets)

@@ -35,7 +35,7 @@ class Sysfs:
     (:func:`tpmtop.boot.facts.collect_kernelfs` through a :class:`RootReader`), so a fixture
     tree under ``root`` looks like a machine to both."""
 
-    def __init__(self, root: str | os.PathLike = "/", tpm: str = "tpm0"):
+    def __init__(self, root: str | os.PathLike[str] = "/", tpm: str = "tpm0") -> None:
         self.root = Path(root)
         self.tpm = tpm
         self.tpm_dir = self.root / "sys/class/tpm" / tpm
@@ -74,7 +74,9 @@ class PassiveSource(SourceBase):
     caps = Capabilities("passive", sysfs=True,
                         why_not="--passive sends nothing to the TPM: only sysfs and securityfs are read")
 
-    def __init__(self, sysfs: Sysfs | None = None, interval: float = 1.0, note: str | None = None):
+    mode = "-"
+
+    def __init__(self, sysfs: Sysfs | None = None, interval: float = 1.0, note: str | None = None) -> None:
         super().__init__()
         self.sysfs: Sysfs = sysfs or Sysfs()
         self.note = note  # why there is no more than sysfs (kept in the header: a notice goes away)

@@ -72,9 +72,14 @@ class TimingsView:
 class Source(Protocol):
     """Everything a consumer of a source uses; :class:`SourceBase` has the defaults."""
 
-    caps: Capabilities
+    @property
+    def caps(self) -> Capabilities: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def tcti(self) -> str: ...
+
     engine: str
-    mode: str
     op: str
     errors: ErrorBook  # response codes known from the source itself (a capture's); live ones the view-model counts
     recorder: Recorder | None  # live and kernel: the commands as they happen
@@ -84,7 +89,6 @@ class Source(Protocol):
     simulated: bool
     kernel_device: bool  # polls a kernel's TPM: the observer-effect banner
     poll_interval: float
-    tcti: str
     identity: Any  # what the TPM said it is (None until it answered): export waits for it
     boundaries: list[tuple[float, str]]  # (time.time(), why) of each new TPM life
     periods: list[dict[Any, Any]]  # accounts of earlier TPM lives
@@ -95,6 +99,7 @@ class Source(Protocol):
     proxy: Any  # tpmtop.proxy.server.ProxyServer with --listen
     proxy_log: list[str]
 
+    def ready(self) -> bool: ...
     def header(self) -> HeaderInfo: ...
     def runs(self) -> list[RunView]: ...
     def timings(self, runs: list[RunView] | None = None) -> TimingsView: ...
@@ -120,8 +125,7 @@ class Source(Protocol):
 class SourceBase:
     """The defaults: a source that shows something and can change nothing."""
 
-    caps: Capabilities = Capabilities("-")
-    engine = mode = op = "-"
+    engine = op = "-"
     recorder: Recorder | None = None
     connected = True
     running = False
@@ -129,7 +133,6 @@ class SourceBase:
     simulated = False
     kernel_device = False
     poll_interval = 1.0
-    tcti = ""
     identity: Any = None
     workload_error: str | None = None
     pause_reason: str | None = None
@@ -142,6 +145,14 @@ class SourceBase:
         self.periods: list[dict[Any, Any]] = []
         self.timeline: deque[tuple[float, str, str, str, int]] = deque(maxlen=1)
         self.proxy_log: list[str] = []
+
+    @property
+    def caps(self) -> Capabilities:
+        raise NotImplementedError  # each source says what it can do
+
+    def ready(self) -> bool:
+        """Something to export yet (the TPM answered, the kernel sent a command)."""
+        return self.identity is not None
 
     def _cannot(self, what: str) -> Exception:
         from tpmtop.errors import UsageError

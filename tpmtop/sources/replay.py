@@ -6,17 +6,21 @@ Loaded with :func:`tpmtop.capture.load_capture`: schema validation, clear one-li
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase, TimingsView
 from tpmtop.sources.rows.latency import command_rows_run, op_rows
 from tpmtop.sources.rows.stream import StreamRow, rc_not_traced, stream_row_from_dict
 from tpmtop.sources.runs import RunView, run_from_capture
 
+if TYPE_CHECKING:
+    from tpmtop.capture import CaptureReader
+    from tpmtop.capture.model import EventLine
+
 MAX_STREAM_ROWS = 100_000  # as many as the recorder's ring keeps live
 
 
-def load(path: str | Path) -> dict:
+def load(path: str | Path) -> dict[str, Any]:
     """Schema-checked; a bad file is one clear line (a UsageError), exit status 2. A file of
     recorded traffic (pcap, pcapng: tpmtop.importers.registry) is imported first. Only the
     newest MAX_STREAM_ROWS events are kept (a capture may hold a million), and every string
@@ -26,23 +30,23 @@ def load(path: str | Path) -> dict:
     from tpmtop.textsafe import safe_tree
 
     importer = find_importer(path)  # recorded traffic (a tpm2-tss pcap: TCTI file, a tcpdump …)
-    if importer is not None:
-        return safe_tree(importer.read(path)[0])
-    return safe_tree(_read_tail(CaptureReader, path))
+    doc = importer.read(path)[0] if importer is not None else _read_tail(CaptureReader, path)
+    safe: dict[str, Any] = safe_tree(doc)
+    return safe
 
 
-def _read_tail(reader_cls, path) -> dict:
+def _read_tail(reader_cls: type[CaptureReader], path: str | Path) -> dict[str, Any]:
     from collections import deque
 
-    tail: deque = deque(maxlen=MAX_STREAM_ROWS)
+    tail: deque[Any] = deque(maxlen=MAX_STREAM_ROWS)
     r = reader_cls(path, on_event=tail.append, on_op=lambda op: None, typed=True)
-    doc = r.read()
+    doc: dict[str, Any] = r.read()
     if r.has_events:
         doc["events"] = [_event_dict(e) for e in tail]
     return doc
 
 
-def _event_dict(e) -> dict:
+def _event_dict(e: EventLine) -> dict[str, Any]:
     """A typed event (tpmtop.capture.model.EventLine) back into a capture event."""
     import json
 
@@ -59,7 +63,7 @@ class ReplaySource(SourceBase):
     caps = Capabilities("replay", timings=True, selects_runs=True,
                         why_not="replay shows a saved capture: nothing here runs or changes a TPM")
 
-    def __init__(self, capture: dict[str, Any], path: str | Path = "capture"):
+    def __init__(self, capture: dict[str, Any], path: str | Path = "capture") -> None:
         super().__init__()
         self.doc = capture  # the capture as loaded (capture() hands it back)
         self.path = Path(path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from tpmtop.sources.numbers import EMPTY, buckets_of, summary_of
 from tpmtop.tpm import names
@@ -17,14 +18,14 @@ class RunView:
     mode: str
     op: str
     ops: int
-    op_us: dict
-    wire_us: dict
-    host_us: dict
+    op_us: dict[str, Any]
+    wire_us: dict[str, Any]
+    host_us: dict[str, Any]
     commands_per_op: dict[str, float]
-    commands: dict[str, dict]  # spec name -> summary (+ "histogram")
-    op_buckets: Callable[[], list] | list | None = None
-    wire_buckets: Callable[[], list] | list | None = None
-    host_buckets: Callable[[], list] | list | None = None
+    commands: dict[str, dict[str, Any]]  # spec name -> summary (+ "histogram")
+    op_buckets: Callable[[], list[Any]] | list[Any] | None = None
+    wire_buckets: Callable[[], list[Any]] | list[Any] | None = None
+    host_buckets: Callable[[], list[Any]] | list[Any] | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -35,7 +36,8 @@ class RunView:
         return sum(self.commands_per_op.values())
 
 
-def run_from_account(key: tuple[str, str, str], acc) -> RunView:
+def run_from_account(key: tuple[str, str, str], acc: Any) -> RunView:
+    """``acc``: a :class:`tpmtop.sessions.accounting.RunAccount` or the kernel's OpStats."""
     engine, mode, op = key
     ops = int(getattr(acc, "ops", 0) or 0)
     cmds = dict(getattr(acc, "commands", {}) or {})
@@ -48,12 +50,12 @@ def run_from_account(key: tuple[str, str, str], acc) -> RunView:
         host_buckets=buckets_of(acc.host_hist))
 
 
-def runs_from_accounts(accounts: dict) -> list[RunView]:
+def runs_from_accounts(accounts: dict[tuple[str, str, str], Any]) -> list[RunView]:
     return [run_from_account(k, a) for k, a in list(accounts.items()) if getattr(a, "ops", 0)]
 
 
-def run_from_capture(r: dict) -> RunView:
-    def summ(d):
+def run_from_capture(r: dict[str, Any]) -> RunView:
+    def summ(d: dict[str, Any] | None) -> dict[str, Any]:
         d = d or {}
         return {k: d.get(k, 0) for k in EMPTY}
 

@@ -44,7 +44,7 @@ def allowed(action: str, caps: Capabilities, src, screen) -> bool | None:
     if action == "export":
         if not caps.export:
             return False
-        return True if src.identity is not None else None
+        return True if src.ready() else None
     if action == "show_tcti":
         return caps.handles
     if action in ("toggle_stream", "filter_stream", "show_projection"):

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tpmtop.recorder import HandleUse
+    from tpmtop.tpm.handles import HandleEntry
 
 
 class HandleState(StrEnum):
@@ -37,16 +42,16 @@ class HandleBook:
 
     HIGHLIGHT_S = 3.0
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.first_seen: dict[int, float] = {}
         self.gone: dict[int, tuple[float, HandleRow]] = {}
         self.current: dict[int, tuple[str, bool]] = {}  # handle -> (kind, ours)
         self.polled = False
 
-    def update(self, entries) -> None:
+    def update(self, entries: Iterable[HandleEntry]) -> None:
         now = self.clock()
-        seen = {}
+        seen: dict[int, tuple[str, bool]] = {}
         for e in entries:
             seen[e.handle] = (e.kind, e.ours)
             self.first_seen.setdefault(e.handle, now if self.polled else now - 1e9)
@@ -63,7 +68,7 @@ class HandleBook:
             kind, ours = self.current.pop(handle)
             self.gone[handle] = (self.clock(), HandleRow(handle, kind, ours, 0, None, 0, HandleState.GONE))
 
-    def rows(self, uses: dict, owned: set[int], now_ns: int) -> list[HandleRow]:
+    def rows(self, uses: dict[int, HandleUse], owned: set[int], now_ns: int) -> list[HandleRow]:
         now = self.clock()
         out = []
         for h, (kind, ours) in self.current.items():

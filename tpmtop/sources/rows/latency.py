@@ -3,31 +3,37 @@ total, wire and host rows), and the response codes each command got. No Textual 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.sources.numbers import EMPTY, buckets_of, summary_of
 from tpmtop.sources.rows.stream import failed, short_rc
 from tpmtop.sources.runs import RunView
 from tpmtop.tpm import names
+from tpmtop.tpm.exchange import Origin
+
+if TYPE_CHECKING:
+    from tpmtop.recorder import Event, Recorder
 
 
 @dataclass
 class CommandRow:
     key: str  # stable row key: "cc:0x00000182", "op:total"
     label: str
-    summary: dict
+    summary: dict[str, Any]
     last_us: float | None = None
     errors: int = 0
-    buckets: Callable[[], list] | list | None = None  # [[upper_bound_us, count], …]
+    buckets: Callable[[], list[Any]] | list[Any] | None = None  # [[upper_bound_us, count], …]
     recent_us: list[float] = field(default_factory=list)
 
-    def histogram(self) -> list:
+    def histogram(self) -> list[Any]:
         b = self.buckets
         return b() if callable(b) else list(b or [])
 
 
-def command_rows_live(recorder, origin: str = "workload") -> list[CommandRow]:
+def command_rows_live(recorder: Recorder, origin: str | None = Origin.WORKLOAD) -> list[CommandRow]:
     rows = []
     for cc, st in sorted(recorder.command_stats(origin).items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
         rows.append(CommandRow(
@@ -61,20 +67,17 @@ class ErrorBook:
     """Which response codes each command got, from the events seen (live: the recorder's new
     events each tick; replay: the capture's events). Keyed like the Latency rows ("cc:386")."""
 
-    def __init__(self):
-        from collections import Counter
-
-        self.by_key: dict[str, Counter] = {}
-        self._counter = Counter
+    def __init__(self) -> None:
+        self.by_key: dict[str, Counter[int | None]] = {}
 
     def add(self, cc: int | None, rc: int | None) -> None:
         key = f"cc:{cc if cc is not None else -1}"
         c = self.by_key.get(key)
         if c is None:
-            c = self.by_key[key] = self._counter()
+            c = self.by_key[key] = Counter()
         c[rc] += 1
 
-    def feed(self, events) -> None:
+    def feed(self, events: Iterable[Event]) -> None:
         for ev in events:
             if failed(ev):
                 self.add(ev.cc, ev.rc)

@@ -3,6 +3,7 @@ and the time series of op p50 across mode switches. No Textual here."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -17,15 +18,16 @@ class TimelinePoint:
     ops: int
 
 
-def timeline(points, op: str, engine: str, now: float, seconds: int) -> list[TimelinePoint | None]:
+def timeline(points: Sequence[tuple[float, str, str, str, int]], op: str, engine: str, now: float,
+             seconds: int) -> list[TimelinePoint | None]:
     """Operation p50 per second over the last ``seconds`` (None: no operation that second),
     each second labelled with the mode most of its operations ran in: one series across mode
     switches, so a switch shows as a step."""
     from statistics import median
 
     start = now - seconds
-    per: list[list] = [[] for _ in range(seconds)]
-    modes: list[dict] = [{} for _ in range(seconds)]
+    per: list[list[int]] = [[] for _ in range(seconds)]
+    modes: list[dict[str, int]] = [{} for _ in range(seconds)]
     for t, e, m, o, total in reversed(points):
         if t < start:
             break
@@ -37,7 +39,7 @@ def timeline(points, op: str, engine: str, now: float, seconds: int) -> list[Tim
     out: list[TimelinePoint | None] = []
     for i in range(seconds):
         if per[i]:
-            out.append(TimelinePoint(start + i + 1, max(modes[i], key=modes[i].get), median(per[i]) / 1000,
+            out.append(TimelinePoint(start + i + 1, max(modes[i], key=lambda m: modes[i][m]), median(per[i]) / 1000,
                                      len(per[i])))
         else:
             out.append(None)

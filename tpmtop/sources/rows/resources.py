@@ -4,8 +4,14 @@ polls (:class:`ContextGapTracker`, :class:`SlotPeaks`). No Textual here."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tpmtop.recorder import Event
+from typing import Any
 
 
 class GaugeLevel(StrEnum):
@@ -44,8 +50,8 @@ class Gauge:
         return GaugeLevel.of(self.fraction)
 
 
-def gauges(var: dict, fixed: dict, gap: int | None, transient_loaded: int, saved_listed: int = 0,
-           peaks: dict | None = None) -> list[Gauge]:
+def gauges(var: dict[str, Any], fixed: dict[str, Any], gap: int | None, transient_loaded: int, saved_listed: int = 0,
+           peaks: dict[str, Any] | None = None) -> list[Gauge]:
     """``saved_listed``: saved sessions the TPM lists (the poll). The gap is known only for
     sessions whose ContextSave tpmtop saw on the wire; others were saved before it watched."""
     out = []
@@ -82,11 +88,11 @@ class ContextGapTracker:
     CC_CONTEXT_LOAD = 0x161
     CC_FLUSH = 0x165
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.saved: dict[int, int] = {}  # session handle -> contextID (sequence)
         self.last = 0
 
-    def feed(self, ev) -> None:
+    def feed(self, ev: Event) -> None:
         if ev.rc != 0:
             return
         if ev.cc == self.CC_CONTEXT_SAVE and ev.response is not None and len(ev.response) >= 18 and ev.handles:
@@ -124,7 +130,7 @@ class SlotPeaks:
     CREATES = {0x131, 0x157, 0x176, 0x161}  # CreatePrimary, Load, StartAuthSession, ContextLoad
     CC_FLUSH, CC_SAVE = 0x165, 0x162
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.now = {"object": 0, "session": 0}
         self.peak = {"object": 0, "session": 0}
         self.moves: deque[tuple[int, str, int]] = deque(maxlen=20_000)  # (seq, kind, ±1)
@@ -157,7 +163,7 @@ class SlotPeaks:
         if v > self.peak[kind]:
             self.peak[kind] = v
 
-    def feed(self, events) -> None:
+    def feed(self, events: Iterable[Event]) -> None:
         for ev in events:
             if ev.rc != 0:
                 continue

@@ -3,12 +3,16 @@ boundaries (marks) between TPM periods. No Textual here."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.sources.numbers import fmt_us
 from tpmtop.tpm import names
 from tpmtop.tpm.exchange import Origin
+
+if TYPE_CHECKING:
+    from tpmtop.recorder import Event
 
 CC_FLUSH_CONTEXT = 0x165  # its handle is a parameter, not in the handle area
 
@@ -33,11 +37,11 @@ class StreamRow:
         return not n or n in self.command.lower() or n in self.origin
 
 
-def _sessions_text(sessions) -> str:
+def _sessions_text(sessions: Iterable[tuple[int, int]]) -> str:
     return " ".join(f"{h:08x}:{a:02x}" if h != 0x40000009 else f"PW:{a:02x}" for h, a in sessions)
 
 
-def _handles_of(ev) -> list[int]:
+def _handles_of(ev: Event) -> list[int]:
     """The handles a command names; FlushContext's target is a parameter, not in the handle
     area, yet it is the one thing worth seeing on that line."""
     handles = list(ev.handles)
@@ -47,7 +51,7 @@ def _handles_of(ev) -> list[int]:
     return handles
 
 
-def stream_row(ev, t0_ns: int) -> StreamRow:
+def stream_row(ev: Event, t0_ns: int) -> StreamRow:
     note = getattr(ev, "note", None)
     handles = " ".join(f"{h:08x}" for h in _handles_of(ev))
     if note:  # a command tpmtop only saw (the kernel's): its path, and which task sent it
@@ -62,12 +66,12 @@ def stream_row(ev, t0_ns: int) -> StreamRow:
                      short_rc(ev.rc, ev.error, unknown), fmt_us(ev.wire_ns / 1000), ev.rc == 0 or unknown)
 
 
-def failed(ev) -> bool:
+def failed(ev: Event) -> bool:
     """A command that did not succeed (an observed one whose code was not traced did not fail)."""
     return ev.rc != 0 and not getattr(ev, "rc_unknown", False) and not getattr(ev, "expected", False)
 
 
-def event_matches(ev, needle: str) -> bool:
+def event_matches(ev: Event, needle: str) -> bool:
     """``needle`` (lower case) in the event's origin, where it came from, or its command."""
     return (needle in ev.origin or needle in ev.name.lower() or needle in (getattr(ev, "note", None) or "").lower()
             or needle in (getattr(ev, "client", None) or "").lower())  # a kernel row's task
@@ -78,7 +82,7 @@ class LazyStreamRows:
     stream can scroll back through every command the recorder keeps (100,000) without
     building 100,000 rows. ``items`` are Events and (t_ns, text) marks, oldest first."""
 
-    def __init__(self, items: list, t0_ns: int, needle: str = ""):
+    def __init__(self, items: list[Any], t0_ns: int, needle: str = "") -> None:
         self.t0 = t0_ns
         if needle:
             n = needle.lower()
@@ -97,13 +101,13 @@ class LazyStreamRows:
             r = self._done[i] = mark_row(x[0], self.t0, x[1]) if isinstance(x, tuple) else stream_row(x, self.t0)
         return r
 
-    def __getitem__(self, k):
+    def __getitem__(self, k: int | slice) -> Any:
         if isinstance(k, slice):
             return [self._row(i) for i in range(*k.indices(len(self.items)))]
         return self._row(k if k >= 0 else len(self.items) + k)
 
 
-def merge_marks(events: list, marks: list[tuple[int, str]]) -> list:
+def merge_marks(events: list[Any], marks: list[tuple[int, str]]) -> list[Any]:
     """Events and marks in time order (marks are few: a sort of the merged list is cheap)."""
     if not marks:
         return events
@@ -115,7 +119,7 @@ def mark_row(t_ns: int, t0_ns: int, text: str) -> StreamRow:
     return StreamRow(f"mark-{t_ns}", f"{(t_ns - t0_ns) / 1e9:.3f}", "mark", text, "", "", "", "", True)
 
 
-def stream_row_from_dict(i: int, e: dict) -> StreamRow:
+def stream_row_from_dict(i: int, e: dict[str, Any]) -> StreamRow:
     """An event of a capture's optional ``events`` array (tpmtop.capture/1)."""
     t = e.get("t_ns", e.get("offset_ns", e.get("t", 0))) or 0
     rc = e.get("rc")
@@ -145,7 +149,7 @@ def stream_row_from_dict(i: int, e: dict) -> StreamRow:
                      short_rc(rc, None), fmt_us(wire / 1000) if isinstance(wire, (int, float)) else "", ok)
 
 
-def rc_not_traced(e: dict) -> bool:
+def rc_not_traced(e: dict[str, Any]) -> bool:
     """A capture event that was answered though nobody saw its response code (tpmtop kernel:
     a user-space command where tpm2_commit_space could not be probed)."""
     from tpmtop.importers.observed import RC_NOT_TRACED
@@ -153,7 +157,7 @@ def rc_not_traced(e: dict) -> bool:
     return e.get("rc") is None and e.get("rc_text") == RC_NOT_TRACED
 
 
-def _session_text(s) -> str:
+def _session_text(s: Any) -> str:
     if isinstance(s, dict):  # tpmtop.capture/1: {"handle": "0x02000000", "attrs": 65}
         h, a = s.get("handle", "?"), s.get("attrs", 0)
     elif isinstance(s, (list, tuple)) and len(s) == 2:
@@ -219,7 +223,7 @@ def command_bytes(source: Any, row: StreamRow) -> tuple[bytes | None, bytes | No
     return None, None, "this view has no command bytes"
 
 
-def observed_text(ev) -> str:
+def observed_text(ev: Event) -> str:
     """What is known of a command tpmtop only saw (the kernel's): the probes read its header."""
     cc = f" (0x{ev.cc:x})" if ev.cc is not None else ""
     return (f"it was seen under tpmtop's kernel probes, which read only the command's header, so there "

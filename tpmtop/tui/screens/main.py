@@ -21,7 +21,6 @@ from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS
 from tpmtop.tui.panels import CONTAINERS, PANELS, Group, available
 from tpmtop.tui.screens.main_actions import MainActions
-from tpmtop.tui.screens.workers import TpmWorkers
 from tpmtop.tui.widgets.footer import TpmtopFooter
 from tpmtop.tui.widgets.header import StatusHeader
 from tpmtop.tui.widgets.modes import ModesPanel
@@ -42,15 +41,16 @@ OBSERVER = ("[b $warning]Observer effect[/]: on Linux 6.12+ each command tpmtop 
 KEY_DISPLAY = {"question_mark,f1": "?", "plus": "+", "minus": "-", "slash": "/", "greater_than_sign": ">"}
 
 
-def _bindings() -> list[Binding]:
-    out = [Binding(a.key, a.action, a.label, show=a.show, tooltip=a.help, id=a.id, key_display=KEY_DISPLAY.get(a.key))
-           for a in ACTIONS]
+def _bindings() -> list[Binding | tuple[str, str] | tuple[str, str, str]]:
+    out: list[Binding | tuple[str, str] | tuple[str, str, str]] = [
+        Binding(a.key, a.action, a.label, show=a.show, tooltip=a.help, id=a.id, key_display=KEY_DISPLAY.get(a.key))
+        for a in ACTIONS]
     out += [Binding(p.key, f"show_panel('{p.id}')", p.title, show=False, id=f"panel-{p.id}",
                     tooltip=f"Show the {p.title} panel") for p in PANELS]
     return out
 
 
-class MainScreen(MainActions, TpmWorkers, Screen):
+class MainScreen(MainActions, Screen[None]):
     BINDINGS = _bindings()
 
     def __init__(self, source: Source, export_dir: str = ".") -> None:

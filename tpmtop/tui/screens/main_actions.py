@@ -3,7 +3,7 @@ view-model (``self.dash``) or a worker; refused keys say why (tpmtop.tui.availab
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual.events import Key
 from textual.widgets import DataTable
@@ -11,29 +11,34 @@ from textual.widgets import DataTable
 from tpmtop.sessions.modes import ENGINES, MODES, OPS
 from tpmtop.tui.actions import ACTIONS
 from tpmtop.tui.availability import KEY_ACTIONS, allowed, refused_why
+from tpmtop.tui.screens.workers import TpmWorkers
 from tpmtop.tui.widgets.handles import HandlesPanel
 from tpmtop.tui.widgets.stream import StreamPanel, StreamView
 from tpmtop.tui.widgets.table import KeyedTable
 
 if TYPE_CHECKING:
-    from textual.screen import Screen
-
     from tpmtop.sources.protocol import Capabilities
     from tpmtop.viewmodel.dashboard import Dashboard
-
-    _Base = Screen[Any]
-else:
-    _Base = object
+    from tpmtop.viewmodel.frame import Frame
 
 FLUSHABLE_TOPS = (0x80, 0x02, 0x03)  # transient objects, HMAC and policy sessions
 
 
-class MainActions(_Base):
+class MainActions(TpmWorkers):
+    """A part of :class:`~tpmtop.tui.screens.main.MainScreen` (with its workers)."""
+
     dash: Dashboard
-    caps: Capabilities
     compact: bool
     active_panel: str
     panels: list[str]
+
+    if TYPE_CHECKING:  # MainScreen's
+        @property
+        def caps(self) -> Capabilities: ...
+        def show(self, frame: Frame) -> None: ...
+        def refresh_all(self) -> None: ...
+        def workers_in_group(self, group: str) -> bool: ...
+        def action_show_panel(self, pid: str) -> None: ...
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # Textual 8: False hides the binding, None shows it disabled. A key refused here is

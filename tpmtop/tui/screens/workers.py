@@ -29,8 +29,11 @@ class TpmWorkers(_Base):
     """Mixed into :class:`~tpmtop.tui.screens.main.MainScreen`, which provides ``source``
     (the view-model's) and ``export_dir``."""
 
-    source: Source
     export_dir: str
+
+    if TYPE_CHECKING:
+        @property
+        def source(self) -> Source: ...
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="poll", description="poll the TPM")
     def poll_tpm(self) -> None:

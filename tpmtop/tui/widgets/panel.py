@@ -27,9 +27,10 @@ class Panel(Vertical):
         by the table gets its part from ``frame.parts`` under its id."""
         part = frame.parts.get(self.id or "")
         if part is not None:
-            self.show(part)
+            self.show_part(part)
 
-    def show(self, part: Any) -> None:
+    def show_part(self, part: Any) -> None:
+        """A table-added panel's part (what its rows builder returned)."""
         raise NotImplementedError
 
 
