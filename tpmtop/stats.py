@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
@@ -78,16 +79,16 @@ class LatencyHistogram:
     def count(self) -> int:
         with self._lock:
             self._drain()
-            return self._h.get_total_count()
+            return int(self._h.get_total_count())
 
     def percentile_ns(self, p: float) -> int:
         with self._lock:
             self._drain()
             if self._h.get_total_count() == 0:
                 return 0
-            return self._h.get_value_at_percentile(p)
+            return int(self._h.get_value_at_percentile(p))
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """``{"count", "p50", "p90", "p99", "max", "mean"}`` in microseconds (floats)."""
         with self._lock:
             self._drain()
@@ -104,7 +105,7 @@ class LatencyHistogram:
                 "mean": round(self._sum_ns / n / 1000, 3),
             }
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """A capture's latency member: :meth:`summary` with ``histogram`` (:meth:`buckets`)."""
         return self.summary() | {"histogram": self.buckets()}
 

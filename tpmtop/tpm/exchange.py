@@ -15,7 +15,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from tpmtop.tpm.interrupts import held
 
@@ -53,7 +53,7 @@ USER = Labels()
 _LABELS: ContextVar[Labels] = ContextVar("tpmtop_labels", default=USER)
 # When set, (command code, wire ns) of each exchange is appended: the session engine sums an
 # operation's wire time from it. A list per operation, owned by the job that set it.
-_WIRE_LOG: ContextVar[list | None] = ContextVar("tpmtop_wire_log", default=None)
+_WIRE_LOG: ContextVar[list[tuple[int | None, int]] | None] = ContextVar("tpmtop_wire_log", default=None)
 
 
 def current_labels() -> Labels:
@@ -75,22 +75,22 @@ class _Scope:
 
     __slots__ = ("var", "value", "token")
 
-    def __init__(self, var: ContextVar, value) -> None:
+    def __init__(self, var: ContextVar[Any], value: Any) -> None:
         self.var, self.value = var, value
 
-    def __enter__(self):
+    def __enter__(self) -> Any:
         _HELD.__enter__()  # first: from here on a signal is noted, not raised
         self.token = self.var.set(self.value)
         return self.value
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         try:
             self.var.reset(self.token)
         finally:
             _HELD.__exit__(*exc)  # raises a signal noted inside the scope, now that it is undone
 
 
-def labelled(labels: Labels | None = None, **changes) -> _Scope:
+def labelled(labels: Labels | None = None, **changes: Any) -> _Scope:
     """Stamp every exchange sent in this scope (on this thread/context) with ``labels``
     (or the current labels with ``changes``)."""
     lab = labels if labels is not None else _LABELS.get()
@@ -99,7 +99,7 @@ def labelled(labels: Labels | None = None, **changes) -> _Scope:
     return _Scope(_LABELS, lab)
 
 
-def wire_log(log: list) -> _Scope:
+def wire_log(log: list[Any]) -> _Scope:
     return _Scope(_WIRE_LOG, log)
 
 

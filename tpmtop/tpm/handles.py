@@ -8,7 +8,7 @@ from enum import StrEnum
 from tpm2_pytss.constants import TPM2_HR, TPM2_HT
 
 from tpmtop.errors import UsageError
-from tpmtop.tpm.commands import flush_context, get_handles
+from tpmtop.tpm.commands import Transacts, flush_context, get_handles
 
 
 class HandleKind(StrEnum):
@@ -48,7 +48,7 @@ class HandleEntry:
         return d
 
 
-def list_handles(transport, owned: set[int] | None = None) -> list[HandleEntry]:
+def list_handles(transport: Transacts, owned: set[int] | None = None) -> list[HandleEntry]:
     owned = owned or set()
     out: list[HandleEntry] = []
     for first, kind in CATEGORIES:
@@ -97,6 +97,6 @@ def check_flushable(handle: int) -> None:
         raise UsageError(f"0x{handle:08x} is not a transient object or a session and cannot be flushed")
 
 
-def flush(transport, handle: int) -> None:
+def flush(transport: Transacts, handle: int) -> None:
     check_flushable(handle)
     flush_context(transport, handle)

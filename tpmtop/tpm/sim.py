@@ -46,10 +46,10 @@ def _set_pdeathsig() -> None:  # runs in the child between fork and exec
 class Swtpm:
     binary = "swtpm"
 
-    def __init__(self, state_dir: str | None = None):
+    def __init__(self, state_dir: str | None = None) -> None:
         self._own_dir = state_dir is None
         self.state_dir = state_dir
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.data: socket.socket | None = None
         self.ctrl: socket.socket | None = None
         self._lock = threading.Lock()
@@ -177,7 +177,7 @@ class Swtpm:
     def __enter__(self) -> Swtpm:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

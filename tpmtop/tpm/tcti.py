@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -93,17 +94,17 @@ def parse_host_port(conf: str, default_port: int) -> tuple[str, int]:
     return host, port
 
 
-def choose(tcti: str | None, sim: bool, env: dict | None = None, raw_device: bool = False,
+def choose(tcti: str | None, sim: bool, env: Mapping[str, str] | None = None, raw_device: bool = False,
            device: str = DEFAULT_DEVICE) -> Target:
-    env = os.environ if env is None else env
+    environ: Mapping[str, str] = os.environ if env is None else env
     if sim and tcti:
         raise UsageError("--sim and -T/--tcti contradict each other: pick one")
     if sim:
         return Target(TargetKind.SIM, source="--sim")
     if tcti:
         t = parse_tcti(tcti, "-T")
-    elif env.get("TPM2TOOLS_TCTI"):
-        t = parse_tcti(env["TPM2TOOLS_TCTI"], "TPM2TOOLS_TCTI")
+    elif environ.get("TPM2TOOLS_TCTI"):
+        t = parse_tcti(environ["TPM2TOOLS_TCTI"], "TPM2TOOLS_TCTI")
     else:
         if os.path.exists(device):
             if os.access(device, os.R_OK | os.W_OK):
