@@ -13,9 +13,10 @@ Layer: capture (beside capture.py). No Textual.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 
-def attach_raw_bytes(cap: dict, events: list, t0_ns: int) -> int:
+def attach_raw_bytes(cap: dict[str, Any], events: list[Any], t0_ns: int) -> int:
     """Add the bytes the recorder kept to ``cap["events"]`` (built from ``events`` with
     ``events_json(events, t0_ns)``); returns how many events got them."""
     rows = cap.get("events") or []
