@@ -15,9 +15,8 @@ No dependencies (the lowest layer: anyone may import it).
 
 from __future__ import annotations
 
-from typing import Any
-
 import re
+from typing import Any
 
 # C0 controls, DEL, C1 controls; Unicode format characters that reorder or hide text.
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")

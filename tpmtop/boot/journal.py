@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import NoReturn
 
 from tpmtop.boot.badline import bad_line
 from tpmtop.boot.dmesg import KIND_TEXT, classify
@@ -120,7 +121,7 @@ def _key(ident: str, msg: str) -> str:
     return ident + ": " + _NUMBER.sub("N", msg).strip()
 
 
-def _fail(path: str, lineno: int, why: str, line: str):
+def _fail(path: str, lineno: int, why: str, line: str) -> NoReturn:
     raise bad_line(path, lineno, why, line)
 
 

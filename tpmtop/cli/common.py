@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Set
 from contextlib import contextmanager
 
 from tpmtop.errors import UsageError
@@ -52,7 +53,7 @@ def _finite(obj):
     return obj
 
 
-def table(rows: list[list[str]], header: list[str], right: set[int] = frozenset()) -> str:
+def table(rows: list[list[str]], header: list[str], right: Set[int] = frozenset()) -> str:
     widths = [len(h) for h in header]
     for r in rows:
         for i, c in enumerate(r):

@@ -105,7 +105,8 @@ def capture_from_exchanges(exchanges: list[ObservedExchange], *, origin: str, so
     runs = []
     for org, evs in per_origin.items():
         # host_us stays empty: nothing is known about the client's side of observed traffic
-        op_h, zero, per_cc = LatencyHistogram(), LatencyHistogram(), {}
+        op_h, zero = LatencyHistogram(), LatencyHistogram()
+        per_cc: dict[str, LatencyHistogram] = {}
         errors = 0
         counts: dict[str, int] = {}
         for e, answered in evs:

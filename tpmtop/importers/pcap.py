@@ -156,7 +156,7 @@ def _looks_like_command(data: bytes) -> bool:
 
 def _split_raw(data: bytes) -> tuple[list[tuple[int, int]], str | None]:
     """``[(start, end)]`` of the TPM messages in a raw stream, and why it stopped early."""
-    out = []
+    out: list[tuple[int, int]] = []
     off = 0
     while off + 10 <= len(data):
         tag, size = struct.unpack_from(">HI", data, off)
@@ -171,7 +171,7 @@ def _split_raw(data: bytes) -> tuple[list[tuple[int, int]], str | None]:
 
 def _mssim_commands(data: bytes) -> tuple[list[tuple[int, int]], str | None, int]:
     """Commands in a client stream with the simulator framing; also the number of handshakes."""
-    out = []
+    out: list[tuple[int, int]] = []
     off = 0
     handshakes = 0
     while off + 4 <= len(data):
@@ -196,7 +196,7 @@ def _mssim_commands(data: bytes) -> tuple[list[tuple[int, int]], str | None, int
 
 
 def _mssim_responses(data: bytes, handshakes: int) -> tuple[list[tuple[int, int]], str | None]:
-    out = []
+    out: list[tuple[int, int]] = []
     off = 12 * handshakes  # each handshake answer: server version, flags, acknowledgement
     while off + 4 <= len(data):
         size = int.from_bytes(data[off:off + 4], "big")

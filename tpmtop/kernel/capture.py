@@ -45,7 +45,9 @@ def op_runs(ops: list[KernelOp], mode: str | None) -> list[dict]:
     runs = []
     for kind in dict.fromkeys(op.kind for op in ops):
         mine = [op for op in ops if op.kind == kind]
-        total, wire, host, per_cc, counts = LatencyHistogram(), LatencyHistogram(), LatencyHistogram(), {}, {}
+        total, wire, host = LatencyHistogram(), LatencyHistogram(), LatencyHistogram()
+        per_cc: dict[str, LatencyHistogram] = {}
+        counts: dict[str, int] = {}
         errors = 0
         for op in mine:
             total.record(op.total_ns)
@@ -95,13 +97,13 @@ def kernel_capture(commands: list[KernelCommand], ops: list[KernelOp], t0_unix_n
                         "setups": sum(1 for c in op.commands if c.cc in (0x161, 0x176, 0x165))})
     cap["ops"] = op_list
     # the events of an operation name it (events are in time order, as the commands were)
-    member = {}
+    member: dict[int, KernelOp] = {}
     for op in ops:
         for c in op.commands:
             member[id(c)] = op
     by_time = sorted(commands, key=lambda c: c.t_ns)
     for e, kc in zip(cap["events"], by_time, strict=False):
-        op = member.get(id(kc))
-        if op is not None:
-            e.update(engine=ENGINE, mode=mode or "unknown", op=op.kind, op_seq=seq_of[op.id])
+        in_op = member.get(id(kc))
+        if in_op is not None:
+            e.update(engine=ENGINE, mode=mode or "unknown", op=in_op.kind, op_seq=seq_of[in_op.id])
     return cap

@@ -69,7 +69,7 @@ def read_lines(path: str | int, stop: Callable[[], bool], poll_s: float = 0.2) -
     ``tail -f``), until ``stop()`` says so (checked every ``poll_s``). A batch is what one
     read returned: a busy kernel's lines are handled a read at a time."""
     own = not isinstance(path, int)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK) if own else path
+    fd = path if isinstance(path, int) else os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     lines = _Lines()
     try:
         while not stop():

@@ -10,7 +10,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Iterable
 from importlib import resources
+from typing import Any, cast
 
 from tpmtop import strictjson
 from tpmtop.errors import UsageError
@@ -77,9 +79,10 @@ def validate(doc, label: str) -> None:
                     raise UsageError(f"profile {label}: {here}.histogram: all counts are zero")
 
 
-def _non_finite(obj, path: str = "") -> str | None:
+def _non_finite(obj: Any, path: str = "") -> str | None:
     if isinstance(obj, float):
         return None if obj - obj == 0.0 else (path or "(top level)")
+    items: Iterable[tuple[Any, Any]]
     if isinstance(obj, dict):
         items = obj.items()
     elif isinstance(obj, list):
@@ -109,7 +112,9 @@ def from_json(doc: dict, label: str = "(document)", origin: str | None = None) -
     from tpmtop.textsafe import safe_tree
 
     doc = safe_tree(doc)  # from a file: its strings are shown (profile show, headers) as they are
-    cmds = {_cc_of(k): {v: Figure.from_json(f) for v, f in entry.items()} for k, entry in doc["commands"].items()}
+    # Every key names a command (validate() refused the others).
+    cmds = {cast(int, _cc_of(k)): {v: Figure.from_json(f) for v, f in entry.items()}
+            for k, entry in doc["commands"].items()}
     return Profile(name=doc["name"], chip=dict(doc["chip"]), commands=cmds, description=doc.get("description", ""),
                    created=doc.get("created"), notes=list(doc.get("notes", [])), origin=origin)
 

@@ -84,7 +84,7 @@ class Figure:
 
     def _hist_quantile(self, u: float) -> float:
         """Inverse CDF of the histogram, uniform inside each bucket."""
-        h = self.histogram
+        h = self.histogram or []  # called only when there is one (sample)
         total = sum(c for _, c in h)
         cum, acc = [], 0.0
         for _, c in h:

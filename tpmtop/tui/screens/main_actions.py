@@ -189,7 +189,10 @@ class MainActions(TpmWorkers):
         self.query_one(StreamPanel).open_filter()
 
     def action_next_theme(self) -> None:
-        self.app.cycle_theme()
+        from tpmtop.tui.app import TpmtopApp
+
+        if isinstance(self.app, TpmtopApp):
+            self.app.cycle_theme()
 
     def action_show_boot(self) -> None:
         # Installed once: the report is built the first time only ('r' on that screen rebuilds).

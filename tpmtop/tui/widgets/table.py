@@ -119,7 +119,8 @@ class KeyedTable(DataTable):
         GROW = -1  # the first column's extra width, ranked like a column
         items = list(range(len(self._all))) + ([GROW] if self._want_w > self._all[0][2] else [])
         rank = lambda i: (i != 0, self._grow_priority if i == GROW else self._all[i][3])  # noqa: E731
-        shown, used, first_w = [], 0, self._all[0][2]
+        shown: list[int] = []
+        used, first_w = 0, self._all[0][2]
         for i in sorted(items, key=rank):
             if i == GROW:
                 extra = min(self._want_w - first_w, budget - used)
