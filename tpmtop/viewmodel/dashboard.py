@@ -151,11 +151,8 @@ class Dashboard:
 
     # -- the parts -----------------------------------------------------------------------------
     def header(self) -> HeaderView:
-        h = self.source.header()
         live = self.caps.live
-        return HeaderView(h.state, h.identity, h.tcti, h.simulated, h.engine, h.mode, h.op,
-                          self._ops_per_s if live else None, h.rate, h.extra, h.profile, h.marker,
-                          self.cpu.text() if live else "")
+        return HeaderView(self.source.header(), self._ops_per_s if live else None, self.cpu.text() if live else "")
 
     def stats(self, modes_width: int) -> StatsView | None:
         src = self.source

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from tpmtop.sources.protocol import TimingsView
+from tpmtop.sources.protocol import HeaderInfo, TimingsView
 from tpmtop.sources.rows.handles import HandleRow
 from tpmtop.sources.rows.latency import ErrorBook
 from tpmtop.sources.rows.modes import CompareRow, TimelinePoint
@@ -36,18 +36,11 @@ class Notice:
 
 @dataclass(frozen=True)
 class HeaderView:
-    state: str
-    identity: str
-    tcti: str
-    simulated: bool
-    engine: str
-    mode: str
-    op: str
+    """What the source says of itself, and what the view-model measured: the rate of
+    operations and tpmtop's own CPU (live sources only)."""
+
+    info: HeaderInfo
     ops_per_s: float | None
-    rate: str = ""
-    extra: str = ""
-    profile: str | None = None
-    marker: str = ""
     cpu: str = ""
 
 

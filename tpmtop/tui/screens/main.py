@@ -165,12 +165,12 @@ class MainScreen(MainActions, Screen[None]):
 
     def show(self, frame: Frame) -> None:
         """Each panel draws its part; the header and the notices are the screen's."""
-        h = frame.header
-        if h is not None:
+        if frame.header is not None:
+            h = frame.header.info
             self.query_one(StatusHeader).show(
                 state=h.state, identity=h.identity, tcti=h.tcti, simulated=h.simulated, engine=h.engine,
-                mode=h.mode, op=h.op, ops_per_s=h.ops_per_s, rate=h.rate, extra=h.extra, profile=h.profile,
-                marker=h.marker, cpu=h.cpu)
+                mode=h.mode, op=h.op, ops_per_s=frame.header.ops_per_s, rate=h.rate, extra=h.extra,
+                profile=h.profile, marker=h.marker, cpu=frame.header.cpu)
         for p in PANELS:
             self.query_one(f"#{p.id}", Panel).show_frame(frame)
         if frame.clients is not None:
