@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from tpmtop.sources.protocol import Capabilities
+from tpmtop.sources.protocol import Capabilities, Source
 from tpmtop.tui.widgets.clients import ClientsPanel
 from tpmtop.tui.widgets.handles import HandlesPanel
 from tpmtop.tui.widgets.latency import LatencyPanel
@@ -43,7 +43,7 @@ class PanelSpec:
     group: Group
     widget: type[Panel]
     help: str  # "Reading the panels" in the help screen
-    rows: Callable[[Any], Any] | None = None  # Dashboard -> this panel's part (Frame.parts), for new panels
+    rows: Callable[[Source], Any] | None = None  # the source -> this panel's part (Frame.parts), for new panels
 
 
 PANELS: tuple[PanelSpec, ...] = (

@@ -37,10 +37,10 @@ CONTEXT_CCS = (0x161, 0x162, 0x165)  # ContextLoad, ContextSave, FlushContext: t
 
 
 class Dashboard:
-    """One per dashboard screen. ``part_builders``: panel id -> a function of this object
-    that returns that panel's part (:attr:`Frame.parts`), for panels the table adds."""
+    """One per dashboard screen. ``part_builders``: panel id -> a function of the source that
+    returns that panel's part (:attr:`Frame.parts`, once a second), for panels the table adds."""
 
-    def __init__(self, source: Source, part_builders: dict[str, Callable[[Dashboard], Any]] | None = None,
+    def __init__(self, source: Source, part_builders: dict[str, Callable[[Source], Any]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.source = source
         self.caps = source.caps
@@ -104,7 +104,7 @@ class Dashboard:
             stats = self.stats(modes_width)
             handles = self.handles(notices)
             clients = self.clients(notices, compact)
-            parts = {pid: build(self) for pid, build in self.part_builders.items()}
+            parts = {pid: build(self.source) for pid, build in self.part_builders.items()}
         err = src.workload_error
         if err and err != self._notified_error:
             notices.append(Notice(err, "workload", Severity.ERROR if not src.running else Severity.WARNING, 8))
@@ -137,8 +137,9 @@ class Dashboard:
         """The frame a screen opens on (and redraws after a key changed what is shown)."""
         self._stats_dirty = True
         notices: list[Notice] = []
+        parts = {pid: build(self.source) for pid, build in self.part_builders.items()}
         return Frame(self.header(), self.replayed_stream(notices), self.stats(modes_width) if self.caps.timings
-                     else None, self.handles(notices) if self.caps.handles else None, None, {}, tuple(notices))
+                     else None, self.handles(notices) if self.caps.handles else None, None, parts, tuple(notices))
 
     def replayed_stream(self, notices: list[Notice]) -> StreamPart | None:
         """A capture's whole stream, once (its failure patterns with it)."""
