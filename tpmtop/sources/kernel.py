@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tpmtop.sources.numbers import buckets_of, summary_of
-from tpmtop.sources.passive import Sysfs
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase, TimingsView
 from tpmtop.sources.rows.latency import CommandRow, op_rows
 from tpmtop.sources.runs import RunView, run_from_account
+from tpmtop.sources.sysfs import Sysfs
 from tpmtop.textsafe import counted
 
 if TYPE_CHECKING:

@@ -15,14 +15,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from tpmtop.errors import TpmConnectionError, TpmtopError, UsageError
 from tpmtop.sessions.modes import ENGINES, MODES, OPS, Engine, Mode, Op
 from tpmtop.sources.live_workload import PauseCause, WorkloadDriver
 from tpmtop.sources.pacing import DEFAULT_RATE, burst_size, pacing_json
-from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase, TimingsView
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, PollResult, SourceBase, TimingsView
 from tpmtop.sources.runs import RunView
 from tpmtop.tpm.exchange import Origin
 from tpmtop.tpm.tcti import TargetKind
@@ -31,14 +30,6 @@ if TYPE_CHECKING:
     from tpmtop.recorder import Recorder
     from tpmtop.tpm.connection import TpmConnection
     from tpmtop.tpm.handles import HandleEntry
-
-
-@dataclass
-class PollResult:
-    entries: list[HandleEntry]
-    var: dict[str, int]
-    t: float  # monotonic time of the poll
-    seq: int = 0  # the recorder's last command when the poll ran (the TPM's list is as of it)
 
 
 class LiveSource(WorkloadDriver, SourceBase):

@@ -22,8 +22,8 @@ from tpmtop.sources.runs import RunView
 
 if TYPE_CHECKING:
     from tpmtop.recorder import Recorder
-    from tpmtop.sources.live import PollResult
-    from tpmtop.sources.passive import Sysfs
+    from tpmtop.sources.sysfs import Sysfs
+    from tpmtop.tpm.handles import HandleEntry
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,14 @@ class Capabilities:
     sysfs: bool = False  # a kernel worth reading (System panel): --passive, or a TPM device node
     clients: bool = False  # who else uses the TPM: a proxy's clients, or a device's holders (Clients)
     why_not: str = ""  # said when a key is refused: "replay shows a capture: nothing to change"
+
+
+@dataclass
+class PollResult:
+    entries: list[HandleEntry]
+    var: dict[str, int]
+    t: float  # monotonic time of the poll
+    seq: int = 0  # the recorder's last command when the poll ran (the TPM's list is as of it)
 
 
 @dataclass

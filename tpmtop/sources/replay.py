@@ -10,14 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase, TimingsView
 from tpmtop.sources.rows.latency import command_rows_run, op_rows
-from tpmtop.sources.rows.stream import StreamRow, rc_not_traced, stream_row_from_dict
+from tpmtop.sources.rows.stream import MAX_STREAM_ROWS, StreamRow, rc_not_traced, stream_row_from_dict
 from tpmtop.sources.runs import RunView, run_from_capture
 
 if TYPE_CHECKING:
     from tpmtop.capture import CaptureReader
     from tpmtop.capture.model import EventLine
 
-MAX_STREAM_ROWS = 100_000  # as many as the recorder's ring keeps live
 
 
 def load(path: str | Path) -> dict[str, Any]:

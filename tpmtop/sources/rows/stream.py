@@ -14,6 +14,7 @@ from tpmtop.tpm.exchange import Origin
 if TYPE_CHECKING:
     from tpmtop.recorder import Event
 
+MAX_STREAM_ROWS = 100_000  # a capture's newest events shown (as many as the recorder's ring keeps live)
 CC_FLUSH_CONTEXT = 0x165  # its handle is a parameter, not in the handle area
 
 
@@ -201,8 +202,6 @@ def command_bytes(source: Any, row: StreamRow) -> tuple[bytes | None, bytes | No
             return None, None, "the recorder no longer keeps this command's bytes (only the newest ones)"
         return bytes(ev.command), bytes(ev.response) if ev.response is not None else None, ""
     if not source.caps.live:
-        from tpmtop.sources.replay import MAX_STREAM_ROWS
-
         # the replay source numbers the rows it shows: the last MAX_STREAM_ROWS events
         events = source.events()[-MAX_STREAM_ROWS:]
         try:

@@ -189,9 +189,9 @@ class MainActions(TpmWorkers):
         self.query_one(StreamPanel).open_filter()
 
     def action_next_theme(self) -> None:
-        from tpmtop.tui.app import TpmtopApp
+        from tpmtop.tui.themes import CyclesThemes
 
-        if isinstance(self.app, TpmtopApp):
+        if isinstance(self.app, CyclesThemes):
             self.app.cycle_theme()
 
     def action_show_boot(self) -> None:
