@@ -31,7 +31,7 @@ from tpmtop.bench import BenchPlan, run_bench  # noqa: E402
 from tpmtop.connect import open_tpm  # noqa: E402
 from tpmtop.profiles import load_profile  # noqa: E402
 from tpmtop.profiles.apply import apply_profile  # noqa: E402
-from tpmtop.profiles.model import has_hmac_session  # noqa: E402
+from tpmtop.profiles.profile import has_hmac_session  # noqa: E402
 from tpmtop.tpm import names, wire  # noqa: E402
 from tpmtop.tpm.holdclock import sleep_until  # noqa: E402
 

@@ -17,11 +17,11 @@ from tpmtop.capture import (
     event_row,
     events_json,
     load_capture,
-    model,
     read,
     validate_capture,
     write_capture,
 )
+from tpmtop.capture import spec as model
 from tpmtop.capture.write import _canonical
 from tpmtop.errors import TpmError
 

@@ -20,7 +20,7 @@ from tpmtop.connect import open_tpm
 from tpmtop.profiles import load_profile
 from tpmtop.profiles.apply import apply_profile
 from tpmtop.profiles.loader import from_json
-from tpmtop.profiles.model import has_hmac_session
+from tpmtop.profiles.profile import has_hmac_session
 from tpmtop.tpm import names, wire
 
 pytestmark = pytest.mark.skipif(shutil.which("swtpm") is None, reason="swtpm not installed")

@@ -14,7 +14,7 @@ import platform
 import socket
 from typing import Any
 
-from tpmtop.capture.model import SCHEMA_ID
+from tpmtop.capture.spec import SCHEMA_ID
 
 
 def capture_head(tpm: dict[str, Any], runs: list[dict[str, Any]], *, cpus: bool = True) -> dict[str, Any]:

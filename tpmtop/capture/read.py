@@ -1,7 +1,7 @@
 """Reading a ``tpmtop.capture/1`` file: streamed, validated, one line per error.
 
 A capture is the unit that leaves the machine (a bug report, ``tpmtop compare``, Perfetto,
-Prometheus), so every reader validates it (:mod:`tpmtop.capture.model`) and a bad file is one
+Prometheus), so every reader validates it (:mod:`tpmtop.capture.spec`) and a bad file is one
 line naming the first offending path (exit status 2), never a traceback.
 
 Size: a capture with ``--events`` holds one object per TPM command, ~250 bytes each, so a
@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 
 from tpmtop import strictjson
-from tpmtop.capture.model import (
+from tpmtop.capture.spec import (
     EVENT_KEYS,
     OP_KEYS,
     CaptureError,
@@ -141,7 +141,7 @@ class CaptureReader:
 
     ``on_event(row)`` / ``on_op(row)``: called for each element (rows as documented above);
     when a callback is None the elements are kept as dicts in the returned document.
-    ``typed=True``: the callbacks get :class:`~tpmtop.capture.model.EventLine` /
+    ``typed=True``: the callbacks get :class:`~tpmtop.capture.spec.EventLine` /
     ``OpLine`` objects instead of rows of JSON text (their ``handles``/``sessions`` are raw
     JSON, ``msgspec.Raw``).
 
@@ -275,7 +275,7 @@ class CaptureReader:
 
     def _not_finite(self, token: str, where: str) -> None:
         # Parse the value again, leniently, only to name the member that holds the number.
-        from tpmtop.capture.model import _non_finite, path_text
+        from tpmtop.capture.spec import _non_finite, path_text
 
         try:
             v, _ = json.JSONDecoder().raw_decode(self.buf, self.pos)

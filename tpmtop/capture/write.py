@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from tpmtop.capture.model import EVENT_KEYS, OP_KEYS, SCHEMA_ID, check_element, validate_head
+from tpmtop.capture.spec import EVENT_KEYS, OP_KEYS, SCHEMA_ID, check_element, validate_head
 
 _J = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 

@@ -12,7 +12,7 @@ import json
 import statistics
 
 from tpmtop.errors import UsageError
-from tpmtop.profiles.model import ANY, HMAC_SESSION, NO_SESSION, Figure, Profile, has_hmac_session
+from tpmtop.profiles.profile import ANY, HMAC_SESSION, NO_SESSION, Figure, Profile, has_hmac_session
 from tpmtop.sessions.modes import OP_COMMANDS, Engine, Op
 from tpmtop.tpm import names
 
@@ -104,7 +104,7 @@ def profile_from_capture(path: str, name: str) -> tuple[Profile, list[str]]:
     cc_of: dict = {}
     hmac_of: dict = {}
 
-    def on_event(e) -> None:  # a typed event (tpmtop.capture.model.EventLine)
+    def on_event(e) -> None:  # a typed event (tpmtop.capture.spec.EventLine)
         if e.rc != 0:
             return
         cc = cc_of.get(e.command, -1)

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from tpmtop import strictjson
 from tpmtop.errors import UsageError
-from tpmtop.profiles.model import SCHEMA_ID, Figure, Profile
+from tpmtop.profiles.profile import SCHEMA_ID, Figure, Profile
 
 BUILTIN = ("slb9670",)
 

@@ -8,7 +8,7 @@ a PCR_Read, which uses no session; it is read rarely all the same. No Textual he
 
 from __future__ import annotations
 
-from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase
+from tpmtop.sources.protocol import UNSET, Capabilities, HeaderInfo, SourceBase
 from tpmtop.sources.sysfs import Sysfs
 
 
@@ -18,7 +18,7 @@ class PassiveSource(SourceBase):
     caps = Capabilities("passive", sysfs=True,
                         why_not="--passive sends nothing to the TPM: only sysfs and securityfs are read")
 
-    mode = "-"
+    mode = UNSET
 
     def __init__(self, sysfs: Sysfs | None = None, interval: float = 1.0, note: str | None = None) -> None:
         super().__init__()
@@ -32,6 +32,6 @@ class PassiveSource(SourceBase):
         there = self.sysfs.tpm_dir.is_dir()
         return HeaderInfo(state="passive", identity="kernel TPM (not contacted)" if there else
                           f"no TPM here (no {self.sysfs.tpm_dir})", tcti=self.tcti, simulated=False,
-                          engine="-", mode="-", op="-", extra="no TPM traffic: sysfs and securityfs only",
+                          engine=UNSET, mode=UNSET, op=UNSET, extra="no TPM traffic: sysfs and securityfs only",
                           marker=self.note.removeprefix("sysfs only, ") if self.note else "",
                           tooltip=self.note)

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from tpmtop.tpm.handles import HandleEntry
 
 
+UNSET = "-"  # no engine, mode or op: a source without runs (passive, an empty capture); shown as is
+
+
 @dataclass(frozen=True)
 class Capabilities:
     state_word: str  # the header's state when the source has no running/paused state of its own
@@ -133,7 +136,7 @@ class Source(Protocol):
 class SourceBase:
     """The defaults: a source that shows something and can change nothing."""
 
-    engine = op = "-"
+    engine = op = UNSET
     recorder: Recorder | None = None
     connected = True
     running = False

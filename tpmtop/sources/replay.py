@@ -8,14 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase, TimingsView
+from tpmtop.sources.protocol import UNSET, Capabilities, HeaderInfo, SourceBase, TimingsView
 from tpmtop.sources.rows.latency import command_rows_run, op_rows
 from tpmtop.sources.rows.stream import MAX_STREAM_ROWS, StreamRow, rc_not_traced, stream_row_from_dict
 from tpmtop.sources.runs import RunView, run_from_capture
 
 if TYPE_CHECKING:
     from tpmtop.capture import CaptureReader
-    from tpmtop.capture.model import EventLine
+    from tpmtop.capture.spec import EventLine
 
 
 
@@ -46,7 +46,7 @@ def _read_tail(reader_cls: type[CaptureReader], path: str | Path) -> dict[str, A
 
 
 def _event_dict(e: EventLine) -> dict[str, Any]:
-    """A typed event (tpmtop.capture.model.EventLine) back into a capture event."""
+    """A typed event (tpmtop.capture.spec.EventLine) back into a capture event."""
     import json
 
     import msgspec
@@ -87,9 +87,9 @@ class ReplaySource(SourceBase):
         # the per-command run that comes first
         first = next((r for r in self._runs if r.engine == "kernel" and r.op == "extend"), None) or \
             (self._runs[0] if self._runs else None)
-        self.engine = first.engine if first else "-"
-        self.mode = first.mode if first else "-"
-        self.op = first.op if first else "-"
+        self.engine = first.engine if first else UNSET
+        self.mode = first.mode if first else UNSET
+        self.op = first.op if first else UNSET
 
     @property
     def tcti(self) -> str:

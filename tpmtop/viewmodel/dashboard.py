@@ -17,7 +17,7 @@ from typing import Any
 
 from tpmtop.sessions.modes import MODES, Engine
 from tpmtop.sources.meters import CpuMeter, RateMeter
-from tpmtop.sources.protocol import Source
+from tpmtop.sources.protocol import UNSET, Source
 from tpmtop.sources.rows.handles import HandleBook
 from tpmtop.sources.rows.latency import ErrorBook
 from tpmtop.sources.rows.modes import comparison, projection_summary, timeline
@@ -330,7 +330,7 @@ class Dashboard:
 
     # -- the boot projection (p) ---------------------------------------------------------------
     def engine_for_projection(self) -> str:
-        return self.source.engine if self.source.engine != "-" else Engine.NATIVE
+        return self.source.engine if self.source.engine != UNSET else Engine.NATIVE
 
     def projection_n(self) -> tuple[int, str]:
         if self.boot_n is not None:
