@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tpmtop.sources.numbers import buckets_of, summary_of
-from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase, TimingsView
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase, SourceKind, TimingsView
 from tpmtop.sources.rows.latency import CommandRow, op_rows
 from tpmtop.sources.runs import RunView, run_from_account
 from tpmtop.sources.sysfs import Sysfs
@@ -38,7 +38,7 @@ class KernelSource(SourceBase):
         self.passive = passive  # started as --passive (which traces where it can)
         self.engine, self.op = ENGINE, "extend"
         self._tcti = str(tap.source_text)
-        self._caps = Capabilities("kernel", live=True, timings=True, export=True, sysfs=tap.this_machine,
+        self._caps = Capabilities(SourceKind.KERNEL, live=True, timings=True, export=True, sysfs=tap.this_machine,
                                   why_not=WHY_NOT)
 
     # -- what the screens read ----------------------------------------------------------------

@@ -21,7 +21,7 @@ from tpmtop.errors import TpmConnectionError, TpmtopError, UsageError
 from tpmtop.sessions.modes import ENGINES, MODES, OPS, Engine, Mode, Op
 from tpmtop.sources.live_workload import PauseCause, WorkloadDriver
 from tpmtop.sources.pacing import DEFAULT_RATE, burst_size, pacing_json
-from tpmtop.sources.protocol import Capabilities, HeaderInfo, PollResult, SourceBase, TimingsView
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, PollResult, SourceBase, SourceKind, TimingsView
 from tpmtop.sources.runs import RunView
 from tpmtop.tpm.exchange import Origin
 from tpmtop.tpm.tcti import TargetKind
@@ -90,7 +90,7 @@ class LiveSource(WorkloadDriver, SourceBase):
     @property
     def caps(self) -> Capabilities:
         ro = self.read_only
-        return Capabilities("live", live=True, handles=True, timings=True, workload=True, changes_tpm=not ro,
+        return Capabilities(SourceKind.LIVE, live=True, handles=True, timings=True, workload=True, changes_tpm=not ro,
                             selects_runs=not ro, export=True, sysfs=self.kernel_device,
                             clients=self.proxy is not None or self.kernel_device,
                             why_not="--read-only: tpmtop sends nothing that changes the TPM" if ro else "")

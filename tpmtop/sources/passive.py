@@ -8,14 +8,14 @@ a PCR_Read, which uses no session; it is read rarely all the same. No Textual he
 
 from __future__ import annotations
 
-from tpmtop.sources.protocol import UNSET, Capabilities, HeaderInfo, SourceBase
+from tpmtop.sources.protocol import UNSET, Capabilities, HeaderInfo, SourceBase, SourceKind
 from tpmtop.sources.sysfs import Sysfs
 
 
 class PassiveSource(SourceBase):
     """``--passive``: no TPM connection at all, only :class:`Sysfs`."""
 
-    caps = Capabilities("passive", sysfs=True,
+    caps = Capabilities(SourceKind.PASSIVE, sysfs=True,
                         why_not="--passive sends nothing to the TPM: only sysfs and securityfs are read")
 
     mode = UNSET

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tpmtop.sources.rows.latency import CommandRow, ErrorBook
@@ -29,9 +30,19 @@ if TYPE_CHECKING:
 UNSET = "-"  # no engine, mode or op: a source without runs (passive, an empty capture); shown as is
 
 
+class SourceKind(StrEnum):
+    """Which kind of source this is (its word in the header when it has no running/paused state)."""
+
+    LIVE = "live"
+    REPLAY = "replay"
+    PASSIVE = "passive"
+    KERNEL = "kernel"
+    NONE = "-"
+
+
 @dataclass(frozen=True)
 class Capabilities:
-    state_word: str  # the header's state when the source has no running/paused state of its own
+    kind: SourceKind
     live: bool = False  # the data changes: the screen re-reads it (recorder, accounts) several times a second
     handles: bool = False  # the TPM's handles and slots can be polled (Handles, Resources)
     timings: bool = False  # there are command timings (Latency, Modes, Stream)

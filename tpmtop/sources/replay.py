@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpmtop.sources.protocol import UNSET, Capabilities, HeaderInfo, SourceBase, TimingsView
+from tpmtop.sources.protocol import UNSET, Capabilities, HeaderInfo, SourceBase, SourceKind, TimingsView
 from tpmtop.sources.rows.latency import command_rows_run, op_rows
 from tpmtop.sources.rows.stream import MAX_STREAM_ROWS, StreamRow, rc_not_traced, stream_row_from_dict
 from tpmtop.sources.runs import RunView, run_from_capture
@@ -59,7 +59,7 @@ def _event_dict(e: EventLine) -> dict[str, Any]:
 
 
 class ReplaySource(SourceBase):
-    caps = Capabilities("replay", timings=True, selects_runs=True,
+    caps = Capabilities(SourceKind.REPLAY, timings=True, selects_runs=True,
                         why_not="replay shows a saved capture: nothing here runs or changes a TPM")
 
     def __init__(self, capture: dict[str, Any], path: str | Path = "capture") -> None:

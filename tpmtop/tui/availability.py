@@ -7,7 +7,7 @@ here instead of another branch in the screen. No widget is touched here.
 
 from __future__ import annotations
 
-from tpmtop.sources.protocol import Capabilities
+from tpmtop.sources.protocol import Capabilities, SourceKind
 from tpmtop.tui.actions import ACTIONS
 
 SELECTS_RUN = {"next_mode", "next_engine", "next_op", "set_mode", "set_engine", "set_op"}
@@ -54,7 +54,7 @@ def allowed(action: str, caps: Capabilities, src, screen) -> bool | None:
 
 def refused_why(action: str, caps: Capabilities, src) -> str:
     if action == "export" and caps.export:  # allowed here, only not yet
-        return ("nothing to export yet: no kernel command seen" if caps.state_word == "kernel"
+        return ("nothing to export yet: no kernel command seen" if caps.kind is SourceKind.KERNEL
                 else "nothing to export yet: the TPM has not answered")
     if caps.why_not and (not caps.changes_tpm or action in SELECTS_RUN):
         return caps.why_not

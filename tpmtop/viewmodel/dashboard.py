@@ -17,7 +17,7 @@ from typing import Any
 
 from tpmtop.sessions.modes import MODES, Engine
 from tpmtop.sources.meters import CpuMeter, RateMeter
-from tpmtop.sources.protocol import UNSET, Source
+from tpmtop.sources.protocol import UNSET, Source, SourceKind
 from tpmtop.sources.rows.handles import HandleBook
 from tpmtop.sources.rows.latency import ErrorBook
 from tpmtop.sources.rows.modes import comparison, projection_summary, timeline
@@ -343,7 +343,7 @@ class Dashboard:
         """(per-command p50s, N, why that N, whose p50s, what an unmeasured one says)."""
         comps = boot_components(self.source.runs(), self.engine_for_projection())
         n, why = self.projection_n()
-        kernel = self.caps.state_word == "kernel"
+        kernel = self.caps.kind is SourceKind.KERNEL
         if kernel:
             where = "the kernel's own per-command p50s"
         else:
