@@ -38,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from machine import describe  # noqa: E402 - benchmarks/machine.py
 
+from tpmtop.sessions.modes import MODES  # noqa: E402 - after the path above
+
 
 async def live_ratio(src, pilot, rate: float, seconds: float) -> tuple[float | None, dict]:
     """per-command p50 / none p50 as the Modes panel computes it, at ``rate``."""
@@ -197,7 +199,7 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--mode", default="none", choices=("none", "per-command", "reuse", "saved"))
+    ap.add_argument("--mode", default="none", choices=MODES)
     ap.add_argument("--presses", type=int, default=5, help="presses per key")
     ap.add_argument("--rate", type=float, default=0.0, help="workload ops/s (default 0: unpaced, the worst case)")
     ap.add_argument("--ratio-seconds", type=float, default=1.5, help="per mode and round, for the live ratio")

@@ -305,7 +305,8 @@ class Dashboard:
     def next_value(self, what: str, values: tuple[str, ...]) -> str:
         """The engine, mode or op after the current one (a capture's own, in replay)."""
         values = tuple(self.source.values(what)) or values
-        cur = getattr(self.source, what)
+        src = self.source
+        cur = {"engine": src.engine, "mode": src.mode, "op": src.op}[what]
         return values[(values.index(cur) + 1) % len(values)] if cur in values else values[0]
 
     def reset(self) -> None:
