@@ -27,7 +27,8 @@ test-stress: bootstrap
 test-kernel-vm: bootstrap
 	KERNEL_VM_PYTHON=$(abspath $(PY)) scripts/kernel-vm.sh
 
-bench: bootstrap
+bench:
+	@scripts/bootstrap.sh --bench
 	$(TPMTOP) bench --sim --op extend --modes none,per-command,reuse,saved --engine native,esys -n 200
 
 screenshots: bootstrap

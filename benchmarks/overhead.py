@@ -6,15 +6,19 @@ of PCR 16 with password auth) run interleaved in rounds through:
   (a) tpm2-tss's own swtpm TCTI — no Python in the I/O path (the stock client);
   (b) tpmtop's transport (a PyTCTI over a persistent socket) with recording off;
   (c) the same with recording on (what tpmtop runs).
-Prints median µs per command for each, the recording cost (c vs b) and, last, the
-user-facing figure: c against a.
+(b) and (c) are the same ESAPI context on the same connection, the recorder switched on and
+off every --batch operations in ABBA order (the recorder decodes between batches, as the
+TPM's owner does between jobs): the only difference between them is recording, and a burst
+of load from the neighbours hits both alike. Prints median µs per command for each, the
+recording cost (c vs b) and, last, the user-facing figure: c against a.
 
-    .venv/bin/python benchmarks/overhead.py [--rounds 20] [--per-round 100]
+    .venv/bin/python benchmarks/overhead.py [--rounds 20] [--per-round 100] [--batch 10]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -45,7 +49,18 @@ def digests():
 
 
 def run_ops(esys: ESAPI, k: int, out: dict[str, list[float]]) -> None:
+    """``k`` operations of each workload as one batch, the cyclic GC paused meanwhile as the TPM's
+    owner pauses it during a job (every variant alike): a collection triggered by whichever
+    variant crossed the threshold would otherwise land in a timed call at random."""
     d = digests()
+    gc.disable()
+    try:
+        _run_ops(esys, k, out, d)
+    finally:
+        gc.enable()
+
+
+def _run_ops(esys: ESAPI, k: int, out: dict[str, list[float]], d) -> None:
     for _ in range(k):
         t = time.perf_counter_ns()
         esys.get_random(32)
@@ -59,6 +74,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--per-round", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=10, help="operations per recording state before it flips")
     a = ap.parse_args()
     sw = start_swtpm()
     results = {v: {"GetRandom": [], "PCR_Extend": []} for v in "abc"}
@@ -70,22 +86,25 @@ def main() -> int:
             run_ops(esys, a.per_round, results["a"])
             esys.close()
             tcti.finalize() if hasattr(tcti, "finalize") else None
-            # (b) and (c): tpmtop's transport, recording off then on
-            for variant, enabled in (("b", False), ("c", True)):
-                rec = Recorder()
-                rec.enabled = enabled
-                tr = InstrumentedTransport(SocketBackend(connect_tcp("127.0.0.1", sw.port), "swtpm"), rec)
-                esys = ESAPI(tr)
-                run_ops(esys, a.per_round, results[variant])
-                rec.between_jobs()  # decoding, outside the timed calls (as the TPM's owner does it)
-                esys.close()
-                tr.close()
+            # (b) and (c): tpmtop's transport, recording off and on in ABBA batches
+            rec = Recorder()
+            tr = InstrumentedTransport(SocketBackend(connect_tcp("127.0.0.1", sw.port), "swtpm"), rec)
+            esys = ESAPI(tr)
+            for j in range(max(a.per_round // a.batch, 1)):
+                for variant in ("bc" if j % 2 == 0 else "cb"):
+                    rec.enabled = variant == "c"
+                    run_ops(esys, a.batch, results[variant])
+                    rec.between_jobs()  # decoding, outside the timed calls (as the TPM's owner does it)
+            esys.close()
+            tr.close()
     finally:
         sw.stop()
 
     med = {v: {k: statistics.median(xs) for k, xs in r.items()} for v, r in results.items()}
     print(f"machine: {describe()}")
-    print(f"{a.rounds} rounds x {a.per_round} ops of each workload per variant, interleaved; median µs per ESAPI call")
+    print(f"{a.rounds} rounds x {a.per_round} ops of each workload per variant, interleaved ((b)/(c) in ABBA batches "
+          f"of {a.batch}); median µs per ESAPI call; load average "
+          f"{' '.join(f'{x:.2f}' for x in __import__('os').getloadavg())} at the end")
     print(f"{'workload':<12}{'(a) stock TCTI':>16}{'(b) tpmtop, off':>17}{'(c) tpmtop, on':>16}")
     for k in ("GetRandom", "PCR_Extend"):
         print(f"{k:<12}{med['a'][k]:>16.1f}{med['b'][k]:>17.1f}{med['c'][k]:>16.1f}")
@@ -94,11 +113,11 @@ def main() -> int:
         return 100.0 * (sum(med[x].values()) - sum(med[y].values())) / sum(med[y].values())
 
     mean = {v: sum(statistics.fmean(xs) for xs in r.values()) for v, r in results.items()}
-    print(f"recording alone (c vs b): {pct('c', 'b'):+.1f}% median (target ≤ 3 %); "
+    print(f"recording alone (c vs b): {pct('c', 'b'):+.1f}% median (target ≤ 2 %); "
           f"{100 * (mean['c'] - mean['b']) / mean['b']:+.1f}% mean (on the round trip the recorder only "
           f"appends the exchange; it decodes between jobs)")
     print(f"overhead: {pct('c', 'a'):+.1f}% per command for an ESAPI client on tpmtop's transport with "
-          f"recording on, against tpm2-tss's swtpm TCTI (target ≤ +10 %)")
+          f"recording on, against tpm2-tss's swtpm TCTI (target ≤ −40 %)")
     return 0
 
 

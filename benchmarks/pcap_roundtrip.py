@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=2000, help="operations per mode (default 2000)")
     args = ap.parse_args()
     from tpmtop.capture import load_capture
-    from tpmtop.tpm import decode
+    from tpmtop import decode
 
     with tempfile.TemporaryDirectory() as d:
         cap = Path(d) / "bench.json"

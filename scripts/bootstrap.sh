@@ -3,9 +3,13 @@
 # it only checks for commands/headers and compares a stamp of pyproject.toml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# --test: also what only the test suite needs (tshark, to check the pcapng export)
+# --test: also what only the test suite needs (tshark, to check the pcapng export; prometheus)
+# --bench: also what only benchmarks/ need (tpm2-abrmd and dbus-daemon, the comparison in
+#          benchmarks/proxy.py; py-spy, the sampling profiler) — implies --test
 for_tests=0
+for_bench=0
 [ "${1:-}" = "--test" ] && for_tests=1
+[ "${1:-}" = "--bench" ] && for_tests=1 && for_bench=1
 
 need_pkgs=()
 command -v swtpm >/dev/null 2>&1 || need_pkgs+=(swtpm)
@@ -17,6 +21,13 @@ if ! pkg-config --exists tss2-esys 2>/dev/null; then need_pkgs+=(libtss2-dev); f
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then need_pkgs+=(python3-venv); fi
 # tpm2-tss's pcap: TCTI (tests record tpm2-tools traffic with it)
 if ((for_tests)) && ! ls /usr/lib/*/libtss2-tcti-pcap.so.0 >/dev/null 2>&1; then need_pkgs+=(libtss2-tcti-pcap0); fi
+# tpm2-abrmd on a private D-Bus (the proxy's tests over a resource-managed upstream, and benchmarks/proxy.py)
+if ((for_tests || for_bench)) && [ ! -x /usr/sbin/tpm2-abrmd ]; then need_pkgs+=(tpm2-abrmd); fi
+if ((for_tests || for_bench)) && ! command -v dbus-daemon >/dev/null 2>&1; then need_pkgs+=(dbus-daemon); fi
+if ((for_tests || for_bench)) && ! ls /usr/lib/*/libtss2-tcti-tabrmd.so.0 >/dev/null 2>&1; then need_pkgs+=(libtss2-tcti-tabrmd0); fi
+# Prometheus and promtool: the exporter's tests scrape it with a real Prometheus and check the
+# rules (the Debian package installs a prometheus.service; the tests never start it)
+if ((for_tests)) && ! command -v promtool >/dev/null 2>&1; then need_pkgs+=(prometheus); fi
 if ((for_tests)) && ! command -v tshark >/dev/null 2>&1; then
     need_pkgs+=(tshark)
     # wireshark-common asks whether non-root users may capture: answer no, non-interactively
@@ -29,6 +40,12 @@ if ((${#need_pkgs[@]})); then
     if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
     "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
     "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+    # Debian's prometheus package enables and starts a system Prometheus on :9090; the tests
+    # run their own, so the service that came with the package is stopped and disabled
+    if [[ " ${need_pkgs[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+        echo "bootstrap: disabling the prometheus.service Debian's package started (the tests run their own)" >&2
+        "${SUDO[@]}" systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+    fi
 fi
 
 PY=${PYTHON:-python3}
@@ -42,4 +59,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
     .venv/bin/python -m pip install -q -e '.[test]'
     touch "$stamp"
+fi
+if ((for_bench)) && [ ! -x .venv/bin/py-spy ]; then
+    echo "bootstrap: installing the benchmarks' extras (py-spy) into .venv" >&2
+    .venv/bin/python -m pip install -q -e '.[test,bench]'
 fi

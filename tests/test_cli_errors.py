@@ -94,13 +94,17 @@ CASES = [
     ("kernel", ["--from-trace", "{d}/does-not-exist.txt"]),
     ("kernel", ["--from-trace", "{d}/notrace.txt"]),
     ("kernel", ["--duration", "soon"]),
+    # exporter (issue 27)
+    ("exporter", ["--kernel-trace", "{d}/does-not-exist.txt"]),
+    ("exporter", ["--no-kernel", "--listen", "127.0.0.1:http"]),
+    ("exporter", ["--no-kernel", "--probe", "0"]),
     ("export", ["{d}/wrong.json", "-f", "pcapng", "-o", "{d}/out"]),
     ("import", ["{d}/garbage.json", "-o", "{d}/no-such-dir/out.json"]),  # output folder missing
     ("kernel", ["--from-trace", "{d}/notrace.txt", "--json", "{d}/no-such-dir/k.json"]),
     ("proxy", ["-T", DEAD, "--port", "65535"]),            # needs PORT and PORT+1
     ("proxy", ["-T", DEAD, "--protocol", "tcp"]),
     ("run", ["-T", DEAD]),                                 # nothing to run
-    ("run", ["--sim", "--", "no-such-command-tpmtop"]),
+    ("run", ["--sim", "--json", "{d}", "--", "true"]),      # --json a directory (CMD not found: 127)
     ("clients", ["--bogus"]),
 ]
 

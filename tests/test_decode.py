@@ -1,5 +1,6 @@
-"""`tpmtop decode`: every command tpmtop's own workloads send, recorded on a real swtpm,
-decodes fully; a garbled buffer decodes partially and says where it stopped."""
+"""`tpmtop decode`: field by field, with spec names, on real swtpm traffic (the session's decode
+corpus: tpm2-tools and tpmtop's workloads); a garbled buffer decodes partially and says where
+it stopped, the rest shown raw."""
 
 from __future__ import annotations
 
@@ -8,73 +9,70 @@ import json
 import pytest
 from conftest import run_tpmtop
 
+from tpmtop import decode
 from tpmtop.capture import load_capture
-from tpmtop.tpm import decode
 
 
-@pytest.fixture(scope="module")
-def workload_buffers(tmp_path_factory):
-    """(command, response) bytes of every command of every op × mode × engine, and of the
-    dashboard's polls (identity, variable properties, handle lists) and a flush."""
-    from tpmtop.connect import open_tpm
-    from tpmtop.tpm.handles import list_handles
-    from tpmtop.tpm.identity import read_identity, read_variable
-
-    tmp = tmp_path_factory.mktemp("decode")
-    pairs = []
-    for op in ("extend", "get_random", "create_primary"):
-        cap = tmp / f"{op}.json"
-        r = run_tpmtop("bench", "--sim", "--op", op, "-n", "3", "--warmup", "1", "--batch", "3",
-                       "--events", "--json", str(cap), "-q", timeout=600)
-        assert r.returncode == 0, r.stderr
-        for e in load_capture(cap)["events"]:
-            pairs.append((bytes.fromhex(e["command_hex"]), bytes.fromhex(e["response_hex"])))
-    conn = open_tpm(sim=True)
-    try:
-        read_identity(conn.transport)
-        read_variable(conn.transport)
-        list_handles(conn.transport)
-        events = conn.recorder.events()
-    finally:
-        conn.close()
-    pairs += [(bytes(e.command), bytes(e.response)) for e in events if e.command is not None]
-    return pairs
+@pytest.fixture
+def workload_buffers(decode_corpus):
+    return [(c, r) for c, r in decode_corpus[2] if r is not None]
 
 
-def test_every_workload_command_decodes_fully(workload_buffers):
-    """All command codes tpmtop sends: header, handles, sessions and parameters, both ways."""
-    seen = set()
-    for cmd, rsp in workload_buffers:
-        d = decode.decode(cmd, rsp)
-        assert d.complete, (cmd.hex(), rsp.hex(), d.command.stopped, d.response.stopped)
-        assert d.command.trailing == 0 and d.response.trailing == 0
-        seen.add(d.command.cc)
-        if d.command.tag == 0x8002:
-            assert d.command.sessions and all(s["nonce_size"] in (0, 16, 32) for s in d.command.sessions)
-    # the kernel's story is in there: extend, the 6.10 set-up, save/load, random, primaries
-    for cc in (0x182, 0x176, 0x161, 0x162, 0x165, 0x17B, 0x131, 0x17A):
-        assert cc in seen, hex(cc)
+def _pair(buffers, cc: int, sessions: bool | None = None):
+    for c, r in buffers:
+        if int.from_bytes(c[6:10], "big") == cc and int.from_bytes(r[6:10], "big") == 0 \
+                and (sessions is None or (c[:2] == b"\x80\x02") == sessions):
+            return c, r
+    raise AssertionError(f"no 0x{cc:x} in the corpus")
 
 
-def test_session_attributes_and_names_in_a_per_command_extend(workload_buffers):
-    """The per-command PCR_Extend: PCR 16 by name, one session with continueSession off."""
-    ext = [decode.decode(c, r) for c, r in workload_buffers if c[6:10] == b"\x00\x00\x01\x82"]
-    assert ext
-    names = {d.command.handles[0]["name"] for d in ext}
-    assert names == {"PCR 16"}
-    hmac = [d for d in ext if d.command.sessions[0]["handle"].startswith("0x02")]
-    assert hmac, "no HMAC-session extend recorded"
-    s = hmac[0].command.sessions[0]
-    assert s["name"].startswith("hmac-session") and s["nonce_size"] == 32 and s["hmac_size"] == 32
-    pw = [d for d in ext if d.command.sessions[0]["handle"] == "0x40000009"]
-    assert pw and pw[0].command.sessions[0]["name"] == "TPM_RS_PW"
-    # the digest list is decoded to its algorithm and value
-    digests = ext[0].command.parameters[0]["value"]
-    assert digests[0]["hashAlg"] == "sha256 (0x000b)" and len(digests[0]["digest"]) == 64
+def test_get_random_names_its_parameter():
+    r = run_tpmtop("decode", "80010000000c0000017b0008", "--no-hex")
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if "bytesRequested" in x)
+    assert line.split()[:4] == ["10", "bytesRequested", "UINT16", "0008"] and line.split()[-1] == "8"
+    d = json.loads(run_tpmtop("decode", "80010000000c0000017b0008", "--json").stdout)
+    p = d["command"]["fields"][-1]["fields"][0]
+    assert (p["name"], p["path"], p["type"], p["offset"], p["hex"], p["value"]) == \
+        ("bytesRequested", "parameters.bytesRequested", "UINT16", 10, "0008", 8)
+
+
+def test_create_primary_and_its_response_field_by_field(workload_buffers):
+    """tpm2_createprimary's command and response: every parameter by its Part 3 name, every
+    TPMA_OBJECT bit, the union members chosen by their selector."""
+    cmd, rsp = _pair(workload_buffers, 0x131, sessions=True)
+    d = decode.decode(cmd, rsp)
+    assert d.complete
+    c, r = d.command, d.response
+    assert [p.name for p in c.parameters] == ["inSensitive", "inPublic", "outsideInfo", "creationPCR"]
+    assert [p.name for p in r.handles] == ["objectHandle"]
+    assert [p.name for p in r.parameters] == ["outPublic", "creationData", "creationHash", "creationTicket", "name"]
+    attrs = c.field("parameters.inPublic.publicArea.objectAttributes")
+    assert attrs.type == "TPMA_OBJECT"
+    for bit in ("fixedTPM", "stClear", "fixedParent", "sensitiveDataOrigin", "userWithAuth", "adminWithPolicy",
+                "noDA", "encryptedDuplication", "restricted", "decrypt", "sign_decrypt"):
+        assert bit in attrs.bits
+        assert attrs.bits[bit] == (1 if bit in attrs.text.split(" | ") else 0)
+    assert attrs.bits["fixedTPM"] == 1 and attrs.value & 0x2
+    # tpm2_createprimary -G ecc256: the union resolved by the type selector
+    assert c.field("parameters.inPublic.publicArea.type").text == "TPM_ALG.ECC"
+    assert c.field("parameters.inPublic.publicArea.parameters").type == "TPMU_PUBLIC_PARMS.eccDetail"
+    assert c.field("parameters.inPublic.publicArea.parameters.eccDetail.curveID").text == "TPM_ECC_CURVE.NIST_P256"
+    assert c.field("parameters.inSensitive.sensitive").type == "TPMS_SENSITIVE_CREATE"
+    assert c.field("parameters.inSensitive.sensitive.userAuth.size").value == 0
+    assert c.handles[0].text.endswith("TPM_RH.NULL")
+    # offsets and bytes: each field's hex is the buffer at its offset
+    for f in c.root.walk():
+        if f.value is not None and isinstance(f.value, int):
+            assert int.from_bytes(cmd[f.offset:f.offset + f.size], "big", signed=f.value < 0) == f.value
+    text = decode.render(d, hexdump=False)
+    for name in ("inSensitive", "inPublic", "outsideInfo", "creationPCR", "objectHandle", "outPublic",
+                 "creationData", "creationHash", "creationTicket", "name", "fixedTPM | fixedParent"):
+        assert name in text
 
 
 def test_cli_decodes_a_command_and_response_pair(workload_buffers):
-    cmd, rsp = next((c, r) for c, r in workload_buffers if c[6:10] == b"\x00\x00\x01\x7b")
+    cmd, rsp = _pair(workload_buffers, 0x17B)
     r = run_tpmtop("decode", cmd.hex(), rsp.hex())
     assert r.returncode == 0, r.stderr
     assert "TPM2_CC_GetRandom (0x0000017b)" in r.stdout
@@ -83,12 +81,24 @@ def test_cli_decodes_a_command_and_response_pair(workload_buffers):
     j = run_tpmtop("decode", cmd.hex(), rsp.hex(), "--json")
     d = json.loads(j.stdout)
     assert d["complete"] and d["command"]["command"] == "TPM2_CC_GetRandom"
-    assert d["hex"]["response"] == rsp.hex()
+    assert d["hex"]["response"] == rsp.hex() and d["schema"] == "tpmtop-decode/1"
+
+
+def test_json_form_follows_its_schema(workload_buffers):
+    import jsonschema
+
+    from tpmtop.decode.schema import load_schema
+
+    schema = load_schema()
+    for c, r in workload_buffers[::7]:
+        jsonschema.validate(decode.decode(c, r).to_json(), schema)
+    jsonschema.validate(decode.decode(b"\x80\x01\x00\x00\x00\x20\x00\x00", None).to_json(), schema)
 
 
 def test_garbled_buffer_gives_a_partial_decode_saying_where(workload_buffers, tmp_path):
-    """A PCR_Extend cut inside its digest list: handles and session decoded, then the stop."""
-    cmd = next(c for c, _ in workload_buffers if c[6:10] == b"\x00\x00\x01\x82")
+    """A PCR_Extend cut inside its digest list: handles and session decoded, then the stop,
+    the rest of the buffer raw."""
+    cmd, _ = _pair(workload_buffers, 0x182, sessions=True)
     cut = cmd[:len(cmd) - 20]
     f = tmp_path / "cut.bin"
     f.write_bytes(cut)
@@ -96,14 +106,29 @@ def test_garbled_buffer_gives_a_partial_decode_saying_where(workload_buffers, tm
     assert r.returncode == 2
     d = json.loads(r.stdout)
     c = d["command"]
-    assert not d["complete"] and c["handles"][0]["name"] == "PCR 16" and c["sessions"]
-    assert c["stopped"]["offset"] >= 10 + 4
+    assert not d["complete"]
+    handles = next(x for x in c["fields"] if x["name"] == "handles")
+    assert handles["fields"][0]["text"].endswith("PCR 16") or "PCR" in handles["fields"][0]["text"]
+    assert c["stopped"]["offset"] >= 10 + 4 and c["stopped"]["reading"].startswith("parameters.digests")
+    assert cut.hex().endswith(c["stopped"]["raw_hex"])
     stderr = r.stderr.strip().splitlines()
     assert len(stderr) == 1 and stderr[0].startswith("tpmtop: partial decode: stopped at byte")
+    t = run_tpmtop("decode", str(f), "--no-hex")
+    assert "not decoded (" in t.stdout and "raw:" in t.stdout
     # a wrong tag stops at byte 0
     bad = b"\x12\x34" + cmd[2:]
     p = decode.decode_command(bad)
     assert p.stopped.offset == 0 and "tag" in p.stopped.reading
+
+
+def test_a_tpm2b_whose_size_lies_is_caught():
+    """inSensitive says 6 bytes but its structure uses 4: the TPM2B size check names it."""
+    body = bytes.fromhex("40000007" "00000009" "40000009" "0000" "00" "0000"
+                         "0006" "0000" "0000" "0000" "0000" "0000" "0000000000")
+    cmd = bytes.fromhex("8002") + (10 + len(body)).to_bytes(4, "big") + bytes.fromhex("00000131") + body
+    p = decode.decode_command(cmd)
+    assert not p.complete and p.stopped.reading == "parameters.inSensitive.sensitive"
+    assert "says 6 bytes" in p.stopped.error
 
 
 def test_lone_response_needs_the_command_code():
@@ -112,7 +137,7 @@ def test_lone_response_needs_the_command_code():
     assert r.returncode == 2 and "--cc" in r.stderr
     r = run_tpmtop("decode", "--cc", "GetRandom", rsp)
     assert r.returncode == 0, r.stderr
-    assert "dbecfe91abd2b12f" in r.stdout
+    assert "dbecfe91abd2b12f" in r.stdout and "randomBytes" in r.stdout
 
 
 def test_error_response_is_decoded_with_its_meaning():
@@ -123,18 +148,27 @@ def test_error_response_is_decoded_with_its_meaning():
 
 
 def test_event_of_a_capture_decodes(tmp_path):
-    """`tpmtop decode CAPTURE --event N`: the bytes a bench --events capture kept."""
+    """`tpmtop decode --event N CAPTURE`: the bytes a bench --events capture kept."""
     cap = tmp_path / "b.json"
     r = run_tpmtop("bench", "--sim", "--op", "get_random", "--modes", "reuse", "--engine", "native", "-n", "2",
                    "--warmup", "0", "--events", "--json", str(cap), "-q", timeout=300)
     assert r.returncode == 0, r.stderr
     events = load_capture(cap)["events"]
     n = next(i for i, e in enumerate(events) if e["command"] == "TPM2_CC_GetRandom")
-    r = run_tpmtop("decode", str(cap), "--event", str(n), "--json")
+    # the capture says a plaintext view was available (tpmtop's own session), and only that
+    assert events[n]["plaintext_view"] is True
+    assert all(isinstance(e.get("plaintext_view", False), bool) for e in events)
+    r = run_tpmtop("decode", "--event", str(n), str(cap), "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["complete"] and d["hex"]["command"] == events[n]["command_hex"]
-    assert d["command"]["sessions"][0]["attrs"] == 0x41  # encrypt|continueSession, as the kernel's
+    area = next(x for x in d["command"]["fields"] if x["name"] == "authorizationArea")
+    attrs = area["fields"][0]["fields"][2]
+    assert attrs["name"] == "sessionAttributes" and attrs["value"] == 0x41  # encrypt|continueSession
+    assert attrs["bits"]["encrypt"] == 1 and attrs["bits"]["decrypt"] == 0
+    rsp_param = next(x for x in d["response"]["fields"] if x["name"] == "parameters")["fields"][0]
+    assert rsp_param["encrypted"]["session"].startswith("0x02")
+    assert "encrypted by session 0x02" in rsp_param["note"]
     r = run_tpmtop("decode", str(cap), "--event", str(len(events)))
     assert r.returncode == 2 and f"0..{len(events) - 1}" in r.stderr
 
@@ -153,8 +187,10 @@ def _check(d) -> None:
     json.dumps(d.to_json())
     decode.render(d)
     for p in (d.command, d.response):
-        if p is not None and not p.complete:
+        if p is not None and p.stopped is not None:
             assert 0 <= p.stopped.offset <= max(p.size, 10) and p.stopped.reading
+        if p is not None and not p.complete:
+            assert p.stopped is not None or p.trailing
 
 
 @settings(max_examples=300, **_SET)

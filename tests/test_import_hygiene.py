@@ -51,9 +51,29 @@ def test_no_core_module_loads_a_tui_at_run_time():
 
 
 def test_building_the_whole_parser_imports_no_tui():
-    """`tpmtop handles` builds every subcommand's parser, the dashboard's options included."""
-    code = ("import sys; from tpmtop.cli import build_parser; build_parser().parse_args(['handles', '--sim']); "
+    """Every subcommand's parser, the dashboard's options included, built at once."""
+    code = ("import sys; from tpmtop.cli import build_parser; build_parser(eager=True).parse_args(['handles', '--sim']); "
             "print(','.join(m for m in ('textual', 'rich') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == ""
+
+
+def test_version_and_help_import_no_subcommand():
+    """`tpmtop --version` and `tpmtop --help` over SSH load no subcommand's module and no TPM
+    stack; `tpmtop handles --help` loads its own module only."""
+    code = ("import sys, contextlib, io\n"
+            "from tpmtop.cli import main\n"
+            "for argv in (['--version'], ['--help'], ['handles', '--help']):\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        try:\n"
+            "            main(argv)\n"
+            "        except SystemExit:\n"
+            "            pass\n"
+            "    print(argv[0], sorted(m for m in sys.modules if m.startswith(('tpmtop.cli.', 'tpm2_pytss', "
+            "'tpmtop.profiles.loader', 'textual'))))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    top = "'tpmtop.cli.dashboard_args'"  # the top-level parser's own options (argparse only)
+    assert r.stdout.splitlines() == ["--version []", f"--help [{top}]",
+                                     f"handles ['tpmtop.cli.common', {top}, 'tpmtop.cli.tpm_commands']"], r.stdout

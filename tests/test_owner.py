@@ -258,3 +258,71 @@ def test_after_two_signals_a_tpm_that_answers_still_gets_its_clean_up():
     it (a flush) both run before closing gives up."""
     ended, ran = _owner_closed_after_two_signals(lambda ran: ran.append("op"))
     assert ended and ran == ["op", "flush"]
+
+
+def test_a_job_asked_for_off_the_main_thread_runs_there_when_the_owner_is_idle(tpm):
+    """The fast path: no hand-over to the owner thread, and a job that asks for another (a
+    poll reading the identity) runs it in place instead of waiting behind itself."""
+    where: list = []
+
+    def job():
+        where.append(threading.current_thread().name)
+        return tpm.owner.call(lambda: threading.current_thread().name)  # nested: in place
+
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(tpm.owner.call(job)), name="asker")
+    t.start()
+    t.join(60)
+    assert where == ["asker"] and out == ["asker"]
+    assert tpm.owner.call(lambda: threading.current_thread().name) == "tpm-owner"  # main: hands over
+
+
+def test_the_fast_path_waits_its_turn_and_keeps_labels(tpm):
+    """While a job runs on the owner thread, a job asked for elsewhere queues behind it (FIFO);
+    labels stamp the commands of a job run on the fast path as any other."""
+    gate, started = threading.Event(), threading.Event()
+    order: list = []
+    blocker = tpm.owner.submit(lambda: (started.set(), gate.wait(60), order.append("first")))
+    assert started.wait(60)
+    t = threading.Thread(target=lambda: tpm.owner.call(lambda: order.append(threading.current_thread().name)),
+                         name="asker")
+    t.start()
+    while tpm.owner._q.qsize() < 1:  # it queued rather than ran
+        assert t.is_alive()
+        threading.Event().wait(0.01)
+    gate.set()
+    blocker.result(60)
+    t.join(60)
+    assert order == ["first", "tpm-owner"]
+
+    poll = Labels("poll")
+    done = tpm.owner.run_now(read_variable, tpm.transport, labels=poll)  # main thread: queued
+    assert done.result(60)["HR_TRANSIENT_AVAIL"] == 3
+    box: list = []
+    t = threading.Thread(target=lambda: box.append(tpm.owner.run_now(read_variable, tpm.transport, labels=poll)))
+    t.start()
+    t.join(60)
+    assert box[0].done() and box[0].result()["HR_TRANSIENT_AVAIL"] == 3
+    caps = [e for e in tpm.recorder.events() if e.name == "TPM2_CC_GetCapability"]
+    assert len(caps) >= 2 and {e.origin for e in caps[-2:]} == {"poll"}
+
+
+def test_no_job_runs_on_the_fast_path_after_close():
+    """Closing ends the fast path too: a job asked for afterwards fails as a queued one would."""
+    from tpmtop.errors import TpmConnectionError
+    from tpmtop.tpm.owner import TpmOwner
+
+    owner = TpmOwner(transport=None, name="test-owner")
+    assert owner.close(timeout=60)
+    out: list = []
+
+    def ask():
+        try:
+            owner.call(lambda: "ran")
+        except TpmConnectionError as e:
+            out.append(str(e))
+
+    t = threading.Thread(target=ask)
+    t.start()
+    t.join(60)
+    assert out == ["the TPM connection is closed"]

@@ -37,7 +37,8 @@ class Proxy:
         env = dict(os.environ)
         env.pop("TPM2TOOLS_TCTI", None)
         self.proc = subprocess.Popen(
-            TPMTOP + ["proxy", "-T", tcti, "--port", str(self.port), "--protocol", protocol,
+            TPMTOP + ["proxy", *(["--sim"] if tcti == "--sim" else ["-T", tcti]), "--port", str(self.port),
+                      "--protocol", protocol,
                       "--json", str(self.capture), "--events", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
         self.lines: list[str] = []
@@ -91,8 +92,16 @@ class Proxy:
 
     def kill(self):
         if self.proc.poll() is None:
+            from conftest import swtpm_children
+
+            orphans = swtpm_children(self.proc.pid)  # a --sim proxy's private swtpm
             self.proc.kill()
             self.proc.wait()
+            for c in orphans:
+                try:
+                    c.kill()
+                except Exception:
+                    pass
 
 
 @pytest.fixture

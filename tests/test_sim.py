@@ -80,3 +80,22 @@ def test_reset_loses_volatile_state(tpm):
     assert [h.handle for h in list_handles(tpm.transport)] == [p]
     tpm.sim.reset()
     assert list_handles(tpm.transport) == []
+
+
+def test_swtpm_started_from_a_thread_outlives_that_thread():
+    """PR_SET_PDEATHSIG fires when the forking *thread* ends: a swtpm started from a worker or
+    the proxy's recovery thread (the owner's fast path runs jobs there) must keep running."""
+    import threading
+
+    from tpmtop.tpm.sim import Swtpm
+
+    box: list = []
+    t = threading.Thread(target=lambda: box.append(Swtpm().start()))
+    t.start()
+    t.join(60)
+    (tpm,) = box
+    try:
+        tpm.backend().transact(bytes.fromhex("80010000000c0000017b0008"))  # after the thread ended
+        assert tpm.proc.poll() is None
+    finally:
+        tpm.stop()

@@ -139,3 +139,47 @@ def test_wire_constants_are_tpm2_pytss_values():
 
     assert (wire.TPM_ST_NO_SESSIONS, wire.TPM_ST_SESSIONS, wire.TPM_RS_PW, wire.CC_FLUSH_CONTEXT) == (
         TPM2_ST.NO_SESSIONS, TPM2_ST.SESSIONS, TPM2_RH.PW, TPM2_CC.FlushContext)
+
+
+def test_the_command_table_is_tpm2_pytss_s():
+    """wire.py reads handle counts from tpm/cc_table.py, not from tpm2-pytss's command parser
+    (~150 ms to import on every `tpmtop info`): every entry, and every command the installed
+    tpm2-pytss knows, must agree with the library."""
+    from tpmtop.tpm import cc_table
+
+    assert cc_table.from_library() == cc_table.HANDLES
+
+
+def test_a_command_missing_from_the_table_is_asked_of_the_library(monkeypatch):
+    """A command newer than the table (in TPM2_CC's range) is decoded as tpm2-pytss says."""
+    monkeypatch.delitem(wire.HANDLES, 0x176)  # StartAuthSession: 2 handles, a response handle
+    monkeypatch.setattr(wire, "_handle_counts", {})
+    monkeypatch.setattr(wire, "_rsp_has_handle", {})
+    assert wire.num_handles(0x176) == 2 and wire.response_has_handle(0x176)
+    assert wire.num_handles(0x2000_0001) is None and not wire.response_has_handle(0x2000_0001)  # vendor
+
+
+def test_a_batch_drains_into_the_same_histogram_as_value_by_value():
+    """LatencyHistogram records each HDR slot of a batch once, with its count: counts,
+    percentiles, min, max, mean and the encoded form equal plain value-by-value recording."""
+    import random
+
+    from hdrh.histogram import HdrHistogram
+
+    from tpmtop.stats import HIGHEST_NS, LOWEST_NS, SIGNIFICANT_DIGITS
+
+    rnd = random.Random(28)
+    values = [int(rnd.lognormvariate(10.5, 2.0)) for _ in range(5000)]
+    values += [0, 999, 1000, 1023, 1024, 2047, 2048, 2**20 - 1, 2**20, 2**21 + 5, HIGHEST_NS, 10**12]
+    h = LatencyHistogram()
+    for v in values:
+        h.record(v)
+    plain = HdrHistogram(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS)
+    for v in values:
+        plain.record_value(min(max(v, LOWEST_NS), HIGHEST_NS))
+    h.count  # drains
+    assert h._h.encode() == plain.encode()
+    for p in (0, 1, 50, 90, 99, 99.9, 100):
+        assert h._h.get_value_at_percentile(p) == plain.get_value_at_percentile(p)
+    assert (h._h.get_min_value(), h._h.get_max_value(), h._h.get_total_count()) == (
+        plain.get_min_value(), plain.get_max_value(), plain.get_total_count())

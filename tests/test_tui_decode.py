@@ -42,7 +42,7 @@ async def test_enter_on_a_live_stream_row_decodes_it(live, tmp_path):
         assert f"rc 0x{ev.rc:03x}" in text
         assert ev.command[:16].hex(" ") in text.replace("\n", " ")  # the hex view
         await pilot.press("x")
-        assert "00000000  " not in _body(app)
+        assert "00000000  80 0" not in _body(app)  # the hex view (xxd lines) is gone
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, DecodeScreen), 30, "back to the dashboard")
 
@@ -84,4 +84,36 @@ async def test_replay_of_a_failing_tool_alerts_and_decodes(tcp_swtpm, tmp_path):
         text = _body(app)
         assert "TPM2_CC_CreatePrimary (0x00000131)" in text
         assert "rc 0x902 tpm:warn(2.0): out of memory for object contexts" in text
-        assert "TPM_RH_NULL" in text  # the hierarchy handle, by name
+        assert "TPM_RH.NULL" in text  # the hierarchy handle, by name
+
+
+async def test_enter_on_a_parameter_encrypted_command_shows_its_plaintext(live, tmp_path):
+    """Per-command mode, native engine, CreatePrimary with a decrypt session: Enter shows the
+    ciphertext note and the plaintext, which is the inSensitive tpmtop sent."""
+    from tpmtop.sessions import native
+
+    src = live(engine="native", mode="per-command", op="create_primary")
+    app = app_for(src, tmp_path)
+
+    def encrypted_rows(view):
+        return [i for i, r in enumerate(view.rows) if r.key.isdigit() and any(
+            e.seq == int(r.key) and e.cc == 0x131 and e.sessions and e.sessions[0][0] >> 24 == 0x02
+            for e in src.recorder.events())]
+
+    async with app.run_test(size=SIZE) as pilot:
+        screen = main_screen(app)
+        view = screen.query_one(StreamView)
+        await until(pilot, lambda: encrypted_rows(view), 60, "an encrypted CreatePrimary in the stream")
+        screen.query_one(StreamPanel).toggle()  # frozen, so the selected row stays put
+        await pilot.pause()
+        i = encrypted_rows(view)[-1]
+        view.back = len(view.rows) - 1 - i
+        view.focus()
+        await pilot.pause()
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DecodeScreen), 30, "decode screen")
+        text = _body(app)
+        sent = native._create_primary_params()
+        assert "inSensitive" in text and "encrypted by session 0x02000000, CFB" in text
+        assert f"plaintext (tpmtop holds this session's key): {sent[2:6].hex()}" in text
+        assert "TPMS_SENSITIVE_CREATE" in text and "decoded fully" in text

@@ -44,28 +44,68 @@ class BenchResult:
     periods: list[list[RunAccount]] = field(default_factory=list)  # accounts before each reset
 
 
+class _Batch:
+    """``k`` operations back to back as one job on the TPM's owner thread: one hand-over per
+    batch instead of two thread wake-ups per operation (~20 µs each here, more on a loaded
+    machine). The recorder decodes and the GC catches up after the batch, as between jobs.
+    ``stop`` (set by the waiting thread when a signal stopped it) ends the batch after the
+    operation in flight, so clean-up waits for one operation, not the batch."""
+
+    def __init__(self, wl: Workload):
+        self.wl = wl
+        self.stop = False
+        self.resets: list[str] = []  # NullNameChanged seen inside a batch, for the caller to report
+
+    def __call__(self, k: int, pair: tuple[str, str] | None = None) -> int:
+        if pair is not None:
+            self.wl.set(*pair)
+        done = 0
+        for _ in range(k):
+            if self.stop:
+                break
+            try:
+                self.wl.run_one()
+            except NullNameChanged as e:
+                # A reset TPM (or interference): keep both periods apart and go on.
+                self.resets.append(str(e))
+                self.wl.recover_from_reset(str(e))
+                continue
+            done += 1
+        return done
+
+
 def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None = None,
               keep_ops: bool = False, notice: Callable[[str], None] | None = None) -> BenchResult:
     """Run the plan; always flush what was created. KeyboardInterrupt/TPM failures stop the
     run early with what was completed kept (``interrupted``/``error`` say why).
 
-    Each operation is one job on the TPM's owner thread; this thread only waits. A signal
-    therefore stops the *waiting*: the operation in flight completes, and the clean-up job
-    queued behind it finds the TPM stream in step.
+    Each batch of operations is one job on the TPM's owner thread; this thread only waits. A
+    signal therefore stops the *waiting*: the operation in flight completes (the batch stops
+    there), and the clean-up job queued behind it finds the TPM stream in step.
     """
     owner = conn.owner
     wl = Workload(conn, plan.engines[0], plan.modes[0], plan.op, pcr=plan.pcr,
                   param_encryption=plan.param_encryption, allow_pcr=plan.allow_pcr)
+    batch = _Batch(wl)
     total = plan.n * len(plan.pairs)
     done = 0
     t_start = time.perf_counter()
     result = BenchResult([])
+
+    def reported_resets() -> None:
+        for why in batch.resets:
+            result.resets.append(why)
+            if notice:
+                notice(f"{why}; re-establishing sessions; statistics before and after are kept apart")
+        batch.resets.clear()
+
     try:
         # Warm-up: each pair's first operations pay for imports, caches and ESAPI set-up.
         for engine, mode in plan.pairs:
             owner.call(wl.set, engine, mode)
-            for _ in range(plan.warmup):
-                owner.call(wl.run_one)
+            if plan.warmup:
+                owner.call(batch, plan.warmup)
+            reported_resets()
         wl.accounts.clear()
         if keep_ops:
             wl.ops_log = result.ops_log
@@ -75,24 +115,18 @@ def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None
                 k = min(plan.batch, remaining[pair])
                 if not k:
                     continue
-                owner.call(wl.set, *pair)
-                for _ in range(k):
-                    try:
-                        owner.call(wl.run_one)
-                    except NullNameChanged as e:
-                        # A reset TPM (or interference): say so, keep both periods apart, go on.
-                        result.resets.append(str(e))
-                        if notice:
-                            notice(f"{e}; re-establishing sessions; statistics before and after are kept apart")
-                        owner.call(wl.recover_from_reset, str(e))
-                        continue
+                n = owner.call(batch, k, pair)  # an operation a TPM reset cost is not run again
+                reported_resets()
+                remaining[pair] -= k
+                for _ in range(n):  # per operation, as the caller counts them
                     done += 1
                     if progress:
                         progress(done, total)
-                remaining[pair] -= k
     except (KeyboardInterrupt, Interrupted):
+        batch.stop = True  # the batch in flight ends after its current operation
         result.interrupted = True
     except Exception as e:  # a TPM failure: keep what was completed, report, exit 1
+        batch.stop = True
         if not isinstance(e, TpmtopError) and type(e).__name__ != "TSS2_Exception":
             raise
         result.error = str(e)

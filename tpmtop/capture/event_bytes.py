@@ -7,6 +7,10 @@ default); a capture written with ``--events`` carries them on those events, so
 none (a 1M-command capture would otherwise double in size). ``t0_unix_ns`` on the capture
 is the wall clock of ``t_ns`` = 0, for the pcapng's original timestamps.
 
+A command or response whose first parameter a session encrypted also gets ``plaintext_view``:
+whether this tpmtop process could show its plaintext (one of its own sessions, key still
+held; README "Every command decoded"). Only that boolean: a key never goes into a capture.
+
 Layer: capture (beside capture.py). No Textual.
 """
 
@@ -25,6 +29,7 @@ def attach_raw_bytes(cap: dict[str, Any], events: list[Any], t0_ns: int) -> int:
     if len(kept) != len(rows):
         return 0
     n = 0
+    views = _plaintext_views(kept)
     for row, ev in zip(rows, kept, strict=False):
         client = getattr(ev, "client", None)  # a proxied program: its own TCP stream in a pcapng
         if client is not None:
@@ -33,6 +38,8 @@ def attach_raw_bytes(cap: dict[str, Any], events: list[Any], t0_ns: int) -> int:
         if cmd is None:
             continue
         row["command_hex"] = bytes(cmd).hex()
+        if ev.seq in views:
+            row["plaintext_view"] = views[ev.seq]
         rsp = getattr(ev, "response", None)
         if rsp is not None:
             row["response_hex"] = bytes(rsp).hex()
@@ -40,3 +47,27 @@ def attach_raw_bytes(cap: dict[str, Any], events: list[Any], t0_ns: int) -> int:
     # perf_counter and the wall clock, read together: t_ns = 0 on the wall clock
     cap["t0_unix_ns"] = time.time_ns() - (time.perf_counter_ns() - t0_ns)
     return n
+
+
+_CC_START_AUTH_SESSION = 0x176
+_PARAM_ENCRYPTION = 0x60  # TPMA_SESSION decrypt | encrypt
+
+
+def _plaintext_views(events: list) -> dict[int, bool]:
+    """seq -> whether the plaintext of that event's encrypted parameter can be shown, for the
+    events with a decrypt/encrypt session: a forward pass that follows StartAuthSession's
+    responses (a session is its handle and first nonceTPM, see tpmtop.sessions.livekeys)."""
+    from tpmtop.sessions import livekeys
+
+    first: dict[int, bytes] = {}
+    out: dict[int, bool] = {}
+    for ev in events:
+        rsp = getattr(ev, "response", None)
+        if ev.cc == _CC_START_AUTH_SESSION and rsp is not None and len(rsp) >= 16 and rsp[6:10] == b"\0\0\0\0":
+            n = int.from_bytes(rsp[14:16], "big")
+            first[int.from_bytes(rsp[10:14], "big")] = bytes(rsp[16:16 + n])
+        for h, attrs in getattr(ev, "sessions", ()) or ():
+            if attrs & _PARAM_ENCRYPTION:
+                out[ev.seq] = h in first and livekeys.lookup(h, first[h]) is not None
+                break
+    return out

@@ -87,6 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("capture", metavar="CAPTURE.json",
                    help="a capture from `tpmtop bench --json` or the dashboard's export")
+    p.add_argument("--decode", action="store_true", help="the stream's handles column shows each command's "
+                   "handles and parameters decoded by name (from the bytes the capture kept)")
     _display_options(p)
 
 
@@ -285,7 +287,8 @@ def run_replay(args) -> int:
         raise UsageError("replay shows a capture's own timings: --profile/--seed apply to a live --sim "
                          "dashboard (the replay header names the profile the capture was taken with)")
 
-    source = ReplaySource(load(args.capture), args.capture)  # a bad file: one line, exit 2
+    source = ReplaySource(load(args.capture), args.capture,
+                          decode=getattr(args, "decode", False))  # a bad file: one line, exit 2
     require_terminal()
     from tpmtop.tui.app import TpmtopApp
 

@@ -1,4 +1,5 @@
-"""``tpmtop decode COMMAND [RESPONSE]``: a TPM command and its response to the parameter level."""
+"""``tpmtop decode COMMAND [RESPONSE]``: a TPM command and its response, field by field
+(:mod:`tpmtop.decode`; JSON form: ``tpmtop/schema/decode-1.json``)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,20 @@ the raw bytes or their hex. A lone response needs --cc to say which command it a
 A capture (tpmtop bench --events --json, tpmtop import) with --event N decodes its event N
 (counted from 0; captures keep the bytes of their newest 16,384 commands).
 
+Every field is shown with its offset, spec name (TPM 2.0 Part 2/3), type, bytes and meaning:
+enumerations by name, attribute bits spelled out, unions resolved by their selector, TPM2B
+sizes checked. A parameter encrypted by a session is shown as ciphertext with the session
+that encrypted it. --json gives the same tree (schema tpmtop/schema/decode-1.json).
+
 exit status: 0 every buffer decoded fully; 2 bad input, or a buffer that does not follow
-the TPM 2.0 layout (the partial decode is still printed and says where it stopped).
+the TPM 2.0 layout (the partial decode is still printed: where it stopped, why, and the
+rest of the buffer raw).
 
 examples:
   tpmtop decode 80010000000c0000017b0008
   tpmtop decode cmd.bin rsp.bin --json
   tpmtop decode --cc GetRandom 800100000014000000000008dbecfe91abd2b12f
-  tpmtop decode run.json --event 42"""
+  tpmtop decode --event 42 run.json"""
 
 
 def add_decode_arguments(p: argparse.ArgumentParser) -> None:
@@ -101,7 +108,8 @@ def run_decode(args) -> int:
 
     from tpmtop.cli.common import print_json
     from tpmtop.errors import EXIT_USAGE, UsageError
-    from tpmtop.tpm import decode
+    from tpmtop import decode
+    from tpmtop.decode.plaintext import provider
 
     if len(args.buffers) > 2:
         raise UsageError("tpmtop decode: give a command and at most one response")
@@ -113,15 +121,16 @@ def run_decode(args) -> int:
     if len(bufs) == 1 and (cc is not None or decode.looks_like_response(bufs[0])):
         if cc is None:
             raise UsageError("tpmtop decode: that is a response; say which command it answers with --cc")
-        d = decode.decode(None, bufs[0], cc)
+        d = decode.decode(None, bufs[0], cc, plaintext=provider(None))
     else:
-        d = decode.decode(bufs[0], bufs[1] if len(bufs) > 1 else None)
+        d = decode.decode(bufs[0], bufs[1] if len(bufs) > 1 else None, plaintext=provider(None))
     if args.json:
         print_json(d.to_json())
     else:
         print(decode.render(d, hexdump=not args.no_hex))
     if not d.complete:
-        stop = next(p.stopped for p in (d.command, d.response) if p is not None and p.stopped)
-        print(f"tpmtop: partial decode: {stop.text()}", file=sys.stderr)
+        stop = d.first_stop
+        why = stop.text() if stop else "bytes left after the declared size"
+        print(f"tpmtop: partial decode: {why}", file=sys.stderr)
         return EXIT_USAGE
     return 0

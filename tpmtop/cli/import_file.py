@@ -10,7 +10,8 @@ EXAMPLES = """Commands are paired with their responses; latencies come from the 
 
 examples:
   tpmtop import getrandom.pcap -o getrandom.json
-  tpmtop import lo.pcap --port 2341 -o run.json && tpmtop compare before.json run.json"""
+  tpmtop import lo.pcap --port 2341 -o run.json && tpmtop compare before.json run.json
+  tpmtop import tools.pcap -o tools.json --decode"""
 
 
 def add_import_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,6 +25,8 @@ def add_import_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, metavar="CAPTURE",
                    help="the capture to write (JSON); '-' for stdout")
     p.add_argument("--force", action="store_true", help="allow the output to be the input file itself")
+    p.add_argument("--decode", action="store_true", help="also list every command on stdout, one line each, "
+                   "with its handles and parameters decoded by name (as tpmtop decode does)")
     for i in IMPORTERS.values():
         for o in i.options:
             p.add_argument(o.flag, dest=o.dest, **o.kwargs)
@@ -39,6 +42,10 @@ def run_import(args: argparse.Namespace) -> int:
 
     # The output rules of every -o (tpmtop.output), checked before the file is read: the same
     # file as the input is refused (it would replace what is being read) unless --force.
+    if args.decode and args.output == "-":
+        from tpmtop.errors import UsageError
+
+        raise UsageError("import --decode lists on stdout: write the capture to a file (-o FILE)")
     dest = Output(args.output, force=args.force, inputs=[args.file]).check()
     # Unrecognised: the pcap reader says what the file is not (or that it is missing), exit 2.
     importer = find_importer(args.file) or IMPORTERS["pcap"]
@@ -51,4 +58,9 @@ def run_import(args: argparse.Namespace) -> int:
            f"({ok} with a response), {res.connections} connection(s), {res.framing} framing")
     for line in summary_lines(detect(cap["events"])):
         notice(line)
+    if args.decode:
+        from tpmtop.decode.listing import lines
+
+        for line in lines(cap["events"]):
+            print(line)
     return 0

@@ -7,11 +7,17 @@ import argparse
 import os
 import subprocess
 import sys
+import threading
 import time
 
 from tpmtop.cli.common import notice, print_json, table, tpm_from_args
-from tpmtop.errors import EXIT_INTERRUPTED, UsageError
+from tpmtop.errors import EXIT_INTERRUPTED, TpmConnectionError, UsageError
+from tpmtop.proxy.latency import CompactLatency
+from tpmtop.textsafe import safe
 from tpmtop.tpm import interrupts
+
+EXIT_NOT_FOUND = 127  # tpmtop run: CMD not found (the shell's convention)
+EXIT_NOT_EXECUTABLE = 126  # tpmtop run: CMD found but cannot be executed
 
 # What tpm2-tss based programs read to pick a TCTI: tpm2-tools, tpm2-pkcs11, tpm2-tss-engine,
 # tpm2-openssl, and the generic names tpm2-tss' own tests and tpm2-pytss examples use.
@@ -36,14 +42,35 @@ def add_proxy_arguments(p):
     _tpm_args(p)
     p.add_argument("--port", type=int, default=2321, metavar="P", help="TPM port P, control/platform P+1 (default 2321)")
     p.add_argument("--bind", metavar="ADDR", default=None,
-                   help="listen on ADDR instead of 127.0.0.1 (warning: a TPM on the network is an attack surface)")
-    p.add_argument("--socket", metavar="PATH", help="also listen on a Unix socket (swtpm protocol; PATH.ctrl for control)")
+                   help="listen on this loopback address instead of 127.0.0.1 (127.x.x.x or ::1; never the network)")
+    p.add_argument("--socket", metavar="PATH", help="also listen on a Unix socket, mode 0600 (swtpm protocol; "
+                                                    "PATH.ctrl for control); PATH must not exist")
+    p.add_argument("--group", metavar="G", help="make the Unix socket 0660, group G, and let G's members in")
+    p.add_argument("--allow-user", metavar="U", action="append", default=[],
+                   help="let user U use the TPM too (default: only this user and root); repeatable")
+    p.add_argument("--allow-group", metavar="G", action="append", default=[],
+                   help="let the members of group G use the TPM too; repeatable")
+    _serving_args(p)
     _listen_args(p, 2321)
+
+
+def _serving_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--interleave", action="store_true",
+                   help="over a raw TPM, share it command by command instead of one client at a time "
+                        "(clients can then run it out of slots: 0x902/0x903)")
+    p.add_argument("--turn-idle", type=float, default=None, metavar="S",
+                   help="over a raw TPM, a client's turn passes on once it has sent nothing for S seconds "
+                        "while others wait (default 2)")
+    p.add_argument("--max-connections", type=int, default=None, metavar="N",
+                   help="open client connections at most (default 1024)")
+    p.add_argument("--idle-timeout", type=float, default=None, metavar="S",
+                   help="close a connection that sends nothing for S seconds (default 600)")
 
 
 def add_run_arguments(p):
     _tpm_args(p)
     _listen_args(p, None)
+    _serving_args(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS…]",
                    help="the program to run with its TPM traffic going through a private proxy")
 
@@ -52,8 +79,49 @@ def add_clients_arguments(p):
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
 
+_LOG_LOCK = threading.Lock()
+
+
 def _log(text: str) -> None:
-    print(f"tpmtop proxy: {text}", file=sys.stderr, flush=True)
+    # one write per line under one lock: lines from the proxy's threads never glue together
+    line = f"tpmtop proxy: {text}\n"
+    with _LOG_LOCK:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+
+def _serving(args) -> dict:
+    kw = {"interleave": bool(args.interleave)}
+    if args.max_connections is not None:
+        if args.max_connections < 1:
+            raise UsageError(f"--max-connections {args.max_connections}: expected 1 or more")
+        kw["max_connections"] = args.max_connections
+    if args.turn_idle is not None:
+        if not args.turn_idle > 0:
+            raise UsageError(f"--turn-idle {args.turn_idle:g}: expected seconds above 0")
+        kw["turn_idle"] = args.turn_idle
+    if args.idle_timeout is not None:
+        if not args.idle_timeout > 0:
+            raise UsageError(f"--idle-timeout {args.idle_timeout:g}: expected seconds above 0")
+        kw["idle_timeout"] = args.idle_timeout
+    return kw
+
+
+def _loopback(addr: str) -> str:
+    """The proxy serves local users only: a peer's uid is asked of this kernel, which knows
+    nothing of a remote one (use an SSH tunnel to reach it from elsewhere)."""
+    import ipaddress
+
+    if addr == "localhost":
+        return "127.0.0.1"
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        raise UsageError(f"--bind {addr}: not an IP address (expected 127.x.x.x or ::1)") from None
+    if not ip.is_loopback:
+        raise UsageError(f"--bind {addr}: the proxy listens on loopback only (127.x.x.x or ::1): it checks "
+                         "each peer's uid with this kernel; reach it from elsewhere through an SSH tunnel")
+    return addr
 
 
 def _check_port(port: int) -> None:
@@ -61,74 +129,118 @@ def _check_port(port: int) -> None:
         raise UsageError(f"--port {port}: expected 1..65534 (the proxy also uses PORT+1)")
 
 
-def _write_capture(args, conn, accounts, extra=None, events: bool = False) -> None:
+def _json_output(args):
+    """``--json FILE`` checked before anything is served or run (a directory, a missing folder,
+    a read-only place: one line, exit 2, nothing lost later)."""
     if not args.json:
+        return None
+    from tpmtop.output import Output
+
+    return Output(args.json, what="--json", big=True).check()
+
+
+def _write_capture(args, out, conn, accounts, extra=None, events: bool = False) -> None:
+    if out is None:
         return
     from tpmtop.bench import write_capture_file
     from tpmtop.proxy.report import capture
 
-    write_capture_file(args.json, capture(conn, accounts, args.events or events, extra))
+    write_capture_file(out, capture(conn, accounts, args.events or events, extra))
     notice(f"capture written to {args.json}")
+
+
+def _settled() -> None:
+    """The outcome is decided and written: a late signal (a SIGHUP when the terminal closes
+    after a Ctrl-C) must not change the exit status or cut the clean-up that remains."""
+    interrupts.ignore()
+    interrupts.take_pending()
 
 
 def run_proxy(args) -> int:
     from tpmtop.proxy.server import ProxyServer
 
+    from tpmtop.proxy.access import AccessPolicy, gid_of
+
     _check_port(args.port)
-    host = args.bind or "127.0.0.1"
-    if args.bind and args.bind not in ("127.0.0.1", "::1", "localhost"):
-        notice(f"WARNING: listening on {args.bind}: anyone who can reach this port can use the TPM "
-               "(no authentication; a TPM on the network is an attack surface)")
+    host = _loopback(args.bind or "127.0.0.1")
+    policy = AccessPolicy.default(tuple(args.allow_user), tuple(args.allow_group) + ((args.group,) if args.group else ()))
+    if args.group and not args.socket:
+        raise UsageError("--group G sets the Unix socket's group: it needs --socket PATH")
+    gid = gid_of(args.group, "--group") if args.group else None
     from tpmtop.proxy.report import proxy_recorder
 
-    rec = proxy_recorder(keep_buffers=bool(args.events))
-    with tpm_from_args(args, recorder=rec) as conn:
-        conn.identity()  # read once now, not in the middle of the clients' traffic
-        server = ProxyServer(conn, protocol=args.protocol, host=host, port=args.port,
-                             socket_path=args.socket, log=_log)
-        interrupted = False
-        try:
+    out = _json_output(args)
+    # Ports and socket paths are taken before the TPM is opened: a refused start (port busy,
+    # path taken) says so at once, serves no one, writes no capture and removes nothing.
+    server = ProxyServer(None, protocol=args.protocol, host=host, port=args.port, socket_path=args.socket,
+                         log=_log, policy=policy, socket_mode=0o660 if gid is not None else 0o600,
+                         socket_gid=gid, **_serving(args)).listen()
+    # Without --events no command is kept for the capture: a small ring (the per-command
+    # statistics are kept whole either way), so a proxy left running does not grow.
+    rec = proxy_recorder(keep_buffers=bool(args.events), capacity=None if args.events else 4096)
+    try:
+        with tpm_from_args(args, recorder=rec) as conn:
+            conn.identity()  # read once now, not in the middle of the clients' traffic
+            server.conn = conn
             server.start()
-            kind = args.protocol
-            _log(f"serving {conn.target.tcti} on {host}:{args.port} ({kind}; control on {args.port + 1})"
-                 + (f" and {args.socket}" if args.socket else ""))
-            _log(f"clients use -T {kind}:host={host},port={args.port}"
-                 + (f" or -T swtpm:path={args.socket}" if args.socket and kind == "swtpm" else ""))
-            _log(server.sharing_note())
-            since = interrupts.raised
-            while True:
-                time.sleep(0.5)  # short: a signal tripped just before a long sleep waits for its end
-                interrupts.check_lost(since)  # one a finalizer swallowed meanwhile
-        except KeyboardInterrupt:
-            interrupted = True
-        except UsageError:
-            raise
-        except BaseException as e:
-            from tpmtop.errors import Interrupted
+            return _serve_until_stopped(args, server, conn, out, host)
+    finally:
+        server.stop()  # idempotent; here for a start that failed before serving
 
-            if not isinstance(e, Interrupted):
-                raise
-            interrupted = True
-        finally:
-            server.stop()
-            _print_clients(server.accounts)
-            _write_capture(args, conn, server.accounts)
+
+def _serve_until_stopped(args, server, conn, out, host) -> int:
+    interrupted = False
+    try:
+        kind = args.protocol
+        _log(f"serving {conn.target.tcti} on {host}:{args.port} ({kind}; control on {args.port + 1})"
+             + (f" and {args.socket}" if args.socket else ""))
+        _log(f"clients use -T {kind}:host={host},port={args.port}"
+             + (f" or -T swtpm:path={os.path.abspath(args.socket)}" if args.socket and kind == "swtpm" else ""))
+        _log(server.sharing_note())
+        _log(f"open to {server.policy.describe()}; everyone else is refused")
+        since = interrupts.raised
+        while server.failed is None:
+            time.sleep(0.5)  # short: a signal tripped just before a long sleep waits for its end
+            interrupts.check_lost(since)  # one a finalizer swallowed meanwhile
+    except KeyboardInterrupt:
+        interrupted = True
+    except UsageError:
+        raise
+    except BaseException as e:
+        from tpmtop.errors import Interrupted
+
+        if not isinstance(e, Interrupted):
+            raise
+        interrupted = True
+    finally:
+        server.stop()
+        _print_clients(server.accounts)
+        _write_capture(args, out, conn, server.accounts)
+        _settled()
     if interrupted:
         notice("interrupted")
         return EXIT_INTERRUPTED
+    if server.failed:  # the TPM went away for good: the capture is written, the line says why
+        raise TpmConnectionError(server.failed)
     return 0
 
 
 def _print_clients(accounts) -> None:
+    """One row per program (every departed client of it folded in: a proxy that served 10,000
+    tpm2_getrandom processes prints one row for them)."""
     rows = []
-    for c in accounts.snapshot():
-        h = c.hist().summary()
-        rows.append([str(c.id), str(c.peer.pid or "-"), c.name[:24], str(c.commands), str(c.errors),
-                     f"{h['p50']:,.1f}", f"{h['p99']:,.1f}", str(c.created), str(c.flushed),
-                     ", ".join(f"0x{x.handle:08x}" for x in c.leaked) or "-"])
+    for p in accounts.program_snapshot():
+        h = CompactLatency()
+        for x in p.per_cc.values():
+            h.merge(x)
+        s = h.summary()
+        rows.append([safe(p.name)[:24], str(p.clients), str(p.commands), str(p.errors),
+                     f"{s['p50']:,.1f}", f"{s['p99']:,.1f}", str(p.created), str(p.flushed), str(p.leaked)])
     if rows:
-        print(table(rows, ["id", "pid", "name", "cmds", "errors", "p50 µs", "p99 µs", "created", "flushed", "leaked"],
-                    right={0, 1, 3, 4, 5, 6, 7, 8}), flush=True)
+        print(table(rows, ["program", "clients", "cmds", "errors", "p50 µs", "p99 µs", "created", "flushed", "leaked"],
+                    right={1, 2, 3, 4, 5, 6, 7, 8}), flush=True)
+    if accounts.queue_max:
+        print(f"at most {accounts.queue_max} client(s) waited for their turn at once", flush=True)
 
 
 def run_run(args) -> int:
@@ -142,10 +254,12 @@ def run_run(args) -> int:
         raise UsageError("nothing to run: tpmtop run [options] -- CMD [ARGS…]")
     from tpmtop.proxy.report import proxy_recorder
 
+    out = _json_output(args)
     rec = proxy_recorder()
     with tpm_from_args(args, recorder=rec) as conn:
         conn.identity()
-        server = ProxyServer(conn, protocol=args.protocol, host="127.0.0.1", port=0, log=_quiet_log)
+        server = ProxyServer(conn, protocol=args.protocol, host="127.0.0.1", port=0, log=_quiet_log,
+                             **_serving(args))
         server.start()
         port = server.bound_port
         tcti = f"{args.protocol}:host=127.0.0.1,port={port}"
@@ -158,10 +272,12 @@ def run_run(args) -> int:
         try:
             try:
                 proc = subprocess.Popen(cmd, env=env)
-            except FileNotFoundError:
-                raise UsageError(f"{cmd[0]}: command not found") from None
-            except PermissionError:
-                raise UsageError(f"{cmd[0]}: permission denied") from None
+            except FileNotFoundError:  # the shell's statuses: 127 not found, 126 not executable
+                print(f"tpmtop run: {safe(cmd[0])}: command not found", file=sys.stderr)
+                return EXIT_NOT_FOUND
+            except (PermissionError, IsADirectoryError, OSError) as e:
+                print(f"tpmtop run: {safe(cmd[0])}: cannot execute: {e.strerror or e}", file=sys.stderr)
+                return EXIT_NOT_EXECUTABLE
             try:
                 # In slices: a signal that lands just before a blocking waitpid would otherwise
                 # be acted on only when CMD exits (tpmtop.tpm.owner.Job._wait says why).
@@ -184,11 +300,12 @@ def run_run(args) -> int:
             wall = time.perf_counter_ns() - t0
             server.stop()
             if proc is not None:  # a CMD that never started gets no table: its one line says why
-                clients = [c for c in server.accounts.snapshot() if c.id != 0]
-                print(f"tpmtop run: {' '.join(cmd)} (through {tcti}; TPM {conn.target.tcti})", file=sys.stderr)
-                print(run_table(clients, wall, server.accounts, table), file=sys.stderr, flush=True)
-                _write_capture(args, conn, server.accounts,
+                print(f"tpmtop run: {safe(' '.join(cmd))} (through {tcti}; TPM {conn.target.tcti})", file=sys.stderr)
+                print(run_table(server.accounts, wall, table), file=sys.stderr, flush=True)
+                _write_capture(args, out, conn, server.accounts,
                                extra={"command": {"argv": cmd, "exit_status": status, "wall_ns": wall}}, events=True)
+                if status is not None:
+                    _settled()
     if status is None:
         return EXIT_INTERRUPTED
     return status if status >= 0 else 128 - status

@@ -6,9 +6,13 @@ Layer: next to capture/bench (it uses tpm/ and recorder, stats; nothing above it
   protocol and the Microsoft simulator's), server side; control/platform requests are
   answered here and never reach the TPM.
 - :mod:`.peers` — who is on the other end of a connection (pid, name, cmdline, uid).
-- :mod:`.accounting` — per-client commands, errors, latencies, handles created/flushed, leaks.
+- :mod:`.access` — who may use the TPM through the proxy (closed by default: this uid, root).
+- :mod:`.accounting` — per-client commands, errors, latencies, handles created/flushed, leaks;
+  departed clients folded per program (bounded memory).
+- :mod:`.latency` — a per-client latency distribution sized to what it holds.
+- :mod:`.turns` — one client at a time over a raw TPM, as swtpm serves.
 - :mod:`.forward` — the ONE function through which a client's command reaches tpmtop's
   instrumented transport, labelled with the client.
-- :mod:`.server` — listeners and per-connection threads.
+- :mod:`.server` — listeners, connection threads (bounded), serving model, departures, recovery.
 - :mod:`.report` — capture additions and the ``tpmtop run`` table.
 """

@@ -5,7 +5,13 @@ Created: the response handle of CreatePrimary, Load, LoadExternal, CreateLoaded,
 StartAuthSession and ContextLoad. Gone: FlushContext of it (by anyone), or a session used
 without continueSession in a successful command (the TPM ends it). A session that was
 ContextSaved and not loaded again is *saved*: it still takes one of the TPM's active-session
-slots until someone loads and flushes it, so it is reported as left behind too.
+slots until someone loads and flushes it, so it is reported as left behind too. A successful
+TPM2_Clear flushes every transient object (the TPM does: Part 3, 24.6), sessions stay.
+
+Memory is bounded whatever the number of clients: a departed client is kept whole among the
+last :data:`RECENT_DEPARTED` (the dashboard, the capture's ``clients``), and folded into its
+program's summary (same executable and process name; at most :data:`MAX_PROGRAMS`, the rest
+into one "other programs" row); latencies are :class:`~.latency.CompactLatency`.
 """
 
 from __future__ import annotations
@@ -13,10 +19,15 @@ from __future__ import annotations
 import struct
 import threading
 import time
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from tpmtop.stats import LatencyHistogram
+from tpmtop.proxy.latency import CompactLatency
 from tpmtop.tpm import names, wire
+
+RECENT_DEPARTED = 64  # departed clients kept whole (the rest: their program's summary)
+MAX_PROGRAMS = 256  # program summaries; beyond, one "other programs" row
+MAX_SESSIONS_KEPT = 32  # sessions remembered per program summary
 
 CC_CREATE_PRIMARY = 0x131
 CC_LOAD = 0x157
@@ -26,6 +37,7 @@ CC_START_AUTH_SESSION = 0x176
 CC_CONTEXT_LOAD = 0x161
 CC_CONTEXT_SAVE = 0x162
 CC_FLUSH_CONTEXT = 0x165
+CC_CLEAR = 0x126
 CREATING = {CC_CREATE_PRIMARY, CC_LOAD, CC_LOAD_EXTERNAL, CC_CREATE_LOADED, CC_START_AUTH_SESSION,
             CC_CONTEXT_LOAD}
 TPM_RH_NULL = 0x40000007
@@ -110,20 +122,23 @@ class ClientStats:
     errors: int = 0
     error_codes: dict = field(default_factory=dict)  # (cc, rc) -> count
     wire_ns_total: int = 0
-    per_cc: dict = field(default_factory=dict)  # cc -> LatencyHistogram
+    per_cc: dict = field(default_factory=dict)  # cc -> CompactLatency
     created: int = 0
     flushed: int = 0
     sessions: dict = field(default_factory=dict)  # handle -> SessionUse (this client's)
     leaked: list = field(default_factory=list)  # Held, filled at departure
     locality: int = 0
     dropped: str | None = None  # why a connection of it was cut (framing), last one
+    exited: bool = False  # its process has ended (its connections may still be closing)
+    inflight: int = 0  # commands sent to the TPM and not yet answered and accounted
+    waits: CompactLatency = field(default_factory=CompactLatency)  # waits for its turn (raw TPM)
 
     @property
     def name(self) -> str:
         return self.peer.name
 
-    def hist(self) -> LatencyHistogram:
-        h = LatencyHistogram()
+    def hist(self) -> CompactLatency:
+        h = CompactLatency()
         for x in self.per_cc.values():
             h.merge(x)
         return h
@@ -141,18 +156,78 @@ class ClientStats:
             "leaked": [h.to_json() for h in self.leaked],
             "sessions": [s.to_json() for s in self.sessions.values()],
             "departed": self.departed_ns is not None,
+            "turn_waits": self.waits.summary(),
+        }
+
+
+def program_key(peer) -> tuple[str, str]:
+    return (getattr(peer, "exe", "") or "", peer.name)
+
+
+@dataclass
+class ProgramSummary:
+    """Every departed client of one program (executable + process name), folded."""
+
+    name: str
+    exe: str
+    clients: int = 0
+    commands: int = 0
+    errors: int = 0
+    error_codes: dict = field(default_factory=dict)
+    wire_ns_total: int = 0
+    per_cc: dict = field(default_factory=dict)  # cc -> CompactLatency
+    created: int = 0
+    flushed: int = 0
+    leaked: int = 0
+    last_leaks: deque = field(default_factory=lambda: deque(maxlen=8))  # texts of the latest
+    sessions: dict = field(default_factory=dict)  # handle -> SessionUse (at most MAX_SESSIONS_KEPT)
+    waits: CompactLatency = field(default_factory=CompactLatency)
+
+    def fold(self, c: ClientStats) -> None:
+        self.clients += 1
+        self.commands += c.commands
+        self.errors += c.errors
+        for k, n in c.error_codes.items():
+            self.error_codes[k] = self.error_codes.get(k, 0) + n
+        self.wire_ns_total += c.wire_ns_total
+        for cc, h in c.per_cc.items():
+            self.per_cc.setdefault(cc, CompactLatency()).merge(h)
+        self.created += c.created
+        self.flushed += c.flushed
+        self.leaked += len(c.leaked)
+        for h in c.leaked:
+            self.last_leaks.append(f"pid {c.peer.pid}: {h.text()}")
+        for sh, use in c.sessions.items():
+            if sh in self.sessions or len(self.sessions) < MAX_SESSIONS_KEPT:
+                self.sessions[sh] = use
+        self.waits.merge(c.waits)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name, "exe": self.exe, "clients": self.clients, "commands": self.commands,
+            "errors": self.errors, "wire_us_total": round(self.wire_ns_total / 1000, 3),
+            "per_command": {names.cc_short(cc): h.summary() for cc, h in sorted(self.per_cc.items(), key=lambda kv: kv[0] or 0)},
+            "errors_by_code": [{"command": names.cc_short(cc), "rc": rc, "rc_text": names.rc_text(rc), "count": n}
+                               for (cc, rc), n in sorted(self.error_codes.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0))],
+            "created": self.created, "flushed": self.flushed, "leaked": self.leaked,
+            "last_leaks": list(self.last_leaks), "turn_waits": self.waits.summary(),
         }
 
 
 class Accounts:
-    """Every client the proxy has seen, and which of them holds which handle."""
+    """Every client the proxy has seen (live ones, the last departed ones whole, the others
+    folded into per-program summaries), and which client holds which handle."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.clients: dict[int, ClientStats] = {}
         self._by_key: dict = {}
-        self._owner: dict[int, tuple[int, Held]] = {}  # handle -> (client id, Held)
+        self._owner: dict[int, tuple[ClientStats, Held]] = {}  # handle -> (its client, Held)
         self._sessions: dict[int, SessionUse] = {}  # session handle -> its latest StartAuthSession
+        self._recent: deque[int] = deque()  # departed client ids still kept whole, oldest first
+        self.programs: OrderedDict[tuple[str, str], ProgramSummary] = OrderedDict()
+        self.departed = 0
+        self.queue_max = 0  # the most clients that ever waited for their turn at once
         self._next = 1
 
     def client_for(self, peer, protocol: str, shared_key: bool = True) -> ClientStats:
@@ -172,16 +247,19 @@ class Accounts:
                 self._by_key[peer.key] = c
             return c
 
-    def record(self, c: ClientStats, cmd: bytes, rsp: bytes | None, wire_ns: int) -> None:
+    def record(self, c: ClientStats, cmd: bytes, rsp: bytes | None, wire_ns: int) -> list[str]:
+        """Account one exchange; returns what is worth a log line (a client flushing another
+        client's object, a TPM2_Clear)."""
         info = wire.decode_command(cmd)
         r = wire.decode_response(rsp, info.cc)
         cc, rc = info.cc, r.rc
+        notes: list[str] = []
         with self._lock:
             c.commands += 1
             c.wire_ns_total += wire_ns
             h = c.per_cc.get(cc)
             if h is None:
-                h = c.per_cc[cc] = LatencyHistogram()
+                h = c.per_cc[cc] = CompactLatency()
             h.record(wire_ns)
             for sh, attrs in info.sessions:  # what a session was used with, failed or not
                 use = self._sessions.get(sh)
@@ -191,17 +269,17 @@ class Accounts:
             if rc != 0:
                 c.errors += 1
                 c.error_codes[(cc, rc)] = c.error_codes.get((cc, rc), 0) + 1
-                return
+                return notes
             for sh, attrs in info.sessions:
                 if sh != TPM_RS_PW and not attrs & 0x01:  # without continueSession the TPM ends it
                     self._gone(sh)
             if cc in CREATING and r.handle is not None:
                 held = Held(r.handle, names.cc_short(cc))
                 prev = self._owner.get(r.handle)
-                if prev is not None and prev[0] != c.id and cc == CC_CONTEXT_LOAD:
+                if prev is not None and prev[0] is not c and cc == CC_CONTEXT_LOAD:
                     # a context another client saved, now loaded by this one: it holds it now
                     self._owner.pop(r.handle, None)
-                self._owner[r.handle] = (c.id, held)
+                self._owner[r.handle] = (c, held)
                 c.created += 1
                 if cc == CC_START_AUTH_SESSION:
                     parsed = parse_start_auth_session(cmd)
@@ -211,35 +289,88 @@ class Accounts:
                         # hand sessions from process to process through context files)
                         c.sessions[r.handle] = self._sessions[r.handle] = SessionUse(r.handle, stype, salted, bound, sym)
             elif cc == CC_FLUSH_CONTEXT and info.flush_handle is not None:
-                if self._gone(info.flush_handle):
+                o = self._owner.pop(info.flush_handle, None)
+                if o is not None:
                     c.flushed += 1
+                    other, held = o
+                    if other is not c and held.state == "loaded" and held.handle >> 24 == 0x80:
+                        # a transient object is one process's own (sessions and saved
+                        # contexts are handed from process to process by tpm2-tools)
+                        notes.append(f"client {c.id} {c.name} (pid {c.peer.pid}) flushed 0x{held.handle:08x}, "
+                                     f"a {handle_kind(held.handle)} client {other.id} {other.name} "
+                                     f"(pid {other.peer.pid}, {'gone' if other.departed_ns else 'still running'}) "
+                                     f"created with {held.created_by}")
             elif cc == CC_CONTEXT_SAVE and info.handles:
                 h0 = info.handles[0]
                 o = self._owner.get(h0)
                 if o is not None and h0 >> 24 in (0x02, 0x03):
                     o[1].state = "saved"  # a saved session leaves the loaded list, not the TPM
+            elif cc == CC_CLEAR:
+                gone = [hd for hd in self._owner if hd >> 24 == 0x80]
+                for hd in gone:
+                    del self._owner[hd]
+                notes.append(f"client {c.id} {c.name} (pid {c.peer.pid}) cleared the TPM (TPM2_Clear): "
+                             f"{len(gone)} transient object(s) flushed with it")
+        return notes
+
+    def tpm_reset(self) -> None:
+        """The TPM was replaced (a private swtpm restarted): nothing is loaded any more."""
+        with self._lock:
+            self._owner.clear()
+            self._sessions.clear()
 
     def _gone(self, h: int) -> bool:
         return self._owner.pop(h, None) is not None
 
     def held_by(self, cid: int) -> list[Held]:
         with self._lock:
-            return [held for (owner, held) in self._owner.values() if owner == cid]
+            return [held for (owner, held) in self._owner.values() if owner.id == cid]
+
+    def held_all(self) -> list[tuple[ClientStats, Held]]:
+        """Every handle still loaded (or saved) and the client that created it."""
+        with self._lock:
+            return sorted(self._owner.values(), key=lambda oh: (oh[0].id, oh[1].handle))
 
     def connection_closed(self, c: ClientStats) -> None:
         with self._lock:
             c.open_connections -= 1
 
     def depart(self, c: ClientStats) -> list[Held]:
-        """The client is gone: what it left behind is its leak report."""
+        """The client is gone: what it left behind is its leak report; it is folded into its
+        program's summary and kept whole only among the last RECENT_DEPARTED."""
         with self._lock:
             if c.departed_ns is not None:
                 return c.leaked
             c.departed_ns = time.perf_counter_ns()
-            c.leaked = [held for (owner, held) in self._owner.values() if owner == c.id]
-            self._by_key.pop(c.peer.key, None)
+            c.leaked = [held for (owner, held) in self._owner.values() if owner is c]
+            if self._by_key.get(c.peer.key) is c:
+                del self._by_key[c.peer.key]
+            self._program(c).fold(c)
+            self.departed += 1
+            self._recent.append(c.id)
+            while len(self._recent) > RECENT_DEPARTED:
+                self.clients.pop(self._recent.popleft(), None)
             return c.leaked
+
+    def _program(self, c: ClientStats) -> ProgramSummary:
+        key = program_key(c.peer)
+        p = self.programs.get(key)
+        if p is None:
+            if len(self.programs) >= MAX_PROGRAMS:
+                key = ("", "other programs")
+                p = self.programs.get(key)
+            if p is None:
+                p = self.programs[key] = ProgramSummary(key[1], key[0])
+        return p
+
+    def live(self) -> list[ClientStats]:
+        with self._lock:
+            return [c for c in self.clients.values() if c.departed_ns is None]
 
     def snapshot(self) -> list[ClientStats]:
         with self._lock:
             return sorted(self.clients.values(), key=lambda c: c.id)
+
+    def program_snapshot(self) -> list[ProgramSummary]:
+        with self._lock:
+            return list(self.programs.values())

@@ -28,6 +28,7 @@ class Peer:
     uid: int | None
     user: str | None
     start_time: float | None = None  # tells a reused pid from the process before it
+    exe: str = ""  # the executable (with the name, what a departed client is folded under)
 
     @property
     def key(self) -> tuple:
@@ -63,7 +64,11 @@ def describe_pid(pid: int, uid: int | None = None) -> Peer:
             if uid is None:
                 uid = p.uids().real
             start = p.create_time()
-        return Peer(pid, name, cmdline or name, uid, _user(uid), start)
+            try:
+                exe = p.exe()
+            except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                exe = ""
+        return Peer(pid, name, cmdline or name, uid, _user(uid), start, exe)
     except psutil.NoSuchProcess:
         return Peer(pid, f"pid {pid} (exited)", "", uid, _user(uid))
     except psutil.AccessDenied:
@@ -139,6 +144,15 @@ def _socket_owner(peer: tuple, local: tuple, v6: bool) -> tuple[int, int] | None
     return None
 
 
+def socket_owner(peer: tuple, local: tuple, v6: bool) -> tuple[int, int] | None:
+    """(uid, inode) of the peer's end of our loopback TCP connection (an IPv4 peer on an IPv6
+    listener is looked up as IPv4)."""
+    owner = _socket_owner(peer, local, v6)
+    if owner is None and v6 and peer[0].startswith("::ffff:"):
+        owner = _socket_owner((peer[0][7:], peer[1]), (local[0][7:], local[1]), False)
+    return owner
+
+
 def _holding_fd(pid: int, target: str, hint: int | None) -> int | None:
     """The fd through which ``pid`` holds ``target`` (tried first: ``hint``, the fd number
     the previous connection of that process used; tpm2-tss reuses it), or None."""
@@ -180,11 +194,9 @@ class TcpResolver:
         except OSError:
             return Peer(None, "disconnected", "", None, None)
         v6 = sock.family == socket.AF_INET6
-        if not _is_loopback(peer[0]):
+        if not is_loopback(peer[0]):
             return Peer(None, f"remote {peer[0]}:{peer[1]}", "", None, None)
-        owner = _socket_owner(peer, local, v6)
-        if owner is None and v6 and peer[0].startswith("::ffff:"):
-            owner = _socket_owner((peer[0][7:], peer[1]), (local[0][7:], local[1]), False)
+        owner = socket_owner(peer, local, v6)
         if owner is None:
             return Peer(None, "unknown", "", None, None)
         uid, inode = owner
@@ -196,11 +208,14 @@ class TcpResolver:
             if fd is not None:
                 self._remember(pid, known, fd)
                 return known
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            pid = int(name)
-            if pid in self._recent:
+        # Skip only the processes looked at above: another thread may have added this very
+        # process to the recent ones meanwhile (1,000 connections of one process resolved at
+        # once), and skipping it then named most of them "unknown".
+        looked = {pid for pid, _ in recent}
+        # newest first: a client is usually a process that just started (a higher pid than
+        # the long-running ones), found after a few look-ups rather than a whole scan
+        for pid in sorted((int(n) for n in os.listdir("/proc") if n.isdigit()), reverse=True):
+            if pid in looked:
                 continue
             fd = _holding_fd(pid, target, None)
             if fd is not None:
@@ -219,7 +234,7 @@ class TcpResolver:
                 self._recent.pop(next(reversed(self._recent)))
 
 
-def _is_loopback(ip: str) -> bool:
+def is_loopback(ip: str) -> bool:
     return ip.startswith("127.") or ip in ("::1", "::ffff:127.0.0.1") or ip.startswith("::ffff:127.")
 
 

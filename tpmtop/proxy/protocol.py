@@ -81,6 +81,10 @@ class Closed(Exception):
     """The client closed the connection cleanly between requests."""
 
 
+class Idle(Exception):
+    """The client sent nothing for the connection's idle time-out (between requests)."""
+
+
 def recv_exact(sock: socket.socket, n: int, started: bool) -> bytes:
     """``n`` bytes, or :class:`Closed` if the peer closed before the first byte of a request
     (``started`` False), :class:`FrameError` if it closed in the middle of one."""
@@ -93,6 +97,10 @@ def recv_exact(sock: socket.socket, n: int, started: bool) -> bytes:
                 # the kernel would otherwise delay by 40 ms.
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
             chunk = sock.recv(n - len(buf))
+        except socket.timeout:
+            if not buf and not started:
+                raise Idle from None
+            raise FrameError(f"stalled mid-request ({len(buf)} of {n} bytes) for {sock.gettimeout():g} s") from None
         except OSError as e:
             raise FrameError(f"connection error mid-request: {e.strerror or e}") from None
         if not chunk:
@@ -198,5 +206,8 @@ def answer_control(sock: socket.socket, state: dict) -> tuple[int, bytes] | None
         return cmd, ok + _U32.pack(size) + _U32.pack(128) + _U32.pack(MAX_COMMAND)
     if cmd in (CMD_SHUTDOWN, CMD_HASH_START, CMD_HASH_END, CMD_CANCEL_TPM_CMD, CMD_STORE_VOLATILE, CMD_STOP):
         return cmd, ok
-    # state blobs, data fds, config: not offered through a shared proxy
+    # state blobs, data fds, config: not offered through a shared proxy. Their payloads are
+    # not read (their length is not known here): the caller closes the connection after this
+    # answer, so no payload byte is ever taken for a request.
+    state["refused"] = cmd
     return cmd, _U32.pack(TPM_BAD_ORDINAL)

@@ -7,11 +7,12 @@ Capture additions (tpmtop.capture/1, minor 1, all optional): a top-level ``clien
 
 from __future__ import annotations
 
-from tpmtop.proxy.accounting import Accounts, ClientStats, attrs_text
+from tpmtop.proxy.accounting import Accounts, attrs_text
 from tpmtop.proxy.forward import client_id_of
+from tpmtop.textsafe import safe
 from tpmtop.tpm import names
 
-CAPTURE_MINOR = 1
+CAPTURE_MINOR = 1  # "programs" (the departed clients' summaries) is optional within minor 1
 
 
 def label_events(events_json: list[dict], events: list) -> list[dict]:
@@ -29,32 +30,49 @@ def clients_json(accounts: Accounts) -> list[dict]:
     return [c.to_json(accounts.held_by(c.id)) for c in accounts.snapshot()]
 
 
+def _by_program(accounts: Accounts) -> list[tuple[str, dict, int, int]]:
+    """(name, cc -> CompactLatency, commands, errors) per program name: the departed clients'
+    summaries and the live clients (tpmtop run stops its proxy first: all have departed)."""
+    from tpmtop.proxy.latency import CompactLatency
+
+    by: dict[str, list] = {}
+
+    def add(name, per_cc, n, errors):
+        row = by.setdefault((name or "unknown")[:64], [{}, 0, 0])
+        for cc, h in per_cc.items():
+            row[0].setdefault(cc, CompactLatency()).merge(h)
+        row[1] += n
+        row[2] += errors
+
+    for p in accounts.program_snapshot():
+        add(p.name, p.per_cc, p.commands, p.errors)
+    for c in accounts.live():
+        if c.id != 0:
+            add(c.name, c.per_cc, c.commands, c.errors)
+    return [(name, row[0], row[1], row[2]) for name, row in by.items() if row[1]]
+
+
 def client_runs(accounts: Accounts) -> list[dict]:
     """One ``runs`` entry per program name (engine "proxy", mode = the name, op "client"):
     the eight tpm2_getrandom processes of a script are one row, and `tpmtop compare` and
     `tpmtop export --format openmetrics` work on proxy captures as on bench captures."""
     from tpmtop.stats import LatencyHistogram
 
-    by_name: dict[str, list[ClientStats]] = {}
-    for c in accounts.snapshot():
-        if c.commands:
-            by_name.setdefault((c.name or "unknown")[:64], []).append(c)
     runs = []
-    for name, cs in by_name.items():
-        per: dict = {}
-        for c in cs:
-            for cc, h in c.per_cc.items():
-                per.setdefault(cc, LatencyHistogram()).merge(h)
+    for name, per_cc, n, errors in _by_program(accounts):
+        per = {cc: h.to_histogram() for cc, h in per_cc.items()}
         wire = LatencyHistogram()
         for h in per.values():
             wire.merge(h)
-        n = sum(c.commands for c in cs)
-
-        runs.append({"engine": "proxy", "mode": name, "op": "client", "ops": n, "errors": sum(c.errors for c in cs),
+        runs.append({"engine": "proxy", "mode": name, "op": "client", "ops": n, "errors": errors,
                      "op_us": wire.to_json(), "wire_us": wire.to_json(), "host_us": LatencyHistogram().to_json(),
                      "commands_per_op": {names.cc_name(cc): round(h.count / n, 3) for cc, h in per.items()},
                      "commands": {names.cc_name(cc): h.to_json() for cc, h in sorted(per.items(), key=lambda kv: kv[0] or 0)}})
     return runs
+
+
+def programs_json(accounts: Accounts) -> list[dict]:
+    return [p.to_json() for p in accounts.program_snapshot()]
 
 
 def capture(conn, accounts: Accounts, with_events: bool, extra: dict | None = None) -> dict:
@@ -62,7 +80,7 @@ def capture(conn, accounts: Accounts, with_events: bool, extra: dict | None = No
 
     events = conn.recorder.events() if with_events else None
     cap = build_capture(conn, [], events=events, extra={"minor": CAPTURE_MINOR, "clients": clients_json(accounts),
-                                                       **(extra or {})})
+                                                       "programs": programs_json(accounts), **(extra or {})})
     cap["runs"] = client_runs(accounts)
     if "events" in cap:
         label_events(cap["events"], events)
@@ -73,28 +91,31 @@ def _us(ns: float) -> str:
     return f"{ns / 1000:,.0f}" if ns >= 10_000 else f"{ns / 1000:,.1f}"
 
 
-def run_table(clients: list[ClientStats], wall_ns: int, accounts: Accounts, table) -> str:
-    """strace -c for the TPM: one row per command code over every client CMD started
-    (``table(rows, header, right)`` formats the rows: the CLI's)."""
-    from tpmtop.stats import LatencyHistogram
+def run_table(accounts: Accounts, wall_ns: int, table) -> str:
+    """strace -c for the TPM: one row per command code over every client CMD started, once
+    they have all departed (``table(rows, header, right)`` formats the rows: the CLI's)."""
+    from tpmtop.proxy.latency import CompactLatency
 
     per: dict = {}
     errs: dict = {}
-    for c in clients:
+    total_ns = 0
+    n = 0
+    sources = list(accounts.program_snapshot()) + [c for c in accounts.live() if c.id != 0]
+    for c in sources:
         for cc, h in c.per_cc.items():
-            per.setdefault(cc, LatencyHistogram()).merge(h)
-        for (cc, rc), n in c.error_codes.items():
-            errs.setdefault(cc, []).append(f"{n}× 0x{rc:x} {names.rc_text(rc)}")
-    total_ns = sum(c.wire_ns_total for c in clients)
+            per.setdefault(cc, CompactLatency()).merge(h)
+        for (cc, rc), k in c.error_codes.items():
+            errs.setdefault(cc, []).append(f"{k}× 0x{rc:x} {names.rc_text(rc)}")
+        total_ns += c.wire_ns_total
+        n += c.commands
     rows = []
-    for cc, h in sorted(per.items(), key=lambda kv: -kv[1].summary()["mean"] * kv[1].count):
+    for cc, h in sorted(per.items(), key=lambda kv: -kv[1].sum_ns):
         s = h.summary()
-        tot = s["mean"] * s["count"] * 1000
+        tot = h.sum_ns
         rows.append([names.cc_short(cc), str(s["count"]), str(sum(int(x.split("×")[0]) for x in errs.get(cc, []))),
                      f"{s['p50']:,.1f}", f"{s['p99']:,.1f}", f"{tot / 1000:,.1f}",
                      f"{100 * tot / total_ns:.1f}" if total_ns else "0.0"])
     out = [table(rows, ["command", "calls", "errors", "p50 µs", "p99 µs", "total µs", "% TPM"], right={1, 2, 3, 4, 5, 6})]
-    n = sum(c.commands for c in clients)
     share = 100 * total_ns / wall_ns if wall_ns else 0.0
     out.append(f"{n} TPM commands; {total_ns / 1e6:,.3f} ms on the wire = {share:.1f}% of the command's "
                f"{wall_ns / 1e6:,.1f} ms wall time")
@@ -102,7 +123,7 @@ def run_table(clients: list[ClientStats], wall_ns: int, accounts: Accounts, tabl
         for x in lst:
             out.append(f"error: {names.cc_short(cc)}: {x}")
     seen = set()
-    for c in clients:
+    for c in sources:
         for s in c.sessions.values():
             if id(s) in seen:
                 continue
@@ -111,9 +132,9 @@ def run_table(clients: list[ClientStats], wall_ns: int, accounts: Accounts, tabl
                        f"{'bound' if s.bound else 'unbound'}, symmetric {s.symmetric}, used with {attrs_text(s.attrs)}")
     # what is still loaded (or saved) at the end: a session one process saved and the next
     # flushed is not a leak of the command as a whole
-    leaks = [(c, h) for c in clients for h in accounts.held_by(c.id)]
+    leaks = [(c, h) for c, h in accounts.held_all() if c.id != 0]
     for c, h in leaks:
-        out.append(f"LEAK: {c.name} (pid {c.peer.pid}) left {h.text()}")
+        out.append(f"LEAK: {safe(c.name)} (pid {c.peer.pid}) left {h.text()}")
     if not leaks:
         out.append("left nothing loaded")
     return "\n".join(out)
@@ -146,7 +167,7 @@ def client_rows(accounts: Accounts | None, recorder=None) -> list[tuple[str, lis
             continue
         s = c.hist().summary()
         held = accounts.held_by(c.id)
-        name = c.name if c.departed_ns is None else f"{c.name[:15]} (left)"  # fits the panel's 22 columns
+        name = safe(c.name) if c.departed_ns is None else f"{safe(c.name)[:15]} (left)"  # fits the panel's 22 columns
         rows.append((f"c{c.id}", [str(c.peer.pid or "?"), name, str(c.commands), str(c.errors), f"{s['p50']:,.1f}",
                                   f"{s['p99']:,.1f}", "-" if c.departed_ns is not None else str(len(held)),
                                   str(len(c.leaked)) if c.departed_ns is not None else "-"]))
@@ -160,8 +181,8 @@ def client_detail(accounts: Accounts, key: str) -> str:
     c = accounts.clients.get(int(key[1:]))
     if c is None:
         return ""
-    lines = [f"{c.name} pid {c.peer.pid or '?'} uid {c.peer.uid if c.peer.uid is not None else '?'}: "
-             f"{c.peer.cmdline[:100]}"]
+    lines = [f"{safe(c.name)} pid {c.peer.pid or '?'} uid {c.peer.uid if c.peer.uid is not None else '?'}: "
+             f"{safe(c.peer.cmdline)[:100]}"]
     for cc, h in sorted(c.per_cc.items(), key=lambda kv: kv[0] or 0):
         s = h.summary()
         lines.append(f"  {names.cc_short(cc):<22} {s['count']:>6}×  p50 {s['p50']:>9,.1f} µs  p99 {s['p99']:>9,.1f} µs")
@@ -170,7 +191,7 @@ def client_detail(accounts: Accounts, key: str) -> str:
     return "\n".join(lines)
 
 
-def proxy_recorder(keep_buffers: bool = True):
+def proxy_recorder(keep_buffers: bool = True, capacity: int | None = None):
     """A recorder for `tpmtop proxy`/`tpmtop run`: it decodes between jobs only once 256
     exchanges wait (and always when read). A proxied client sends its next command tens of µs
     after its answer; decoding after every job held the GIL just then (+60–90 µs a command
@@ -184,4 +205,4 @@ def proxy_recorder(keep_buffers: bool = True):
             if len(self._pending) >= self.BETWEEN_JOBS_BATCH:
                 super().between_jobs()
 
-    return ProxyRecorder(keep_buffers=keep_buffers)
+    return ProxyRecorder(keep_buffers=keep_buffers, **({} if capacity is None else {"capacity": capacity}))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from tpm2_pytss.constants import TPM2_ALG, TPM2_CC, TPM2_RH, TPM2_ST
 
 from tpmtop.errors import IntegrityError, TpmConnectionError, TpmError
-from tpmtop.sessions import crypto
+from tpmtop.sessions import crypto, livekeys
 from tpmtop.sessions.engine import ATTR_DECRYPT, ATTR_ENCRYPT, EXTEND_DIGEST, RANDOM_BYTES, CryptoEngine
 from tpmtop.sessions.modes import Engine, Op
 from tpmtop.sessions.templates import TPM_RH_NULL, null_primary_public_bytes
@@ -164,7 +164,9 @@ class NativeEngine(CryptoEngine):
         handle = int.from_bytes(rsp[10:14], "big")
         nlen = int.from_bytes(rsp[14:16], "big")
         nonce_tpm = rsp[16:16 + nlen]
-        return Session(handle, crypto.session_key(salt, nonce_tpm, nonce_caller), nonce_tpm)
+        key = crypto.session_key(salt, nonce_tpm, nonce_caller)
+        livekeys.register(handle, nonce_tpm, key)  # once per session: the decode's plaintext view
+        return Session(handle, key, nonce_tpm)
 
     def flush(self, handle: int) -> None:
         self._plain(CC_FLUSH_CONTEXT, struct.pack(">I", handle))

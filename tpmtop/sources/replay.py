@@ -62,7 +62,7 @@ class ReplaySource(SourceBase):
     caps = Capabilities(SourceKind.REPLAY, timings=True, selects_runs=True,
                         why_not="replay shows a saved capture: nothing here runs or changes a TPM")
 
-    def __init__(self, capture: dict[str, Any], path: str | Path = "capture") -> None:
+    def __init__(self, capture: dict[str, Any], path: str | Path = "capture", decode: bool = False) -> None:
         super().__init__()
         self.doc = capture  # the capture as loaded (capture() hands it back)
         self.path = Path(path)
@@ -71,6 +71,14 @@ class ReplaySource(SourceBase):
         events = capture.get("events") or []
         self.stream: list[StreamRow] = [stream_row_from_dict(i, e) for i, e in
                                         enumerate(events[-MAX_STREAM_ROWS:]) if isinstance(e, dict)]
+        if decode:  # --decode: the handles column shows the decoded handles and parameters
+            from dataclasses import replace
+
+            from tpmtop.decode.listing import event_text
+
+            kept = [e for e in events[-MAX_STREAM_ROWS:] if isinstance(e, dict)]
+            self.stream = [replace(r, handles=t) if (t := event_text(e)) is not None else r
+                           for r, e in zip(self.stream, kept, strict=True)]
         for e in events[-MAX_STREAM_ROWS:]:
             if isinstance(e, dict):
                 rc = e.get("rc")

@@ -53,8 +53,8 @@ class TpmConnection:
             # Opened whole: a signal meanwhile is raised at the end (and closes what was
             # opened), never inside a thread's start or half way through starting a swtpm.
             with interrupts.closing():
-                # What decoding an exchange needs (tpm2-pytss's command tables, ~150 ms to
-                # import) is loaded now, never inside the first measured operation.
+                # The decoder's per-command caches are filled now, never inside the first
+                # measured operation (cheap: tpm/cc_table.py, no tpm2-pytss import).
                 wire.warm()
                 self.transport = InstrumentedTransport(self._backend(), self.recorder)
                 self.owner = TpmOwner(self.transport)

@@ -123,7 +123,9 @@ class ExchangeSink(Protocol):
     """A listener the transport reports to.
 
     ``put`` is called on the round trip's thread right after the response arrived: it must
-    only store the exchange (an append), never decode or take a contended lock.
+    only store the exchange (an append), never decode or take a contended lock. It gets a
+    plain tuple in :class:`Exchange`'s field order (``Exchange._make(x)`` names the fields):
+    building the NamedTuple on every command cost more than the rest of the report.
     ``between_jobs`` is called by the TPM's owner thread when no job is running — the one
     moment work on the exchanges cannot delay a TPM operation. ``enabled`` False makes the
     transport skip building exchanges altogether.
@@ -131,6 +133,6 @@ class ExchangeSink(Protocol):
 
     enabled: bool
 
-    def put(self, exchange: Exchange) -> None: ...
+    def put(self, exchange: tuple) -> None: ...
 
     def between_jobs(self) -> None: ...

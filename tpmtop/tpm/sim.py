@@ -10,6 +10,7 @@ directory is removed unless the caller passed one in.
 from __future__ import annotations
 
 import atexit
+import queue
 import shutil
 import signal
 import socket
@@ -43,6 +44,41 @@ def _set_pdeathsig() -> None:  # runs in the child between fork and exec
         pass
 
 
+_spawn_q: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
+_spawner: threading.Thread | None = None
+_spawner_lock = threading.Lock()
+
+
+def _spawn_loop() -> None:
+    while True:
+        args, kwargs, done, out = _spawn_q.get()
+        try:
+            out.append(subprocess.Popen(*args, **kwargs))
+        except BaseException as e:
+            out.append(e)
+        done.set()
+
+
+def _popen_lasting(*args, **kwargs) -> subprocess.Popen:
+    """Popen from a thread that lives as long as the process. PR_SET_PDEATHSIG fires when the
+    *thread* that forked the child exits, not the process: a swtpm started from a worker or a
+    proxy's recovery thread (the owner's fast path runs jobs on the asking thread) was killed
+    the moment that thread ended. The main thread lasts; any other asks one daemon thread."""
+    global _spawner
+    if threading.current_thread() is threading.main_thread():
+        return subprocess.Popen(*args, **kwargs)
+    with _spawner_lock:
+        if _spawner is None or not _spawner.is_alive():
+            _spawner = threading.Thread(target=_spawn_loop, name="tpmtop-spawner", daemon=True)
+            _spawner.start()
+    done, out = threading.Event(), []  # type: ignore[var-annotated]
+    _spawn_q.put((args, kwargs, done, out))
+    done.wait()
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
+
+
 class Swtpm:
     binary = "swtpm"
 
@@ -71,9 +107,9 @@ class Swtpm:
                "--server", f"type=tcp,fd={fds[0]}", "--ctrl", f"type=unixio,clientfd={fds[1]}",
                "--flags", "not-need-init,startup-clear"]
         try:
-            self.proc = subprocess.Popen(cmd, pass_fds=fds, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                         preexec_fn=_set_pdeathsig, start_new_session=True)
+            self.proc = _popen_lasting(cmd, pass_fds=fds, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   preexec_fn=_set_pdeathsig, start_new_session=True)
         except OSError as e:
             data_ours.close()
             ctrl_ours.close()

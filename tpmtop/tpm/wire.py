@@ -14,6 +14,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from tpmtop.tpm.cc_table import HANDLES
+
 # The four values the header/authorization decoder needs, spelled here rather than taken from
 # tpm2_pytss.constants: building the CLI's parser imports this module (chip profiles ->
 # wire), and importing tpm2-pytss costs ~55 ms that `tpmtop boot` over SSH must not pay.
@@ -26,6 +28,8 @@ CC_FLUSH_CONTEXT = 0x165  # TPM2_CC.FlushContext
 _HDR = struct.Struct(">HII")
 _U32 = struct.Struct(">I")
 
+# TPM2_CC.FIRST..LAST: a code in this range missing from the table is asked of tpm2-pytss
+_LIBRARY_RANGE = (0x11F, 0x1FF)
 _handle_counts: dict[int, int | None] = {}
 _rsp_has_handle: dict[int, bool] = {}
 
@@ -34,13 +38,17 @@ def num_handles(cc: int) -> int | None:
     """Handles in the command's handle area, or None for a command tpm2-pytss doesn't know."""
     n = _handle_counts.get(cc)
     if n is None and cc not in _handle_counts:
-        try:
-            from tpm2_pytss.command_parser import tpm2_command
-            from tpm2_pytss.constants import TPM2_CC
+        known = HANDLES.get(cc)
+        if known is not None:
+            n = known[0]
+        elif _LIBRARY_RANGE[0] <= cc <= _LIBRARY_RANGE[1]:  # a command newer than the table
+            try:
+                from tpm2_pytss.command_parser import tpm2_command
+                from tpm2_pytss.constants import TPM2_CC
 
-            n = tpm2_command.lookup_command_class(TPM2_CC(cc)).num_handles()
-        except Exception:
-            n = None
+                n = tpm2_command.lookup_command_class(TPM2_CC(cc)).num_handles()
+            except Exception:
+                n = None
         _handle_counts[cc] = n
     return n
 
@@ -48,29 +56,31 @@ def num_handles(cc: int) -> int | None:
 def response_has_handle(cc: int) -> bool:
     v = _rsp_has_handle.get(cc)
     if v is None:
-        try:
-            from tpm2_pytss.command_parser import tpm2_response
-            from tpm2_pytss.constants import TPM2_CC
+        known = HANDLES.get(cc)
+        if known is not None:
+            v = known[1]
+        elif _LIBRARY_RANGE[0] <= cc <= _LIBRARY_RANGE[1]:
+            try:
+                from tpm2_pytss.command_parser import tpm2_response
+                from tpm2_pytss.constants import TPM2_CC
 
-            v = tpm2_response.lookup_response_class(TPM2_CC(cc)).has_handle()
-        except Exception:
+                v = tpm2_response.lookup_response_class(TPM2_CC(cc)).has_handle()
+            except Exception:
+                v = False
+        else:
             v = False
         _rsp_has_handle[cc] = v
     return v
 
 
 def warm() -> None:
-    """Load tpm2-pytss's command tables and fill the per-command caches for every command
-    code it knows, so no decode ever pays an import or a first look-up. Called when a TPM
-    connection opens: never inside a measured operation."""
-    try:
-        from tpm2_pytss.constants import TPM2_CC
-    except Exception:
-        return
-    for cc in TPM2_CC:
-        if TPM2_CC.FIRST <= cc <= TPM2_CC.LAST:
-            num_handles(int(cc))
-            response_has_handle(int(cc))
+    """Fill the per-command caches for every command code in the table, so no decode pays a
+    first look-up. Called when a TPM connection opens: never inside a measured operation.
+    (It used to import tpm2-pytss's command parser, ~150 ms; :mod:`tpmtop.tpm.cc_table`
+    holds what the decoder needs from it.)"""
+    for cc in HANDLES:
+        num_handles(cc)
+        response_has_handle(cc)
 
 
 @dataclass(slots=True)

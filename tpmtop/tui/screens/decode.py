@@ -1,8 +1,8 @@
-"""The decode screen: one command of the stream and its response, to the parameter level.
+"""The decode screen: one command of the stream and its response, field by field.
 
 Opened with Enter on the command stream. The bytes come from the recorder (live: it keeps
 the newest commands' bytes) or from the capture's ``command_hex``/``response_hex`` (replay);
-the decoding is :mod:`tpmtop.tpm.decode`, the same as ``tpmtop decode``.
+the decoding is :mod:`tpmtop.decode`, the same as ``tpmtop decode``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,14 @@ class DecodeScreen(ModalScreen):
         self.row = row
         self.command, self.response, self.why = buffers_for(source, row)
         self.show_hex = True
+        # Live: the commands before this one, for the plaintext of tpmtop's own encrypted
+        # parameters (tpmtop.decode.plaintext); a replay's sessions are over, their keys gone.
+        rec = getattr(source, "recorder", None)
+        self.history = None
+        if rec is not None and row.key.isdigit():
+            from tpmtop.decode.plaintext import recorder_history
+
+            self.history = recorder_history(rec, int(row.key))
 
     def compose(self) -> ComposeResult:
         rc = self.row.rc if self.row.rc.startswith("rc ") else f"rc {self.row.rc}"
@@ -53,9 +61,10 @@ class DecodeScreen(ModalScreen):
     def _text(self) -> str:
         if self.command is None:
             return f"No decode: {self.why}."
-        from tpmtop.tpm import decode
+        from tpmtop import decode
+        from tpmtop.decode.plaintext import provider
 
-        d = decode.decode(self.command, self.response)
+        d = decode.decode(self.command, self.response, plaintext=provider(self.history))
         return decode.render(d, hexdump=self.show_hex)
 
     def action_toggle_hex(self) -> None:

@@ -62,6 +62,13 @@ class StreamView(Widget, can_focus=True):
         last = self.rows[max(end - 1, 0):end]  # slicing: rows may be a lazy sequence
         return last[0] if end > 0 and len(last) else None
 
+    def on_focus(self) -> None:
+        """Focus on the stream is the step before Enter: load the decoder's tables now (~1 s of
+        imports on this project's VM, once), in a thread, so the first Enter opens at once."""
+        from tpmtop.decode.warm import warm_in_background
+
+        warm_in_background()
+
     def action_decode(self) -> None:
         row = self.selected()
         if row is not None and row.origin != "mark":

@@ -1,0 +1,132 @@
+"""``tpmtop exporter --probe``: the TPM's identity and free slots, read with GetCapability only.
+
+Off by default, because the exporter is passive: on Linux 6.12+ any command a user-space
+program sends through /dev/tpm0 or /dev/tpmrm0 ends the HMAC session the kernel keeps, and
+the kernel's next PCR extend pays a full set-up again (the observer effect, domain notes §5).
+With --probe the exporter sends, every interval, TPM2_GetCapability(TPM_PROPERTIES) for the
+variable properties (HR_*_AVAIL), and once the fixed ones (manufacturer, firmware): read-only
+commands that change nothing in the TPM, whether --read-only was given or not. Its own
+commands show in the kernel metrics under ``path="tpmtop"``. Layer: fleet; no Textual.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from tpmtop.fleet import families as fam
+from tpmtop.fleet.families import SlotKind
+
+_SLOT_PROPS = {SlotKind.TRANSIENT: "HR_TRANSIENT_AVAIL", SlotKind.LOADED_SESSION: "HR_LOADED_AVAIL",
+               SlotKind.ACTIVE_SESSION: "HR_ACTIVE_AVAIL"}
+
+
+class TpmProbe(Collector):
+    def __init__(self, registry: CollectorRegistry, args, facts=None, interval_s: float = 300.0):
+        self.args = args
+        self.facts = facts  # FactsMetrics: its tpm_info gains manufacturer and firmware
+        self.interval_s = interval_s
+        self.conn = None
+        self.keep_open = False  # tests look at the connection's recorder after a probe
+        self.identified = False
+        self.lock = threading.Lock()
+        self.slots: dict[SlotKind, int] = {}
+        self.ok: bool | None = None
+        self.error: str | None = None
+        self._said: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        registry.register(self)
+
+    def _open(self):
+        from tpmtop.connect import open_tpm
+        from tpmtop.recorder import Recorder
+
+        a = self.args
+        # a small ring: the probe's own few GetCapability exchanges, never looked at again
+        return open_tpm(tcti=getattr(a, "tcti", None), sim=getattr(a, "sim", False),
+                        raw_device=getattr(a, "raw_device", False), recorder=Recorder(capacity=64, keep_buffers=False),
+                        timeout=getattr(a, "timeout", None))
+
+    def read_once(self) -> bool:
+        """One probe: GetCapability only. True when the TPM answered."""
+        from tpmtop.tpm.identity import read_identity, read_variable
+
+        try:
+            if self.conn is None:
+                self.conn = self._open()
+            if not self.identified:
+                ident = self.conn.call(read_identity, origin="exporter")
+                if self.facts is not None:
+                    with self.facts.lock:
+                        self.facts.tpm_identity = {"manufacturer": ident.manufacturer, "firmware": ident.firmware}
+                self.identified = True
+            var = self.conn.call(read_variable, origin="exporter")
+        except Exception as e:  # a TPM that went away: said once, tried again next time
+            self._fail(str(e) or type(e).__name__)
+            return False
+        finally:
+            # Not held between probes: a swtpm serves one client at a time, and a daemon that
+            # keeps /dev/tpmrm0 open holds kernel memory for nothing. A private --sim swtpm
+            # stays (closing it would end it).
+            if self.conn is not None and not getattr(self.args, "sim", False) and not self.keep_open:
+                self.conn.close()
+                self.conn = None
+        with self.lock:
+            self.slots = {k: var[p] for k, p in _SLOT_PROPS.items() if p in var}
+            self.ok, self.error = True, None
+        return True
+
+    def _fail(self, why: str) -> None:
+        from tpmtop.textsafe import safe
+
+        with self.lock:
+            self.ok, self.error, self.slots = False, why, {}
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+            self.conn = None
+        if why != self._said:
+            print(f"tpmtop: --probe: {safe(why)}", file=sys.stderr, flush=True)
+            self._said = why
+
+    def start(self) -> "TpmProbe":
+        self._thread = threading.Thread(target=self._run, name="tpmtop-exporter-probe", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.read_once()
+            self._stop.wait(self.interval_s)
+
+    def close(self) -> None:
+        self._stop.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(15)
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        with self.lock:
+            ok, slots = self.ok, dict(self.slots)
+        if ok is None:
+            return
+        n = fam.name("tpm_slots_available")
+        g = GaugeMetricFamily(n, fam.HELP[n], labels=("kind",))
+        for k in SlotKind:
+            if k in slots:
+                g.add_metric((k.value,), float(slots[k]))
+        yield g
+        yield GaugeMetricFamily(fam.name("tpm_probe_success"), fam.HELP[fam.name("tpm_probe_success")],
+                                value=1.0 if ok else 0.0)
