@@ -19,6 +19,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpmtop.stats import LatencyHistogram
 from tpmtop.tpm import names, wire
@@ -115,7 +116,7 @@ class Recorder:
     # book-keeping (~5 µs each) runs between jobs on the TPM's owner thread
     # (``between_jobs``) or when a reader asks: never inside a timed operation.
 
-    def put(self, exchange: Exchange) -> None:  # replaced per instance by deque.append
+    def put(self, exchange: tuple[Any, ...]) -> None:  # replaced per instance by deque.append
         self._pending.append(exchange)
 
     def between_jobs(self) -> None:

@@ -35,7 +35,8 @@ def _bucket_floor(ns: int) -> int:
     shift = ns.bit_length() - _SUB_BITS
     if shift < _UNIT_BITS:
         shift = _UNIT_BITS
-    return ns >> shift << shift
+    floor: int = ns >> shift << shift
+    return floor
 
 
 class LatencyHistogram:

@@ -53,7 +53,7 @@ _CC_START_AUTH_SESSION = 0x176
 _PARAM_ENCRYPTION = 0x60  # TPMA_SESSION decrypt | encrypt
 
 
-def _plaintext_views(events: list) -> dict[int, bool]:
+def _plaintext_views(events: list[Any]) -> dict[int, bool]:
     """seq -> whether the plaintext of that event's encrypted parameter can be shown, for the
     events with a decrypt/encrypt session: a forward pass that follows StartAuthSession's
     responses (a session is its handle and first nonceTPM, see tpmtop.sessions.livekeys)."""

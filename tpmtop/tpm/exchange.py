@@ -33,6 +33,7 @@ class Origin(StrEnum):
     PROXY = "proxy"
     KERNEL = "kernel"
     IMPORTED = "imported"
+    EXPORTER = "exporter"  # `tpmtop exporter --probe`: its GetCapability reads of the slots
     MARK = "mark"
 
 
@@ -133,6 +134,6 @@ class ExchangeSink(Protocol):
 
     enabled: bool
 
-    def put(self, exchange: tuple) -> None: ...
+    def put(self, exchange: tuple[Any, ...]) -> None: ...
 
     def between_jobs(self) -> None: ...

@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import threading
 import weakref
+from typing import Any
 
 from tpm2_pytss.constants import TPM2_RC
 
@@ -44,7 +45,8 @@ def _set_pdeathsig() -> None:  # runs in the child between fork and exec
         pass
 
 
-_spawn_q: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
+# (Popen args, Popen kwargs, done, [the Popen or the exception])
+_spawn_q: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
 _spawner: threading.Thread | None = None
 _spawner_lock = threading.Lock()
 
@@ -59,7 +61,7 @@ def _spawn_loop() -> None:
         done.set()
 
 
-def _popen_lasting(*args, **kwargs) -> subprocess.Popen:
+def _popen_lasting(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
     """Popen from a thread that lives as long as the process. PR_SET_PDEATHSIG fires when the
     *thread* that forked the child exits, not the process: a swtpm started from a worker or a
     proxy's recovery thread (the owner's fast path runs jobs on the asking thread) was killed
@@ -71,12 +73,13 @@ def _popen_lasting(*args, **kwargs) -> subprocess.Popen:
         if _spawner is None or not _spawner.is_alive():
             _spawner = threading.Thread(target=_spawn_loop, name="tpmtop-spawner", daemon=True)
             _spawner.start()
-    done, out = threading.Event(), []  # type: ignore[var-annotated]
+    done, out = threading.Event(), list[Any]()
     _spawn_q.put((args, kwargs, done, out))
     done.wait()
     if isinstance(out[0], BaseException):
         raise out[0]
-    return out[0]
+    proc: subprocess.Popen[Any] = out[0]
+    return proc
 
 
 class Swtpm:
