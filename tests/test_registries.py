@@ -69,7 +69,7 @@ def test_every_export_format_is_offered_and_described():
     from tpmtop.cli import build_parser
     from tpmtop.exporters.registry import EXPORTERS, formats_help
 
-    export = next(a for a in build_parser()._subparsers._group_actions[0].choices["export"]._actions
+    export = next(a for a in build_parser(eager=True)._subparsers._group_actions[0].choices["export"]._actions
                   if "--format" in a.option_strings)
     assert tuple(export.choices) == tuple(EXPORTERS) and "pcapng" in EXPORTERS
     for e in EXPORTERS.values():

@@ -12,11 +12,14 @@ Nothing here runs unless someone decodes: the recorder's path pays nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.decode.model import Field, Part
 from tpmtop.decode.walk import decode_command, decode_response, decode_type
+
+if TYPE_CHECKING:
+    from tpmtop.recorder import Recorder
 
 CC_START_AUTH_SESSION = 0x176
 
@@ -110,12 +113,13 @@ def provider(history: History | None) -> Callable:
     return view
 
 
-def recorder_history(recorder, seq: int) -> History:
+def recorder_history(recorder: Recorder, seq: int) -> History:
     """Earlier commands of a live recorder, newest first, as (command, response) bytes."""
 
-    def pairs():
-        evs = [e for e in recorder.events() if e.seq < seq and e.command is not None]
+    def pairs() -> Iterator[tuple[bytes, bytes | None]]:
+        evs = [e for e in recorder.events() if e.seq < seq]
         for e in reversed(evs):
-            yield bytes(e.command), bytes(e.response) if e.response is not None else None
+            if e.command is not None:
+                yield bytes(e.command), bytes(e.response) if e.response is not None else None
 
     return pairs

@@ -12,6 +12,7 @@ from tpmtop.tpm import names
 from tpmtop.tpm.exchange import Origin
 
 if TYPE_CHECKING:
+    from tpmtop.decode.plaintext import History
     from tpmtop.recorder import Event
 
 MAX_STREAM_ROWS = 100_000  # a capture's newest events shown (as many as the recorder's ring keeps live)
@@ -220,6 +221,18 @@ def command_bytes(source: Any, row: StreamRow) -> tuple[bytes | None, bytes | No
         except ValueError:
             return None, None, "the capture's bytes for this command are not hex"
     return None, None, "this view has no command bytes"
+
+
+def decode_history(source: Any, row: StreamRow) -> History | None:
+    """Live: the commands before this row's, for the plaintext of tpmtop's own encrypted
+    parameters (:mod:`tpmtop.decode.plaintext`); None for a replay (its sessions are over,
+    their keys gone) or a row that is not a recorded command."""
+    rec = source.recorder
+    if rec is None or not row.key.isdigit():
+        return None
+    from tpmtop.decode.plaintext import recorder_history
+
+    return recorder_history(rec, int(row.key))
 
 
 def observed_text(ev: Event) -> str:

@@ -13,7 +13,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tpmtop.sources.rows.stream import StreamRow, command_bytes
+from tpmtop.sources.rows.stream import StreamRow, command_bytes, decode_history
 
 
 def buffers_for(source, row: StreamRow) -> tuple[bytes | None, bytes | None, str]:
@@ -40,13 +40,8 @@ class DecodeScreen(ModalScreen):
         self.command, self.response, self.why = buffers_for(source, row)
         self.show_hex = True
         # Live: the commands before this one, for the plaintext of tpmtop's own encrypted
-        # parameters (tpmtop.decode.plaintext); a replay's sessions are over, their keys gone.
-        rec = getattr(source, "recorder", None)
-        self.history = None
-        if rec is not None and row.key.isdigit():
-            from tpmtop.decode.plaintext import recorder_history
-
-            self.history = recorder_history(rec, int(row.key))
+        # parameters; a replay's sessions are over, their keys gone.
+        self.history = decode_history(source, row)
 
     def compose(self) -> ComposeResult:
         rc = self.row.rc if self.row.rc.startswith("rc ") else f"rc {self.row.rc}"
