@@ -15,8 +15,8 @@ import os
 import sys
 
 from tpmtop import __version__
-from tpmtop.sessions.modes import mode_help
 from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, TpmtopError
+from tpmtop.sessions.modes import mode_help
 from tpmtop.tpm import interrupts
 
 # name -> (module, one-line help). The module defines add_<name>_arguments(parser) and
@@ -28,15 +28,19 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("tpmtop.cli.dashboard_args", "open the dashboard on a saved capture"),
     "boot": ("tpmtop.cli.boot", "is the TPM slowing this boot? system facts, trace import, cost projection"),
     "compare": ("tpmtop.cli.compare", "compare captures: p50/p99 before and after, and whether it is noise"),
-    "export": ("tpmtop.cli.export", "a capture as a Chrome/Perfetto trace, OpenMetrics histograms or a pcapng for Wireshark"),
+    "export": ("tpmtop.cli.export",
+               "a capture as a Chrome/Perfetto trace, OpenMetrics histograms or a pcapng for Wireshark"),
     "bench": ("tpmtop.cli.bench", f"measure each HMAC session strategy ({mode_help()})"),
-    "profile": ("tpmtop.cli.profile", "chip latency profiles: record one from a TPM, derive one from a capture or trace"),
+    "profile": ("tpmtop.cli.profile",
+                "chip latency profiles: record one from a TPM, derive one from a capture or trace"),
     "decode": ("tpmtop.cli.decode", "a TPM command and its response decoded to the parameter level"),
-    "import": ("tpmtop.cli.import_file", "recorded TPM traffic (a tpm2-tss pcap: TCTI file, a tcpdump of a simulator port) as a capture"),
+    "import": ("tpmtop.cli.import_file",
+               "recorded TPM traffic (a tpm2-tss pcap: TCTI file, a tcpdump of a simulator port) as a capture"),
     "kernel": ("tpmtop.cli.kernel", "the kernel's own TPM commands, live, through tracefs kprobes"),
     "proxy": ("tpmtop.cli.proxy", "serve the TPM to other programs (swtpm/mssim protocols) and record who sends what"),
     "run": ("tpmtop.cli.proxy", "run a program through a private proxy: strace -c for the TPM"),
-    "exporter": ("tpmtop.cli.exporter", "serve /metrics to Prometheus: the kernel's TPM traffic and the boot facts, passively"),
+    "exporter": ("tpmtop.cli.exporter",
+                 "serve /metrics to Prometheus: the kernel's TPM traffic and the boot facts, passively"),
     "clients": ("tpmtop.cli.proxy", "which processes hold /dev/tpm0 or /dev/tpmrm0 open; is tpm2-abrmd running"),
 }
 

@@ -26,14 +26,15 @@ import stat
 import struct
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from tpmtop.errors import TpmConnectionError, TpmtopError, UsageError
-from tpmtop.textsafe import safe
-from tpmtop.proxy import access, peers, protocol as P
+from tpmtop.proxy import access, peers
+from tpmtop.proxy import protocol as P
 from tpmtop.proxy.accounting import Accounts, ClientStats
 from tpmtop.proxy.forward import forward
 from tpmtop.proxy.turns import Turns, TurnTimeout
+from tpmtop.textsafe import safe
 
 REAP_INTERVAL_S = 0.25  # the fallback departure check (where pidfds are not available)
 LISTEN_BACKLOG = 128
@@ -212,7 +213,7 @@ class ProxyServer:
         return self.serving is Serving.PER_CLIENT
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def listen(self) -> "ProxyServer":
+    def listen(self) -> ProxyServer:
         """Bind every listener (ports, socket paths) without serving yet: a busy port or a taken
         path is refused (UsageError) before a TPM is opened; a refused start removes nothing."""
         if self._bound is not None:
@@ -240,7 +241,7 @@ class ProxyServer:
         self._listeners = [lsock for lsock, _ in bound]
         return self
 
-    def start(self) -> "ProxyServer":
+    def start(self) -> ProxyServer:
         self.listen()
         if self.conn is None:
             raise TypeError("ProxyServer.start() needs a TPM connection")
@@ -650,7 +651,7 @@ class ProxyServer:
         private = getattr(conn, "sim", None) is not None
         self.log(f"the TPM was lost ({why}); "
                  + ("restarting the private swtpm" if private else "reconnecting")
-                 + f"; clients are answered TPM_RC_RETRY meanwhile")
+                 + "; clients are answered TPM_RC_RETRY meanwhile")
         give_up = max(RECOVER_GIVE_UP_MIN_S, float(getattr(conn, "timeout", RECOVER_GIVE_UP_MIN_S)))
         deadline = time.monotonic() + give_up
         last = why

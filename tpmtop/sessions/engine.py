@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from tpm2_pytss.constants import TPM2_RC, TPMA_SESSION
+
 from tpmtop.errors import NullNameChanged, TpmError
 from tpmtop.tpm import names
-from tpm2_pytss.constants import TPM2_RC, TPMA_SESSION
 
 # Session attribute bits a strategy asks an engine for (TPMA_SESSION).
 ATTR_CONTINUE = int(TPMA_SESSION.CONTINUESESSION)

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 
 from tpm2_pytss import ESAPI
 from tpm2_pytss.constants import ESYS_TR, TPM2_ALG, TPM2_SE
-from tpm2_pytss.types import TPM2B_SENSITIVE_CREATE, TPML_DIGEST_VALUES, TPMT_HA, TPMT_SYM_DEF
 from tpm2_pytss.TSS2_Exception import TSS2_Exception
+from tpm2_pytss.types import TPM2B_SENSITIVE_CREATE, TPML_DIGEST_VALUES, TPMT_HA, TPMT_SYM_DEF
 
 from tpmtop.errors import TpmError
 from tpmtop.sessions.engine import EXTEND_DIGEST, RANDOM_BYTES, CryptoEngine

@@ -95,7 +95,8 @@ class NativeEngine(CryptoEngine):
         if attrs & ATTR_DECRYPT:
             # the first parameter must be a TPM2B: encrypt its data in place
             n = int.from_bytes(params[:2], "big")
-            params = params[:2] + crypto.cfb(key, nonce_caller, session.nonce_tpm, params[2:2 + n], True) + params[2 + n:]
+            sealed = crypto.cfb(key, nonce_caller, session.nonce_tpm, params[2:2 + n], True)
+            params = params[:2] + sealed + params[2 + n:]
         mac = crypto.session_hmac(key, crypto.cp_hash(cc, names_, params), nonce_caller, session.nonce_tpm, attrs)
         auth = struct.pack(">I", session.handle) + _tpm2b(nonce_caller) + bytes((attrs,)) + _tpm2b(mac)
         body = hbytes + struct.pack(">I", len(auth)) + auth + params
@@ -209,8 +210,7 @@ def _create_primary_params() -> bytes:
 
 
 def _name_from_create_primary(rparams: bytes) -> bytes:
-    from tpm2_pytss.types import (TPM2B_CREATION_DATA, TPM2B_DIGEST, TPM2B_NAME, TPM2B_PUBLIC,
-                                  TPMT_TK_CREATION)
+    from tpm2_pytss.types import TPM2B_CREATION_DATA, TPM2B_DIGEST, TPM2B_NAME, TPM2B_PUBLIC, TPMT_TK_CREATION
 
     off = 0
     for t in (TPM2B_PUBLIC, TPM2B_CREATION_DATA, TPM2B_DIGEST, TPMT_TK_CREATION):

@@ -36,12 +36,12 @@ import gc
 import queue
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tpmtop.errors import TpmConnectionError
 from tpmtop.tpm import interrupts
 from tpmtop.tpm.exchange import _LABELS, Labels, labelled
-
 
 WAIT_SLICE_S = 0.05  # the longest a signal can wait for the main thread to notice it
 HURRY_GRACE_S = 0.5  # how long closing still waits for the TPM once a second signal came
@@ -127,7 +127,7 @@ class Job:
         self._wait(timeout)
         return self._exc
 
-    def add_done_callback(self, fn: Callable[["Job"], None]) -> None:
+    def add_done_callback(self, fn: Callable[[Job], None]) -> None:
         with self._cb_lock:
             if self._callbacks is not None:
                 self._callbacks.append(fn)
@@ -155,7 +155,7 @@ class DoneJob:
     def exception(self, timeout: float | None = None) -> BaseException | None:
         return self._exc
 
-    def add_done_callback(self, fn: Callable[["DoneJob"], None]) -> None:
+    def add_done_callback(self, fn: Callable[[DoneJob], None]) -> None:
         fn(self)
 
 
@@ -202,7 +202,7 @@ class TpmOwner:
             return self._run_here(fn, args, kwargs, labels)
         return self.submit(fn, *args, labels=labels, **kwargs).result(timeout)
 
-    def run_now(self, fn: Callable[..., Any], *args, labels: Labels | None = None, **kwargs) -> "Job | DoneJob":
+    def run_now(self, fn: Callable[..., Any], *args, labels: Labels | None = None, **kwargs) -> Job | DoneJob:
         """:meth:`submit`, or — from a thread other than the main one, with no job running or
         waiting — run it on this thread at once and return it finished. For a caller that
         would otherwise only wait (a proxy connection answering its client from the job)."""

@@ -19,7 +19,8 @@ import select
 import socket
 import struct
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from tpm2_pytss.TCTI import PyTCTI
 
@@ -117,7 +118,7 @@ class SocketBackend:
             self.sock.sendall(command)
             self._pending = True
             return self._read_response()
-        except (BlockingIOError, socket.timeout):  # SO_RCVTIMEO/SO_SNDTIMEO ran out
+        except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO/SO_SNDTIMEO ran out
             self.lost = no_answer(self.description, command, self.timeout)
         except OSError as e:
             self.lost = TpmConnectionError(f"TPM connection lost ({self.description}): {e.strerror or e}")
@@ -135,7 +136,7 @@ class SocketBackend:
 def connect_tcp(host: str, port: int, timeout: float = CONNECT_TIMEOUT) -> socket.socket:
     try:
         s = socket.create_connection((host, port), timeout=min(timeout, CONNECT_TIMEOUT))
-    except socket.timeout:
+    except TimeoutError:
         raise TpmTimeout(f"cannot connect to TPM at {host}:{port}: no answer within "
                          f"{min(timeout, CONNECT_TIMEOUT):g} s") from None
     except OSError as e:
