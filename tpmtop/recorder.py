@@ -23,7 +23,6 @@ from typing import Any
 
 from tpmtop.stats import LatencyHistogram
 from tpmtop.tpm import names, wire
-from tpmtop.tpm.exchange import Exchange
 
 DEFAULT_CAPACITY = 100_000
 # Raw command/response bytes are kept for the newest events only (for a full decode of the
@@ -89,7 +88,7 @@ class CommandStats:
     hist: LatencyHistogram = field(default_factory=LatencyHistogram)
     errors: int = 0
     last_ns: int = 0
-    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT_PER_COMMAND))
+    recent: deque[Any] = field(default_factory=lambda: deque(maxlen=RECENT_PER_COMMAND))
 
 
 class Recorder:
@@ -103,8 +102,9 @@ class Recorder:
         self._handles: dict[int, HandleUse] = {}
         self._seq = 0
         self._op_seq = 0
-        self._pending: deque[Exchange] = deque()
-        self.put = self._pending.append  # the transport's hot path: one append, nothing else
+        self._pending: deque[tuple[Any, ...]] = deque()  # Exchange's fields (Exchange._make names them)
+        # the transport's hot path: one append, nothing else
+        self.put = self._pending.append  # type: ignore[method-assign,assignment]
         self.decoded_on: str | None = None  # the thread that last decoded (tests check it is not a timed one)
         self._buffered: deque[Event] = deque()  # the events still holding their raw bytes
         self.started_ns = time.perf_counter_ns()

@@ -111,9 +111,8 @@ class _LazySubcommands(argparse._SubParsersAction):
 
 
 def _populate(name: str, sp: argparse.ArgumentParser) -> None:
-    if getattr(sp, "_tpmtop_ready", False):
-        return
-    sp._tpmtop_ready = True
+    if sp.get_default("_run") is not None:
+        return  # populated already: its run function is set last
     mod = importlib.import_module(SUBCOMMANDS[name][0])
     add_common(sp)
     ident = name.replace("-", "_")

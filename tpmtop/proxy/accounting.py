@@ -21,9 +21,13 @@ import threading
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tpmtop.proxy.latency import CompactLatency
 from tpmtop.tpm import names, wire
+
+if TYPE_CHECKING:
+    from tpmtop.proxy.peers import Peer
 
 RECENT_DEPARTED = 64  # departed clients kept whole (the rest: their program's summary)
 MAX_PROGRAMS = 256  # program summaries; beyond, one "other programs" row
@@ -121,7 +125,7 @@ class ClientStats:
     """One client: a process (or, when it cannot be named, one connection)."""
 
     id: int
-    peer: object  # peers.Peer
+    peer: Peer
     protocol: str
     connected_ns: int = field(default_factory=time.perf_counter_ns)
     connected_wall: float = field(default_factory=time.time)
@@ -169,7 +173,7 @@ class ClientStats:
         }
 
 
-def program_key(peer) -> tuple[str, str]:
+def program_key(peer: Peer) -> tuple[str, str]:
     return (getattr(peer, "exe", "") or "", peer.name)
 
 

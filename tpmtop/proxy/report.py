@@ -84,7 +84,7 @@ def capture(conn, accounts: Accounts, with_events: bool, extra: dict | None = No
                                                        "programs": programs_json(accounts), **(extra or {})})
     cap["runs"] = client_runs(accounts)
     if "events" in cap:
-        label_events(cap["events"], events)
+        label_events(cap["events"], events or [])
     return cap
 
 
