@@ -110,7 +110,7 @@ def run_pytss(pairs):
         ok += 1
         d = decode.decode(c, r)
         for mine, theirs, buf in ((d.command, pc.parameters, c), (d.response, pr.parameters, r)):
-            for f, v in zip(mine.parameters, theirs):
+            for f, v in zip(mine.parameters, theirs, strict=False):
                 params += 1
                 try:
                     b = v.marshal() if hasattr(v, "marshal") else bytes(v)

@@ -23,6 +23,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from machine import describe  # noqa: E402 - benchmarks/machine.py
+
 from tpmtop.capture import write_capture  # noqa: E402
 from tpmtop.stats import LatencyHistogram  # noqa: E402
 
@@ -139,7 +140,7 @@ def main() -> int:
     ok = True
     try:
         for fmt, out in (("chrome-trace", "trace.json"), ("openmetrics", "tpmtop.prom")):
-            for i in range(args.repeat):
+            for _ in range(args.repeat):
                 wall, rss, size = run_export(cap, fmt, os.path.join(d, out))
                 hit = wall <= TARGET_S and rss <= TARGET_MB
                 ok &= hit

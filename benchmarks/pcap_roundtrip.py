@@ -33,8 +33,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=2000, help="operations per mode (default 2000)")
     args = ap.parse_args()
-    from tpmtop.capture import load_capture
     from tpmtop import decode
+    from tpmtop.capture import load_capture
 
     with tempfile.TemporaryDirectory() as d:
         cap = Path(d) / "bench.json"

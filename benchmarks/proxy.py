@@ -24,6 +24,7 @@ figure is printed above it); Y = the same for tpm2-abrmd. Targets: X ≤ 40 and 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import signal
@@ -93,7 +94,7 @@ class Abrmd:
             except Exception:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     self.stop()
-                    raise SystemExit("tpm2-abrmd did not start")
+                    raise SystemExit("tpm2-abrmd did not start") from None
                 time.sleep(0.05)
 
     def stop(self) -> None:
@@ -184,7 +185,7 @@ def main() -> int:
                  ("abrmd", lambda: measure("tabrmd:bus_type=session", a.rounds))]
         for src in a.baseline:
             paths[src] = []
-            steps.append((src, (lambda src: lambda: through_proxy("mssim", a.rounds, src))(src)))
+            steps.append((src, functools.partial(through_proxy, "mssim", a.rounds, src)))
         for b in range(a.blocks):
             for name, step in steps[b % len(steps):] + steps[:b % len(steps)]:
                 paths[name].extend(step())

@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine import describe  # noqa: E402 - benchmarks/machine.py
+
 from tpmtop.connect import open_tpm  # noqa: E402
 from tpmtop.sessions.modes import MODES  # noqa: E402
 from tpmtop.sessions.workload import Workload  # noqa: E402

@@ -26,10 +26,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from machine import describe  # noqa: E402 - benchmarks/machine.py
 
+from tpmtop.connect import open_tpm  # noqa: E402
 from tpmtop.errors import TpmtopError  # noqa: E402
 from tpmtop.sessions.modes import MODES, OPS  # noqa: E402
 from tpmtop.sessions.workload import Workload  # noqa: E402
-from tpmtop.connect import open_tpm  # noqa: E402
 from tpmtop.tpm.handles import list_handles  # noqa: E402
 
 # Commands whose response carries a handle the TPM now holds for the caller.
@@ -114,7 +114,8 @@ def main(argv=None) -> int:
         "seconds": round(elapsed, 1), "ops": ops, "ops_per_s": round(ops / elapsed) if elapsed else 0,
         "errors": errors, "first_errors": first_errors, "switches": switches,
         "handles_created": len(created), "handles_leaked": [f"0x{h:08x}" for h in leaked],
-        "rss_start_mb": round(rss_start / MB, 1), "rss_after_warm_mb": None if rss_warm is None else round(rss_warm / MB, 1),
+        "rss_start_mb": round(rss_start / MB, 1),
+        "rss_after_warm_mb": None if rss_warm is None else round(rss_warm / MB, 1),
         "rss_end_mb": round(rss_end / MB, 1), "rss_peak_mb": round(rss_peak / MB, 1),
         "rss_growth_after_warm_mb": None if growth is None else round(growth, 2),
         "machine": describe(),
@@ -124,7 +125,8 @@ def main(argv=None) -> int:
     print(f"operations: {ops} ({result['ops_per_s']}/s), errors: {errors}")
     for line in first_errors:
         print(f"  error: {line}")
-    print(f"handles created: {len(created)} distinct values (swtpm reuses them); leaked (still held and created by tpmtop): {len(leaked)}"
+    print(f"handles created: {len(created)} distinct values (swtpm reuses them); "
+          f"leaked (still held and created by tpmtop): {len(leaked)}"
           + (f" {result['handles_leaked']}" if leaked else ""))
     if growth is None:
         print(f"RSS: {result['rss_start_mb']} MB at start, {result['rss_end_mb']} MB at end "

@@ -17,6 +17,7 @@ target is ≤ +150 ms there. The last line is the verdict:
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import subprocess
@@ -70,10 +71,10 @@ def main() -> int:
                     help="also each command from another checkout of tpmtop, in the same rounds (a before/after)")
     a = ap.parse_args()
     steps = [("python", lambda: wall([sys.executable, "-c", "pass"])), ("swtpm", swtpm_startup)]
-    steps += [(name, (lambda args: lambda: wall(TPMTOP + args))(args)) for name, args in COMMANDS.items()]
+    steps += [(name, functools.partial(wall, TPMTOP + args)) for name, args in COMMANDS.items()]
     if a.baseline:
         base_dir = Path(a.baseline).resolve()
-        steps += [(f"{name} (baseline)", (lambda args: lambda: wall(TPMTOP + args, base_dir))(args))
+        steps += [(f"{name} (baseline)", functools.partial(wall, TPMTOP + args, base_dir))
                   for name, args in COMMANDS.items()]
         SIM_NAMES.update(f"{n} (baseline)" for n in SIM)
     wall(TPMTOP + ["--version"])  # byte-compiles whatever is stale, outside the rounds

@@ -84,7 +84,8 @@ def write_trace(path: str, target_bytes: int, seed: int = 1) -> dict:
     written = 0
     extends = migrated = 0
     with open(path, "w") as f:
-        f.write("# tracer: function_graph\n#\n#     TIME        CPU  TASK/PID         DURATION                  FUNCTION CALLS\n"
+        f.write("# tracer: function_graph\n#\n"
+                "#     TIME        CPU  TASK/PID         DURATION                  FUNCTION CALLS\n"
                 "#      |          |    |    |           |   |                     |   |   |   |\n")
         while written < target_bytes:
             task = f"systemd-{rng.randint(1, 9999)}"

@@ -38,11 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from machine import describe  # noqa: E402 - benchmarks/machine.py
 
+from tpmtop.sessions.modes import MODES  # noqa: E402 - after the path above
+
 
 async def live_ratio(src, pilot, rate: float, seconds: float) -> tuple[float | None, dict]:
     """per-command p50 / none p50 as the Modes panel computes it, at ``rate``."""
     from tpmtop.sessions.modes import MODES
-    from tpmtop.sources.model import comparison, runs_from_accounts
+    from tpmtop.sources.rows.modes import comparison
+    from tpmtop.sources.runs import runs_from_accounts
 
     src.rate = rate
     src.reset_stats()
@@ -50,7 +53,7 @@ async def live_ratio(src, pilot, rate: float, seconds: float) -> tuple[float | N
         src.choose(mode=mode)
         await pilot.pause(seconds)
     rows = {r.mode: r for r in comparison(runs_from_accounts(src.accounts()), src.op, MODES) if r.engine == src.engine}
-    pc, none = rows.get("per-command"), rows.get("none")
+    pc = rows.get("per-command")
     detail = {m: {"p50_us": round(r.p50_us, 1), "ops": r.ops} for m, r in rows.items()}
     return (pc.ratio if pc is not None and pc.ratio else None), detail
 
@@ -74,8 +77,8 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
     import psutil
 
     from tpmtop.connect import open_tpm
-    from tpmtop.tui.app import TpmtopApp
     from tpmtop.sources.live import DEFAULT_RATE, LiveSource
+    from tpmtop.tui.app import TpmtopApp
     from tpmtop.tui.screens.main import MainScreen
 
     ticks: list[float] = []
@@ -103,7 +106,8 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             main = next(s for s in app.screen_stack if isinstance(s, MainScreen))
             await pilot.pause(1.0)  # warm up
             r = await live_ratios(src, pilot, DEFAULT_RATE, ratio_seconds, ratio_rounds)
-            out["ratios_default"], out["ratios_max"] = [round(x, 1) for x in r["default"]], [round(x, 1) for x in r["max"]]
+            out["ratios_default"] = [round(x, 1) for x in r["default"]]
+            out["ratios_max"] = [round(x, 1) for x in r["max"]]
             out["ratio_default"] = round(statistics.median(r["default"]), 1) if r["default"] else None
             out["ratio_max"] = round(statistics.median(r["max"]), 1) if r["max"] else None
             out["ratio_default_detail"], out["ratio_max_detail"] = r["detail"]["default"], r["detail"]["max"]
@@ -114,12 +118,12 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             await pilot.pause(1.0)
             rec = src.recorder
             n0, t0 = rec.total, time.perf_counter()
-            seen0 = main._seen_seq
+            seen0 = main.dash._seen_seq
             await pilot.pause(seconds)
             n1, t1 = rec.total, time.perf_counter()
             out["events_per_s"] = round((n1 - n0) / (t1 - t0))
-            out["events_read_by_ui_per_s"] = round((main._seen_seq - seen0) / (t1 - t0))
-            out["ops_per_s"] = round(main.ops_rate.add(sum(a.ops for a in src.accounts().values())))
+            out["events_read_by_ui_per_s"] = round((main.dash._seen_seq - seen0) / (t1 - t0))
+            out["ops_per_s"] = round(main.dash.ops_rate.add(sum(a.ops for a in src.accounts().values())))
             out["refresh_ms_p50"] = round(statistics.median(ticks) * 1000, 2)
             out["refresh_ms_max"] = round(max(ticks) * 1000, 2)
             out["refreshes_per_s"] = round(len(ticks) / (seconds + 1.0), 1)
@@ -152,7 +156,7 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             try:
                 for key, state in effects.items():
                     times = []
-                    for i in range(presses):
+                    for _ in range(presses):
                         if key == "3" and state():
                             main.query_one("#handles-table").focus()
                             await pilot.pause(0.1)
@@ -195,7 +199,7 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--mode", default="none", choices=("none", "per-command", "reuse", "saved"))
+    ap.add_argument("--mode", default="none", choices=MODES)
     ap.add_argument("--presses", type=int, default=5, help="presses per key")
     ap.add_argument("--rate", type=float, default=0.0, help="workload ops/s (default 0: unpaced, the worst case)")
     ap.add_argument("--ratio-seconds", type=float, default=1.5, help="per mode and round, for the live ratio")

@@ -32,8 +32,8 @@ async def live_shots() -> None:
     """The dashboard as `make run` opens it (tpmtop --sim, default rate, mode and engine); a
     user then presses m through the four modes, back to per-command, so Modes compares them."""
     from tpmtop.connect import open_tpm
-    from tpmtop.tui.app import TpmtopApp
     from tpmtop.sources.live import LiveSource
+    from tpmtop.tui.app import TpmtopApp
     from tpmtop.tui.screens.main import MainScreen
 
     src = LiveSource(open_tpm(sim=True))  # the defaults: no argument here
@@ -63,8 +63,8 @@ async def live_shots() -> None:
 
 
 async def replay_shots() -> None:
-    from tpmtop.tui.app import TpmtopApp
     from tpmtop.sources.replay import ReplaySource, load
+    from tpmtop.tui.app import TpmtopApp
 
     for theme in ("dark", "light", "high-contrast", "colour-blind-safe"):
         app = TpmtopApp(ReplaySource(load(CAPTURE), CAPTURE), theme=theme, remember=False)

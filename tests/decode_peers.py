@@ -79,7 +79,7 @@ def tshark_frames(pcap) -> list[dict]:
                        capture_output=True, text=True, timeout=120, check=True)
     rows = []
     for line in r.stdout.splitlines():
-        cells = dict(zip(TSHARK_FIELDS, line.split("|")))
+        cells = dict(zip(TSHARK_FIELDS, line.split("|"), strict=False))
         row = {k: [x for x in cells.get(k, "").split(",") if x] for k in TSHARK_FIELDS[:6]}
         row["handles"] = sorted(int(x, 0) for h in _HANDLES for x in cells.get(f"tpm.handle.{h}", "").split(",") if x)
         rows.append(row)

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, TPMTOP
+
 from tpmtop.kernel import probes
 
 WAIT_S = 180  # generous: the VM may be emulated (TCG) on a busy 2-core machine

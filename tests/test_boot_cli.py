@@ -57,7 +57,8 @@ def test_boot_module_is_light_at_import():
     import subprocess
     import sys
 
-    code = "import sys, tpmtop.cli.boot; print(any(m.startswith(('textual', 'tpm2_pytss', 'tpmtop.boot')) for m in sys.modules))"
+    code = ("import sys, tpmtop.cli.boot; "
+            "print(any(m.startswith(('textual', 'tpm2_pytss', 'tpmtop.boot')) for m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
 
 
@@ -103,8 +104,9 @@ def test_extends_0_beside_ima_measurements_says_what_it_assumes(capsys):
 
 
 def test_rate_nan_and_inf_are_refused(capsys):
-    from tpmtop.cli.dashboard_args import _rate
     import argparse
+
+    from tpmtop.cli.dashboard_args import _rate
 
     for text in ("nan", "inf", "-inf", "NaN"):
         with pytest.raises(argparse.ArgumentTypeError, match="not a rate"):

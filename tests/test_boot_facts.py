@@ -165,7 +165,8 @@ def test_timespans(text, seconds):
 
 def test_systemd_analyze_errors():
     with pytest.raises(SystemdAnalyzeError, match="Bootup is not yet finished"):
-        parse_systemd_analyze("Bootup is not yet finished (org.freedesktop.systemd1.Manager.FinishTimestampMonotonic=0).\n")
+        parse_systemd_analyze("Bootup is not yet finished "
+                              "(org.freedesktop.systemd1.Manager.FinishTimestampMonotonic=0).\n")
     with pytest.raises(SystemdAnalyzeError):
         parse_systemd_analyze("Startup finished in 1.2 parsecs (kernel) = 3s\n")
 

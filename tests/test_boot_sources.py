@@ -81,8 +81,8 @@ def test_tpm12_with_extends_projects_only_the_sessionless_mode(capsys):
 
 def test_response_codes_are_worded_without_importing_tpm2_pytss():
     """libtss2-rc words them (ctypes): `tpmtop boot` stays light over SSH, errors or not."""
-    code = ("import sys; from tpmtop.cli import main; main(['boot', '--root', %r]); "
-            "print('tpm2_pytss' in sys.modules, file=sys.stderr)" % str(D))
+    code = (f"import sys; from tpmtop.cli import main; main(['boot', '--root', {str(D)!r}]); "
+            "print('tpm2_pytss' in sys.modules, file=sys.stderr)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "0x128 tpm:error(2.0): PCR have changed since checked" in p.stdout
     assert p.stderr.strip().splitlines()[-1] == "False"

@@ -13,7 +13,6 @@ import signal
 import socket
 
 import pytest
-
 from conftest import TcpSwtpm, run_tpmtop
 
 

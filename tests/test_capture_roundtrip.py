@@ -11,11 +11,10 @@ import sys
 
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
-
-from tpmtop.capture import load_capture
-
 from test_export_chrome_trace import check_trace
 from test_export_openmetrics import check_metrics
+
+from tpmtop.capture import load_capture
 
 TPMTOP = [sys.executable, "-m", "tpmtop"]
 

@@ -11,10 +11,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpmtop import capture
-from tpmtop.capture import model, read
+from tpmtop.capture import (
+    CaptureError,
+    CaptureReader,
+    event_row,
+    events_json,
+    load_capture,
+    read,
+    validate_capture,
+    write_capture,
+)
+from tpmtop.capture import spec as model
 from tpmtop.capture.write import _canonical
-from tpmtop.capture import (CaptureError, CaptureReader, event_row, events_json, load_capture,
-                            validate_capture, write_capture)
 from tpmtop.errors import TpmError
 
 HERE = Path(__file__).resolve().parent
@@ -151,7 +159,7 @@ def test_events_json_from_a_real_swtpm(tpm, tmp_path):
     write_capture(p, doc)
     got = load_capture(p)["events"]
     assert [e["command"] for e in got] == [ev.name for ev in evs]
-    assert got[0]["t_ns"] == 0 and all(b["t_ns"] >= a["t_ns"] for a, b in zip(got, got[1:]))
+    assert got[0]["t_ns"] == 0 and all(b["t_ns"] >= a["t_ns"] for a, b in zip(got, got[1:], strict=False))
     flush = got[-1]
     assert flush["command"] == "TPM2_CC_FlushContext" and flush["rc"] != 0
     assert flush["rc_text"] == evs[-1].rc_text and flush["rc_text"] != "success"

@@ -12,8 +12,8 @@ import json
 import sys
 
 import pytest
-
 from conftest import REPO, run_tpmtop
+
 from tpmtop.cli import SUBCOMMANDS
 
 DEAD = "swtpm:host=127.0.0.1,port=9"  # discard port: nothing answers TPM commands there

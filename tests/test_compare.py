@@ -98,7 +98,8 @@ def _capture_pair(tmp_path):
     for r in b["runs"]:
         if r["mode"] == "reuse":
             r["op_us"] = summary([int(x * 2) for x in lognormal(30, r["op_us"]["p50"] / 2 * 2, 9, 0.05)])
-            r["commands"]["TPM2_CC_PCR_Extend"] = summary(lognormal(30, r["commands"]["TPM2_CC_PCR_Extend"]["p50"] * 3, 9, 0.05))
+            extend = r["commands"]["TPM2_CC_PCR_Extend"]
+            r["commands"]["TPM2_CC_PCR_Extend"] = summary(lognormal(30, extend["p50"] * 3, 9, 0.05))
     b["host"]["kernel"] = "6.10.0"
     pa, pb = tmp_path / "a.json", tmp_path / "b.json"
     write_capture(pa, a)
@@ -113,7 +114,7 @@ def test_compare_rows_and_ratios(tmp_path):
     assert keys == [("none", None), ("none", "TPM2_CC_PCR_Extend"), ("reuse", None), ("reuse", "TPM2_CC_PCR_Extend")]
     for r in rows:
         assert r["p50_ratio"] == pytest.approx(r["p50"][1] / r["p50"][0], abs=1e-3)
-    by = {k: r for k, r in zip(keys, rows)}
+    by = {k: r for k, r in zip(keys, rows, strict=False)}
     assert by[("none", None)]["p50_verdict"] == "within noise" and by[("none", None)]["p50_ratio"] == 1.0
     assert by[("reuse", "TPM2_CC_PCR_Extend")]["p50_verdict"] == "slower"
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import run_tpmtop
+
 from tpmtop import decode
 from tpmtop.capture import load_capture
 

@@ -10,8 +10,8 @@ import shutil
 from collections import Counter
 
 import pytest
-
 from decode_peers import tpmstream_fields, tpmtop_fields, tshark_frames
+
 from tpmtop import decode
 from tpmtop.tpm import names
 
@@ -43,7 +43,7 @@ def test_corpus_decodes_fully_and_agrees_with_tpmstream(corpus):
     _, _, pairs = corpus
     seen = Counter()
     parts = 0
-    for (c, r), d in zip(pairs, _decoded(pairs)):
+    for (c, r), d in zip(pairs, _decoded(pairs), strict=True):
         seen[names.cc_short(d.command.cc)] += 1
         for part in (d.command, d.response):
             assert part is not None and part.complete, (c.hex(), r.hex(), part.stopped, part.trailing)
@@ -68,7 +68,7 @@ def test_corpus_agrees_with_tshark(corpus):
     assert len(rows) == 2 * n
     attrs = (("tpm.auth_attribs_cont", 0x01), ("tpm.auth_attribs_decrypt", 0x20), ("tpm.auth_attribs_encrypt", 0x40))
     checked = Counter()
-    for (c, r), d, q, a in zip(pairs[:n], _decoded(pairs[:n]), rows[0::2], rows[1::2]):
+    for d, q, a in zip(_decoded(pairs[:n]), rows[0::2], rows[1::2], strict=True):
         cmd, rsp = d.command, d.response
         assert int(q["tpm.req.cc"][0], 16) == cmd.cc
         assert int(a["tpm.resp.rc"][0], 16) == rsp.rc
@@ -93,6 +93,7 @@ def test_import_and_replay_decode_option(corpus, tmp_path):
     """`tpmtop import --decode` lists every command decoded; `replay --decode` puts the same
     text in the stream's handles column."""
     from conftest import run_tpmtop
+
     from tpmtop.sources.replay import ReplaySource, load
 
     pcap, n, _ = corpus

@@ -7,6 +7,7 @@ from __future__ import annotations
 import struct
 
 from conftest import run_tpmtop
+
 from tpmtop import decode
 from tpmtop.decode.plaintext import provider, recorder_history
 from tpmtop.sessions import livekeys, native

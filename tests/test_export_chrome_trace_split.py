@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_export_chrome_trace import check_trace
 
 import tpmtop.exporters.chrome_trace as ct
 from tpmtop.capture import CaptureError, load_capture, write_capture
 from tpmtop.exporters.chrome_trace import export_chrome_trace
-
-from test_export_chrome_trace import check_trace
 
 SAMPLE = Path(__file__).resolve().parent / "captures" / "sample-1.0.json"
 MODES = ("none", "per-command", "reuse")

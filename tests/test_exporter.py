@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +16,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from exporter_helpers import KERNEL_TRACES, REPO, Exporter, samples, value
 
 from tpmtop.fleet import families as fam
@@ -140,7 +138,8 @@ def test_a_retry_loop_is_counted_as_a_pattern(exporter):
     text = wait_for(exp, lambda t: value(t, "tpmtop_kernel_command_responses_total") == 4, "4 commands")
     assert value(text, "tpmtop_kernel_command_responses_total", command="Unseal", rc="0x128") == 4
     assert value(text, "tpmtop_kernel_pattern_commands_total", pattern="repeated-failure") == 4
-    assert value(text, "tpmtop_kernel_pattern_lost_seconds_total", pattern="repeated-failure") == pytest.approx(0.008, rel=1e-3)
+    assert value(text, "tpmtop_kernel_pattern_lost_seconds_total", pattern="repeated-failure") == \
+        pytest.approx(0.008, rel=1e-3)
     assert value(text, "tpmtop_kernel_pattern_commands_total", pattern="slots-full") == 0
 
 
@@ -278,7 +277,7 @@ def _certs(tmp: Path) -> dict[str, Path]:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
 
     def cert(name, key, issuer_name, issuer_key, *, ca=False, san=None, usage=None):
         b = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
@@ -350,7 +349,8 @@ def test_garbled_codes_stay_one_label_value():
         lines += [f"  bash-900 [000] .....  {t:.6f}: cmd: (tpm_transmit_cmd+0x0/0x1a0) desc=\"x\"",
                   f"  bash-900 [000] .....  {t + 0.000001:.6f}: tx: (tpm_transmit+0x0/0x3a0) tag=0x180 "
                   f"size=0xe000000 cc=0x{cc}",
-                  f"  bash-900 [000] .....  {t + 0.002:.6f}: tx_ret: (tpm_transmit_cmd+0x3c/0x1a0 <- tpm_transmit) ret=10",
+                  f"  bash-900 [000] .....  {t + 0.002:.6f}: tx_ret: "
+                  "(tpm_transmit_cmd+0x3c/0x1a0 <- tpm_transmit) ret=10",
                   f"  bash-900 [000] .....  {t + 0.002001:.6f}: cmd_ret: (tpm2_foo+0x1/0x2 <- tpm_transmit_cmd) "
                   f"rc={0x10000 + i * 4099}"]
     assert km.feed(lines) == 300

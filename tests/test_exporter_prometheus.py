@@ -29,7 +29,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from exporter_helpers import KERNEL_TRACES, REPO, Exporter, shifted_copy, span_s
 
 from tpmtop.fleet.families import BUCKETS
@@ -163,7 +162,7 @@ def test_a_real_prometheus_scrapes_a_fleet_and_alerts_on_the_hmac_host(tmp_path)
         for path in (plain, OLD, hmac):
             exporters.append(Exporter("--kernel-trace", str(path)))
         names = ("plain", "old", "hmac")
-        prom = Prometheus(tmp_path, {n: e.address for n, e in zip(names, exporters)})
+        prom = Prometheus(tmp_path, {n: e.address for n, e in zip(names, exporters, strict=True)})
         prom.wait_ready()
 
         count = 'sum by (instance) (tpmtop_kernel_command_duration_seconds_count{command="PCR_Extend"})'
@@ -194,8 +193,8 @@ def test_a_real_prometheus_scrapes_a_fleet_and_alerts_on_the_hmac_host(tmp_path)
 
         deadline = time.monotonic() + WAIT
         while True:
-            alerts = [a for a in prom.api("alerts")["alerts"] if a["labels"]["alertname"] == "TPMKernelHMACSetupsPerBoot"
-                      and a["state"] == "firing"]
+            alerts = [a for a in prom.api("alerts")["alerts"]
+                      if a["labels"]["alertname"] == "TPMKernelHMACSetupsPerBoot" and a["state"] == "firing"]
             if alerts or time.monotonic() > deadline:
                 break
             time.sleep(0.3)

@@ -8,12 +8,13 @@ import struct
 
 import psutil
 import pytest
+from conftest import run_tpmtop
 
-from tpmtop.bench import BenchPlan, capture_dict, run_bench
+from tpmtop.bench import BenchPlan, run_bench
+from tpmtop.capture import build_capture
 from tpmtop.sessions.native import NativeEngine
 from tpmtop.sessions.workload import Workload
 from tpmtop.tpm.handles import flush, list_handles
-from conftest import run_tpmtop
 
 
 @pytest.mark.parametrize("engine", ["native", "esys"])
@@ -72,7 +73,7 @@ def test_reset_mid_bench_is_noticed_and_periods_kept_apart(tpm):
     before = sum(a.ops for a in res.periods[0])
     after = sum(a.ops for a in res.accounts)
     assert before == 25 and after > 0
-    cap = capture_dict(tpm, res.accounts, periods=res.periods)
+    cap = build_capture(tpm, res.accounts, periods=res.periods)
     assert {r["period"] for r in cap["runs"]} == {0, 1}
     assert any("TPM reset" in m["text"] for m in cap["marks"])
     assert list_handles(tpm.transport) == []

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from test_fuzz_parsers import EDITS, _mutate, _mutate_json
+
 from tpmtop.capture import CaptureError, load_capture
 from tpmtop.cli import main
 

@@ -31,9 +31,9 @@ SET = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fix
 # -- real buffers, recorded once ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def recorded():
+    from tpmtop.connect import open_tpm
     from tpmtop.sessions.modes import MODES, OPS
     from tpmtop.sessions.workload import Workload
-    from tpmtop.connect import open_tpm
 
     conn = open_tpm(sim=True)
     pairs: list[tuple[bytes, bytes]] = []

@@ -3,8 +3,9 @@ each tpmtop process (so a handle created by one client can be listed and flushed
 
 import json
 
-from tpmtop.sessions.native import NativeEngine
 from conftest import run_tpmtop
+
+from tpmtop.sessions.native import NativeEngine
 
 
 def _leak_a_primary(tcp_swtpm) -> int:

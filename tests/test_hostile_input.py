@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import run_tpmtop
 
 HERE = Path(__file__).resolve().parent

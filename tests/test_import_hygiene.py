@@ -52,7 +52,8 @@ def test_no_core_module_loads_a_tui_at_run_time():
 
 def test_building_the_whole_parser_imports_no_tui():
     """Every subcommand's parser, the dashboard's options included, built at once."""
-    code = ("import sys; from tpmtop.cli import build_parser; build_parser(eager=True).parse_args(['handles', '--sim']); "
+    code = ("import sys; from tpmtop.cli import build_parser; "
+            "build_parser(eager=True).parse_args(['handles', '--sim']); "
             "print(','.join(m for m in ('textual', 'rich') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

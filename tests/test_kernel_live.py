@@ -18,9 +18,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import run_tpmtop
 from kernel_live_helpers import require_live, run, tracers, wait_for  # noqa: F401 - fixture
+
 from tpmtop.capture import load_capture
 
 pytestmark = pytest.mark.usefixtures("_live")
@@ -351,6 +351,7 @@ def test_the_kernel_dashboard_removes_its_probes_on_a_signal(sig):
 
     from conftest import REPO, TPMTOP
     from kernel_live_helpers import WAIT_S
+
     from tpmtop.kernel import probes
 
     t = probes.find_tracefs()

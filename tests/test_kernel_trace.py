@@ -8,12 +8,11 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+from conftest import run_tpmtop
 
-from conftest import TPMTOP, REPO, run_tpmtop
 from tpmtop.capture import load_capture
 from tpmtop.kernel import probes
 from tpmtop.kernel.trace_pipe import Parser, parse_line, parse_text
@@ -406,7 +405,7 @@ def test_session_handles_tell_a_password_extend_from_an_hmac_one():
     from tpmtop.tpm import wire
 
     lines, t = [], 10.0
-    for i in range(3):
+    for _ in range(3):
         for cc, caller, us in ((0x161, "tpm2_load_context", 900), (0x176, "tpm2_start_auth_session", 2000),
                                (0x165, "tpm2_flush_context", 100)):
             lines += _kernel_command(t, "hwrng", 41, cc, caller, us, None, 0)

@@ -17,8 +17,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
+
 from tpmtop.sessions import crypto
 from tpmtop.sessions.modes import OPS
 from tpmtop.sessions.workload import Workload
@@ -82,7 +82,8 @@ def key_log(monkeypatch):
 
 
 def test_capture_holds_no_session_keys_or_salts(tpm, key_log, tmp_path):
-    from tpmtop.bench import capture_dict, write_capture_file
+    from tpmtop.bench import write_capture_file
+    from tpmtop.capture import build_capture
 
     w = Workload(tpm, "native", "reuse", "get_random", param_encryption=True)
     w.ops_log = []
@@ -102,7 +103,7 @@ def test_capture_holds_no_session_keys_or_salts(tpm, key_log, tmp_path):
 
     events = [e for e in tpm.recorder.events() if e.origin == "workload"]
     assert events
-    cap = capture_dict(tpm, list(w.accounts.values()), events=events, ops_log=w.ops_log)
+    cap = build_capture(tpm, list(w.accounts.values()), events=events, ops_log=w.ops_log)
     path = tmp_path / "cap.json"
     write_capture_file(str(path), cap)
     blob = path.read_bytes()

@@ -12,8 +12,8 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from conftest import run_tpmtop
+
 from tpmtop.capture import load_capture
 
 HERE = Path(__file__).resolve().parent

@@ -9,8 +9,8 @@ import os
 import subprocess
 
 import pytest
-
 from conftest import run_tpmtop
+
 from tpmtop.capture import load_capture
 from tpmtop.patterns import Detector, detect
 

@@ -13,8 +13,8 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import run_tpmtop
+
 from tpmtop.capture import load_capture, write_capture
 from tpmtop.tpm.names import cc_name
 
@@ -117,7 +117,7 @@ def test_pcapng_export_of_bench_events_dissects_with_the_same_commands(tmp_path)
     again = load_capture(back)["events"]
     assert [e["command"] for e in again] == [e["command"] for e in events]
     assert [e["command_hex"] for e in again] == [e["command_hex"] for e in events]
-    for a, b in zip(again, events):
+    for a, b in zip(again, events, strict=False):
         assert abs(a["wire_ns"] - b["wire_ns"]) <= 2000  # pcap timestamps read back to the µs
         assert abs(a["t_ns"] - (b["t_ns"] - events[0]["t_ns"])) <= 2000
 

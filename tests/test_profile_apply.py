@@ -16,12 +16,12 @@ import pytest
 
 from tpmtop.bench import BenchPlan, run_bench
 from tpmtop.cli import main
+from tpmtop.connect import open_tpm
 from tpmtop.profiles import load_profile
 from tpmtop.profiles.apply import apply_profile
 from tpmtop.profiles.loader import from_json
-from tpmtop.profiles.model import has_hmac_session
+from tpmtop.profiles.profile import has_hmac_session
 from tpmtop.tpm import names, wire
-from tpmtop.connect import open_tpm
 
 pytestmark = pytest.mark.skipif(shutil.which("swtpm") is None, reason="swtpm not installed")
 
@@ -70,7 +70,7 @@ def test_each_command_is_held_at_least_as_long_as_the_profile_says():
     assert [cc for cc, _ in holds] == [e.cc for e in events]  # one decision per command, in order
     replay = prof.shaper(seed=11)  # the same seed: the i-th held command drew the i-th sample
     held = 0
-    for e, (_, hold) in zip(events, holds):
+    for e, (_, hold) in zip(events, holds, strict=False):
         f = prof.figure(e.cc, "hmac_session" if has_hmac_session(e.sessions) else "no_session")
         if f is None:
             assert hold is None, names.cc_short(e.cc)  # an unprofiled command is not held

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import random
 import statistics
-from pathlib import Path
 from importlib import resources
+from pathlib import Path
 
 import pytest
 from jsonschema import Draft202012Validator
@@ -16,7 +16,7 @@ from tpmtop.cli import main
 from tpmtop.profiles import load_profile
 from tpmtop.profiles.derive import figure_from_ns, profile_from_samples
 from tpmtop.profiles.loader import dumps, from_json, schema
-from tpmtop.profiles.model import ANY, HMAC_SESSION, NO_SESSION, Figure
+from tpmtop.profiles.profile import ANY, HMAC_SESSION, NO_SESSION, Figure
 from tpmtop.tpm import names, wire
 
 CC = {n: names.cc_from_name(n) for n in ("PCR_Extend", "ContextLoad", "StartAuthSession", "FlushContext",

@@ -18,7 +18,6 @@ import threading
 import time
 
 import pytest
-
 from conftest import REPO, TPMTOP, _free_port_pair, run_tpmtop
 
 pytestmark = pytest.mark.skipif(shutil.which("tpm2_getrandom") is None, reason="tpm2-tools not installed")
@@ -128,7 +127,7 @@ def _events_by_client(cap: dict) -> dict[str, list[str]]:
     return out
 
 
-def _tpm_handles(p: "Proxy") -> dict[int, str]:
+def _tpm_handles(p: Proxy) -> dict[int, str]:
     """What the TPM holds, asked by `tpmtop handles` through the proxy (swtpm serves one
     connection at a time, and the proxy holds it)."""
     r = run_tpmtop("handles", "--json", "-T", p.tcti)
@@ -160,7 +159,8 @@ def test_tpm2_tools_through_the_proxy(proxy_factory, tcp_swtpm, tmp_path, protoc
     assert cap["minor"] >= 1
     seen = _events_by_client(cap)
     assert "TPM2_CC_GetRandom" in seen["tpm2_getrandom"]
-    assert {"TPM2_CC_StartAuthSession", "TPM2_CC_CreatePrimary", "TPM2_CC_ContextSave"} <= set(seen["tpm2_createprimary"])
+    assert {"TPM2_CC_StartAuthSession", "TPM2_CC_CreatePrimary", "TPM2_CC_ContextSave"} \
+        <= set(seen["tpm2_createprimary"])
     assert "TPM2_CC_StartAuthSession" in seen["tpm2_startauthsession"]
     assert {"TPM2_CC_ContextLoad", "TPM2_CC_FlushContext"} <= set(seen["tpm2_flushcontext"])
     assert "TPM2_CC_PCR_Read" in seen["tpm2_pcrread"]

@@ -12,8 +12,7 @@ import time
 
 import psutil
 import pytest
-
-from test_proxy import TIMEOUT, GET_RANDOM_8, Proxy, _ask, _tpm_handles
+from test_proxy import GET_RANDOM_8, TIMEOUT, Proxy, _ask, _tpm_handles
 
 pytestmark = pytest.mark.skipif(shutil.which("tpm2_getrandom") is None, reason="tpm2-tools not installed")
 
@@ -71,7 +70,9 @@ def test_departed_clients_are_folded_and_threads_exit(tcp_swtpm, tmp_path):
         p.kill()
     assert len(cap["clients"]) <= 64 + 1
     me = [c for c in cap["clients"] if c["pid"] == os.getpid()]
-    assert len(me) == 1 and me[0]["commands"] == 100, [(c["pid"], c["name"], c["commands"]) for c in cap["clients"]][-8:]  # one process: one client
+    # one process: one client
+    assert len(me) == 1 and me[0]["commands"] == 100, \
+        [(c["pid"], c["name"], c["commands"]) for c in cap["clients"]][-8:]
     py = [x for x in cap["programs"] if x["clients"] >= 300]
     assert len(py) == 1 and py[0]["commands"] >= 300 and py[0]["errors"] == 0
     assert not any(c["pid"] is None for c in cap["clients"])

@@ -20,7 +20,6 @@ import threading
 import time
 
 import pytest
-
 from conftest import run_tpmtop
 from test_proxy import TIMEOUT, Proxy
 

@@ -10,7 +10,6 @@ import time
 
 import psutil
 import pytest
-
 from conftest import swtpm_children
 from test_proxy import TIMEOUT, Proxy
 

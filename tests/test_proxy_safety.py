@@ -5,7 +5,6 @@ sockets, a real second uid (the tests run as root and drop to nobody)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -15,8 +14,7 @@ import sys
 import time
 
 import pytest
-
-from conftest import REPO, TPMTOP, _free_port_pair, run_tpmtop
+from conftest import _free_port_pair, run_tpmtop
 from test_proxy import TIMEOUT, Proxy
 
 pytestmark = pytest.mark.skipif(shutil.which("tpm2_getrandom") is None, reason="tpm2-tools not installed")

@@ -11,8 +11,8 @@ from __future__ import annotations
 import struct
 
 import pytest
-
 from conftest import run_tpmtop
+
 from tpmtop.errors import UsageError
 from tpmtop.sessions.modes import ENGINES, MODES, OPS, check_pcr
 from tpmtop.sessions.workload import Workload

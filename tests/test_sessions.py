@@ -4,12 +4,12 @@ native sessions accepted by the TPM, tampering detected, no handle left behind."
 import json
 
 import pytest
+from conftest import run_tpmtop
 
 from tpmtop.errors import IntegrityError
 from tpmtop.sessions.modes import ENGINES, EXPECTED_COMMANDS_PER_OP, MODES, OPS
 from tpmtop.sessions.workload import Workload
 from tpmtop.tpm.handles import list_handles
-from conftest import run_tpmtop
 
 SEQUENCES = {
     "none": ["{cmd}"],

@@ -21,8 +21,8 @@ import time
 
 import psutil
 import pytest
-
 from conftest import REPO, TPMTOP, TcpSwtpm, run_tpmtop, swtpm_children
+
 from tpmtop.errors import Interrupted
 from tpmtop.sessions.workload import Workload
 from tpmtop.tpm import commands, interrupts

@@ -5,10 +5,10 @@ import os
 import stat
 
 import pytest
+from conftest import run_tpmtop
 
 from tpmtop.errors import UsageError
 from tpmtop.tpm.tcti import choose, parse_tcti
-from conftest import run_tpmtop
 
 
 def test_option_beats_environment():

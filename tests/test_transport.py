@@ -9,8 +9,8 @@ from tpmtop.sessions.modes import ENGINES, MODES, OPS
 from tpmtop.sessions.workload import Workload
 from tpmtop.stats import LatencyHistogram
 from tpmtop.tpm import names, wire
-from tpmtop.tpm.handles import flush, list_handles
 from tpmtop.tpm.exchange import labelled
+from tpmtop.tpm.handles import flush, list_handles
 from tpmtop.tpm.identity import read_identity, read_variable
 
 
@@ -177,7 +177,7 @@ def test_a_batch_drains_into_the_same_histogram_as_value_by_value():
     plain = HdrHistogram(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS)
     for v in values:
         plain.record_value(min(max(v, LOWEST_NS), HIGHEST_NS))
-    h.count  # drains
+    _ = h.count  # drains
     assert h._h.encode() == plain.encode()
     for p in (0, 1, 50, 90, 99, 99.9, 100):
         assert h._h.get_value_at_percentile(p) == plain.get_value_at_percentile(p)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tui_helpers import SIZE, _private_config, app_for, live, until  # noqa: F401 - fixtures
+
 from tpmtop.boot.report import build_report
 from tpmtop.boot.rootfs import RootReader
-from tpmtop.tui.app import TpmtopApp
 from tpmtop.sources.replay import ReplaySource, load
+from tpmtop.tui.app import TpmtopApp
 from tpmtop.tui.screens.boot import BootScreen
-from tui_helpers import SIZE, app_for, until
-from tui_helpers import _private_config, live  # noqa: F401 - fixtures
 
 LAPTOP = Path(__file__).parent / "fixtures" / "boot" / "laptop-6.10-hmac"
 CAPTURE = Path(__file__).parent / "tui_fixtures" / "slb9670-extend.json"

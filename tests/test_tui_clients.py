@@ -9,12 +9,11 @@ import shutil
 import subprocess
 
 import pytest
-
 from conftest import _free_port_pair
+from tui_helpers import SIZE, _private_config, app_for, live, main_screen, until  # noqa: F401 - fixtures
+
 from tpmtop.proxy.server import ProxyServer
 from tpmtop.tui.widgets.clients import ClientsPanel
-from tui_helpers import SIZE, app_for, main_screen, until
-from tui_helpers import _private_config, live  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.skipif(shutil.which("tpm2_getrandom") is None, reason="tpm2-tools not installed")
 

@@ -10,11 +10,11 @@ import subprocess
 
 import pytest
 from textual.widgets import Static
+from tui_helpers import SIZE, _private_config, app_for, live, main_screen, until  # noqa: F401
 
 from tpmtop.sources.replay import ReplaySource, load
 from tpmtop.tui.screens.decode import DecodeScreen
 from tpmtop.tui.widgets.stream import StreamPanel, StreamView
-from tui_helpers import SIZE, _private_config, app_for, live, main_screen, until  # noqa: F401
 
 
 def _body(app) -> str:

@@ -6,19 +6,17 @@ A reset TPM, object slots leaked by another client, a slow chip, and --read-only
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
+from tui_helpers import SIZE, _private_config, app_for, header_text, live, main_screen, until  # noqa: F401 - fixtures
 
 from tpmtop.errors import UsageError
 from tpmtop.sessions.native import NativeEngine
+from tpmtop.sources.numbers import summary_of
 from tpmtop.tpm.handles import list_handles
 from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS, palette_entries
-from tpmtop.sources.model import summary_of
 from tpmtop.tui.screens.confirm import ConfirmScreen
-from tui_helpers import SIZE, app_for, header_text, main_screen, until
-from tui_helpers import _private_config, live  # noqa: F401 - fixtures
 
 
 def _ops(src) -> int:
@@ -45,7 +43,7 @@ async def _leak_objects(src, n: int) -> list[int]:
         return [e.load_null() for _ in range(n)]
 
     def leak():
-        hs = src.on_tpm(make, origin="other")
+        hs = src.run_on_owner(make, origin="other")
         for h in hs:
             src.recorder.forget_handle(h)
         return hs
@@ -63,7 +61,7 @@ async def test_tpm_reset_is_noticed_marked_and_periods_kept_apart(live, tmp_path
 
         def reset():
             # On the TPM's owner thread: the reset's TPM2_Startup shares the data socket with the workload.
-            src.on_tpm(lambda _t: src.conn.sim.reset())
+            src.run_on_owner(lambda _t: src.conn.sim.reset())
 
         await asyncio.to_thread(reset)
         await until(pilot, lambda: src.boundaries, what="reset noticed")
@@ -87,7 +85,7 @@ async def test_tpm_reset_is_noticed_marked_and_periods_kept_apart(live, tmp_path
 
         def listed():
             # a job between operations: the workload holds nothing then (per-command)
-            return src.on_tpm(list_handles)
+            return src.run_on_owner(list_handles)
 
         assert await asyncio.to_thread(listed) == []  # the re-established sessions leaked nothing
 
@@ -100,7 +98,7 @@ async def test_object_slots_exhausted_pauses_and_flushing_in_handles_resumes(liv
     app = app_for(src, tmp_path)
     async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
         screen = main_screen(app)
-        screen.book.HIGHLIGHT_S = 0.0
+        screen.dash.book.HIGHLIGHT_S = 0.0
         await until(pilot, lambda: src.identity is not None, what="first poll")
         leaked = await _leak_objects(src, 3)  # a swtpm has 3 transient object slots
         await pilot.press("space")
@@ -109,22 +107,23 @@ async def test_object_slots_exhausted_pauses_and_flushing_in_handles_resumes(liv
         await until(pilot, lambda: "object slots full" in header_text(app), what="header: slots full")
         await until(pilot, lambda: any("Handles panel" in n for n in _notices(app)), what="notification")
         # The Latency panel says which command failed and how, decoded (issue #15 item 6).
-        failed = [k for k, c in src.errors.by_key.items() if 0x902 in c]
-        assert failed, src.errors.by_key
-        assert "0x902" in src.errors.text(failed[0]) and "×" in src.errors.text(failed[0])
+        failed = [k for k, c in main_screen(app).dash.errors.by_key.items() if 0x902 in c]
+        assert failed, main_screen(app).dash.errors.by_key
+        errors = main_screen(app).dash.errors
+        assert "0x902" in errors.text(failed[0]) and "×" in errors.text(failed[0])
         lat = screen.query_one("#latency-table")
         await until(pilot, lambda: failed[0] in lat._shadow and str(lat._shadow[failed[0]][2]).strip() != "",
                     what="errors counted in the Latency row")
         table = screen.query_one("#handles-table")
         for h in leaked:
             key = f"0x{h:08x}"
-            await until(pilot, lambda: key in table._shadow, what=f"{key} listed")
+            await until(pilot, lambda key=key: key in table._shadow, what=f"{key} listed")
             table.focus()
             table.move_cursor(row=table.get_row_index(key))
             await pilot.press("f")
             await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirmation")
             await pilot.press("y")
-            await until(pilot, lambda: any(isinstance(x, m.HandlesFlushed) and h in x.handles for x in seen),
+            await until(pilot, lambda h=h: any(isinstance(x, m.HandlesFlushed) and h in x.handles for x in seen),
                         what=f"{key} flushed")
         await until(pilot, lambda: "a slot was freed" in header_text(app), what="header: no longer 'slots full'")
         await pilot.press("space")
@@ -144,8 +143,8 @@ async def test_slot_peaks_between_polls_warn_before_0x902(live, tmp_path):
         await _leak_objects(src, 2)
         await pilot.press("space")
         await until(pilot, lambda: _ops(src) >= 20, what="per-command operations")
-        await until(pilot, lambda: screen.peaks.peak["object"] == 3, what="object peak 3")
-        assert screen.peaks.peak["session"] >= 1  # per-command sessions, never seen by a poll
+        await until(pilot, lambda: screen.dash.peaks.peak["object"] == 3, what="object peak 3")
+        assert screen.dash.peaks.peak["session"] >= 1  # per-command sessions, never seen by a poll
         await until(pilot, lambda: "peak 3" in str(screen.query_one("#gauges").render()), what="peak shown")
         await until(pilot, lambda: any("object slots: 3 of 3" in n for n in _notices(app)), what="warning")
         assert src.workload_error is None  # warned before, not after, a failure
@@ -166,7 +165,7 @@ async def test_slow_tpm_keys_do_their_action_and_quit_ends_cleanly(live, tmp_pat
             await pilot.press("space")
             assert src.running is not before  # the key acted at once, not after the TPM answered
             word = "running" if src.running else "paused"
-            await until(pilot, lambda: word in header_text(app), what=f"header says {word}")
+            await until(pilot, lambda word=word: word in header_text(app), what=f"header says {word}")
         await pilot.press("q")
         await until(pilot, lambda: not app.is_running, what="the app ended")
     src.close()
@@ -181,7 +180,7 @@ async def test_read_only_refuses_every_state_changing_action(live, tmp_path):
     app = app_for(src, tmp_path)
     async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
         screen = main_screen(app)
-        screen.book.HIGHLIGHT_S = 0.0
+        screen.dash.book.HIGHLIGHT_S = 0.0
         await until(pilot, lambda: src.identity is not None, what="first poll")
         [h] = await _leak_objects(src, 1)  # something to be tempted to flush
         table = screen.query_one("#handles-table")

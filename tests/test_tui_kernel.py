@@ -18,7 +18,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, TPMTOP
 from tui_helpers import SIZE, app_for, header_text, main_screen, until
 
@@ -148,7 +147,8 @@ class TestKernelDashboard:
         assert ext["ops"] == 5 and ext["commands_per_op"]["TPM2_CC_PCR_Extend"] == 1.0
         assert ext["commands_per_op"]["TPM2_CC_StartAuthSession"] == pytest.approx(0.4)
         assert runs[("observed", "kernel", "command")]["ops"] == 14
-        assert len(cap["ops"]) == 6 and sum(e["op_seq"] is not None for e in cap["events"]) == 12  # all but the session end and the user-space PCR_Read
+        # all but the session end and the user-space PCR_Read
+        assert len(cap["ops"]) == 6 and sum(e["op_seq"] is not None for e in cap["events"]) == 12
         (tmp_path / "empty-root").mkdir()
         r = subprocess.run(TPMTOP + ["boot", "--capture", str(cap_path), "--extends", "1000", "--root",
                                      str(tmp_path / "empty-root")], cwd=REPO, capture_output=True, text=True,
@@ -332,7 +332,7 @@ class TestKernelDashboardHonesty:
             await until(pilot, lambda: "ContextSave · rm" in _labels(table), what="the resource manager's rows")
             await pilot.pause(1.2)
             assert str(_labels(table)["ContextSave · rm"][2]).strip() in ("", "0")  # the errors column
-            assert not main_screen(app).alerts.current
+            assert not main_screen(app).dash.alerts.current
             assert not any("failure pattern" in str(getattr(m, "title", "")) for m in seen)
 
     async def test_export_before_any_command_says_why(self, kernel, tmp_path):

@@ -8,18 +8,16 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 
+from tui_helpers import SIZE, _private_config, app_for, header_text, live, main_screen, until  # noqa: F401 - fixtures
+
+from tpmtop.sources.live import burst_size, pacing_json
+from tpmtop.sources.replay import ReplaySource, load
 from tpmtop.tpm.handles import list_handles
 from tpmtop.tui import messages as m
 from tpmtop.tui.app import TpmtopApp
-from tpmtop.sources.live import burst_size, pacing_json
-from tpmtop.sources.replay import ReplaySource, load
 from tpmtop.tui.screens.confirm import ConfirmScreen
-from pathlib import Path
-
-from tui_helpers import SIZE, app_for, header_text, main_screen, until
-from tui_helpers import _private_config, live  # noqa: F401 - fixtures
-
 
 FIXTURE = Path(__file__).parent / "tui_fixtures" / "slb9670-extend.json"
 
@@ -36,7 +34,7 @@ class TestWorkload:
                     await pilot.press("m")
                 assert src.mode == mode
                 key = ("native", mode, "extend")
-                await until(pilot, lambda: key in src.accounts() and src.accounts()[key].ops >= 5, what=mode)
+                await until(pilot, lambda key=key: key in src.accounts() and src.accounts()[key].ops >= 5, what=mode)
             accounts = src.accounts()
             for mode, n in expected.items():
                 acc = accounts[("native", mode, "extend")]
@@ -63,7 +61,7 @@ class TestWorkload:
                 if i:
                     await pilot.press("m")
                 key = ("native", mode, "extend")
-                await until(pilot, lambda: key in src.accounts() and src.accounts()[key].ops >= 5, what=mode)
+                await until(pilot, lambda key=key: key in src.accounts() and src.accounts()[key].ops >= 5, what=mode)
             before = {k: a.ops for k, a in src.accounts().items()}
             await pilot.press("F")
             await until(pilot, lambda: any(isinstance(x, m.HandlesFlushed) for x in seen), what="flushed")
@@ -73,7 +71,7 @@ class TestWorkload:
             after = src.accounts()
             assert set(after) >= set(before)
             assert all(after[k].ops >= n for k, n in before.items())
-            main_screen(app)._refresh_stats()
+            main_screen(app).refresh_all()
             bars = str(main_screen(app).query_one("#bars").render())
             assert all(mode in bars for mode in ("none", "per-command", "reuse", "saved"))
 
@@ -84,7 +82,7 @@ class TestWorkload:
         still "ours" and reported no session flushed (a stress-run failure)."""
         src = live(start_running=True, rate=0, mode="saved")
         for _ in range(3):
-            assert src.on_tpm(src._step_job)
+            assert src.run_on_owner(src._step_job)
         session = next(h for h in src.recorder.owned_handles() if h >> 24 == 0x02)
         owner, rec = src.conn.owner, src.recorder
         real, reads, again = rec.owned_handles, [], threading.Event()
@@ -319,7 +317,7 @@ class TestLatency:
 
 
 def list_handles_locked(src):
-    return src.on_tpm(list_handles)
+    return src.run_on_owner(list_handles)
 
 
 class TestHandles:
@@ -331,7 +329,7 @@ class TestHandles:
             e.create_null_primary()
             return e.load_null()  # a transient object tpmtop holds
 
-        return await asyncio.to_thread(src.on_tpm, create)
+        return await asyncio.to_thread(src.run_on_owner, create)
 
     async def test_flush_removes_handle_from_tpm_and_table(self, live, tmp_path):
         """f flushes the selected handle: gone from the TPM's list and from the table."""
@@ -339,7 +337,7 @@ class TestHandles:
         app = app_for(src, tmp_path)
         async with app.run_test(size=SIZE) as pilot:
             screen = main_screen(app)
-            screen.book.HIGHLIGHT_S = 0.0
+            screen.dash.book.HIGHLIGHT_S = 0.0
             await until(pilot, lambda: src.identity is not None, what="first poll")
             h = await self._primary(src)
             key = f"0x{h:08x}"
@@ -360,7 +358,7 @@ class TestHandles:
         app = app_for(src, tmp_path)
         async with app.run_test(size=SIZE) as pilot:
             screen = main_screen(app)
-            screen.book.HIGHLIGHT_S = 0.0
+            screen.dash.book.HIGHLIGHT_S = 0.0
 
             def flush_key():
                 # None while the footer recomposes (its keys are replaced, not updated)
@@ -411,7 +409,7 @@ class TestHandles:
         app = app_for(src, tmp_path)
         async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
             screen = main_screen(app)
-            screen.book.HIGHLIGHT_S = 0.0
+            screen.dash.book.HIGHLIGHT_S = 0.0
             await until(pilot, lambda: src.identity is not None, what="first poll")
             h = await self._primary(src)
             await pilot.press("space")  # reuse: a kept session appears
@@ -446,13 +444,13 @@ class TestHandles:
         app = app_for(src, tmp_path)
         async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
             screen = main_screen(app)
-            screen.book.HIGHLIGHT_S = 0.0
+            screen.dash.book.HIGHLIGHT_S = 0.0
             await until(pilot, lambda: src.identity is not None, what="first poll")
             h = await self._primary(src)
             src.recorder.forget_handle(h)  # as if another program had made it
             key = f"0x{h:08x}"
             table = screen.query_one("#handles-table")
-            await until(pilot, lambda: key in table._shadow and not screen.book.rows(
+            await until(pilot, lambda: key in table._shadow and not screen.dash.book.rows(
                 {}, src.recorder.owned_handles(), 0)[0].ours, what="foreign handle listed")
             table.focus()
             table.move_cursor(row=table.get_row_index(key))

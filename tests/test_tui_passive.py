@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tpmtop.tui.app import TpmtopApp
 from tpmtop.sources.passive import PassiveSource, Sysfs
+from tpmtop.tui.app import TpmtopApp
 
 
 @pytest.fixture

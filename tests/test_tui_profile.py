@@ -6,16 +6,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tui_helpers import (
+    SIZE,
+    _private_config,  # noqa: F401 - fixture
+    app_for,
+    header_text,
+    main_screen,
+    until,
+)
 
 from tpmtop.cli import main
+from tpmtop.connect import open_tpm
 from tpmtop.profiles import load_profile
 from tpmtop.profiles.apply import apply_profile, describe
-from tpmtop.connect import open_tpm
-from tpmtop.tui.app import TpmtopApp
 from tpmtop.sources.live import LiveSource
 from tpmtop.sources.replay import ReplaySource, load
-from tui_helpers import SIZE, app_for, header_text, main_screen, until
-from tui_helpers import _private_config  # noqa: F401 - fixture
+from tpmtop.tui.app import TpmtopApp
 
 REPLAY_FIXTURE = Path(__file__).parent / "tui_fixtures" / "slb9670-extend.json"
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from tui_helpers import app_for, until
 
 from tpmtop.connect import open_tpm
 from tpmtop.sources.live import LiveSource
 from tpmtop.tpm.handles import list_handles
-from tui_helpers import app_for, until
 
 SIZE = (120, 40)
 

@@ -6,13 +6,12 @@ and look at the report before committing.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from tpmtop.tui.app import TpmtopApp
 from tpmtop.sources.replay import ReplaySource, load
+from tpmtop.tui.app import TpmtopApp
 
 FIXTURE = Path(__file__).parent / "tui_fixtures" / "slb9670-extend.json"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tpmtop.sources.replay import ReplaySource, load
 from tpmtop.tui import themes
 from tpmtop.tui.app import TpmtopApp
-from tpmtop.sources.replay import ReplaySource, load
 
 FIXTURE = Path(__file__).parent / "tui_fixtures" / "slb9670-extend.json"
 

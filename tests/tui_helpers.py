@@ -7,8 +7,8 @@ import time
 import pytest
 
 from tpmtop.connect import open_tpm
-from tpmtop.tui.app import TpmtopApp
 from tpmtop.sources.live import LiveSource
+from tpmtop.tui.app import TpmtopApp
 from tpmtop.tui.screens.main import MainScreen
 
 SIZE = (120, 40)

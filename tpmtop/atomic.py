@@ -15,8 +15,9 @@ import os
 import stat
 import tempfile
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, Iterator
+from typing import IO, Any, cast
 
 # While a big export streams out, a helper thread fdatasyncs every this many bytes, so the
 # disk writes the file while Python is still producing it and the final fsync is short.
@@ -112,7 +113,8 @@ class _SyncingWriter:
 
 
 @contextmanager
-def open_atomic(path: str | os.PathLike, text: bool = True, background_sync: bool = False) -> Iterator[IO]:
+def open_atomic(path: str | os.PathLike[str], text: bool = True,
+                background_sync: bool = False) -> Iterator[IO[Any]]:
     """Write ``path`` atomically: ``with open_atomic(p) as f: f.write(...)``.
 
     The target appears (or is replaced) only when the block ends without an exception.
@@ -125,7 +127,8 @@ def open_atomic(path: str | os.PathLike, text: bool = True, background_sync: boo
     directory = os.path.dirname(target) or "."
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
     raw = None
-    sink = None
+    sink: _SyncingWriter | None = None
+    done = False  # the temporary file became the target
     try:
         # mkstemp creates 0600; the result should have the mode any new file would get (or the
         # old file's), so that e.g. node_exporter running as another user can still read it.
@@ -136,7 +139,8 @@ def open_atomic(path: str | os.PathLike, text: bool = True, background_sync: boo
         os.fchmod(fd, mode)
         raw = os.fdopen(fd, "wb", buffering=1024 * 1024)
         fd = -1
-        sink = _SyncingWriter(raw) if background_sync else raw
+        syncing = _SyncingWriter(raw) if background_sync else None
+        sink = syncing
         if text:
             import io
 
@@ -146,16 +150,16 @@ def open_atomic(path: str | os.PathLike, text: bool = True, background_sync: boo
             f.flush()
             f.detach()
         else:
-            yield sink
-        if background_sync:
-            sink.finish()
+            yield cast(IO[Any], syncing if syncing is not None else raw)  # it writes and flushes like one
+        if syncing is not None:
+            syncing.finish()
             sink = None
         raw.flush()
         os.fsync(raw.fileno())
         raw.close()
         raw = None
         os.replace(tmp, target)
-        tmp = None
+        done = True
         _fsync_dir(directory)
     finally:
         if isinstance(sink, _SyncingWriter):  # the block failed: stop the helper thread
@@ -168,7 +172,7 @@ def open_atomic(path: str | os.PathLike, text: bool = True, background_sync: boo
                 raw.close()
             except OSError:
                 pass
-        if tmp is not None:
+        if not done:
             try:
                 os.unlink(tmp)
             except OSError:

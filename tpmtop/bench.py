@@ -7,8 +7,8 @@ their *ratios* stay meaningful even when absolute figures wander.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from tpmtop.errors import Interrupted, NullNameChanged, TpmtopError
 from tpmtop.sessions.accounting import RunAccount
@@ -147,8 +147,6 @@ def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None
     return result
 
 
-# The capture builder lives with the rest of the capture code; the old name stays for callers.
-from tpmtop.capture.build import build_capture as capture_dict  # noqa: E402
 
 
 def write_capture_file(path, cap: dict) -> None:

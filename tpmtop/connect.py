@@ -6,7 +6,7 @@ that talks to a TPM: it is where the transport's sink becomes a :class:`Recorder
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from tpmtop.recorder import Recorder
 from tpmtop.tpm import tcti as tcti_mod

@@ -5,7 +5,8 @@
   (:mod:`tpmtop.atomic`): temporary file in the same directory, fsync, rename.
 - A character device or a FIFO (``/dev/null``, ``<(…)``, ``mkfifo``), also through a symlink,
   and ``/dev/stdout``, ``/dev/fd/N`` whatever they lead to, are written through, opened as
-  they are: never renamed over, so the device node stays what it is (and ``>> log`` appends). A block device, a socket or a directory is refused.
+  they are: never renamed over, so the device node stays what it is (and ``>> log`` appends). A block
+  device, a socket or a directory is refused.
 - The same file as an input (``export X -o X``) is refused unless ``--force``.
 - The destination is checked before the work starts (:meth:`Output.check`): a missing parent
   directory, a read-only file system, an empty name, a directory, or a name ending in ``/``
@@ -23,8 +24,9 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import IO, Callable, Iterable, Iterator
+from typing import IO
 
 from tpmtop.errors import TpmtopError, UsageError
 
@@ -60,7 +62,7 @@ class Output:
         self.kind: str | None = None  # "stdout" | "stream" (device, FIFO) | "file"; set by check()
 
     # -- before the work ----------------------------------------------------------------------
-    def check(self) -> "Output":
+    def check(self) -> Output:
         """Raise UsageError (exit 2) unless the destination can be written; idempotent."""
         p = self.path
         label = f"{self.what} {p!r}" if not p or p != p.strip() else f"{self.what} {p}"
@@ -98,7 +100,8 @@ class Output:
                 self._same_as_input(st, label)
                 return self
             if not stat.S_ISREG(mode):
-                kind = "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+                kind = ("a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+                        else "not a regular file")
                 raise UsageError(f"{label}: is {kind}; refusing to write there")
             self._same_as_input(st, label)
             if self.refuse_existing and not self.force:

@@ -165,7 +165,7 @@ def detect_in_capture(path) -> list[Pattern]:
 
     d = Detector()
 
-    def one(e) -> None:  # a typed line (tpmtop.capture.model.EventLine)
+    def one(e) -> None:  # a typed line (tpmtop.capture.spec.EventLine)
         d.add(({"command": e.command, "rc": e.rc, "t_ns": e.t_ns, "wire_ns": e.wire_ns, "origin": e.origin},))
 
     CaptureReader(path, on_event=one, on_op=lambda _o: None, typed=True).read()

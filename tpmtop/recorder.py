@@ -19,10 +19,10 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpmtop.stats import LatencyHistogram
 from tpmtop.tpm import names, wire
-from tpmtop.tpm.exchange import Exchange
 
 DEFAULT_CAPACITY = 100_000
 # Raw command/response bytes are kept for the newest events only (for a full decode of the
@@ -30,8 +30,6 @@ DEFAULT_CAPACITY = 100_000
 # depending on how many carried ~1 KB context blobs; this bounds it to ~20 MB.
 BUFFERS_KEPT = 16_384
 RECENT_PER_COMMAND = 120  # samples kept per command for sparklines
-
-ORIGINS = ("workload", "poll", "user")  # what tpmtop sends; "proxy" and "kernel" are what it sees
 
 
 @dataclass(slots=True)
@@ -90,7 +88,7 @@ class CommandStats:
     hist: LatencyHistogram = field(default_factory=LatencyHistogram)
     errors: int = 0
     last_ns: int = 0
-    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT_PER_COMMAND))
+    recent: deque[Any] = field(default_factory=lambda: deque(maxlen=RECENT_PER_COMMAND))
 
 
 class Recorder:
@@ -104,8 +102,9 @@ class Recorder:
         self._handles: dict[int, HandleUse] = {}
         self._seq = 0
         self._op_seq = 0
-        self._pending: deque[Exchange] = deque()
-        self.put = self._pending.append  # the transport's hot path: one append, nothing else
+        self._pending: deque[tuple[Any, ...]] = deque()  # Exchange's fields (Exchange._make names them)
+        # the transport's hot path: one append, nothing else
+        self.put = self._pending.append  # type: ignore[method-assign,assignment]
         self.decoded_on: str | None = None  # the thread that last decoded (tests check it is not a timed one)
         self._buffered: deque[Event] = deque()  # the events still holding their raw bytes
         self.started_ns = time.perf_counter_ns()
@@ -117,7 +116,7 @@ class Recorder:
     # book-keeping (~5 µs each) runs between jobs on the TPM's owner thread
     # (``between_jobs``) or when a reader asks: never inside a timed operation.
 
-    def put(self, exchange: Exchange) -> None:  # replaced per instance by deque.append
+    def put(self, exchange: tuple[Any, ...]) -> None:  # replaced per instance by deque.append
         self._pending.append(exchange)
 
     def between_jobs(self) -> None:
@@ -166,10 +165,6 @@ class Recorder:
                 seq=self._seq, t_ns=t_ns, cc=cc, handles=(), sessions=(), cmd_size=cmd_size, rsp_size=rsp_size,
                 rc=rc, rsp_handle=None, wire_ns=wire_ns, origin=origin, error=error, client=client,
                 rc_unknown=rc is None and answered, note=note, expected=expected))
-
-    def flush_pending(self) -> None:
-        with self._lock:
-            self._process()
 
     def next_op_seq(self) -> int:
         """Operation numbers are unique per recorder, whichever workload runs them."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
+from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
@@ -34,7 +35,8 @@ def _bucket_floor(ns: int) -> int:
     shift = ns.bit_length() - _SUB_BITS
     if shift < _UNIT_BITS:
         shift = _UNIT_BITS
-    return ns >> shift << shift
+    floor: int = ns >> shift << shift
+    return floor
 
 
 class LatencyHistogram:
@@ -75,7 +77,7 @@ class LatencyHistogram:
         if self._min_ns is None or m < self._min_ns:
             self._min_ns = m
 
-    def merge(self, other: "LatencyHistogram") -> None:
+    def merge(self, other: LatencyHistogram) -> None:
         with other._lock:
             other._drain()
             snap = HdrHistogram(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS)
@@ -99,16 +101,16 @@ class LatencyHistogram:
     def count(self) -> int:
         with self._lock:
             self._drain()
-            return self._h.get_total_count()
+            return int(self._h.get_total_count())
 
     def percentile_ns(self, p: float) -> int:
         with self._lock:
             self._drain()
             if self._h.get_total_count() == 0:
                 return 0
-            return self._h.get_value_at_percentile(p)
+            return int(self._h.get_value_at_percentile(p))
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """``{"count", "p50", "p90", "p99", "max", "mean"}`` in microseconds (floats)."""
         with self._lock:
             self._drain()
@@ -124,6 +126,10 @@ class LatencyHistogram:
                 "max": round(self._h.get_max_value() / 1000, 3),
                 "mean": round(self._sum_ns / n / 1000, 3),
             }
+
+    def to_json(self) -> dict[str, Any]:
+        """A capture's latency member: :meth:`summary` with ``histogram`` (:meth:`buckets`)."""
+        return self.summary() | {"histogram": self.buckets()}
 
     def buckets(self, per_decade: int = 4) -> list[list[float]]:
         """Logarithmic buckets ``[[upper_bound_us, count], …]`` covering the recorded range.
@@ -145,10 +151,3 @@ class LatencyHistogram:
             bound = round(10 ** (k / per_decade), 3)
             out[bound] = out.get(bound, 0) + c
         return [[b, out[b]] for b in sorted(out)]
-
-    def values_at(self, percentiles: list[float]) -> dict[float, int]:
-        with self._lock:
-            self._drain()
-            if self._h.get_total_count() == 0:
-                return {p: 0 for p in percentiles}
-            return self._h.get_percentile_to_value_dict(percentiles)

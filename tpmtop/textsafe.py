@@ -16,6 +16,7 @@ No dependencies (the lowest layer: anyone may import it).
 from __future__ import annotations
 
 import re
+from typing import Any
 
 # C0 controls, DEL, C1 controls; Unicode format characters that reorder or hide text.
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
@@ -35,7 +36,7 @@ def safe(text) -> str:
     return _UNSAFE.sub(_escape, s)
 
 
-def safe_tree(obj):
+def safe_tree(obj: Any) -> Any:
     """A copy of a JSON-like value with :func:`safe` applied to every string in it, keys
     included. Numbers, booleans and None are returned as they are."""
     if isinstance(obj, str):

@@ -13,9 +13,10 @@ Values are taken as nanoseconds unless the map's name says otherwise (``@us``, `
 from __future__ import annotations
 
 import re
+from typing import NoReturn
 
-from tpmtop.boot.series import HMAC_FUNCS, OP_EXTEND, OP_EXTEND_HMAC, OP_FUNCS, TRANSMIT_FUNCS, Series, TraceResult
 from tpmtop.boot.badline import bad_line
+from tpmtop.boot.series import HMAC_FUNCS, OP_EXTEND, OP_EXTEND_HMAC, OP_FUNCS, TRANSMIT_FUNCS, Series, TraceResult
 
 _SUFFIX = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4, "P": 1024 ** 5}
 _NUM = r"-?\d+[KMGTP]?"
@@ -92,12 +93,12 @@ class _Parser:
         self.path = path
         self.default_unit = unit_ns
         self.res = TraceResult(path, "bpftrace")
-        self.entries: list[tuple[str | None, str | None, Series]] = []
+        self.entries: list[tuple[str, str | None, Series]] = []
         self.hist: Series | None = None
         self.unit = unit_ns
         self.skipped_counts: set[str] = set()
 
-    def fail(self, lineno: int, why: str, line: str):
+    def fail(self, lineno: int, why: str, line: str) -> NoReturn:
         raise bad_line(self.path, lineno, why, line)
 
     def entry(self, name: str, key: str | None, value: str, lineno: int, line: str) -> None:
@@ -127,20 +128,20 @@ class _Parser:
             func = f"@{name}[{key.strip()}]" if key is not None else f"@{name}"
         self.entries.append((func, op, s))
 
-    def hist_row(self, m: re.Match, lineno: int, line: str) -> None:
+    def hist_row(self, hist: Series, m: re.Match[str], lineno: int, line: str) -> None:
         count = int(m.group("count"))
         u = self.unit
         if m.group("exact") is not None:
             v = _num(m.group("exact")) * u
-            self.hist.buckets.append((v, v + u, count))
+            hist.buckets.append((v, v + u, count))
         elif m.group("below") is not None:
-            self.hist.buckets.append((None, _num(m.group("below")) * u, count))
+            hist.buckets.append((None, _num(m.group("below")) * u, count))
         else:
             lo = _num(m.group("lo")) * u
             hi = None if m.group("hi") == "..." else _num(m.group("hi")) * u
             if hi is not None and hi <= lo:
                 self.fail(lineno, "histogram bucket with upper bound <= lower bound", line)
-            self.hist.buckets.append((lo, hi, count))
+            hist.buckets.append((lo, hi, count))
 
     def parse(self, lines) -> TraceResult:
         key_lines: list[str] | None = None
@@ -182,7 +183,7 @@ class _Parser:
             if m:
                 if self.hist is None:
                     self.fail(lineno, "histogram row outside a hist()/lhist() block", line)
-                self.hist_row(m, lineno, line)
+                self.hist_row(self.hist, m, lineno, line)
                 continue
             self.fail(lineno, "not bpftrace map output", line)
         if key_lines is not None:

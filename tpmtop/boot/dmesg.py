@@ -53,7 +53,8 @@ ACPI_VENDORS = {
 # (kind, pattern); the response code group `rc` (hex) or `rcdec` (decimal) when there is one.
 PROBLEMS = (
     ("tpm-error", re.compile(r"A TPM error \((?P<rcdec>\d+)\) occurred (?P<what>.*)$")),
-    ("context-load", re.compile(r"(?P<what>tpm2_(?:load|save)_context): failed with a TPM error 0x(?P<rc>[0-9A-Fa-f]+)")),
+    ("context-load", re.compile(r"(?P<what>tpm2_(?:load|save)_context): "
+                                r"failed with a TPM error 0x(?P<rc>[0-9A-Fa-f]+)")),
     ("interference", re.compile(r"NULL name has changed, disabling TPM due to interference")),
     ("null-key", re.compile(r"(?i)null key integrity (?:check )?fail")),
     ("null-key", re.compile(r"NULL Seed name comparison failed")),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+
 from tpmtop.errors import UsageError
 
 EV_NO_ACTION = 0x3

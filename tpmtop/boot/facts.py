@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,8 +19,15 @@ from tpmtop.boot.journal import Journal, parse_journal
 from tpmtop.boot.kconfig import OPTIONS, read_config
 from tpmtop.boot.rcwords import word_all
 from tpmtop.boot.rootfs import RootReader, Unavailable
-from tpmtop.boot.systemd import (BootTimes, SystemdAnalyzeError, UnitTime, parse_blame, parse_critical_chain,
-                                 parse_systemd_analyze, tpm_units)
+from tpmtop.boot.systemd import (
+    BootTimes,
+    SystemdAnalyzeError,
+    UnitTime,
+    parse_blame,
+    parse_critical_chain,
+    parse_systemd_analyze,
+    tpm_units,
+)
 from tpmtop.errors import UsageError
 
 IMA_DIR = "/sys/kernel/security/ima"
@@ -97,6 +105,10 @@ class SystemFacts:
     def get(self, name: str) -> Fact | None:
         return self.facts.get(name)
 
+    def fact(self, name: str) -> Fact:
+        """A fact the caller knows was collected (a KeyError names the one that was not)."""
+        return self.facts[name]
+
     def value(self, name: str) -> Any:
         f = self.facts.get(name)
         return f.value if f is not None and f.ok else None
@@ -165,7 +177,7 @@ def _release(sf: SystemFacts, r: RootReader) -> None:
     kl = sf.kernel_log
     if kl is None or kl.release is None:
         return
-    src = f"{sf.get('dmesg').source}:{kl.release_line} (`Linux version` line)"
+    src = f"{sf.fact('dmesg').source}:{kl.release_line} (`Linux version` line)"
     if rel.ok:
         rel.others.append({"source": src, "value": kl.release})
     else:
@@ -174,7 +186,7 @@ def _release(sf: SystemFacts, r: RootReader) -> None:
 
 
 def _config(sf: SystemFacts, r: RootReader) -> None:
-    rel = sf.get("kernel.release")
+    rel = sf.fact("kernel.release")
     try:
         cfg, src = read_config(r, rel.value if rel.ok else None)
     except Unavailable as e:
@@ -190,7 +202,7 @@ def _cmdline(sf: SystemFacts, r: RootReader) -> None:
     f = _fact(sf, "cmdline", lambda: r.read_line("/proc/cmdline"), "/proc/cmdline")
     kl = sf.kernel_log
     if not f.ok and kl is not None and kl.cmdline is not None:
-        f = sf.add(Fact("cmdline", kl.cmdline, f"{sf.get('dmesg').source}:{kl.cmdline_line} (`Command line:` line)",
+        f = sf.add(Fact("cmdline", kl.cmdline, f"{sf.fact('dmesg').source}:{kl.cmdline_line} (`Command line:` line)",
                         others=[{"source": f.source, "value": None, "reason": f.reason}]))
     # The module parameter is sysfs, not the command line: read it whatever /proc/cmdline says.
     _fact(sf, "tpm.disable_pcr_integrity", lambda: r.read_line(PCR_INTEGRITY_PARAM), PCR_INTEGRITY_PARAM)
@@ -266,7 +278,7 @@ def _tpm_from_dmesg(sf: SystemFacts, probe: TpmProbe | None) -> None:
         return
     src = _probe_source(sf, probe)
     sf.add(Fact("tpm.family", probe.family, src, others=[{"source": TPM_CLASS, "value": None,
-                                                           "reason": sf.get("tpm.chips").reason}]))
+                                                           "reason": sf.fact("tpm.chips").reason}]))
     sf.add(Fact("tpm.driver", probe.driver, src))
     if probe.acpi_hid:
         sf.add(Fact("tpm.hid", probe.acpi_hid, src))
@@ -365,11 +377,13 @@ def _saved_or_live(r: RootReader, argv: list[str], saved: str):
 
 def _units(sf: SystemFacts, r: RootReader, quiet: bool = False) -> None:
     """``quiet``: systemd is not running there, so a missing output is not worth a line."""
-    blame = chain = None
-    for what, argv, saved, parse in (
+    blame: dict[str, UnitTime] | None = None
+    chain: list[UnitTime] | None = None
+    parsers: tuple[tuple[str, list[str], str, Callable[[str, str], Any]], ...] = (
             ("blame", ["systemd-analyze", "blame"], "/run/tpmtop/systemd-analyze-blame.txt", parse_blame),
             ("critical-chain", ["systemd-analyze", "critical-chain"],
-             "/run/tpmtop/systemd-analyze-critical-chain.txt", parse_critical_chain)):
+             "/run/tpmtop/systemd-analyze-critical-chain.txt", parse_critical_chain))
+    for what, argv, saved, parse in parsers:
         try:
             text, src = _saved_or_live(r, argv, saved)
         except Unavailable as e:

@@ -14,10 +14,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from typing import NoReturn
 
-from tpmtop.boot.series import (HMAC_FUNCS, OP_EXTEND, OP_EXTEND_HMAC, OP_FUNCS, OP_SETUP_UNATTRIBUTED,
-                                SETUP_SEQUENCE, TRANSMIT_FUNCS, TraceResult)
 from tpmtop.boot.badline import bad_line
+from tpmtop.boot.series import (
+    HMAC_FUNCS,
+    OP_EXTEND,
+    OP_EXTEND_HMAC,
+    OP_FUNCS,
+    OP_SETUP_UNATTRIBUTED,
+    SETUP_SEQUENCE,
+    TRANSMIT_FUNCS,
+    TraceResult,
+)
 
 _ROW = re.compile(r"""
     ^\s*(?:(?P<time>\d+\.\d+)\s*\|)?      # funcgraph-abstime
@@ -97,7 +106,7 @@ class _Parser:
         self.timed = False
         self.abandoned = 0  # open calls dropped with a parked chain
 
-    def fail(self, lineno: int, why: str, line: str):
+    def fail(self, lineno: int, why: str, line: str) -> NoReturn:
         raise bad_line(self.path, lineno, why, line)
 
     def duration_ns(self, cell: str, lineno: int, line: str) -> int | None:
@@ -192,7 +201,7 @@ class _Parser:
                         continue  # it would have started before its entry was printed
                 else:
                     gap = spent
-            if best is None or gap < best_gap:
+            if best is None or best_gap is None or gap < best_gap:
                 best, best_gap = other, gap
         return best
 
@@ -215,6 +224,7 @@ class _Parser:
         if not f.transmits:
             return
         if f.name == "tpm2_start_auth_session":
+            names: tuple[str, ...]
             if len(f.transmits) == len(SETUP_SEQUENCE):
                 names = SETUP_SEQUENCE
                 self.inferred_setups += 1
@@ -222,7 +232,7 @@ class _Parser:
                 names = ("StartAuthSession",)
             else:
                 names = (OP_SETUP_UNATTRIBUTED,) * len(f.transmits)
-            for name, ns in zip(names, f.transmits):
+            for name, ns in zip(names, f.transmits, strict=False):
                 self.res.operation(name).samples_ns.append(ns)
             return
         op = OP_FUNCS[f.name]

@@ -23,17 +23,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import NoReturn
 
-from tpmtop.boot.dmesg import KIND_TEXT, classify
 from tpmtop.boot.badline import bad_line
+from tpmtop.boot.dmesg import KIND_TEXT, classify
 
-_LINE = re.compile(r"^\[\s*(?P<t>\d+\.\d+)\]\s+(?P<host>\S+)\s+(?P<ident>[^\s\[:]+)(?:\[(?P<pid>\d+)\])?:\s?(?P<msg>.*)$")
+_LINE = re.compile(r"^\[\s*(?P<t>\d+\.\d+)\]\s+(?P<host>\S+)\s+"
+                   r"(?P<ident>[^\s\[:]+)(?:\[(?P<pid>\d+)\])?:\s?(?P<msg>.*)$")
 _BANNER = re.compile(r"^-- .* --$|^-- No entries --$")
-_TSS = re.compile(r"^(?P<level>ERROR|WARNING):(?P<module>[\w-]+):(?P<src>[^:\s]+):(?P<line>\d+):(?P<func>\w+)\(\)\s*(?P<rest>.*)$")
+_TSS = re.compile(r"^(?P<level>ERROR|WARNING):(?P<module>[\w-]+):(?P<src>[^:\s]+):(?P<line>\d+):"
+                  r"(?P<func>\w+)\(\)\s*(?P<rest>.*)$")
 _TPM_WORD = re.compile(r"\bTPM2?\b|\btpm2?[_-]|\bTSS2?\b|\besys\b|tss2|tpm2-|TPM2_", re.I)
 _FAILED = re.compile(r"(?i)\bfail|\berror\b|\bretry|\brestarting\b|\btimed? ?out\b|\bunable\b|\bcannot\b|\bcould not\b|"
                      r"\bnot (?:found|available|supported)\b")
-_RC_HEX = (re.compile(r"ErrorCode \((?P<rc>0x[0-9a-fA-F]+)\)"), re.compile(r"\b(?:rc|RC|Error Code)[=: ]+(?P<rc>0x[0-9a-fA-F]+)"),
+_RC_HEX = (re.compile(r"ErrorCode \((?P<rc>0x[0-9a-fA-F]+)\)"),
+           re.compile(r"\b(?:rc|RC|Error Code)[=: ]+(?P<rc>0x[0-9a-fA-F]+)"),
            re.compile(r"\(\s*(?P<rc>0x[0-9a-fA-F]{3,8})\s*\)"), re.compile(r"\bTPM error (?P<rc>0x[0-9a-fA-F]+)"))
 # Programs whose every failure is a TPM failure: tpm2-tools (tpm2_*), tpm2-abrmd, TrouSerS.
 TPM_PROGRAMS = ("tpm2_", "tpm2-", "tcsd", "tpm_")
@@ -117,7 +121,7 @@ def _key(ident: str, msg: str) -> str:
     return ident + ": " + _NUMBER.sub("N", msg).strip()
 
 
-def _fail(path: str, lineno: int, why: str, line: str):
+def _fail(path: str, lineno: int, why: str, line: str) -> NoReturn:
     raise bad_line(path, lineno, why, line)
 
 

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any
 
 from tpmtop.boot.series import OP_EXTEND, OP_EXTEND_HMAC, TraceResult, merged_operations
 from tpmtop.errors import UsageError
-from tpmtop.sessions.modes import MODES  # noqa: F401 - boot.report reads pj.MODES
+from tpmtop.sessions.modes import MODE_INFO, MODES  # noqa: F401 - boot.report reads pj.MODES
+
 COMPONENTS = {
     "E0": OP_EXTEND,
     "L": "ContextLoad",
@@ -168,17 +170,19 @@ def kernel_components(data: dict, path: str) -> dict[str, Cost]:
     an HMAC session when the kernel also started sessions (the probe sees only the header), so
     they price Eh then, E0 otherwise."""
     out: dict[str, Cost] = {}
-    trace = data.get("kernel_trace") if isinstance(data.get("kernel_trace"), dict) else {}
-    own = trace.get("kernel_commands")
+    kernel_trace = data.get("kernel_trace")
+    own = kernel_trace.get("kernel_commands") if isinstance(kernel_trace, dict) else None
     for run in data.get("runs") or ():
         if not isinstance(run, dict) or run.get("engine") != "observed" or run.get("mode") != "kernel":
             continue
         # the kernel's own commands when the capture says which they are (tpmtop kernel
         # since it names user-space and resource-manager commands): a tpm2-tools
         # StartAuthSession through /dev/tpmrm0 must not make the kernel's extends "HMAC"
-        cmds = own if isinstance(own, dict) else run.get("commands") if isinstance(run.get("commands"), dict) else {}
+        listed = run.get("commands")
+        cmds: dict[str, Any] = own if isinstance(own, dict) else listed if isinstance(listed, dict) else {}
         hmac = "TPM2_CC_StartAuthSession" in cmds
         for name, summ in cmds.items():
+            comp: str | None
             if name == "TPM2_CC_PCR_Extend":
                 comp = "Eh" if hmac else "E0"
             else:
@@ -201,7 +205,8 @@ def capture_costs(data, path: str) -> tuple[dict[str, Cost], list[str]]:
     runs = data.get("runs")
     if not isinstance(runs, list):
         raise UsageError(f"{path}: capture has no \"runs\" list")
-    tpm = data.get("tpm") if isinstance(data.get("tpm"), dict) else {}
+    tpm_member = data.get("tpm")
+    tpm: dict[str, Any] = tpm_member if isinstance(tpm_member, dict) else {}
     where = " ".join(str(tpm[k]) for k in ("manufacturer", "vendor", "tcti") if tpm.get(k)) or "an unnamed TPM"
     if tpm.get("simulated"):
         where += ", a simulator — not this machine's TPM"
@@ -217,7 +222,7 @@ def capture_costs(data, path: str) -> tuple[dict[str, Cost], list[str]]:
             raise UsageError(f"{path}: runs[{i}] (extend, {mode}) has no positive op_us.p50")
         # The kernel's own extends (tpmtop kernel / --kernel) are the real thing; of tpmtop's
         # engines, native is closer to the kernel's few µs of host work than ESAPI.
-        rank = {"kernel": 0, "native": 1}.get(engine, 2)
+        rank = {"kernel": 0, "native": 1}.get(str(engine), 2)
         count = (run.get("op_us") or {}).get("count")
         cost = Cost(Decimal(repr(float(p50))), f"capture {path} ({where})",
                     f"p50 of {count} of the kernel's own extends" if engine == "kernel"
@@ -250,20 +255,9 @@ def project(extends: int | None, extends_source: str, components: dict[str, Cost
     per_mode = per_mode or {}
     proj = Projection(extends, extends_source, components, {})
     n = extends
-    setup = ["L", "S", "F"]
-    plans = {
-        "none": ([], ["E0"], "N × E0"),
-        "per-command": ([], ["L", "S", "F", "Eh"], "N × (L + S + F + Eh)"),
-        "reuse": (setup, ["Eh"], "(L + S + F) + N × Eh"),
-        "saved": (setup, ["L", "Eh"], "(L + S + F) + N × (L + Eh)"),
-    }
-    notes = {
-        "reuse": "a lower bound: each user-space TPM command, hwrng read (before 6.15) or resume "
-                 "pays L + S + F again",
-        "saved": "the saved session's ContextLoad priced as the null primary's; ContextSave not priced",
-    }
-    for mode, (once, each, formula) in plans.items():
-        mc = ModeCost(mode, formula, note=notes.get(mode))
+    for mode, info in MODE_INFO.items():  # the formulas are the modes' own (tpmtop.sessions.modes)
+        once, each = list(info.once), list(info.each)
+        mc = ModeCost(mode, info.formula, note=info.projection_note)
         proj.modes[mode] = mc
         if mode in per_mode:
             c = per_mode[mode]

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass, field
 from decimal import Decimal
-
 
 from tpmtop.boot import projection as pj
 from tpmtop.boot.dmesg import KIND_TEXT
 from tpmtop.boot.facts import SystemFacts, collect
 from tpmtop.boot.rootfs import RootReader
-from tpmtop.boot.session_mode import SessionMode, infer
 from tpmtop.boot.series import TraceResult
+from tpmtop.boot.session_mode import SessionMode, infer
+from tpmtop.sessions.modes import HMAC_MODES
 
 
 @dataclass
@@ -116,7 +117,7 @@ def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
 def _without_sessions(p: pj.Projection, sf: SystemFacts, notes: list[str]) -> None:
     """A TPM 1.2: only the session-less mode is a real possibility; the others are not
     projected rather than projected for a session the kernel cannot open."""
-    for mode in ("per-command", "reuse", "saved"):
+    for mode in HMAC_MODES:
         mc = p.modes[mode]
         mc.total_s = mc.estimate_s = mc.arithmetic = None
         mc.note = None
@@ -159,7 +160,7 @@ def _systemd_verdict(rep: BootReport) -> list[tuple[float, str, str]]:
     on = [u for u in units if u.on_critical_path and u.chain_took is not None]
     waits = [u for u in units if u.on_critical_path and u.chain_took is None and u.took is not None]
     if on or waits:
-        total = sum((u.chain_took for u in on), Decimal(0))
+        total = sum((u.chain_took for u in on if u.chain_took is not None), Decimal(0))
         bt = rep.facts.boot_times
         of = f" of a {bt.total_text} boot" if bt and bt.total_text else ""
         names = ", ".join(f"{u.unit} +{u.chain_took_text}" for u in on)
@@ -167,13 +168,14 @@ def _systemd_verdict(rep: BootReport) -> list[tuple[float, str, str]]:
                 if on else f"systemd's TPM units are on the critical path{of}")
         if waits:
             text += ("; " if on else ": ") + ", ".join(f"{u.unit} waited {u.took_text} (blame)" for u in waits)
-        out.append((float(max([total] + [u.took for u in waits])), "systemd", text + "."))
+        out.append((float(max([total] + [u.took for u in waits if u.took is not None])), "systemd", text + "."))
     off = [u for u in units if u.on_critical_path is not True and u.took is not None and u.took >= 1]
     if off:
         names = ", ".join(f"{u.unit} {u.took_text}" for u in off)
         where = ("off the critical path, so they delay only what waits for them"
                  if rep.facts.critical_chain is not None else "(no critical-chain read: on the path or not is unknown)")
-        out.append((float(max(u.took for u in off)) / 10, "systemd-off-path", f"Slow TPM units {where}: {names}."))
+        slowest = max(u.took for u in off if u.took is not None)
+        out.append((float(slowest) / 10, "systemd-off-path", f"Slow TPM units {where}: {names}."))
     return out
 
 
@@ -193,14 +195,14 @@ def _journal_verdict(rep: BootReport) -> list[tuple[float, str, str]]:
         where = (f"inside {unit}, on the critical path" if unit else "a retry loop that costs the boot that long")
         out.append((float(e.span), "journal",
                     f"{e.ident} logged the same TPM error {e.count} times over {pj.fmt_seconds(e.span, 3)}, "
-                    f"every {pj.fmt_seconds(e.interval, 3)}{code}: {where}."))
+                    f"every {pj.fmt_seconds(e.interval or Decimal(0), 3)}{code}: {where}."))
     return out
 
 
 def _kernel_verdict(rep: BootReport) -> tuple[float, str]:
     sf, p, sm = rep.facts, rep.projection, rep.session
     if p is None:
-        why = rep.projection_reason.split(";")[0].removeprefix("no TPM: ")
+        why = (rep.projection_reason or "").split(";")[0].removeprefix("no TPM: ")
         return 0.0, f"No TPM is visible ({why}), so TPM sessions cannot be slowing this boot."
     if not sm.applies:
         return _tpm12_verdict(rep)
@@ -235,7 +237,7 @@ def _kernel_verdict(rep: BootReport) -> tuple[float, str]:
             f"PCR extends run without HMAC sessions here ({sm.rule}): {n} extends cost "
             f"{pj.fmt_estimate(cur.estimate_s)}{of_boot} ({basis}), so the session mode is not what slows it.")
     saving = None
-    if none.total_s is not None:
+    if none.total_s is not None and cur.total_s is not None:
         saving = pj.round_sig(cur.total_s - none.total_s)
     fix = ("`tpm.disable_pcr_integrity=1` (6.12+) or CONFIG_TCG_TPM2_HMAC=n" if sm.mode == "reuse" else
            "a kernel with the fix (6.12+ keeps the session; add `tpm.disable_pcr_integrity=1` to skip it) "
@@ -248,7 +250,7 @@ def _kernel_verdict(rep: BootReport) -> tuple[float, str]:
 
 def _tpm12_verdict(rep: BootReport) -> tuple[float, str]:
     sf, p = rep.facts, rep.projection
-    fam = sf.get("tpm.family")
+    fam = sf.fact("tpm.family")
     head = f"This is a TPM 1.2 ({fam.source}): the kernel opens no HMAC sessions on it, so no session mode applies."
     parts = [head]
     kl = sf.kernel_log
@@ -263,8 +265,8 @@ def _tpm12_verdict(rep: BootReport) -> tuple[float, str]:
                 return f"{i.name} {pj.fmt_seconds(Decimal(i.usecs) / 10**6, 2)}{why}"
 
             parts.append("Its TPM boot costs are the initcalls: " + ", ".join(one(i) for i in tic[:3]))
-    none = p.modes["none"]
-    if rep.extends and none.estimate_s is not None:
+    none = p.modes["none"] if p is not None else None
+    if p is not None and none is not None and rep.extends and none.estimate_s is not None:
         secs = max(secs, float(none.estimate_s))
         parts.append(f"and {rep.extends:,} PCR extends, about {pj.fmt_seconds(none.estimate_s, 2)} "
                      f"({_cost_basis(p, 'none')}).")
@@ -277,7 +279,7 @@ def _tpm12_verdict(rep: BootReport) -> tuple[float, str]:
 
 # -- text -----------------------------------------------------------------------------------
 
-def _table(rows: list[list[str]], header: list[str], right: set[int] = frozenset(), indent: str = "  ") -> list[str]:
+def _table(rows: list[list[str]], header: list[str], right: Set[int] = frozenset(), indent: str = "  ") -> list[str]:
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
 
     def fmt(r):
@@ -304,7 +306,8 @@ def _us(v: float) -> str:
 FACT_LABELS = [
     ("kernel.release", "kernel"), ("kernel.config", "kernel config"),
     ("config.CONFIG_TCG_TPM2_HMAC", "CONFIG_TCG_TPM2_HMAC"), ("config.CONFIG_IMA", "CONFIG_IMA"),
-    ("config.CONFIG_IMA_ARCH_POLICY", "CONFIG_IMA_ARCH_POLICY"), ("config.CONFIG_HW_RANDOM_TPM", "CONFIG_HW_RANDOM_TPM"),
+    ("config.CONFIG_IMA_ARCH_POLICY", "CONFIG_IMA_ARCH_POLICY"),
+    ("config.CONFIG_HW_RANDOM_TPM", "CONFIG_HW_RANDOM_TPM"),
     ("config.CONFIG_TCG_TIS_SPI", "CONFIG_TCG_TIS_SPI"),
     ("cmdline.tpm_ima", "TPM/IMA parameters"), ("tpm.disable_pcr_integrity", "disable_pcr_integrity"),
     ("tpm.chips", "TPM chips"), ("tpm.version", "TPM version"), ("tpm.family", "TPM family"),

@@ -53,7 +53,7 @@ class Series:
     buckets: list[tuple[int | None, int | None, int]] = field(default_factory=list)  # [lo, hi) ns, count
     sums: list[tuple[int, int | None]] = field(default_factory=list)  # (total ns, calls or None)
 
-    def merge(self, other: "Series") -> None:
+    def merge(self, other: Series) -> None:
         self.samples_ns += other.samples_ns
         self.buckets += other.buckets
         self.sums += other.sums
@@ -62,7 +62,7 @@ class Series:
     def calls(self) -> int | None:
         if any(c is None for _, c in self.sums):
             return None
-        return len(self.samples_ns) + sum(c for *_, c in self.buckets) + sum(c for _, c in self.sums)
+        return len(self.samples_ns) + sum(c for *_, c in self.buckets) + sum(c or 0 for _, c in self.sums)
 
     @property
     def precision(self) -> str:
@@ -102,7 +102,7 @@ class Series:
                 if c is None and calls_per_sum is None:
                     return None, ("a sum over an unstated number of calls "
                                   "(pass --bpftrace-calls N to say how many)")
-                calls += c if c is not None else calls_per_sum
+                calls += c if c is not None else (calls_per_sum or 0)
             if calls <= 0:
                 return None, "a sum over 0 calls"
             return total / calls, f"sum {total} ns / {calls} calls"

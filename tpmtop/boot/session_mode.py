@@ -32,7 +32,7 @@ class SessionMode:
     applies: bool = True  # False on a TPM 1.2: the kernel has no HMAC sessions for it
     hwrng_ends_session: bool | None = None  # only meaningful with a kept session
 
-    def decide(self, mode: str | None, rule: str) -> "SessionMode":
+    def decide(self, mode: str | None, rule: str) -> SessionMode:
         self.mode, self.rule = mode, rule
         return self
 
@@ -49,7 +49,7 @@ def infer(sf: SystemFacts) -> SessionMode:
     sm = SessionMode(None, family=sf.tpm_family)
     why = sm.reasons
     if sm.family == "1.2":
-        fam = sf.get("tpm.family")
+        fam = sf.fact("tpm.family")
         why.append(f"TPM 1.2 ({fam.source}): the kernel's HMAC sessions (tpm2-sessions.c) are for TPM 2.0 "
                    "only; PCR extends go to the chip without a session")
         sm.applies = False
@@ -63,14 +63,14 @@ def infer(sf: SystemFacts) -> SessionMode:
         return sm.decide("none", f"kernel older than {_v(HMAC_SINCE)}")
 
     built: bool | None = None
-    rule = None
+    rule = ""  # set by whichever rule decides
     # A readable config without the option means "not set" (or a kernel from before it existed).
     opt = sf.config.get("CONFIG_TCG_TPM2_HMAC", "n") if sf.config is not None else None
     if opt is not None:
         built = opt == "y"
         why.append(f"CONFIG_TCG_TPM2_HMAC={opt}")
-        rule = f"CONFIG_TCG_TPM2_HMAC={opt} in {sf.get('kernel.config').source}"
-    elif sf.get("tpm.null_name") is not None and sf.get("tpm.null_name").ok:
+        rule = f"CONFIG_TCG_TPM2_HMAC={opt} in {sf.fact('kernel.config').source}"
+    elif (null_name := sf.get("tpm.null_name")) is not None and null_name.ok:
         built = bool(sf.value("tpm.null_name"))
         why.append("/sys/class/tpm/tpm0/null_name " + ("present (HMAC built in)" if built
                                                         else "absent (HMAC not built in)"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import NoReturn
 
 # systemd's format_timespan() units.
 _UNITS = {"y": Decimal(31557600), "month": Decimal(2629800), "w": Decimal(604800), "d": Decimal(86400),
@@ -127,7 +128,7 @@ class UnitTime:
                 "on_critical_path": self.on_critical_path}
 
 
-def _fail(path: str, lineno: int, why: str, line: str):
+def _fail(path: str, lineno: int, why: str, line: str) -> NoReturn:
     from tpmtop.boot.badline import bad_line
 
     raise bad_line(path, lineno, why, line)
@@ -169,8 +170,9 @@ def parse_critical_chain(text: str, path: str = "systemd-analyze critical-chain"
                 took = parse_timespan(m.group("took"))
         except SystemdAnalyzeError:
             _fail(path, lineno, "unreadable time in a critical-chain line", raw)
-        text = m.group("took").strip() if m.group("took") else None
-        chain.append(UnitTime(m.group("unit"), took, text, at, True, tpm_unit_role(m.group("unit")), took, text,
+        took_text = m.group("took").strip() if m.group("took") else None
+        chain.append(UnitTime(m.group("unit"), took, took_text, at, True, tpm_unit_role(m.group("unit")), took,
+                              took_text,
                               m.group("at").strip() if m.group("at") else None))
     if not chain:
         _fail(path, 1, "no unit in `systemd-analyze critical-chain` output", text.strip()[:60] or "(empty)")

@@ -11,8 +11,18 @@ import itertools
 
 from tpmtop.boot.bpftrace import parse_bpftrace
 from tpmtop.boot.ftrace import parse_function_graph
-from tpmtop.boot.series import (HMAC_FUNCS, OP_EXTEND, OP_EXTEND_HMAC, OP_FUNCS, OP_SETUP_UNATTRIBUTED,  # noqa: F401
-                                SETUP_SEQUENCE, TRANSMIT_FUNCS, Series, TraceResult, merged_operations)
+from tpmtop.boot.series import (  # noqa: F401
+    HMAC_FUNCS,
+    OP_EXTEND,
+    OP_EXTEND_HMAC,
+    OP_FUNCS,
+    OP_SETUP_UNATTRIBUTED,
+    SETUP_SEQUENCE,
+    TRANSMIT_FUNCS,
+    Series,
+    TraceResult,
+    merged_operations,
+)
 from tpmtop.errors import UsageError
 
 
@@ -30,14 +40,6 @@ def _classify(line: str) -> str | None:
     if "|" in s and ("()" in s or s.endswith("|") or "}" in s):
         return "ftrace"
     return "neither"
-
-
-def sniff_format(lines) -> str | None:
-    for line in lines:
-        kind = _classify(line)
-        if kind is not None:
-            return None if kind == "neither" else kind
-    return None
 
 
 def _text_lines(f, path: str):

@@ -12,12 +12,32 @@ import datetime as _dt
 import os
 import platform
 import socket
+from typing import Any
 
-from tpmtop.capture.model import SCHEMA_ID
+from tpmtop.capture.spec import SCHEMA_ID
 
 
-def build_capture(conn, accounts: list, *, events: list | None = None, ops_log: list | None = None,
-                  extra: dict | None = None, periods: list[list] | None = None) -> dict:
+def capture_head(tpm: dict[str, Any], runs: list[dict[str, Any]], *, cpus: bool = True) -> dict[str, Any]:
+    """The members every capture starts with (schema, created, tool, host, tpm, runs): the
+    one place they are written, for a run of tpmtop's and for observed traffic alike."""
+    from tpmtop import __version__
+
+    host: dict[str, object] = {"hostname": socket.gethostname(), "kernel": platform.release(),
+                               "machine": platform.machine()}
+    if cpus:
+        host["cpus"] = os.cpu_count()
+    return {
+        "schema": SCHEMA_ID,
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "tool": {"version": __version__},
+        "host": host,
+        "tpm": tpm,
+        "runs": runs,
+    }
+
+
+def build_capture(conn: Any, accounts: list[Any], *, events: list[Any] | None = None, ops_log: list[Any] | None = None,
+                  extra: dict[str, Any] | None = None, periods: list[list[Any]] | None = None) -> dict[str, Any]:
     """The capture document (validated when written; see tpmtop/schema/capture-1.json).
 
     ``accounts``: the run accounts (``to_json()`` gives a run); ``events``: recorder events to
@@ -25,17 +45,7 @@ def build_capture(conn, accounts: list, *, events: list | None = None, ops_log: 
     After a TPM reset the runs of each period are kept apart: every run then carries
     ``period`` (0 = before the first reset) and ``marks`` says when and why.
     """
-    from tpmtop import __version__
-
-    cap = {
-        "schema": SCHEMA_ID,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "tool": {"version": __version__},
-        "host": {"hostname": socket.gethostname(), "kernel": platform.release(),
-                 "machine": platform.machine(), "cpus": os.cpu_count()},
-        "tpm": conn.tpm_json(),
-        "runs": [a.to_json() for a in accounts],
-    }
+    cap = capture_head(conn.tpm_json(), [a.to_json() for a in accounts])
     if periods:
         cap["runs"] = [a.to_json() | {"period": i} for i, p in enumerate(periods) for a in p] + \
                       [a.to_json() | {"period": len(periods)} for a in accounts]
@@ -61,14 +71,14 @@ def build_capture(conn, accounts: list, *, events: list | None = None, ops_log: 
 from tpmtop.capture.event_bytes import attach_raw_bytes  # noqa: E402 - beside its one caller
 
 
-def _op_tuple(o) -> tuple:
+def _op_tuple(o: Any) -> tuple[Any, ...]:
     """An entry of the workload's ops log: (op_seq, engine, mode, op, t_ns, total_ns, wire_ns, ok)."""
     if isinstance(o, tuple):
         return o
     return (o.op_seq, o.engine, o.mode, o.op, o.t_ns, o.total_ns, o.wire_ns, bool(o.ok))
 
 
-def events_json(events: list, t0_ns: int | None = None) -> list[dict]:
+def events_json(events: list[Any], t0_ns: int | None = None) -> list[dict[str, Any]]:
     """Recorder events as capture ``events`` elements; ``t_ns`` becomes an offset from
     ``t0_ns`` (default: the first event). Events before ``t0_ns`` are dropped: offsets are
     non-negative by the schema."""
@@ -80,8 +90,8 @@ def events_json(events: list, t0_ns: int | None = None) -> list[dict]:
         t0_ns = events[0].t_ns
     cc_name = names.cc_name
     rc_text = names.rc_text  # cached by rc
-    cc_cache: dict = {}
-    h_cache: dict = {}
+    cc_cache: dict[int | None, str] = {}
+    h_cache: dict[int, str] = {}
 
     def hx(h: int) -> str:
         s = h_cache.get(h)
@@ -89,7 +99,7 @@ def events_json(events: list, t0_ns: int | None = None) -> list[dict]:
             s = h_cache[h] = f"0x{h:08x}"
         return s
 
-    out = []
+    out: list[dict[str, Any]] = []
     append = out.append
     for ev in events:
         t = ev.t_ns - t0_ns
@@ -110,6 +120,6 @@ def events_json(events: list, t0_ns: int | None = None) -> list[dict]:
     return out
 
 
-def _s(v) -> str | None:
+def _s(v: Any) -> str | None:
     # Labels may be enums (str subclasses) or plain strings; a capture holds their text.
     return None if v is None else str(getattr(v, "value", v))

@@ -17,9 +17,10 @@ Layer: capture (beside capture.py). No Textual.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 
-def attach_raw_bytes(cap: dict, events: list, t0_ns: int) -> int:
+def attach_raw_bytes(cap: dict[str, Any], events: list[Any], t0_ns: int) -> int:
     """Add the bytes the recorder kept to ``cap["events"]`` (built from ``events`` with
     ``events_json(events, t0_ns)``); returns how many events got them."""
     rows = cap.get("events") or []
@@ -29,7 +30,7 @@ def attach_raw_bytes(cap: dict, events: list, t0_ns: int) -> int:
         return 0
     n = 0
     views = _plaintext_views(kept)
-    for row, ev in zip(rows, kept):
+    for row, ev in zip(rows, kept, strict=False):
         client = getattr(ev, "client", None)  # a proxied program: its own TCP stream in a pcapng
         if client is not None:
             row["client"] = str(client)
@@ -52,7 +53,7 @@ _CC_START_AUTH_SESSION = 0x176
 _PARAM_ENCRYPTION = 0x60  # TPMA_SESSION decrypt | encrypt
 
 
-def _plaintext_views(events: list) -> dict[int, bool]:
+def _plaintext_views(events: list[Any]) -> dict[int, bool]:
     """seq -> whether the plaintext of that event's encrypted parameter can be shown, for the
     events with a decrypt/encrypt session: a forward pass that follows StartAuthSession's
     responses (a session is its handle and first nonceTPM, see tpmtop.sessions.livekeys)."""

@@ -1,7 +1,7 @@
 """Reading a ``tpmtop.capture/1`` file: streamed, validated, one line per error.
 
 A capture is the unit that leaves the machine (a bug report, ``tpmtop compare``, Perfetto,
-Prometheus), so every reader validates it (:mod:`tpmtop.capture.model`) and a bad file is one
+Prometheus), so every reader validates it (:mod:`tpmtop.capture.spec`) and a bad file is one
 line naming the first offending path (exit status 2), never a traceback.
 
 Size: a capture with ``--events`` holds one object per TPM command, ~250 bytes each, so a
@@ -23,17 +23,26 @@ import codecs
 import json
 import os
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
 from tpmtop import strictjson
-from tpmtop.capture.model import (EVENT_KEYS, OP_KEYS, CaptureError, EventLine, OpLine, check_element,
-                                  check_version, validate_head)
+from tpmtop.capture.spec import (
+    EVENT_KEYS,
+    OP_KEYS,
+    CaptureError,
+    EventLine,
+    OpLine,
+    check_element,
+    check_version,
+    validate_head,
+)
 
 MAX_FILE_BYTES = 4 * 1024**3  # a 1M-event capture is ~250 MB; beyond this it is not a capture
 MAX_VALUE_CHARS = 64 * 1024**2  # any single member other than events/ops (runs, tpm …)
-_CHUNK = 4 * 1024 * 1024
+READ_CHUNK = 4 * 1024 * 1024
 
 # -- rows: what exporters get for each event / op -------------------------------------------
 # Every field is JSON text: strings with their quotes, numbers as digits, ``null``. An exporter
@@ -45,7 +54,7 @@ _CHUNK = 4 * 1024 * 1024
 _J = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
-def event_row(e: dict) -> tuple:
+def event_row(e: dict[str, Any]) -> tuple[Any, ...]:
     """The row of a validated event dict (the general path)."""
     return (str(int(e["t_ns"])), _J(e["command"]), _J(e.get("handles", [])), _J(e.get("sessions", [])),
             "null" if e["rc"] is None else str(int(e["rc"])), _J(e.get("rc_text")),
@@ -53,7 +62,7 @@ def event_row(e: dict) -> tuple:
             _J(e.get("op")), "null" if e.get("op_seq") is None else str(int(e["op_seq"])), None)
 
 
-def op_row(o: dict) -> tuple:
+def op_row(o: dict[str, Any]) -> tuple[Any, ...]:
     return (str(int(o["op_seq"])), _J(o["engine"]), _J(o["mode"]), _J(o["op"]), str(int(o["t_ns"])),
             str(int(o["total_ns"])), str(int(o["wire_ns"])), "true" if o["ok"] else "false", None)
 
@@ -77,7 +86,7 @@ _OP_VALUES = {"op_seq": _INT, "engine": _STR, "mode": _STR, "op": _STR, "t_ns": 
 _END = r"\}[ \t\r\n]*(?P<sep>[,\]])[ \t\r\n]*"
 
 
-def _line_re(keys: tuple, values: dict) -> re.Pattern:
+def _line_re(keys: tuple[Any, ...], values: dict[str, Any]) -> re.Pattern[str]:
     return re.compile(r"\{" + ",".join(f'"{k}":({values[k]})' for k in keys) + _END)
 
 
@@ -96,7 +105,7 @@ class _ListCheck:
     """The raw handles/sessions lists of typed lines, checked against the schema's pattern
     once per distinct list (they repeat across a million events)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.seen: dict[bytes, bool] = {}
 
     def ok(self, e: EventLine) -> bool:
@@ -113,7 +122,7 @@ class _ListCheck:
         return True
 
 
-def event_line(e: dict) -> EventLine:
+def event_line(e: dict[str, Any]) -> EventLine:
     """A validated event dict (the general path) in the typed form."""
     return EventLine(e["t_ns"], e["command"], msgspec.Raw(_J(e.get("handles", [])).encode()),
                      msgspec.Raw(_J(e.get("sessions", [])).encode()), e["rc"], e.get("rc_text") or "",
@@ -121,7 +130,7 @@ def event_line(e: dict) -> EventLine:
                      {k: v for k, v in e.items() if k not in EVENT_KEYS} or None)
 
 
-def op_line(o: dict) -> OpLine:
+def op_line(o: dict[str, Any]) -> OpLine:
     return OpLine(*(o[k] for k in OP_KEYS))
 
 
@@ -132,7 +141,7 @@ class CaptureReader:
 
     ``on_event(row)`` / ``on_op(row)``: called for each element (rows as documented above);
     when a callback is None the elements are kept as dicts in the returned document.
-    ``typed=True``: the callbacks get :class:`~tpmtop.capture.model.EventLine` /
+    ``typed=True``: the callbacks get :class:`~tpmtop.capture.spec.EventLine` /
     ``OpLine`` objects instead of rows of JSON text (their ``handles``/``sessions`` are raw
     JSON, ``msgspec.Raw``).
 
@@ -143,8 +152,8 @@ class CaptureReader:
     ``read()`` returns the document (without the streamed arrays) after full validation.
     """
 
-    def __init__(self, path: str | os.PathLike, on_event: Callable | None = None,
-                 on_op: Callable | None = None, typed: bool = False):
+    def __init__(self, path: str | os.PathLike[str], on_event: Callable[[Any], None] | None = None,
+                 on_op: Callable[[Any], None] | None = None, typed: bool = False) -> None:
         self.path = os.fspath(path)
         self.typed = typed
         self.on_event = on_event
@@ -158,7 +167,7 @@ class CaptureReader:
 
     # buffer management: self.buf[self.pos:] is unread text; self._line0 is the line number
     # of self.buf[0], self._bytes the number of bytes decoded so far (for error positions).
-    def _open(self):
+    def _open(self) -> None:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -183,7 +192,7 @@ class CaptureReader:
         self._line0 = 1
         self._bytes = 0
 
-    def _fill(self, want: int = _CHUNK) -> bool:
+    def _fill(self, want: int = READ_CHUNK) -> bool:
         """Append at least ``want`` more bytes of text; False at end of file."""
         if self.eof:
             return False
@@ -218,7 +227,7 @@ class CaptureReader:
 
     def _ws(self) -> None:
         while True:
-            self.pos = _WS.match(self.buf, self.pos).end()
+            self.pos = _WS.match(self.buf, self.pos).end()  # type: ignore[union-attr]  # \s* always matches
             if self.pos < len(self.buf) or not self._fill():
                 return
 
@@ -236,7 +245,7 @@ class CaptureReader:
     def _value(self, where: str = "") -> Any:
         """The JSON value at self.pos; ``where`` is its path in the capture (for messages)."""
         self._ws()
-        want = _CHUNK
+        want = READ_CHUNK
         while True:
             try:
                 v, end = self._dec.raw_decode(self.buf, self.pos)
@@ -266,7 +275,7 @@ class CaptureReader:
 
     def _not_finite(self, token: str, where: str) -> None:
         # Parse the value again, leniently, only to name the member that holds the number.
-        from tpmtop.capture.model import _non_finite, path_text
+        from tpmtop.capture.spec import _non_finite, path_text
 
         try:
             v, _ = json.JSONDecoder().raw_decode(self.buf, self.pos)
@@ -278,7 +287,7 @@ class CaptureReader:
         self._fail(f"{name}{token[:40]} is not a finite number (NaN, Infinity and values beyond "
                    f"±1.8e308 have no place in a capture)", at if at >= 0 else None)
 
-    def read(self) -> dict:
+    def read(self) -> dict[str, Any]:
         self._open()
         try:
             return self._read()
@@ -286,7 +295,7 @@ class CaptureReader:
             self._f.close()
             self.buf = ""
 
-    def _read(self) -> dict:
+    def _read(self) -> dict[str, Any]:
         self._fill()
         if self.buf.startswith("\ufeff"):  # a BOM from a Windows editor is not worth refusing
             self.pos = 1
@@ -296,7 +305,7 @@ class CaptureReader:
             # Give a JSON error when it is not JSON at all.
             self._fail(f"not valid JSON: unexpected {self.buf[self.pos]!r}")
         self.pos += 1
-        doc: dict = {}
+        doc: dict[str, Any] = {}
         if self._peek() == "}":
             self.pos += 1
         else:
@@ -336,7 +345,7 @@ class CaptureReader:
             raise CaptureError(f"{self.path}: {e}") from None
         return doc
 
-    def _array(self, key: str) -> list | None:
+    def _array(self, key: str) -> list[Any] | None:
         is_events = key == "events"
         if is_events:
             self.has_events = True
@@ -345,7 +354,7 @@ class CaptureReader:
         self.pos += 1  # '['
         if is_events:
             self._events_begin()
-        kept: list | None = [] if (self.on_event if is_events else self.on_op) is None else None
+        kept: list[Any] | None = [] if (self.on_event if is_events else self.on_op) is None else None
         if self._peek() == "]":
             self.pos += 1
             return kept
@@ -364,7 +373,7 @@ class CaptureReader:
         self._fill()
         return None
 
-    def _elements(self, key: str, kept: list | None) -> None:
+    def _elements(self, key: str, kept: list[Any] | None) -> None:
         """The elements of an array from the first one through its closing ']'."""
         is_events = key == "events"
         cb = self.on_event if is_events else self.on_op
@@ -377,7 +386,8 @@ class CaptureReader:
         # minified file, a member out of order): the general JSON path.
         typed = self.typed and cb is not None
         decode = _EVENT_DEC.decode if is_events else _OP_DEC.decode
-        lists_ok = _ListCheck().ok if is_events else None
+        lists_ok: Callable[[Any], bool] | None = _ListCheck().ok if is_events else None
+        call: Callable[[Any], None] = cb if cb is not None else _drop
         DecodeError = msgspec.DecodeError
         ws = _WS.match
         while True:
@@ -401,12 +411,12 @@ class CaptureReader:
                             self.pos = nl + 1
                             sep = ","
                         else:  # the last element: then only whitespace and the ']'
-                            j = ws(buf, nl).end()
+                            j = ws(buf, nl).end()  # type: ignore[union-attr]  # \s* always matches
                             if j < len(buf) and buf[j] == "]":
                                 self.pos = j + 1
                                 sep = "]"
                         if sep is not None:
-                            cb(obj)
+                            call(obj)
                             i += 1
                             if sep == "]":
                                 break
@@ -418,10 +428,10 @@ class CaptureReader:
                 # The regex bounds everything but rc's maximum (4294967295, 10 digits).
                 if is_events and len(row[4]) > 9 and row[4] != "null" and int(row[4]) > 0xFFFFFFFF:
                     row = None
-            if row is not None:
+            if m is not None and row is not None:
                 sep = row[-1]
                 self.pos = m.end()
-                cb(row)
+                call(row)
             else:
                 start = self.pos
                 v = self._value(f"{key}[{i}]")
@@ -430,6 +440,7 @@ class CaptureReader:
                 except CaptureError as e:
                     raise CaptureError(f"{self.path}: {e} ({self._where(start)})") from None
                 if cb is None:
+                    assert kept is not None  # no callback: the array is kept
                     kept.append(v)
                 elif typed:
                     cb(event_line(v) if is_events else op_line(v))
@@ -448,7 +459,7 @@ class CaptureReader:
             self.n_ops = i
 
 
-def load_capture(path: str | os.PathLike) -> dict:
+def load_capture(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a capture; ``events``/``ops`` (if any) are kept as lists of dicts.
 
     For captures too big to hold in memory use :class:`CaptureReader` with callbacks.
@@ -456,7 +467,7 @@ def load_capture(path: str | os.PathLike) -> dict:
     return CaptureReader(path).read()
 
 
-def load_summary(path: str | os.PathLike) -> dict:
+def load_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a capture but drop ``events`` and ``ops`` (compare, openmetrics)."""
     r = CaptureReader(path, on_event=_drop, on_op=_drop, typed=True)
     doc = r.read()
@@ -464,5 +475,5 @@ def load_summary(path: str | os.PathLike) -> dict:
     return doc
 
 
-def _drop(_row) -> None:
+def _drop(_row: Any) -> None:
     pass

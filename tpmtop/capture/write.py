@@ -8,13 +8,15 @@ the canonical line form lets the reader take its fast path on every element.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from typing import Any
 
-from tpmtop.capture.model import EVENT_KEYS, OP_KEYS, SCHEMA_ID, check_element, validate_head
+from tpmtop.capture.spec import EVENT_KEYS, OP_KEYS, SCHEMA_ID, check_element, validate_head
 
 _J = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
 
-def _canonical(d: dict, keys: tuple) -> str:
+def _canonical(d: dict[str, Any], keys: tuple[Any, ...]) -> str:
     # The reader's fast path needs exactly this key order; unknown keys (a newer minor) are
     # kept after them, which only sends that element down the general path.
     out = {k: d[k] for k in keys if k in d}  # an absent optional member stays absent
@@ -24,7 +26,7 @@ def _canonical(d: dict, keys: tuple) -> str:
     return _J(out)
 
 
-def capture_chunks(capture: dict):
+def capture_chunks(capture: dict[str, Any]) -> Iterator[bytes]:
     """The capture's text in pieces (bytes), each element checked as it goes. ``events`` and
     ``ops`` may be any iterable (a generator streams a big capture without holding it twice)."""
     head = {k: v for k, v in capture.items() if k not in ("events", "ops")}
@@ -54,7 +56,7 @@ def capture_chunks(capture: dict):
     yield b"\n}\n"
 
 
-def write_capture(path, capture: dict, *, keep: bool = False) -> None:
+def write_capture(path: Any, capture: dict[str, Any], *, keep: bool = False) -> None:
     """Validate ``capture`` and write it by the output rules of :mod:`tpmtop.output` (atomic
     for a regular file, write-through for a pipe or device, ``-`` for stdout); ``path`` may
     be an already checked :class:`tpmtop.output.Output`. A capture that fails validation leaves

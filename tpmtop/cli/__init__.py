@@ -16,6 +16,7 @@ import sys
 
 from tpmtop import __version__
 from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, TpmtopError
+from tpmtop.sessions.modes import mode_help
 from tpmtop.tpm import interrupts
 
 # name -> (module, one-line help). The module defines add_<name>_arguments(parser) and
@@ -27,16 +28,21 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("tpmtop.cli.dashboard_args", "open the dashboard on a saved capture"),
     "boot": ("tpmtop.cli.boot", "is the TPM slowing this boot? system facts, trace import, cost projection"),
     "compare": ("tpmtop.cli.compare", "compare captures: p50/p99 before and after, and whether it is noise"),
-    "export": ("tpmtop.cli.export", "a capture as a Chrome/Perfetto trace or OpenMetrics histograms"),
-    "bench": ("tpmtop.cli.bench", "measure each HMAC session strategy (none, per-command, reuse, saved)"),
-    "profile": ("tpmtop.cli.profile", "chip latency profiles: record one from a TPM, derive one from a capture or trace"),
+    "export": ("tpmtop.cli.export",
+               "a capture as a Chrome/Perfetto trace, OpenMetrics histograms or a pcapng for Wireshark"),
+    "bench": ("tpmtop.cli.bench", f"measure each HMAC session strategy ({mode_help()})"),
+    "profile": ("tpmtop.cli.profile",
+                "chip latency profiles: record one from a TPM, derive one from a capture or trace"),
     "decode": ("tpmtop.cli.decode", "a TPM command and its response decoded to the parameter level"),
-    "import": ("tpmtop.cli.import_pcap", "a tpm2-tss pcap: TCTI file or a tcpdump of a simulator port as a capture"),
+    "import": ("tpmtop.cli.import_file",
+               "recorded TPM traffic (a tpm2-tss pcap: TCTI file, a tcpdump of a simulator port) as a capture"),
     "kernel": ("tpmtop.cli.kernel", "the kernel's own TPM commands, live, through tracefs kprobes"),
     "proxy": ("tpmtop.cli.proxy", "serve the TPM to other programs (swtpm/mssim protocols) and record who sends what"),
     "run": ("tpmtop.cli.proxy", "run a program through a private proxy: strace -c for the TPM"),
-    "exporter": ("tpmtop.cli.exporter", "serve /metrics to Prometheus: the kernel's TPM traffic and the boot facts, passively"),
-    "lab": ("tpmtop.cli.lab", "boot real kernels under qemu with a (chip-shaped) TPM served by tpmtop: HMAC on vs off, measured"),
+    "exporter": ("tpmtop.cli.exporter",
+                 "serve /metrics to Prometheus: the kernel's TPM traffic and the boot facts, passively"),
+    "lab": ("tpmtop.cli.lab",
+            "boot real kernels under qemu with a (chip-shaped) TPM served by tpmtop: HMAC on vs off, measured"),
     "clients": ("tpmtop.cli.proxy", "which processes hold /dev/tpm0 or /dev/tpmrm0 open; is tpm2-abrmd running"),
 }
 
@@ -107,9 +113,8 @@ class _LazySubcommands(argparse._SubParsersAction):
 
 
 def _populate(name: str, sp: argparse.ArgumentParser) -> None:
-    if getattr(sp, "_tpmtop_ready", False):
-        return
-    sp._tpmtop_ready = True
+    if sp.get_default("_run") is not None:
+        return  # populated already: its run function is set last
     mod = importlib.import_module(SUBCOMMANDS[name][0])
     add_common(sp)
     ident = name.replace("-", "_")
@@ -126,9 +131,7 @@ def build_parser(*, eager: bool = False) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tpmtop {__version__}")
     add_common(parser, top=True)
     add_tpm_options(parser, top=True)
-    dash = _load("tpmtop.cli.dashboard_args")
-    if dash is not None:
-        dash.add_arguments(parser)
+    importlib.import_module("tpmtop.cli.dashboard_args").add_arguments(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser, action=_LazySubcommands)
     for name, (_modname, helptext) in SUBCOMMANDS.items():
         sp = sub.add_parser(name, help=helptext, description=helptext, epilog=EPILOG,
@@ -136,15 +139,6 @@ def build_parser(*, eager: bool = False) -> argparse.ArgumentParser:
         if eager:
             _populate(name, sp)
     return parser
-
-
-def _load(modname: str):
-    try:
-        return importlib.import_module(modname)
-    except ModuleNotFoundError as e:
-        if e.name == modname:
-            return None
-        raise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,11 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     interrupts.install()
     run = getattr(args, "_run", None)
     if run is None:
-        dash = _load("tpmtop.cli.dashboard_args")
-        if dash is None:
-            print("tpmtop: the dashboard is not built yet; try `tpmtop info --sim`", file=sys.stderr)
-            return EXIT_USAGE
-        run = dash.run
+        run = importlib.import_module("tpmtop.cli.dashboard_args").run
     try:
         return int(run(args) or 0)
     except TpmtopError as e:
@@ -204,8 +194,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tpmtop: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
               file=sys.stderr)
         return EXIT_FAILURE
-
-
 
 
 def _tss_message(e: Exception) -> str | None:

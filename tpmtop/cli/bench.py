@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 
 def add_bench_arguments(p) -> None:
     from tpmtop.cli import add_tpm_options
+    from tpmtop.sessions.modes import ENGINES, MODES, OP_COMMANDS, Op, mode_help
 
     add_tpm_options(p)
-    p.add_argument("--op", default="extend", help="extend (PCR_Extend), get_random, create_primary (default: extend)")
-    p.add_argument("--modes", default="none,per-command,reuse,saved",
-                   help="comma-separated session modes: none, per-command, reuse, saved (default: all)")
-    p.add_argument("--engine", default="native,esys",
+    p.add_argument("--op", default=Op.EXTEND.value,
+                   help=f"{', '.join(f'{o} ({c})' for o, c in OP_COMMANDS.items())} (default: extend)")
+    p.add_argument("--modes", default=",".join(MODES),
+                   help=f"comma-separated session modes: {mode_help()} (default: all)")
+    p.add_argument("--engine", default=",".join(ENGINES),
                    help="comma-separated crypto engines: native (tpmtop's), esys (tpm2-pytss ESAPI) (default: both)")
     p.add_argument("-n", type=int, default=200, metavar="N", help="operations per (engine, mode) (default: 200)")
-    p.add_argument("--warmup", type=int, default=10, metavar="N", help="uncounted operations per pair first (default: 10)")
+    p.add_argument("--warmup", type=int, default=10, metavar="N",
+                   help="uncounted operations per pair first (default: 10)")
     p.add_argument("--batch", type=int, default=10, metavar="N",
                    help="operations per pair per round; pairs are interleaved in rounds (default: 10)")
     p.add_argument("--pcr", type=int, default=16, help="PCR to extend (default: 16; 0-15 need --allow-pcr)")
@@ -107,7 +109,9 @@ def _us(v: float) -> str:
 
 
 def run_bench(args) -> int:
-    from tpmtop.bench import capture_dict, run_bench as _run, write_capture_file
+    from tpmtop.bench import run_bench as _run
+    from tpmtop.bench import write_capture_file
+    from tpmtop.capture import build_capture
     from tpmtop.cli.common import is_stdout, notice, tpm_from_args
     from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED
 
@@ -159,7 +163,7 @@ def run_bench(args) -> int:
             counted = {o[0] for o in result.ops_log}
             events = [e for e in conn.recorder.events() if e.op_seq is None or e.op_seq in counted] \
                 if args.events else None
-            cap = capture_dict(conn, result.accounts, periods=result.periods, events=events,
+            cap = build_capture(conn, result.accounts, periods=result.periods, events=events,
                                ops_log=result.ops_log if args.events else None,
                                extra={"bench": {"n": plan.n, "warmup": plan.warmup, "batch": plan.batch,
                                                 "pcr": plan.pcr, "param_encryption": plan.param_encryption,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Set
 from contextlib import contextmanager
 
 from tpmtop.errors import UsageError
@@ -52,7 +53,7 @@ def _finite(obj):
     return obj
 
 
-def table(rows: list[list[str]], header: list[str], right: set[int] = frozenset()) -> str:
+def table(rows: list[list[str]], header: list[str], right: Set[int] = frozenset()) -> str:
     widths = [len(h) for h in header]
     for r in rows:
         for i, c in enumerate(r):
@@ -62,17 +63,6 @@ def table(rows: list[list[str]], header: list[str], right: set[int] = frozenset(
         return "  ".join(c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)).rstrip()
 
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
-
-
-def check_output_dir(path: str, what: str) -> None:
-    """Refuse an output whose folder is missing or read-only before any work (exit 2)."""
-    import os
-
-    d = os.path.dirname(os.path.abspath(path)) or "."
-    if not os.path.isdir(d):
-        raise UsageError(f"{what}: cannot write {path}: {d} is not a folder")
-    if not os.access(d, os.W_OK):
-        raise UsageError(f"{what}: cannot write {path}: {d} is not writable")
 
 
 def is_stdout(path) -> bool:

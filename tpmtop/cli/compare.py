@@ -63,9 +63,9 @@ def run_compare(args) -> int:
 
     # failure patterns need the events: read them only from captures that have any
     patterns = {p: [x.to_json() for x in detect_in_capture(p)] if d.get("_n_events") else []
-                for p, d in zip(args.captures, docs)}
+                for p, d in zip(args.captures, docs, strict=False)}
     results = []
-    for path, doc in zip(args.captures[1:], docs[1:]):
+    for path, doc in zip(args.captures[1:], docs[1:], strict=False):
         rows = compare(base, doc)
         results.append({"baseline": args.captures[0], "capture": path, "rows": rows,
                         "only_in_baseline": [list(k) for k in only_in(base, doc)],
@@ -79,7 +79,7 @@ def run_compare(args) -> int:
         # Every string from a capture goes through safe(): it may hold terminal escapes.
         return safe(f"{path}  ({t['manufacturer']} fw {t['firmware']}, kernel {doc['host']['kernel']})")
 
-    for res, doc in zip(results, docs[1:]):
+    for res, doc in zip(results, docs[1:], strict=False):
         print(f"A: {who(base, res['baseline'])}")
         print(f"B: {who(doc, res['capture'])}")
         if not res["rows"]:
@@ -90,7 +90,10 @@ def run_compare(args) -> int:
             continue
         out = []
         for r in res["rows"]:
-            what = f"{r['engine']}/{r['mode']}/{r['op']}" if r["kind"] == "operation" else f"  {r['command'].removeprefix('TPM2_CC_')}"
+            if r["kind"] == "operation":
+                what = f"{r['engine']}/{r['mode']}/{r['op']}"
+            else:
+                what = f"  {r['command'].removeprefix('TPM2_CC_')}"
             out.append([safe(what), f"{r['count'][0]}/{r['count'][1]}",
                         _fmt_us(r["p50"][0]), _fmt_us(r["p50"][1]), _fmt_ratio(r["p50_ratio"]), r["p50_verdict"],
                         _fmt_us(r["p99"][0]), _fmt_us(r["p99"][1]), _fmt_ratio(r["p99_ratio"]), r["p99_verdict"]])

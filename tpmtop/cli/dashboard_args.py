@@ -11,6 +11,7 @@ import os
 import signal
 
 from tpmtop.errors import UsageError
+from tpmtop.sessions.modes import ENGINES, MODES, OPS, Engine, Mode, Op
 
 
 def _positive(text: str) -> float:
@@ -64,10 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--rate", type=_rate, default=100.0, metavar="OPS",
                    help="workload operations per second on average (default 100; 0: as fast as the TPM "
                         "allows). Paced in bursts of >= 4 back to back so each operation runs warm")
-    g.add_argument("--mode", default="per-command", choices=("none", "per-command", "reuse", "saved"),
+    g.add_argument("--mode", default=Mode.PER_COMMAND.value, choices=MODES,
                    help="session mode the workload starts in (default per-command)")
-    g.add_argument("--engine", default="native", choices=("native", "esys"), help="crypto engine (default native)")
-    g.add_argument("--op", default="extend", choices=("extend", "get_random", "create_primary"),
+    g.add_argument("--engine", default=Engine.NATIVE.value, choices=ENGINES, help="crypto engine (default native)")
+    g.add_argument("--op", default=Op.EXTEND.value, choices=OPS,
                    help="workload operation (default extend, on PCR 16)")
     g.add_argument("--start", choices=("running", "paused"),
                    help="workload state at start (default: running with --sim, paused on a real TPM, "
@@ -84,7 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_replay_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("capture", metavar="CAPTURE.json", help="a capture from `tpmtop bench --json` or the dashboard's export")
+    p.add_argument("capture", metavar="CAPTURE.json",
+                   help="a capture from `tpmtop bench --json` or the dashboard's export")
     p.add_argument("--decode", action="store_true", help="the stream's handles column shows each command's "
                    "handles and parameters decoded by name (from the bytes the capture kept)")
     _display_options(p)
@@ -159,15 +161,16 @@ def run(args) -> int:
         if args.sim or args.tcti:
             raise UsageError(f"{flag} sends nothing to any TPM: it cannot be combined with --sim or -T")
         if args.profile is not None or args.seed is not None:
-            raise UsageError(f"{flag} sends nothing to any TPM: there is no simulator for --profile/--seed to slow down")
+            raise UsageError(f"{flag} sends nothing to any TPM: there is no simulator for --profile/--seed "
+                             "to slow down")
         if args.kernel_trace:
             _check_trace_file(args.kernel_trace)
         require_terminal(kernel=args.kernel)
         return _run_watch(args, TpmtopApp)
 
     from tpmtop.cli.common import notice
-    from tpmtop.profiles.apply import apply_profile, describe, profile_from_args
     from tpmtop.connect import open_tpm
+    from tpmtop.profiles.apply import apply_profile, describe, profile_from_args
     from tpmtop.sources.live import LiveSource
 
     if not os.path.isdir(args.export_dir):
@@ -177,20 +180,23 @@ def run(args) -> int:
     require_terminal()
     conn = open_tpm(tcti=args.tcti, sim=args.sim, raw_device=args.raw_device, notice=notice, timeout=args.timeout)
     source = None
+    proxy = None
     try:
         apply_profile(conn, profile, args.seed)
         start = None if args.start is None else args.start == "running"
+        log: list[str] = []
+        proxy = _start_listen(args, conn, log)
         source = LiveSource(conn, read_only=args.read_only, poll_interval=args.poll_interval, rate=args.rate,
                             start_running=start, engine=args.engine, mode=args.mode, op=args.op,
-                            profile_note=describe(profile, args.seed) if profile is not None else None)
-        proxy = _start_listen(args, conn, source)
+                            profile_note=describe(profile, args.seed) if profile is not None else None,
+                            proxy=proxy, proxy_log=log)
         return _run_app(TpmtopApp(source, theme=args.theme, export_dir=args.export_dir), cleanup=source.close)
     finally:
-        if source is not None and getattr(source, "proxy", None) is not None:
-            source.proxy.stop()
         if source is not None:
-            source.close()
+            source.close()  # stops the proxy first
         else:
+            if proxy is not None:
+                proxy.stop()
             conn.close()
 
 
@@ -259,19 +265,17 @@ def _run_watch(args, app_cls) -> int:
             tap.close()
 
 
-def _start_listen(args, conn, source):
+def _start_listen(args, conn, log: list[str]):
     """`tpmtop --listen P`: the proxy inside the dashboard; its commands are jobs on the TPM's
-    owner thread like the workload's and the polls', each with its own labels."""
+    owner thread like the workload's and the polls', each with its own labels. It is handed
+    to the source, which stops it when it closes."""
     if getattr(args, "listen", None) is None:
         return None
     if not 0 < args.listen < 65535:
         raise UsageError(f"--listen {args.listen}: expected 1..65534 (the proxy also uses P+1)")
     from tpmtop.proxy.server import ProxyServer
 
-    log: list[str] = []
-    source.proxy = ProxyServer(conn, port=args.listen, log=log.append).start()
-    source.proxy_log = log
-    return source.proxy
+    return ProxyServer(conn, port=args.listen, log=log.append).start()
 
 
 def run_replay(args) -> int:

@@ -106,10 +106,10 @@ def _cc(text: str) -> int:
 def run_decode(args) -> int:
     import sys
 
-    from tpmtop.cli.common import print_json
-    from tpmtop.errors import EXIT_USAGE, UsageError
     from tpmtop import decode
+    from tpmtop.cli.common import print_json
     from tpmtop.decode.plaintext import provider
+    from tpmtop.errors import EXIT_USAGE, UsageError
 
     if len(args.buffers) > 2:
         raise UsageError("tpmtop decode: give a command and at most one response")

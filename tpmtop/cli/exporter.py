@@ -68,7 +68,8 @@ def run_exporter(args) -> int:
         raise UsageError("--tls-cert and --tls-key go together")
     if args.tls_client_ca and not args.tls_cert:
         raise UsageError("--tls-client-ca needs --tls-cert and --tls-key (client certificates are a TLS feature)")
-    for opt, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--tls-client-ca", args.tls_client_ca)):
+    tls_files = (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--tls-client-ca", args.tls_client_ca))
+    for opt, path in tls_files:
         if path and not os.path.isfile(path):
             raise UsageError(f"{opt} {path}: no such file")
     if args.kernel_trace:

@@ -119,7 +119,7 @@ def run_kernel(args) -> int:
     import time
 
     from tpmtop.cli.common import notice
-    from tpmtop.errors import EXIT_INTERRUPTED, Interrupted, UsageError
+    from tpmtop.errors import EXIT_INTERRUPTED, Interrupted
     from tpmtop.kernel import probes
     from tpmtop.kernel.tap import KernelTap
 

@@ -170,7 +170,10 @@ def _show(args) -> int:
     rows, details = [], []
     for cc in sorted(p.commands, key=lambda c: names.cc_short(c)):
         for variant, f in p.commands[cc].items():
-            spread = f"{f.p10_us:,.0f} – {f.p90_us:,.0f}" if f.p10_us is not None else ("histogram" if f.histogram else "-")
+            if f.p10_us is not None:
+                spread = f"{f.p10_us:,.0f} – {f.p90_us:,.0f}"
+            else:
+                spread = "histogram" if f.histogram else "-"
             d = f.source.get("detail", "")
             if d not in details:
                 details.append(d)

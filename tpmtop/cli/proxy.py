@@ -34,13 +34,15 @@ def _listen_args(p: argparse.ArgumentParser, default_port: int | None) -> None:
     p.add_argument("--protocol", choices=("swtpm", "mssim"), default="swtpm",
                    help="swtpm: raw commands on PORT, swtpm control channel on PORT+1 (TCTI swtpm:); "
                         "mssim: Microsoft simulator framing on PORT, platform on PORT+1 (TCTI mssim:)")
-    p.add_argument("--json", metavar="FILE", help="write the capture (clients, and with --events every command) to FILE")
+    p.add_argument("--json", metavar="FILE",
+                   help="write the capture (clients, and with --events every command) to FILE")
     p.add_argument("--events", action="store_true", help="keep every command in the --json capture")
 
 
 def add_proxy_arguments(p):
     _tpm_args(p)
-    p.add_argument("--port", type=int, default=2321, metavar="P", help="TPM port P, control/platform P+1 (default 2321)")
+    p.add_argument("--port", type=int, default=2321, metavar="P",
+                   help="TPM port P, control/platform P+1 (default 2321)")
     p.add_argument("--bind", metavar="ADDR", default=None,
                    help="listen on this loopback address instead of 127.0.0.1 (127.x.x.x or ::1; never the network)")
     p.add_argument("--socket", metavar="PATH", help="also listen on a Unix socket, mode 0600 (swtpm protocol; "
@@ -157,13 +159,13 @@ def _settled() -> None:
 
 
 def run_proxy(args) -> int:
-    from tpmtop.proxy.server import ProxyServer
-
     from tpmtop.proxy.access import AccessPolicy, gid_of
+    from tpmtop.proxy.server import ProxyServer
 
     _check_port(args.port)
     host = _loopback(args.bind or "127.0.0.1")
-    policy = AccessPolicy.default(tuple(args.allow_user), tuple(args.allow_group) + ((args.group,) if args.group else ()))
+    groups = tuple(args.allow_group) + ((args.group,) if args.group else ())
+    policy = AccessPolicy.default(tuple(args.allow_user), groups)
     if args.group and not args.socket:
         raise UsageError("--group G sets the Unix socket's group: it needs --socket PATH")
     gid = gid_of(args.group, "--group") if args.group else None

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from tpmtop.decode.text import one_line
 from tpmtop.decode.walk import decode_command

@@ -6,8 +6,9 @@ prints it, ``to_json`` is the stable form described by ``tpmtop/schema/decode-1.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 SCHEMA = "tpmtop-decode/1"
 
@@ -32,14 +33,14 @@ class Field:
     bits: dict[str, int] | None = None
     note: str | None = None
     encrypted: dict | None = None  # {"session": "0x02000000", "mode": "CFB"|None, "plaintext": {...}|None}
-    fields: list["Field"] = field(default_factory=list)
+    fields: list[Field] = field(default_factory=list)
 
-    def walk(self) -> Iterator["Field"]:
+    def walk(self) -> Iterator[Field]:
         yield self
         for f in self.fields:
             yield from f.walk()
 
-    def find(self, path: str) -> "Field | None":
+    def find(self, path: str) -> Field | None:
         return next((f for f in self.walk() if f.path == path), None)
 
     def to_json(self, buf: bytes) -> dict:

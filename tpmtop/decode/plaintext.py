@@ -12,10 +12,14 @@ Nothing here runs unless someone decodes: the recorder's path pays nothing.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.decode.model import Field, Part
 from tpmtop.decode.walk import decode_command, decode_response, decode_type
+
+if TYPE_CHECKING:
+    from tpmtop.recorder import Recorder
 
 CC_START_AUTH_SESSION = 0x176
 
@@ -65,10 +69,12 @@ def provider(history: History | None) -> Callable:
     """A ``plaintext`` callback for :func:`tpmtop.decode.decode`, reading earlier commands
     from ``history`` (newest first, the decoded one excluded); None: no history at all."""
 
-    def view(part: Part, first: Field, command: Part | None) -> dict:
+    def view(part: Part, first: Field, command: Part | None) -> dict[str, Any]:
         from tpmtop.sessions import crypto, livekeys
 
         enc = first.encrypted
+        if enc is None:  # called for an encrypted parameter only
+            return {"available": False, "why": "the parameter is not encrypted"}
         try:
             handle = int(enc["session"], 16)
         except ValueError:
@@ -77,12 +83,16 @@ def provider(history: History | None) -> Callable:
             return {"available": False, "why": "a session's keys live only in the tpmtop process that ran it"}
         if part.kind == "command":
             i = _session_index(part, handle)
+            if i is None:
+                return {"available": False, "why": "the session is not in the command's authorization area"}
             newer = _nonce(part.sessions[i])
             older, first_nonce = _walk_back(handle, history(), True)
         else:
             if command is None:
                 return {"available": False, "why": "the command is not known"}
             i = _session_index(command, handle)
+            if i is None:
+                return {"available": False, "why": "the session is not in the command's authorization area"}
             newer, older = _nonce(part.sessions[i]), _nonce(command.sessions[i])
             _, first_nonce = _walk_back(handle, history(), False)
         if older is None:
@@ -95,20 +105,21 @@ def provider(history: History | None) -> Callable:
         data = bytes.fromhex(first.fields[1].value) if len(first.fields) > 1 and first.fields[1].value else b""
         plain = crypto.cfb(key.key, newer, older, data, False)
         fields, stop = decode_type(first.type, plain)
-        out = {"available": True, "plaintext": {"hex": plain.hex(), "fields": [f.to_json(plain) for f in fields]}}
+        shown: dict[str, Any] = {"hex": plain.hex(), "fields": [f.to_json(plain) for f in fields]}
         if stop is not None:
-            out["plaintext"]["stopped"] = stop.text()
-        return out
+            shown["stopped"] = stop.text()
+        return {"available": True, "plaintext": shown}
 
     return view
 
 
-def recorder_history(recorder, seq: int) -> History:
+def recorder_history(recorder: Recorder, seq: int) -> History:
     """Earlier commands of a live recorder, newest first, as (command, response) bytes."""
 
-    def pairs():
-        evs = [e for e in recorder.events() if e.seq < seq and e.command is not None]
+    def pairs() -> Iterator[tuple[bytes, bytes | None]]:
+        evs = [e for e in recorder.events() if e.seq < seq]
         for e in reversed(evs):
-            yield bytes(e.command), bytes(e.response) if e.response is not None else None
+            if e.command is not None:
+                yield bytes(e.command), bytes(e.response) if e.response is not None else None
 
     return pairs

@@ -112,7 +112,8 @@ def _plain_lines(d: dict, depth: int, out: list[str], cols: _Cols) -> None:
 
 
 def _headline(p: Part) -> str:
-    tag = {0x8001: "TPM_ST_NO_SESSIONS", 0x8002: "TPM_ST_SESSIONS"}.get(p.tag, f"0x{p.tag:04x}" if p.tag is not None else "?")
+    tag = "?" if p.tag is None else \
+        {0x8001: "TPM_ST_NO_SESSIONS", 0x8002: "TPM_ST_SESSIONS"}.get(p.tag, f"0x{p.tag:04x}")
     if p.kind == "command":
         what = f"{names.cc_name(p.cc)} (0x{p.cc:08x})" if p.cc is not None else "?"
         return f"Command  {what}  tag {tag}  {p.size} bytes"
@@ -132,9 +133,10 @@ def part_lines(p: Part) -> list[str]:
         _field_lines(f, 0, p.buf, out, cols)
     if p.stopped:
         out.append(f"  partial decode: {p.stopped.text()}")
-        rest = p.buf[p.raw_from:]
-        out.append(f"  not decoded ({len(rest)} bytes from offset {p.raw_from}), raw:")
-        out.extend("    " + h for h in hex_view(rest, base=p.raw_from))
+        start = p.raw_from or 0  # not None: decoding stopped
+        rest = p.buf[start:]
+        out.append(f"  not decoded ({len(rest)} bytes from offset {start}), raw:")
+        out.extend("    " + h for h in hex_view(rest, base=start))
     if p.trailing:
         out.append(f"  {p.trailing} bytes after the declared size: {p.buf[-p.trailing:][:64].hex()}")
     if p.complete:

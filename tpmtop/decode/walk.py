@@ -17,7 +17,8 @@ Core module (below ``sources``): no Textual, no Rich.
 from __future__ import annotations
 
 import dataclasses
-from functools import lru_cache
+from functools import cache, lru_cache
+from typing import Any
 
 from tpmstream.spec.commands.commands_handles import command_handle_types
 from tpmstream.spec.commands.commands_params import command_param_types
@@ -44,13 +45,13 @@ class _Fail(Exception):
 
 # -- what the tables say about a type (cached: tpmstream's look-ups walk class members) -----------
 
-@lru_cache(maxsize=None)
+@cache
 def _command_types() -> dict[int, tuple]:
     """(handles, parameters) structure of each command, by command code (TPM_CC(x) costs ~0.7 ms)."""
     return {int(cc): (t, command_param_types[cc]) for cc, t in command_handle_types.items()}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _response_types() -> dict[int, tuple]:
     return {int(cc): (t, response_param_types[cc]) for cc, t in response_handle_types.items()}
 
@@ -59,12 +60,12 @@ def _is_list(t) -> bool:
     return getattr(t, "__origin__", None) is list
 
 
-@lru_cache(maxsize=None)
+@cache
 def _fields(t) -> tuple:
     return tuple((f.name, f.type) for f in dataclasses.fields(t))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _union_members(t) -> tuple[dict[int, str], str | None, dict[str, object]]:
     by_sel, fallback = {}, None
     for name, sel in t._selected_by.items():  # as tpmstream reads it: a later entry wins
@@ -75,7 +76,7 @@ def _union_members(t) -> tuple[dict[int, str], str | None, dict[str, object]]:
     return by_sel, fallback, dict(_fields(t))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _bit_masks(t) -> tuple[tuple[str, int], ...]:
     return tuple((a._name, int(a._value)) for a in t(0).attributes())
 
@@ -84,11 +85,12 @@ def _is_bitfield(t) -> bool:
     return hasattr(t, "attributes") and not hasattr(t, "by_value")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _enum_table(cls) -> tuple[dict[int, str], tuple]:
     """An enumeration's members by value, and its named ranges: tpmstream resolves a value by
     walking the class's members on every call (~0.7 ms), once here per type."""
-    members, ranges = {}, []
+    members: dict[int, str] = {}
+    ranges: list[Any] = []
     for m in cls.class_iter():
         if hasattr(m, "by_number"):
             ranges.append(m)
@@ -137,8 +139,8 @@ def _describe(t, value: int) -> tuple[str | None, dict | None, str | None]:
     vv = getattr(t, "_valid_values", None)
     if vv is None:
         return None, None, None
-    valid, name = _resolve(t, value)
-    return name, None, None if valid else f"0x{value:x} is not a valid {t.__name__}"
+    valid, resolved = _resolve(t, value)
+    return resolved, None, None if valid else f"0x{value:x} is not a valid {t.__name__}"
 
 
 _HANDLE_TYPES = ("TPMI_DH", "TPMI_RH", "TPMI_SH", "TPM_HANDLE", "TPMI_YES", "TPM_RH", "TPM_HR")
@@ -333,7 +335,7 @@ def _session_attrs(session: Field) -> int:
 
 # -- command and response ---------------------------------------------------------------
 
-def _header(part: Part, w: _Walker, tag_t, size_name: str, code_t, code_name: str) -> int | None:
+def _header(part: Part, w: _Walker, tag_t, size_name: str, code_t, code_name: str) -> int:
     """tag, size, code; sets the walker's end from the declared size. None: no body to read."""
     buf = part.buf
     off, part.tag = w.prim(tag_t, "tag", "tag", 0, part.root)
@@ -367,6 +369,7 @@ def decode_command(buf: bytes, plaintext=None) -> Part:
         if len(buf) < 10:
             raise _Fail(0, "header", f"a command is at least 10 bytes, this is {len(buf)}")
         off = _header(part, w, TPMI_ST_COMMAND_TAG, "commandSize", TPM_CC, "commandCode")
+        assert part.cc is not None  # _header read it
         types = _command_types().get(part.cc)
         if types is None:
             raise _Fail(6, "commandCode", f"0x{part.cc:08x} is not a command of TPM 2.0 Part 3")
@@ -442,7 +445,8 @@ def decode_response(buf: bytes, cc: int | None, command: Part | None = None, pla
         try:
             off = w.struct(params_t, "parameters", "parameters", off, part.root, first_encrypted=enc)
             if off < pend:
-                raise _Fail(off, "parameters", f"parameterSize says {psize} bytes, the parameters used {off - pend + psize}")
+                raise _Fail(off, "parameters",
+                            f"parameterSize says {psize} bytes, the parameters used {off - pend + psize}")
         finally:
             w.ends.pop()
         if area is not None:
@@ -470,7 +474,7 @@ def _fill_plaintext(part: Part, plaintext, command: Part | None = None) -> None:
         first.note = _encrypted_note(first.encrypted)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _types_by_name() -> dict:
     from tpmstream.spec import all_types
 

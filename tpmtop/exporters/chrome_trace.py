@@ -344,7 +344,7 @@ class _Export:
                 tracks[key] = tid
             elif have != tid:
                 return False
-        for key, tid in tracks.items():
+        for tid in tracks.values():
             if tid not in self.track_names:
                 self.track_names[tid] = res["labels"][tid]
         self.tracks.update(tracks)
@@ -401,7 +401,9 @@ class _Helper:
     """
 
     def __init__(self, pid: int, rfd: int, exp: _Export, out_part, spill_part):
-        self.pid, self.rfd, self.exp = pid, rfd, exp
+        self.pid: int | None = pid
+        self.rfd: int | None = rfd
+        self.exp = exp
         self.out_part, self.spill_part = out_part, spill_part
 
     @classmethod
@@ -438,6 +440,8 @@ class _Helper:
     def join(self, reader: CaptureReader) -> tuple[int, int, int] | None:
         """(Called by the reader at the split.) The helper's (events, end offset, newlines)."""
         chunks = []
+        if self.rfd is None or self.pid is None:
+            return None  # already joined
         while True:
             b = os.read(self.rfd, 1 << 16)
             if not b:

@@ -16,9 +16,9 @@ helper's result is used only where it is exactly what this process would compute
 from __future__ import annotations
 
 import codecs
-from typing import Callable
+from collections.abc import Callable
 
-from tpmtop.capture.read import _CHUNK, CaptureReader
+from tpmtop.capture.read import READ_CHUNK, CaptureReader
 
 
 class SplitReader(CaptureReader):
@@ -33,7 +33,7 @@ class SplitReader(CaptureReader):
         if self.on_events_start is not None and self.on_event is not None:
             self.on_events_start(self, self._byte_offset())
 
-    def _fill(self, want: int = _CHUNK) -> bool:
+    def _fill(self, want: int = READ_CHUNK) -> bool:
         if self._limit is not None and not self.eof:
             room = self._limit - self._bytes
             if room <= 0:

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tpmtop.fleet import families as fam
+
+if TYPE_CHECKING:
+    from tpmtop.boot.facts import SystemFacts
 
 PHASES = ("firmware", "loader", "kernel", "initrd", "userspace")  # systemd-analyze's, in boot order
 
@@ -40,13 +44,13 @@ class FactsMetrics(Collector):
         self.root = root
         self.refresh_s = refresh_s
         self.lock = threading.Lock()
-        self._full = None  # SystemFacts, once read
-        self._cheap = None
+        self._full: SystemFacts | None = None  # once read
+        self._cheap: SystemFacts | None = None
         self._cheap_at = 0.0
         self.tpm_identity: dict[str, str] = {}  # manufacturer, firmware: from --probe
         registry.register(self)
 
-    def read_all(self) -> "FactsMetrics":
+    def read_all(self) -> FactsMetrics:
         """The whole set, now: before the kernel probes are armed, so that the programs it runs
         (systemd-analyze, journalctl, dmesg) are not measured into the exporter's trace."""
         self._read_all()

@@ -25,14 +25,14 @@ BUCKETS: tuple[float, ...] = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0
                               0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
-class Operation(str, enum.Enum):
+class Operation(enum.StrEnum):
     """The kernel operations tpmtop times whole (:mod:`tpmtop.kernel.ops`)."""
 
     EXTEND = "extend"  # tpm2_pcr_extend: one IMA measurement, with its session set-up if any
     GET_RANDOM = "get_random"  # tpm2_get_random: hwrng, the kernel's entropy
 
 
-class SessionMode(str, enum.Enum):
+class SessionMode(enum.StrEnum):
     """The kernel's HMAC session behaviour, from the extends seen (:meth:`KernelAccounts.mode`)."""
 
     NONE = "none"  # no HMAC session (CONFIG_TCG_TPM2_HMAC off, tpm.disable_pcr_integrity=1)
@@ -41,7 +41,7 @@ class SessionMode(str, enum.Enum):
     UNKNOWN = "unknown"  # no extend seen yet, or the extends seen do not decide it
 
 
-class RcLabel(str, enum.Enum):
+class RcLabel(enum.StrEnum):
     """The ``rc`` label's values that are not a response code."""
 
     NO_RESPONSE = "no_response"  # tpm_transmit returned -errno: the TPM gave no answer
@@ -49,7 +49,7 @@ class RcLabel(str, enum.Enum):
     OTHER = "other"  # a value outside TPM 2.0's 12-bit codes (a garbled header): one bucket for all
 
 
-class Pattern(str, enum.Enum):
+class Pattern(enum.StrEnum):
     """The failure patterns of :mod:`tpmtop.patterns` (its ``Pattern.kind``)."""
 
     REPEATED_FAILURE = "repeated-failure"  # one command failing with one rc again and again (0x128, 0x14c loops)
@@ -58,7 +58,7 @@ class Pattern(str, enum.Enum):
     SESSION_CHURN = "session-churn"  # sessions started over and over
 
 
-class SlotKind(str, enum.Enum):
+class SlotKind(enum.StrEnum):
     """TPM slots ``--probe`` reads (TPM2_PT_HR_* properties)."""
 
     TRANSIENT = "transient"  # HR_TRANSIENT_AVAIL

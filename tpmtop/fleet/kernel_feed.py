@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -179,8 +179,8 @@ class KernelMetrics(Collector):
         for m in SessionMode:
             g.add_metric((m.value,), 1.0 if m.value == mode else 0.0)
         yield g
-        cmds = CounterMetricFamily(fam.name("kernel_pattern_commands"), fam.HELP[fam.name("kernel_pattern_commands_total")],
-                                   labels=("pattern",))
+        cmds = CounterMetricFamily(fam.name("kernel_pattern_commands"),
+                                   fam.HELP[fam.name("kernel_pattern_commands_total")], labels=("pattern",))
         secs = CounterMetricFamily(fam.name("kernel_pattern_lost_seconds"),
                                    fam.HELP[fam.name("kernel_pattern_lost_seconds_total")], labels=("pattern",))
         for kind in Pattern:
@@ -217,7 +217,7 @@ class KernelReader:
             return f"kprobes on tpm_transmit (group {self.probes.group})"
         return f"trace file {self.path}"
 
-    def start(self) -> "KernelReader":
+    def start(self) -> KernelReader:
         self.metrics.up = True
         self._thread = threading.Thread(target=self._run, name="tpmtop-exporter-kernel", daemon=True)
         self._thread.start()

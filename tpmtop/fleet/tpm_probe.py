@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tpmtop.fleet import families as fam
 from tpmtop.fleet.families import SlotKind
+from tpmtop.tpm.exchange import Origin
+
+if TYPE_CHECKING:
+    from tpmtop.tpm.connection import TpmConnection
 
 _SLOT_PROPS = {SlotKind.TRANSIENT: "HR_TRANSIENT_AVAIL", SlotKind.LOADED_SESSION: "HR_LOADED_AVAIL",
                SlotKind.ACTIVE_SESSION: "HR_ACTIVE_AVAIL"}
@@ -29,7 +34,7 @@ class TpmProbe(Collector):
         self.args = args
         self.facts = facts  # FactsMetrics: its tpm_info gains manufacturer and firmware
         self.interval_s = interval_s
-        self.conn = None
+        self.conn: TpmConnection | None = None
         self.keep_open = False  # tests look at the connection's recorder after a probe
         self.identified = False
         self.lock = threading.Lock()
@@ -59,12 +64,12 @@ class TpmProbe(Collector):
             if self.conn is None:
                 self.conn = self._open()
             if not self.identified:
-                ident = self.conn.call(read_identity, origin="exporter")
+                ident = self.conn.call(read_identity, origin=Origin.EXPORTER)
                 if self.facts is not None:
                     with self.facts.lock:
                         self.facts.tpm_identity = {"manufacturer": ident.manufacturer, "firmware": ident.firmware}
                 self.identified = True
-            var = self.conn.call(read_variable, origin="exporter")
+            var = self.conn.call(read_variable, origin=Origin.EXPORTER)
         except Exception as e:  # a TPM that went away: said once, tried again next time
             self._fail(str(e) or type(e).__name__)
             return False
@@ -95,7 +100,7 @@ class TpmProbe(Collector):
             print(f"tpmtop: --probe: {safe(why)}", file=sys.stderr, flush=True)
             self._said = why
 
-    def start(self) -> "TpmProbe":
+    def start(self) -> TpmProbe:
         self._thread = threading.Thread(target=self._run, name="tpmtop-exporter-probe", daemon=True)
         self._thread.start()
         return self

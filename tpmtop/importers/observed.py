@@ -12,13 +12,9 @@ Layer: importers (beside exporters); no Textual.
 
 from __future__ import annotations
 
-import datetime as _dt
-import platform
-import socket
 from dataclasses import dataclass, field
 
 from tpmtop.tpm import names, wire
-
 
 # rc_text of a command that was answered but whose response code no probe could read (a
 # user-space command seen by kernel probes without tpm2_commit_space): not an error, not
@@ -27,7 +23,7 @@ RC_NOT_TRACED = "response code not traced"
 
 
 @dataclass
-class Exchange:
+class ObservedExchange:
     """One command and its response as seen from outside the client."""
 
     t_unix_ns: int  # wall clock when the command started
@@ -41,7 +37,7 @@ class Exchange:
     extra: dict = field(default_factory=dict)
 
 
-def event_dict(x: Exchange, t0_unix_ns: int, origin: str) -> dict:
+def event_dict(x: ObservedExchange, t0_unix_ns: int, origin: str) -> dict:
     if x.command is not None:
         info = wire.decode_command(x.command)
         cc, handles, sessions = info.cc, info.handles, info.sessions
@@ -67,7 +63,7 @@ def event_dict(x: Exchange, t0_unix_ns: int, origin: str) -> dict:
     return e
 
 
-def _tpm_identity(exchanges: list[Exchange]) -> dict:
+def _tpm_identity(exchanges: list[ObservedExchange]) -> dict:
     """TPM2_PT_MANUFACTURER etc. from a GetCapability(TPM_PROPERTIES) answer in the traffic."""
     found: dict[int, int] = {}
     for x in exchanges:
@@ -93,23 +89,24 @@ def _tpm_identity(exchanges: list[Exchange]) -> dict:
     return {"manufacturer": text(0x105), "vendor": text(0x106, 0x107, 0x108, 0x109), "firmware": fw}
 
 
-def capture_from_exchanges(exchanges: list[Exchange], *, origin: str, source: str,
+def capture_from_exchanges(exchanges: list[ObservedExchange], *, origin: str, source: str,
                            simulated: bool = False, extra: dict | None = None) -> dict:
     """The ``tpmtop.capture/1`` document for observed traffic (events in time order)."""
-    from tpmtop import __version__
+    from tpmtop.capture.build import capture_head
     from tpmtop.stats import LatencyHistogram
 
     exchanges = sorted(exchanges, key=lambda x: x.t_unix_ns)
     t0 = exchanges[0].t_unix_ns if exchanges else 0
     events = [event_dict(x, t0, origin) for x in exchanges]
     per_origin: dict[str, list[tuple[dict, bool]]] = {}
-    for x, e in zip(exchanges, events):
+    for x, e in zip(exchanges, events, strict=False):
         # the latency counts when an answer came, even one whose response code nobody saw
         per_origin.setdefault(e["origin"], []).append((e, e["rc"] is not None or bool(x.answered)))
     runs = []
     for org, evs in per_origin.items():
         # host_us stays empty: nothing is known about the client's side of observed traffic
-        op_h, zero, per_cc = LatencyHistogram(), LatencyHistogram(), {}
+        op_h, zero = LatencyHistogram(), LatencyHistogram()
+        per_cc: dict[str, LatencyHistogram] = {}
         errors = 0
         counts: dict[str, int] = {}
         for e, answered in evs:
@@ -121,30 +118,18 @@ def capture_from_exchanges(exchanges: list[Exchange], *, origin: str, source: st
             counts[e["command"]] = counts.get(e["command"], 0) + 1
             errors += bool(e["rc"]) and not e.get("expected")
 
-        def summ(h):
-            return h.summary() | {"histogram": h.buckets()}
-
         n = op_h.count if isinstance(op_h.count, int) else op_h.count()
         # one key for all observed traffic, so two such captures (kernel 6.10 vs 6.12, two
         # pcap files) compare command by command in `tpmtop compare`
         runs.append({"engine": "observed", "mode": org, "op": "command", "ops": n, "errors": errors,
-                     "op_us": summ(op_h), "wire_us": summ(op_h), "host_us": summ(zero),
+                     "op_us": op_h.to_json(), "wire_us": op_h.to_json(), "host_us": zero.to_json(),
                      "commands_per_op": {k: round(v / n, 4) for k, v in counts.items()} if n else {},
-                     "commands": {k: summ(h) for k, h in per_cc.items()}})
+                     "commands": {k: h.to_json() for k, h in per_cc.items()}})
     ident = _tpm_identity(exchanges)
-    cap = {
-        "schema": "tpmtop.capture/1",
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "tool": {"version": __version__},
-        "host": {"hostname": socket.gethostname(), "kernel": platform.release(),
-                 "machine": platform.machine()},
-        "tpm": {"tcti": source, **ident,
-                # swtpm and the IBM simulator answer "IBM" / "SW   TPM"
-                "simulated": simulated or (ident["manufacturer"] == "IBM" and ident["vendor"].startswith("SW"))},
-        "runs": runs,
-        "t0_unix_ns": t0,
-        "events": events,
-    }
+    # swtpm and the IBM simulator answer "IBM" / "SW   TPM"
+    sim = simulated or (ident["manufacturer"] == "IBM" and ident["vendor"].startswith("SW"))
+    cap = capture_head({"tcti": source, **ident, "simulated": sim}, runs, cpus=False)
+    cap |= {"t0_unix_ns": t0, "events": events}
     if extra:
         cap.update(extra)
     return cap

@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass, field
 
 from tpmtop.errors import UsageError
-from tpmtop.importers.observed import Exchange
+from tpmtop.importers.observed import ObservedExchange
 
 TPM_PORT = 2321
 PLATFORM_PORT = 2322  # the simulators' power/NV control port: no TPM commands there
@@ -156,7 +156,7 @@ def _looks_like_command(data: bytes) -> bool:
 
 def _split_raw(data: bytes) -> tuple[list[tuple[int, int]], str | None]:
     """``[(start, end)]`` of the TPM messages in a raw stream, and why it stopped early."""
-    out = []
+    out: list[tuple[int, int]] = []
     off = 0
     while off + 10 <= len(data):
         tag, size = struct.unpack_from(">HI", data, off)
@@ -171,7 +171,7 @@ def _split_raw(data: bytes) -> tuple[list[tuple[int, int]], str | None]:
 
 def _mssim_commands(data: bytes) -> tuple[list[tuple[int, int]], str | None, int]:
     """Commands in a client stream with the simulator framing; also the number of handshakes."""
-    out = []
+    out: list[tuple[int, int]] = []
     off = 0
     handshakes = 0
     while off + 4 <= len(data):
@@ -196,7 +196,7 @@ def _mssim_commands(data: bytes) -> tuple[list[tuple[int, int]], str | None, int
 
 
 def _mssim_responses(data: bytes, handshakes: int) -> tuple[list[tuple[int, int]], str | None]:
-    out = []
+    out: list[tuple[int, int]] = []
     off = 12 * handshakes  # each handshake answer: server version, flags, acknowledgement
     while off + 4 <= len(data):
         size = int.from_bytes(data[off:off + 4], "big")
@@ -210,7 +210,7 @@ def _mssim_responses(data: bytes, handshakes: int) -> tuple[list[tuple[int, int]
 
 @dataclass
 class ImportResult:
-    exchanges: list[Exchange]
+    exchanges: list[ObservedExchange]
     framing: str  # "raw" | "mssim" | "mixed"
     connections: int
     warnings: list[str]
@@ -236,12 +236,12 @@ def read_pcap(path: str | os.PathLike, port: int | None = None) -> ImportResult:
     except Exception as e:  # dpkt on a damaged file: bad input, one line
         raise PcapError(f"{path}: unreadable capture file ({type(e).__name__}: {e})") from None
 
-    exchanges: list[Exchange] = []
+    exchanges: list[ObservedExchange] = []
     warnings: list[str] = []
     framings: set[str] = set()
     used = 0
     multi = len(conns) > 1
-    for key, dirs in conns.items():
+    for dirs in conns.values():
         client_dir = server_dir = None
         for d in dirs:
             other = next((x for x in dirs if x != d), None)
@@ -277,10 +277,10 @@ def read_pcap(path: str | os.PathLike, port: int | None = None) -> ImportResult:
             if i < len(rsps):
                 rs, re_ = rsps[i]
                 t_end = _ts_at(smarks, re_ - 1)
-                exchanges.append(Exchange(t_start, max(t_end - t_start, 0), cdata[cs:ce], sdata[rs:re_],
+                exchanges.append(ObservedExchange(t_start, max(t_end - t_start, 0), cdata[cs:ce], sdata[rs:re_],
                                           who if multi else None))
             else:
-                exchanges.append(Exchange(t_start, 0, cdata[cs:ce], None, who if multi else None))
+                exchanges.append(ObservedExchange(t_start, 0, cdata[cs:ce], None, who if multi else None))
         if len(cmds) > len(rsps):
             warnings.append(f"{who}: {len(cmds) - len(rsps)} command(s) without a response")
     if not exchanges:

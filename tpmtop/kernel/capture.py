@@ -34,10 +34,6 @@ def own_summaries(commands: list[KernelCommand]) -> dict:
     return {name: h.summary() for name, h in hs.items()}
 
 
-def _summ(h: LatencyHistogram) -> dict:
-    return h.summary() | {"histogram": h.buckets()}
-
-
 def _op_ok(op: KernelOp) -> bool:
     if op.kind == "get_random":
         return op.ret is None or op.ret > 0 or (op.ret == 0 and all(c.rc == 0 for c in op.commands))
@@ -49,7 +45,9 @@ def op_runs(ops: list[KernelOp], mode: str | None) -> list[dict]:
     runs = []
     for kind in dict.fromkeys(op.kind for op in ops):
         mine = [op for op in ops if op.kind == kind]
-        total, wire, host, per_cc, counts = LatencyHistogram(), LatencyHistogram(), LatencyHistogram(), {}, {}
+        total, wire, host = LatencyHistogram(), LatencyHistogram(), LatencyHistogram()
+        per_cc: dict[str, LatencyHistogram] = {}
+        counts: dict[str, int] = {}
         errors = 0
         for op in mine:
             total.record(op.total_ns)
@@ -64,9 +62,9 @@ def op_runs(ops: list[KernelOp], mode: str | None) -> list[dict]:
         estimated = sum(op.estimated for op in mine)
         runs.append({
             "engine": ENGINE, "mode": mode or "unknown", "op": kind, "ops": n, "errors": errors,
-            "op_us": _summ(total), "wire_us": _summ(wire), "host_us": _summ(host),
+            "op_us": total.to_json(), "wire_us": wire.to_json(), "host_us": host.to_json(),
             "commands_per_op": {k: round(v / n, 4) for k, v in counts.items()},
-            "commands": {k: _summ(h) for k, h in per_cc.items()},
+            "commands": {k: h.to_json() for k, h in per_cc.items()},
             "timing": ("from the first command's entry to the last one's return (no operation probes)"
                        if estimated == n else f"{kind} function entry to return (kprobes)"
                        if not estimated else f"{n - estimated} of {n} by function probes")})
@@ -103,13 +101,13 @@ def kernel_capture(commands: list[KernelCommand], ops: list[KernelOp], t0_unix_n
                         "setups": sum(1 for c in op.commands if c.cc in (0x161, 0x176, 0x165))})
     cap["ops"] = op_list
     # the events of an operation name it (events are in time order, as the commands were)
-    member = {}
+    member: dict[int, KernelOp] = {}
     for op in ops:
         for c in op.commands:
             member[id(c)] = op
     by_time = sorted(commands, key=lambda c: c.t_ns)
-    for e, kc in zip(cap["events"], by_time):
-        op = member.get(id(kc))
-        if op is not None:
-            e.update(engine=ENGINE, mode=mode or "unknown", op=op.kind, op_seq=seq_of[op.id])
+    for e, kc in zip(cap["events"], by_time, strict=False):
+        in_op = member.get(id(kc))
+        if in_op is not None:
+            e.update(engine=ENGINE, mode=mode or "unknown", op=in_op.kind, op_seq=seq_of[in_op.id])
     return cap

@@ -8,11 +8,10 @@ from __future__ import annotations
 import os
 import select
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
-from tpmtop.importers.observed import RC_NOT_TRACED, Exchange
+from tpmtop.importers.observed import RC_NOT_TRACED, ObservedExchange
 from tpmtop.kernel.trace_pipe import KernelCommand, Parser
-
 
 MAX_LINE = 64 * 1024  # a trace_pipe line is well under 1 KiB; a longer "line" is junk, dropped
 
@@ -70,7 +69,7 @@ def read_lines(path: str | int, stop: Callable[[], bool], poll_s: float = 0.2) -
     ``tail -f``), until ``stop()`` says so (checked every ``poll_s``). A batch is what one
     read returned: a busy kernel's lines are handled a read at a time."""
     own = not isinstance(path, int)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK) if own else path
+    fd = path if isinstance(path, int) else os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     lines = _Lines()
     try:
         while not stop():
@@ -92,21 +91,22 @@ def read_lines(path: str | int, stop: Callable[[], bool], poll_s: float = 0.2) -
             os.close(fd)
 
 
-def read_pipe(path: str | int, parser: Parser, stop: Callable[[], bool], poll_s: float = 0.2) -> Iterator[KernelCommand]:
+def read_pipe(path: str | int, parser: Parser, stop: Callable[[], bool],
+              poll_s: float = 0.2) -> Iterator[KernelCommand]:
     """Commands from a ``trace_pipe`` until ``stop()`` says so (checked every ``poll_s``)."""
     for lines in read_lines(path, stop, poll_s):
         for line in lines:
             yield from parser.feed(line)
 
 
-def exchanges(commands: list[KernelCommand], t0_unix_ns: int) -> list[Exchange]:
+def exchanges(commands: list[KernelCommand], t0_unix_ns: int) -> list[ObservedExchange]:
     """Kernel commands on the wall clock: the first command's trace time is ``t0_unix_ns``."""
     if not commands:
         return []
     base = commands[0].t_ns
     out = []
     for kc in commands:
-        out.append(Exchange(
+        out.append(ObservedExchange(
             t_unix_ns=t0_unix_ns + kc.t_ns - base, wire_ns=kc.wire_ns, command=None, response=None,
             cc=kc.cc, rc=kc.rc, answered=kc.answered,
             extra={"pid": kc.pid, "comm": kc.comm, "path": kc.path, "cpu": kc.cpu,

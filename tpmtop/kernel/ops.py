@@ -69,15 +69,11 @@ class Assembler:
                         estimated=True)
 
 
-def setup_count(op: KernelOp) -> int:
-    return sum(1 for c in op.commands if c.cc in SETUP_CCS)
-
-
 def started_session(op: KernelOp) -> bool:
     return any(c.cc == CC_START_AUTH_SESSION for c in op.commands)
 
 
-def host_text(st: "OpStats", us: float) -> str:
+def host_text(st: OpStats, us: float) -> str:
     """The host share as a reader may take it: none is visible without operation probes for
     one-command operations (their time is their command's)."""
     return "not seen" if st.ops and st.blind == st.ops else f"{us:,.1f}"

@@ -369,7 +369,7 @@ class Probes:
                 pass
         self._old_handlers = {}
 
-    def __enter__(self) -> "Probes":
+    def __enter__(self) -> Probes:
         self.stale_removed = clean_stale(self.t)
         if not kernel_has(self.t, "tpm_transmit"):
             raise KernelTraceError("this kernel has no tpm_transmit to probe (no TPM driver built in or "

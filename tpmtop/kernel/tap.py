@@ -20,8 +20,9 @@ from tpmtop.kernel import ops as kops
 from tpmtop.kernel.live import read_lines
 from tpmtop.kernel.trace_pipe import KernelCommand, KernelOp, Parser, path_label
 from tpmtop.recorder import DEFAULT_CAPACITY, CommandStats, Recorder
+from tpmtop.tpm.exchange import Origin
 
-ORIGIN = "kernel"
+ORIGIN = Origin.KERNEL
 
 
 class KernelTap:
@@ -54,7 +55,7 @@ class KernelTap:
         self.by_path: dict[tuple[str, int | None], CommandStats] = {}
 
     @classmethod
-    def arm(cls) -> "KernelTap":
+    def arm(cls) -> KernelTap:
         """Arm tpmtop's probes (root, tracefs, kprobe events): a KernelTraceError says why not."""
         from tpmtop.kernel.probes import Probes
 
@@ -82,7 +83,7 @@ class KernelTap:
             return True
         from tpmtop.kernel.probes import TRACEFS_CANDIDATES
 
-        path = os.path.realpath(self.trace_path)
+        path = os.path.realpath(self.trace_path or "")
         return any(path.startswith(root + "/") for root in TRACEFS_CANDIDATES)
 
     def reanchor(self) -> None:
@@ -94,9 +95,9 @@ class KernelTap:
         """The probes' trace_pipe (a descriptor they opened before enabling the events), or the file."""
         if self.probes is not None:
             return self.probes.pipe_fd if self.probes.pipe_fd is not None else self.probes.pipe_path()
-        return self.trace_path
+        return self.trace_path or ""
 
-    def start(self) -> "KernelTap":
+    def start(self) -> KernelTap:
         self._thread = threading.Thread(target=self._run, name="tpmtop-kernel-tap", daemon=True)
         self._thread.start()
         return self
@@ -184,7 +185,7 @@ class KernelTap:
             st.errors += 1
         self.recorder.observed(
             kc.t_ns + self._offset, kc.cc, kc.wire_ns, origin=ORIGIN, rc=kc.rc, answered=answered,
-            cmd_size=kc.size or 0, rsp_size=kc.ret if answered else 0, client=f"{kc.comm}-{kc.pid} · {kc.path}",
+            cmd_size=kc.size or 0, rsp_size=(kc.ret or 0) if answered else 0, client=f"{kc.comm}-{kc.pid} · {kc.path}",
             note=label,
             error=None if answered or kc.ret is None else f"tpm_transmit returned {kc.ret} ({_errno(kc.ret)})",
             expected=kc.expected_error)

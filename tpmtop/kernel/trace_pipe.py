@@ -48,11 +48,11 @@ class TraceEvent:
 
 
 def _swap32(v: int, byteorder: str) -> int:
-    return int.from_bytes(v.to_bytes(4, byteorder), "big") if byteorder == "little" else v
+    return int.from_bytes(v.to_bytes(4, "little"), "big") if byteorder == "little" else v
 
 
 def _swap16(v: int, byteorder: str) -> int:
-    return int.from_bytes(v.to_bytes(2, byteorder), "big") if byteorder == "little" else v
+    return int.from_bytes(v.to_bytes(2, "little"), "big") if byteorder == "little" else v
 
 
 def parse_line(line: str) -> TraceEvent | tuple[int, int] | None:
@@ -408,6 +408,7 @@ class Parser:
                     kc.path = "session end" + (f" [{kc.caller}]" if kc.caller else "")
                 out.append(kc)
             return out
+        return []  # another tracer's event in the same trace (a shared trace_pipe): not ours
 
     def _push(self, stacks: dict, pid: int, item) -> None:
         """An entry waiting for its return. Bounded: a task nests two calls at most (an

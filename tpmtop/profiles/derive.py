@@ -12,7 +12,7 @@ import json
 import statistics
 
 from tpmtop.errors import UsageError
-from tpmtop.profiles.model import ANY, HMAC_SESSION, NO_SESSION, Figure, Profile, has_hmac_session
+from tpmtop.profiles.profile import ANY, HMAC_SESSION, NO_SESSION, Figure, Profile, has_hmac_session
 from tpmtop.sessions.modes import OP_COMMANDS, Engine, Op
 from tpmtop.tpm import names
 
@@ -104,7 +104,7 @@ def profile_from_capture(path: str, name: str) -> tuple[Profile, list[str]]:
     cc_of: dict = {}
     hmac_of: dict = {}
 
-    def on_event(e) -> None:  # a typed event (tpmtop.capture.model.EventLine)
+    def on_event(e) -> None:  # a typed event (tpmtop.capture.spec.EventLine)
         if e.rc != 0:
             return
         cc = cc_of.get(e.command, -1)
@@ -213,8 +213,8 @@ def profile_from_traces(paths: list[str], name: str, calls: int | None = None,
             variant = _variant(short, hmac)
             src = {"kind": "trace", "file": path}
             if series.precision == "exact":
-                f = figure_from_ns(series.samples_ns, dict(src, detail=f"{tr.format} trace: "
-                                   f"{'1 call' if len(series.samples_ns) == 1 else f'median of {len(series.samples_ns)} calls'}"))
+                calls_text = "1 call" if len(series.samples_ns) == 1 else f"median of {len(series.samples_ns)} calls"
+                f = figure_from_ns(series.samples_ns, dict(src, detail=f"{tr.format} trace: {calls_text}"))
             else:
                 per, how = series.per_call_ns(calls)
                 if per is None:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Iterable
 from importlib import resources
+from typing import Any, cast
 
 from tpmtop import strictjson
 from tpmtop.errors import UsageError
-from tpmtop.profiles.model import SCHEMA_ID, Figure, Profile
+from tpmtop.profiles.profile import SCHEMA_ID, Figure, Profile
 
 BUILTIN = ("slb9670",)
 
@@ -71,15 +73,16 @@ def validate(doc, label: str) -> None:
             hist = fig.get("histogram")
             if hist:
                 bounds = [b for b, _ in hist]
-                if any(b2 <= b1 for b1, b2 in zip(bounds, bounds[1:])):
+                if any(b2 <= b1 for b1, b2 in zip(bounds, bounds[1:], strict=False)):
                     raise UsageError(f"profile {label}: {here}.histogram: bucket bounds must ascend")
                 if not any(c for _, c in hist):
                     raise UsageError(f"profile {label}: {here}.histogram: all counts are zero")
 
 
-def _non_finite(obj, path: str = "") -> str | None:
+def _non_finite(obj: Any, path: str = "") -> str | None:
     if isinstance(obj, float):
         return None if obj - obj == 0.0 else (path or "(top level)")
+    items: Iterable[tuple[Any, Any]]
     if isinstance(obj, dict):
         items = obj.items()
     elif isinstance(obj, list):
@@ -109,7 +112,9 @@ def from_json(doc: dict, label: str = "(document)", origin: str | None = None) -
     from tpmtop.textsafe import safe_tree
 
     doc = safe_tree(doc)  # from a file: its strings are shown (profile show, headers) as they are
-    cmds = {_cc_of(k): {v: Figure.from_json(f) for v, f in entry.items()} for k, entry in doc["commands"].items()}
+    # Every key names a command (validate() refused the others).
+    cmds = {cast(int, _cc_of(k)): {v: Figure.from_json(f) for v, f in entry.items()}
+            for k, entry in doc["commands"].items()}
     return Profile(name=doc["name"], chip=dict(doc["chip"]), commands=cmds, description=doc.get("description", ""),
                    created=doc.get("created"), notes=list(doc.get("notes", [])), origin=origin)
 

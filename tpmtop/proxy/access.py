@@ -54,7 +54,7 @@ class AccessPolicy:
     _cache: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def default(cls, users: tuple[str, ...] = (), groups: tuple[str, ...] = ()) -> "AccessPolicy":
+    def default(cls, users: tuple[str, ...] = (), groups: tuple[str, ...] = ()) -> AccessPolicy:
         uids = {os.geteuid(), 0} | {_uid_of(u) for u in users}
         return cls(frozenset(uids), frozenset(gid_of(g) for g in groups))
 

@@ -21,9 +21,13 @@ import threading
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tpmtop.proxy.latency import CompactLatency
 from tpmtop.tpm import names, wire
+
+if TYPE_CHECKING:
+    from tpmtop.proxy.peers import Peer
 
 RECENT_DEPARTED = 64  # departed clients kept whole (the rest: their program's summary)
 MAX_PROGRAMS = 256  # program summaries; beyond, one "other programs" row
@@ -48,7 +52,7 @@ _U32 = struct.Struct(">I")
 
 def handle_kind(h: int) -> str:
     top = h >> 24
-    return {0x80: "transient object", 0x02: "HMAC session", 0x03: "policy session"}.get(top, f"handle")
+    return {0x80: "transient object", 0x02: "HMAC session", 0x03: "policy session"}.get(top, "handle")
 
 
 @dataclass(slots=True)
@@ -91,9 +95,10 @@ def parse_start_auth_session(cmd: bytes) -> tuple[bool, bool, str, str] | None:
     try:
         tpm_key, bind = _U32.unpack_from(cmd, 10)[0], _U32.unpack_from(cmd, 14)[0]
         off = 18
-        n = _U16.unpack_from(cmd, off)[0]; off += 2 + n  # nonceCaller
-        n = _U16.unpack_from(cmd, off)[0]; off += 2 + n  # encryptedSalt
-        stype = cmd[off]; off += 1
+        off += 2 + _U16.unpack_from(cmd, off)[0]  # nonceCaller
+        off += 2 + _U16.unpack_from(cmd, off)[0]  # encryptedSalt
+        stype = cmd[off]
+        off += 1
         alg = _U16.unpack_from(cmd, off)[0]
         sym = "none"
         if alg != 0x0010:
@@ -106,12 +111,21 @@ def parse_start_auth_session(cmd: bytes) -> tuple[bool, bool, str, str] | None:
             {0x00: "hmac", 0x01: "policy", 0x03: "trial"}.get(stype, f"0x{stype:02x}"), sym)
 
 
+def _per_command(per_cc: dict[int | None, CompactLatency]) -> dict[str, dict]:
+    return {names.cc_short(cc): h.summary() for cc, h in sorted(per_cc.items(), key=lambda kv: kv[0] or 0)}
+
+
+def _errors_by_code(error_codes: dict[tuple[int | None, int | None], int]) -> list[dict]:
+    return [{"command": names.cc_short(cc), "rc": rc, "rc_text": names.rc_text(rc), "count": n}
+            for (cc, rc), n in sorted(error_codes.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0))]
+
+
 @dataclass
 class ClientStats:
     """One client: a process (or, when it cannot be named, one connection)."""
 
     id: int
-    peer: object  # peers.Peer
+    peer: Peer
     protocol: str
     connected_ns: int = field(default_factory=time.perf_counter_ns)
     connected_wall: float = field(default_factory=time.time)
@@ -148,9 +162,8 @@ class ClientStats:
             "id": self.id, **self.peer.to_json(), "protocol": self.protocol,
             "connections": self.connections, "commands": self.commands, "errors": self.errors,
             "wire_us_total": round(self.wire_ns_total / 1000, 3),
-            "per_command": {names.cc_short(cc): h.summary() for cc, h in sorted(self.per_cc.items(), key=lambda kv: kv[0] or 0)},
-            "errors_by_code": [{"command": names.cc_short(cc), "rc": rc, "rc_text": names.rc_text(rc), "count": n}
-                               for (cc, rc), n in sorted(self.error_codes.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0))],
+            "per_command": _per_command(self.per_cc),
+            "errors_by_code": _errors_by_code(self.error_codes),
             "created": self.created, "flushed": self.flushed,
             "held": [h.to_json() for h in (held or [])],
             "leaked": [h.to_json() for h in self.leaked],
@@ -160,7 +173,7 @@ class ClientStats:
         }
 
 
-def program_key(peer) -> tuple[str, str]:
+def program_key(peer: Peer) -> tuple[str, str]:
     return (getattr(peer, "exe", "") or "", peer.name)
 
 
@@ -206,9 +219,8 @@ class ProgramSummary:
         return {
             "name": self.name, "exe": self.exe, "clients": self.clients, "commands": self.commands,
             "errors": self.errors, "wire_us_total": round(self.wire_ns_total / 1000, 3),
-            "per_command": {names.cc_short(cc): h.summary() for cc, h in sorted(self.per_cc.items(), key=lambda kv: kv[0] or 0)},
-            "errors_by_code": [{"command": names.cc_short(cc), "rc": rc, "rc_text": names.rc_text(rc), "count": n}
-                               for (cc, rc), n in sorted(self.error_codes.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0))],
+            "per_command": _per_command(self.per_cc),
+            "errors_by_code": _errors_by_code(self.error_codes),
             "created": self.created, "flushed": self.flushed, "leaked": self.leaked,
             "last_leaks": list(self.last_leaks), "turn_waits": self.waits.summary(),
         }
@@ -287,7 +299,8 @@ class Accounts:
                         salted, bound, stype, sym = parsed
                         # one record per session, shared by every client that uses it (tpm2-tools
                         # hand sessions from process to process through context files)
-                        c.sessions[r.handle] = self._sessions[r.handle] = SessionUse(r.handle, stype, salted, bound, sym)
+                        use = SessionUse(r.handle, stype, salted, bound, sym)
+                        c.sessions[r.handle] = self._sessions[r.handle] = use
             elif cc == CC_FLUSH_CONTEXT and info.flush_handle is not None:
                 o = self._owner.pop(info.flush_handle, None)
                 if o is not None:

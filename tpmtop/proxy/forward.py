@@ -8,8 +8,8 @@ and is recorded with its client — never with the workload's engine/mode/op.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Callable
 
 from tpmtop.tpm.exchange import Labels, labelled, wire_log
 from tpmtop.tpm.owner import Job

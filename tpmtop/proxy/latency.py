@@ -51,7 +51,7 @@ class CompactLatency:
         self.n += 1
         self.sum_ns += ns
 
-    def merge(self, other: "CompactLatency") -> None:
+    def merge(self, other: CompactLatency) -> None:
         if not other.n:
             return
         for k, c in other.counts.items():

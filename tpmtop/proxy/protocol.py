@@ -51,8 +51,9 @@ TPM_SUCCESS = 0
 TPM_BAD_PARAMETER = 3
 TPM_BAD_ORDINAL = 10
 TPM_BAD_LOCALITY = 0x3D
-# what swtpm advertises for a socket TPM with these answers (PTM_CAP_* bits we honour)
-_CAPS = 0x0001 | 0x0002 | 0x0004 | 0x0008 | 0x0010 | 0x0080 | 0x1000 | 0x2000  # init, shutdown, est., loc., hash, cancel, stop, buffersize
+# what swtpm advertises for a socket TPM with these answers (PTM_CAP_* bits we honour):
+# init, shutdown, est., loc., hash, cancel, stop, buffersize
+_CAPS = 0x0001 | 0x0002 | 0x0004 | 0x0008 | 0x0010 | 0x0080 | 0x1000 | 0x2000
 
 # Microsoft simulator (TpmTcpProtocol.h)
 MS_SIM_POWER_ON = 1
@@ -97,7 +98,7 @@ def recv_exact(sock: socket.socket, n: int, started: bool) -> bytes:
                 # the kernel would otherwise delay by 40 ms.
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
             chunk = sock.recv(n - len(buf))
-        except socket.timeout:
+        except TimeoutError:
             if not buf and not started:
                 raise Idle from None
             raise FrameError(f"stalled mid-request ({len(buf)} of {n} bytes) for {sock.gettimeout():g} s") from None

@@ -19,7 +19,7 @@ def label_events(events_json: list[dict], events: list) -> list[dict]:
     """Capture events (``events_json`` made from recorder ``events``, same order) gain their
     client's id. Events before the capture's time origin were dropped from ``events_json``:
     pair them from the end."""
-    for e, ev in zip(reversed(events_json), reversed(events)):
+    for e, ev in zip(reversed(events_json), reversed(events), strict=False):
         cid = client_id_of(getattr(ev, "client", None))
         if cid is not None:
             e["client"] = cid
@@ -64,14 +64,11 @@ def client_runs(accounts: Accounts) -> list[dict]:
         wire = LatencyHistogram()
         for h in per.values():
             wire.merge(h)
-
-        def summ(h):
-            return h.summary() | {"histogram": h.buckets()}
-
         runs.append({"engine": "proxy", "mode": name, "op": "client", "ops": n, "errors": errors,
-                     "op_us": summ(wire), "wire_us": summ(wire), "host_us": summ(LatencyHistogram()),
+                     "op_us": wire.to_json(), "wire_us": wire.to_json(), "host_us": LatencyHistogram().to_json(),
                      "commands_per_op": {names.cc_name(cc): round(h.count / n, 3) for cc, h in per.items()},
-                     "commands": {names.cc_name(cc): summ(h) for cc, h in sorted(per.items(), key=lambda kv: kv[0] or 0)}})
+                     "commands": {names.cc_name(cc): h.to_json()
+                                  for cc, h in sorted(per.items(), key=lambda kv: kv[0] or 0)}})
     return runs
 
 
@@ -80,14 +77,14 @@ def programs_json(accounts: Accounts) -> list[dict]:
 
 
 def capture(conn, accounts: Accounts, with_events: bool, extra: dict | None = None) -> dict:
-    from tpmtop.bench import capture_dict
+    from tpmtop.capture import build_capture
 
     events = conn.recorder.events() if with_events else None
-    cap = capture_dict(conn, [], events=events, extra={"minor": CAPTURE_MINOR, "clients": clients_json(accounts),
+    cap = build_capture(conn, [], events=events, extra={"minor": CAPTURE_MINOR, "clients": clients_json(accounts),
                                                        "programs": programs_json(accounts), **(extra or {})})
     cap["runs"] = client_runs(accounts)
     if "events" in cap:
-        label_events(cap["events"], events)
+        label_events(cap["events"], events or [])
     return cap
 
 
@@ -119,7 +116,8 @@ def run_table(accounts: Accounts, wall_ns: int, table) -> str:
         rows.append([names.cc_short(cc), str(s["count"]), str(sum(int(x.split("×")[0]) for x in errs.get(cc, []))),
                      f"{s['p50']:,.1f}", f"{s['p99']:,.1f}", f"{tot / 1000:,.1f}",
                      f"{100 * tot / total_ns:.1f}" if total_ns else "0.0"])
-    out = [table(rows, ["command", "calls", "errors", "p50 µs", "p99 µs", "total µs", "% TPM"], right={1, 2, 3, 4, 5, 6})]
+    out = [table(rows, ["command", "calls", "errors", "p50 µs", "p99 µs", "total µs", "% TPM"],
+                 right={1, 2, 3, 4, 5, 6})]
     share = 100 * total_ns / wall_ns if wall_ns else 0.0
     out.append(f"{n} TPM commands; {total_ns / 1e6:,.3f} ms on the wire = {share:.1f}% of the command's "
                f"{wall_ns / 1e6:,.1f} ms wall time")

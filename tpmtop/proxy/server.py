@@ -26,14 +26,20 @@ import stat
 import struct
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tpmtop.errors import TpmConnectionError, TpmtopError, UsageError
-from tpmtop.textsafe import safe
-from tpmtop.proxy import access, peers, protocol as P
+from tpmtop.proxy import access, peers
+from tpmtop.proxy import protocol as P
 from tpmtop.proxy.accounting import Accounts, ClientStats
 from tpmtop.proxy.forward import forward
 from tpmtop.proxy.turns import Turns, TurnTimeout
+from tpmtop.textsafe import safe
+from tpmtop.tpm.tcti import TargetKind
+
+if TYPE_CHECKING:
+    from tpmtop.tpm.transport import InstrumentedTransport
 
 REAP_INTERVAL_S = 0.25  # the fallback departure check (where pidfds are not available)
 LISTEN_BACKLOG = 128
@@ -170,7 +176,7 @@ class ProxyServer:
         self.refused = 0
         self.over_limit = 0
         self._own_paths: list[tuple[str, tuple[int, int]]] = []  # sockets this process bound
-        self._bound: list | None = None  # (listening socket, role) once listen() ran
+        self._bound: list[tuple[socket.socket, str]] | None = None  # (listening socket, role) once listen() ran
         # Every line carries other processes' names and command lines (a client can set its
         # comm to an escape sequence): made terminal-safe here, once, for stderr and the
         # dashboard; one line is one call under one lock (lines of two threads never glue).
@@ -192,7 +198,7 @@ class ProxyServer:
         self.serving = Serving.INTERLEAVE if interleave else Serving.TURNS
         self.turns: Turns | None = None
         # per-client upstreams (PER_CLIENT): client id -> (transport, lock)
-        self._client_transports: dict[int, tuple[object, threading.Lock]] = {}
+        self._client_transports: dict[int, tuple[InstrumentedTransport, threading.Lock]] = {}
         self._pidfds: dict[int, tuple[int, ClientStats]] = {}  # pidfd -> client (departure watch)
         self._pidfd_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
@@ -212,7 +218,7 @@ class ProxyServer:
         return self.serving is Serving.PER_CLIENT
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def listen(self) -> "ProxyServer":
+    def listen(self) -> ProxyServer:
         """Bind every listener (ports, socket paths) without serving yet: a busy port or a taken
         path is refused (UsageError) before a TPM is opened; a refused start removes nothing."""
         if self._bound is not None:
@@ -240,12 +246,12 @@ class ProxyServer:
         self._listeners = [lsock for lsock, _ in bound]
         return self
 
-    def start(self) -> "ProxyServer":
+    def start(self) -> ProxyServer:
         self.listen()
         if self.conn is None:
             raise TypeError("ProxyServer.start() needs a TPM connection")
         target = getattr(self.conn, "target", None)
-        if bool(getattr(self.conn, "is_kernel_rm", False)) or getattr(target, "kind", None) == "tabrmd":
+        if bool(getattr(self.conn, "is_kernel_rm", False)) or getattr(target, "kind", None) == TargetKind.TABRMD:
             self.serving = Serving.PER_CLIENT
         elif self.serving is Serving.TURNS:
             wait = float(getattr(self.conn, "timeout", 120.0))
@@ -253,7 +259,7 @@ class ProxyServer:
         try:
             handlers = {"data": self._data_handler(), "side": self._side_handler(),
                         "unix": self._data_handler(unix=True), "unix-ctrl": self._side_handler("swtpm")}
-            for lsock, role in self._bound:
+            for lsock, role in self._bound or ():  # listen() above bound them
                 self._serve(lsock, handlers[role])
         except BaseException:
             self.stop()
@@ -332,9 +338,9 @@ class ProxyServer:
             s.close()
         with self._lock:
             conns = list(self._conns)
-        for c in conns:
+        for sock in conns:
             try:
-                c.shutdown(socket.SHUT_RDWR)
+                sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
         try:
@@ -356,8 +362,8 @@ class ProxyServer:
             if c.id != 0:
                 self._depart(c)
                 departed.append(c)
-        for t, _lock in list(self._client_transports.values()):
-            t.close()
+        for transport, _lock in list(self._client_transports.values()):
+            transport.close()
         self._client_transports.clear()
         with self._pidfd_lock:
             for fd in self._pidfds:
@@ -650,7 +656,7 @@ class ProxyServer:
         private = getattr(conn, "sim", None) is not None
         self.log(f"the TPM was lost ({why}); "
                  + ("restarting the private swtpm" if private else "reconnecting")
-                 + f"; clients are answered TPM_RC_RETRY meanwhile")
+                 + "; clients are answered TPM_RC_RETRY meanwhile")
         give_up = max(RECOVER_GIVE_UP_MIN_S, float(getattr(conn, "timeout", RECOVER_GIVE_UP_MIN_S)))
         deadline = time.monotonic() + give_up
         last = why
@@ -730,6 +736,8 @@ class ProxyServer:
     def _watch_exit(self, c: ClientStats) -> None:
         """A pidfd for the client's process: readable when it exits (the reaper and a new
         client look; a departure is noticed when it happens, not on a timer)."""
+        if c.peer.pid is None:
+            return  # no process known (an anonymous connection): nothing to watch
         try:
             fd = os.pidfd_open(c.peer.pid)
         except (OSError, AttributeError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpmtop.stats import LatencyHistogram
 from tpmtop.tpm import names
@@ -22,8 +23,8 @@ class RunAccount:
     op_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
     wire_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
     host_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
-    commands: Counter = field(default_factory=Counter)  # cc -> commands sent in counted operations
-    command_hists: dict = field(default_factory=dict)  # cc -> LatencyHistogram
+    commands: Counter[int | None] = field(default_factory=Counter)  # cc -> commands sent in counted operations
+    command_hists: dict[int | None, LatencyHistogram] = field(default_factory=dict)
 
     def add(self, total_ns: int, wire: list[tuple[int | None, int]]) -> None:
         wire_ns = sum(w for _, w in wire)
@@ -47,18 +48,15 @@ class RunAccount:
             return {}
         return {names.cc_name(cc): round(n / self.ops, 3) for cc, n in sorted(self.commands.items(), key=_cc_key)}
 
-    def to_json(self) -> dict:
-        def summ(h: LatencyHistogram) -> dict:
-            return h.summary() | {"histogram": h.buckets()}
-
+    def to_json(self) -> dict[str, Any]:
         return {
             "engine": self.engine, "mode": self.mode, "op": self.op, "ops": self.ops,
             "errors": self.errors, "setups": self.setups, "sessions_lost": self.sessions_lost,
-            "op_us": summ(self.op_hist), "wire_us": summ(self.wire_hist), "host_us": summ(self.host_hist),
+            "op_us": self.op_hist.to_json(), "wire_us": self.wire_hist.to_json(), "host_us": self.host_hist.to_json(),
             "commands_per_op": self.commands_per_op(),
-            "commands": {names.cc_name(cc): summ(h) for cc, h in sorted(self.command_hists.items(), key=_cc_key)},
+            "commands": {names.cc_name(cc): h.to_json() for cc, h in sorted(self.command_hists.items(), key=_cc_key)},
         }
 
 
-def _cc_key(item):
+def _cc_key(item: tuple[int | None, Any]) -> int:
     return item[0] if item[0] is not None else -1

@@ -1,6 +1,6 @@
 """What the session strategies need from a crypto engine, and what both engines share.
 
-``tpmtop/sessions/workload.py`` drives an engine only through this interface, so the four
+``tpmtop/sessions/workload.py`` drives an engine (:class:`CryptoEngine`) only through this interface, so the four
 strategies are written once and never branch on which engine runs them. The kernel's null
 primary handling (probe, reload, name check) lives here once; an engine supplies the TPM
 commands (``_create_null``, ``_load_context``) in its own way.
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from tpm2_pytss.constants import TPM2_RC, TPMA_SESSION
+
 from tpmtop.errors import NullNameChanged, TpmError
 from tpmtop.tpm import names
-from tpm2_pytss.constants import TPM2_RC, TPMA_SESSION
 
 # Session attribute bits a strategy asks an engine for (TPMA_SESSION).
 ATTR_CONTINUE = int(TPMA_SESSION.CONTINUESESSION)
@@ -27,7 +28,7 @@ CONTEXT_INVALID = frozenset(int(rc) for rc in (TPM2_RC.INTEGRITY, TPM2_RC.HIERAR
                                                TPM2_RC.VALUE))
 
 
-class Engine:
+class CryptoEngine:
     """Base of :class:`~tpmtop.sessions.native.NativeEngine` and
     :class:`~tpmtop.sessions.esys.EsysEngine`."""
 
@@ -85,17 +86,3 @@ class Engine:
             self.flush(self.session_handle(s))
         finally:
             self.forget_session(s)
-
-
-def make_engine(engine: str, conn) -> Engine:
-    from tpmtop.sessions.modes import Engine as EngineName
-
-    if engine == EngineName.NATIVE:
-        from tpmtop.sessions.native import NativeEngine
-
-        return NativeEngine(conn.transport)
-    if engine == EngineName.ESYS:
-        from tpmtop.sessions.esys import EsysEngine
-
-        return EsysEngine(conn.transport, conn.esapi())
-    raise ValueError(f"unknown engine {engine!r}")

@@ -11,12 +11,12 @@ from contextlib import contextmanager
 
 from tpm2_pytss import ESAPI
 from tpm2_pytss.constants import ESYS_TR, TPM2_ALG, TPM2_SE
-from tpm2_pytss.types import TPM2B_SENSITIVE_CREATE, TPML_DIGEST_VALUES, TPMT_HA, TPMT_SYM_DEF
 from tpm2_pytss.TSS2_Exception import TSS2_Exception
+from tpm2_pytss.types import TPM2B_SENSITIVE_CREATE, TPML_DIGEST_VALUES, TPMT_HA, TPMT_SYM_DEF
 
 from tpmtop.errors import TpmError
-from tpmtop.sessions.engine import EXTEND_DIGEST, RANDOM_BYTES, Engine
-from tpmtop.sessions.modes import OP_COMMANDS, Engine as EngineName, Op
+from tpmtop.sessions.engine import EXTEND_DIGEST, RANDOM_BYTES, CryptoEngine
+from tpmtop.sessions.modes import OP_COMMANDS, Engine, Op
 from tpmtop.sessions.templates import null_primary_public
 from tpmtop.tpm import names
 
@@ -53,8 +53,8 @@ class EsysSession:
         self.context = None
 
 
-class EsysEngine(Engine):
-    name = EngineName.ESYS
+class EsysEngine(CryptoEngine):
+    name = Engine.ESYS
 
     def __init__(self, transport, esapi: ESAPI):
         super().__init__()  # integrity_failures stays 0: ESAPI checks response HMACs itself and raises

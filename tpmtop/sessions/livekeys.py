@@ -35,7 +35,7 @@ class SessionKey:
 
 
 _lock = threading.Lock()
-_keys: "OrderedDict[tuple[int, bytes], SessionKey]" = OrderedDict()
+_keys: OrderedDict[tuple[int, bytes], SessionKey] = OrderedDict()
 
 
 def register(handle: int, first_nonce_tpm: bytes, key: bytes) -> None:

@@ -2,8 +2,17 @@
 
 They are ``StrEnum``s, so each member *is* its string ("per-command" == Mode.PER_COMMAND):
 the CLI, the dashboard and captures keep speaking the same words.
+
+:data:`MODE_INFO` is the registry of modes: everything another layer says about a mode (its
+help text, the colour of its bars, its boot-cost formula, the commands one operation sends)
+is read from here, so a new mode is its member, its entry here and its strategy
+(:data:`tpmtop.sessions.workload.STRATEGIES`) — ``tests/test_registries.py`` checks all
+three and the capture schema's enum agree.
 """
 
+from __future__ import annotations
+
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -15,6 +24,8 @@ class Mode(StrEnum):
 
 
 class Engine(StrEnum):
+    """The crypto engine's *name* (the classes are :mod:`tpmtop.sessions.engines`)."""
+
     NATIVE = "native"
     ESYS = "esys"
 
@@ -28,22 +39,61 @@ class Op(StrEnum):
 # The TPM command each operation is (tpm2-pytss's TPM2_CC spelling).
 OP_COMMANDS = {Op.EXTEND: "PCR_Extend", Op.GET_RANDOM: "GetRandom", Op.CREATE_PRIMARY: "CreatePrimary"}
 
+
+@dataclass(frozen=True)
+class ModeInfo:
+    """What every layer says about one mode."""
+
+    summary: str  # the kernel behaviour it reproduces (help, `tpmtop bench --help`)
+    tone: str  # the theme colour variable of its bars and time series (tpmtop.tui.themes)
+    # Boot projection (tpmtop.boot.projection): commands paid once per boot, and per extend,
+    # by letter (E0 PCR_Extend alone, L ContextLoad, S StartAuthSession, F FlushContext,
+    # Eh PCR_Extend in an HMAC session).
+    once: tuple[str, ...]
+    each: tuple[str, ...]
+    commands_per_op: int  # TPM commands one operation puts on the wire (tests check the wire)
+    projection_note: str | None = None  # what the formula leaves out
+
+    @property
+    def formula(self) -> str:
+        """``(L + S + F) + N × (L + Eh)``: the arithmetic the projection shows."""
+        def group(letters: tuple[str, ...]) -> str:
+            text = " + ".join(letters)
+            return f"({text})" if len(letters) > 1 else text
+
+        per = f"N × {group(self.each)}"
+        return f"{group(self.once)} + {per}" if self.once else per
+
+
+_SETUP = ("L", "S", "F")
+MODE_INFO: dict[Mode, ModeInfo] = {
+    Mode.NONE: ModeInfo("no HMAC session (CONFIG_TCG_TPM2_HMAC=n, or tpm.disable_pcr_integrity=1)",
+                        "bar-baseline", (), ("E0",), 1),
+    Mode.PER_COMMAND: ModeInfo("Linux 6.10: ContextLoad null key, salted StartAuthSession, FlushContext, command",
+                               "latency-slow", (), ("L", "S", "F", "Eh"), 4),
+    Mode.REUSE: ModeInfo("Linux 6.12+: one kept session, continueSession set (lazy flush)",
+                         "latency-fast", _SETUP, ("Eh",), 1,
+                         "a lower bound: each user-space TPM command, hwrng read (before 6.15) or resume "
+                         "pays L + S + F again"),
+    Mode.SAVED: ModeInfo("proposed: ContextLoad session, command, ContextSave", "latency-mid", _SETUP, ("L", "Eh"), 3,
+                         "the saved session's ContextLoad priced as the null primary's; ContextSave not priced"),
+}
+HMAC_MODES: tuple[Mode, ...] = tuple(m for m in Mode if m is not Mode.NONE)
+
 MODES: tuple[str, ...] = tuple(Mode)
 ENGINES: tuple[str, ...] = tuple(Engine)
 OPS: tuple[str, ...] = tuple(Op)
 
 # TPM commands one operation puts on the wire, by mode (the tests check this from the
 # transport, not from here; this is what the kernel's strategies imply).
-EXPECTED_COMMANDS_PER_OP = {Mode.NONE: 1, Mode.PER_COMMAND: 4, Mode.REUSE: 1, Mode.SAVED: 3}
-
-DESCRIPTIONS = {
-    Mode.NONE: "no HMAC session (CONFIG_TCG_TPM2_HMAC=n, or tpm.disable_pcr_integrity=1)",
-    Mode.PER_COMMAND: "Linux 6.10: ContextLoad null key, salted StartAuthSession, FlushContext, command",
-    Mode.REUSE: "Linux 6.12+: one kept session, continueSession set (lazy flush)",
-    Mode.SAVED: "proposed: ContextLoad session, command, ContextSave",
-}
+EXPECTED_COMMANDS_PER_OP = {m: info.commands_per_op for m, info in MODE_INFO.items()}
 
 DEFAULT_PCR = 16
+
+
+def mode_help() -> str:
+    """``none, per-command, reuse, saved``: the words a CLI help lists."""
+    return ", ".join(MODES)
 
 
 def parse_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:

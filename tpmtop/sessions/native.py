@@ -16,8 +16,8 @@ from tpm2_pytss.constants import TPM2_ALG, TPM2_CC, TPM2_RH, TPM2_ST
 
 from tpmtop.errors import IntegrityError, TpmConnectionError, TpmError
 from tpmtop.sessions import crypto, livekeys
-from tpmtop.sessions.engine import ATTR_DECRYPT, ATTR_ENCRYPT, EXTEND_DIGEST, RANDOM_BYTES, Engine
-from tpmtop.sessions.modes import Engine as EngineName, Op
+from tpmtop.sessions.engine import ATTR_DECRYPT, ATTR_ENCRYPT, EXTEND_DIGEST, RANDOM_BYTES, CryptoEngine
+from tpmtop.sessions.modes import Engine, Op
 from tpmtop.sessions.templates import TPM_RH_NULL, null_primary_public_bytes
 from tpmtop.tpm import names
 
@@ -55,8 +55,8 @@ def _tpm2b(data: bytes) -> bytes:
     return struct.pack(">H", len(data)) + data
 
 
-class NativeEngine(Engine):
-    name = EngineName.NATIVE
+class NativeEngine(CryptoEngine):
+    name = Engine.NATIVE
 
     def __init__(self, transport):
         super().__init__()
@@ -95,7 +95,8 @@ class NativeEngine(Engine):
         if attrs & ATTR_DECRYPT:
             # the first parameter must be a TPM2B: encrypt its data in place
             n = int.from_bytes(params[:2], "big")
-            params = params[:2] + crypto.cfb(key, nonce_caller, session.nonce_tpm, params[2:2 + n], True) + params[2 + n:]
+            sealed = crypto.cfb(key, nonce_caller, session.nonce_tpm, params[2:2 + n], True)
+            params = params[:2] + sealed + params[2 + n:]
         mac = crypto.session_hmac(key, crypto.cp_hash(cc, names_, params), nonce_caller, session.nonce_tpm, attrs)
         auth = struct.pack(">I", session.handle) + _tpm2b(nonce_caller) + bytes((attrs,)) + _tpm2b(mac)
         body = hbytes + struct.pack(">I", len(auth)) + auth + params
@@ -209,8 +210,7 @@ def _create_primary_params() -> bytes:
 
 
 def _name_from_create_primary(rparams: bytes) -> bytes:
-    from tpm2_pytss.types import (TPM2B_CREATION_DATA, TPM2B_DIGEST, TPM2B_NAME, TPM2B_PUBLIC,
-                                  TPMT_TK_CREATION)
+    from tpm2_pytss.types import TPM2B_CREATION_DATA, TPM2B_DIGEST, TPM2B_NAME, TPM2B_PUBLIC, TPMT_TK_CREATION
 
     off = 0
     for t in (TPM2B_PUBLIC, TPM2B_CREATION_DATA, TPM2B_DIGEST, TPMT_TK_CREATION):

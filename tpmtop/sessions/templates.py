@@ -5,6 +5,7 @@ sensitiveDataOrigin|userWithAuth|noDA|restricted|decrypt), AES-128-CFB, empty un
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from tpm2_pytss.constants import TPM2_RH, TPMA_OBJECT
 
@@ -15,7 +16,7 @@ TPM_RH_NULL = int(TPM2_RH.NULL)
 
 
 @lru_cache(maxsize=1)
-def null_primary_public():
+def null_primary_public() -> Any:  # a tpm2-pytss TPM2B_PUBLIC
     from tpm2_pytss.types import TPM2B_PUBLIC
 
     return TPM2B_PUBLIC.parse("ecc256:aes128cfb", objectAttributes=NULL_PRIMARY_ATTRS, nameAlg="sha256")

@@ -18,10 +18,11 @@ from tpm2_pytss.constants import TPM2_RC
 
 from tpmtop.errors import TpmError
 from tpmtop.sessions.accounting import RunAccount
-from tpmtop.sessions.engine import ATTR_CONTINUE, ATTR_DECRYPT, ATTR_ENCRYPT, CONTEXT_INVALID, make_engine
+from tpmtop.sessions.engine import ATTR_CONTINUE, ATTR_DECRYPT, ATTR_ENCRYPT, CONTEXT_INVALID, CryptoEngine
+from tpmtop.sessions.engines import make_engine
 from tpmtop.sessions.modes import DEFAULT_PCR, Engine, Mode, Op, check_pcr
 from tpmtop.tpm import names
-from tpmtop.tpm.exchange import Labels, labelled, wire_log
+from tpmtop.tpm.exchange import Labels, Origin, labelled, wire_log
 
 # A kept session the TPM no longer has: TPM_RC_REFERENCE_S0..S6 (0x918…, not loaded), or a
 # format-one error naming the session (TPM_RC_HANDLE/VALUE + session number).
@@ -55,7 +56,7 @@ def session_attrs(op: str, continue_session: bool, param_encryption: bool) -> in
 
 class Workload:
     def __init__(self, conn, engine: str = Engine.NATIVE, mode: str = Mode.PER_COMMAND, op: str = Op.EXTEND,
-                 pcr: int = DEFAULT_PCR, param_encryption: bool = True, origin: str = "workload",
+                 pcr: int = DEFAULT_PCR, param_encryption: bool = True, origin: str = Origin.WORKLOAD,
                  allow_pcr: bool = False):
         # Here and not only in the CLI: no caller may extend a boot PCR by accident.
         check_pcr(pcr, allow_pcr)
@@ -130,7 +131,7 @@ class Workload:
         kept = e.tpm_handle(self.kept) if e is not None and self.kept is not None else None
         n = 0
         for entry in list_handles(self.t, self.conn.recorder.owned_handles()):
-            if entry.ours and entry.kind.endswith("session") and entry.handle != kept:
+            if entry.ours and entry.kind.is_session and entry.handle != kept:
                 try:
                     flush(self.t, entry.handle)
                     n += 1
@@ -153,10 +154,11 @@ class Workload:
         self._prepared = False
 
     def _prepare(self, e) -> None:
-        if self.mode in (Mode.REUSE, Mode.SAVED) and self.kept is None:
+        strategy = STRATEGIES[self.mode]
+        if strategy.kept and self.kept is None:
             with self._labelled(None):
                 self.kept = self._new_session(e)
-                if self.mode == Mode.SAVED:
+                if strategy.saved:
                     e.save_session(self.kept)
             self.account().setups += 1
         self._prepared = True
@@ -206,51 +208,13 @@ class Workload:
         return total
 
     def _run_mode(self, e) -> None:
-        mode, op, pcr = self.mode, self.op, self.pcr
-        if mode == Mode.NONE:
-            e.op(op, None, 0, pcr)
-        elif mode == Mode.PER_COMMAND:
-            s = self._new_session(e)
-            try:
-                e.op(op, s, session_attrs(op, False, self.param_encryption), pcr)
-            except TpmError:
-                # On an error the TPM keeps the session even without continueSession.
-                self._flush_quietly(e, s)
-                raise
-            finally:
-                e.forget_session(s)
-        elif mode == Mode.REUSE:
-            try:
-                e.op(op, self.kept, session_attrs(op, True, self.param_encryption), pcr)
-            except TpmError as err:
-                if not session_gone(err.rc):
-                    raise
-                self._recover(e)
-                e.op(op, self.kept, session_attrs(op, True, self.param_encryption), pcr)
-        elif mode == Mode.SAVED:
-            try:
-                e.load_session(self.kept)
-            except TpmError as err:
-                if names.rc_base(err.rc or 0) not in CONTEXT_INVALID and err.rc != CONTEXT_GAP:
-                    raise
-                self._recover(e)  # saved context gone or too old (TPM_RC_CONTEXT_GAP): start over
-                e.load_session(self.kept)
-            e.op(op, self.kept, session_attrs(op, True, self.param_encryption), pcr)
-            try:
-                e.save_session(self.kept)
-            except TpmError as err:
-                # TPM_RC_CONTEXT_GAP: some saved session is so old that the context counter
-                # cannot advance. If it is one tpmtop left behind, flushing it clears the gap.
-                if err.rc != CONTEXT_GAP or not self._flush_stray_sessions():
-                    raise
-                self.account().sessions_lost += 1
-                e.save_session(self.kept)
+        STRATEGIES[self.mode].run(self, e)
 
     def _recover(self, e) -> None:
         self.account().sessions_lost += 1
         e.forget_session(self.kept)
         self.kept = self._new_session(e)
-        if self.mode == Mode.SAVED:
+        if STRATEGIES[self.mode].saved:
             e.save_session(self.kept)
 
     def _flush_quietly(self, e, s) -> None:
@@ -262,14 +226,14 @@ class Workload:
     # -- the end ----------------------------------------------------------------------------
     def close(self) -> None:
         """Flush every handle tpmtop created that the TPM still holds."""
-        from tpmtop.tpm.handles import flush, list_handles
+        from tpmtop.tpm.handles import HandleKind, flush, list_handles
 
         try:
             self._teardown()
         except Exception:
             pass
         for entry in list_handles(self.t, self.conn.recorder.owned_handles()):
-            if entry.ours and entry.kind != "persistent":
+            if entry.ours and entry.kind is not HandleKind.PERSISTENT:
                 try:
                     flush(self.t, entry.handle)
                 except TpmError:
@@ -279,3 +243,79 @@ class Workload:
     @property
     def integrity_failures(self) -> int:
         return sum(getattr(e, "integrity_failures", 0) for e in self._engines.values())
+
+
+# -- the strategies: one class per mode (tpmtop.sessions.modes.MODE_INFO says what each costs) --
+class Strategy:
+    """One mode's command sequence for one operation, driven through the engine interface."""
+
+    kept = False  # one session set up when the mode starts (outside the timed operation)
+    saved = False  # ...and context-saved between operations
+
+    def run(self, w: Workload, e: CryptoEngine) -> None:
+        raise NotImplementedError
+
+
+class NoSession(Strategy):
+    def run(self, w: Workload, e: CryptoEngine) -> None:
+        e.op(w.op, None, 0, w.pcr)
+
+
+class PerCommand(Strategy):
+    """Linux 6.10: a fresh salted session for every command, flushed by the TPM after it."""
+
+    def run(self, w: Workload, e: CryptoEngine) -> None:
+        s = w._new_session(e)
+        try:
+            e.op(w.op, s, session_attrs(w.op, False, w.param_encryption), w.pcr)
+        except TpmError:
+            # On an error the TPM keeps the session even without continueSession.
+            w._flush_quietly(e, s)
+            raise
+        finally:
+            e.forget_session(s)
+
+
+class Reuse(Strategy):
+    """Linux 6.12+: one kept session (continueSession), set up again when the TPM lost it."""
+
+    kept = True
+
+    def run(self, w: Workload, e: CryptoEngine) -> None:
+        attrs = session_attrs(w.op, True, w.param_encryption)
+        try:
+            e.op(w.op, w.kept, attrs, w.pcr)
+        except TpmError as err:
+            if not session_gone(err.rc):
+                raise
+            w._recover(e)
+            e.op(w.op, w.kept, attrs, w.pcr)
+
+
+class Saved(Strategy):
+    """Proposed: the kept session lives context-saved between commands."""
+
+    kept = saved = True
+
+    def run(self, w: Workload, e: CryptoEngine) -> None:
+        try:
+            e.load_session(w.kept)
+        except TpmError as err:
+            if names.rc_base(err.rc or 0) not in CONTEXT_INVALID and err.rc != CONTEXT_GAP:
+                raise
+            w._recover(e)  # saved context gone or too old (TPM_RC_CONTEXT_GAP): start over
+            e.load_session(w.kept)
+        e.op(w.op, w.kept, session_attrs(w.op, True, w.param_encryption), w.pcr)
+        try:
+            e.save_session(w.kept)
+        except TpmError as err:
+            # TPM_RC_CONTEXT_GAP: some saved session is so old that the context counter
+            # cannot advance. If it is one tpmtop left behind, flushing it clears the gap.
+            if err.rc != CONTEXT_GAP or not w._flush_stray_sessions():
+                raise
+            w.account().sessions_lost += 1
+            e.save_session(w.kept)
+
+
+STRATEGIES: dict[Mode, Strategy] = {Mode.NONE: NoSession(), Mode.PER_COMMAND: PerCommand(), Mode.REUSE: Reuse(),
+                                    Mode.SAVED: Saved()}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 import time
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.errors import TpmError
 
@@ -16,16 +17,20 @@ PERSISTENT_RANGES = ((0x81000000, 0x8100FFFF, "owner (storage keys)"), (0x810100
 CC_START_AUTH_SESSION = 0x176
 
 
+if TYPE_CHECKING:
+    from tpmtop.recorder import Recorder
+
+
 def _alg(v: int) -> str:
     from tpm2_pytss.constants import TPM2_ALG
 
     try:
-        return TPM2_ALG.to_string(int(v)).removeprefix("TPM2_ALG.")
+        return str(TPM2_ALG.to_string(int(v))).removeprefix("TPM2_ALG.")
     except Exception:
         return f"0x{int(v):04x}"
 
 
-def read_public(transport, handle: int) -> list[tuple[str, str]]:
+def read_public(transport: Any, handle: int) -> list[tuple[str, str]]:
     """ReadPublic, decoded: type, name, name algorithm, attributes, key parameters."""
     from tpm2_pytss.types import TPM2B_NAME, TPM2B_PUBLIC, TPMA_OBJECT
 
@@ -53,7 +58,8 @@ def read_public(transport, handle: int) -> list[tuple[str, str]]:
     return out
 
 
-def describe(handle: int, kind: str, ours: bool, transport, recorder) -> tuple[str, list[tuple[str, str]]]:
+def describe(handle: int, kind: str, ours: bool, transport: Any,
+             recorder: Recorder) -> tuple[str, list[tuple[str, str]]]:
     """(title, [(field, value)]) for ``handle``. ``transport``: a TPM held for this caller."""
     top = handle >> 24
     rows: list[tuple[str, str]] = [("handle", f"0x{handle:08x}"), ("listed as", kind),
@@ -83,11 +89,13 @@ def describe(handle: int, kind: str, ours: bool, transport, recorder) -> tuple[s
             rows += [("salted with", "no salt (TPM_RH_NULL)" if salt == 0x40000007 else f"0x{salt:08x}"),
                      ("bound to", "nothing (TPM_RH_NULL)" if bind == 0x40000007 else f"0x{bind:08x}")]
         else:
-            rows.append(("salt, bind", "not seen on the wire (started before tpmtop watched): the TPM does not report them"))
+            rows.append(("salt, bind",
+                         "not seen on the wire (started before tpmtop watched): the TPM does not report them"))
         last = next((ev for ev in reversed(recorder.events()) if any(h == handle for h, _ in ev.sessions)), None)
         if last is not None:
             attrs = next(a for h, a in last.sessions if h == handle)
-            rows.append(("last attributes", f"0x{attrs:02x} ({_session_attrs(attrs)}) on {last.name.removeprefix('TPM2_CC_')}"))
+            rows.append(("last attributes",
+                         f"0x{attrs:02x} ({_session_attrs(attrs)}) on {last.name.removeprefix('TPM2_CC_')}"))
         return ("session", rows)
     return ("handle", rows)
 

@@ -11,37 +11,35 @@ session per extend as in 6.10, a kept session as in 6.12+, or none) is named. No
 
 from __future__ import annotations
 
-from tpmtop.sources.model import (CommandRow, ErrorBook, RunView, buckets_of, op_rows, run_from_account,
-                                  summary_of)
-from tpmtop.sources.passive import Sysfs
-from tpmtop.sources.protocol import Capabilities, HeaderInfo, TimingsView
+from typing import TYPE_CHECKING, Any
+
+from tpmtop.sources.numbers import buckets_of, summary_of
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase, SourceKind, TimingsView
+from tpmtop.sources.rows.latency import CommandRow, op_rows
+from tpmtop.sources.runs import RunView, run_from_account
+from tpmtop.sources.sysfs import Sysfs
 from tpmtop.textsafe import counted
+
+if TYPE_CHECKING:
+    from tpmtop.kernel.tap import KernelTap
+    from tpmtop.recorder import Recorder
 
 ENGINE = "kernel"
 UNUSUAL = ("hwrng", "user", "tpmtop", "kernel")  # paths named in a row's label whatever else came
 WHY_NOT = "--kernel watches the kernel's own TPM commands: tpmtop sends nothing to the TPM"
 
 
-class KernelSource:
-    read_only = True
-    simulated = False
-    connected = True
-    running = False
-    poll_interval = 1.0
-
-    def __init__(self, tap, sysfs: Sysfs | None = None, *, passive: bool = False):
+class KernelSource(SourceBase):
+    def __init__(self, tap: KernelTap, sysfs: Sysfs | None = None, *, passive: bool = False) -> None:
+        super().__init__()
         self.tap = tap
-        self.recorder = tap.recorder
-        self.sysfs = sysfs or Sysfs()
+        self.recorder: Recorder = tap.recorder
+        self.sysfs: Sysfs = sysfs or Sysfs()
         self.passive = passive  # started as --passive (which traces where it can)
-        self.errors = ErrorBook()
-        self.boundaries: list = []  # a kernel has no TPM periods of tpmtop's making
-        self.periods: list = []
         self.engine, self.op = ENGINE, "extend"
-        self.tcti = tap.source_text
-        self.caps = Capabilities("kernel", live=True, handles=False, timings=True, workload=False,
-                                 changes_tpm=False, selects_runs=False, export=True, sysfs=tap.this_machine,
-                                 why_not=WHY_NOT)
+        self._tcti = str(tap.source_text)
+        self._caps = Capabilities(SourceKind.KERNEL, live=True, timings=True, export=True, sysfs=tap.this_machine,
+                                  why_not=WHY_NOT)
 
     # -- what the screens read ----------------------------------------------------------------
     @property
@@ -49,9 +47,16 @@ class KernelSource:
         return self.tap.accounts.mode()[0] or "unknown"
 
     @property
-    def identity(self):
+    def caps(self) -> Capabilities:
+        return self._caps
+
+    @property
+    def tcti(self) -> str:
+        return self._tcti
+
+    def ready(self) -> bool:
         """Something to export once the kernel sent a command (the x key's condition)."""
-        return True if self.tap.commands else None
+        return bool(self.tap.commands)
 
     def header(self) -> HeaderInfo:
         tap = self.tap
@@ -80,7 +85,7 @@ class KernelSource:
             kinds = sorted(tap.accounts.by_kind.items(), key=lambda kv: kv[0] != "extend")  # extend first
             return [run_from_account((ENGINE, mode, kind), st) for kind, st in kinds if st.ops]
 
-    def timings(self, runs: list | None = None) -> TimingsView:
+    def timings(self, runs: list[Any] | None = None) -> TimingsView:
         runs = self.runs() if runs is None else runs
         current = next((r for r in runs if r.op == self.op), None)
         with self.tap.lock:
@@ -93,13 +98,15 @@ class KernelSource:
         if blind:  # one command per extend and no operation probes: no host time can be seen
             ops = [r for r in ops if r.key != "op:host"]
         rows = ops + self._command_rows()
-        subtitle = f"kernel · {counted(current.ops, self.op + ' op', self.op + ' ops')}" if current else "kernel · no extend yet"
+        subtitle = (f"kernel · {counted(current.ops, self.op + ' op', self.op + ' ops')}" if current
+                    else "kernel · no extend yet")
         lines = [f"sessions: {mode or 'cannot tell'}: {why}"]
         lost = self.tap.parser.lost
         if lost:
             lines.append(f"{lost:,} trace events lost (the buffer overran): commands are missing from these numbers")
         if mode == "reuse" and after:
-            lines.append("set-ups after: " + ", ".join(f"{k} ×{n}" for k, n in sorted(after.items(), key=lambda kv: -kv[1])))
+            most = sorted(after.items(), key=lambda kv: -kv[1])
+            lines.append("set-ups after: " + ", ".join(f"{k} ×{n}" for k, n in most))
         if blind:
             lines.append("no operation probes: an extend is its PCR_Extend alone, its host time not seen")
         elif estimated:
@@ -128,12 +135,6 @@ class KernelSource:
                 recent_us=[v / 1000 for v in list(st.recent)]))
         return rows
 
-    def choose(self, engine=None, mode=None, op=None) -> bool:
-        return False
-
-    def values(self, what: str) -> list[str]:
-        return []
-
     # -- actions ---------------------------------------------------------------------------------
     def reset_stats(self) -> None:
         self.recorder.reset_stats()
@@ -147,10 +148,10 @@ class KernelSource:
             tap.by_path.clear()
             tap.reanchor()  # a file's times: the next command starts the stream's clock again
 
-    def capture(self) -> dict:
+    def capture(self) -> dict[str, Any]:
         return self.tap.capture()
 
-    def tpm_json(self) -> dict:
+    def tpm_json(self) -> dict[str, Any]:
         return {"tcti": self.tcti, "simulated": False}
 
     def close(self) -> None:

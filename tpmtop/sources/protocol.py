@@ -1,31 +1,66 @@
-"""What every dashboard source offers, and what it can do: the screens read
-:class:`Capabilities` instead of asking which kind of source they have.
+"""What every dashboard source offers, and what it can do: the dashboard reads
+:class:`Capabilities` instead of asking which kind of source it has.
 
-Live (a TPM), replay (a capture) and passive (sysfs only) sources all satisfy :class:`Source`;
-each answers the same questions in plain data built by :mod:`tpmtop.sources.model`, so a
-replayed capture goes through the panels' code exactly as a live run does. No Textual here.
+:class:`Source` is the whole contract: every member the view-model
+(:mod:`tpmtop.viewmodel.dashboard`), the screens' workers and the CLI use. The four sources —
+live (a TPM), replay (a capture), passive (sysfs only) and kernel (kprobes) — derive from
+:class:`SourceBase`, which gives the defaults of a source that cannot do a thing (no TPM to
+poll, no workload to pause), so a new capability is one field here with its default and an
+override where a source has it. ``tests/test_source_contract.py`` walks all four. No Textual here.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from tpmtop.sources.model import CommandRow, ErrorBook, RunView
+from tpmtop.sources.rows.latency import CommandRow, ErrorBook
+from tpmtop.sources.rows.stream import StreamRow
+from tpmtop.sources.runs import RunView
+
+if TYPE_CHECKING:
+    from tpmtop.recorder import Recorder
+    from tpmtop.sources.sysfs import Sysfs
+    from tpmtop.tpm.handles import HandleEntry
+
+
+UNSET = "-"  # no engine, mode or op: a source without runs (passive, an empty capture); shown as is
+
+
+class SourceKind(StrEnum):
+    """Which kind of source this is (its word in the header when it has no running/paused state)."""
+
+    LIVE = "live"
+    REPLAY = "replay"
+    PASSIVE = "passive"
+    KERNEL = "kernel"
+    NONE = "-"
 
 
 @dataclass(frozen=True)
 class Capabilities:
-    state_word: str  # the header's state when the source has no running/paused state of its own
-    live: bool  # the data changes: the screen re-reads it (recorder, accounts) several times a second
-    handles: bool  # the TPM's handles and slots can be polled (Handles, Resources)
-    timings: bool  # there are command timings (Latency, Modes, Stream)
-    workload: bool  # a workload runs here: pause, rate, and m/e/o change what it runs
-    changes_tpm: bool  # actions that change the TPM are allowed (not --read-only, not a capture)
-    selects_runs: bool  # m/e/o choose what is shown
-    export: bool  # x writes a capture
-    sysfs: bool  # a kernel worth reading (System panel): --passive, or a TPM device node
+    kind: SourceKind
+    live: bool = False  # the data changes: the screen re-reads it (recorder, accounts) several times a second
+    handles: bool = False  # the TPM's handles and slots can be polled (Handles, Resources)
+    timings: bool = False  # there are command timings (Latency, Modes, Stream)
+    workload: bool = False  # a workload runs here: pause, rate, and m/e/o change what it runs
+    changes_tpm: bool = False  # actions that change the TPM are allowed (not --read-only, not a capture)
+    selects_runs: bool = False  # m/e/o choose what is shown
+    export: bool = False  # x writes a capture
+    sysfs: bool = False  # a kernel worth reading (System panel): --passive, or a TPM device node
+    clients: bool = False  # who else uses the TPM: a proxy's clients, or a device's holders (Clients)
     why_not: str = ""  # said when a key is refused: "replay shows a capture: nothing to change"
+
+
+@dataclass
+class PollResult:
+    entries: list[HandleEntry]
+    var: dict[str, int]
+    t: float  # monotonic time of the poll
+    seq: int = 0  # the recorder's last command when the poll ran (the TPM's list is as of it)
 
 
 @dataclass
@@ -57,18 +92,154 @@ class TimingsView:
 
 @runtime_checkable
 class Source(Protocol):
-    caps: Capabilities
+    """Everything a consumer of a source uses; :class:`SourceBase` has the defaults."""
+
+    @property
+    def caps(self) -> Capabilities: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def tcti(self) -> str: ...
+
     engine: str
-    mode: str
     op: str
-    errors: "ErrorBook"  # response codes per command (live: fed from the recorder each tick)
+    errors: ErrorBook  # response codes known from the source itself (a capture's); live ones the view-model counts
+    recorder: Recorder | None  # live and kernel: the commands as they happen
+    connected: bool
+    running: bool
+    read_only: bool
+    simulated: bool
+    kernel_device: bool  # polls a kernel's TPM: the observer-effect banner
+    poll_interval: float
+    identity: Any  # what the TPM said it is (None until it answered): export waits for it
+    boundaries: list[tuple[float, str]]  # (time.time(), why) of each new TPM life
+    periods: list[dict[Any, Any]]  # accounts of earlier TPM lives
+    timeline: deque[tuple[float, str, str, str, int]]  # the latest operations: the Modes time series
+    workload_error: str | None
+    pause_reason: str | None
+    sysfs: Sysfs | None
+    proxy: Any  # tpmtop.proxy.server.ProxyServer with --listen
+    proxy_log: list[str]
 
+    def ready(self) -> bool: ...
     def header(self) -> HeaderInfo: ...
-
     def runs(self) -> list[RunView]: ...
-
-    def timings(self) -> TimingsView: ...
-
+    def timings(self, runs: list[RunView] | None = None) -> TimingsView: ...
     def choose(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> bool: ...
-
     def values(self, what: str) -> list[str]: ...
+    def events(self) -> list[dict[str, Any]]: ...
+    def stream_rows(self) -> list[StreamRow]: ...
+    def capture(self) -> dict[str, Any]: ...
+    def poll(self) -> PollResult: ...
+    def reconnect(self) -> None: ...
+    def lost(self, error: str) -> None: ...
+    def slot_freed(self) -> None: ...
+    def workload_loop(self, cancelled: Callable[[], bool]) -> None: ...
+    def set_running(self, running: bool) -> None: ...
+    def set_rate_step(self, direction: int) -> float: ...
+    def flush(self, handle: int) -> None: ...
+    def flush_ours(self) -> list[int]: ...
+    def inspect(self, handle: int, kind: str, ours: bool) -> tuple[str, list[tuple[str, str]]]: ...
+    def reset_stats(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class SourceBase:
+    """The defaults: a source that shows something and can change nothing."""
+
+    engine = op = UNSET
+    recorder: Recorder | None = None
+    connected = True
+    running = False
+    read_only = True
+    simulated = False
+    kernel_device = False
+    poll_interval = 1.0
+    identity: Any = None
+    workload_error: str | None = None
+    pause_reason: str | None = None
+    sysfs: Sysfs | None = None
+    proxy: Any = None
+
+    def __init__(self) -> None:
+        self.errors = ErrorBook()
+        self.boundaries: list[tuple[float, str]] = []
+        self.periods: list[dict[Any, Any]] = []
+        self.timeline: deque[tuple[float, str, str, str, int]] = deque(maxlen=1)
+        self.proxy_log: list[str] = []
+
+    @property
+    def caps(self) -> Capabilities:
+        raise NotImplementedError  # each source says what it can do
+
+    def ready(self) -> bool:
+        """Something to export yet (the TPM answered, the kernel sent a command)."""
+        return self.identity is not None
+
+    def _cannot(self, what: str) -> Exception:
+        from tpmtop.errors import UsageError
+
+        return UsageError(self.caps.why_not or f"this view cannot {what}")
+
+    def header(self) -> HeaderInfo:
+        raise NotImplementedError
+
+    def runs(self) -> list[RunView]:
+        return []
+
+    def timings(self, runs: list[RunView] | None = None) -> TimingsView:
+        return TimingsView()
+
+    def choose(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> bool:
+        return False
+
+    def values(self, what: str) -> list[str]:
+        return []
+
+    def events(self) -> list[dict[str, Any]]:
+        """A saved capture's events (replay): what the failure patterns read once."""
+        return []
+
+    def stream_rows(self) -> list[StreamRow]:
+        """A saved capture's whole stream (replay); live sources stream from the recorder."""
+        return []
+
+    def capture(self) -> dict[str, Any]:
+        raise self._cannot("export a capture")
+
+    def poll(self) -> PollResult:
+        raise self._cannot("poll a TPM")
+
+    def reconnect(self) -> None:
+        pass
+
+    def lost(self, error: str) -> None:
+        """A worker found the TPM gone (the poller re-arms and reconnects)."""
+        self.connected = False
+
+    def slot_freed(self) -> None:
+        """A handle was flushed: a workload paused on a full TPM may go on."""
+
+    def workload_loop(self, cancelled: Callable[[], bool]) -> None:
+        pass
+
+    def set_running(self, running: bool) -> None:
+        pass
+
+    def set_rate_step(self, direction: int) -> float:
+        return 0.0
+
+    def flush(self, handle: int) -> None:
+        raise self._cannot("flush")
+
+    def flush_ours(self) -> list[int]:
+        raise self._cannot("flush")
+
+    def inspect(self, handle: int, kind: str, ours: bool) -> tuple[str, list[tuple[str, str]]]:
+        raise self._cannot("inspect a handle")
+
+    def reset_stats(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

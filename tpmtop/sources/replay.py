@@ -6,41 +6,47 @@ Loaded with :func:`tpmtop.capture.load_capture`: schema validation, clear one-li
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from tpmtop.sources.model import (ErrorBook, RunView, StreamRow, command_rows_run, op_rows, rc_not_traced,
-                                  run_from_capture, stream_row_from_dict)
-from tpmtop.sources.protocol import Capabilities, HeaderInfo, TimingsView
+from tpmtop.sources.protocol import UNSET, Capabilities, HeaderInfo, SourceBase, SourceKind, TimingsView
+from tpmtop.sources.rows.latency import command_rows_run, op_rows
+from tpmtop.sources.rows.stream import MAX_STREAM_ROWS, StreamRow, rc_not_traced, stream_row_from_dict
+from tpmtop.sources.runs import RunView, run_from_capture
 
-MAX_STREAM_ROWS = 100_000  # as many as the recorder's ring keeps live
+if TYPE_CHECKING:
+    from tpmtop.capture import CaptureReader
+    from tpmtop.capture.spec import EventLine
 
 
-def load(path: str | Path) -> dict:
-    """Schema-checked; a bad file is one clear line (a UsageError), exit status 2. A pcap or
-    pcapng file is imported first (tpmtop.importers.pcap). Only the
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Schema-checked; a bad file is one clear line (a UsageError), exit status 2. A file of
+    recorded traffic (pcap, pcapng: tpmtop.importers.registry) is imported first. Only the
     newest MAX_STREAM_ROWS events are kept (a capture may hold a million), and every string
     is made safe for a terminal (tpmtop.textsafe): the capture may come from anyone."""
     from tpmtop.capture import CaptureReader
-    from tpmtop.importers.pcap import import_pcap, is_pcap
+    from tpmtop.importers.registry import find_importer
     from tpmtop.textsafe import safe_tree
 
-    if is_pcap(path):  # a tpm2-tss pcap: TCTI file, or tcpdump of a simulator's port
-        return safe_tree(import_pcap(path)[0])
-    return safe_tree(_read_tail(CaptureReader, path))
+    importer = find_importer(path)  # recorded traffic (a tpm2-tss pcap: TCTI file, a tcpdump …)
+    doc = importer.read(path)[0] if importer is not None else _read_tail(CaptureReader, path)
+    safe: dict[str, Any] = safe_tree(doc)
+    return safe
 
 
-def _read_tail(reader_cls, path) -> dict:
+def _read_tail(reader_cls: type[CaptureReader], path: str | Path) -> dict[str, Any]:
     from collections import deque
 
-    tail: deque = deque(maxlen=MAX_STREAM_ROWS)
+    tail: deque[Any] = deque(maxlen=MAX_STREAM_ROWS)
     r = reader_cls(path, on_event=tail.append, on_op=lambda op: None, typed=True)
-    doc = r.read()
+    doc: dict[str, Any] = r.read()
     if r.has_events:
         doc["events"] = [_event_dict(e) for e in tail]
     return doc
 
 
-def _event_dict(e) -> dict:
-    """A typed event (tpmtop.capture.model.EventLine) back into a capture event."""
+def _event_dict(e: EventLine) -> dict[str, Any]:
+    """A typed event (tpmtop.capture.spec.EventLine) back into a capture event."""
     import json
 
     import msgspec
@@ -52,16 +58,13 @@ def _event_dict(e) -> dict:
     return d
 
 
-class ReplaySource:
-    caps = Capabilities("replay", live=False, handles=False, timings=True, workload=False, changes_tpm=False,
-                        selects_runs=True, export=False, sysfs=False,
+class ReplaySource(SourceBase):
+    caps = Capabilities(SourceKind.REPLAY, timings=True, selects_runs=True,
                         why_not="replay shows a saved capture: nothing here runs or changes a TPM")
-    read_only = True
-    simulated = False
-    connected = True
 
-    def __init__(self, capture: dict, path: str | Path = "capture", decode: bool = False):
-        self.capture = capture
+    def __init__(self, capture: dict[str, Any], path: str | Path = "capture", decode: bool = False) -> None:
+        super().__init__()
+        self.doc = capture  # the capture as loaded (capture() hands it back)
         self.path = Path(path)
         self.tpm = dict(capture.get("tpm") or {})
         self._runs: list[RunView] = [run_from_capture(r) for r in capture.get("runs") or [] if isinstance(r, dict)]
@@ -75,8 +78,7 @@ class ReplaySource:
 
             kept = [e for e in events[-MAX_STREAM_ROWS:] if isinstance(e, dict)]
             self.stream = [replace(r, handles=t) if (t := event_text(e)) is not None else r
-                           for r, e in zip(self.stream, kept)]
-        self.errors = ErrorBook()
+                           for r, e in zip(self.stream, kept, strict=True)]
         for e in events[-MAX_STREAM_ROWS:]:
             if isinstance(e, dict):
                 rc = e.get("rc")
@@ -93,9 +95,9 @@ class ReplaySource:
         # the per-command run that comes first
         first = next((r for r in self._runs if r.engine == "kernel" and r.op == "extend"), None) or \
             (self._runs[0] if self._runs else None)
-        self.engine = first.engine if first else "-"
-        self.mode = first.mode if first else "-"
-        self.op = first.op if first else "-"
+        self.engine = first.engine if first else UNSET
+        self.mode = first.mode if first else UNSET
+        self.op = first.op if first else UNSET
 
     @property
     def tcti(self) -> str:
@@ -131,7 +133,16 @@ class ReplaySource:
         i = {"engine": 0, "mode": 1, "op": 2}[what]
         return list(dict.fromkeys(r.key[i] for r in self._runs))
 
-    def timings(self) -> TimingsView:
+    def capture(self) -> dict[str, Any]:
+        return self.doc
+
+    def events(self) -> list[dict[str, Any]]:
+        return list(self.doc.get("events") or [])
+
+    def stream_rows(self) -> list[StreamRow]:
+        return self.stream
+
+    def timings(self, runs: list[RunView] | None = None) -> TimingsView:
         run = self.current_run()
         rows = op_rows(run) + (command_rows_run(run) if run else [])
         return TimingsView(rows, f"run {self.engine}/{self.mode}/{self.op} · {run.ops if run else 0} ops",
@@ -140,7 +151,7 @@ class ReplaySource:
     def header(self) -> HeaderInfo:
         t = self.tpm
         host = self.host
-        pacing = self.capture.get("pacing")
+        pacing = self.doc.get("pacing")
         paced = ""
         if isinstance(pacing, dict) and isinstance(pacing.get("rate_ops_per_s"), (int, float)):
             r = pacing["rate_ops_per_s"]

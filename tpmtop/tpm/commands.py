@@ -7,12 +7,20 @@ would cost more than the TPM does.
 from __future__ import annotations
 
 import struct
+from typing import Protocol
 
 from tpm2_pytss.constants import TPM2_CAP, TPM2_CC, TPM2_HR, TPM2_HT, TPM2_ST
 from tpm2_pytss.types import TPMS_CAPABILITY_DATA
 
 from tpmtop.errors import TpmError
 from tpmtop.tpm import names
+
+
+class Transacts(Protocol):
+    """Anything that sends a command and returns the response: a transport, a backend."""
+
+    def transact(self, command: bytes) -> bytes: ...
+
 
 TPM_ST_NO_SESSIONS = int(TPM2_ST.NO_SESSIONS)
 CC_GET_CAPABILITY = int(TPM2_CC.GetCapability)
@@ -37,7 +45,7 @@ def check(rsp: bytes, cc: int) -> bytes:
     return rsp[10:]
 
 
-def get_capability(transport, cap: int, prop: int, count: int) -> tuple[bool, TPMS_CAPABILITY_DATA]:
+def get_capability(transport: Transacts, cap: int, prop: int, count: int) -> tuple[bool, TPMS_CAPABILITY_DATA]:
     rsp = transport.transact(build(CC_GET_CAPABILITY, struct.pack(">III", cap, prop, count)))
     body = check(rsp, CC_GET_CAPABILITY)
     more = body[0] == 1
@@ -45,7 +53,7 @@ def get_capability(transport, cap: int, prop: int, count: int) -> tuple[bool, TP
     return more, data
 
 
-def get_properties(transport, first: int, count: int = 128) -> dict[int, int]:
+def get_properties(transport: Transacts, first: int, count: int = 128) -> dict[int, int]:
     """TPM_PT properties from ``first`` on, looping while moreData."""
     out: dict[int, int] = {}
     prop = first
@@ -65,13 +73,13 @@ def get_properties(transport, first: int, count: int = 128) -> dict[int, int]:
 _SESSION_TYPES = frozenset(int(t) for t in (TPM2_HT.HMAC_SESSION, TPM2_HT.POLICY_SESSION))
 
 
-def get_handles(transport, first: int, count: int = 64) -> list[int]:
+def get_handles(transport: Transacts, first: int, count: int = 64) -> list[int]:
     """Every handle of one type (the top byte of ``first``), looping while moreData:
     GetCapability's count bounds one answer, and a TPM may return fewer than asked."""
     out: list[int] = []
     prop = first
     # Session lists (loaded 0x02…, saved 0x03…) hold HMAC (0x02…) and policy (0x03…) handles.
-    tops = {first >> TPM2_HR.SHIFT}
+    tops: frozenset[int] = frozenset({first >> TPM2_HR.SHIFT})
     if tops <= _SESSION_TYPES:
         tops = _SESSION_TYPES
     while True:
@@ -85,5 +93,5 @@ def get_handles(transport, first: int, count: int = 64) -> list[int]:
             return out
 
 
-def flush_context(transport, handle: int) -> None:
+def flush_context(transport: Transacts, handle: int) -> None:
     check(transport.transact(build(CC_FLUSH_CONTEXT, struct.pack(">I", handle))), CC_FLUSH_CONTEXT)

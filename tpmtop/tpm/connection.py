@@ -9,34 +9,46 @@ private swtpm. This module never imports the recorder: the sink is whatever the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.errors import TpmConnectionError
-from tpmtop.tpm import interrupts
+from tpmtop.tpm import interrupts, wire
 from tpmtop.tpm import tcti as tcti_mod
-from tpmtop.tpm import wire
-from tpmtop.tpm.exchange import ExchangeSink, Labels
-from tpmtop.tpm.owner import TpmOwner
+from tpmtop.tpm.exchange import ExchangeSink, Labels, Origin
 from tpmtop.tpm.identity import Identity, read_identity
-from tpmtop.tpm.transport import (DEFAULT_TIMEOUT, DeviceBackend, InstrumentedTransport, SocketBackend,
-                                  TctiLdrBackend, connect_tcp)
+from tpmtop.tpm.owner import TpmOwner
+from tpmtop.tpm.transport import (
+    DEFAULT_TIMEOUT,
+    Backend,
+    DeviceBackend,
+    InstrumentedTransport,
+    SocketBackend,
+    TctiLdrBackend,
+    connect_tcp,
+)
+
+if TYPE_CHECKING:
+    from tpmtop.tpm.esapi import EsapiOnTransport
+    from tpmtop.tpm.sim import Swtpm
 
 
 class TpmConnection:
     def __init__(self, target: tcti_mod.Target, sink: ExchangeSink | None = None,
-                 timeout: float = DEFAULT_TIMEOUT):
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
         self.target = target
         self.timeout = timeout  # every backend's wait for the TPM (--timeout)
         # Named for what it is in tpmtop (tpmtop.recorder.Recorder); any ExchangeSink works.
         self.recorder = sink
-        self.sim = None
+        self.sim: Swtpm | None = None
         self.transport: InstrumentedTransport | None = None
         self.owner: TpmOwner | None = None
         self._identity: Identity | None = None
-        self._esapi = None
+        self._esapi: EsapiOnTransport | None = None
         self.profile_name: str | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def open(self) -> "TpmConnection":
+    def open(self) -> TpmConnection:
         try:
             # Opened whole: a signal meanwhile is raised at the end (and closes what was
             # opened), never inside a thread's start or half way through starting a swtpm.
@@ -51,16 +63,16 @@ class TpmConnection:
             raise
         return self
 
-    def _backend(self):
+    def _backend(self) -> Backend:
         t = self.target
-        if t.kind == "sim":
+        if t.kind is tcti_mod.TargetKind.SIM:
             from tpmtop.tpm.sim import Swtpm
 
-            self.sim = Swtpm().start()
-            return self.sim.backend(self.timeout)
-        if t.kind == "device":
-            return DeviceBackend(t.device_path, self.timeout)
-        if t.kind == "swtpm":
+            sim = self.sim = Swtpm().start()
+            return sim.backend(self.timeout)
+        if t.kind is tcti_mod.TargetKind.DEVICE:
+            return DeviceBackend(t.device_path or "/dev/tpm0", self.timeout)
+        if t.kind is tcti_mod.TargetKind.SWTPM:
             # swtpm's data channel speaks raw TPM commands; keep one connection open.
             host, port = tcti_mod.parse_host_port(t.conf or "", 2321)
             return SocketBackend(connect_tcp(host, port, self.timeout), f"swtpm {host}:{port}", self.timeout)
@@ -80,7 +92,8 @@ class TpmConnection:
         if self.owner is not None:
             self.owner.lost = None
 
-    def call(self, fn, *args, origin: str = "user", labels: Labels | None = None, **kwargs):
+    def call(self, fn: Callable[..., Any], *args: Any, origin: str = Origin.USER, labels: Labels | None = None,
+             **kwargs: Any) -> Any:
         """Run ``fn(transport, *args, **kwargs)`` as one job on the TPM's owner thread."""
         if self.owner is None:
             raise TpmConnectionError("not connected")
@@ -109,10 +122,10 @@ class TpmConnection:
             self.sim.stop()
             self.sim = None
 
-    def __enter__(self) -> "TpmConnection":
+    def __enter__(self) -> TpmConnection:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- what everyone asks --------------------------------------------------------------------
@@ -124,15 +137,17 @@ class TpmConnection:
     def is_kernel_rm(self) -> bool:
         """Through /dev/tpmrm0 transient handles are virtualised and per-client."""
         p = self.target.device_path
-        return bool(p) and tcti_mod.device_class(p) == "rm"  # by device number, not name
+        return p is not None and tcti_mod.device_class(p) == "rm"  # by device number, not name
 
     def identity(self) -> Identity:
+        if self.transport is None:
+            raise TpmConnectionError("not connected")
         if self._identity is None:
             self._identity = (self.owner.call(read_identity, self.transport) if self.owner is not None
                               else read_identity(self.transport))
         return self._identity
 
-    def esapi(self):
+    def esapi(self) -> EsapiOnTransport:
         """An ESAPI context on the instrumented transport (created on first use)."""
         if self._esapi is None:
             from tpm2_pytss import ESAPI
@@ -142,7 +157,7 @@ class TpmConnection:
             self._esapi = EsapiOnTransport(ESAPI(self.transport), self.transport)
         return self._esapi
 
-    def tpm_json(self) -> dict:
+    def tpm_json(self) -> dict[str, Any]:
         ident = self.identity()
         d = {"tcti": self.target.tcti, "manufacturer": ident.manufacturer, "vendor": ident.vendor,
              "firmware": ident.firmware, "simulated": self.simulated}

@@ -14,6 +14,8 @@ back as "tcti:Catch all", or be lost, and leave ESAPI unusable for the clean-up.
 
 from __future__ import annotations
 
+from typing import Any
+
 from tpm2_pytss.TSS2_Exception import TSS2_Exception
 
 from tpmtop.tpm.interrupts import held
@@ -22,17 +24,17 @@ from tpmtop.tpm.interrupts import held
 class EsapiOnTransport:
     __slots__ = ("_esapi", "_transport", "__dict__")
 
-    def __init__(self, esapi, transport):
+    def __init__(self, esapi: Any, transport: Any) -> None:
         self._esapi = esapi
         self._transport = transport
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         attr = getattr(self._esapi, name)
         if not callable(attr):
             return attr
         transport = self._transport
 
-        def call(*args, **kwargs):
+        def call(*args: Any, **kwargs: Any) -> Any:
             try:
                 with held():
                     return attr(*args, **kwargs)

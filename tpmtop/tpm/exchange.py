@@ -14,11 +14,27 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import NamedTuple, Protocol
+from enum import StrEnum
+from typing import Any, NamedTuple, Protocol
 
 from tpmtop.tpm.interrupts import held
 
 _HELD = held()
+
+
+class Origin(StrEnum):
+    """Who sent a command. tpmtop's own: the workload, the dashboard's poller, an operator's
+    key; what it only sees: a proxied program, the kernel, an imported trace. ``mark`` is
+    no command: a boundary (TPM reset, reconnection) in the stream."""
+
+    WORKLOAD = "workload"
+    POLL = "poll"
+    USER = "user"
+    PROXY = "proxy"
+    KERNEL = "kernel"
+    IMPORTED = "imported"
+    EXPORTER = "exporter"  # `tpmtop exporter --probe`: its GetCapability reads of the slots
+    MARK = "mark"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +42,7 @@ class Labels:
     """Who sent a command and as part of what. ``origin`` keeps tpmtop's own traffic
     (``poll``, ``user``) out of the workload's numbers."""
 
-    origin: str = "user"
+    origin: str = Origin.USER
     engine: str | None = None
     mode: str | None = None
     op: str | None = None
@@ -38,7 +54,7 @@ USER = Labels()
 _LABELS: ContextVar[Labels] = ContextVar("tpmtop_labels", default=USER)
 # When set, (command code, wire ns) of each exchange is appended: the session engine sums an
 # operation's wire time from it. A list per operation, owned by the job that set it.
-_WIRE_LOG: ContextVar["list | None"] = ContextVar("tpmtop_wire_log", default=None)
+_WIRE_LOG: ContextVar[list[tuple[int | None, int]] | None] = ContextVar("tpmtop_wire_log", default=None)
 
 
 def current_labels() -> Labels:
@@ -60,22 +76,22 @@ class _Scope:
 
     __slots__ = ("var", "value", "token")
 
-    def __init__(self, var: ContextVar, value) -> None:
+    def __init__(self, var: ContextVar[Any], value: Any) -> None:
         self.var, self.value = var, value
 
-    def __enter__(self):
+    def __enter__(self) -> Any:
         _HELD.__enter__()  # first: from here on a signal is noted, not raised
         self.token = self.var.set(self.value)
         return self.value
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         try:
             self.var.reset(self.token)
         finally:
             _HELD.__exit__(*exc)  # raises a signal noted inside the scope, now that it is undone
 
 
-def labelled(labels: Labels | None = None, **changes) -> _Scope:
+def labelled(labels: Labels | None = None, **changes: Any) -> _Scope:
     """Stamp every exchange sent in this scope (on this thread/context) with ``labels``
     (or the current labels with ``changes``)."""
     lab = labels if labels is not None else _LABELS.get()
@@ -84,7 +100,7 @@ def labelled(labels: Labels | None = None, **changes) -> _Scope:
     return _Scope(_LABELS, lab)
 
 
-def wire_log(log: list) -> _Scope:
+def wire_log(log: list[Any]) -> _Scope:
     return _Scope(_WIRE_LOG, log)
 
 
@@ -118,6 +134,6 @@ class ExchangeSink(Protocol):
 
     enabled: bool
 
-    def put(self, exchange: tuple) -> None: ...
+    def put(self, exchange: tuple[Any, ...]) -> None: ...
 
     def between_jobs(self) -> None: ...

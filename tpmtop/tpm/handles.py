@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from tpm2_pytss.constants import TPM2_HR, TPM2_HT
 
 from tpmtop.errors import UsageError
-from tpmtop.tpm.commands import flush_context, get_handles
+from tpmtop.tpm.commands import Transacts, flush_context, get_handles
+
+
+class HandleKind(StrEnum):
+    TRANSIENT = "transient"
+    LOADED_SESSION = "loaded-session"
+    SAVED_SESSION = "saved-session"
+    PERSISTENT = "persistent"
+
+    @property
+    def is_session(self) -> bool:
+        return self in (HandleKind.LOADED_SESSION, HandleKind.SAVED_SESSION)
+
 
 # (GetCapability selector, kind as tpmtop names it). A selector of 0x02… lists *loaded*
 # sessions (HMAC and policy alike), 0x03… lists *saved* ones (spec Part 2, TPM_HT).
 CATEGORIES = (
-    (int(TPM2_HR.TRANSIENT), "transient"),
-    (int(TPM2_HR.HMAC_SESSION), "loaded-session"),
-    (int(TPM2_HR.POLICY_SESSION), "saved-session"),
-    (int(TPM2_HR.PERSISTENT), "persistent"),
+    (int(TPM2_HR.TRANSIENT), HandleKind.TRANSIENT),
+    (int(TPM2_HR.HMAC_SESSION), HandleKind.LOADED_SESSION),
+    (int(TPM2_HR.POLICY_SESSION), HandleKind.SAVED_SESSION),
+    (int(TPM2_HR.PERSISTENT), HandleKind.PERSISTENT),
 )
 # What FlushContext accepts, by a handle's top byte (TPM_HT).
 FLUSHABLE = frozenset(int(t) for t in (TPM2_HT.TRANSIENT, TPM2_HT.HMAC_SESSION, TPM2_HT.POLICY_SESSION))
@@ -24,28 +37,28 @@ FLUSHABLE = frozenset(int(t) for t in (TPM2_HT.TRANSIENT, TPM2_HT.HMAC_SESSION, 
 @dataclass(frozen=True)
 class HandleEntry:
     handle: int
-    kind: str
+    kind: HandleKind
     session_type: str | None  # "hmac"/"policy" for sessions
     ours: bool
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         d = {"handle": f"0x{self.handle:08x}", "kind": self.kind, "created_by_tpmtop": self.ours}
         if self.session_type:
             d["session_type"] = self.session_type
         return d
 
 
-def list_handles(transport, owned: set[int] | None = None) -> list[HandleEntry]:
+def list_handles(transport: Transacts, owned: set[int] | None = None) -> list[HandleEntry]:
     owned = owned or set()
     out: list[HandleEntry] = []
     for first, kind in CATEGORIES:
         for h in get_handles(transport, first):
             st = None
-            if kind.endswith("session"):
+            if kind.is_session:
                 # A loaded session's top byte says HMAC (0x02) or policy (0x03); the TPM lists
                 # every *saved* session in the HMAC range whatever its type, so a saved one
                 # is "unknown" unless tpmtop made it (tpmtop's sessions are HMAC sessions).
-                if kind == "saved-session" and h not in owned:
+                if kind is HandleKind.SAVED_SESSION and h not in owned:
                     st = "unknown"
                 else:
                     st = "hmac" if h >> 24 == TPM2_HT.HMAC_SESSION else "policy"
@@ -84,6 +97,6 @@ def check_flushable(handle: int) -> None:
         raise UsageError(f"0x{handle:08x} is not a transient object or a session and cannot be flushed")
 
 
-def flush(transport, handle: int) -> None:
+def flush(transport: Transacts, handle: int) -> None:
     check_flushable(handle)
     flush_context(transport, handle)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from tpmtop.tpm.commands import get_properties
+from tpmtop.tpm.commands import Transacts, get_properties
 
 PT_FIXED = 0x100
 PT_VAR = 0x200
@@ -49,7 +50,7 @@ class Identity:
     vendor_tpm_type: int
     fixed: dict[str, int] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @property
@@ -64,7 +65,7 @@ def firmware_string(fw1: int, fw2: int) -> str:
     return f"{fw1 >> 16}.{fw1 & 0xFFFF}.{fw2 >> 16}.{fw2 & 0xFFFF}"
 
 
-def read_identity(transport) -> Identity:
+def read_identity(transport: Transacts) -> Identity:
     fixed_codes = get_properties(transport, PT_FIXED)
     fixed = {_FIXED_BY_CODE.get(k, f"0x{k:x}"): v for k, v in fixed_codes.items()}
     fw1, fw2 = fixed.get("FIRMWARE_VERSION_1", 0), fixed.get("FIRMWARE_VERSION_2", 0)
@@ -84,7 +85,7 @@ def read_identity(transport) -> Identity:
     )
 
 
-def read_variable(transport) -> dict[str, int]:
+def read_variable(transport: Transacts) -> dict[str, int]:
     codes = get_properties(transport, PT_VAR)
     return {_VAR_BY_CODE.get(k, f"0x{k:x}"): v for k, v in codes.items()}
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from types import FrameType
 
 from tpmtop.errors import Interrupted
 
@@ -35,7 +36,7 @@ received = 0
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
-def handler(signum, frame) -> None:
+def handler(signum: int, frame: FrameType | None) -> None:
     """The signal handler tpmtop's CLI installs (SIGTERM, SIGHUP, SIGINT)."""
     global _pending, received
     received += 1
@@ -93,7 +94,7 @@ class _Held:
         if _get_ident() == _MAIN:
             _depth += 1
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         global _depth
         if _get_ident() == _MAIN:
             _depth -= 1
@@ -126,7 +127,7 @@ class _Closing:
         if _get_ident() == _MAIN:
             _closing += 1
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         global _closing
         if _get_ident() == _MAIN:
             _closing -= 1

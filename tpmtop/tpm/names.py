@@ -51,7 +51,7 @@ def rc_text(rc: int | None) -> str:
     if rc == 0:
         return "success"
     try:
-        return TSS2_RC(rc).decode()
+        return str(TSS2_RC(rc).decode())
     except Exception:  # an rc tpm2-tss cannot word is still shown, as hex
         return f"unknown response code 0x{rc:x}"
 

@@ -36,12 +36,12 @@ import gc
 import queue
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tpmtop.errors import TpmConnectionError
 from tpmtop.tpm import interrupts
 from tpmtop.tpm.exchange import _LABELS, Labels, labelled
-
 
 WAIT_SLICE_S = 0.05  # the longest a signal can wait for the main thread to notice it
 HURRY_GRACE_S = 0.5  # how long closing still waits for the TPM once a second signal came
@@ -70,7 +70,7 @@ class Job:
         self._finished = False
         self._result: Any = None
         self._exc: BaseException | None = None
-        self._callbacks: list | None = []
+        self._callbacks: list[Callable[..., Any]] | None = []
         self._cb_lock = _thread.allocate_lock()  # taken only by non-main threads, briefly
 
     def set_result(self, result: Any) -> None:
@@ -127,7 +127,7 @@ class Job:
         self._wait(timeout)
         return self._exc
 
-    def add_done_callback(self, fn: Callable[["Job"], None]) -> None:
+    def add_done_callback(self, fn: Callable[[Job], None]) -> None:
         with self._cb_lock:
             if self._callbacks is not None:
                 self._callbacks.append(fn)
@@ -155,7 +155,7 @@ class DoneJob:
     def exception(self, timeout: float | None = None) -> BaseException | None:
         return self._exc
 
-    def add_done_callback(self, fn: Callable[["DoneJob"], None]) -> None:
+    def add_done_callback(self, fn: Callable[[DoneJob], None]) -> None:
         fn(self)
 
 
@@ -164,9 +164,9 @@ _get_ident = threading.get_ident
 
 
 class TpmOwner:
-    def __init__(self, transport, name: str = "tpm-owner"):
+    def __init__(self, transport: Any, name: str = "tpm-owner") -> None:
         self.transport = transport
-        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._q: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()  # a job, or None: stop
         # Held by whoever runs a job: the owner thread, or an asking thread on the fast path.
         # A primitive lock: the owner thread only ever blocks on it for a job in flight
         # elsewhere, and no signal handler runs on either side (never the main thread).
@@ -179,7 +179,7 @@ class TpmOwner:
         self._thread.start()
 
     # -- submitting ------------------------------------------------------------------------
-    def submit(self, fn: Callable[..., Any], *args, labels: Labels | None = None, **kwargs) -> Job:
+    def submit(self, fn: Callable[..., Any], *args: Any, labels: Labels | None = None, **kwargs: Any) -> Job:
         fut = Job()
         if self._closed:
             fut.set_exception(TpmConnectionError("the TPM connection is closed"))
@@ -187,8 +187,8 @@ class TpmOwner:
         self._q.put((fut, fn, args, kwargs, labels))
         return fut
 
-    def call(self, fn: Callable[..., Any], *args, labels: Labels | None = None, timeout: float | None = None,
-             **kwargs):
+    def call(self, fn: Callable[..., Any], *args: Any, labels: Labels | None = None, timeout: float | None = None,
+             **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` as one job and return its result (or raise its
         exception). Waiting is interruptible: a signal handler that raises in the main thread
         (Ctrl-C) stops the wait, not the job, which finishes on its own. From a thread other
@@ -202,7 +202,8 @@ class TpmOwner:
             return self._run_here(fn, args, kwargs, labels)
         return self.submit(fn, *args, labels=labels, **kwargs).result(timeout)
 
-    def run_now(self, fn: Callable[..., Any], *args, labels: Labels | None = None, **kwargs) -> "Job | DoneJob":
+    def run_now(self, fn: Callable[..., Any], *args: Any, labels: Labels | None = None,
+                **kwargs: Any) -> Job | DoneJob:
         """:meth:`submit`, or — from a thread other than the main one, with no job running or
         waiting — run it on this thread at once and return it finished. For a caller that
         would otherwise only wait (a proxy connection answering its client from the job)."""
@@ -224,7 +225,8 @@ class TpmOwner:
         return (_get_ident() != _MAIN_IDENT and not self._closed and not self._owner_waiting
                 and self._q.empty() and self._running.acquire(False))
 
-    def _run_here(self, fn, args, kwargs, labels):
+    def _run_here(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                  labels: Labels | None) -> Any:
         """One job on the asking thread; the caller took ``_running``."""
         self._here = _get_ident()
         try:
@@ -267,6 +269,7 @@ class TpmOwner:
             paused_gc = gc.isenabled()
             if paused_gc:
                 gc.disable()
+            exc: BaseException | None
             try:
                 if labels is None or labels is _LABELS.get():
                     result = fn(*args, **kwargs)

@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import threading
 import weakref
+from typing import Any
 
 from tpm2_pytss.constants import TPM2_RC
 
@@ -31,7 +32,7 @@ CMD_SHUTDOWN = 0x03
 TPM2_STARTUP_CLEAR = bytes.fromhex("80010000000c000001440000")
 GET_RANDOM_8 = bytes.fromhex("80010000000c0000017b0008")
 
-_live: "weakref.WeakSet[Swtpm]" = weakref.WeakSet()
+_live: weakref.WeakSet[Swtpm] = weakref.WeakSet()
 
 
 def _set_pdeathsig() -> None:  # runs in the child between fork and exec
@@ -44,7 +45,8 @@ def _set_pdeathsig() -> None:  # runs in the child between fork and exec
         pass
 
 
-_spawn_q: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
+# (Popen args, Popen kwargs, done, [the Popen or the exception])
+_spawn_q: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
 _spawner: threading.Thread | None = None
 _spawner_lock = threading.Lock()
 
@@ -59,7 +61,7 @@ def _spawn_loop() -> None:
         done.set()
 
 
-def _popen_lasting(*args, **kwargs) -> subprocess.Popen:
+def _popen_lasting(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
     """Popen from a thread that lives as long as the process. PR_SET_PDEATHSIG fires when the
     *thread* that forked the child exits, not the process: a swtpm started from a worker or a
     proxy's recovery thread (the owner's fast path runs jobs on the asking thread) was killed
@@ -71,24 +73,25 @@ def _popen_lasting(*args, **kwargs) -> subprocess.Popen:
         if _spawner is None or not _spawner.is_alive():
             _spawner = threading.Thread(target=_spawn_loop, name="tpmtop-spawner", daemon=True)
             _spawner.start()
-    done, out = threading.Event(), []  # type: ignore[var-annotated]
+    done, out = threading.Event(), list[Any]()
     _spawn_q.put((args, kwargs, done, out))
     done.wait()
     if isinstance(out[0], BaseException):
         raise out[0]
-    return out[0]
+    proc: subprocess.Popen[Any] = out[0]
+    return proc
 
 
 class Swtpm:
     binary = "swtpm"
 
-    def __init__(self, state_dir: str | None = None, startup: bool = True):
+    def __init__(self, state_dir: str | None = None, startup: bool = True) -> None:
         """``startup`` False: swtpm answers but is not started up (TPM2_Startup is the
         caller's, as on a platform whose firmware sends it: ``tpmtop lab``'s guests)."""
         self._own_dir = state_dir is None
         self.startup = startup
         self.state_dir = state_dir
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.data: socket.socket | None = None
         self.ctrl: socket.socket | None = None
         self._lock = threading.Lock()
@@ -97,7 +100,7 @@ class Swtpm:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def start(self, timeout: float = 10.0) -> "Swtpm":
+    def start(self, timeout: float = 10.0) -> Swtpm:
         if shutil.which(self.binary) is None:
             raise TpmtopError("swtpm is not installed (Debian/Ubuntu: apt-get install swtpm swtpm-tools; "
                               "or run `make run`, which installs it)")
@@ -114,7 +117,8 @@ class Swtpm:
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                    preexec_fn=_set_pdeathsig, start_new_session=True)
         except OSError as e:
-            data_ours.close(); ctrl_ours.close()
+            data_ours.close()
+            ctrl_ours.close()
             raise TpmtopError(f"cannot start swtpm: {e.strerror}") from None
         finally:
             data_theirs.close()
@@ -176,7 +180,7 @@ class Swtpm:
             self.proc.kill()
             self.proc.wait()
 
-    def restart(self, timeout: float = 10.0) -> "Swtpm":
+    def restart(self, timeout: float = 10.0) -> Swtpm:
         """A new swtpm process on the same state directory (NV state survives)."""
         self._close_sockets()
         self.kill()
@@ -213,10 +217,10 @@ class Swtpm:
                 self.state_dir = None
             _live.discard(self)
 
-    def __enter__(self) -> "Swtpm":
+    def __enter__(self) -> Swtpm:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

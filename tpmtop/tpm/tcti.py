@@ -9,34 +9,53 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from tpmtop.errors import UsageError
 
-KNOWN = ("device", "swtpm", "mssim", "tabrmd", "abrmd", "libtpms", "cmd", "spi-helper", "spidev", "i2c-helper")
+
+class TargetKind(StrEnum):
+    """What a :class:`Target` is: tpmtop's private simulator, or a TCTI by tpm2-tss's name."""
+
+    SIM = "sim"
+    DEVICE = "device"
+    SWTPM = "swtpm"
+    MSSIM = "mssim"
+    TABRMD = "tabrmd"
+    LIBTPMS = "libtpms"
+    CMD = "cmd"
+    SPI_HELPER = "spi-helper"
+    SPIDEV = "spidev"
+    I2C_HELPER = "i2c-helper"
+
+
+# The TCTI names a -T string may start with ("abrmd" is tpm2-tools' alias of tabrmd).
+KNOWN = tuple(k.value for k in TargetKind if k is not TargetKind.SIM) + ("abrmd",)
 DEFAULT_DEVICE = "/dev/tpmrm0"
 
 
 @dataclass(frozen=True)
 class Target:
-    kind: str  # "sim" or a TCTI name
+    kind: TargetKind
     conf: str | None = None
     source: str = "default"  # "--sim", "-T", "TPM2TOOLS_TCTI", "default", "fallback"
     note: str | None = None  # one line to tell the user (e.g. why we fell back)
 
     @property
     def simulated(self) -> bool:
-        return self.kind == "sim"
+        return self.kind is TargetKind.SIM
 
     @property
     def tcti(self) -> str:
-        if self.kind == "sim":
+        if self.kind is TargetKind.SIM:
             return "swtpm (private, embedded)"
         return f"{self.kind}:{self.conf}" if self.conf else self.kind
 
     @property
     def device_path(self) -> str | None:
-        if self.kind == "device":
+        if self.kind is TargetKind.DEVICE:
             return self.conf or "/dev/tpm0"
         return None
 
@@ -51,11 +70,11 @@ def parse_tcti(text: str, source: str) -> Target:
         name = "tabrmd"
     if name not in KNOWN:
         if name.startswith("/dev/"):  # tpm2-tools accepts a bare device path
-            return Target("device", name, source)
+            return Target(TargetKind.DEVICE, name, source)
         raise UsageError(f"unknown TCTI '{name}' (from {source}): use device:, swtpm:, mssim: or tabrmd:")
     if name in ("swtpm", "mssim") and conf:
         parse_host_port(conf, default_port=2321)  # validate now: bad input is exit 2, not 1
-    return Target(name, conf or None, source)
+    return Target(TargetKind(name), conf or None, source)
 
 
 def parse_host_port(conf: str, default_port: int) -> tuple[str, int]:
@@ -75,26 +94,28 @@ def parse_host_port(conf: str, default_port: int) -> tuple[str, int]:
     return host, port
 
 
-def choose(tcti: str | None, sim: bool, env: dict | None = None, raw_device: bool = False,
+def choose(tcti: str | None, sim: bool, env: Mapping[str, str] | None = None, raw_device: bool = False,
            device: str = DEFAULT_DEVICE) -> Target:
-    env = os.environ if env is None else env
+    environ: Mapping[str, str] = os.environ if env is None else env
     if sim and tcti:
         raise UsageError("--sim and -T/--tcti contradict each other: pick one")
     if sim:
-        return Target("sim", source="--sim")
+        return Target(TargetKind.SIM, source="--sim")
     if tcti:
         t = parse_tcti(tcti, "-T")
-    elif env.get("TPM2TOOLS_TCTI"):
-        t = parse_tcti(env["TPM2TOOLS_TCTI"], "TPM2TOOLS_TCTI")
+    elif environ.get("TPM2TOOLS_TCTI"):
+        t = parse_tcti(environ["TPM2TOOLS_TCTI"], "TPM2TOOLS_TCTI")
     else:
         if os.path.exists(device):
             if os.access(device, os.R_OK | os.W_OK):
-                return Target("device", device, "default")
+                return Target(TargetKind.DEVICE, device, "default")
             # Exists but not ours: say so rather than silently simulating.
             from tpmtop.tpm.transport import permission_hint
 
-            return Target("sim", source="fallback", note=f"{permission_hint(device)}; using a private swtpm instead")
-        return Target("sim", source="fallback", note=f"no {device} here: using a private swtpm (simulated TPM)")
+            return Target(TargetKind.SIM, source="fallback",
+                          note=f"{permission_hint(device)}; using a private swtpm instead")
+        return Target(TargetKind.SIM, source="fallback",
+                      note=f"no {device} here: using a private swtpm (simulated TPM)")
     check_raw_device(t, raw_device)
     return t
 

@@ -19,7 +19,8 @@ import select
 import socket
 import struct
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from tpm2_pytss.TCTI import PyTCTI
 
@@ -117,7 +118,7 @@ class SocketBackend:
             self.sock.sendall(command)
             self._pending = True
             return self._read_response()
-        except (BlockingIOError, socket.timeout):  # SO_RCVTIMEO/SO_SNDTIMEO ran out
+        except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO/SO_SNDTIMEO ran out
             self.lost = no_answer(self.description, command, self.timeout)
         except OSError as e:
             self.lost = TpmConnectionError(f"TPM connection lost ({self.description}): {e.strerror or e}")
@@ -135,7 +136,7 @@ class SocketBackend:
 def connect_tcp(host: str, port: int, timeout: float = CONNECT_TIMEOUT) -> socket.socket:
     try:
         s = socket.create_connection((host, port), timeout=min(timeout, CONNECT_TIMEOUT))
-    except socket.timeout:
+    except TimeoutError:
         raise TpmTimeout(f"cannot connect to TPM at {host}:{port}: no answer within "
                          f"{min(timeout, CONNECT_TIMEOUT):g} s") from None
     except OSError as e:
@@ -251,7 +252,7 @@ class TctiLdrBackend:
 Shaper = Callable[[wire.CommandInfo], "int | None"]
 
 
-class InstrumentedTransport(PyTCTI):
+class InstrumentedTransport(PyTCTI):  # type: ignore[misc]  # tpm2-pytss has no type information
     """Reports every exchange to its sink; never changes a byte of what is sent or received.
 
     Owned by one thread at a time (the TPM owner, :mod:`tpmtop.tpm.owner`, or a test or a
@@ -274,7 +275,7 @@ class InstrumentedTransport(PyTCTI):
         with held():
             return self._transact(command)
 
-    def _transact(self, command: bytes, _now=time.perf_counter_ns) -> bytes:
+    def _transact(self, command: bytes, _now: Callable[[], int] = time.perf_counter_ns) -> bytes:
         sink = self.sink
         report = sink is not None and sink.enabled
         log = _WIRE_LOG.get()
@@ -287,7 +288,7 @@ class InstrumentedTransport(PyTCTI):
             wire_ns = _now() - t0
             if log is not None:
                 log.append((_cc(command), wire_ns))
-            if report:
+            if report and sink is not None:
                 sink.put((t0, wire_ns, command, None, str(e), _LABELS.get()))
             raise
         if self.shaper is not None:
@@ -297,7 +298,7 @@ class InstrumentedTransport(PyTCTI):
         wire_ns = _now() - t0
         if log is not None:
             log.append((int.from_bytes(command[6:10], "big") if len(command) >= 10 else None, wire_ns))
-        if report:
+        if report and sink is not None:
             # A plain tuple in Exchange's field order: building the NamedTuple itself (even by
             # tuple.__new__) cost ~0.25 µs here, half of what recording adds to a command.
             sink.put((t0, wire_ns, command, rsp, None, _LABELS.get()))

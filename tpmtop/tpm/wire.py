@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from tpmtop.tpm.cc_table import HANDLES
 
@@ -29,7 +30,7 @@ _U32 = struct.Struct(">I")
 
 # TPM2_CC.FIRST..LAST: a code in this range missing from the table is asked of tpm2-pytss
 _LIBRARY_RANGE = (0x11F, 0x1FF)
-_handle_counts: dict[int, int] = {}
+_handle_counts: dict[int, int | None] = {}
 _rsp_has_handle: dict[int, bool] = {}
 
 
@@ -119,7 +120,7 @@ def decode_command(buf: bytes) -> CommandInfo:
     if off > n:
         return CommandInfo(cc, n, (), (), None, True)
     handles = _HANDLES[nh].unpack_from(buf, 10) if nh < 8 else ()
-    sessions = ()
+    sessions: tuple[tuple[int, int], ...] = ()
     if tag == TPM_ST_SESSIONS:
         found = []
         try:
@@ -158,7 +159,7 @@ def decode_response(buf: bytes | None, cc: int | None) -> ResponseInfo:
     return ResponseInfo(rc, n, handle, garbled)
 
 
-def full_decode(command: bytes, response: bytes | None = None) -> dict:
+def full_decode(command: bytes, response: bytes | None = None) -> dict[str, Any]:
     """Everything tpm2-pytss can tell about one command (and its response), as text.
 
     Slow (~120 µs); never on the hot path. Failures are reported in the result.
@@ -167,7 +168,7 @@ def full_decode(command: bytes, response: bytes | None = None) -> dict:
 
     from tpm2_pytss import command_parser as cp
 
-    out: dict = {}
+    out: dict[str, Any] = {}
     try:
         cmd = cp.read_command(io.BytesIO(command))
         out["command"] = repr(cmd)

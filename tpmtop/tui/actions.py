@@ -30,12 +30,11 @@ ACTIONS: tuple[Action, ...] = (
            "Pause or resume the workload (it changes PCR 16 on a real TPM, so it starts paused there)",
            changes_tpm=True, essential=True),
     Action("next-mode", "m", "next_mode", "Mode", "session: Switch to next mode",
-           "Cycle the HMAC session mode: none → per-command → reuse → saved "
-           "(in replay: show that mode's run)", essential=True),
+           f"Cycle the HMAC session mode: {' → '.join(MODES)} (in replay: show that mode's run)", essential=True),
     Action("next-engine", "e", "next_engine", "Engine", "engine: Switch to next engine",
-           "Switch the crypto engine: native ↔ esys"),
+           f"Switch the crypto engine: {' ↔ '.join(ENGINES)}"),
     Action("next-op", "o", "next_op", "Op", "operation: Switch to next operation",
-           "Cycle the operation: extend → get_random → create_primary"),
+           f"Cycle the operation: {' → '.join(OPS)}"),
     Action("rate-up", "plus", "rate(1)", "Faster", "workload: Increase rate",
            "Raise the workload's target rate (last step: as fast as the TPM allows)", show=False),
     Action("rate-down", "minus", "rate(-1)", "Slower", "workload: Decrease rate",
@@ -77,17 +76,6 @@ ACTIONS: tuple[Action, ...] = (
            "Quit (stops the workload, flushes tpmtop's handles, stops a private swtpm)", essential=True),
 )
 
-PANELS: tuple[tuple[str, str, str], ...] = (
-    # (key, widget id, title)
-    ("1", "handles", "Handles"),
-    ("2", "resources", "Resources"),
-    ("3", "latency", "Latency"),
-    ("4", "modes", "Modes"),
-    ("5", "stream", "Stream"),
-    ("6", "system", "System"),
-)
-
-BY_ACTION = {a.action: a for a in ACTIONS}
 OPTIONAL_IN_FOOTER = {a.action for a in ACTIONS if a.show and not a.essential}
 
 
@@ -98,5 +86,7 @@ def palette_entries() -> list[tuple[str, str, str]]:
     out += [(f"session: Switch to {m}", f"HMAC session mode {m}", f"set_mode('{m}')") for m in MODES]
     out += [(f"engine: Switch to {e}", f"crypto engine {e}", f"set_engine('{e}')") for e in ENGINES]
     out += [(f"operation: Run {o}", f"operation {o}", f"set_op('{o}')") for o in OPS]
-    out += [(f"panel: Show {t.lower()}", f"key {k}", f"show_panel('{pid}')") for k, pid, t in PANELS]
+    from tpmtop.tui.panels import PANELS  # the widgets' table (this module stays plain data)
+
+    out += [(f"panel: Show {p.title.lower()}", f"key {p.key}", f"show_panel('{p.id}')") for p in PANELS]
     return out

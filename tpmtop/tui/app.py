@@ -32,7 +32,8 @@ class TpmtopApp(App):
         self.tpmtop_themes = loaded.names
         wanted = theme or (remembered_theme() if remember else None) or DEFAULT_THEME
         if wanted not in self.available_themes:
-            self.theme_notices.append(f"no theme '{wanted}' (have: {', '.join(self.tpmtop_themes)}); using {DEFAULT_THEME}")
+            have = ", ".join(self.tpmtop_themes)
+            self.theme_notices.append(f"no theme '{wanted}' (have: {have}); using {DEFAULT_THEME}")
             wanted = DEFAULT_THEME
         self.theme = wanted
         self._remember = remember
@@ -85,4 +86,5 @@ class TpmtopApp(App):
                 continue  # not available in this kind of sitting
             yield SystemCommand(title, help_text, partial(screen.run_action, action))
         for name in self.tpmtop_themes:
-            yield SystemCommand(f"theme: Use {name}", f"switch to the {name} theme", partial(setattr, self, "theme", name))
+            yield SystemCommand(f"theme: Use {name}", f"switch to the {name} theme",
+                                partial(setattr, self, "theme", name))

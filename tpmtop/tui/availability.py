@@ -7,18 +7,14 @@ here instead of another branch in the screen. No widget is touched here.
 
 from __future__ import annotations
 
-from tpmtop.sources.protocol import Capabilities
+from tpmtop.sources.protocol import Capabilities, SourceKind
 from tpmtop.tui.actions import ACTIONS
 
 SELECTS_RUN = {"next_mode", "next_engine", "next_op", "set_mode", "set_engine", "set_op"}
 KEY_ACTIONS = {k: a.action for a in ACTIONS for k in a.key.split(",")}
 KEY_ACTIONS.update({"plus": "rate(1)", "minus": "rate(-1)"})
 
-# Which capabilities each panel needs (tpmtop.sources.protocol.Capabilities).
-PANEL_NEEDS = {
-    "handles": lambda c: c.handles, "resources": lambda c: c.handles, "latency": lambda c: c.timings,
-    "modes": lambda c: c.timings, "stream": lambda c: c.timings, "system": lambda c: c.sysfs,
-}
+# Which panels a source can fill: each panel's own `needs` (tpmtop.tui.panels.PANELS).
 
 
 def allowed(action: str, caps: Capabilities, src, screen) -> bool | None:
@@ -48,7 +44,7 @@ def allowed(action: str, caps: Capabilities, src, screen) -> bool | None:
     if action == "export":
         if not caps.export:
             return False
-        return True if getattr(src, "identity", None) is not None else None
+        return True if src.ready() else None
     if action == "show_tcti":
         return caps.handles
     if action in ("toggle_stream", "filter_stream", "show_projection"):
@@ -58,7 +54,7 @@ def allowed(action: str, caps: Capabilities, src, screen) -> bool | None:
 
 def refused_why(action: str, caps: Capabilities, src) -> str:
     if action == "export" and caps.export:  # allowed here, only not yet
-        return ("nothing to export yet: no kernel command seen" if caps.state_word == "kernel"
+        return ("nothing to export yet: no kernel command seen" if caps.kind is SourceKind.KERNEL
                 else "nothing to export yet: the TPM has not answered")
     if caps.why_not and (not caps.changes_tpm or action in SELECTS_RUN):
         return caps.why_not

@@ -17,6 +17,7 @@ import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 DEFAULT_THEME = "dark"
 THEMES_DIR = Path(__file__).resolve().parent.parent.parent / "themes"
@@ -84,9 +85,16 @@ def theme_from_dict(data: dict, fallback_name: str):
     unknown = set(colors) - set(COLOR_FIELDS)
     if unknown:
         raise ThemeError(f"unknown colour field(s) in [colors]: {', '.join(sorted(unknown))}")
+    fields: dict[str, Any] = {k: str(v) for k, v in colors.items()}  # COLOR_FIELDS only, checked above
     return Theme(name=name, dark=bool(data.get("dark", True)),
-                 variables={**VARIABLE_DEFAULTS, **{k: str(v) for k, v in variables.items()}},
-                 **{k: str(v) for k, v in colors.items()})
+                 variables={**VARIABLE_DEFAULTS, **{k: str(v) for k, v in variables.items()}}, **fields)
+
+
+@runtime_checkable
+class CyclesThemes(Protocol):
+    """An app that cycles through tpmtop's themes (tpmtop.tui.app.TpmtopApp)."""
+
+    def cycle_theme(self) -> None: ...
 
 
 def load_themes(directory: Path | None = None) -> LoadedThemes:

@@ -13,57 +13,12 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tpmtop.sources.model import StreamRow
+from tpmtop.sources.rows.stream import StreamRow, command_bytes, decode_history
 
 
 def buffers_for(source, row: StreamRow) -> tuple[bytes | None, bytes | None, str]:
     """(command, response, why not) for a stream row of a live or replay source."""
-    if row.origin == "mark":
-        return None, None, "a boundary, not a command"
-    rec = getattr(source, "recorder", None)
-    if rec is not None:
-        try:
-            seq = int(row.key)
-        except ValueError:
-            return None, None, "not a recorded command"
-        ev = next((e for e in rec.events_since(seq - 1) if e.seq == seq), None)
-        if ev is None:
-            return None, None, "this command has left the recorder's ring buffer"
-        if ev.command is None and getattr(ev, "note", None):
-            return None, None, observed_text(ev)
-        if ev.command is None:
-            return None, None, "the recorder no longer keeps this command's bytes (only the newest ones)"
-        return bytes(ev.command), bytes(ev.response) if ev.response is not None else None, ""
-    capture = getattr(source, "capture", None)
-    if isinstance(capture, dict):
-        from tpmtop.sources import replay
-
-        # the replay source numbers the rows it shows: the last MAX_STREAM_ROWS events
-        events = (capture.get("events") or [])[-getattr(replay, "MAX_STREAM_ROWS", 2000):]
-        try:
-            e = events[int(row.key)]
-        except (ValueError, IndexError):
-            return None, None, "not in the capture"
-        if not isinstance(e.get("command_hex"), str):
-            if e.get("origin") == "kernel":
-                return None, None, ("it was seen under tpmtop's kernel probes, which read only the command's "
-                                    f"header: {e.get('command')}, rc {e.get('rc_text') or e.get('rc')}, "
-                                    f"sent by {e.get('comm', '?')}-{e.get('pid', '?')} · {e.get('path', '?')}")
-            return None, None, "the capture kept no bytes for this command"
-        try:
-            rsp = e.get("response_hex")
-            return bytes.fromhex(e["command_hex"]), bytes.fromhex(rsp) if isinstance(rsp, str) else None, ""
-        except ValueError:
-            return None, None, "the capture's bytes for this command are not hex"
-    return None, None, "this view has no command bytes"
-
-
-def observed_text(ev) -> str:
-    """What is known of a command tpmtop only saw (the kernel's): the probes read its header."""
-    cc = f" (0x{ev.cc:x})" if ev.cc is not None else ""
-    return (f"it was seen under tpmtop's kernel probes, which read only the command's header, so there "
-            f"are no bytes to decode. What is known: {ev.name}{cc}, {ev.cmd_size} bytes; response "
-            f"{ev.rsp_size} bytes, {ev.rc_text}; {ev.wire_ns / 1000:,.1f} µs on the wire; sent by {ev.client}")
+    return command_bytes(source, row)
 
 
 class DecodeScreen(ModalScreen):
@@ -85,13 +40,8 @@ class DecodeScreen(ModalScreen):
         self.command, self.response, self.why = buffers_for(source, row)
         self.show_hex = True
         # Live: the commands before this one, for the plaintext of tpmtop's own encrypted
-        # parameters (tpmtop.decode.plaintext); a replay's sessions are over, their keys gone.
-        rec = getattr(source, "recorder", None)
-        self.history = None
-        if rec is not None and row.key.isdigit():
-            from tpmtop.decode.plaintext import recorder_history
-
-            self.history = recorder_history(rec, int(row.key))
+        # parameters; a replay's sessions are over, their keys gone.
+        self.history = decode_history(source, row)
 
     def compose(self) -> ComposeResult:
         rc = self.row.rc if self.row.rc.startswith("rc ") else f"rc {self.row.rc}"

@@ -10,9 +10,11 @@ from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tpmtop.tui.actions import ACTIONS, PANELS
+from tpmtop.tui.actions import ACTIONS
+from tpmtop.tui.panels import PANELS
 
-KEY_NAMES = {"space": "space", "plus": "+", "minus": "-", "slash": "/", "question_mark,f1": "? F1", "greater_than_sign": ">"}
+KEY_NAMES = {"space": "space", "plus": "+", "minus": "-", "slash": "/", "question_mark,f1": "? F1",
+             "greater_than_sign": ">"}
 
 
 def help_markup(width: int = 96, hidden: frozenset[str] = frozenset(), why_hidden: str = "",
@@ -30,7 +32,8 @@ def help_markup(width: int = 96, hidden: frozenset[str] = frozenset(), why_hidde
         body = textwrap.wrap(a.help, max(30, width - 10))
         lines.append(f"  [b $accent]{escape(KEY_NAMES.get(a.key, a.key)):>6}[/]  {escape(body[0])}")
         lines += ["\u00a0" * 10 + escape(more) for more in body[1:]]  # no-break: kept when wrapped
-    shown = [(k, t) for k, pid, t in PANELS if panels is None or pid in panels]
+    here = [p for p in PANELS if panels is None or p.id in panels]
+    shown = [(p.key, p.title) for p in here]
     span = f"{shown[0][0]}–{shown[-1][0]}" if len(shown) > 1 else shown[0][0] if shown else "–"
     lines.append(f"  [b $accent]{span:>6}[/]  show a panel: " + ", ".join(f"{k} {t}" for k, t in shown))
     lines.append(f"  [b $accent]{'tab':>6}[/]  move between panels; arrows move in a table; the mouse works too")
@@ -42,15 +45,9 @@ def help_markup(width: int = 96, hidden: frozenset[str] = frozenset(), why_hidde
     lines += ["", "[b]Reading the panels[/]",
               "  Header: [b]CPU ui[/] is the dashboard's own thread, [b]all[/] the whole process (workload, "
               "poller, recorder), as a share of one core. A paced workload runs in bursts (>= 4 operations "
-              "back to back) so each operation runs warm and the ratios match `tpmtop bench`.",
-              "  Latency: the current run's operation (total, wire, host) and its commands; [b]errors[/] counts "
-              "failed commands, and the selected row's response codes are decoded above its histogram. "
-              "6-digit µs values are shown in ms.",
-              "  Modes: each (engine, mode) run's operation p50, its ratio to `none` of the same engine, and "
-              "the commands per operation.",
-              "  Stream: s freezes it on every command the recorder keeps; / filters (a command, an origin, "
-              "or [b]errors[/]); PgUp/PgDn/Home/End scroll.",
-              "", "[b]Observer effect[/]: on Linux 6.12+ every command a program sends to /dev/tpmrm0 ends the "
+              "back to back) so each operation runs warm and the ratios match `tpmtop bench`."]
+    lines += [f"  {p.help}" for p in here]
+    lines += ["", "[b]Observer effect[/]: on Linux 6.12+ every command a program sends to /dev/tpmrm0 ends the "
               "kernel's kept HMAC session, so the kernel's next PCR extend pays the whole session setup again. "
               "On a real TPM tpmtop polls rarely (--poll-interval, default 5 s) and --passive sends nothing.",
               "", "[dim]Esc, q or ? closes this screen.[/]"]
@@ -70,4 +67,5 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(id="help-box"):
             # The box is 100 wide (95 % of a narrower screen), less its border and padding.
             width = min(100, int(self.app.size.width * 0.95)) - 6  # border, padding, scrollbar
-            yield Static(Content.from_markup(help_markup(width, self.hidden, self.why_hidden, self.panels)), id="help-text")
+            text = help_markup(width, self.hidden, self.why_hidden, self.panels)
+            yield Static(Content.from_markup(text), id="help-text")

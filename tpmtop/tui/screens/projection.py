@@ -17,9 +17,6 @@ from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-DEFAULT_N = 1000
-
-
 MISSING_LIVE = "not measured yet (run that mode)"
 INDENT = 13  # the arithmetic's column, under the formula
 
@@ -59,15 +56,6 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
             under(mc.note, "dim")
     lines += ["", "[dim]The same model as `tpmtop boot` (domain notes §2). Type another N and Enter; Esc closes.[/]"]
     return "\n".join(lines)
-
-
-def projection_summary(components_us: dict[str, float], n: int) -> str:
-    """One line for the Modes panel: each mode's estimate for N extends."""
-    from tpmtop.boot.projection import Cost, fmt_estimate, project
-
-    proj = project(n, "", {k: Cost(Decimal(repr(v)), "") for k, v in components_us.items()})
-    parts = [f"{m} {fmt_estimate(mc.estimate_s).removeprefix('about ')}" for m, mc in proj.modes.items() if mc.estimate_s is not None]
-    return f"[b]boot, {n:,} extends[/] [dim](p)[/]: " + " · ".join(parts) if parts else ""
 
 
 class ProjectionScreen(ModalScreen[int | None]):

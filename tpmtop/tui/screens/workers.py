@@ -7,16 +7,33 @@ even when the TPM answers slower than the poll interval.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from textual import work
 from textual.worker import get_current_worker
 
 from tpmtop.errors import TpmConnectionError
 from tpmtop.tui import messages as m
 
+if TYPE_CHECKING:
+    from textual.screen import Screen
 
-class TpmWorkers:
-    source: object
+    from tpmtop.sources.protocol import Source
+
+    _Base = Screen[Any]
+else:
+    _Base = object
+
+
+class TpmWorkers(_Base):
+    """Mixed into :class:`~tpmtop.tui.screens.main.MainScreen`, which provides ``source``
+    (the view-model's) and ``export_dir``."""
+
     export_dir: str
+
+    if TYPE_CHECKING:
+        @property
+        def source(self) -> Source: ...
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="poll", description="poll the TPM")
     def poll_tpm(self) -> None:
@@ -42,7 +59,9 @@ class TpmWorkers:
     @work(thread=True, exclusive=True, exit_on_error=False, group="sysfs", description="read sysfs")
     def read_sysfs(self, with_pcrs: bool) -> None:
         try:
-            self.post_message(m.SysfsRead(self.source.sysfs.read(with_pcrs=with_pcrs)))
+            sysfs = self.source.sysfs
+            if sysfs is not None:
+                self.post_message(m.SysfsRead(sysfs.read(with_pcrs=with_pcrs)))
         except Exception as e:  # noqa: BLE001
             self.post_message(m.PollFailed(f"sysfs: {e}"))
 
@@ -77,7 +96,7 @@ class TpmWorkers:
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="export", description="export a capture")
     def export_capture(self) -> None:
-        from tpmtop.sources.live import export_capture
+        from tpmtop.sources.export_file import export_capture
 
         try:
             path = export_capture(self.source.capture(), self.export_dir)

@@ -9,6 +9,7 @@ from textual.markup import escape
 from textual.widgets import DataTable, Static
 
 from tpmtop.tui.widgets.panel import Panel
+from tpmtop.viewmodel.frame import Frame
 
 COLUMNS = (("pid", 7), ("name", 22), ("cmds", 7), ("err", 4), ("p50 µs", 9), ("p99 µs", 9), ("held", 5), ("leaked", 6))
 HOLDER_COLUMNS = (("pid", 7), ("name", 22), ("user", 10), ("device", 12), ("since", 20))
@@ -55,10 +56,22 @@ class ClientsPanel(Panel):
             if old is None:
                 t.add_row(*cells, key=k)
             else:
-                for col, a, b in zip(cols, old, cells):
+                for col, a, b in zip(cols, old, cells, strict=False):
                     if a != b:
                         t.update_cell(k, col, b, update_width=False)
             self._cells[k] = cells
+
+    has_content = False  # until a proxy's clients, or a device's holders, are there to show
+
+    def show_frame(self, frame: Frame) -> None:
+        c = frame.clients
+        if c is None:
+            return
+        if c.proxy_rows is not None:
+            self.show_clients(c.proxy_rows, c.detail)
+        elif c.holders is not None:
+            self.show_holders(c.holders)
+        self.has_content = c.shown
 
     def show_clients(self, rows: list[tuple[str, list[str]]], detail) -> None:
         self._columns("proxy")

@@ -7,9 +7,11 @@ import math
 from textual.app import ComposeResult
 from textual.content import Content
 
-from tpmtop.sources.model import HandleRow, fmt_age
+from tpmtop.sources.numbers import fmt_age
+from tpmtop.sources.rows.handles import HandleRow, HandleState
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
+from tpmtop.viewmodel.frame import Frame
 
 # (key, header, width, priority): a narrow panel drops the highest numbers first.
 COLUMNS = (("handle", "handle", 10, 0), ("kind", "kind", 7, 1), ("by", "by", 6, 2), ("age", "age", 6, 3),
@@ -37,17 +39,21 @@ class HandlesPanel(Panel):
 
     _rows: dict = {}
 
+    def show_frame(self, frame: Frame) -> None:
+        if frame.handles is not None:
+            self.show(frame.handles.rows)
+
     def show(self, rows: list[HandleRow]) -> None:
         self._rows = {r.key: r for r in rows}
         cells = []
         for r in rows:
-            style = {"new": "$handle-new", "gone": "$handle-gone strike"}.get(r.state, "")
-            who = Content.from_markup("[$handle-ours]tpmtop[/]") if r.ours else Content.from_markup("[$handle-foreign]other[/]")
+            style = {HandleState.NEW: "$handle-new", HandleState.GONE: "$handle-gone strike"}.get(r.state, "")
+            who = Content.from_markup("[$handle-ours]tpmtop[/]" if r.ours else "[$handle-foreign]other[/]")
             h = Content.styled(r.key, style) if style else Content(r.key)
             cells.append((r.key, (h, KINDS.get(r.kind, r.kind), who, "?" if math.isnan(r.age_s) else fmt_age(r.age_s),
                                   "" if r.last_use_s is None else fmt_age(r.last_use_s),
                                   str(r.uses) if r.uses else "")))
         self.table.sync(cells, order=lambda first: first)
         needle = self.table.needle
-        self.border_subtitle = (f"{sum(1 for r in rows if r.state != 'gone')} handles"
+        self.border_subtitle = (f"{sum(1 for r in rows if r.state is not HandleState.GONE)} handles"
                                 + (f" · filter '{needle}'" if needle else ""))

@@ -32,7 +32,8 @@ class StatusHeader(Static):
         ops = f"{ops_per_s:,.1f} ops/s" if ops_per_s is not None else ""
         # Most telling first: a narrow terminal cuts the end of the line.
         line2 = (f"engine [b]{e(engine)}[/]  mode [b]{e(mode)}[/]  op [b]{e(op)}[/]  [b]{ops}[/]"
-                 f"{('  ' + e(cpu)) if cpu else ''}{('  ' + e(rate)) if rate else ''}{('  ' + e(extra)) if extra else ''}")
+                 f"{('  ' + e(cpu)) if cpu else ''}{('  ' + e(rate)) if rate else ''}"
+                 f"{('  ' + e(extra)) if extra else ''}")
         if marker:
             line2 = f"[b $warning]{e(marker)}[/]  " + line2
         text = line1 + "\n" + line2

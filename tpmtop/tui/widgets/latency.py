@@ -13,9 +13,11 @@ from textual.markup import escape
 from textual.message import Message
 from textual.widgets import Sparkline, Static
 
-from tpmtop.sources.model import CommandRow, fmt_us
+from tpmtop.sources.numbers import fmt_us
+from tpmtop.sources.rows.latency import CommandRow
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
+from tpmtop.viewmodel.frame import Frame
 
 # (key, header, width, priority): a narrow panel drops the highest numbers first.
 COLUMNS = (("name", "command", 21, 0), ("count", "count", 7, 1), ("errors", "errors", 6, 4),
@@ -65,7 +67,12 @@ class LatencyPanel(Panel):
 
     run_label = ""
 
-    errors = None  # tpmtop.sources.model.ErrorBook: which response codes a command got
+    errors = None  # tpmtop.sources.rows.latency.ErrorBook: which response codes a command got
+
+    def show_frame(self, frame: Frame) -> None:
+        if frame.stats is not None:
+            t = frame.stats.timings
+            self.show(t.rows, t.subtitle, t.run_label, frame.stats.errors)
 
     def show(self, rows: list[CommandRow], subtitle: str = "", run_label: str = "", errors=None) -> None:
         self.run_label = run_label
@@ -132,7 +139,7 @@ class LatencyPanel(Panel):
     def compute_histogram(self, key, buckets, summary, lines, title, width) -> None:
         self.post_message(self.HistogramReady(key, title + "\n" + histogram_markup(buckets(), summary, lines, width)))
 
-    def on_latency_panel_histogram_ready(self, message: "LatencyPanel.HistogramReady") -> None:
+    def on_latency_panel_histogram_ready(self, message: LatencyPanel.HistogramReady) -> None:
         if message.key == self.table.selected_key:
             self._hist_for = message.key
             self._set(self.query_one("#histogram", Static), message.markup)

@@ -7,14 +7,20 @@ from textual.app import ComposeResult
 from textual.content import Content
 from textual.widgets import Static
 
-from tpmtop.sources.model import CompareRow, fmt_duration
+from tpmtop.sessions.modes import MODE_INFO, Mode
+from tpmtop.sources.numbers import fmt_duration
+from tpmtop.sources.rows.modes import CompareRow
 from tpmtop.tui.widgets.panel import Panel, QuietStatic
-
+from tpmtop.viewmodel.frame import Frame
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 GAP = "\u00a0"  # a no-break space: wrapping drops leading plain spaces, and the cells must line up
 AXIS = "─"  # the time axis under the series; a mode's initial where it starts
-MODE_TONE = {"none": "bar-baseline", "per-command": "latency-slow", "reuse": "latency-fast", "saved": "latency-mid"}
+
+
+def mode_tone(mode: str) -> str:
+    """The theme variable a mode's bars are drawn in (the mode's own, tpmtop.sessions.modes)."""
+    return MODE_INFO[Mode(mode)].tone if mode in MODE_INFO else "bar-session"
 
 
 def timeline_markup(series: list, width: int) -> list[str]:
@@ -33,7 +39,7 @@ def timeline_markup(series: list, width: int) -> list[str]:
             marks.append(AXIS)
             continue
         level = round((math.log10(max(p.p50_us, 0.1)) - lo) / span * (len(BLOCKS) - 1))
-        top.append(f"[${MODE_TONE.get(p.mode, 'bar-session')}]{BLOCKS[level]}[/]")
+        top.append(f"[${mode_tone(p.mode)}]{BLOCKS[level]}[/]")
         marks.append(p.mode[0] if p.mode != prev else AXIS)
         prev = p.mode
     return [f"[dim]op p50 each second, {len(series)} s (log; letter: mode)[/]",
@@ -55,6 +61,12 @@ class ModesPanel(Panel):
     def on_resize(self, event) -> None:
         if self._last is not None:
             self.show(*self._last)
+
+    def show_frame(self, frame: Frame) -> None:
+        st = frame.stats
+        if st is not None:
+            self.show(st.compare, st.op, st.current, st.boot, st.series, st.timings.modes_lines)
+            self.border_subtitle = st.timings.modes_note
 
     def show(self, rows: list[CompareRow], op: str, current: tuple[str, str], boot: str = "",
              series: list | None = None, notes: list[str] | None = None) -> None:

@@ -3,16 +3,35 @@ capabilities, tpmtop.sources.protocol), so no panel needs to say it has nothing.
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from tpmtop.viewmodel.frame import Frame
+
 
 class Panel(Vertical):
+    """A panel of the table in :mod:`tpmtop.tui.panels`: it draws its part of each frame of
+    the view-model (:class:`tpmtop.viewmodel.frame.Frame`), and never asks the source itself."""
+
     title = ""
+    has_content = True  # False: nothing to show now (the layout hides it, as Clients without holders)
 
     def __init__(self, **kw) -> None:
         super().__init__(classes="panel", **kw)
         self.border_title = self.title
+
+    def show_frame(self, frame: Frame) -> None:
+        """Draw this panel's part of ``frame`` (``None`` parts did not change). A panel added
+        by the table gets its part from ``frame.parts`` under its id."""
+        part = frame.parts.get(self.id or "")
+        if part is not None:
+            self.show_part(part)
+
+    def show_part(self, part: Any) -> None:
+        """A table-added panel's part (what its rows builder returned)."""
+        raise NotImplementedError
 
 
 class QuietStatic:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from tpmtop.sources.model import Gauge
+from tpmtop.sources.rows.resources import Gauge, GaugeLevel
 from tpmtop.tui.widgets.panel import Panel, QuietStatic
+from tpmtop.viewmodel.frame import Frame
 
 BAR = 20
 
@@ -21,6 +22,10 @@ class ResourcesPanel(Panel):
     def compose(self) -> ComposeResult:
         yield Static("waiting for the first poll…", id="gauges")
 
+    def show_frame(self, frame: Frame) -> None:
+        if frame.handles is not None and frame.handles.gauges is not None:
+            self.show(frame.handles.gauges)
+
     def show(self, gauges: list[Gauge]) -> None:
         lines = []
         width = max((len(g.label) for g in gauges), default=0)
@@ -31,7 +36,7 @@ class ResourcesPanel(Panel):
                 continue
             filled = min(bar_w, round(g.fraction * bar_w)) if g.total else 0
             bar = f"[$gauge-{g.level}]{'█' * filled}[/][dim]{'░' * (bar_w - filled)}[/]"
-            warn = "  [b $gauge-full]FULL[/]" if g.level == "full" else ""
+            warn = "  [b $gauge-full]FULL[/]" if g.level is GaugeLevel.FULL else ""
             peak = ""
             if g.peak is not None:
                 peak = f" [$gauge-{g.peak_level}]peak {g.peak}[/]"

@@ -15,9 +15,10 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Input
 
-from tpmtop.sources.model import LazyStreamRows, StreamRow
+from tpmtop.sources.rows.stream import LazyStreamRows, StreamRow
 from tpmtop.textsafe import safe
 from tpmtop.tui.widgets.panel import Panel
+from tpmtop.viewmodel.frame import Frame
 
 # (header, width); the last column takes the rest of the line: the handles a command names
 # (a FlushContext's target, a PCR) and then its sessions (handle:attributes, what shows an
@@ -150,6 +151,13 @@ class StreamPanel(Panel):
     @property
     def view(self) -> StreamView:
         return self.query_one(StreamView)
+
+    def show_frame(self, frame: Frame) -> None:
+        part = frame.stream
+        if part is not None:
+            self.add(part.rows, keep=None if part.keep_all else KEEP)
+            if part.empty_note:
+                self.border_subtitle = part.empty_note
 
     def add(self, rows: list[StreamRow], keep: int | None = KEEP) -> None:
         if self.frozen or not rows:

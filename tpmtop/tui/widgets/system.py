@@ -8,6 +8,7 @@ from textual.markup import escape
 from textual.widgets import Static
 
 from tpmtop.tui.widgets.panel import Panel
+from tpmtop.viewmodel.frame import Frame
 
 
 def system_markup(s, ima_rate: float | None) -> str:
@@ -29,6 +30,9 @@ class SystemPanel(Panel):
 
     def compose(self) -> ComposeResult:
         yield Static("reading sysfs…", id="sysfs")
+
+    def show_frame(self, frame: Frame) -> None:
+        pass  # sysfs is read by its own worker on its own clock: the screen hands each reading over
 
     def show(self, snapshot, ima_rate: float | None) -> None:
         self.query_one("#sysfs", Static).update(Content.from_markup(system_markup(snapshot, ima_rate)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from textual.widgets import DataTable
 
@@ -119,7 +119,8 @@ class KeyedTable(DataTable):
         GROW = -1  # the first column's extra width, ranked like a column
         items = list(range(len(self._all))) + ([GROW] if self._want_w > self._all[0][2] else [])
         rank = lambda i: (i != 0, self._grow_priority if i == GROW else self._all[i][3])  # noqa: E731
-        shown, used, first_w = [], 0, self._all[0][2]
+        shown: list[int] = []
+        used, first_w = 0, self._all[0][2]
         for i in sorted(items, key=rank):
             if i == GROW:
                 extra = min(self._want_w - first_w, budget - used)
@@ -191,7 +192,7 @@ class KeyedTable(DataTable):
                 self.add_row(*cells, key=key)
                 structural = True
             elif old != cells:
-                for col, a, b in zip(col_keys, old, cells):
+                for col, a, b in zip(col_keys, old, cells, strict=False):
                     if a != b:
                         self.update_cell(key, col, b, update_width=False)
             self._shadow[key] = cells
@@ -207,8 +208,3 @@ class KeyedTable(DataTable):
     def set_filter(self, needle: str) -> None:
         self.needle = needle.strip()
         self.sync(self._rows, self._order)
-
-    def clear_rows(self) -> None:
-        self.clear()
-        self._shadow.clear()
-        self._rows = []

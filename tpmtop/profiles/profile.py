@@ -84,7 +84,7 @@ class Figure:
 
     def _hist_quantile(self, u: float) -> float:
         """Inverse CDF of the histogram, uniform inside each bucket."""
-        h = self.histogram
+        h = self.histogram or []  # called only when there is one (sample)
         total = sum(c for _, c in h)
         cum, acc = [], 0.0
         for _, c in h:
@@ -116,7 +116,7 @@ class Figure:
         return d
 
     @classmethod
-    def from_json(cls, d: dict) -> "Figure":
+    def from_json(cls, d: dict) -> Figure:
         return cls(median_us=float(d["median_us"]), source=dict(d["source"]), p10_us=_opt(d.get("p10_us")),
                    p90_us=_opt(d.get("p90_us")), histogram=d.get("histogram"), min_us=_opt(d.get("min_us")),
                    samples=d.get("samples"))

@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
-from typing import Annotated, Any, Iterable
+from typing import Annotated, Any
 
 from tpmtop.errors import UsageError
 
@@ -65,7 +66,7 @@ class EventLine(msgspec.Struct, forbid_unknown_fields=True):
     # Members beyond the schema's core ones (command_hex/response_hex, a proxied event's
     # client, a kernel event's pid/comm/path): such a line takes the general path, which keeps
     # them here rather than dropping them (replay decodes from the bytes).
-    extra: dict | None = None
+    extra: dict[str, Any] | None = None
 
 
 class OpLine(msgspec.Struct, forbid_unknown_fields=True):
@@ -90,16 +91,15 @@ class CaptureError(UsageError):
 # -- schema --------------------------------------------------------------------------------
 
 @lru_cache(maxsize=1)
-def schema() -> dict:
+def schema() -> dict[str, Any]:
     from importlib import resources
 
-    return json.loads(resources.files("tpmtop").joinpath("schema/capture-1.json").read_text("utf-8"))
+    doc: dict[str, Any] = json.loads(resources.files("tpmtop").joinpath("schema/capture-1.json").read_text("utf-8"))
+    return doc
 
 
 @lru_cache(maxsize=4)
-def validator(part: str | None = None):
-    import jsonschema
-
+def validator(part: str | None = None) -> Any:  # a jsonschema validator
     s = schema()
     if part is not None:
         # An item sub-schema that still resolves "#/$defs/…" against the whole document.
@@ -107,7 +107,7 @@ def validator(part: str | None = None):
     return _StrictIntegers(s, format_checker=None)
 
 
-def _strict_validator_class():
+def _strict_validator_class() -> Any:
     """Draft 2020-12, except that "integer" means a JSON integer: the draft also accepts 5.0
     (and 1e-400, which reads as 0.0), and every consumer that counts or indexes with such a
     member then fails on a float (found by tests/test_fuzz_cli.py)."""
@@ -120,9 +120,9 @@ def _strict_validator_class():
 
 
 class _Lazy:
-    cls = None
+    cls: Any = None
 
-    def __call__(self, *a, **kw):
+    def __call__(self, *a: Any, **kw: Any) -> Any:
         if self.cls is None:
             self.cls = _strict_validator_class()
         return self.cls(*a, **kw)
@@ -131,7 +131,7 @@ class _Lazy:
 _StrictIntegers = _Lazy()
 
 
-def path_text(prefix: str, path: Iterable) -> str:
+def path_text(prefix: str, path: Iterable[Any]) -> str:
     out = prefix
     for p in path:
         if isinstance(p, int):
@@ -141,7 +141,7 @@ def path_text(prefix: str, path: Iterable) -> str:
     return out or "(top level)"
 
 
-def first_error(part: str | None, doc, prefix: str = "") -> str | None:
+def first_error(part: str | None, doc: Any, prefix: str = "") -> str | None:
     """The schema error to show for ``doc`` (the whole capture, or one ``part`` such as
     "event"): the first in document order among the most specific ones."""
     from jsonschema.exceptions import best_match
@@ -158,9 +158,9 @@ def first_error(part: str | None, doc, prefix: str = "") -> str | None:
 
 def check_version(value: Any) -> None:
     """The ``schema`` member: refuse what is not a capture or is of another major version."""
-    if not isinstance(value, str) or _SCHEMA_RE.match(value) is None:
+    m = _SCHEMA_RE.match(value) if isinstance(value, str) else None
+    if m is None:
         raise CaptureError(f'not a tpmtop capture: "schema" is {json.dumps(value)[:60]}, expected "{SCHEMA_ID}"')
-    m = _SCHEMA_RE.match(value)
     if int(m.group(1)) != MAJOR:
         raise CaptureError(f"unsupported capture version {value}: this tpmtop reads {SCHEMA_ID} "
                            f"(any minor); a newer tpmtop may read it")
@@ -176,7 +176,7 @@ def json_type(v: Any) -> str:
 
 # -- numbers a schema cannot refuse --------------------------------------------------------
 
-def _non_finite(obj: Any, path: list) -> list | None:
+def _non_finite(obj: Any, path: list[Any]) -> list[Any] | None:
     """The path to the first NaN/±Infinity in ``obj``, or None."""
     t = type(obj)
     if t is float:
@@ -196,7 +196,7 @@ def _non_finite(obj: Any, path: list) -> list | None:
     return None
 
 
-def _summaries(doc: dict):
+def _summaries(doc: dict[str, Any]) -> Iterator[tuple[list[Any], Any]]:
     """(path, summary) of every latency summary in the runs."""
     for i, r in enumerate(doc.get("runs") or ()):
         for part in ("op_us", "wire_us", "host_us"):
@@ -205,7 +205,7 @@ def _summaries(doc: dict):
             yield ["runs", i, "commands", name], s
 
 
-def check_numbers(doc: dict, prefix: str = "") -> None:
+def check_numbers(doc: dict[str, Any], prefix: str = "") -> None:
     """After the schema: every number finite, every histogram summing to its ``count``."""
     bad = _non_finite(doc, [])
     if bad is not None:
@@ -263,11 +263,11 @@ def validate_capture(doc: Any) -> None:
 _HANDLE = re.compile(r"0x[0-9a-fA-F]{8}\Z")
 
 
-def _int(v, lo=0, hi=None) -> bool:
+def _int(v: Any, lo: int = 0, hi: int | None = None) -> bool:
     return type(v) is int and v >= lo and (hi is None or v <= hi)
 
 
-def _str_or_none(v) -> bool:
+def _str_or_none(v: Any) -> bool:
     return v is None or type(v) is str
 
 

@@ -1,0 +1,256 @@
+"""The live source's workload: its loop (paced in bursts), its pauses, the accounts it keeps
+across engines and TPM lives, and what m/e/o, space and +/- change. A part of
+:class:`tpmtop.sources.live.LiveSource` (which owns the connection and the poller). No Textual here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any
+
+from tpm2_pytss.constants import TPM2_RC
+
+from tpmtop.errors import NullNameChanged, TpmConnectionError, TpmError, TpmtopError
+from tpmtop.sources.pacing import BURST_JOB_S, RATES, burst_size, pacing_json
+from tpmtop.tpm.exchange import Origin
+
+MAX_CONSECUTIVE_ERRORS = 3
+# A full TPM (object slots, session slots, session handles): retrying cannot help until
+# someone frees a slot, and every retry is one more failed command on the operator's TPM.
+SLOTS_FULL = {int(TPM2_RC.OBJECT_MEMORY): "object slots", int(TPM2_RC.SESSION_MEMORY): "session slots",
+              int(TPM2_RC.SESSION_HANDLES): "session handles"}
+
+
+class PauseCause(StrEnum):
+    """Why the workload paused itself (the header says it in words)."""
+
+    SLOTS_FULL = "slots full"
+    ERRORS = "errors in a row"
+    SLOT_FREED = "slot freed"
+
+
+
+class WorkloadDriver:
+    """The workload half of a live source (the attributes are set by ``LiveSource.__init__``)."""
+
+    conn: Any
+    read_only: bool
+    connected: bool
+    running: bool
+    rate: float
+    engine: str
+    mode: str
+    op: str
+    pcr: int
+    workload: Any
+    workload_error: str | None
+    pause_reason: str | None
+    pause_cause: PauseCause | None
+    last_error: str | None
+    errors_in_row: int
+    periods: list[dict[Any, Any]]
+    boundaries: list[tuple[float, str]]
+    stopping: threading.Event
+    resume: threading.Event
+    timeline: deque[tuple[float, str, str, str, int]]
+    rates_run: dict[tuple[str, str, str], set[float]]
+    _old_accounts: dict[Any, Any]
+
+    def run_on_owner(self, fn: Any, *args: Any, origin: str = Origin.USER, check_stopping: bool = True) -> Any:
+        raise NotImplementedError
+
+    # -- the workload (its own worker thread) ---------------------------------------------------
+    def workload_loop(self, cancelled: Callable[[], bool]) -> None:
+        """Run operations until ``cancelled()`` or stopping, ``self.rate`` per second on average,
+        in bursts (:func:`burst_size`). Errors are reported through state (``workload_error``)
+        and the loop goes on; a lost TPM ends the loop (the poller reconnects and restarts it).
+
+        Why bursts: an operation that starts after a 10 ms sleep pays the host's and the
+        simulator's wake-up (~130 µs here), which dwarfs a one-command ``none`` operation and
+        made the live "vs none" ratio read x8 where ``bench`` reads x23. Back to back, the
+        operations of a burst run warm, as in ``bench``; only the first of each burst pays the
+        wake-up, so with bursts of >= 4 the p50 shown is the warm one at every rate."""
+        next_t = time.perf_counter()
+        while not cancelled() and not self.stopping.is_set():
+            if not self.running or not self.connected:
+                self.resume.wait(0.2)
+                next_t = time.perf_counter()
+                continue
+            rate = self.rate
+            n = burst_size(rate)
+            self.step(n)
+            if rate > 0:
+                next_t += n / rate
+                delay = next_t - time.perf_counter()
+                if delay > 0:
+                    self.stopping.wait(delay)
+                elif delay < -1.0:
+                    next_t = time.perf_counter()  # fell behind (slow TPM): don't burst to catch up
+            else:
+                # Unpaced, this thread is pure Python between round trips and would hold the
+                # GIL for whole switch intervals (5 ms); yielding keeps keys responsive.
+                time.sleep(0)
+
+    def pacing(self) -> dict[str, Any]:
+        """How the workload is paced now (shown in the header, written into captures)."""
+        return pacing_json(self.rate)
+
+    def step(self, n: int = 1) -> None:
+        """Up to ``n`` operations back to back as one job on the TPM's owner thread (a burst):
+        no thread hand-off between them, so each runs warm. A job ends after BURST_JOB_S even
+        if the burst is not done, so a poll or a key's action never waits behind a slow chip's
+        whole burst (slb9670: 150 ms per operation)."""
+        if self.read_only:
+            return
+        try:
+            if not self.run_on_owner(self._burst_job, n, origin=Origin.WORKLOAD):
+                return
+            self.errors_in_row = 0
+            self.workload_error = None
+        except TpmConnectionError:
+            raise
+        except TpmError as e:
+            what = SLOTS_FULL.get(e.rc or 0)
+            if what is None:
+                self._workload_failed(str(e))
+                return
+            self._workload_failed(f"{e}. The workload is paused: in the Handles panel select a handle "
+                                  "tpmtop did not create, press f to flush it (it asks first), then space to resume",
+                                  pause=f"paused: TPM {what} full, see Handles", cause=PauseCause.SLOTS_FULL)
+        except TpmtopError as e:
+            self._workload_failed(str(e))
+        except Exception as e:  # a TSS2_Exception from ESAPI, or a bug in the engine
+            self._workload_failed(f"{type(e).__name__}: {e}")
+
+    def _burst_job(self, t: Any, n: int) -> int:
+        """On the owner thread: operations until ``n`` ran, one failed to run (a reset, paused,
+        stopping) or BURST_JOB_S passed. Returns how many ran; an error propagates."""
+        deadline = time.perf_counter() + BURST_JOB_S
+        done = 0
+        while done < n and not self.stopping.is_set():
+            if not self._step_job(t):
+                break
+            done += 1
+            if time.perf_counter() >= deadline:
+                break
+        return done
+
+    def _step_job(self, _t: Any) -> bool:
+        """One workload operation, on the owner thread. False: nothing ran, or a reset."""
+        if not self.running:
+            return False
+        w = self._workload()
+        if w is None:
+            return False
+        try:
+            total_ns = w.run_one()
+            self.timeline.append((time.monotonic(), w.engine_name, w.mode, w.op, total_ns))
+            self.rates_run.setdefault((w.engine_name, w.mode, w.op), set()).add(self.rate)
+        except NullNameChanged as e:
+            # The TPM was reset (new null seed) or someone interferes. The engine marks the
+            # recorder and starts a new period; sessions are set up again on the next
+            # operation. Not an error streak: the workload goes on.
+            w.recover_from_reset(str(e))
+            self.periods.extend(w.periods)
+            del w.periods[:]
+            self.boundaries.append((time.time(), "the TPM was reset (its null primary's name changed)"))
+            return False
+        return True
+
+    def _workload_failed(self, message: str, pause: str | None = None,
+                         cause: PauseCause = PauseCause.ERRORS) -> None:
+        self.workload_error = message
+        self.errors_in_row += 1
+        self._drop_workload()
+        if pause is None and self.errors_in_row >= MAX_CONSECUTIVE_ERRORS:
+            pause = f"paused after {self.errors_in_row} failed operations in a row"
+        if pause is not None:
+            self.set_running(False)
+            self.pause_reason, self.pause_cause = pause, cause
+
+    def lost(self, error: str) -> None:
+        self.connected = False
+        self.last_error = error
+
+    def slot_freed(self) -> None:
+        if not self.running and self.pause_cause is PauseCause.SLOTS_FULL:
+            self.pause_reason, self.pause_cause = "paused: a slot was freed, space resumes", PauseCause.SLOT_FREED
+
+    def _end_period(self, accounts: dict[Any, Any], why: str) -> None:
+        done = {k: a for k, a in accounts.items() if getattr(a, "ops", 0)}
+        if done:
+            self.periods.append(done)
+        self.boundaries.append((time.time(), why))
+
+    def _workload(self) -> Any:  # tpmtop.sessions.workload.Workload
+        if self.workload is None:
+            from tpmtop.sessions.workload import Workload  # imported here: replay never needs it
+
+            self.workload = Workload(self.conn, engine=self.engine, mode=self.mode, op=self.op, pcr=self.pcr)
+            self._accounts_from_old()
+        else:
+            w = self.workload
+            if (w.engine_name, w.mode, w.op) != (self.engine, self.mode, self.op):
+                w.set(engine=self.engine, mode=self.mode, op=self.op)
+        return self.workload
+
+    def _drop_workload(self) -> None:
+        """Close the engine (flushing its handles) while the TPM is there; keep its accounts."""
+        w, self.workload = self.workload, None
+        if w is None:
+            return
+        # Not self.accounts(): the workload is already detached, and that read would return the
+        # (empty) old accounts, so F (flush ours) wiped the Modes comparison.
+        self._old_accounts = {**self._old_accounts, **dict(getattr(w, "accounts", None) or {})}
+        self.periods.extend(w.periods)  # earlier TPM lives stay apart from the accounts merged back
+        del w.periods[:]
+        if self.connected:
+            try:
+                w.close()
+            except Exception:
+                pass
+
+    def _accounts_from_old(self) -> None:
+        # A new engine after an error or a reconnect starts with empty accounts; merge the old
+        # ones in so the mode comparison keeps what this sitting measured.
+        old = self._old_accounts
+        if not old:
+            return
+        self._old_accounts = {}
+        new = getattr(self.workload, "accounts", None)
+        if isinstance(new, dict):
+            for k, v in old.items():
+                new.setdefault(k, v)
+
+    def accounts(self) -> dict[tuple[str, str, str], Any]:
+        w = self.workload
+        acc = getattr(w, "accounts", None) if w is not None else None
+        return dict(acc) if acc else dict(self._old_accounts)
+
+    def set_running(self, running: bool) -> None:
+        self.running = running and not self.read_only
+        if self.running:
+            self.pause_reason = self.pause_cause = None
+            self.errors_in_row = 0  # the operator resumed: a fresh streak
+            self.resume.set()
+        else:
+            self.resume.clear()
+
+    def set_rate_step(self, direction: int) -> float:
+        try:
+            i = RATES.index(self.rate)
+        except ValueError:
+            i = min(range(len(RATES)), key=lambda k: abs((RATES[k] or 1e9) - self.rate))
+        self.rate = RATES[max(0, min(len(RATES) - 1, i + direction))]
+        return self.rate
+
+    def choose(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> bool:
+        """Takes effect before the next operation (the engine tears down kept sessions)."""
+        self.engine = engine or self.engine
+        self.mode = mode or self.mode
+        self.op = op or self.op
+        return True

@@ -1,0 +1,65 @@
+"""Numbers as the panels print them, and cached histogram reads. No Textual here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+EMPTY = {"count": 0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0, "mean": 0.0}
+
+
+def fmt_us(us: float | None) -> str:
+    """Microseconds for a table cell: 87.4, 4,321, 1.52 s. Blank for no data."""
+    if us is None:
+        return ""
+    if us >= 1_000_000:
+        return f"{us / 1e6:.2f} s"
+    if us >= 100_000:  # six digits of µs would touch a 7-wide column's border
+        return f"{us / 1000:.0f} ms"
+    if us >= 1000:
+        return f"{us:,.0f}"
+    return f"{us:.1f}"
+
+
+def fmt_duration(us: float | None) -> str:
+    """:func:`fmt_us` with its unit: 87.4 µs, 4,321 µs, 151 ms, 1.52 s."""
+    text = fmt_us(us)
+    return text if not text or " " in text else f"{text} µs"
+
+
+def fmt_age(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
+    return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"
+
+
+# -- cached histogram reads ---------------------------------------------------------------------
+# hdrh walks its counts array in Python: one summary() costs ~1 ms, and a dashboard reads a
+# dozen histograms per refresh. A histogram whose count did not change has the same summary,
+# so reads are cached by (histogram, count) — a paused dashboard then costs nearly nothing.
+_cache: dict[tuple[int, str], tuple[object, int, object]] = {}
+
+
+def _cached(h: Any, what: str, compute: Callable[[], Any]) -> Any:
+    n = h.count
+    key = (id(h), what)
+    hit = _cache.get(key)
+    if hit is not None and hit[0] is h and hit[1] == n:
+        return hit[2]
+    if len(_cache) > 4096:
+        _cache.clear()
+    value = compute()
+    _cache[key] = (h, n, value)
+    return value
+
+
+def summary_of(h: Any) -> dict[str, Any]:
+    """``h``: a :class:`tpmtop.stats.LatencyHistogram` (or anything with its summary/buckets)."""
+    summary: dict[str, Any] = _cached(h, "summary", h.summary)
+    return summary
+
+
+def buckets_of(h: Any) -> Callable[[], list[Any]]:
+    return lambda: _cached(h, "buckets", h.buckets)

@@ -1,0 +1,32 @@
+"""How the dashboard's workload is paced: a rate, run in bursts so each operation runs warm
+(see :meth:`tpmtop.sources.live.LiveSource.workload_loop`), and how a capture records it.
+No Textual here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULT_RATE = 100.0  # ops/s the dashboard's workload starts at
+RATES = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 0.0)  # 0: unpaced
+MAX_CONSECUTIVE_ERRORS = 3
+BURST_EVERY_S = 0.1  # a paced workload wakes up at most 10 times a second...
+MIN_BURST = 4  # ...and runs at least this many operations back to back when it does
+BURST_JOB_S = 0.02  # one job on the TPM's owner thread runs at most this long (then the queue turns)
+UNPACED_BURST = 10  # unpaced: operations per job (each hand-off between threads costs a wake-up)
+
+
+def burst_size(rate: float) -> int:
+    """Operations per burst at ``rate`` ops/s (0: unpaced, never sleeping, UNPACED_BURST a job)."""
+    if rate <= 0:
+        return UNPACED_BURST
+    return max(MIN_BURST, round(rate * BURST_EVERY_S))
+
+
+def pacing_json(rate: float) -> dict[str, Any]:
+    """A capture's ``pacing``: what the operations ran under (ops/s 0 = unpaced)."""
+    if rate <= 0:
+        return {"rate_ops_per_s": 0, "burst": UNPACED_BURST, "note": "unpaced: operations back to back"}
+    n = burst_size(rate)
+    return {"rate_ops_per_s": rate, "burst": n, "burst_every_s": round(n / rate, 3),
+            "note": f"bursts of {n} operations back to back every {n / rate:g} s; only the first of "
+                    "each burst pays the host's wake-up"}

@@ -1,0 +1,90 @@
+"""The Handles panel's rows, and its memory between polls (:class:`HandleBook`). No Textual here."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tpmtop.recorder import HandleUse
+    from tpmtop.tpm.handles import HandleEntry
+
+
+class HandleState(StrEnum):
+    """A row's highlight: just appeared, just went away (kept for HIGHLIGHT_S), or neither."""
+
+    NEW = "new"
+    GONE = "gone"
+    SEEN = ""
+
+
+@dataclass
+class HandleRow:
+    handle: int
+    kind: str
+    ours: bool
+    age_s: float
+    last_use_s: float | None
+    uses: int
+    state: HandleState
+
+    @property
+    def key(self) -> str:
+        return f"0x{self.handle:08x}"
+
+
+class HandleBook:
+    """The Handles panel's memory between polls: when each handle was first seen, and the
+    ones that just appeared or went away (highlighted for ``HIGHLIGHT_S`` seconds)."""
+
+    HIGHLIGHT_S = 3.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.first_seen: dict[int, float] = {}
+        self.gone: dict[int, tuple[float, HandleRow]] = {}
+        self.current: dict[int, tuple[str, bool]] = {}  # handle -> (kind, ours)
+        self.polled = False
+
+    def update(self, entries: Iterable[HandleEntry]) -> None:
+        now = self.clock()
+        seen: dict[int, tuple[str, bool]] = {}
+        for e in entries:
+            seen[e.handle] = (e.kind, e.ours)
+            self.first_seen.setdefault(e.handle, now if self.polled else now - 1e9)
+            self.gone.pop(e.handle, None)
+        for h in set(self.current) - set(seen):
+            kind, ours = self.current[h]
+            self.gone[h] = (now, HandleRow(h, kind, ours, now - self.first_seen.get(h, now), None, 0, HandleState.GONE))
+            self.first_seen.pop(h, None)
+        self.current = seen
+        self.polled = True
+
+    def forget(self, handle: int) -> None:
+        if handle in self.current:
+            kind, ours = self.current.pop(handle)
+            self.gone[handle] = (self.clock(), HandleRow(handle, kind, ours, 0, None, 0, HandleState.GONE))
+
+    def rows(self, uses: dict[int, HandleUse], owned: set[int], now_ns: int) -> list[HandleRow]:
+        now = self.clock()
+        out = []
+        for h, (kind, ours) in self.current.items():
+            u = uses.get(h)
+            first = self.first_seen.get(h, now)
+            age = (now_ns - u.first_seen_ns) / 1e9 if u is not None else now - first
+            if first < now - 1e8:  # there before tpmtop started: its age is unknown
+                age = float("nan") if u is None else age
+            state = HandleState.NEW if now - first < self.HIGHLIGHT_S else HandleState.SEEN
+            out.append(HandleRow(h, kind, ours or h in owned, age,
+                                 (now_ns - u.last_use_ns) / 1e9 if u is not None else None,
+                                 u.uses if u is not None else 0, state))
+        for h, (t, row) in list(self.gone.items()):
+            if now - t > self.HIGHLIGHT_S:
+                del self.gone[h]
+            else:
+                out.append(row)
+        out.sort(key=lambda r: r.handle)
+        return out

@@ -1,0 +1,106 @@
+"""One run per (engine, mode, op): from a live session engine's accounts or a capture's
+``runs``, the same :class:`RunView`; and the boot projection's per-command costs from them.
+No Textual here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tpmtop.sources.numbers import EMPTY, buckets_of, summary_of
+from tpmtop.tpm import names
+
+
+@dataclass
+class RunView:
+    engine: str
+    mode: str
+    op: str
+    ops: int
+    op_us: dict[str, Any]
+    wire_us: dict[str, Any]
+    host_us: dict[str, Any]
+    commands_per_op: dict[str, float]
+    commands: dict[str, dict[str, Any]]  # spec name -> summary (+ "histogram")
+    op_buckets: Callable[[], list[Any]] | list[Any] | None = None
+    wire_buckets: Callable[[], list[Any]] | list[Any] | None = None
+    host_buckets: Callable[[], list[Any]] | list[Any] | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.engine, self.mode, self.op)
+
+    @property
+    def commands_total(self) -> float:
+        return sum(self.commands_per_op.values())
+
+
+def run_from_account(key: tuple[str, str, str], acc: Any) -> RunView:
+    """``acc``: a :class:`tpmtop.sessions.accounting.RunAccount` or the kernel's OpStats."""
+    engine, mode, op = key
+    ops = int(getattr(acc, "ops", 0) or 0)
+    cmds = dict(getattr(acc, "commands", {}) or {})
+    hists = dict(getattr(acc, "command_hists", {}) or {})
+    return RunView(
+        engine, mode, op, ops, summary_of(acc.op_hist), summary_of(acc.wire_hist), summary_of(acc.host_hist),
+        commands_per_op={names.cc_name(cc): n / ops for cc, n in cmds.items()} if ops else {},
+        commands={names.cc_name(cc): summary_of(h) | {"histogram": buckets_of(h)} for cc, h in hists.items()},
+        op_buckets=buckets_of(acc.op_hist), wire_buckets=buckets_of(acc.wire_hist),
+        host_buckets=buckets_of(acc.host_hist))
+
+
+def runs_from_accounts(accounts: dict[tuple[str, str, str], Any]) -> list[RunView]:
+    return [run_from_account(k, a) for k, a in list(accounts.items()) if getattr(a, "ops", 0)]
+
+
+def run_from_capture(r: dict[str, Any]) -> RunView:
+    def summ(d: dict[str, Any] | None) -> dict[str, Any]:
+        d = d or {}
+        return {k: d.get(k, 0) for k in EMPTY}
+
+    commands = {}
+    for name, d in (r.get("commands") or {}).items():
+        commands[name] = summ(d) | {"histogram": d.get("histogram") or []}
+    return RunView(str(r.get("engine", "?")), str(r.get("mode", "?")), str(r.get("op", "?")),
+                   int(r.get("ops", 0) or 0), summ(r.get("op_us")), summ(r.get("wire_us")),
+                   summ(r.get("host_us")), dict(r.get("commands_per_op") or {}), commands,
+                   op_buckets=(r.get("op_us") or {}).get("histogram") or [],
+                   wire_buckets=(r.get("wire_us") or {}).get("histogram") or [],
+                   host_buckets=(r.get("host_us") or {}).get("histogram") or [])
+
+
+def boot_components(runs: list[RunView], engine: str = "native") -> dict[str, float]:
+    """Per-command p50s (µs) for the boot projection (tpmtop.boot.projection's letters) from
+    this sitting's extend runs: E0 = PCR_Extend in ``none``; L, S, F and Eh (PCR_Extend in an
+    HMAC session) from ``per-command``, whose sequence is the kernel's 6.10 one."""
+    if engine == "kernel":
+        return _kernel_components(runs)
+    by_mode = {r.mode: r for r in runs if r.op == "extend" and r.engine == engine and r.ops}
+    out: dict[str, float] = {}
+    want = {"E0": ("none", "TPM2_CC_PCR_Extend"), "L": ("per-command", "TPM2_CC_ContextLoad"),
+            "S": ("per-command", "TPM2_CC_StartAuthSession"), "F": ("per-command", "TPM2_CC_FlushContext"),
+            "Eh": ("per-command", "TPM2_CC_PCR_Extend")}
+    for letter, (mode, cc) in want.items():
+        run = by_mode.get(mode)
+        d = run.commands.get(cc) if run is not None else None
+        if d and d.get("p50"):
+            out[letter] = float(d["p50"])
+    return out
+
+
+def _kernel_components(runs: list[RunView]) -> dict[str, float]:
+    """The same letters from the kernel's own extends (tpmtop --kernel): the set-up commands
+    whatever the session mode, and its PCR_Extend as Eh when it ran in an HMAC session (the
+    kernel started sessions), else as E0."""
+    run = next((r for r in runs if r.engine == "kernel" and r.op == "extend" and r.ops), None)
+    if run is None:
+        return {}
+    hmac = "TPM2_CC_StartAuthSession" in run.commands or run.mode in ("per-command", "reuse")
+    out: dict[str, float] = {}
+    for letter, cc in (("L", "TPM2_CC_ContextLoad"), ("S", "TPM2_CC_StartAuthSession"),
+                       ("F", "TPM2_CC_FlushContext"), ("Eh" if hmac else "E0", "TPM2_CC_PCR_Extend")):
+        d = run.commands.get(cc)
+        if d and d.get("p50"):
+            out[letter] = float(d["p50"])
+    return out

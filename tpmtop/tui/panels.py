@@ -1,0 +1,80 @@
+"""Every dashboard panel, once: its key, title, what it needs from the source, where it sits,
+its widget and its help line. The screen's layout, its tabs and keys, the footer, the help
+screen, the command palette and what a source can show (:mod:`tpmtop.tui.availability`) all
+read :data:`PANELS`, so a panel cannot be half-added (``tests/test_registries.py``).
+
+A panel is a widget (:mod:`tpmtop.tui.widgets`) that draws its part of the view-model's frame,
+and a rows module (:mod:`tpmtop.sources.rows`) that builds that part; a new panel passes its
+builder as ``rows`` here and finds its part in ``Frame.parts`` (docs/extending.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from tpmtop.sources.protocol import Capabilities, Source
+from tpmtop.tui.widgets.clients import ClientsPanel
+from tpmtop.tui.widgets.handles import HandlesPanel
+from tpmtop.tui.widgets.latency import LatencyPanel
+from tpmtop.tui.widgets.modes import ModesPanel
+from tpmtop.tui.widgets.panel import Panel
+from tpmtop.tui.widgets.resources import ResourcesPanel
+from tpmtop.tui.widgets.stream import StreamPanel
+from tpmtop.tui.widgets.system import SystemPanel
+
+
+class Group(StrEnum):
+    """Where a panel sits at full size: the left column, beside it (top right), or the bottom row."""
+
+    LEFT = "left"
+    RIGHT = "right"
+    BOTTOM = "bottom"
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    key: str  # shows the panel (a tab below 110×32)
+    id: str  # the widget's id
+    title: str
+    needs: Callable[[Capabilities], bool]  # the source can fill it
+    group: Group
+    widget: type[Panel]
+    help: str  # "Reading the panels" in the help screen
+    rows: Callable[[Source], Any] | None = None  # the source -> this panel's part (Frame.parts), for new panels
+
+
+PANELS: tuple[PanelSpec, ...] = (
+    PanelSpec("1", "handles", "Handles", lambda c: c.handles, Group.LEFT, HandlesPanel,
+              "Handles: every handle the TPM lists, tpmtop's marked; new ones and flushed ones stay highlighted "
+              "for a few seconds. f flushes the selected one, Enter or i inspects it."),
+    PanelSpec("2", "resources", "Resources", lambda c: c.handles, Group.LEFT, ResourcesPanel,
+              "Resources: object and session slots in use as of the last poll, with the peak the traffic reached "
+              "between polls, and the context gap of saved sessions."),
+    PanelSpec("3", "latency", "Latency", lambda c: c.timings, Group.RIGHT, LatencyPanel,
+              "Latency: the current run's operation (total, wire, host) and its commands; [b]errors[/] counts "
+              "failed commands, and the selected row's response codes are decoded above its histogram. "
+              "6-digit µs values are shown in ms."),
+    PanelSpec("4", "modes", "Modes", lambda c: c.timings, Group.BOTTOM, ModesPanel,
+              "Modes: each (engine, mode) run's operation p50, its ratio to `none` of the same engine, and "
+              "the commands per operation."),
+    PanelSpec("5", "stream", "Stream", lambda c: c.timings, Group.BOTTOM, StreamPanel,
+              "Stream: s freezes it on every command the recorder keeps; / filters (a command, an origin, "
+              "or [b]errors[/]); PgUp/PgDn/Home/End scroll."),
+    PanelSpec("6", "system", "System", lambda c: c.sysfs, Group.LEFT, SystemPanel,
+              "System: what sysfs and securityfs say (kernel, HMAC sessions compiled in, IMA count, PCRs), "
+              "read without a TPM command of tpmtop's."),
+    PanelSpec("7", "clients", "Clients", lambda c: c.clients, Group.LEFT, ClientsPanel,
+              "Clients: with --listen, the programs using the TPM through tpmtop's proxy (tpmtop's workload one "
+              "of them); on a device, the processes holding it open."),
+)
+BY_ID = {p.id: p for p in PANELS}
+# Containers of the full-size layout, and the groups each holds (shown when one of its panels is).
+CONTAINERS = {"left": (Group.LEFT,), "top": (Group.LEFT, Group.RIGHT), "bottom": (Group.BOTTOM,)}
+
+
+def available(caps: Capabilities) -> list[str]:
+    """The panels this source can fill: no "live only" box taking the room of one with something to say."""
+    return [p.id for p in PANELS if p.needs(caps)]

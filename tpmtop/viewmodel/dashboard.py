@@ -1,0 +1,360 @@
+"""The dashboard's view-model: everything the screen shows that outlives one frame — the
+handle book, slot peaks, the context-gap tracker, rate and CPU meters, the response codes
+seen, the failure-pattern alerts — owned here, below the UI, and turned into one immutable
+:class:`~tpmtop.viewmodel.frame.Frame` per tick.
+
+The screen (:mod:`tpmtop.tui.screens.main`) places each part of a frame in its widget and
+shows its notices; it never writes to a source nor reads the recorder. Worker results
+(a poll, a flush, a lost TPM) come in through the ``on_*`` methods here. No Textual here, so
+all of it is testable without a terminal.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tpmtop.sessions.modes import MODES, Engine
+from tpmtop.sources.meters import CpuMeter, RateMeter
+from tpmtop.sources.protocol import UNSET, Source, SourceKind
+from tpmtop.sources.rows.handles import HandleBook
+from tpmtop.sources.rows.latency import ErrorBook
+from tpmtop.sources.rows.modes import comparison, projection_summary, timeline
+from tpmtop.sources.rows.resources import ContextGapTracker, Gauge, GaugeLevel, SlotPeaks, gauges
+from tpmtop.sources.rows.stream import event_matches, failed, mark_row, merge_marks, stream_row
+from tpmtop.sources.runs import boot_components
+from tpmtop.tpm.handles import HandleKind
+from tpmtop.viewmodel.alerts import PatternAlerts
+from tpmtop.viewmodel.frame import ClientsView, Frame, HandlesView, HeaderView, Notice, Severity, StatsView, StreamPart
+
+STREAM_INGEST = 500  # with a filter: newest events searched per refresh
+STREAM_ROWS = 120  # newest events turned into rows per refresh; older ones are only counted
+SLOW_S = 1.0  # tables of percentiles: once a second, and only when a command arrived
+HOLDERS_S = 10.0  # a /proc scan for a device's holders: not every second
+DEFAULT_N = 1000  # the projection's extends when no IMA count is readable
+CONTEXT_CCS = (0x161, 0x162, 0x165)  # ContextLoad, ContextSave, FlushContext: the gap tracker's
+
+
+class Dashboard:
+    """One per dashboard screen. ``part_builders``: panel id -> a function of the source that
+    returns that panel's part (:attr:`Frame.parts`, once a second), for panels the table adds."""
+
+    def __init__(self, source: Source, part_builders: dict[str, Callable[[Source], Any]] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.source = source
+        self.caps = source.caps
+        self.clock = clock
+        self.part_builders = dict(part_builders or {})
+        # A capture's response codes come with it; live ones are counted here as they arrive.
+        self.errors = source.errors if not self.caps.live else ErrorBook()
+        self.book = HandleBook()
+        self.gap = ContextGapTracker()
+        self.peaks = SlotPeaks()
+        self.alerts = PatternAlerts()  # failure patterns in the stream (issue 14)
+        self.ops_rate = RateMeter()
+        self.ima_rate = RateMeter(window_s=5.0)
+        self.cpu = CpuMeter()
+        self.poll: Any = None  # the last PollResult
+        self.sysfs: Any = None  # the last SysfsSnapshot
+        self.boot_n: int | None = None  # the projection's N, once the operator typed one
+        self._warned_full: dict[str, GaugeLevel] = {}  # gauge label -> the level last warned about
+        self._seen_seq = 0
+        self._seen_total = -1
+        self._seen_marks = 0
+        self._seen_boundaries = 0
+        self._proxy_seen = 0
+        self._holders_t = -1e9
+        self._last_slow = 0.0
+        self._notified_error: str | None = None
+        self._stats_dirty = True
+        self._ops_per_s = 0.0
+        self._replayed = False
+
+    # -- one tick ------------------------------------------------------------------------------
+    def tick(self, *, stream_filter: str | None, modes_width: int, compact: bool) -> Frame:
+        """Pull the recorder's state (cheap reads under its lock). ``stream_filter``: the
+        Stream panel's filter text, None while it is frozen (no rows then)."""
+        src, rec = self.source, self.source.recorder
+        notices: list[Notice] = []
+        stream = None
+        if rec is not None and rec.total != self._seen_total:
+            self._seen_total = rec.total
+            self._stats_dirty = True
+            events = rec.events_since(self._seen_seq)
+            if events:
+                self._seen_seq = events[-1].seq
+                self.errors.feed(events)
+                self.peaks.feed(events)
+                for ev in events:
+                    if ev.cc in CONTEXT_CCS:
+                        self.gap.feed(ev)
+                notices += self.alerts.feed(events)
+            marks = rec.marks[self._seen_marks:]
+            self._seen_marks += len(marks)
+            if (events or marks) and stream_filter is not None:
+                stream = StreamPart(self._stream_rows(events, marks, stream_filter))
+        notices += self._boundaries()
+        self.cpu.sample()
+        stats = handles = clients = None
+        parts: dict[str, Any] = {}
+        now = self.clock()
+        if now - self._last_slow >= SLOW_S:
+            self._last_slow = now
+            stats = self.stats(modes_width)
+            handles = self.handles(notices)
+            clients = self.clients(notices, compact)
+            parts = {pid: build(self.source) for pid, build in self.part_builders.items()}
+        err = src.workload_error
+        if err and err != self._notified_error:
+            notices.append(Notice(err, "workload", Severity.ERROR if not src.running else Severity.WARNING, 8))
+        self._notified_error = err
+        return Frame(self.header(), stream, stats, handles, clients, parts, tuple(notices))
+
+    def _stream_rows(self, events: list[Any], marks: list[tuple[int, str]], needle: str) -> list[Any]:
+        needle = needle.lower()
+        if needle == "errors":
+            events = [e for e in events[-STREAM_INGEST * 4:] if failed(e)]
+        elif needle:
+            events = [e for e in events[-STREAM_INGEST * 4:] if event_matches(e, needle)]
+        t0 = self.source.recorder.started_ns if self.source.recorder is not None else 0
+        rows = [(ev.t_ns, stream_row(ev, t0)) for ev in events[-STREAM_ROWS:]]
+        # Boundaries (a TPM reset, a reconnection) sit in the stream where they happened.
+        rows += [(t, mark_row(t, t0, text)) for t, text in marks]
+        rows.sort(key=lambda r: r[0])
+        return [r for _, r in rows]
+
+    def _boundaries(self) -> list[Notice]:
+        new = self.source.boundaries[self._seen_boundaries:]
+        self._seen_boundaries += len(new)
+        if new:
+            self._stats_dirty = True
+        return [Notice(f"{why}. Sessions are set up again; the Latency and Modes panels now show this period "
+                       "only, earlier ones are kept apart (and in an export)", "new TPM period", Severity.WARNING, 10)
+                for _, why in new]
+
+    def first(self, modes_width: int) -> Frame:
+        """The frame a screen opens on (and redraws after a key changed what is shown)."""
+        self._stats_dirty = True
+        notices: list[Notice] = []
+        parts = {pid: build(self.source) for pid, build in self.part_builders.items()}
+        return Frame(self.header(), self.replayed_stream(notices), self.stats(modes_width) if self.caps.timings
+                     else None, self.handles(notices) if self.caps.handles else None, None, parts, tuple(notices))
+
+    def replayed_stream(self, notices: list[Notice]) -> StreamPart | None:
+        """A capture's whole stream, once (its failure patterns with it)."""
+        if self.caps.live or not self.caps.timings or self._replayed:
+            return None
+        self._replayed = True
+        notices += self.alerts.feed(self.source.events())
+        rows = self.source.stream_rows()
+        return StreamPart(rows, keep_all=True, empty_note="" if rows else "the capture has no events")
+
+    # -- the parts -----------------------------------------------------------------------------
+    def header(self) -> HeaderView:
+        live = self.caps.live
+        return HeaderView(self.source.header(), self._ops_per_s if live else None, self.cpu.text() if live else "")
+
+    def stats(self, modes_width: int) -> StatsView | None:
+        src = self.source
+        if not self.caps.timings or (not self._stats_dirty and self._ops_per_s == 0.0):
+            return None
+        self._stats_dirty = False
+        runs = src.runs()
+        if self.caps.live:
+            self._ops_per_s = self.ops_rate.add(sum(r.ops for r in runs) + sum(
+                a.ops for p in src.periods for a in p.values()))
+        view = src.timings(runs)
+        comps = boot_components(runs, self.engine_for_projection())
+        boot = projection_summary(comps, self.projection_n()[0]) if comps else ""
+        series = None
+        if self.caps.workload:
+            series = timeline(list(src.timeline), src.op, src.engine, self.clock(), max(10, modes_width or 40))
+        return StatsView(view, self.errors, comparison(runs, src.op, MODES), src.op, (src.engine, src.mode), boot,
+                         series)
+
+    def handles(self, notices: list[Notice]) -> HandlesView | None:
+        rec = self.source.recorder
+        if not self.caps.handles or rec is None:
+            return None
+        rows = self.book.rows(rec.handle_uses(), rec.owned_handles(), time.perf_counter_ns())
+        gs = None
+        if self.poll is not None:
+            ident = self.source.identity
+            entries = self.poll.entries
+            transient = sum(1 for e in entries if e.kind is HandleKind.TRANSIENT)
+            saved = sum(1 for e in entries if e.kind is HandleKind.SAVED_SESSION)
+            gs = gauges(self.poll.var, ident.fixed if ident else {}, self.gap.gap, transient, saved, self.peaks.peak)
+            notices += self._warn_peaks(gs)
+        return HandlesView(rows, gs)
+
+    def _warn_peaks(self, gs: list[Gauge]) -> list[Notice]:
+        """Warn once when the traffic filled (or nearly filled) a kind of slot between polls:
+        the next command to need one fails with 0x902 (objects) or 0x903 (sessions)."""
+        out = []
+        for g in gs:
+            level = g.peak_level
+            if g.peak is None or level is GaugeLevel.OK or self._warned_full.get(g.label) in (level, GaugeLevel.FULL):
+                continue
+            self._warned_full[g.label] = level  # warn, then once more at full
+            rc = "0x902" if g.label.startswith("object") else "0x903"
+            out.append(Notice(f"{g.label}: {g.peak} of {g.total} in use at the peak (between polls); at {g.total} "
+                              f"the next command that needs one fails with {rc}",
+                              "slots nearly full" if level is GaugeLevel.WARN else "slots full", Severity.WARNING, 8))
+        return out
+
+    def clients(self, notices: list[Notice], compact: bool) -> ClientsView | None:
+        """The Clients panel: a proxy's clients with `--listen`, or who holds a real device."""
+        src = self.source
+        if src.proxy is not None:
+            from tpmtop.proxy.report import client_detail, client_rows
+
+            accounts = src.proxy.accounts
+            log = src.proxy_log
+            for line in log[self._proxy_seen:]:  # leak reports and dropped clients
+                if "LEAK" in line or "connection closed" in line or "failed" in line:  # worth a look
+                    notices.append(Notice(line, "proxy", Severity.WARNING, 10))
+            self._proxy_seen = len(log)
+            return ClientsView(client_rows(accounts, src.recorder), lambda key: client_detail(accounts, key))
+        if src.kernel_device:
+            now = self.clock()
+            if now - self._holders_t < HOLDERS_S:
+                return None
+            self._holders_t = now
+            from tpmtop.proxy.holders import tpm_holders
+
+            info = tpm_holders()
+            return ClientsView(holders=info, shown=bool(info["holders"]))
+        return None
+
+    # -- worker results ------------------------------------------------------------------------
+    def on_poll(self, result: Any) -> Frame:
+        self.poll = result
+        entries = result.entries
+        self.peaks.baseline(sum(1 for e in entries if e.kind is HandleKind.TRANSIENT),
+                            sum(1 for e in entries if e.kind is HandleKind.LOADED_SESSION), result.seq)
+        self.book.update(entries)
+        notices: list[Notice] = []
+        return Frame(self.header(), handles=self.handles(notices), notices=tuple(notices))
+
+    def on_lost(self, error: str) -> Frame:
+        self.source.lost(error)
+        return Frame(self.header())
+
+    def on_reconnected(self) -> Frame:
+        self.gap.reset()
+        return Frame(self.header(), notices=(Notice("the TPM answers again; data captured so far is kept",
+                                                    "reconnected", timeout=5),))
+
+    def on_sysfs(self, snapshot: Any) -> float | None:
+        """Keep the newest reading (PCRs are read every 5th time only); the IMA rate."""
+        if not snapshot.pcrs and self.sysfs is not None:
+            snapshot.pcrs = self.sysfs.pcrs
+        self.sysfs = snapshot
+        return self.ima_rate.add(snapshot.ima_count) if snapshot.ima_count is not None else None
+
+    def on_flushed(self, handles: list[int]) -> Frame:
+        for h in handles:
+            self.book.forget(h)
+        if handles:
+            self.source.slot_freed()
+        notices: list[Notice] = []
+        view = self.handles(notices)
+        text = ", ".join(f"0x{h:08x}" for h in handles) or "nothing left to flush"
+        return Frame(self.header(), handles=view, notices=(*notices, Notice(f"flushed {text}", "handles", timeout=4)))
+
+    def tick_header(self) -> Frame:
+        """Only the header: what a key changed shows at once, the tables follow at the next tick."""
+        return Frame(self.header())
+
+    # -- what keys do --------------------------------------------------------------------------
+    def tcti_hint(self) -> tuple[str, str, float, str | None]:
+        """T: (text, title, seconds shown, what to copy): how to point tpm2-tools at this TPM."""
+        src = self.source
+        proxy = src.proxy
+        if proxy is not None and getattr(proxy, "port", None):
+            # `--listen P`: the proxy serves this TPM to other programs, recorded as clients.
+            tcti = f"{proxy.protocol}:host={proxy.host},port={proxy.port}"
+            return (f"connect your own tools here: tpm2-tools -T {tcti}  (copied); their commands show in Clients "
+                    "and in the stream", "TCTI", 12, tcti)
+        if src.simulated:
+            return ("tpmtop's private swtpm sits on a socket pair only tpmtop holds. To hand it to tpm2-tools, start "
+                    "the dashboard with --listen 2321 (tpm2-tools then take -T swtpm:host=127.0.0.1,port=2321, "
+                    "recorded as clients); or start a standalone one (swtpm socket --tpm2 --server port=2321 "
+                    "--ctrl type=tcp,port=2322 --flags not-need-init,startup-clear --tpmstate dir=DIR) and run "
+                    "tpmtop -T swtpm:host=127.0.0.1,port=2321; tpm2-tools take the same -T string.", "TCTI", 15, None)
+        return f"tpm2-tools: -T {src.tcti}  (copied)", "TCTI", 10, src.tcti
+
+    def changed(self) -> None:
+        """A key changed what is shown: the tables at the next tick (recomputing every
+        percentile now would hold the key's screen update back)."""
+        self._stats_dirty = True
+        self._last_slow = 0.0
+
+    def toggle_workload(self) -> bool:
+        """Pause or resume; True when the workload runs now."""
+        self.source.set_running(not self.source.running)
+        return self.source.running
+
+    def rate(self, direction: int) -> float:
+        return self.source.set_rate_step(direction)
+
+    def choose(self, **what: str) -> bool:
+        return self.source.choose(**what)
+
+    def next_value(self, what: str, values: tuple[str, ...]) -> str:
+        """The engine, mode or op after the current one (a capture's own, in replay)."""
+        values = tuple(self.source.values(what)) or values
+        src = self.source
+        cur = {"engine": src.engine, "mode": src.mode, "op": src.op}[what]
+        return values[(values.index(cur) + 1) % len(values)] if cur in values else values[0]
+
+    def reset(self) -> None:
+        """r: the statistics and the stream start again (the TPM is not touched)."""
+        self.source.reset_stats()
+        self.errors.clear()
+        self.alerts = PatternAlerts()  # the patterns' counts start again with the statistics
+        self.peaks.reset()
+        self._warned_full.clear()
+        self.ops_rate.reset()
+        self._seen_total = -1
+        rec = self.source.recorder
+        self._seen_marks = len(rec.marks) if rec is not None else 0
+        self._stats_dirty = True
+
+    def stream_snapshot(self) -> tuple[list[Any], int] | None:
+        """s: every command the recorder keeps, and its clock's start (None: not live)."""
+        rec = self.source.recorder
+        if not self.caps.live or rec is None:
+            return None
+        return merge_marks(rec.events(), rec.marks), rec.started_ns
+
+    # -- the boot projection (p) ---------------------------------------------------------------
+    def engine_for_projection(self) -> str:
+        return self.source.engine if self.source.engine != UNSET else Engine.NATIVE
+
+    def projection_n(self) -> tuple[int, str]:
+        if self.boot_n is not None:
+            return self.boot_n, "set with p"
+        if self.sysfs is not None and self.sysfs.ima_count:
+            return self.sysfs.ima_count, "this machine's IMA measurements"
+        return DEFAULT_N, "a round number: no IMA count readable here"
+
+    def projection(self, missing_live: str) -> tuple[dict[str, float], int, str, str, str]:
+        """(per-command p50s, N, why that N, whose p50s, what an unmeasured one says)."""
+        comps = boot_components(self.source.runs(), self.engine_for_projection())
+        n, why = self.projection_n()
+        kernel = self.caps.kind is SourceKind.KERNEL
+        if kernel:
+            where = "the kernel's own per-command p50s"
+        else:
+            where = "this sitting's per-command p50s" if self.caps.live else "the capture's per-command p50s"
+        if self.caps.workload:
+            missing = missing_live
+        else:  # nothing here can run the mode that would measure it
+            missing = "not seen: the kernel sent none" if kernel else "not in this capture"
+        return comps, n, why, where, missing
+
+    def set_boot_n(self, n: int) -> None:
+        self.boot_n = n
+        self._stats_dirty = True

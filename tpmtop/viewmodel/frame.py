@@ -1,0 +1,93 @@
+"""What the dashboard's view-model (:mod:`tpmtop.viewmodel.dashboard`) hands the screen: one
+immutable :class:`Frame` per tick, each panel's part in its own field, and the notices to
+show. No Textual here: the screen only places the parts in its widgets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from tpmtop.sources.protocol import HeaderInfo, TimingsView
+from tpmtop.sources.rows.handles import HandleRow
+from tpmtop.sources.rows.latency import ErrorBook
+from tpmtop.sources.rows.modes import CompareRow, TimelinePoint
+from tpmtop.sources.rows.resources import Gauge
+from tpmtop.sources.rows.stream import StreamRow
+
+
+class Severity(StrEnum):
+    """A notice's weight (Textual's notification severities, by the same words)."""
+
+    INFORMATION = "information"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Notice:
+    text: str
+    title: str = ""
+    severity: Severity = Severity.INFORMATION
+    timeout: float = 5
+
+
+@dataclass(frozen=True)
+class HeaderView:
+    """What the source says of itself, and what the view-model measured: the rate of
+    operations and tpmtop's own CPU (live sources only)."""
+
+    info: HeaderInfo
+    ops_per_s: float | None
+    cpu: str = ""
+
+
+@dataclass(frozen=True)
+class StatsView:
+    """Latency and Modes: the current run's rows and the comparison of every run."""
+
+    timings: TimingsView
+    errors: ErrorBook
+    compare: list[CompareRow]
+    op: str
+    current: tuple[str, str]  # (engine, mode)
+    boot: str  # the projection's one line
+    series: list[TimelinePoint | None] | None  # the op p50 time series (live workload only)
+
+
+@dataclass(frozen=True)
+class HandlesView:
+    rows: list[HandleRow]
+    gauges: list[Gauge] | None  # None before the first poll
+
+
+@dataclass(frozen=True)
+class ClientsView:
+    """A proxy's clients (``--listen``), or who holds a device node (``holders``)."""
+
+    proxy_rows: list[tuple[str, list[str]]] | None = None
+    detail: Callable[[str], str] | None = None
+    holders: dict[str, Any] | None = None
+    shown: bool = True  # holders: only when someone holds the device
+
+
+@dataclass(frozen=True)
+class StreamPart:
+    rows: list[StreamRow]
+    keep_all: bool = False  # a capture's whole stream (replay), not the newest rows only
+    empty_note: str = ""  # said in the border when there is nothing to show
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One tick of the dashboard. ``None``: that part did not change (nothing to redraw)."""
+
+    header: HeaderView | None = None
+    stream: StreamPart | None = None
+    stats: StatsView | None = None
+    handles: HandlesView | None = None
+    clients: ClientsView | None = None
+    parts: Mapping[str, Any] = field(default_factory=dict)  # panels added by the panel table (tui/panels.py)
+    notices: tuple[Notice, ...] = ()
