@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "profile", None) and args.command not in (None, "bench", "replay", "lab"):
         # A top-level option that only the dashboard and bench act on must not be ignored
         # (replay refuses it itself, saying why).
-        print(f"tpmtop: --profile applies to the dashboard, `tpmtop bench` and `tpmtop lab`, not `tpmtop {args.command}`",
+        print("tpmtop: --profile applies to the dashboard, `tpmtop bench` and `tpmtop lab`, "
+              f"not `tpmtop {args.command}`",
               file=sys.stderr)
         return EXIT_USAGE
     # SIGTERM, SIGHUP (an SSH drop) and Ctrl-C unwind as Interrupted, so every `finally`

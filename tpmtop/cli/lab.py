@@ -29,6 +29,7 @@ def _count(lo: int, hi: int):
         if not lo <= v <= hi:
             raise argparse.ArgumentTypeError(f"must be between {lo} and {hi}: {text!r}")
         return v
+
     return parse
 
 
@@ -36,44 +37,79 @@ def add_lab_arguments(p: argparse.ArgumentParser) -> None:
     from tpmtop.lab import DEFAULT_KERNELS
 
     p.epilog = EXAMPLES + "\n\n" + (p.epilog or "")
-    p.add_argument("--kernels", default=None, metavar="LIST",
-                   help=f"comma-separated kernels to boot (default: {DEFAULT_KERNELS})")
-    p.add_argument("--kernel", action="append", default=[], metavar="PATH",
-                   help="a bzImage to boot as well (repeatable)")
-    p.add_argument("--profile", default="slb9670", metavar="NAME|FILE",
-                   help="chip latency profile the guest's TPM answers with (default: slb9670; 'none': swtpm's own speed)")
+    p.add_argument(
+        "--kernels", default=None, metavar="LIST", help=f"comma-separated kernels to boot (default: {DEFAULT_KERNELS})"
+    )
+    p.add_argument(
+        "--kernel", action="append", default=[], metavar="PATH", help="a bzImage to boot as well (repeatable)"
+    )
+    p.add_argument(
+        "--profile",
+        default="slb9670",
+        metavar="NAME|FILE",
+        help="chip latency profile the guest's TPM answers with (default: slb9670; 'none': swtpm's own speed)",
+    )
     p.add_argument("--seed", type=int, default=1, metavar="N", help="seed for the profile's spread (default: 1)")
     p.add_argument("--boots", type=_count(1, 100), default=1, metavar="N", help="boots per kernel (default: 1)")
-    p.add_argument("--files", type=_count(1, 100000), default=100, metavar="N",
-                   help="files the guest workload makes IMA measure (default: 100)")
+    p.add_argument(
+        "--files",
+        type=_count(1, 100000),
+        default=100,
+        metavar="N",
+        help="files the guest workload makes IMA measure (default: 100)",
+    )
     p.add_argument("--ima", choices=["tcb"], default="tcb", help="IMA policy (tcb: the one the workload relies on)")
     p.add_argument("--out", metavar="DIR", help="where captures and logs go (default: .cache/tpmtop-lab/runs/<time>)")
-    p.add_argument("--accel", choices=["tcg", "kvm"], help="qemu accelerator (default: kvm with hardware "
-                   "virtualisation, else tcg)")
-    p.add_argument("--guest-timeout", type=float, default=900.0, metavar="S",
-                   help="seconds one guest may run before it is stopped (default: 900)")
-    p.add_argument("--bench-n", type=_count(1, 100000), default=100, metavar="N",
-                   help="extends per mode for the bench comparison (default: 100)")
-    p.add_argument("--no-trace", action="store_true",
-                   help="boot without tpmtop's kprobes in the guest (by default they record from boot and what "
-                        "they saw is checked against the wire)")
+    p.add_argument(
+        "--accel", choices=["tcg", "kvm"], help="qemu accelerator (default: kvm with hardware virtualisation, else tcg)"
+    )
+    p.add_argument(
+        "--guest-timeout",
+        type=float,
+        default=900.0,
+        metavar="S",
+        help="seconds one guest may run before it is stopped (default: 900)",
+    )
+    p.add_argument(
+        "--bench-n",
+        type=_count(1, 100000),
+        default=100,
+        metavar="N",
+        help="extends per mode for the bench comparison (default: 100)",
+    )
+    p.add_argument(
+        "--no-trace",
+        action="store_true",
+        help="boot without tpmtop's kprobes in the guest (by default they record from boot and what "
+        "they saw is checked against the wire)",
+    )
     p.add_argument("--json", metavar="FILE", help="also write the whole result as JSON")
 
 
 def run_lab(args) -> int:
     import json
 
-    from tpmtop.lab.report import render
     from tpmtop.lab import DEFAULT_KERNELS
-    from tpmtop.lab.run import LabOptions, run_lab as run
+    from tpmtop.lab.report import render
+    from tpmtop.lab.run import LabOptions
+    from tpmtop.lab.run import run_lab as run
     from tpmtop.output import Output
 
     names = [k.strip() for k in (args.kernels or ("" if args.kernel else DEFAULT_KERNELS)).split(",") if k.strip()]
     names += args.kernel
     profile = None if args.profile in ("none", "") else args.profile
-    opts = LabOptions(kernels=names, profile=profile, seed=args.seed, boots=args.boots, files=args.files,
-                      out_dir=args.out, timeout_s=args.guest_timeout, accel=args.accel, bench_n=args.bench_n,
-                      trace=not args.no_trace)
+    opts = LabOptions(
+        kernels=names,
+        profile=profile,
+        seed=args.seed,
+        boots=args.boots,
+        files=args.files,
+        out_dir=args.out,
+        timeout_s=args.guest_timeout,
+        accel=args.accel,
+        bench_n=args.bench_n,
+        trace=not args.no_trace,
+    )
     import sys
 
     res = run(opts, log=lambda s: print(s, file=sys.stderr))

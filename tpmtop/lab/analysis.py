@@ -20,8 +20,8 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
-from tpmtop.importers.observed import Exchange
-from tpmtop.kernel.ops import CC_PCR_EXTEND, CC_START_AUTH_SESSION, Assembler, KernelAccounts
+from tpmtop.importers.observed import ObservedExchange
+from tpmtop.kernel.ops import CC_START_AUTH_SESSION, Assembler, KernelAccounts
 from tpmtop.kernel.trace_pipe import KernelCommand, KernelOp, kernel_path
 from tpmtop.lab.guest import Boot
 from tpmtop.tpm import names, wire
@@ -30,7 +30,7 @@ TPM_RH_NULL = 0x40000007
 CC_CREATE_PRIMARY = 0x131
 
 
-class Sender(str, enum.Enum):
+class Sender(enum.StrEnum):
     """Who sent a command on the guest's TPM."""
 
     PROBE = "qemu probe"
@@ -80,7 +80,7 @@ class BootStats:
     setup_after: dict = field(default_factory=dict)
     capture_path: str | None = None
     hmac_config: str | None = None  # the guest's /proc/config.gz says (None: no IKCONFIG_PROC)
-    probes: "ProbeView | None" = None  # the in-guest kprobe view, when the guest was traced
+    probes: ProbeView | None = None  # the in-guest kprobe view, when the guest was traced
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -90,7 +90,7 @@ class BootStats:
         return d
 
 
-def sender_of(b: Boot, w) -> str:
+def sender_of(b: Boot, w) -> Sender:
     if w.inits == 0:
         return Sender.PROBE
     k = b.marks.get("kernel")
@@ -99,7 +99,7 @@ def sender_of(b: Boot, w) -> str:
     return Sender.KERNEL
 
 
-def kernel_commands(b: Boot) -> tuple[list[KernelCommand], list[Exchange]]:
+def kernel_commands(b: Boot) -> tuple[list[KernelCommand], list[ObservedExchange]]:
     """The kernel's commands as KernelCommands (trace clock: perf_counter ns) and Exchanges with
     their bytes (wall clock anchored once, so both keep one order)."""
     kcs, xs = [], []
@@ -113,13 +113,32 @@ def kernel_commands(b: Boot) -> tuple[list[KernelCommand], list[Exchange]]:
         rsp = wire.decode_response(w.response, info.cc) if w.response is not None else None
         rc = rsp.rc if rsp is not None else None
         session = info.sessions[0][0] if info.sessions else None
-        kc = KernelCommand(t_ns=w.t_mono_ns, wire_ns=w.wire_ns, pid=0, comm="guest", cpu=0, cpu_return=0,
-                           cc=info.cc, tag=int.from_bytes(w.command[0:2], "big"), size=info.size, rc=rc,
-                           ret=len(w.response) if w.response is not None else -5, desc=None,
-                           path=kernel_path(info.cc, None, "guest", True), session=session)
+        kc = KernelCommand(
+            t_ns=w.t_mono_ns,
+            wire_ns=w.wire_ns,
+            pid=0,
+            comm="guest",
+            cpu=0,
+            cpu_return=0,
+            cc=info.cc,
+            tag=int.from_bytes(w.command[0:2], "big"),
+            size=info.size,
+            rc=rc,
+            ret=len(w.response) if w.response is not None else -5,
+            desc=None,
+            path=kernel_path(info.cc, None, "guest", True),
+            session=session,
+        )
         kcs.append(kc)
-        xs.append(Exchange(t_unix_ns=anchor + w.t_mono_ns, wire_ns=w.wire_ns, command=w.command,
-                           response=w.response, extra={"path": kc.path}))
+        xs.append(
+            ObservedExchange(
+                t_unix_ns=anchor + w.t_mono_ns,
+                wire_ns=w.wire_ns,
+                command=w.command,
+                response=w.response,
+                extra={"path": kc.path},
+            )
+        )
     return kcs, xs
 
 
@@ -154,13 +173,15 @@ def workload_extends(b: Boot, ext: list[KernelOp], t_ws: int | None, t_we: int |
     lines — which can miss one at an edge: a line is stamped when the host reads it."""
     paths = b.ima_paths
     if paths and len(ext) >= len(paths):
-        return [op for op, path in zip(ext, paths) if "/workload/file-" in path]
+        return [op for op, path in zip(ext, paths, strict=False) if "/workload/file-" in path]
     if t_ws is None or t_we is None:
         return []
     return [op for op in ext if t_ws <= op.t_ns < t_we]
 
 
-def boot_stats(b: Boot) -> tuple[BootStats, list[KernelCommand], list[Exchange], list[KernelOp], KernelAccounts]:
+def boot_stats(
+    b: Boot,
+) -> tuple[BootStats, list[KernelCommand], list[ObservedExchange], list[KernelOp], KernelAccounts]:
     kcs, xs = kernel_commands(b)
     ops, acc = operations(kcs)
     senders = Counter(sender_of(b, w).value for w in b.wire)
@@ -187,38 +208,49 @@ def boot_stats(b: Boot) -> tuple[BootStats, list[KernelCommand], list[Exchange],
             nulls += bool(info.handles) and info.handles[0] == TPM_RH_NULL
     mode, why = acc.mode()
     work_us = sorted(op.wire_ns / 1000 for op in work_ext)
-    ok = (not b.timed_out and b.qemu_status == 0 and "workload-end" in b.marks and not b.problems)
+    ok = not b.timed_out and b.qemu_status == 0 and "workload-end" in b.marks and not b.problems
     s = BootStats(
-        kernel=b.kernel.name, index=b.index, release=b.marks.get("release", (0, None))[1] or b.release, ok=ok,
+        kernel=b.kernel.name,
+        index=b.index,
+        release=b.marks.get("release", (0, None))[1] or b.release,
+        ok=ok,
         problems=list(b.problems) + ([] if "workload-end" in b.marks else ["the workload did not finish"]),
-        host_to_kernel_s=b.host_s("kernel"), host_to_init_s=b.host_s("init"),
+        host_to_kernel_s=b.host_s("kernel"),
+        host_to_init_s=b.host_s("init"),
         host_to_workload_end_s=b.host_s("workload-end"),
         host_total_s=(b.qemu_end_ns - b.qemu_start_ns) / 1e9 if b.qemu_end_ns else None,
-        guest_init_s=b.guest_s("init"), guest_workload_end_s=b.guest_s("workload-end"),
+        guest_init_s=b.guest_s("init"),
+        guest_workload_end_s=b.guest_s("workload-end"),
         guest_workload_s=_sub(b.guest_s("workload-end"), b.guest_s("workload-start")),
         host_workload_s=(t_we - t_ws) / 1e9 if t_ws and t_we else None,
-        ima_measurements=c1, ima_workload=_sub(c1, c0),
+        ima_measurements=c1,
+        ima_workload=_sub(c1, c0),
         commands_by_sender=dict(senders),
         commands_at_boot=Counter(names.cc_short(kc.cc) for kc in at_boot),
         commands_total=Counter(names.cc_short(kc.cc) for kc in kcs),
         tpm_time_boot_s=sum(kc.wire_ns for kc in at_boot) / 1e9,
         tpm_time_total_s=sum(kc.wire_ns for kc in kcs) / 1e9,
         firmware_tpm_time_s=sum(w.wire_ns for w in b.wire if sender_of(b, w) == Sender.FIRMWARE) / 1e9,
-        sessions_started=len(starts), salted_sessions=salted, null_primaries=nulls,
-        mode=mode, mode_why=why, extends=len(ext),
+        sessions_started=len(starts),
+        salted_sessions=salted,
+        null_primaries=nulls,
+        mode=mode,
+        mode_why=why,
+        extends=len(ext),
         extends_with_setup=st_ext.with_setup if st_ext else 0,
-        hmac_extends=st_ext.hmac if st_ext else 0, password_extends=st_ext.password if st_ext else 0,
+        hmac_extends=st_ext.hmac if st_ext else 0,
+        password_extends=st_ext.password if st_ext else 0,
         workload_extends=len(work_ext),
         workload_extend_tpm_us=sum(work_us) / len(work_us) if work_us else None,
         workload_extend_tpm_p50_us=work_us[len(work_us) // 2] if work_us else None,
         workload_tpm_s=sum(kc.wire_ns for kc in in_work) / 1e9,
         extend_tpm_s=sum(op.wire_ns for op in ext) / 1e9,
-        setup_after=dict(st_ext.setup_after) if st_ext else {})
+        setup_after=dict(st_ext.setup_after) if st_ext else {},
+    )
     cfg = b.mark_value("hmac_config", 0)
     if cfg and cfg != "unknown":
         s.hmac_config = "y" if cfg.endswith("=y") else "n"
     return s, kcs, xs, ops, acc
-
 
 
 @dataclass
@@ -265,11 +297,13 @@ def probe_view(path: str, b: Boot, kcs: list[KernelCommand]) -> ProbeView | None
     wire_kcs = [kc for kc in kcs if done is None or kc.t_ns < done[0]]
     wire_ops, wire_acc = operations(wire_kcs)
     w_ext = wire_acc.by_kind.get("extend")
-    pairs = (("commands", pv.commands, len(wire_kcs)),
-             ("PCR extends", pv.extends, w_ext.ops if w_ext else 0),
-             ("extends that set up a session", pv.extends_with_setup, w_ext.with_setup if w_ext else 0),
-             ("StartAuthSession", pv.sessions, wire_acc.sessions_started),
-             ("session mode", pv.mode, wire_acc.mode()[0]))
+    pairs = (
+        ("commands", pv.commands, len(wire_kcs)),
+        ("PCR extends", pv.extends, w_ext.ops if w_ext else 0),
+        ("extends that set up a session", pv.extends_with_setup, w_ext.with_setup if w_ext else 0),
+        ("StartAuthSession", pv.sessions, wire_acc.sessions_started),
+        ("session mode", pv.mode, wire_acc.mode()[0]),
+    )
     for what, probes_saw, wire_saw in pairs:
         if probes_saw != wire_saw:
             pv.differences.append(f"{what}: kprobes {probes_saw}, wire {wire_saw}")

@@ -98,7 +98,8 @@ count() {{ cat /sys/kernel/security/ima/runtime_measurements_count 2>/dev/null |
 up() {{ cut -d' ' -f1 /proc/uptime; }}
 echo "{MARK} release $(uname -r)"
 [ -e /sys/class/tpm/tpm0/null_name ] && echo "{MARK} null_name $(cat /sys/class/tpm/tpm0/null_name)"
-hmac=$( (zcat /proc/config.gz 2>/dev/null || echo) | grep -E '^CONFIG_TCG_TPM2_HMAC=|TCG_TPM2_HMAC is not set' | tr ' ' _)
+hmac=$( (zcat /proc/config.gz 2>/dev/null || echo) \\
+    | grep -E '^CONFIG_TCG_TPM2_HMAC=|TCG_TPM2_HMAC is not set' | tr ' ' _)
 echo "{MARK} hmac_config ${{hmac:-unknown}}"
 # cat and cut run once before the first reading, so that IMA has measured them already
 count >/dev/null; up >/dev/null
@@ -124,19 +125,47 @@ def write_workload(results: str, files: int) -> None:
         f.write(workload_script(files))
 
 
-def qemu_command(spec: KernelSpec, ctrl_path: str, results: str, accel: str, cpus: int, mem_mib: int,
-                 append: str) -> list[str]:
+def qemu_command(
+    spec: KernelSpec, ctrl_path: str, results: str, accel: str, cpus: int, mem_mib: int, append: str
+) -> list[str]:
     accel_args = ["-accel", "tcg,thread=multi", "-cpu", "max"] if accel == "tcg" else ["-enable-kvm", "-cpu", "host"]
-    cmdline = ("console=ttyS0 earlycon=uart8250,io,0x3f8,115200 loglevel=5 ima_policy=tcb panic=-1 "
-               f"rdinit=/init initcall_debug {append}").strip()
-    return ["qemu-system-x86_64", *accel_args, "-smp", str(cpus), "-m", str(mem_mib),
-            "-display", "none", "-no-reboot", "-monitor", "none", "-serial", "stdio",
-            "-kernel", spec.image, "-initrd", spec.initrd, "-append", cmdline,
-            "-chardev", f"socket,id=chrtpm,path={ctrl_path}", "-tpmdev", "emulator,id=tpm0,chardev=chrtpm",
-            "-device", "tpm-tis,tpmdev=tpm0",
-            "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
-            "-virtfs", f"local,path={results},mount_tag=results,security_model=none,multidevs=remap",
-            "-nic", "none"]
+    cmdline = (
+        "console=ttyS0 earlycon=uart8250,io,0x3f8,115200 loglevel=5 ima_policy=tcb panic=-1 "
+        f"rdinit=/init initcall_debug {append}"
+    ).strip()
+    return [
+        "qemu-system-x86_64",
+        *accel_args,
+        "-smp",
+        str(cpus),
+        "-m",
+        str(mem_mib),
+        "-display",
+        "none",
+        "-no-reboot",
+        "-monitor",
+        "none",
+        "-serial",
+        "stdio",
+        "-kernel",
+        spec.image,
+        "-initrd",
+        spec.initrd,
+        "-append",
+        cmdline,
+        "-chardev",
+        f"socket,id=chrtpm,path={ctrl_path}",
+        "-tpmdev",
+        "emulator,id=tpm0,chardev=chrtpm",
+        "-device",
+        "tpm-tis,tpmdev=tpm0",
+        "-virtfs",
+        "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+        "-virtfs",
+        f"local,path={results},mount_tag=results,security_model=none,multidevs=remap",
+        "-nic",
+        "none",
+    ]
 
 
 # The guest mounts its own tmpfs on these (kernel-vm-init.sh): a results share below them
@@ -144,9 +173,24 @@ def qemu_command(spec: KernelSpec, ctrl_path: str, results: str, accel: str, cpu
 HIDDEN_IN_GUEST = ("/tmp", "/run", "/dev", "/proc", "/sys")
 
 
-def boot_once(spec: KernelSpec, index: int, *, run_dir: str, share_parent: str, repo: str, python: str,
-              files: int, profile, seed: int | None, accel: str = "tcg", cpus: int = 2, mem_mib: int = 1024,
-              append: str = "", timeout_s: float = 900.0, log=lambda s: None) -> Boot:
+def boot_once(
+    spec: KernelSpec,
+    index: int,
+    *,
+    run_dir: str,
+    share_parent: str,
+    repo: str,
+    python: str,
+    files: int,
+    profile,
+    seed: int | None,
+    accel: str = "tcg",
+    cpus: int = 2,
+    mem_mib: int = 1024,
+    append: str = "",
+    timeout_s: float = 900.0,
+    log=lambda s: None,
+) -> Boot:
     """Boot ``spec`` once; return what was seen. qemu and swtpm are stopped on every path.
 
     ``run_dir`` gets the console log, qemu's command line, the guest's dmesg and IMA list;
@@ -155,13 +199,16 @@ def boot_once(spec: KernelSpec, index: int, *, run_dir: str, share_parent: str, 
     b = Boot(spec, index)
     real = os.path.realpath(share_parent)
     if any(real == h or real.startswith(h + "/") for h in HIDDEN_IN_GUEST):
-        raise TpmtopError(f"{share_parent}: the guest mounts its own file systems on {', '.join(HIDDEN_IN_GUEST)}; "
-                          "its share must be elsewhere")
+        raise TpmtopError(
+            f"{share_parent}: the guest mounts its own file systems on {', '.join(HIDDEN_IN_GUEST)}; "
+            "its share must be elsewhere"
+        )
     os.makedirs(share_parent, exist_ok=True)
     results = tempfile.mkdtemp(prefix="share-", dir=share_parent)
     try:
-        return _boot(b, spec, run_dir, results, repo, python, files, profile, seed, accel, cpus, mem_mib,
-                     append, timeout_s)
+        return _boot(
+            b, spec, run_dir, results, repo, python, files, profile, seed, accel, cpus, mem_mib, append, timeout_s
+        )
     finally:
         for name in ("dmesg.txt", "ima.txt", "output.log", "trace.txt"):
             try:
@@ -182,8 +229,9 @@ def read_ima_paths(path: str) -> list[str] | None:
         return None
 
 
-def _boot(b: Boot, spec, run_dir, results, repo, python, files, profile, seed, accel, cpus, mem_mib, append,
-          timeout_s) -> Boot:
+def _boot(
+    b: Boot, spec, run_dir, results, repo, python, files, profile, seed, accel, cpus, mem_mib, append, timeout_s
+) -> Boot:
     from tpmtop.tpm.sim import Swtpm
     from tpmtop.tpm.transport import InstrumentedTransport
 
@@ -191,8 +239,10 @@ def _boot(b: Boot, spec, run_dir, results, repo, python, files, profile, seed, a
     write_workload(results, files)
     venv_bin = os.path.dirname(python)
     with open(os.path.join(results, "vm.env"), "w") as f:
-        env = (f"HOME=/root TERM=dumb LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 PYTHONPATH={repo} KERNEL_VM=1 "
-               f"KERNEL_VM_RESULTS={results} PATH={venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        env = (
+            f"HOME=/root TERM=dumb LANG=C.UTF-8 PYTHONDONTWRITEBYTECODE=1 PYTHONPATH={repo} KERNEL_VM=1 "
+            f"KERNEL_VM_RESULTS={results} PATH={venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        )
         f.write(f"RESULTS={shlex.quote(results)}\nWORKDIR={shlex.quote(repo)}\nRUN_AS_ENV={shlex.quote(env)}\n")
     sock_dir = tempfile.mkdtemp(prefix="tpmtop-lab-")  # short: a Unix socket path has 108 bytes
     ctrl_path = os.path.join(sock_dir, "tpm.ctrl")
@@ -203,14 +253,16 @@ def _boot(b: Boot, spec, run_dir, results, repo, python, files, profile, seed, a
         transport = InstrumentedTransport(sw.backend(timeout=120.0))
         if profile is not None:
             transport.shaper = profile.shaper(seed)
+        assert sw.ctrl is not None  # started
         relay = GuestTpm(ctrl_path, sw.ctrl, transport, log=lambda s: b.problems.append(s)).start()
         cmd = qemu_command(spec, ctrl_path, results, accel, cpus, mem_mib, append)
         with open(os.path.join(run_dir, "qemu-command.txt"), "w") as f:
             f.write(shlex.join(cmd) + "\n")
         b.qemu_start_ns = time.perf_counter_ns()
         try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+            )
         except OSError as e:
             raise TpmtopError(f"cannot start qemu-system-x86_64: {e.strerror}") from None
         reader = threading.Thread(target=_read_console, args=(proc, b), daemon=True)

@@ -29,8 +29,8 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from tpmtop.errors import TpmtopError
 
@@ -76,10 +76,19 @@ FORWARDED: dict[Ctrl, tuple[int, int]] = {
 }
 
 # PTM_CAP_* bits: what GET_CAPABILITY offers (the forwarded commands and SET_DATAFD).
-CAP_BITS = {Ctrl.INIT: 1 << 0, Ctrl.SHUTDOWN: 1 << 1, Ctrl.GET_TPMESTABLISHED: 1 << 2,
-            Ctrl.SET_LOCALITY: 1 << 3, Ctrl.CANCEL_TPM_CMD: 1 << 5, Ctrl.STORE_VOLATILE: 1 << 6,
-            Ctrl.RESET_TPMESTABLISHED: 1 << 7, Ctrl.STOP: 1 << 10, Ctrl.GET_CONFIG: 1 << 11,
-            Ctrl.SET_DATAFD: 1 << 12, Ctrl.SET_BUFFERSIZE: 1 << 13}
+CAP_BITS = {
+    Ctrl.INIT: 1 << 0,
+    Ctrl.SHUTDOWN: 1 << 1,
+    Ctrl.GET_TPMESTABLISHED: 1 << 2,
+    Ctrl.SET_LOCALITY: 1 << 3,
+    Ctrl.CANCEL_TPM_CMD: 1 << 5,
+    Ctrl.STORE_VOLATILE: 1 << 6,
+    Ctrl.RESET_TPMESTABLISHED: 1 << 7,
+    Ctrl.STOP: 1 << 10,
+    Ctrl.GET_CONFIG: 1 << 11,
+    Ctrl.SET_DATAFD: 1 << 12,
+    Ctrl.SET_BUFFERSIZE: 1 << 13,
+}
 CAPABILITIES = sum(CAP_BITS.values())
 
 TPM_FAIL = 0x09  # a TPM 1.2 style result qemu prints as "operation failed"
@@ -127,8 +136,9 @@ class GuestTpm:
     ``log``: one line per problem (a relay never raises into qemu's face: it answers
     TPM_FAIL or closes, and says why)."""
 
-    def __init__(self, ctrl_path: str, swtpm_ctrl: socket.socket, transport,
-                 log: Callable[[str], None] = lambda s: None):
+    def __init__(
+        self, ctrl_path: str, swtpm_ctrl: socket.socket, transport, log: Callable[[str], None] = lambda s: None
+    ):
         self.ctrl_path = ctrl_path
         self.swtpm_ctrl = swtpm_ctrl
         self.transport = transport
@@ -144,7 +154,7 @@ class GuestTpm:
         self._lock = threading.Lock()
 
     # -- lifecycle --------------------------------------------------------------------------
-    def start(self) -> "GuestTpm":
+    def start(self) -> GuestTpm:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o077)  # the socket is the guest's TPM: closed to other users
         try:
@@ -184,6 +194,7 @@ class GuestTpm:
     # -- control channel --------------------------------------------------------------------
     def _serve_control(self) -> None:
         try:
+            assert self._listener is not None  # start() made it
             conn, _ = self._listener.accept()
         except OSError:
             return  # stopped before qemu came
@@ -241,6 +252,7 @@ class GuestTpm:
             # step. Said once, and the channel closed (qemu reports the TPM as failed).
             self.log(f"qemu sent control command 0x{code:02x}, which this relay does not offer: closing")
             raise EOFError
+        assert cmd is not None  # FORWARDED has only known commands
         req_len, rsp_len = sizes
         payload = _recv_exact(conn, req_len) if req_len else b""
         with self._lock:

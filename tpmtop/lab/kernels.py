@@ -30,8 +30,10 @@ BUSYBOX = "/bin/busybox"
 def repo_root() -> str:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if not os.path.isfile(os.path.join(root, "scripts", "kernel-vm.sh")):
-        raise UsageError("tpmtop lab runs from a source checkout (it needs scripts/kernel-vm.sh and "
-                         "scripts/lab-kernels.sh beside the tpmtop package)")
+        raise UsageError(
+            "tpmtop lab runs from a source checkout (it needs scripts/kernel-vm.sh and "
+            "scripts/lab-kernels.sh beside the tpmtop package)"
+        )
     return root
 
 
@@ -57,8 +59,11 @@ def built_initrd(root: str, python: str, cache: str) -> str:
     out = os.path.join(cache, f"initramfs-builtin-{h.hexdigest()[:12]}.cpio.gz")
     if not os.path.isfile(out):
         os.makedirs(cache, exist_ok=True)
-        _script(root, [python, builder, os.path.join(cache, "no-modules"), BUSYBOX, init, out],
-                "could not build the lab's initramfs")
+        _script(
+            root,
+            [python, builder, os.path.join(cache, "no-modules"), BUSYBOX, init, out],
+            "could not build the lab's initramfs",
+        )
     return out
 
 
@@ -68,28 +73,48 @@ def resolve(name: str, *, root: str, python: str, cache: str) -> KernelSpec:
         p = subprocess.run([script, "--print", name], cwd=root, capture_output=True, text=True)
         image = p.stdout.strip()
         if p.returncode != 0 or not image:
-            raise UsageError(f"kernel {name} is not built: run `make lab-kernels` (scripts/lab-kernels.sh {name}; "
-                             "about 45 min on a 2-core machine)")
+            raise UsageError(
+                f"kernel {name} is not built: run `make lab-kernels` (scripts/lab-kernels.sh {name}; "
+                "about 45 min on a 2-core machine)"
+            )
         release = None
         try:
             with open(os.path.join(os.path.dirname(image), "release")) as f:
                 release = f.read().strip() or None
         except OSError:
             pass
-        return KernelSpec(name, image, built_initrd(root, python, cache), hmac_built=name.endswith("-hmac"),
-                          release=release, note="built from Debian's linux-source-6.12, the lab's small guest config")
+        return KernelSpec(
+            name,
+            image,
+            built_initrd(root, python, cache),
+            hmac_built=name.endswith("-hmac"),
+            release=release,
+            note="built from Debian's linux-source-6.12, the lab's small guest config",
+        )
     if name in DEBIAN:
-        out = _script(root, [os.path.join(root, "scripts", "kernel-vm.sh"), "--prepare", "--kernel", name],
-                      f"could not prepare Debian's {name} kernel")
+        out = _script(
+            root,
+            [os.path.join(root, "scripts", "kernel-vm.sh"), "--prepare", "--kernel", name],
+            f"could not prepare Debian's {name} kernel",
+        )
         parts = out.strip().splitlines()[-1].split() if out.strip() else []
         if len(parts) != 3:
             raise TpmtopError(f"scripts/kernel-vm.sh --prepare gave no kernel for {name}")
-        return KernelSpec(name, parts[1], parts[2], hmac_built=False,
-                          release=os.path.basename(parts[1]).removeprefix("vmlinuz-"),
-                          note="Debian's binary kernel (CONFIG_TCG_TPM2_HMAC not set)")
+        return KernelSpec(
+            name,
+            parts[1],
+            parts[2],
+            hmac_built=False,
+            release=os.path.basename(parts[1]).removeprefix("vmlinuz-"),
+            note="Debian's binary kernel (CONFIG_TCG_TPM2_HMAC not set)",
+        )
     if os.sep in name or os.path.isfile(name):
         if not os.path.isfile(name):
             raise UsageError(f"--kernel {name}: no such file")
-        return KernelSpec(os.path.basename(name), os.path.abspath(name), built_initrd(root, python, cache),
-                          note="brought by the user: needs tpm_tis, virtio-pci and 9p built in")
+        return KernelSpec(
+            os.path.basename(name),
+            os.path.abspath(name),
+            built_initrd(root, python, cache),
+            note="brought by the user: needs tpm_tis, virtio-pci and 9p built in",
+        )
     raise UsageError(f"unknown kernel {name!r}: use {', '.join(BUILT + DEBIAN)} or a path to a bzImage")

@@ -85,10 +85,18 @@ class LabResult:
     wall_s: float = 0.0
 
     def to_json(self) -> dict:
-        return {"schema": "tpmtop.lab/1", "machine": self.machine, "accel": self.accel,
-                "options": self.options.__dict__, "baseline": self.baseline, "wall_s": round(self.wall_s, 3),
-                "boots": [b.to_json() for b in self.boots], "bench": self.bench, "bench_error": self.bench_error,
-                "projections": [p.__dict__ | {"error": p.error} for p in self.projections]}
+        return {
+            "schema": "tpmtop.lab/1",
+            "machine": self.machine,
+            "accel": self.accel,
+            "options": self.options.__dict__,
+            "baseline": self.baseline,
+            "wall_s": round(self.wall_s, 3),
+            "boots": [b.to_json() for b in self.boots],
+            "bench": self.bench,
+            "bench_error": self.bench_error,
+            "projections": [p.__dict__ | {"error": p.error} for p in self.projections],
+        }
 
 
 def detect_accel() -> str:
@@ -110,17 +118,30 @@ def machine() -> dict:
     except OSError:
         pass
     try:
-        swtpm = subprocess.run(["swtpm", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[0].split(",")[0]
+        swtpm = (
+            subprocess.run(["swtpm", "--version"], capture_output=True, text=True)
+            .stdout.strip()
+            .splitlines()[0]
+            .split(",")[0]
+        )
     except (OSError, IndexError):
         swtpm = "unknown"
     try:
-        qemu = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True,
-                              text=True).stdout.splitlines()[0]
+        qemu = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True).stdout.splitlines()[
+            0
+        ]
     except (OSError, IndexError):
         qemu = "unknown"
     load = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else []
-    return {"cpu": cpu, "cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
-            "swtpm": swtpm, "qemu": qemu, "loadavg_at_start": load}
+    return {
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "swtpm": swtpm,
+        "qemu": qemu,
+        "loadavg_at_start": load,
+    }
 
 
 def check_environment() -> None:
@@ -158,10 +179,22 @@ def run_lab(opts: LabOptions, log=print) -> LabResult:
                 from tpmtop.kernel.probes import boot_cmdline
 
                 append = f"{append} {boot_cmdline(release=spec.release)}".strip()
-            b = boot_once(spec, i + 1, run_dir=run_dir, share_parent=os.path.join(cache, "shares"), repo=root,
-                          python=sys.executable, files=opts.files, profile=profile,
-                          seed=None if opts.seed is None else opts.seed + i, accel=res.accel,
-                          cpus=opts.cpus, mem_mib=opts.mem_mib, append=append, timeout_s=opts.timeout_s)
+            b = boot_once(
+                spec,
+                i + 1,
+                run_dir=run_dir,
+                share_parent=os.path.join(cache, "shares"),
+                repo=root,
+                python=sys.executable,
+                files=opts.files,
+                profile=profile,
+                seed=None if opts.seed is None else opts.seed + i,
+                accel=res.accel,
+                cpus=opts.cpus,
+                mem_mib=opts.mem_mib,
+                append=append,
+                timeout_s=opts.timeout_s,
+            )
             st, kcs, xs, ops, acc = analysis.boot_stats(b)
             if opts.trace:
                 st.probes = analysis.probe_view(os.path.join(run_dir, "trace.txt"), b, kcs)
@@ -170,9 +203,11 @@ def run_lab(opts: LabOptions, log=print) -> LabResult:
             st.capture_path = path
             captures[(spec.name, i + 1)] = path
             res.boots.append(st)
-            log(f"lab: {spec.name} boot {i + 1}: {'ok' if st.ok else 'FAILED: ' + '; '.join(st.problems)}; "
+            log(
+                f"lab: {spec.name} boot {i + 1}: {'ok' if st.ok else 'FAILED: ' + '; '.join(st.problems)}; "
                 f"{sum(st.commands_total.values())} kernel TPM commands, {st.sessions_started} sessions, "
-                f"{st.extends} extends, mode {st.mode}")
+                f"{st.extends} extends, mode {st.mode}"
+            )
     res.baseline = baseline_kernel(res.boots)
     res.bench, res.bench_error = run_bench(opts, out)
     res.projections = project(res, captures, out)
@@ -192,14 +227,31 @@ def _write_capture(path, st, kcs, xs, ops, spec, profile, res) -> None:
         op_probes = False
 
     t0 = xs[0].t_unix_ns if xs else time.time_ns()
-    cap = kernel_capture(kcs, ops, t0, _Seen(), f"tpmtop lab: {spec.name} under qemu ({res.accel}), "
-                         f"TPM: swtpm behind tpmtop's relay" + (f", profile {profile.name}" if profile else ""),
-                         st.mode, xs=xs, simulated=True)
+    cap = kernel_capture(
+        kcs,
+        ops,
+        t0,
+        _Seen(),
+        f"tpmtop lab: {spec.name} under qemu ({res.accel}), "
+        f"TPM: swtpm behind tpmtop's relay" + (f", profile {profile.name}" if profile else ""),
+        st.mode,
+        xs=xs,
+        simulated=True,
+    )
     if profile is not None:
         cap["tpm"]["profile"] = profile.name
-    cap["lab"] = {"kernel": spec.name, "image": spec.image, "release": st.release, "boot": st.index,
-                  "accel": res.accel, "ok": st.ok, "ima_measurements": st.ima_measurements,
-                  "ima_workload": st.ima_workload, "mode": st.mode, "mode_why": st.mode_why}
+    cap["lab"] = {
+        "kernel": spec.name,
+        "image": spec.image,
+        "release": st.release,
+        "boot": st.index,
+        "accel": res.accel,
+        "ok": st.ok,
+        "ima_measurements": st.ima_measurements,
+        "ima_workload": st.ima_workload,
+        "mode": st.mode,
+        "mode_why": st.mode_why,
+    }
     write_capture(path, cap)
 
 
@@ -219,8 +271,26 @@ def baseline_kernel(boots: list[analysis.BootStats]) -> str | None:
 
 def run_bench(opts: LabOptions, out: str) -> tuple[dict | None, str | None]:
     path = os.path.join(out, "bench.capture.json")
-    cmd = [sys.executable, "-m", "tpmtop", "bench", "--sim", "--op", "extend", "--modes", "none,reuse",
-           "--engine", "native", "-n", str(opts.bench_n), "--warmup", "5", "-q", "--json", path]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tpmtop",
+        "bench",
+        "--sim",
+        "--op",
+        "extend",
+        "--modes",
+        "none,reuse",
+        "--engine",
+        "native",
+        "-n",
+        str(opts.bench_n),
+        "--warmup",
+        "5",
+        "-q",
+        "--json",
+        path,
+    ]
     if opts.profile:
         cmd += ["--profile", opts.profile] + (["--seed", str(opts.seed)] if opts.seed is not None else [])
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -232,10 +302,15 @@ def run_bench(opts: LabOptions, out: str) -> tuple[dict | None, str | None]:
     if "none" not in runs or "reuse" not in runs:
         return None, "tpmtop bench gave no none/reuse extend runs"
     w = {m: runs[m]["wire_us"] for m in ("none", "reuse")}
-    return {"command": " ".join(["tpmtop"] + cmd[3:]), "capture": path,
-            "none_wire_us": w["none"], "reuse_wire_us": w["reuse"],
-            "ratio_p50": w["reuse"]["p50"] / w["none"]["p50"], "ratio_mean": w["reuse"]["mean"] / w["none"]["mean"],
-            "reuse_commands_per_op": runs["reuse"].get("commands_per_op")}, None
+    return {
+        "command": " ".join(["tpmtop"] + cmd[3:]),
+        "capture": path,
+        "none_wire_us": w["none"],
+        "reuse_wire_us": w["reuse"],
+        "ratio_p50": w["reuse"]["p50"] / w["none"]["p50"],
+        "ratio_mean": w["reuse"]["mean"] / w["none"]["mean"],
+        "reuse_commands_per_op": runs["reuse"].get("commands_per_op"),
+    }, None
 
 
 def project(res: LabResult, captures: dict, out: str) -> list[Projection]:
@@ -251,10 +326,23 @@ def project(res: LabResult, captures: dict, out: str) -> list[Projection]:
             if not b.ok or not b.sessions_started or not b.extends:
                 continue
             ref = next((x for x in base if x.index == b.index), base[0])
+            if ref.capture_path is None:  # its capture was not written: nothing to project from
+                continue
             per_off = ref.extend_tpm_s / ref.extends
             measured = b.extend_tpm_s - b.extends * per_off
-            cmd = [sys.executable, "-m", "tpmtop", "boot", "--root", empty, "--capture", ref.capture_path,
-                   "--extends", str(b.extends), "--json"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "tpmtop",
+                "boot",
+                "--root",
+                empty,
+                "--capture",
+                ref.capture_path,
+                "--extends",
+                str(b.extends),
+                "--json",
+            ]
             p = subprocess.run(cmd, capture_output=True, text=True)
             projected, setup_aware, detail = None, None, ""
             if p.returncode == 0:
@@ -269,12 +357,23 @@ def project(res: LabResult, captures: dict, out: str) -> list[Projection]:
                     setup_aware = projected + (b.extends_with_setup - 1) * setup_us / 1e6
             else:
                 detail = (p.stderr.strip().splitlines() or ["tpmtop boot failed"])[-1]
-            projections.append(Projection(b.kernel, b.index, ref.kernel, b.extends, projected, measured, 1,
-                                          b.extends_with_setup, setup_aware, detail))
+            projections.append(
+                Projection(
+                    b.kernel,
+                    b.index,
+                    ref.kernel,
+                    b.extends,
+                    projected,
+                    measured,
+                    1,
+                    b.extends_with_setup,
+                    setup_aware,
+                    detail,
+                )
+            )
     finally:
         shutil.rmtree(empty, ignore_errors=True)
     with open(os.path.join(out, "projections.txt"), "w") as f:
         for pj in projections:
             f.write(f"{pj.kernel} boot {pj.index}: {pj.detail}\n")
     return projections
-
