@@ -434,7 +434,9 @@ class ProxyServer:
                 except OSError:
                     return
             self.refused += 1
-            where = "a Unix socket" if sock.family == socket.AF_UNIX else "TCP"
+            # the port too: a swtpm-TCTI client opens the TPM port and the control port, so one
+            # refused program gives two lines, which should not look like a repeat
+            where = "a Unix socket" if sock.family == socket.AF_UNIX else f"TCP port {sock.getsockname()[1]}"
             self.log(f"refused a connection on {where} from {access.user_text(uid)}"
                      f"{f' pid {pid}' if pid else ''}: only {self.policy.describe()} may use this TPM "
                      f"(--allow-user / --allow-group let more in); connection closed", LineKind.DROPPED)
