@@ -54,3 +54,32 @@ class TestClientsPanel:
             assert all(e.engine is None and e.origin == "proxy" for e in evs)  # never the workload's labels
         finally:
             src.proxy.stop()
+
+    async def test_proxy_notices_follow_the_line_kind_not_its_text(self, live, tmp_path):
+        """A client that leaves a session behind raises a notice (its line's kind is LEAK); a
+        line that only *says* LEAK or failed (a client may name itself so) raises none."""
+        from tpmtop.proxy.lines import LineKind, ProxyLine
+
+        src = live(start_running=True, rate=50)
+        port = _free_port_pair()
+        log: list[str] = []
+        src.proxy = ProxyServer(src.conn, port=port, log=log.append).start()
+        src.proxy_log = log
+        decoy = "client 99 LEAK-failed-connection closed (pid 1) connected"
+        try:
+            app = app_for(src, tmp_path)
+            async with app.run_test(size=SIZE) as pilot:
+                log.append(ProxyLine(decoy, LineKind.INFO))
+                env = dict(os.environ, TPM2TOOLS_TCTI=f"swtpm:host=127.0.0.1,port={port}", TSS2_LOG="all+NONE")
+                proc = await asyncio.create_subprocess_exec(
+                    "tpm2_startauthsession", "--policy-session", "-S", str(tmp_path / "s.ctx"), env=env,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                _, err = await asyncio.wait_for(proc.communicate(), 60)
+                assert proc.returncode == 0, err
+                await until(pilot, lambda: any("LEAK: left" in n.message for n in app._notifications),
+                            timeout=60, what="the leak notice")
+                assert not any(decoy in n.message for n in app._notifications)
+            leaks = [line for line in log if "LEAK: left" in line]
+            assert leaks and all(line.kind is LineKind.LEAK for line in leaks)
+        finally:
+            src.proxy.stop()

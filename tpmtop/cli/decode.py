@@ -46,7 +46,7 @@ def _read(arg: str) -> bytes:
             with open(arg, "rb") as f:
                 data = f.read(1 << 20)
         except OSError as e:
-            raise UsageError(f"tpmtop decode: cannot read {arg}: {e.strerror}") from None
+            raise UsageError(f"cannot read {arg}: {e.strerror}") from None
         text = data.strip()
         try:
             return _hex(text.decode("ascii"))
@@ -55,7 +55,7 @@ def _read(arg: str) -> bytes:
     try:
         return _hex(arg)
     except ValueError:
-        raise UsageError(f"tpmtop decode: {arg!r} is neither a file nor hex") from None
+        raise UsageError(f"{arg!r} is neither a file nor hex") from None
 
 
 def _from_capture(paths: list[str], n: int) -> list[bytes]:
@@ -63,21 +63,21 @@ def _from_capture(paths: list[str], n: int) -> list[bytes]:
     from tpmtop.errors import UsageError
 
     if len(paths) != 1:
-        raise UsageError("tpmtop decode: --event takes one capture file")
+        raise UsageError("--event takes one capture file")
     events = load_capture(paths[0]).get("events") or []
     if not 0 <= n < len(events):
-        raise UsageError(f"tpmtop decode: {paths[0]} has events 0..{len(events) - 1}, not {n}"
-                         if events else f"tpmtop decode: {paths[0]} has no events (record with --events)")
+        raise UsageError(f"{paths[0]} has events 0..{len(events) - 1}, not {n}"
+                         if events else f"{paths[0]} has no events (record with --events)")
     e = events[n]
     if not isinstance(e.get("command_hex"), str):
-        raise UsageError(f"tpmtop decode: event {n} of {paths[0]} kept no bytes "
+        raise UsageError(f"event {n} of {paths[0]} kept no bytes "
                          "(captures keep them for the newest 16,384 commands)")
     try:
         out = [bytes.fromhex(e["command_hex"])]
         if isinstance(e.get("response_hex"), str):
             out.append(bytes.fromhex(e["response_hex"]))
     except ValueError:
-        raise UsageError(f"tpmtop decode: event {n} of {paths[0]}: its bytes are not hex") from None
+        raise UsageError(f"event {n} of {paths[0]}: its bytes are not hex") from None
     return out
 
 
@@ -99,7 +99,7 @@ def _cc(text: str) -> int:
     except ValueError:
         cc = cc_from_name(text)
         if cc is None:
-            raise UsageError(f"tpmtop decode: unknown command {text!r}") from None
+            raise UsageError(f"unknown command {text!r}") from None
         return cc
 
 
@@ -112,7 +112,7 @@ def run_decode(args) -> int:
     from tpmtop.errors import EXIT_USAGE, UsageError
 
     if len(args.buffers) > 2:
-        raise UsageError("tpmtop decode: give a command and at most one response")
+        raise UsageError("give a command and at most one response")
     if args.event is not None:
         bufs = _from_capture(args.buffers, args.event)
     else:
@@ -120,7 +120,7 @@ def run_decode(args) -> int:
     cc = _cc(args.cc) if args.cc else None
     if len(bufs) == 1 and (cc is not None or decode.looks_like_response(bufs[0])):
         if cc is None:
-            raise UsageError("tpmtop decode: that is a response; say which command it answers with --cc")
+            raise UsageError("that is a response; say which command it answers with --cc")
         d = decode.decode(None, bufs[0], cc, plaintext=provider(None))
     else:
         d = decode.decode(bufs[0], bufs[1] if len(bufs) > 1 else None, plaintext=provider(None))

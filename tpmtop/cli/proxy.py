@@ -314,8 +314,10 @@ def run_run(args) -> int:
 
 
 def _quiet_log(text: str) -> None:
-    # `tpmtop run` reports in its table; only dropped connections are worth a line now
-    if "connection closed" in text:
+    # `tpmtop run` reports in its table; only cut connections and faults are worth a line now
+    from tpmtop.proxy.lines import LineKind, kind_of
+
+    if kind_of(text) in (LineKind.DROPPED, LineKind.FAULT):
         _log(text)
 
 

@@ -34,6 +34,7 @@ from tpmtop.proxy import access, peers
 from tpmtop.proxy import protocol as P
 from tpmtop.proxy.accounting import Accounts, ClientStats
 from tpmtop.proxy.forward import forward
+from tpmtop.proxy.lines import LineKind, ProxyLine
 from tpmtop.proxy.turns import Turns, TurnTimeout
 from tpmtop.textsafe import safe
 from tpmtop.tpm.tcti import TargetKind
@@ -208,8 +209,8 @@ class ProxyServer:
         self.recovering = False
         self.failed: str | None = None  # set when the TPM is gone for good
 
-    def log(self, text: str) -> None:
-        line = safe(text)
+    def log(self, text: str, kind: LineKind = LineKind.INFO) -> None:
+        line = ProxyLine(safe(text), kind)
         with self._log_lock:
             self._log_to(line)
 
@@ -413,7 +414,7 @@ class ProxyServer:
         if now - self._last_limit_log >= 1.0:  # one line a second, with the count so far
             self._last_limit_log = now
             self.log(f"{self.max_connections} connections are open (the limit): connection refused "
-                     f"({self.over_limit} so far)")
+                     f"({self.over_limit} so far)", LineKind.DROPPED)
         try:
             sock.close()
         except OSError:
@@ -433,10 +434,12 @@ class ProxyServer:
                 except OSError:
                     return
             self.refused += 1
-            where = "a Unix socket" if sock.family == socket.AF_UNIX else "TCP"
+            # the port too: a swtpm-TCTI client opens the TPM port and the control port, so one
+            # refused program gives two lines, which should not look like a repeat
+            where = "a Unix socket" if sock.family == socket.AF_UNIX else f"TCP port {sock.getsockname()[1]}"
             self.log(f"refused a connection on {where} from {access.user_text(uid)}"
                      f"{f' pid {pid}' if pid else ''}: only {self.policy.describe()} may use this TPM "
-                     f"(--allow-user / --allow-group let more in); connection closed")
+                     f"(--allow-user / --allow-group let more in); connection closed", LineKind.DROPPED)
         finally:
             try:
                 sock.close()
@@ -460,7 +463,7 @@ class ProxyServer:
             try:
                 handler(sock)
             except Exception as e:  # a bug must cost one connection, not the proxy
-                self.log(f"connection handler failed: {type(e).__name__}: {e}; connection closed")
+                self.log(f"connection handler failed: {type(e).__name__}: {e}; connection closed", LineKind.FAULT)
             finally:
                 with self._lock:
                     self._conns.discard(sock)
@@ -532,12 +535,13 @@ class ProxyServer:
                         return
                     except P.Idle:
                         self.log(f"client {client.id} {client.name} (pid {client.peer.pid}): idle for "
-                                 f"{self.idle_timeout:g} s; connection closed")
+                                 f"{self.idle_timeout:g} s; connection closed", LineKind.DROPPED)
                         return
                     except P.FrameError as e:
                         client.dropped = str(e)
                         self.dropped += 1
-                        self.log(f"client {client.id} {client.name} (pid {client.peer.pid}): {e}; connection closed")
+                        self.log(f"client {client.id} {client.name} (pid {client.peer.pid}): {e}; connection closed",
+                                 LineKind.DROPPED)
                         return
                     if mssim:
                         client.locality = locality
@@ -563,7 +567,7 @@ class ProxyServer:
                 waited = self.turns.acquire(client)
             except TurnTimeout as e:
                 self.log(f"client {client.id} {client.name} (pid {client.peer.pid}): {e}; "
-                         f"answered TPM_RC_RETRY")
+                         f"answered TPM_RC_RETRY", LineKind.FAULT)
                 self._answer(sock, client, error_response(TPM_RC_RETRY), mssim)
                 return None
             if waited:
@@ -594,7 +598,7 @@ class ProxyServer:
             if 0 <= sent < len(data):
                 threading.Thread(target=self._send_rest, args=(sock, client, data[sent:]), daemon=True).start()
             for note in self.accounts.record(client, cmd, rsp, wire_ns):
-                self.log(note)
+                self.log(note, LineKind.FOREIGN)
             if sent < 0:
                 self._went_away(sock, client, len(rsp))
 
@@ -629,7 +633,7 @@ class ProxyServer:
 
     def _went_away(self, sock: socket.socket, client: ClientStats, n: int) -> None:
         self.log(f"client {client.id} {client.name} (pid {client.peer.pid}): went away before its response "
-                 f"({n} bytes, read from the TPM and dropped); connection closed")
+                 f"({n} bytes, read from the TPM and dropped); connection closed", LineKind.DROPPED)
         _shutdown(sock)
 
     def _tpm_failed(self, sock: socket.socket, client: ClientStats, fut, mssim: bool, own: bool) -> None:
@@ -637,7 +641,7 @@ class ProxyServer:
         if e is None:
             return
         if own or not isinstance(e, TpmConnectionError):
-            self.log(f"client {client.id} {client.name}: the TPM failed ({e}); connection closed")
+            self.log(f"client {client.id} {client.name}: the TPM failed ({e}); connection closed", LineKind.FAULT)
             _shutdown(sock)
             return
         # The shared upstream is lost (a dead or stalled TPM): this client is answered with a
@@ -656,7 +660,7 @@ class ProxyServer:
         private = getattr(conn, "sim", None) is not None
         self.log(f"the TPM was lost ({why}); "
                  + ("restarting the private swtpm" if private else "reconnecting")
-                 + "; clients are answered TPM_RC_RETRY meanwhile")
+                 + "; clients are answered TPM_RC_RETRY meanwhile", LineKind.FAULT)
         give_up = max(RECOVER_GIVE_UP_MIN_S, float(getattr(conn, "timeout", RECOVER_GIVE_UP_MIN_S)))
         deadline = time.monotonic() + give_up
         last = why
@@ -670,7 +674,7 @@ class ProxyServer:
                     conn.owner.lost = None
                     if time.monotonic() >= deadline:
                         self.failed = f"the TPM is gone: {last} (tried again for {give_up:g} s)"
-                        self.log(self.failed)
+                        self.log(self.failed, LineKind.FAULT)
                         return
                     self._stop.wait(1.0)
                     continue
@@ -678,7 +682,8 @@ class ProxyServer:
                     # a new swtpm holds nothing: every handle the clients had is gone with the old one
                     self.accounts.tpm_reset()
                 self.log("the TPM answers again" + (" (a new private swtpm: every object and session of "
-                                                    "the clients is gone)" if private else ""))
+                                                    "the clients is gone)" if private else ""),
+                         LineKind.FAULT)
                 return
         finally:
             self.recovering = False
@@ -728,7 +733,8 @@ class ProxyServer:
             except P.Idle:
                 return
             except (P.FrameError, OSError) as e:
-                self.log(f"{'control' if swtpm else 'platform'} connection: {e}; connection closed")
+                self.log(f"{'control' if swtpm else 'platform'} connection: {e}; connection closed",
+                         LineKind.DROPPED)
 
         return handle
 
@@ -834,7 +840,7 @@ class ProxyServer:
                             and not peers.alive(c.peer)):
                         self._depart(c)
                 except Exception as e:  # the reaper must outlive any one client's trouble
-                    self.log(f"client {c.id}: departure check failed: {type(e).__name__}: {e}")
+                    self.log(f"client {c.id}: departure check failed: {type(e).__name__}: {e}", LineKind.FAULT)
 
     def _depart(self, c: ClientStats) -> None:
         if c.departed_ns is not None:
@@ -852,7 +858,8 @@ class ProxyServer:
             t[0].close()  # closing its /dev/tpmrm0 fd (abrmd connection) flushes what it left
         head = f"client {c.id} {c.name} (pid {c.peer.pid}) left: {c.commands} commands, {c.errors} errors"
         if leaked:
-            self.log(f"{head}; LEAK: left {len(leaked)} handle(s) behind: " + ", ".join(h.text() for h in leaked))
+            self.log(f"{head}; LEAK: left {len(leaked)} handle(s) behind: " + ", ".join(h.text() for h in leaked),
+                     LineKind.LEAK)
         else:
             self.log(f"{head}; left nothing loaded")
 

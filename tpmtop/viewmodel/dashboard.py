@@ -207,12 +207,13 @@ class Dashboard:
         """The Clients panel: a proxy's clients with `--listen`, or who holds a real device."""
         src = self.source
         if src.proxy is not None:
+            from tpmtop.proxy.lines import WORTH_A_LOOK, kind_of
             from tpmtop.proxy.report import client_detail, client_rows
 
             accounts = src.proxy.accounts
             log = src.proxy_log
-            for line in log[self._proxy_seen:]:  # leak reports and dropped clients
-                if "LEAK" in line or "connection closed" in line or "failed" in line:  # worth a look
+            for line in log[self._proxy_seen:]:  # leaks, dropped clients, TPM faults
+                if kind_of(line) in WORTH_A_LOOK:
                     notices.append(Notice(line, "proxy", Severity.WARNING, 10))
             self._proxy_seen = len(log)
             return ClientsView(client_rows(accounts, src.recorder), lambda key: client_detail(accounts, key))

@@ -54,7 +54,8 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
             under(mc.reason, "dim")
         if mc.note:
             under(mc.note, "dim")
-    lines += ["", "[dim]The same model as `tpmtop boot` (domain notes §2). Type another N and Enter; Esc closes.[/]"]
+    lines += ["", "[dim]The same model as `tpmtop boot` (its README section says how each mode is priced). "
+                  "Type another N and Enter; Esc closes.[/]"]
     return "\n".join(lines)
 
 

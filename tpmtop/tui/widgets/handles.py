@@ -9,6 +9,7 @@ from textual.content import Content
 
 from tpmtop.sources.numbers import fmt_age
 from tpmtop.sources.rows.handles import HandleRow, HandleState
+from tpmtop.textsafe import counted
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
 from tpmtop.viewmodel.frame import Frame
@@ -55,5 +56,5 @@ class HandlesPanel(Panel):
                                   str(r.uses) if r.uses else "")))
         self.table.sync(cells, order=lambda first: first)
         needle = self.table.needle
-        self.border_subtitle = (f"{sum(1 for r in rows if r.state is not HandleState.GONE)} handles"
+        self.border_subtitle = (counted(sum(1 for r in rows if r.state is not HandleState.GONE), "handle")
                                 + (f" · filter '{needle}'" if needle else ""))
