@@ -157,7 +157,7 @@ def handle_name(h: int) -> str:
     if perm:
         return perm
     kind = names.handle_kind(h)
-    return f"PCR {h}" if kind == "pcr" else f"{kind} 0x{h:08x}"
+    return f"PCR {h}" if kind is names.HandleType.PCR else f"{kind} 0x{h:08x}"
 
 
 _PERMANENT = {

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from tpmtop.proxy.latency import CompactLatency
 from tpmtop.tpm import names, wire
+from tpmtop.tpm.names import HandleType
 
 if TYPE_CHECKING:
     from tpmtop.proxy.peers import Peer
@@ -50,9 +51,15 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 
 
-def handle_kind(h: int) -> str:
-    top = h >> 24
-    return {0x80: "transient object", 0x02: "HMAC session", 0x03: "policy session"}.get(top, "handle")
+# How the proxy's reports and captures (the "kind" of a held handle) name what a client holds;
+# the proxy only ever sees transient objects and sessions created, the rest is a "handle".
+HELD_TEXT = {HandleType.TRANSIENT: "transient object", HandleType.HMAC_SESSION: "HMAC session",
+             HandleType.POLICY_SESSION: "policy session"}
+_SESSION_TYPES = (HandleType.HMAC_SESSION, HandleType.POLICY_SESSION)
+
+
+def held_text(kind: HandleType) -> str:
+    return HELD_TEXT.get(kind, "handle")
 
 
 @dataclass(slots=True)
@@ -61,12 +68,16 @@ class Held:
     created_by: str
     state: str = "loaded"  # "loaded" or "saved" (a ContextSaved session)
 
+    @property
+    def kind(self) -> HandleType:
+        return HandleType.of(self.handle)
+
     def to_json(self) -> dict:
-        return {"handle": f"0x{self.handle:08x}", "kind": handle_kind(self.handle), "created_by": self.created_by,
+        return {"handle": f"0x{self.handle:08x}", "kind": held_text(self.kind), "created_by": self.created_by,
                 "state": self.state}
 
     def text(self) -> str:
-        return f"0x{self.handle:08x} {handle_kind(self.handle)} ({self.created_by}, {self.state})"
+        return f"0x{self.handle:08x} {held_text(self.kind)} ({self.created_by}, {self.state})"
 
 
 @dataclass(slots=True)
@@ -306,20 +317,20 @@ class Accounts:
                 if o is not None:
                     c.flushed += 1
                     other, held = o
-                    if other is not c and held.state == "loaded" and held.handle >> 24 == 0x80:
+                    if other is not c and held.state == "loaded" and held.kind is HandleType.TRANSIENT:
                         # a transient object is one process's own (sessions and saved
                         # contexts are handed from process to process by tpm2-tools)
                         notes.append(f"client {c.id} {c.name} (pid {c.peer.pid}) flushed 0x{held.handle:08x}, "
-                                     f"a {handle_kind(held.handle)} client {other.id} {other.name} "
+                                     f"a {held_text(held.kind)} client {other.id} {other.name} "
                                      f"(pid {other.peer.pid}, {'gone' if other.departed_ns else 'still running'}) "
                                      f"created with {held.created_by}")
             elif cc == CC_CONTEXT_SAVE and info.handles:
                 h0 = info.handles[0]
                 o = self._owner.get(h0)
-                if o is not None and h0 >> 24 in (0x02, 0x03):
+                if o is not None and HandleType.of(h0) in _SESSION_TYPES:
                     o[1].state = "saved"  # a saved session leaves the loaded list, not the TPM
             elif cc == CC_CLEAR:
-                gone = [hd for hd in self._owner if hd >> 24 == 0x80]
+                gone = [hd for hd in self._owner if HandleType.of(hd) is HandleType.TRANSIENT]
                 for hd in gone:
                     del self._owner[hd]
                 notes.append(f"client {c.id} {c.name} (pid {c.peer.pid}) cleared the TPM (TPM2_Clear): "

@@ -9,6 +9,7 @@ commands (``_create_null``, ``_load_context``) in its own way.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any, Generic, Protocol, TypeVar
 
 from tpm2_pytss.constants import TPM2_RC, TPMA_SESSION
 
@@ -28,36 +29,47 @@ CONTEXT_INVALID = frozenset(int(rc) for rc in (TPM2_RC.INTEGRITY, TPM2_RC.HIERAR
                                                TPM2_RC.VALUE))
 
 
-class CryptoEngine:
+class SavableSession(Protocol):
+    """What the base needs of an engine's session: its saved context (None while loaded)."""
+
+    @property
+    def context(self) -> object: ...
+
+
+SessionT = TypeVar("SessionT", bound=SavableSession)  # the engine's session object
+HandleT = TypeVar("HandleT")  # how the engine names a TPM object: a handle (native), an ESYS_TR (esys)
+
+
+class CryptoEngine(Generic[SessionT, HandleT]):
     """Base of :class:`~tpmtop.sessions.native.NativeEngine` and
     :class:`~tpmtop.sessions.esys.EsysEngine`."""
 
     name: StrEnum
 
-    def __init__(self):
-        self.null_context = None  # the null primary's saved context (the kernel's tpm2_load_null)
+    def __init__(self) -> None:
+        self.null_context: Any = None  # the null primary's saved context (the kernel's tpm2_load_null)
         self.null_name: bytes | None = None
         self.integrity_failures = 0
 
     # -- what an engine implements -------------------------------------------------------------
-    def _create_null(self):
+    def _create_null(self) -> tuple[bytes, Any]:
         """CreatePrimary in the null hierarchy, ContextSave, FlushContext: (name, context)."""
         raise NotImplementedError
 
-    def _load_context(self, context):
+    def _load_context(self, context: Any) -> HandleT:
         """ContextLoad; returns the engine's handle for what was loaded."""
         raise NotImplementedError
 
-    def start_session(self, tpm_key): raise NotImplementedError
-    def flush(self, handle) -> None: raise NotImplementedError
-    def save_session(self, s) -> None: raise NotImplementedError
-    def load_session(self, s) -> None: raise NotImplementedError
-    def forget_session(self, s) -> None: raise NotImplementedError
-    def session_handle(self, s): raise NotImplementedError
-    def tpm_handle(self, s) -> int | None:
+    def start_session(self, tpm_key: HandleT) -> SessionT: raise NotImplementedError
+    def flush(self, handle: HandleT) -> None: raise NotImplementedError
+    def save_session(self, s: SessionT) -> None: raise NotImplementedError
+    def load_session(self, s: SessionT) -> None: raise NotImplementedError
+    def forget_session(self, s: SessionT) -> None: raise NotImplementedError
+    def session_handle(self, s: SessionT) -> HandleT: raise NotImplementedError
+    def tpm_handle(self, s: SessionT) -> int | None:
         """The handle the TPM knows the session by (as GetCapability lists it)."""
         raise NotImplementedError
-    def op(self, op: str, session, attrs: int, pcr: int) -> None: raise NotImplementedError
+    def op(self, op: str, session: SessionT | None, attrs: int, pcr: int) -> None: raise NotImplementedError
 
     # -- the kernel's null primary, once for both engines -----------------------------------------
     def create_null_primary(self) -> None:
@@ -67,7 +79,7 @@ class CryptoEngine:
                                   "stopping as the kernel does")
         self.null_name, self.null_context = name, ctx
 
-    def load_null(self):
+    def load_null(self) -> HandleT:
         try:
             return self._load_context(self.null_context)
         except TpmError as e:
@@ -78,7 +90,7 @@ class CryptoEngine:
             self.create_null_primary()  # raises NullNameChanged when the name changed
             return self._load_context(self.null_context)
 
-    def end_session(self, s) -> None:
+    def end_session(self, s: SessionT) -> None:
         """Flush a session tpmtop started, loaded or context-saved, and drop it host-side."""
         try:
             if s.context is not None and self.session_handle(s) is None:

@@ -12,23 +12,22 @@ from tpmtop.sessions.engine import CryptoEngine
 from tpmtop.sessions.modes import Engine
 
 
-def _native(conn: Any) -> CryptoEngine:
+def _native(conn: Any) -> CryptoEngine[Any, Any]:
     from tpmtop.sessions.native import NativeEngine  # imported when used: bench may run only esys
 
-    # NativeEngine's __init__ gets its annotations with the hot-path merge (native.py is changing).
-    return NativeEngine(conn.transport)  # type: ignore[no-untyped-call]
+    return NativeEngine(conn.transport)
 
 
-def _esys(conn: Any) -> CryptoEngine:
+def _esys(conn: Any) -> CryptoEngine[Any, Any]:
     from tpmtop.sessions.esys import EsysEngine  # loads libtss2-esys: only when asked for
 
     return EsysEngine(conn.transport, conn.esapi())
 
 
-ENGINE_FACTORIES: dict[Engine, Callable[[Any], CryptoEngine]] = {Engine.NATIVE: _native, Engine.ESYS: _esys}
+ENGINE_FACTORIES: dict[Engine, Callable[[Any], CryptoEngine[Any, Any]]] = {Engine.NATIVE: _native, Engine.ESYS: _esys}
 
 
-def make_engine(engine: str, conn: Any) -> CryptoEngine:
+def make_engine(engine: str, conn: Any) -> CryptoEngine[Any, Any]:
     try:
         factory = ENGINE_FACTORIES[Engine(engine)]
     except ValueError:

@@ -7,7 +7,9 @@ ESAPI keeps its own resource objects (ESYS_TR) for every handle; when the TPM en
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from tpm2_pytss import ESAPI
 from tpm2_pytss.constants import ESYS_TR, TPM2_ALG, TPM2_SE
@@ -20,9 +22,14 @@ from tpmtop.sessions.modes import OP_COMMANDS, Engine, Op
 from tpmtop.sessions.templates import null_primary_public
 from tpmtop.tpm import names
 
+if TYPE_CHECKING:
+    from tpm2_pytss.types import TPMS_CONTEXT
+
+    from tpmtop.tpm.commands import Transacts
+
 
 @contextmanager
-def tpm_errors(what: str):
+def tpm_errors(what: str) -> Iterator[None]:
     """ESAPI's exceptions as tpmtop's: the same one line, rc and hint as the native engine's,
     so the workload's recovery (session lost, TPM reset) treats both engines alike."""
     try:
@@ -48,20 +55,20 @@ def _extend_digests() -> TPML_DIGEST_VALUES:
 class EsysSession:
     __slots__ = ("tr", "context")
 
-    def __init__(self, tr):
+    def __init__(self, tr: ESYS_TR | None) -> None:
         self.tr = tr
-        self.context = None
+        self.context: TPMS_CONTEXT | None = None
 
 
-class EsysEngine(CryptoEngine):
+class EsysEngine(CryptoEngine[EsysSession, ESYS_TR]):
     name = Engine.ESYS
 
-    def __init__(self, transport, esapi: ESAPI):
+    def __init__(self, transport: Transacts, esapi: ESAPI) -> None:
         super().__init__()  # integrity_failures stays 0: ESAPI checks response HMACs itself and raises
         self.t = transport
         self.esys = esapi
 
-    def _create_null(self):
+    def _create_null(self) -> tuple[bytes, TPMS_CONTEXT]:
         with tpm_errors("CreatePrimary"):
             handle, _, _, _, _ = self.esys.create_primary(TPM2B_SENSITIVE_CREATE(), null_primary_public(),
                                                           primary_handle=ESYS_TR.NULL)
@@ -70,17 +77,17 @@ class EsysEngine(CryptoEngine):
             self.esys.flush_context(handle)
         return name, ctx
 
-    def _load_context(self, context):
+    def _load_context(self, context: TPMS_CONTEXT) -> ESYS_TR:
         with tpm_errors("ContextLoad"):
             return self.esys.context_load(context)
 
-    def start_session(self, tpm_key) -> EsysSession:
+    def start_session(self, tpm_key: ESYS_TR) -> EsysSession:
         with tpm_errors("StartAuthSession"):
             tr = self.esys.start_auth_session(tpm_key=tpm_key, bind=ESYS_TR.NONE, session_type=TPM2_SE.HMAC,
                                               symmetric=_SYM, auth_hash=TPM2_ALG.SHA256)
         return EsysSession(tr)
 
-    def flush(self, handle) -> None:
+    def flush(self, handle: ESYS_TR) -> None:
         with tpm_errors("FlushContext"):
             self.esys.flush_context(handle)
 
@@ -102,7 +109,7 @@ class EsysEngine(CryptoEngine):
                 pass  # ESAPI already dropped it
             s.tr = None
 
-    def session_handle(self, s: EsysSession):
+    def session_handle(self, s: EsysSession) -> ESYS_TR | None:
         return s.tr  # None while context-saved: ESAPI invalidates the ESYS_TR
 
     def tpm_handle(self, s: EsysSession) -> int | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, overload
 
 from tpm2_pytss.constants import TPM2_ALG, TPM2_CC, TPM2_RH, TPM2_ST
 
@@ -20,6 +21,9 @@ from tpmtop.sessions.engine import ATTR_DECRYPT, ATTR_ENCRYPT, EXTEND_DIGEST, RA
 from tpmtop.sessions.modes import Engine, Op
 from tpmtop.sessions.templates import TPM_RH_NULL, null_primary_public_bytes
 from tpmtop.tpm import names
+
+if TYPE_CHECKING:
+    from tpmtop.tpm.commands import Transacts
 
 ST_NO_SESSIONS = int(TPM2_ST.NO_SESSIONS)
 ST_SESSIONS = int(TPM2_ST.SESSIONS)
@@ -55,10 +59,10 @@ def _tpm2b(data: bytes) -> bytes:
     return struct.pack(">H", len(data)) + data
 
 
-class NativeEngine(CryptoEngine):
+class NativeEngine(CryptoEngine[Session, int]):
     name = Engine.NATIVE
 
-    def __init__(self, transport):
+    def __init__(self, transport: Transacts) -> None:
         super().__init__()
         self.t = transport
         self.null_x = self.null_y = b""
@@ -76,6 +80,12 @@ class NativeEngine(CryptoEngine):
     def _plain(self, cc: int, body: bytes) -> bytes:
         return self._send(struct.pack(">HII", ST_NO_SESSIONS, 10 + len(body), cc) + body, cc)
 
+    @overload
+    def execute(self, cc: int, handles: tuple[int, ...], names_: bytes, params: bytes,
+                session: Session | None, attrs: int, rsp_handle: Literal[True]) -> tuple[int, bytes]: ...
+    @overload
+    def execute(self, cc: int, handles: tuple[int, ...], names_: bytes, params: bytes,
+                session: Session | None, attrs: int, rsp_handle: Literal[False] = ...) -> tuple[None, bytes]: ...
     def execute(self, cc: int, handles: tuple[int, ...], names_: bytes, params: bytes,
                 session: Session | None, attrs: int, rsp_handle: bool = False) -> tuple[int | None, bytes]:
         """One authorised command. With ``session`` None: password authorisation (empty) if
@@ -102,6 +112,8 @@ class NativeEngine(CryptoEngine):
         body = hbytes + struct.pack(">I", len(auth)) + auth + params
         rsp = self._send(struct.pack(">HII", ST_SESSIONS, 10 + len(body), cc) + body, cc)
         handle, rparams, rsess = self._split(rsp, ST_SESSIONS, rsp_handle)
+        if rsess is None:  # success without an authorization area: not a TPM's answer to a sessioned command
+            raise IntegrityError(f"{names.cc_short(cc)}: response has no authorization area; response rejected")
         nonce_tpm, rattrs, rmac = rsess
         expect = crypto.session_hmac(key, crypto.rp_hash(cc, rparams), nonce_tpm, nonce_caller, rattrs)
         if not crypto.equal(expect, rmac):
@@ -115,7 +127,7 @@ class NativeEngine(CryptoEngine):
         return handle, rparams
 
     @staticmethod
-    def _split(rsp: bytes, tag: int, rsp_handle: bool):
+    def _split(rsp: bytes, tag: int, rsp_handle: bool) -> tuple[int | None, bytes, tuple[bytes, int, bytes] | None]:
         """(response handle, parameters, (nonceTPM, attrs, hmac) or None)."""
         try:
             off = 10
@@ -176,6 +188,8 @@ class NativeEngine(CryptoEngine):
         s.context = self._plain(CC_CONTEXT_SAVE, struct.pack(">I", s.handle))[10:]
 
     def load_session(self, s: Session) -> None:
+        if s.context is None:
+            raise ValueError("load_session: the session is not context-saved")
         self._plain(CC_CONTEXT_LOAD, s.context)
         s.context = None
 

@@ -13,6 +13,8 @@ operation that found out, and that operation pays for it, as the kernel's would.
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from tpm2_pytss.constants import TPM2_RC
 
@@ -23,6 +25,12 @@ from tpmtop.sessions.engines import make_engine
 from tpmtop.sessions.modes import DEFAULT_PCR, Engine, Mode, Op, check_pcr
 from tpmtop.tpm import names
 from tpmtop.tpm.exchange import Labels, Origin, labelled, wire_log
+
+if TYPE_CHECKING:
+    from tpmtop.tpm.commands import Transacts
+
+# The workload drives either engine without knowing its session or handle type.
+AnyEngine = CryptoEngine[Any, Any]
 
 # A kept session the TPM no longer has: TPM_RC_REFERENCE_S0..S6 (0x918…, not loaded), or a
 # format-one error naming the session (TPM_RC_HANDLE/VALUE + session number).
@@ -41,7 +49,7 @@ def session_gone(rc: int | None) -> bool:
     return bool(rc & 0x80) and not rc & 0x40 and (rc >> 8) & 0xF >= 8 and names.rc_base(rc) in _HANDLE_OR_VALUE
 
 
-def session_attrs(op: str, continue_session: bool, param_encryption: bool) -> int:
+def session_attrs(op: Op, continue_session: bool, param_encryption: bool) -> int:
     attrs = ATTR_CONTINUE if continue_session else 0
     if param_encryption:
         # What the kernel does: GetRandom's response is encrypted (0x40); PCR_Extend has no
@@ -55,22 +63,23 @@ def session_attrs(op: str, continue_session: bool, param_encryption: bool) -> in
 
 
 class Workload:
-    def __init__(self, conn, engine: str = Engine.NATIVE, mode: str = Mode.PER_COMMAND, op: str = Op.EXTEND,
+    def __init__(self, conn: Any, engine: str = Engine.NATIVE, mode: str = Mode.PER_COMMAND, op: str = Op.EXTEND,
                  pcr: int = DEFAULT_PCR, param_encryption: bool = True, origin: str = Origin.WORKLOAD,
-                 allow_pcr: bool = False):
+                 allow_pcr: bool = False) -> None:
         # Here and not only in the CLI: no caller may extend a boot PCR by accident.
         check_pcr(pcr, allow_pcr)
         self.conn = conn
-        self.t = conn.transport
+        self.t: Transacts = conn.transport
         self.pcr = pcr
         self.param_encryption = param_encryption
         self.origin = origin
         self.accounts: dict[tuple[str, str, str], RunAccount] = {}
         # Accounts of earlier TPM lives (before a reset), never merged with the current one.
         self.periods: list[dict[tuple[str, str, str], RunAccount]] = []
-        self._engines: dict[str, object] = {}
-        self.engine_name, self.mode, self.op = engine, mode, op
-        self.kept = None  # the reuse/saved session of the current engine
+        self._engines: dict[Engine, AnyEngine] = {}
+        # as enums from the start (ValueError for a name not defined, as set() below would raise)
+        self.engine_name, self.mode, self.op = Engine(engine), Mode(mode), Op(op)
+        self.kept: object | None = None  # the reuse/saved session of the current engine
         self._prepared = False
         self._op_seq = 0
         self.ops_log: list[tuple[int, str, str, str, int, int, int, bool]] | None = None
@@ -87,7 +96,7 @@ class Workload:
             self._teardown()
         self.engine_name, self.mode, self.op = engine, mode, op
 
-    def engine(self):
+    def engine(self) -> AnyEngine:
         e = self._engines.get(self.engine_name)
         if e is None:
             e = make_engine(self.engine_name, self.conn)
@@ -103,12 +112,12 @@ class Workload:
             a = self.accounts[key] = RunAccount(*key)
         return a
 
-    def _labelled(self, op_seq: int | None):
+    def _labelled(self, op_seq: int | None) -> AbstractContextManager[None]:
         """Every command sent in this scope is stamped with this workload's labels."""
         return labelled(Labels(self.origin, self.engine_name, self.mode, self.op, op_seq))
 
     # -- sessions -----------------------------------------------------------------------------
-    def _new_session(self, e):
+    def _new_session(self, e: AnyEngine) -> object:
         primary = e.load_null()
         try:
             try:
@@ -153,7 +162,7 @@ class Workload:
         self.kept = None
         self._prepared = False
 
-    def _prepare(self, e) -> None:
+    def _prepare(self, e: AnyEngine) -> None:
         strategy = STRATEGIES[self.mode]
         if strategy.kept and self.kept is None:
             with self._labelled(None):
@@ -207,17 +216,17 @@ class Workload:
         acct.add(total, wire)
         return total
 
-    def _run_mode(self, e) -> None:
+    def _run_mode(self, e: AnyEngine) -> None:
         STRATEGIES[self.mode].run(self, e)
 
-    def _recover(self, e) -> None:
+    def _recover(self, e: AnyEngine) -> None:
         self.account().sessions_lost += 1
         e.forget_session(self.kept)
         self.kept = self._new_session(e)
         if STRATEGIES[self.mode].saved:
             e.save_session(self.kept)
 
-    def _flush_quietly(self, e, s) -> None:
+    def _flush_quietly(self, e: AnyEngine, s: object) -> None:
         try:
             e.flush(e.session_handle(s))
         except Exception:
@@ -252,19 +261,19 @@ class Strategy:
     kept = False  # one session set up when the mode starts (outside the timed operation)
     saved = False  # ...and context-saved between operations
 
-    def run(self, w: Workload, e: CryptoEngine) -> None:
+    def run(self, w: Workload, e: AnyEngine) -> None:
         raise NotImplementedError
 
 
 class NoSession(Strategy):
-    def run(self, w: Workload, e: CryptoEngine) -> None:
+    def run(self, w: Workload, e: AnyEngine) -> None:
         e.op(w.op, None, 0, w.pcr)
 
 
 class PerCommand(Strategy):
     """Linux 6.10: a fresh salted session for every command, flushed by the TPM after it."""
 
-    def run(self, w: Workload, e: CryptoEngine) -> None:
+    def run(self, w: Workload, e: AnyEngine) -> None:
         s = w._new_session(e)
         try:
             e.op(w.op, s, session_attrs(w.op, False, w.param_encryption), w.pcr)
@@ -281,7 +290,7 @@ class Reuse(Strategy):
 
     kept = True
 
-    def run(self, w: Workload, e: CryptoEngine) -> None:
+    def run(self, w: Workload, e: AnyEngine) -> None:
         attrs = session_attrs(w.op, True, w.param_encryption)
         try:
             e.op(w.op, w.kept, attrs, w.pcr)
@@ -297,7 +306,7 @@ class Saved(Strategy):
 
     kept = saved = True
 
-    def run(self, w: Workload, e: CryptoEngine) -> None:
+    def run(self, w: Workload, e: AnyEngine) -> None:
         try:
             e.load_session(w.kept)
         except TpmError as err:

@@ -7,6 +7,7 @@ prints). Both are cached: the recorder asks on every command.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from functools import lru_cache
 
 from tpm2_pytss.constants import TPM2_CC, TPM2_HR, TPM2_HT, TPM2_RC, TSS2_RC
@@ -63,19 +64,38 @@ def rc_base(rc: int) -> int:
     return rc
 
 
-HANDLE_KINDS = {
-    int(TPM2_HT.PCR): "pcr",
-    int(TPM2_HT.NV_INDEX): "nv-index",
-    int(TPM2_HT.HMAC_SESSION): "hmac-session",
-    int(TPM2_HT.POLICY_SESSION): "policy-session",
-    int(TPM2_HT.PERMANENT): "permanent",
-    int(TPM2_HT.TRANSIENT): "transient",
-    int(TPM2_HT.PERSISTENT): "persistent",
+class HandleType(StrEnum):
+    """What a handle names, by its top byte (TPM_HT, spec Part 2). Not
+    :class:`tpmtop.tpm.handles.HandleKind`, which is how ``tpmtop handles`` groups what the TPM lists
+    (loaded and saved sessions apart, HMAC and policy together)."""
+
+    PCR = "pcr"
+    NV_INDEX = "nv-index"
+    HMAC_SESSION = "hmac-session"
+    POLICY_SESSION = "policy-session"
+    PERMANENT = "permanent"
+    TRANSIENT = "transient"
+    PERSISTENT = "persistent"
+    UNKNOWN = "unknown"
+
+    @classmethod
+    def of(cls, handle: int) -> HandleType:
+        return _HANDLE_TYPES.get(handle >> TPM2_HR.SHIFT, cls.UNKNOWN)
+
+
+_HANDLE_TYPES = {
+    int(TPM2_HT.PCR): HandleType.PCR,
+    int(TPM2_HT.NV_INDEX): HandleType.NV_INDEX,
+    int(TPM2_HT.HMAC_SESSION): HandleType.HMAC_SESSION,
+    int(TPM2_HT.POLICY_SESSION): HandleType.POLICY_SESSION,
+    int(TPM2_HT.PERMANENT): HandleType.PERMANENT,
+    int(TPM2_HT.TRANSIENT): HandleType.TRANSIENT,
+    int(TPM2_HT.PERSISTENT): HandleType.PERSISTENT,
 }
 
 
-def handle_kind(handle: int) -> str:
-    return HANDLE_KINDS.get(handle >> TPM2_HR.SHIFT, "unknown")
+def handle_kind(handle: int) -> HandleType:
+    return HandleType.of(handle)
 
 
 SESSION_ATTR_BITS = (
