@@ -114,3 +114,27 @@ class TestOtherProgramsHandles:
                 assert h not in await _transient(port)
         finally:
             src.proxy.stop()
+
+
+def test_the_book_names_each_handles_creator_and_keeps_it_when_the_handle_goes():
+    """The owner comes from what tpmtop created and what the proxy's clients hold, never from a
+    label; a handle neither made is "unknown"; a row that just went away keeps its owner."""
+    from tpmtop.sources.rows.handles import HandleBook, HandleState
+    from tpmtop.tpm.handles import HandleEntry, HandleKind
+
+    t = [0.0]
+    book = HandleBook(clock=lambda: t[0])
+    entries = [HandleEntry(0x80000000, HandleKind.TRANSIENT, None, False),
+               HandleEntry(0x80000001, HandleKind.TRANSIENT, None, False),
+               HandleEntry(0x02000000, HandleKind.LOADED_SESSION, None, False)]
+    book.update(entries)
+    clients = {0x80000000: ("tpmtop", 4242)}  # a client may call itself tpmtop: still a client
+    rows = {r.handle: r for r in book.rows({}, {0x02000000}, 0, clients)}
+    assert rows[0x80000000].owner is HandleOwner.CLIENT and rows[0x80000000].created_by == "tpmtop (pid 4242)"
+    assert not rows[0x80000000].ours
+    assert rows[0x80000001].owner is HandleOwner.UNKNOWN and rows[0x80000001].created_by == "unknown"
+    assert rows[0x02000000].owner is HandleOwner.TPMTOP and rows[0x02000000].ours
+    t[0] = 1.0
+    book.update(entries[1:])
+    gone = {r.handle: r for r in book.rows({}, {0x02000000}, 0, {})}[0x80000000]
+    assert gone.state is HandleState.GONE and gone.owner is HandleOwner.CLIENT and gone.who == "tpmtop"

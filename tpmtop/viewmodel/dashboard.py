@@ -189,15 +189,14 @@ class Dashboard:
             notices += self._warn_peaks(gs)
         return HandlesView(rows, gs)
 
-    def _client_handles(self) -> dict[int, str]:
-        """handle -> "program (pid N)" for what the proxy's clients created and still hold."""
+    def _client_handles(self) -> dict[int, tuple[str, int | None]]:
+        """handle -> (program, pid) for what the proxy's clients created and still hold."""
         proxy = self.source.proxy
         if proxy is None:
             return {}
         out = {}
         for c, held in proxy.accounts.held_all():
-            pid = c.peer.pid
-            out[held.handle] = c.name if pid is None else f"{c.name} (pid {pid})"
+            out[held.handle] = (c.name, c.peer.pid)
         return out
 
     def _warn_peaks(self, gs: list[Gauge]) -> list[Notice]:
@@ -274,13 +273,13 @@ class Dashboard:
             self.source.slot_freed()
         notices: list[Notice] = []
         view = self.handles(notices)
-        text = ", ".join(f"0x{h:08x}" for h in handles) or "nothing of tpmtop's left to flush"
+        text = "flushed " + ", ".join(f"0x{h:08x}" for h in handles) if handles else "nothing of tpmtop's to flush"
         if only_ours and view is not None:
             left = [r for r in view.rows if r.state is not HandleState.GONE and not r.ours
                     and r.kind != HandleKind.PERSISTENT]
             if left:
                 text += f"; left {counted(len(left), 'handle')} tpmtop did not create (f flushes one, after asking)"
-        return Frame(self.header(), handles=view, notices=(*notices, Notice(f"flushed {text}", "handles", timeout=4)))
+        return Frame(self.header(), handles=view, notices=(*notices, Notice(text, "handles", timeout=6)))
 
     def tick_header(self) -> Frame:
         """Only the header: what a key changed shows at once, the tables follow at the next tick."""

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from tpmtop.viewmodel.frame import Frame
 
 FLUSHABLE_TOPS = (0x80, 0x02, 0x03)  # transient objects, HMAC and policy sessions
+KIND_WORDS = {"transient": "transient object", "loaded-session": "loaded session", "saved-session": "saved session"}
 
 
 class MainActions(TpmWorkers):
@@ -129,7 +130,8 @@ class MainActions(TpmWorkers):
                   else "held by another program (or the kernel): tpmtop did not see it created")
         self.app.push_screen(ConfirmScreen(
             f"Flush {row.key}? tpmtop did not create it.",
-            f"It is a {row.kind} {holder}; flushing it breaks that program's next command."), answered)
+            f"It is a {KIND_WORDS.get(row.kind, row.kind)} {holder}; flushing it breaks that program's next "
+            "command."), answered)
 
     def action_inspect_selected(self) -> None:
         from tpmtop.sources.rows.handles import HandleOwner, HandleState

@@ -15,7 +15,7 @@ from tpmtop.tui.widgets.table import KeyedTable
 from tpmtop.viewmodel.frame import Frame
 
 # (key, header, width, priority): a narrow panel drops the highest numbers first.
-COLUMNS = (("handle", "handle", 10, 0), ("kind", "kind", 7, 1), ("by", "created by", 16, 2), ("age", "age", 6, 3),
+COLUMNS = (("handle", "handle", 10, 0), ("kind", "kind", 7, 1), ("by", "created by", 18, 2), ("age", "age", 6, 3),
            ("last", "used", 6, 5), ("uses", "uses", 5, 4))
 KINDS = {"transient": "object", "loaded-session": "session", "saved-session": "saved", "persistent": "persist"}
 
@@ -50,7 +50,7 @@ class HandlesPanel(Panel):
         for r in rows:
             style = {HandleState.NEW: "$handle-new", HandleState.GONE: "$handle-gone strike"}.get(r.state, "")
             # Styled by the owner (an enum); the text is the creator's, made terminal-safe, never markup.
-            who = Content.styled(safe(r.created_by), "$handle-ours" if r.ours else "$handle-foreign")
+            who = Content.styled(safe(r.who), "$handle-ours" if r.ours else "$handle-foreign")
             h = Content.styled(r.key, style) if style else Content(r.key)
             cells.append((r.key, (h, KINDS.get(r.kind, r.kind), who, "?" if math.isnan(r.age_s) else fmt_age(r.age_s),
                                   "" if r.last_use_s is None else fmt_age(r.last_use_s),
