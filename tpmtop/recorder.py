@@ -23,6 +23,7 @@ from typing import Any
 
 from tpmtop.stats import LatencyHistogram
 from tpmtop.tpm import names, wire
+from tpmtop.tpm.exchange import SEEN_ORIGINS
 
 DEFAULT_CAPACITY = 100_000
 # Raw command/response bytes are kept for the newest events only (for a full decode of the
@@ -79,7 +80,9 @@ class HandleUse:
     first_seen_ns: int
     last_use_ns: int
     uses: int = 0
-    ours: bool = False  # the TPM returned it to tpmtop (CreatePrimary, StartAuthSession, ContextLoad …)
+    # the TPM returned it to tpmtop's own command (CreatePrimary, StartAuthSession, ContextLoad …),
+    # not to a proxied program's or the kernel's
+    ours: bool = False
     created_by: str | None = None
 
 
@@ -207,7 +210,8 @@ class Recorder:
             return
         if ev.rsp_handle is not None:
             u = self._use(ev.rsp_handle, now)
-            u.ours = True
+            # Assigned, not or-ed: a handle tpmtop flushed may come back as a proxied client's.
+            u.ours = ev.origin not in SEEN_ORIGINS and ev.client is None
             u.created_by = names.cc_short(ev.cc)
         if ev.cc == wire.CC_FLUSH_CONTEXT and ev.command is not None and len(ev.command) >= 14:
             self._handles.pop(int.from_bytes(ev.command[10:14], "big"), None)

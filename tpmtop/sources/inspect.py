@@ -59,11 +59,13 @@ def read_public(transport: Any, handle: int) -> list[tuple[str, str]]:
 
 
 def describe(handle: int, kind: str, ours: bool, transport: Any,
-             recorder: Recorder) -> tuple[str, list[tuple[str, str]]]:
-    """(title, [(field, value)]) for ``handle``. ``transport``: a TPM held for this caller."""
+             recorder: Recorder, created_by: str | None = None) -> tuple[str, list[tuple[str, str]]]:
+    """(title, [(field, value)]) for ``handle``. ``transport``: a TPM held for this caller;
+    ``created_by``: who created it, when tpmtop knows (a proxied program's name and pid)."""
     top = handle >> 24
     rows: list[tuple[str, str]] = [("handle", f"0x{handle:08x}"), ("listed as", kind),
-                                   ("created by", "tpmtop" if ours else "another program (or the kernel)")]
+                                   ("created by", "tpmtop" if ours else created_by
+                                    or "unknown (tpmtop did not see it created: another program or the kernel)")]
     use = recorder.handle_uses().get(handle)
     if use is not None:
         now = time.perf_counter_ns()

@@ -218,13 +218,14 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.run_on_owner(flush, handle)
         self.recorder.forget_handle(handle)
 
-    def inspect(self, handle: int, kind: str, ours: bool) -> tuple[str, list[tuple[str, str]]]:
+    def inspect(self, handle: int, kind: str, ours: bool,
+                created_by: str | None = None) -> tuple[str, list[tuple[str, str]]]:
         """What the TPM says about ``handle`` (ReadPublic) and what the wire showed: read-only,
         allowed with --read-only (it changes nothing)."""
         from tpmtop.sources.inspect import describe
 
         result: tuple[str, list[tuple[str, str]]] = self.run_on_owner(
-            lambda t: describe(handle, kind, ours, t, self.recorder))
+            lambda t: describe(handle, kind, ours, t, self.recorder, created_by))
         return result
 
     def flush_ours(self) -> list[int]:

@@ -37,6 +37,11 @@ class Origin(StrEnum):
     MARK = "mark"
 
 
+# Traffic tpmtop only sees (another program's, the kernel's, a trace's): a handle it creates
+# is not tpmtop's, whatever tpmtop's process carried it to the TPM.
+SEEN_ORIGINS = frozenset({Origin.PROXY, Origin.KERNEL, Origin.IMPORTED})
+
+
 @dataclass(frozen=True, slots=True)
 class Labels:
     """Who sent a command and as part of what. ``origin`` keeps tpmtop's own traffic

@@ -46,7 +46,8 @@ ACTIONS: tuple[Action, ...] = (
            "What the TPM says about the selected handle (ReadPublic: type, name, attributes; a session's "
            "salt and bind as seen on the wire). Enter on a handle does the same; read-only", show=False),
     Action("flush-ours", "F", "flush_ours", "Flush ours", "handle: Flush all of tpmtop's",
-           "Flush every handle tpmtop created", show=False, changes_tpm=True),
+           "Flush every handle tpmtop created (never a proxied client's or anyone else's)",
+           show=False, changes_tpm=True),
     Action("reset-stats", "r", "reset_stats", "Reset", "stats: Reset statistics",
            "Forget the latency statistics and the command stream (the TPM is not touched)"),
     Action("export-capture", "x", "export", "Export", "capture: Export capture",

@@ -39,9 +39,10 @@ class SysfsRead(Message):
 
 
 class HandlesFlushed(Message):
-    def __init__(self, handles: list[int]) -> None:
+    def __init__(self, handles: list[int], only_ours: bool = False) -> None:
         super().__init__()
         self.handles = handles
+        self.only_ours = only_ours  # F: tpmtop's own; the notice says how many others it left
 
 
 class ActionFailed(Message):

@@ -18,12 +18,13 @@ from typing import Any
 from tpmtop.sessions.modes import MODES, Engine
 from tpmtop.sources.meters import CpuMeter, RateMeter
 from tpmtop.sources.protocol import UNSET, Source, SourceKind
-from tpmtop.sources.rows.handles import HandleBook
+from tpmtop.sources.rows.handles import HandleBook, HandleState
 from tpmtop.sources.rows.latency import ErrorBook
 from tpmtop.sources.rows.modes import comparison, projection_summary, timeline
 from tpmtop.sources.rows.resources import ContextGapTracker, Gauge, GaugeLevel, SlotPeaks, gauges
 from tpmtop.sources.rows.stream import event_matches, failed, mark_row, merge_marks, stream_row
 from tpmtop.sources.runs import boot_components
+from tpmtop.textsafe import counted
 from tpmtop.tpm.handles import HandleKind
 from tpmtop.viewmodel.alerts import PatternAlerts
 from tpmtop.viewmodel.frame import ClientsView, Frame, HandlesView, HeaderView, Notice, Severity, StatsView, StreamPart
@@ -177,7 +178,7 @@ class Dashboard:
         rec = self.source.recorder
         if not self.caps.handles or rec is None:
             return None
-        rows = self.book.rows(rec.handle_uses(), rec.owned_handles(), time.perf_counter_ns())
+        rows = self.book.rows(rec.handle_uses(), rec.owned_handles(), time.perf_counter_ns(), self._client_handles())
         gs = None
         if self.poll is not None:
             ident = self.source.identity
@@ -187,6 +188,16 @@ class Dashboard:
             gs = gauges(self.poll.var, ident.fixed if ident else {}, self.gap.gap, transient, saved, self.peaks.peak)
             notices += self._warn_peaks(gs)
         return HandlesView(rows, gs)
+
+    def _client_handles(self) -> dict[int, tuple[str, int | None]]:
+        """handle -> (program, pid) for what the proxy's clients created and still hold."""
+        proxy = self.source.proxy
+        if proxy is None:
+            return {}
+        out = {}
+        for c, held in proxy.accounts.held_all():
+            out[held.handle] = (c.name, c.peer.pid)
+        return out
 
     def _warn_peaks(self, gs: list[Gauge]) -> list[Notice]:
         """Warn once when the traffic filled (or nearly filled) a kind of slot between polls:
@@ -254,15 +265,21 @@ class Dashboard:
         self.sysfs = snapshot
         return self.ima_rate.add(snapshot.ima_count) if snapshot.ima_count is not None else None
 
-    def on_flushed(self, handles: list[int]) -> Frame:
+    def on_flushed(self, handles: list[int], only_ours: bool = False) -> Frame:
+        """``only_ours``: F flushed tpmtop's own handles; the notice counts the others it left."""
         for h in handles:
             self.book.forget(h)
         if handles:
             self.source.slot_freed()
         notices: list[Notice] = []
         view = self.handles(notices)
-        text = ", ".join(f"0x{h:08x}" for h in handles) or "nothing left to flush"
-        return Frame(self.header(), handles=view, notices=(*notices, Notice(f"flushed {text}", "handles", timeout=4)))
+        text = "flushed " + ", ".join(f"0x{h:08x}" for h in handles) if handles else "nothing of tpmtop's to flush"
+        if only_ours and view is not None:
+            left = [r for r in view.rows if r.state is not HandleState.GONE and not r.ours
+                    and r.kind != HandleKind.PERSISTENT]
+            if left:
+                text += f"; left {counted(len(left), 'handle')} tpmtop did not create (f flushes one, after asking)"
+        return Frame(self.header(), handles=view, notices=(*notices, Notice(text, "handles", timeout=6)))
 
     def tick_header(self) -> Frame:
         """Only the header: what a key changed shows at once, the tables follow at the next tick."""

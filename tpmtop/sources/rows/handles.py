@@ -21,19 +21,59 @@ class HandleState(StrEnum):
     SEEN = ""
 
 
+class HandleOwner(StrEnum):
+    """Who created a handle: tpmtop itself, a program tpmtop's proxy served (``--listen``), or
+    someone tpmtop did not see create it (another program, the kernel, before tpmtop started)."""
+
+    TPMTOP = "tpmtop"
+    CLIENT = "client"
+    UNKNOWN = "unknown"
+
+
 @dataclass
 class HandleRow:
     handle: int
     kind: str
-    ours: bool
+    owner: HandleOwner
     age_s: float
     last_use_s: float | None
     uses: int
     state: HandleState
+    creator: str = ""  # a CLIENT's program name (raw: made terminal-safe where shown)
+    creator_pid: int | None = None
 
     @property
     def key(self) -> str:
         return f"0x{self.handle:08x}"
+
+    @property
+    def ours(self) -> bool:
+        return self.owner is HandleOwner.TPMTOP
+
+    @property
+    def who(self) -> str:
+        """Who created it, in a word: "tpmtop", the client's program name, "unknown"."""
+        if self.owner is HandleOwner.CLIENT:
+            return self.creator or "a proxied program"
+        return self.owner.value
+
+    @property
+    def created_by(self) -> str:
+        """Who created it, for people: "tpmtop", "tpm2_createprimary (pid 4242)", "unknown"."""
+        if self.owner is HandleOwner.CLIENT and self.creator_pid is not None:
+            return f"{self.who} (pid {self.creator_pid})"
+        return self.who
+
+
+Owner = tuple[HandleOwner, str, int | None]  # (owner, a client's program name, its pid)
+
+
+def _owner(ours: bool, client: tuple[str, int | None] | None) -> Owner:
+    if ours:
+        return HandleOwner.TPMTOP, "", None
+    if client is not None:
+        return HandleOwner.CLIENT, client[0], client[1]
+    return HandleOwner.UNKNOWN, "", None
 
 
 class HandleBook:
@@ -48,6 +88,7 @@ class HandleBook:
         self.gone: dict[int, tuple[float, HandleRow]] = {}
         self.current: dict[int, tuple[str, bool]] = {}  # handle -> (kind, ours)
         self.polled = False
+        self.owners: dict[int, Owner] = {}  # as last shown (kept for a gone row)
 
     def update(self, entries: Iterable[HandleEntry]) -> None:
         now = self.clock()
@@ -58,7 +99,9 @@ class HandleBook:
             self.gone.pop(e.handle, None)
         for h in set(self.current) - set(seen):
             kind, ours = self.current[h]
-            self.gone[h] = (now, HandleRow(h, kind, ours, now - self.first_seen.get(h, now), None, 0, HandleState.GONE))
+            owner = self.owners.get(h, _owner(ours, None))
+            self.gone[h] = (now, HandleRow(h, kind, owner[0], now - self.first_seen.get(h, now), None, 0,
+                                           HandleState.GONE, owner[1], owner[2]))
             self.first_seen.pop(h, None)
         self.current = seen
         self.polled = True
@@ -66,9 +109,15 @@ class HandleBook:
     def forget(self, handle: int) -> None:
         if handle in self.current:
             kind, ours = self.current.pop(handle)
-            self.gone[handle] = (self.clock(), HandleRow(handle, kind, ours, 0, None, 0, HandleState.GONE))
+            owner = self.owners.get(handle, _owner(ours, None))
+            self.gone[handle] = (self.clock(), HandleRow(handle, kind, owner[0], 0, None, 0, HandleState.GONE,
+                                                         owner[1], owner[2]))
 
-    def rows(self, uses: dict[int, HandleUse], owned: set[int], now_ns: int) -> list[HandleRow]:
+    def rows(self, uses: dict[int, HandleUse], owned: set[int], now_ns: int,
+             clients: dict[int, tuple[str, int | None]] | None = None) -> list[HandleRow]:
+        """``owned``: the handles tpmtop's own commands created; ``clients``: handle -> the
+        proxied program (name, pid) that created it and still holds it."""
+        clients = clients or {}
         now = self.clock()
         out = []
         for h, (kind, ours) in self.current.items():
@@ -78,12 +127,14 @@ class HandleBook:
             if first < now - 1e8:  # there before tpmtop started: its age is unknown
                 age = float("nan") if u is None else age
             state = HandleState.NEW if now - first < self.HIGHLIGHT_S else HandleState.SEEN
-            out.append(HandleRow(h, kind, ours or h in owned, age,
+            owner, creator, pid = self.owners[h] = _owner(ours or h in owned, clients.get(h))
+            out.append(HandleRow(h, kind, owner, age,
                                  (now_ns - u.last_use_ns) / 1e9 if u is not None else None,
-                                 u.uses if u is not None else 0, state))
+                                 u.uses if u is not None else 0, state, creator, pid))
         for h, (t, row) in list(self.gone.items()):
             if now - t > self.HIGHLIGHT_S:
                 del self.gone[h]
+                self.owners.pop(h, None)
             else:
                 out.append(row)
         out.sort(key=lambda r: r.handle)

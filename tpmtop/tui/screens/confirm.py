@@ -22,9 +22,10 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box"):
-            yield Static(self.question, id="confirm-question")
+            # Plain text: the detail may name another program (its name is not markup).
+            yield Static(self.question, id="confirm-question", markup=False)
             if self.detail:
-                yield Static(self.detail, id="confirm-detail")
+                yield Static(self.detail, id="confirm-detail", markup=False)
             with Horizontal(id="confirm-buttons"):
                 yield Button("Flush (y)", variant="error", id="yes")
                 yield Button("Cancel (n)", variant="primary", id="no")

@@ -217,7 +217,7 @@ class MainScreen(MainActions, Screen[None]):
         self.set_timer(interval, lambda: self.read_sysfs(self._sysfs_reads % 5 == 0))
 
     def on_handles_flushed(self, message: m.HandlesFlushed) -> None:
-        self.show(self.dash.on_flushed(message.handles))
+        self.show(self.dash.on_flushed(message.handles, message.only_ours))
         self.poll_tpm()  # confirm from the TPM's own list
 
     def on_action_failed(self, message: m.ActionFailed) -> None:

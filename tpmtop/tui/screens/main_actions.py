@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from tpmtop.viewmodel.frame import Frame
 
 FLUSHABLE_TOPS = (0x80, 0x02, 0x03)  # transient objects, HMAC and policy sessions
+KIND_WORDS = {"transient": "transient object", "loaded-session": "loaded session", "saved-session": "saved session"}
 
 
 class MainActions(TpmWorkers):
@@ -122,19 +123,26 @@ class MainActions(TpmWorkers):
             if yes:
                 self.flush_handles([row.handle])
 
+        from tpmtop.sources.rows.handles import HandleOwner
+        from tpmtop.textsafe import safe
+
+        holder = (f"created by {safe(row.created_by)}, through tpmtop's proxy" if row.owner is HandleOwner.CLIENT
+                  else "held by another program (or the kernel): tpmtop did not see it created")
         self.app.push_screen(ConfirmScreen(
             f"Flush {row.key}? tpmtop did not create it.",
-            f"It is a {row.kind} held by another program (or the kernel); flushing it breaks that "
-            "program's next command."), answered)
+            f"It is a {KIND_WORDS.get(row.kind, row.kind)} {holder}; flushing it breaks that program's next "
+            "command."), answered)
 
     def action_inspect_selected(self) -> None:
-        from tpmtop.sources.rows.handles import HandleState
+        from tpmtop.sources.rows.handles import HandleOwner, HandleState
+        from tpmtop.textsafe import safe
 
         row = self.query_one(HandlesPanel).selected_row()
         if row is None or row.state is HandleState.GONE:
             self.notify("select a handle the TPM still lists (keys 1, then the arrows)", severity="warning", timeout=3)
             return
-        self.inspect_handle(row.handle, row.kind, row.ours)
+        self.inspect_handle(row.handle, row.kind, row.ours,
+                            safe(row.created_by) if row.owner is HandleOwner.CLIENT else None)
 
     def action_flush_ours(self) -> None:
         self.flush_handles(None)

@@ -81,12 +81,12 @@ class TpmWorkers(_Base):
         except Exception as e:  # noqa: BLE001
             self.post_message(m.ActionFailed("flush", str(e)))
         else:
-            self.post_message(m.HandlesFlushed(done))
+            self.post_message(m.HandlesFlushed(done, only_ours=handles is None))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="inspect", description="inspect a handle")
-    def inspect_handle(self, handle: int, kind: str, ours: bool) -> None:
+    def inspect_handle(self, handle: int, kind: str, ours: bool, created_by: str | None = None) -> None:
         try:
-            title, rows = self.source.inspect(handle, kind, ours)
+            title, rows = self.source.inspect(handle, kind, ours, created_by)
         except TpmConnectionError as e:
             self.post_message(m.Disconnected(str(e)))
         except Exception as e:  # noqa: BLE001

@@ -9,13 +9,13 @@ from textual.content import Content
 
 from tpmtop.sources.numbers import fmt_age
 from tpmtop.sources.rows.handles import HandleRow, HandleState
-from tpmtop.textsafe import counted
+from tpmtop.textsafe import counted, safe
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
 from tpmtop.viewmodel.frame import Frame
 
 # (key, header, width, priority): a narrow panel drops the highest numbers first.
-COLUMNS = (("handle", "handle", 10, 0), ("kind", "kind", 7, 1), ("by", "by", 6, 2), ("age", "age", 6, 3),
+COLUMNS = (("handle", "handle", 10, 0), ("kind", "kind", 7, 1), ("by", "created by", 18, 2), ("age", "age", 6, 3),
            ("last", "used", 6, 5), ("uses", "uses", 5, 4))
 KINDS = {"transient": "object", "loaded-session": "session", "saved-session": "saved", "persistent": "persist"}
 
@@ -49,7 +49,8 @@ class HandlesPanel(Panel):
         cells = []
         for r in rows:
             style = {HandleState.NEW: "$handle-new", HandleState.GONE: "$handle-gone strike"}.get(r.state, "")
-            who = Content.from_markup("[$handle-ours]tpmtop[/]" if r.ours else "[$handle-foreign]other[/]")
+            # Styled by the owner (an enum); the text is the creator's, made terminal-safe, never markup.
+            who = Content.styled(safe(r.who), "$handle-ours" if r.ours else "$handle-foreign")
             h = Content.styled(r.key, style) if style else Content(r.key)
             cells.append((r.key, (h, KINDS.get(r.kind, r.kind), who, "?" if math.isnan(r.age_s) else fmt_age(r.age_s),
                                   "" if r.last_use_s is None else fmt_age(r.last_use_s),
