@@ -186,7 +186,7 @@ class ProxyServer:
         self.accounts = accounts or Accounts()
         self.resolver = peers.TcpResolver()
         self._listeners: list[socket.socket] = []
-        self._conns: set[socket.socket] = set()
+        self._conns: dict[socket.socket, tuple[int, int] | None] = {}  # and the peer's (uid, inode)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._stopped = False
@@ -383,7 +383,7 @@ class ProxyServer:
                 sock, _addr = lsock.accept()
             except OSError:
                 return
-            uid, pid = access.peer_uid(sock)
+            uid, pid, inode = access.peer_owner(sock)
             if not self.policy.allows(uid):
                 self._refuse(sock, uid, pid)
                 continue
@@ -395,7 +395,7 @@ class ProxyServer:
             if sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
-                self._conns.add(sock)
+                self._conns[sock] = (uid, inode) if uid is not None and inode is not None else None
                 idle = self._idle > 0
                 if idle:
                     self._idle -= 1
@@ -463,7 +463,7 @@ class ProxyServer:
                 self.log(f"connection handler failed: {type(e).__name__}: {e}; connection closed")
             finally:
                 with self._lock:
-                    self._conns.discard(sock)
+                    self._conns.pop(sock, None)
                     leave = self._idle >= MAX_IDLE_WORKERS
                     if leave:
                         self._workers -= 1
@@ -483,7 +483,12 @@ class ProxyServer:
 
     # -- the TPM port ---------------------------------------------------------------------------
     def _attach(self, sock: socket.socket) -> ClientStats:
-        peer = peers.unix_peer(sock) if sock.family == socket.AF_UNIX else self.resolver.resolve(sock)
+        if sock.family == socket.AF_UNIX:
+            peer = peers.unix_peer(sock)
+        else:  # the accept loop's sock_diag look-up, not a second one
+            with self._lock:
+                owner = self._conns.get(sock)
+            peer = self.resolver.resolve(sock, owner)
         known = peer.pid is not None
         before = self.accounts._next
         c = self.accounts.client_for(peer, self.protocol, shared_key=known)
