@@ -143,8 +143,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=400, help="GetRandom+PCR_Extend pairs per block")
     ap.add_argument("--blocks", type=int, default=8, help="blocks; each runs every path once, in a rotating order")
     ap.add_argument("--baseline", metavar="DIR", action="append", default=[],
-                    help="also the mssim and swtpm paths through a proxy run from another checkout of tpmtop (a before/after "
-                         "in one run, e.g. from `git archive <commit> | tar -x -C DIR`); repeatable")
+                    help="also the mssim and swtpm paths through a proxy run from another checkout of tpmtop "
+                         "(a before/after in one run, e.g. from `git archive <commit> | tar -x -C DIR`); repeatable")
     a = ap.parse_args()
     os.environ.setdefault("TSS2_LOG", "all+NONE")
     if not shutil.which("swtpm"):

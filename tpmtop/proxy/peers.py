@@ -196,17 +196,17 @@ class TcpResolver:
         self._lock = threading.Lock()
 
     def resolve(self, sock: socket.socket, owner: tuple[int, int] | None = None) -> Peer:
-        """``owner``: the peer socket's (uid, inode), when the caller has already looked it up."""
-        try:
-            peer = sock.getpeername()[:2]
-            local = sock.getsockname()[:2]
-        except OSError:
-            return Peer(None, "disconnected", "", None, None)
-        v6 = sock.family == socket.AF_INET6
-        if not is_loopback(peer[0]):
-            return Peer(None, f"remote {peer[0]}:{peer[1]}", "", None, None)
+        """``owner``: the peer socket's (uid, inode), when the caller has already looked it up
+        (on loopback: only there is it known)."""
         if owner is None:
-            owner = socket_owner(peer, local, v6)
+            try:
+                peer = sock.getpeername()[:2]
+                local = sock.getsockname()[:2]
+            except OSError:
+                return Peer(None, "disconnected", "", None, None)
+            if not is_loopback(peer[0]):
+                return Peer(None, f"remote {peer[0]}:{peer[1]}", "", None, None)
+            owner = socket_owner(peer, local, sock.family == socket.AF_INET6)
         if owner is None:
             return Peer(None, "unknown", "", None, None)
         uid, inode = owner
