@@ -143,8 +143,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=400, help="GetRandom+PCR_Extend pairs per block")
     ap.add_argument("--blocks", type=int, default=8, help="blocks; each runs every path once, in a rotating order")
     ap.add_argument("--baseline", metavar="DIR", action="append", default=[],
-                    help="also the mssim path through a proxy run from another checkout of tpmtop (a before/after "
-                         "in one run, e.g. from `git archive <commit> | tar -x -C DIR`); repeatable")
+                    help="also the mssim and swtpm paths through a proxy run from another checkout of tpmtop "
+                         "(a before/after in one run, e.g. from `git archive <commit> | tar -x -C DIR`); repeatable")
     a = ap.parse_args()
     os.environ.setdefault("TSS2_LOG", "all+NONE")
     if not shutil.which("swtpm"):
@@ -185,7 +185,9 @@ def main() -> int:
                  ("abrmd", lambda: measure("tabrmd:bus_type=session", a.rounds))]
         for src in a.baseline:
             paths[src] = []
+            paths[src + " swtpm"] = []
             steps.append((src, functools.partial(through_proxy, "mssim", a.rounds, src)))
+            steps.append((src + " swtpm", functools.partial(through_proxy, "swtpm", a.rounds, src)))
         for b in range(a.blocks):
             for name, step in steps[b % len(steps):] + steps[:b % len(steps)]:
                 paths[name].extend(step())
@@ -214,10 +216,11 @@ def main() -> int:
                       ("abrmd    (tabrmd: TCTI → tpm2-abrmd)", via_abrmd)):
         print(f"{label:<40} {statistics.median(xs) / 1000:9.1f} {p(xs, 99):9.1f}")
     for src in a.baseline:
-        xs = paths[src]
-        print(f"{'baseline (mssim: TCTI → ' + os.path.basename(os.path.abspath(src)) + ')':<40} "
-              f"{statistics.median(xs) / 1000:9.1f} {p(xs, 99):9.1f}   "
-              f"{(statistics.median(xs) - statistics.median(direct)) / 1000:+.0f} µs over direct")
+        for tcti, key in (("mssim", src), ("swtpm", src + " swtpm")):
+            xs = paths[key]
+            print(f"{'baseline (' + tcti + ': TCTI → ' + os.path.basename(os.path.abspath(src)) + ')':<40} "
+                  f"{statistics.median(xs) / 1000:9.1f} {p(xs, 99):9.1f}   "
+                  f"{(statistics.median(xs) - statistics.median(direct)) / 1000:+.0f} µs over direct")
     d_swtpm = (statistics.median(proxied) - statistics.median(direct)) / 1000
     delta = (statistics.median(mssim) - statistics.median(direct)) / 1000
     d_abrmd = (statistics.median(via_abrmd) - statistics.median(direct)) / 1000

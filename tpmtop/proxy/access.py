@@ -103,24 +103,32 @@ def _group_name(gid: int) -> str:
 def peer_uid(sock: socket.socket) -> tuple[int | None, int | None]:
     """(uid, pid) of the process at the other end, from the kernel; (None, None) when it cannot
     be known (a remote peer, a peer socket already gone)."""
+    uid, pid, _inode = peer_owner(sock)
+    return uid, pid
+
+
+def peer_owner(sock: socket.socket) -> tuple[int | None, int | None, int | None]:
+    """(uid, pid, inode of the peer's socket): the pid from SO_PEERCRED on a Unix socket, the
+    inode from sock_diag on loopback TCP (kept by the server, so that naming the peer later
+    needs no second look-up)."""
     if sock.family == socket.AF_UNIX:
         try:
             creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         except OSError:
-            return None, None
+            return None, None, None
         pid, uid, _gid = struct.unpack("3i", creds)
-        return uid, (pid if pid > 0 else None)
+        return uid, (pid if pid > 0 else None), None
     from tpmtop.proxy import peers
 
     try:
         peer = sock.getpeername()[:2]
         local = sock.getsockname()[:2]
     except OSError:
-        return None, None
+        return None, None, None
     if not peers.is_loopback(peer[0]):
-        return None, None
+        return None, None, None
     owner = peers.socket_owner(peer, local, sock.family == socket.AF_INET6)
-    return (owner[0], None) if owner else (None, None)
+    return (owner[0], None, owner[1]) if owner else (None, None, None)
 
 
 def user_text(uid: int | None) -> str:

@@ -95,6 +95,7 @@ _NL_HDR = struct.Struct("=IHHII")
 _SOCK_DIAG_BY_FAMILY = 20
 _NETLINK_SOCK_DIAG = 4
 _NLMSG_ERROR = 2
+_netlink = threading.local()
 
 
 def _diag_owner(peer: tuple, local: tuple, v6: bool) -> tuple[int, int] | None:
@@ -110,11 +111,18 @@ def _diag_owner(peer: tuple, local: tuple, v6: bool) -> tuple[int, int] | None:
               + struct.pack("=I", 0) + struct.pack("=II", 0xFFFFFFFF, 0xFFFFFFFF))
     req = struct.pack("=BBBxI", fam, socket.IPPROTO_TCP, 0, 0xFFFFFFFF) + sockid
     msg = _NL_HDR.pack(_NL_HDR.size + len(req), _SOCK_DIAG_BY_FAMILY, 1, 1, 0) + req  # NLM_F_REQUEST
+    # One netlink socket per thread, kept: opening one per look-up cost as much as the look-up
+    # (a request gets exactly one answer, a diag message or an error, read before the next).
+    nl = getattr(_netlink, "sock", None)
     try:
-        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as nl:
-            nl.sendto(msg, (0, 0))
-            data = nl.recv(8192)
+        if nl is None:
+            nl = _netlink.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG)
+        nl.sendto(msg, (0, 0))
+        data = nl.recv(8192)
     except OSError:
+        if nl is not None:
+            nl.close()
+        _netlink.sock = None
         return None
     if len(data) < _NL_HDR.size + 72:
         return None
@@ -187,16 +195,18 @@ class TcpResolver:
         self._recent: dict[int, tuple[Peer, int]] = {}
         self._lock = threading.Lock()
 
-    def resolve(self, sock: socket.socket) -> Peer:
-        try:
-            peer = sock.getpeername()[:2]
-            local = sock.getsockname()[:2]
-        except OSError:
-            return Peer(None, "disconnected", "", None, None)
-        v6 = sock.family == socket.AF_INET6
-        if not is_loopback(peer[0]):
-            return Peer(None, f"remote {peer[0]}:{peer[1]}", "", None, None)
-        owner = socket_owner(peer, local, v6)
+    def resolve(self, sock: socket.socket, owner: tuple[int, int] | None = None) -> Peer:
+        """``owner``: the peer socket's (uid, inode), when the caller has already looked it up
+        (on loopback: only there is it known)."""
+        if owner is None:
+            try:
+                peer = sock.getpeername()[:2]
+                local = sock.getsockname()[:2]
+            except OSError:
+                return Peer(None, "disconnected", "", None, None)
+            if not is_loopback(peer[0]):
+                return Peer(None, f"remote {peer[0]}:{peer[1]}", "", None, None)
+            owner = socket_owner(peer, local, sock.family == socket.AF_INET6)
         if owner is None:
             return Peer(None, "unknown", "", None, None)
         uid, inode = owner

@@ -7,7 +7,9 @@ one job, then answered. A client that breaks the framing loses only its own conn
 one logged line. Threads are bounded: at most ``max_connections`` connections are open (more
 are refused with a line), a connection idle for ``idle_timeout`` seconds is closed, and a
 thread whose connection closed waits briefly for the next one (the swtpm TCTI connects for
-every command) and exits, keeping at most MAX_IDLE_WORKERS.
+every command) and exits, keeping at most MAX_IDLE_WORKERS. The thread that accepts a
+connection serves it and passes the accepting on to an idle thread (no hand-over on the
+path of a command).
 
 How clients share the TPM (:class:`Serving`): over a resource-managed TPM (/dev/tpmrm0,
 tpm2-abrmd) every client gets its own upstream connection; over a raw one clients take turns
@@ -187,12 +189,12 @@ class ProxyServer:
         self.accounts = accounts or Accounts()
         self.resolver = peers.TcpResolver()
         self._listeners: list[socket.socket] = []
-        self._conns: set[socket.socket] = set()
+        self._conns: dict[socket.socket, tuple[int, int] | None] = {}  # and the peer's (uid, inode)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._stopped = False
         self._threads: list[threading.Thread] = []
-        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._work: queue.SimpleQueue = queue.SimpleQueue()  # listeners to accept on, for idle threads
         self._idle = 0
         self._workers = 0
         self.dropped = 0
@@ -317,7 +319,9 @@ class ProxyServer:
                 f"when its client leaves or has been idle {self.turn_idle:g} s while others wait")
 
     def _serve(self, lsock: socket.socket, handler) -> None:
-        t = threading.Thread(target=self._accept_loop, args=(lsock, handler), daemon=True,
+        with self._lock:
+            self._workers += 1
+        t = threading.Thread(target=self._worker, args=((lsock, handler),), daemon=True,
                              name=f"proxy-accept-{lsock.getsockname()}")
         t.start()
         self._threads.append(t)
@@ -348,6 +352,10 @@ class ProxyServer:
             os.write(self._wake_w, b"x")
         except OSError:
             pass
+        with self._lock:
+            waiting = self._idle
+        for _ in range(waiting):  # idle threads leave now, not after their linger
+            self._work.put(None)
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=2)
@@ -378,35 +386,40 @@ class ProxyServer:
         return departed
 
     # -- accepting ------------------------------------------------------------------------------
-    def _accept_loop(self, lsock: socket.socket, handler) -> None:
-        while not self._stop.is_set():
-            try:
-                sock, _addr = lsock.accept()
-            except OSError:
-                return
-            uid, pid = access.peer_uid(sock)
-            if not self.policy.allows(uid):
-                self._refuse(sock, uid, pid)
-                continue
-            with self._lock:
-                full = len(self._conns) >= self.max_connections
-            if full:
-                self._over_limit(sock)
-                continue
-            if sock.family != socket.AF_UNIX:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._lock:
-                self._conns.add(sock)
-                idle = self._idle > 0
-                if idle:
-                    self._idle -= 1
-                else:
-                    self._workers += 1
-            self._work.put((sock, handler))
-            if not idle:
-                # Starting a thread costs ~100 µs; the swtpm TCTI connects for every command,
-                # so a finished connection's thread waits a little for the next one.
-                threading.Thread(target=self._worker, daemon=True, name="proxy-conn").start()
+    # The thread that accepts a connection serves it, and hands the accepting on to an idle
+    # thread (leader/follower): the client's first bytes wait for no hand-over between threads,
+    # which cost ~50 µs of a swtpm: TCTI command (that TCTI connects for every command). Each
+    # listener has exactly one thread accepting on it at any time.
+    def _admit(self, sock: socket.socket) -> bool:
+        """Is this connection served? A refused or over-limit one is closed here."""
+        uid, pid, inode = access.peer_owner(sock)
+        if not self.policy.allows(uid):
+            self._refuse(sock, uid, pid)
+            return False
+        with self._lock:
+            full = len(self._conns) >= self.max_connections
+            if not full:
+                self._conns[sock] = (uid, inode) if uid is not None and inode is not None else None
+        if full:
+            self._over_limit(sock)
+            return False
+        if sock.family != socket.AF_UNIX:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return True
+
+    def _pass_on(self, task: tuple) -> None:
+        """Give ``task`` (a listener to accept on) to an idle thread, or to a new one."""
+        with self._lock:
+            idle = self._idle > 0
+            if idle:
+                self._idle -= 1
+            else:
+                self._workers += 1
+        self._work.put(task)
+        if not idle:
+            # Starting a thread costs ~100 µs; the swtpm TCTI connects for every command,
+            # so a thread that finished its connection waits a little for the next task.
+            threading.Thread(target=self._worker, daemon=True, name="proxy-conn").start()
 
     def _over_limit(self, sock: socket.socket) -> None:
         self.over_limit += 1
@@ -446,36 +459,55 @@ class ProxyServer:
             except OSError:
                 pass
 
-    def _worker(self) -> None:
+    def _worker(self, task: tuple | None = None) -> None:
         while True:
-            try:
-                item = self._work.get(timeout=WORKER_LINGER_S)
-            except queue.Empty:
+            if task is None:
+                try:
+                    task = self._work.get(timeout=WORKER_LINGER_S)
+                except queue.Empty:
+                    with self._lock:
+                        if self._idle > 0:  # no task was handed to this thread: it leaves
+                            self._idle -= 1
+                            self._workers -= 1
+                            return
+                    continue  # one was: take it
+                if task is None:  # the proxy stops
+                    return
+            lsock, handler = task
+            task = None
+            sock = None
+            while sock is None and not self._stop.is_set():
+                try:
+                    sock, _addr = lsock.accept()
+                except OSError:
+                    break
+            if sock is None:  # the listener is closed: the proxy stops
                 with self._lock:
-                    if self._idle > 0:  # no connection was handed to this thread: it leaves
-                        self._idle -= 1
-                        self._workers -= 1
-                        return
-                continue  # one was: take it
-            if item is None:
+                    self._workers -= 1
                 return
-            sock, handler = item
+            # passed on first: the next thread wakes while this one looks the peer up
+            self._pass_on((lsock, handler))
             try:
-                handler(sock)
+                if not self._admit(sock):
+                    sock = None
+                else:
+                    handler(sock)
             except Exception as e:  # a bug must cost one connection, not the proxy
                 self.log(f"connection handler failed: {type(e).__name__}: {e}; connection closed", LineKind.FAULT)
             finally:
                 with self._lock:
-                    self._conns.discard(sock)
-                    leave = self._idle >= MAX_IDLE_WORKERS
+                    if sock is not None:
+                        self._conns.pop(sock, None)
+                    leave = self._idle >= MAX_IDLE_WORKERS or self._stop.is_set()
                     if leave:
                         self._workers -= 1
                     else:
                         self._idle += 1
-                try:
-                    sock.close()
-                except OSError:
-                    pass
+                if sock is not None:
+                    try:
+                        sock.close()
+                    except OSError:
+                        pass
             if leave:
                 return
 
@@ -486,7 +518,12 @@ class ProxyServer:
 
     # -- the TPM port ---------------------------------------------------------------------------
     def _attach(self, sock: socket.socket) -> ClientStats:
-        peer = peers.unix_peer(sock) if sock.family == socket.AF_UNIX else self.resolver.resolve(sock)
+        if sock.family == socket.AF_UNIX:
+            peer = peers.unix_peer(sock)
+        else:  # the accept loop's sock_diag look-up, not a second one
+            with self._lock:
+                owner = self._conns.get(sock)
+            peer = self.resolver.resolve(sock, owner)
         known = peer.pid is not None
         before = self.accounts._next
         c = self.accounts.client_for(peer, self.protocol, shared_key=known)
