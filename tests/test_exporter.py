@@ -6,7 +6,6 @@ The scrape by a running Prometheus (and a fleet of exporters) is in test_exporte
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -16,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from exporter_helpers import KERNEL_TRACES, REPO, Exporter, samples, value
+from exporter_helpers import KERNEL_TRACES, REPO, Exporter, capture_of, samples, value
 
 from tpmtop.fleet import families as fam
 from tpmtop.importers.observed import RC_NOT_TRACED
@@ -29,15 +28,6 @@ HMAC_TRACE = KERNEL_TRACES / "trace-6.10-ima-hmac.txt"
 # the kernel path words of tpmtop.kernel.trace_pipe.path_label: the only values of `path`
 PATHS = {"extend", "set-up", "end", "hwrng", "trusted", "pcrread", "getcap", "probe", "shutdown", "startup",
          "selftest", "user", "rm", "tpmtop", "kernel"}
-
-
-def capture_of(trace: Path, tmp_path: Path) -> dict:
-    """`tpmtop kernel --from-trace` of the same traffic: what the exporter must agree with."""
-    out = tmp_path / f"{trace.stem}.json"
-    r = subprocess.run([sys.executable, "-m", "tpmtop", "kernel", "--from-trace", str(trace), "--json", str(out), "-q"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return json.loads(out.read_text())
 
 
 def wait_for(exp: Exporter, cond, what: str, timeout: float = 120) -> str:

@@ -22,14 +22,13 @@ import json
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
-from exporter_helpers import KERNEL_TRACES, REPO, Exporter, shifted_copy, span_s
+from exporter_helpers import KERNEL_TRACES, REPO, Exporter, capture_of, shifted_copy, span_s
 
 from tpmtop.fleet.families import BUCKETS
 
@@ -136,16 +135,8 @@ def prometheus_quantile(q: float, bounds: tuple[float, ...], counts: list[float]
     return start + (bounds[b] - start) * ((rank - below) / (counts[b] - below))
 
 
-def capture(trace: Path, tmp: Path) -> dict:
-    out = tmp / f"{trace.stem}.json"
-    r = subprocess.run([sys.executable, "-m", "tpmtop", "kernel", "--from-trace", str(trace), "--json", str(out), "-q"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return json.loads(out.read_text())
-
-
 def test_a_real_prometheus_scrapes_a_fleet_and_alerts_on_the_hmac_host(tmp_path):
-    cap = capture(PLAIN, tmp_path)
+    cap = capture_of(PLAIN, tmp_path)
     extends_ns = [e["wire_ns"] for e in cap["events"] if e["command"] == "TPM2_CC_PCR_Extend" and e["rc"] is not None]
     assert len(extends_ns) > 50
     cumulative = [sum(1 for ns in extends_ns if ns / 1e9 <= le) for le in BUCKETS] + [len(extends_ns)]
@@ -179,7 +170,7 @@ def test_a_real_prometheus_scrapes_a_fleet_and_alerts_on_the_hmac_host(tmp_path)
         # counters against the capture of the same traffic (two copies of it)
         per_cmd = prom.query('sum by (instance) (tpmtop_kernel_command_responses_total)')
         assert per_cmd["plain"] == 2 * len(cap["events"])
-        cap_old = capture(OLD, tmp_path)
+        cap_old = capture_of(OLD, tmp_path)
         prom.until('sum by (instance) (tpmtop_kernel_command_responses_total)',
                    lambda g: g.get("old") == len(cap_old["events"]), "the old host's commands")
 
