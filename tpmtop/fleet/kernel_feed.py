@@ -106,27 +106,10 @@ class KernelMetrics(Collector):
     # -- feeding ---------------------------------------------------------------------------------
     def feed(self, lines: Iterable[str]) -> int:
         """Parse ``lines`` and count what they complete; returns the commands completed."""
-        p = self.parser
-        seen: list = []  # commands and operations in the order they ended: causes before effects
         with self.lock:
-            for line in lines:
-                cmds = p.feed(line)
-                if cmds:
-                    seen.extend(cmds)
-                if p.ops:
-                    seen.extend(p.take_ops())
-            n = 0
-            for x in seen:
-                if isinstance(x, KernelOp):
-                    self._op(x)
-                    continue
-                n += 1
-                self._command(x)
-                if not p.op_probes:
-                    op = self.assembler.feed(x)
-                    if op is not None:
-                        self._op(op)
-        return n
+            done, seen = kops.parse_in_order(self.parser, lines)
+            kops.route(seen, self.parser, self.assembler, self._command, self._op)
+        return len(done)
 
     def finish(self) -> int:
         """The commands still waiting for a return that will not come (the trace ended)."""

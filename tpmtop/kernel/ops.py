@@ -23,9 +23,10 @@ HMAC session. Layer: kernel (reads the system, sends no TPM command). No Textual
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from tpmtop.kernel.trace_pipe import RESOURCE_MANAGER, USER_SPACE, KernelCommand, KernelOp
+from tpmtop.kernel.trace_pipe import RESOURCE_MANAGER, USER_SPACE, KernelCommand, KernelOp, Parser
 from tpmtop.stats import LatencyHistogram
 
 CC_CONTEXT_LOAD, CC_START_AUTH_SESSION, CC_FLUSH_CONTEXT = 0x161, 0x176, 0x165
@@ -67,6 +68,36 @@ class Assembler:
         t0 = cmds[0].t_ns
         return KernelOp(self._seq, kind, t0, max(kc.t_ns + kc.wire_ns - t0, 0), kc.pid, kc.comm, kc.rc, cmds,
                         estimated=True)
+
+
+def parse_in_order(parser: Parser, lines: Iterable[str]) -> tuple[list[KernelCommand], list[KernelCommand | KernelOp]]:
+    """Feed ``lines`` to ``parser``: (the commands they completed, and those commands with the
+    operations the op probes closed, in the order they ended: causes before effects)."""
+    done: list[KernelCommand] = []
+    seen: list[KernelCommand | KernelOp] = []
+    for line in lines:
+        cmds = parser.feed(line)
+        if cmds:
+            done.extend(cmds)
+            seen.extend(cmds)
+        if parser.ops:
+            seen.extend(parser.take_ops())
+    return done, seen
+
+
+def route(seen: Iterable[KernelCommand | KernelOp], parser: Parser, assembler: Assembler,
+          on_command: Callable[[KernelCommand], None], on_op: Callable[[KernelOp], None]) -> None:
+    """Hand each of ``seen`` on; without the op probes, operations are assembled from the
+    commands (the tap, the dashboard's kernel view and the exporter all count them so)."""
+    for x in seen:
+        if isinstance(x, KernelOp):
+            on_op(x)
+            continue
+        on_command(x)
+        if not parser.op_probes:
+            op = assembler.feed(x)
+            if op is not None:
+                on_op(op)
 
 
 def started_session(op: KernelOp) -> bool:

@@ -114,28 +114,11 @@ class KernelTap:
     def feed(self, lines) -> list[KernelCommand]:
         """Parse ``lines``, record what they complete and return the commands completed (the
         reader thread; ``tpmtop kernel`` and tests call it directly)."""
-        p = self.parser
-        done: list[KernelCommand] = []
-        seen: list = []  # commands and operations in the order they ended: causes come before effects
-        for line in lines:
-            cmds = p.feed(line)
-            if cmds:
-                done.extend(cmds)
-                seen.extend(cmds)
-            if p.ops:
-                seen.extend(p.take_ops())
+        done, seen = kops.parse_in_order(self.parser, lines)
         if not seen:
             return done
         with self.lock:
-            for x in seen:
-                if isinstance(x, KernelOp):
-                    self._add_op(x)
-                    continue
-                self._add_command(x)
-                if not p.op_probes:
-                    op = self.assembler.feed(x)
-                    if op is not None:
-                        self._add_op(op)
+            kops.route(seen, self.parser, self.assembler, self._add_command, self._add_op)
         return done
 
     def finish(self) -> list[KernelCommand]:
