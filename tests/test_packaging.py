@@ -157,10 +157,8 @@ def _copy_tree(dest: Path) -> None:
             shutil.copy2(src, dest / rel)
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
+def _install_wheel(tmp: Path) -> Path:
     """A new venv with the wheel installed in it; returns the venv."""
-    tmp = tmp_path_factory.mktemp("wheel")
     src, dist, venv = tmp / "src", tmp / "dist", tmp / "venv"
     _copy_tree(src)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # its notes are not ours
@@ -190,7 +188,17 @@ def _in_venv(venv: Path, *argv: str, tmp: Path) -> subprocess.CompletedProcess[s
     return _run(list(argv), cwd=tmp, env=env)
 
 
-def test_wheel_runs_from_a_fresh_venv_with_its_themes(installed, tmp_path):
+def test_the_wheel_in_a_fresh_venv(tmp_path, share):
+    """One test, so that the wheel is built once whichever pytest-xdist worker runs it."""
+    venv = _install_wheel(tmp_path / "wheel")
+    home = tmp_path / "home"
+    home.mkdir()
+    _runs_with_its_themes_and_data(venv, home)
+    _carries_every_file_of_the_package(venv)
+    _installs_the_man_pages_and_completions(venv, share)
+
+
+def _runs_with_its_themes_and_data(installed: Path, tmp_path: Path) -> None:
     where = _in_venv(installed, "python", "-c", "import tpmtop; print(tpmtop.__file__)", tmp=tmp_path)
     assert Path(where.stdout.strip()).is_relative_to(installed), where.stdout + where.stderr
 
@@ -216,7 +224,7 @@ def test_wheel_runs_from_a_fresh_venv_with_its_themes(installed, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_wheel_carries_every_file_of_the_package(installed):
+def _carries_every_file_of_the_package(installed: Path) -> None:
     """Every data file under tpmtop/ in the repository (the themes through their link) is
     installed: a new kind of data file needs its glob in pyproject.toml's package-data."""
     purelib = Path(sysconfig.get_path("purelib", vars={"base": str(installed), "platbase": str(installed)}))
@@ -229,11 +237,11 @@ def test_wheel_carries_every_file_of_the_package(installed):
         elif path.exists():
             wanted.add(rel)
     missing = sorted(rel for rel in wanted if not (purelib / rel).is_file())
-    assert missing == []
+    assert missing == [], "not in the wheel"
     assert {p.stem for p in (purelib / "tpmtop/themes").glob("*.toml")} == THEMES
 
 
-def test_wheel_installs_the_man_pages_and_completions(installed, share):
+def _installs_the_man_pages_and_completions(installed: Path, share: Path) -> None:
     """Under the venv's share/, as make builds them."""
     built = sorted(p.relative_to(share) for p in share.rglob("*") if p.is_file())
     assert built
