@@ -120,10 +120,29 @@ def test_bash_completion_parses_and_completes(share):
     assert "tests" in _bash_complete(share, "replay", "tes")
 
 
-def test_zsh_completion_parses(share):
+# zsh completes only inside its line editor: an interactive zsh on a pseudo-terminal (zpty)
+# with the completion system loaded from the generated file types the words and a TAB, and the
+# line it shows afterwards is read until it holds the completion (or the time-out fails it).
+ZSH_SESSION = r"""
+zmodload zsh/zpty
+zpty z zsh -f -i
+zpty -w z "fpath=({dir} \$fpath); autoload -Uz compinit; compinit -u -D; PROMPT='> '"
+zpty -w z $'tpmtop be\t'
+zpty -r z out '*tpmtop bench*'
+zpty -w z $'\C-u'
+zpty -w z $'tpmtop bench --mo\t'
+zpty -r z out '*tpmtop bench --modes*'
+print completed
+zpty -d z
+"""
+
+
+def test_zsh_completion_parses_and_completes(share):
     r = _run(["zsh", "-n", str(share / ZSH)])
     assert r.returncode == 0, r.stderr
     assert (share / ZSH).read_text().startswith("#compdef tpmtop")
+    r = _run(["zsh", "-f", "-c", ZSH_SESSION.format(dir=share / ZSH.rsplit("/", 1)[0])], timeout=120)
+    assert (r.returncode, r.stdout.splitlines()[-1:]) == (0, ["completed"]), r.stdout[-2000:] + r.stderr
 
 
 def test_fish_completion_parses_and_completes(share):
