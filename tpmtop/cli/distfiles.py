@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from tpmtop import __version__
 from tpmtop.cli import SUBCOMMANDS, build_parser
@@ -40,23 +41,29 @@ def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
     return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
 
 
-def _man_data(description: str) -> dict[str, object]:
-    # The date is today's, or SOURCE_DATE_EPOCH's for a reproducible build (argparse-manpage).
-    return {"project_name": "tpmtop", "version": __version__, "manual_title": "tpmtop manual",
-            "description": description}
+def _manpage(parser: argparse.ArgumentParser, name: str, description: str) -> Any:
+    """argparse-manpage's page for ``parser``, titled ``name``. Its header and NAME line are set
+    as attributes, as the library asks; the date is today's, or SOURCE_DATE_EPOCH's for a
+    reproducible build."""
+    from argparse_manpage.manpage import Manpage
+
+    page = Manpage(parser)
+    page.prog = name  # the title and NAME; the synopsis keeps the parser's `tpmtop bench`
+    page.source = f"tpmtop {__version__}"
+    page.manual = "tpmtop manual"
+    page.description = description
+    return page
 
 
 def man_pages() -> dict[str, str]:
     """File name -> roff text: ``tpmtop.1``, then ``tpmtop-<subcommand>.1`` for each subcommand."""
-    from argparse_manpage.manpage import Manpage
-
     pages: dict[str, str] = {}
     names = list(SUBCOMMANDS)
 
     # tpmtop.1: the dashboard's options and the list of subcommands (each has its own page).
     # From the lazily built parser: an eager one would put every subcommand's options here too.
     top = build_parser()
-    page = Manpage(top, _data=_man_data("see what a TPM 2.0 is doing (the dashboard and its subcommands)"))
+    page = _manpage(top, "tpmtop", "see what a TPM 2.0 is doing (the dashboard and its subcommands)")
     sub = _subparsers(top)
     sub.help = argparse.SUPPRESS  # listed as COMMANDS below, not as an empty section per command
     page.add_section("commands", "=", "\n".join(
@@ -67,8 +74,7 @@ def man_pages() -> dict[str, str]:
 
     eager = build_parser(eager=True)
     for name, sp in _subparsers(eager).choices.items():
-        page = Manpage(sp, _data=_man_data(SUBCOMMANDS[name][1]))
-        page.prog = f"tpmtop-{name}"  # the page's title and NAME; the synopsis keeps `tpmtop {name}`
+        page = _manpage(sp, f"tpmtop-{name}", SUBCOMMANDS[name][1])
         page.add_section("see also", "=", ".BR tpmtop (1)")
         pages[f"tpmtop-{name}.1"] = str(page)
     return {name: _guard_control_lines(text) for name, text in pages.items()}
@@ -89,9 +95,9 @@ def _guard_control_lines(text: str) -> str:
 
 
 def _roff(text: str) -> str:
-    """Plain text as a roff paragraph (argparse-manpage escapes the text it formats itself)."""
-    text = text.replace("\\", "\\e").replace("-", "\\-")
-    return "\\&" + text if text.startswith((".", "'")) else text
+    """Plain text for a roff line, as argparse-manpage escapes the text it formats itself (a
+    leading '.' is left to _guard_control_lines)."""
+    return text.replace("\\", "\\e").replace("-", "\\-")
 
 
 def completions() -> dict[str, str]:
