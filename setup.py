@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from setuptools import Command, setup
 from setuptools.command.build import build
+from setuptools.warnings import InformationOnly
 
 HERE = Path(__file__).resolve().parent
+
+# `pip install -e .` (scripts/bootstrap.sh) would end on setuptools' notice that a folder in the
+# working directory named like the package may shadow it: here that folder is the package.
+warnings.filterwarnings("ignore", message="Editable installation", category=InformationOnly)
 
 
 class build_distfiles(Command):
