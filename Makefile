@@ -1,5 +1,5 @@
 # Two commands set everything up: `make run` and `make test`. Both bootstrap first.
-.PHONY: bootstrap run test test-stress test-kernel-vm lab-kernels lab test-lab bench screenshots clean
+.PHONY: bootstrap run test test-stress test-kernel-vm lab-kernels lab test-lab bench screenshots man completions clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -52,6 +52,18 @@ bench:
 
 screenshots: bootstrap
 	$(PY) scripts/screenshots.py
+
+# Man pages (tpmtop.1, tpmtop-<subcommand>.1) and bash/zsh/fish completions, generated from the
+# CLI's parser (tpmtop/cli/distfiles.py) into $(SHARE_DIR), laid out as under an install prefix's
+# share/: `man -l build/share/man/man1/tpmtop-bench.1`. The wheel carries the same files
+# (setup.py); tests/test_packaging.py runs these two targets.
+SHARE_DIR := build/share
+
+man: bootstrap
+	$(PY) -m tpmtop.cli.distfiles --man $(SHARE_DIR)
+
+completions: bootstrap
+	$(PY) -m tpmtop.cli.distfiles --completions $(SHARE_DIR)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -3,7 +3,8 @@
 # it only checks for commands/headers and compares a stamp of pyproject.toml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# --test: also what only the test suite needs (tshark, to check the pcapng export; prometheus)
+# --test: also what only the test suite needs (tshark, to check the pcapng export; prometheus;
+#         man, zsh and fish for the man pages and completions)
 # --bench: also what only benchmarks/ need (tpm2-abrmd and dbus-daemon, the comparison in
 #          benchmarks/proxy.py; py-spy, the sampling profiler) — implies --test
 for_tests=0
@@ -28,6 +29,12 @@ if ((for_tests || for_bench)) && ! ls /usr/lib/*/libtss2-tcti-tabrmd.so.0 >/dev/
 # Prometheus and promtool: the exporter's tests scrape it with a real Prometheus and check the
 # rules (the Debian package installs a prometheus.service; the tests never start it)
 if ((for_tests)) && ! command -v promtool >/dev/null 2>&1; then need_pkgs+=(prometheus); fi
+# man, zsh and fish: tests/test_packaging.py renders each man page and checks each completion
+# script with its own shell (bash is there already); git lists the files the wheel is built from
+if ((for_tests)) && ! command -v man >/dev/null 2>&1; then need_pkgs+=(man-db); fi
+if ((for_tests)) && ! command -v zsh >/dev/null 2>&1; then need_pkgs+=(zsh); fi
+if ((for_tests)) && ! command -v fish >/dev/null 2>&1; then need_pkgs+=(fish); fi
+if ((for_tests)) && ! command -v git >/dev/null 2>&1; then need_pkgs+=(git); fi
 if ((for_tests)) && ! command -v tshark >/dev/null 2>&1; then
     need_pkgs+=(tshark)
     # wireshark-common asks whether non-root users may capture: answer no, non-interactively

@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+RUFF = ("ruff", "check", "--no-cache", "tpmtop", "tests", "benchmarks", "scripts", "setup.py")
+MYPY = ("mypy",)
+LINT_IMPORTS = ("lint-imports", "--no-cache")  # run by tests/test_import_hygiene.py
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -17,11 +20,25 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_finds_nothing():
-    p = _run("ruff", "check", "--no-cache", "tpmtop", "tests", "benchmarks", "scripts")
+    p = _run(*RUFF)
     assert p.returncode == 0, p.stdout + p.stderr
 
 
 def test_mypy_finds_nothing():
     # The cache (.mypy_cache, beside pyproject.toml) makes a re-run take a second.
-    p = _run("mypy")
+    p = _run(*MYPY)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_pre_commit_runs_what_make_test_runs():
+    """.pre-commit-config.yaml's hooks are these checks, word for word, with the venv's tools."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    hooks = {h["id"]: h for repo in config["repos"] for h in repo["hooks"]}
+    assert {k: h["entry"].split() for k, h in hooks.items()} == {
+        "ruff": [".venv/bin/python", "-m", *RUFF],
+        "mypy": [".venv/bin/python", "-m", *MYPY],
+        "lint-imports": [".venv/bin/" + LINT_IMPORTS[0], *LINT_IMPORTS[1:]],
+    }
+    assert all(h["pass_filenames"] is False for h in hooks.values())  # whole tree, as here

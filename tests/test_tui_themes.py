@@ -3,6 +3,9 @@ choice is remembered under XDG_CONFIG_HOME, and the app uses --theme."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,6 +47,18 @@ def test_bad_theme_file_is_skipped_with_a_notice(tmp_path):
 def test_missing_themes_folder_falls_back_to_builtin(tmp_path):
     loaded = themes.load_themes(tmp_path / "nowhere")
     assert loaded.names == ["dark"]
+
+
+def test_list_themes_marks_the_default_and_the_remembered_one(tmp_path):
+    """`tpmtop --list-themes`, whatever else is on the line (as --version): the shipped themes,
+    one a line, the default first; the one the dashboard remembers is marked."""
+    assert themes.remember_theme("light") is None
+    r = subprocess.run([sys.executable, "-m", "tpmtop", "--list-themes", "info", "--sim"], capture_output=True,
+                       text=True, timeout=60, cwd=Path(__file__).parent.parent,
+                       env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")})
+    assert (r.returncode, r.stderr) == (0, "")
+    rows = [line.split(None, 1) for line in r.stdout.splitlines()]
+    assert rows == [["dark", "(default)"], ["colour-blind-safe"], ["high-contrast"], ["light", "(chosen last)"]]
 
 
 def test_choice_is_remembered(tmp_path):

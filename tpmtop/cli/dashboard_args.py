@@ -42,9 +42,33 @@ def _display_options(g) -> None:
                         "Textual theme; remembered for next time. NO_COLOR=1 turns colour off")
 
 
+class _ListThemes(argparse.Action):
+    """``--list-themes``: print the themes and exit, as ``--version`` does (whatever else is on
+    the line). Reading the files validates every colour, which takes Textual: imported here only."""
+
+    def __init__(self, option_strings, dest, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        import sys
+
+        from tpmtop.tui.themes import DEFAULT_THEME, load_themes, remembered_theme
+
+        loaded = load_themes()
+        last = remembered_theme()
+        for name in loaded.names:
+            marks = [m for m, yes in (("default", name == DEFAULT_THEME), ("chosen last", name == last)) if yes]
+            print(f"{name:<20}({', '.join(marks)})" if marks else name)
+        for n in loaded.notices:
+            print(f"tpmtop: {n}", file=sys.stderr)
+        parser.exit(0)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("dashboard (no subcommand)")
     _display_options(g)
+    g.add_argument("--list-themes", action=_ListThemes,
+                   help="print tpmtop's colour themes (the files installed with it), one a line, and exit")
     g.add_argument("--passive", action="store_true",
                    help="send nothing to the TPM: show what sysfs and securityfs tell (IMA measurements/s, "
                         "PCR values) and, where tpmtop can trace (root, kprobe events), the kernel's own TPM "

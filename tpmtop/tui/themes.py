@@ -1,10 +1,13 @@
 """Themes as files (``themes/*.toml`` at the top of the repository) and the remembered choice.
 
-Each file is parsed with ``tomllib``, every colour validated with ``Color.parse``, and turned
-into a ``textual.theme.Theme`` whose ``variables`` carry tpmtop's meaning-carrying colours
-(``$latency-slow``, ``$handle-foreign`` …). A bad file is skipped with a notice, never fatal.
-Installed without the ``themes/`` folder (a wheel), the built-in copy of the dark theme below
-is used so the dashboard still has its colours.
+The files are found through ``importlib.resources`` as ``tpmtop/themes``: in the repository that
+is a symbolic link to the top-level ``themes/`` (the one source), and the wheel carries the files
+themselves as package data, so a checkout, an editable install and ``pip install`` all see the
+same four. Each file is parsed with ``tomllib``, every colour validated with ``Color.parse``, and
+turned into a ``textual.theme.Theme`` whose ``variables`` carry tpmtop's meaning-carrying colours
+(``$latency-slow``, ``$handle-foreign`` …). A bad file is skipped with a notice, never fatal;
+without a good ``dark.toml`` the built-in copy of the dark theme below is used so the dashboard
+still has its colours.
 
 The choice is remembered in ``$XDG_CONFIG_HOME/tpmtop/dashboard.toml`` (``~/.config`` when
 unset). ``NO_COLOR`` needs nothing here: Textual strips colour when it is set.
@@ -16,11 +19,12 @@ import os
 import tempfile
 import tomllib
 from dataclasses import dataclass, field
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 DEFAULT_THEME = "dark"
-THEMES_DIR = Path(__file__).resolve().parent.parent.parent / "themes"
 
 # Defaults for the app-specific variables (also the fallback when a theme omits one).
 VARIABLE_DEFAULTS = {
@@ -97,15 +101,20 @@ class CyclesThemes(Protocol):
     def cycle_theme(self) -> None: ...
 
 
-def load_themes(directory: Path | None = None) -> LoadedThemes:
-    directory = THEMES_DIR if directory is None else directory
+def shipped_themes() -> Traversable:
+    """The theme files installed with tpmtop (package data ``tpmtop/themes``)."""
+    return files("tpmtop") / "themes"
+
+
+def load_themes(directory: Traversable | None = None) -> LoadedThemes:
+    directory = shipped_themes() if directory is None else directory
     out = LoadedThemes([])
-    files = sorted(directory.glob("*.toml")) if directory.is_dir() else []
-    for path in files:
+    found = [p for p in directory.iterdir() if p.name.endswith(".toml")] if directory.is_dir() else []
+    for path in sorted(found, key=lambda p: p.name):
         try:
-            with open(path, "rb") as f:
+            with path.open("rb") as f:
                 data = tomllib.load(f)
-            out.themes.append(theme_from_dict(data, path.stem))
+            out.themes.append(theme_from_dict(data, path.name.removesuffix(".toml")))
         except (OSError, tomllib.TOMLDecodeError, ThemeError) as e:
             out.notices.append(f"theme file {path.name} skipped: {e}")
     if DEFAULT_THEME not in out.names:
