@@ -3,7 +3,9 @@
 # it only checks for commands/headers and compares a stamp of pyproject.toml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# --test: also what only the test suite needs (tshark, to check the pcapng export; prometheus)
+# --test: also what only the test suite needs (tshark, to check the pcapng export; prometheus).
+#         The Python side (pytest, mkdocs-material for the docs build, ...) is the [test] extra,
+#         which every run installs.
 # --bench: also what only benchmarks/ need (tpm2-abrmd and dbus-daemon, the comparison in
 #          benchmarks/proxy.py; py-spy, the sampling profiler) — implies --test
 for_tests=0
