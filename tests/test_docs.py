@@ -45,7 +45,8 @@ OLD_README_HEADINGS = {
         ("captures.md", "Wireshark and tcti-pcap: `tpmtop export --format pcapng`, `tpmtop import`"),
     "Every command decoded: `tpmtop decode`, and Enter in the dashboard":
         ("decode.md", "Every command decoded: `tpmtop decode`, and Enter in the dashboard"),
-    "Which decoder, by measurement (`benchmarks/decode.py`)": ("benchmarks.md", "Which decoder (`benchmarks/decode.py`)"),
+    "Which decoder, by measurement (`benchmarks/decode.py`)":
+        ("benchmarks.md", "Which decoder (`benchmarks/decode.py`)"),
     "Failure patterns": ("decode.md", "Failure patterns"),
     "Watching other programs: `tpmtop proxy` and `tpmtop run`":
         ("proxy.md", "Watching other programs: `tpmtop proxy`, `tpmtop run`, `tpmtop clients`"),
