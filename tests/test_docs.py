@@ -114,3 +114,187 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     schemas = (built / "schemas" / "index.html").read_text(encoding="utf-8")
     assert "tpmtop.capture/1" in schemas and "tpmtop.profile/1" in schemas and "tpmtop-decode/1" in schemas
     assert (built / "screenshots" / "live-120x40.svg").exists()
+
+
+# --- Every command shown in the docs is run -------------------------------------------------
+#
+# ```console blocks: `$ COMMAND` lines (with `\` continuations, or a quote left open) and the
+# output shown under each; ```sh blocks: one command a line, each must exit 0. A block that
+# cannot run here has `<!-- doc-test: skip REASON (why) -->` on the line above it.
+
+SKIP_REASONS = {
+    "root": "needs root (tracefs, bpftrace, a system's dmesg and journal, building kernels)",
+    "kernel": "needs a kernel with kprobe events and a TPM driver",
+    "vm": "runs inside the kernel VM's guest",
+    "forever": "runs until stopped (the dashboard, the proxy, the exporter)",
+    "placeholder": "names files, ports or a TPM the reader supplies",
+}
+# Commands marked not run, per reason. A new skipped command changes a count here, on purpose:
+# nothing leaves the test unnoticed.
+EXPECTED_SKIPPED = {"root": 25, "kernel": 2, "vm": 2, "forever": 17, "placeholder": 15}
+
+DOC_FILES = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+COMMAND_LANGS = {"console", "sh"}
+FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
+SKIP_MARK = re.compile(r"^<!-- doc-test: skip (\w+) \((.+)\) -->$")
+ELLIPSIS = {"…", "...", "(...)"}
+
+
+class Block:
+    def __init__(self, path: Path, line: int, lang: str, body: list[str], skip: str | None) -> None:
+        self.path, self.line, self.lang, self.body, self.skip = path, line, lang, body, skip
+
+    @property
+    def id(self) -> str:
+        return f"{self.path.relative_to(REPO)}:{self.line}"
+
+    def commands(self) -> list[tuple[str, list[str]]]:
+        """(command, output lines shown under it); for sh blocks the output is not shown."""
+        if self.lang == "sh":
+            out: list[tuple[str, list[str]]] = []
+            pending = ""
+            for raw in self.body:
+                line = raw.strip()
+                if not pending and (not line or line.startswith("#")):
+                    continue
+                pending = f"{pending}\n{raw}" if pending else line
+                if _complete(pending):
+                    out.append((pending, []))
+                    pending = ""
+            assert not pending, f"{self.id}: unfinished command {pending!r}"
+            return out
+        cmds: list[tuple[str, list[str]]] = []
+        i = 0
+        while i < len(self.body):
+            line = self.body[i]
+            if line.startswith("$ "):
+                cmd = line[2:]
+                while not _complete(cmd):
+                    i += 1
+                    cmd += "\n" + self.body[i]
+                shown: list[str] = []
+                i += 1
+                while i < len(self.body) and not self.body[i].startswith("$ "):
+                    shown.append(self.body[i])
+                    i += 1
+                cmds.append((cmd, shown))
+            else:
+                assert not cmds, f"{self.id}: output before the first $ line"
+                i += 1
+        return cmds
+
+
+def _complete(cmd: str) -> bool:
+    if cmd.rstrip().endswith("\\"):
+        return False
+    try:
+        import shlex
+
+        shlex.split(cmd, comments=True)
+    except ValueError:  # a quote still open: the command goes on on the next line
+        return False
+    return True
+
+
+def _blocks() -> list[Block]:
+    blocks = []
+    for path in DOC_FILES:
+        lines = path.read_text(encoding="utf-8").split("\n")
+        i = 0
+        while i < len(lines):
+            m = FENCE.match(lines[i])
+            if not m:
+                i += 1
+                continue
+            lang, start = m.group(2), i
+            body = []
+            i += 1
+            while not FENCE.match(lines[i]):
+                body.append(lines[i][len(m.group(1)):])
+                i += 1
+            i += 1
+            above = lines[start - 1].strip() if start else ""
+            mark = SKIP_MARK.match(above)
+            blocks.append(Block(path, start + 1, lang, body, mark.group(1) if mark else None))
+    return blocks
+
+
+BLOCKS = _blocks()
+RUN_BLOCKS = [b for b in BLOCKS if b.lang in COMMAND_LANGS and b.skip is None]
+
+
+def test_every_fence_says_what_it_holds_and_every_skip_is_counted() -> None:
+    bare = [b.id for b in BLOCKS if not b.lang]
+    assert bare == [], "a fence without a language (console, sh for commands; text, yaml, json... for the rest)"
+    # a command written outside a console/sh block would escape the test
+    stray = [b.id for b in BLOCKS if b.lang not in COMMAND_LANGS
+             for line in b.body if re.match(r"^\s*\$ \S", line) or re.match(r"^\s*(sudo )?tpmtop( +-| *$)", line)]
+    assert stray == []
+    marks = [(path.name, line.strip()) for path in DOC_FILES
+             for line in path.read_text(encoding="utf-8").split("\n") if line.strip().startswith("<!-- doc-test")]
+    bad = [m for m in marks if not (ok := SKIP_MARK.match(m[1])) or ok.group(1) not in SKIP_REASONS]
+    assert bad == [], f"skip marks need a reason from {sorted(SKIP_REASONS)} and a why: {bad}"
+    skipped: dict[str, int] = {}
+    for b in BLOCKS:
+        if b.skip:
+            assert b.lang in COMMAND_LANGS, f"{b.id}: a skip mark above a block that holds no commands"
+            skipped[b.skip] = skipped.get(b.skip, 0) + len(b.commands())
+    ran = sum(len(b.commands()) for b in RUN_BLOCKS)
+    print(f"doc commands: {ran} run, skipped {skipped}")
+    assert ran >= 30
+    assert skipped == EXPECTED_SKIPPED
+
+
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+_UNIT = re.compile(r"#\s?(?:ns|µs|us|ms|s|MB|KB|GB|MiB|KiB|%)(?![\w])")
+
+
+def shape(line: str) -> str:
+    """A line with what changes from run to run masked: numbers, hex, durations and their units,
+    table widths (runs of spaces and dashes)."""
+    s = re.sub(r"\x1b\[[0-9;]*m", "", line).strip()
+    s = re.sub(r"\b0x[0-9a-fA-F]+\b", "#", s)
+    s = re.sub(r"\b[0-9a-fA-F]{8,}\b", "#", s)
+    s = _NUMBER.sub("#", s)
+    s = _UNIT.sub("#t", s)
+    s = re.sub(r"#(?:[.:/,-]#)+", "#", s)
+    s = re.sub(r"-{2,}", "-", s)
+    return re.sub(r"\s+", " ", s)
+
+
+@pytest.fixture(scope="module")
+def tpmtop_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A `tpmtop` on PATH that is this tree's, run by this interpreter."""
+    bin_dir = tmp_path_factory.mktemp("doc-bin")
+    exe = bin_dir / "tpmtop"
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} -m tpmtop "$@"\n')
+    exe.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.parametrize("block", RUN_BLOCKS, ids=[b.id for b in RUN_BLOCKS])
+def test_the_command_shown_still_gives_the_output_shown(block: Block, tpmtop_bin: Path, tmp_path: Path) -> None:
+    """Run each command of the block in a scratch folder (tests/ being the repository's), against
+    a private swtpm when it names `--sim`, and check every output line shown is in what it printed
+    (numbers, times and widths masked). `$ echo $?` checks the previous command's exit status."""
+    (tmp_path / "tests").symlink_to(REPO / "tests")
+    env = dict(os.environ, PATH=f"{tpmtop_bin}:{os.environ['PATH']}", PYTHONPATH=str(REPO), NO_COLOR="1",
+               TERM="dumb", COLUMNS="200")
+    env.pop("TPM2TOOLS_TCTI", None)
+    status = 0
+    for cmd, shown in block.commands():
+        if cmd.strip() == "echo $?":
+            expect = [s.strip() for s in shown if s.strip()]
+            assert expect == [str(status)], f"{block.id}: exit status {status}, the doc shows {expect}"
+            continue
+        r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=600, stdin=subprocess.DEVNULL)
+        status = r.returncode
+        output = r.stdout + r.stderr
+        got = {shape(line) for line in output.split("\n")}
+        wanted = [s for s in shown if s.strip() and s.strip() not in ELLIPSIS]
+        missing = [s for s in wanted if shape(s) not in got]
+        assert not missing, (f"{block.id}: `{cmd}` no longer prints (masked) {missing[:5]}\n"
+                             f"--- it printed (exit {status}):\n{output[-4000:]}")
+        if block.lang == "sh" or not any(c.strip() == "echo $?" for c, _ in block.commands()):
+            assert status == 0, f"{block.id}: `{cmd}` exited {status}:\n{output[-3000:]}"
