@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tpmtop.cli import SUBCOMMANDS as CLI_SUBCOMMANDS
+
 REPO = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 DOCS = REPO / "docs"
 
@@ -138,6 +140,9 @@ COMMAND_LANGS = {"console", "sh"}
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 SKIP_MARK = re.compile(r"^<!-- doc-test: skip (\w+) \((.+)\) -->$")
 ELLIPSIS = {"…", "...", "(...)"}
+SUBCOMMANDS = "|".join(map(re.escape, CLI_SUBCOMMANDS))
+# a tpmtop command line (not an output line such as "tpmtop: wrote ..." or "tpmtop boot — ...")
+STRAY_COMMAND = re.compile(rf"^\s*(# )?(sudo )?(\w+=\S+ )*(python -m )?tpmtop( +-| *$| +({SUBCOMMANDS})( |$))")
 
 
 class Block:
@@ -227,9 +232,9 @@ def test_every_fence_says_what_it_holds_and_every_skip_is_counted() -> None:
     bare = [b.id for b in BLOCKS if not b.lang]
     assert bare == [], "a fence without a language (console, sh for commands; text, yaml, json... for the rest)"
     # a command written outside a console/sh block would escape the test
-    stray = [b.id for b in BLOCKS if b.lang not in COMMAND_LANGS
-             for line in b.body if re.match(r"^\s*\$ \S", line) or re.match(r"^\s*(sudo )?tpmtop( +-| *$)", line)]
-    assert stray == []
+    stray = [f"{b.id}: {line}" for b in BLOCKS if b.lang not in COMMAND_LANGS
+             for line in b.body if re.match(r"^\s*\$ \S", line) or STRAY_COMMAND.match(line)]
+    assert stray == [], "commands outside a console or sh block"
     marks = [(path.name, line.strip()) for path in DOC_FILES
              for line in path.read_text(encoding="utf-8").split("\n") if line.strip().startswith("<!-- doc-test")]
     bad = [m for m in marks if not (ok := SKIP_MARK.match(m[1])) or ok.group(1) not in SKIP_REASONS]
@@ -298,3 +303,9 @@ def test_the_command_shown_still_gives_the_output_shown(block: Block, tpmtop_bin
                              f"--- it printed (exit {status}):\n{output[-4000:]}")
         if block.lang == "sh" or not any(c.strip() == "echo $?" for c, _ in block.commands()):
             assert status == 0, f"{block.id}: `{cmd}` exited {status}:\n{output[-3000:]}"
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/cli.md"])
+def test_every_subcommand_is_in_the_command_tables(page: str) -> None:
+    text = (REPO / page).read_text(encoding="utf-8")
+    assert [name for name in CLI_SUBCOMMANDS if f"| `tpmtop {name}" not in text] == []
