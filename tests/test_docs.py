@@ -80,6 +80,16 @@ OLD_README_HEADINGS = {
     "**What it costs** (`benchmarks/exporter.py`)": ("benchmarks.md", "`tpmtop exporter` (`benchmarks/exporter.py`)"),
     "**Tests.** (the lab)": ("testing.md", "The lab: `make test-lab`"),
     "**How the dashboard reads its data.**": ("dashboard.md", "How the dashboard reads its data"),
+    "**Choosing the TPM**": ("cli.md", "Choosing the TPM"),
+    "**Serving model: how clients share the TPM.**": ("proxy.md", "Serving model: how clients share the TPM"),
+    "**Threat model: who can reach the TPM through tpmtop.**":
+        ("proxy.md", "Threat model: who can reach the TPM through tpmtop"),
+    "**What it never does to the TPM.** (exporter)": ("exporter.md", "What it never does to the TPM"),
+    "**Install the unit.**": ("exporter.md", "Install the unit"),
+    "**The metrics**": ("exporter.md", "The metrics"),
+    "**The built-in `slb9670` profile.**": ("profiles.md", "The built-in `slb9670` profile"),
+    "**Kernel versions.**": ("boot.md", "Kernel versions"),
+    "**Hostile captures.**": ("captures.md", "Hostile captures"),
 }
 
 
