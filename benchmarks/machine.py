@@ -1,4 +1,4 @@
-"""One line naming the machine a benchmark ran on: every figure in the README carries it."""
+"""One line naming the machine a benchmark ran on: every figure in docs/benchmarks.md carries it."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # --test: also what only the test suite needs (tshark, to check the pcapng export; prometheus;
-#         man, zsh and fish for the man pages and completions)
+#         man, zsh and fish for the man pages and completions). The Python side (pytest,
+#         mkdocs-material for the docs build, ...) is the [test] extra, which every run installs.
 # --bench: also what only benchmarks/ need (tpm2-abrmd and dbus-daemon, the comparison in
 #          benchmarks/proxy.py; py-spy, the sampling profiler) — implies --test
 for_tests=0

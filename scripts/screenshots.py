@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Make the README's screenshots from the real app: live on a private swtpm, and in replay.
+"""Make the screenshots of README.md and docs/ from the real app: live on a private swtpm, and in replay.
 
     .venv/bin/python scripts/screenshots.py            # or: make screenshots
 

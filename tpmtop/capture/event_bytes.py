@@ -9,7 +9,7 @@ is the wall clock of ``t_ns`` = 0, for the pcapng's original timestamps.
 
 A command or response whose first parameter a session encrypted also gets ``plaintext_view``:
 whether this tpmtop process could show its plaintext (one of its own sessions, key still
-held; README "Every command decoded"). Only that boolean: a key never goes into a capture.
+held; docs/decode.md). Only that boolean: a key never goes into a capture.
 
 Layer: capture (beside capture.py). No Textual.
 """

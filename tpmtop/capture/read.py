@@ -12,7 +12,7 @@ small files). The writer puts one element per line in a fixed key order; the rea
 regular-expression fast path for exactly that form (a match is schema-valid by construction),
 and the general JSON path (Python's json, refusing NaN/Infinity/1e400) for anything else.
 
-Why not msgspec or another fast JSON library: see the README ("Captures"); in short, none
+Why not msgspec or another fast JSON library: see docs/benchmarks.md ("Captures"); in short, none
 streams the elements of one array out of a file, and per line the regular expression here is
 as fast as a typed decode while never converting the numbers an exporter only copies.
 """
@@ -148,7 +148,7 @@ class CaptureReader:
     Why two forms: an exporter pasting JSON text (chrome-trace) is fastest with the regular
     expression, whose groups are that text; a reader that only validates (compare,
     openmetrics, boot) or wants values (profiles, replay) is fastest with msgspec decoding
-    each line (see the README, "Captures in one package").
+    each line (see docs/benchmarks.md, "Captures").
     ``read()`` returns the document (without the streamed arrays) after full validation.
     """
 

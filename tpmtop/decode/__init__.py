@@ -1,4 +1,4 @@
-"""Field-level decode of TPM 2.0 commands and responses (README "Decode").
+"""Field-level decode of TPM 2.0 commands and responses (docs/decode.md).
 
 ``decode(command, response)`` gives a :class:`~tpmtop.decode.model.Decoded`: per buffer a tree
 of fields with spec names, types, values, offsets and bytes; ``render`` prints it; ``to_json``

@@ -1,6 +1,6 @@
 """Every metric ``tpmtop exporter`` serves: its name, type, labels and buckets, defined once.
 
-The README's "Fleet" section, the Prometheus rules in ``contrib/prometheus/`` and the
+docs/exporter.md ("The metrics"), the Prometheus rules in ``contrib/prometheus/`` and the
 Grafana dashboard use these names; a test checks that each name they use is served here.
 
 Prometheus' naming conventions: base units (seconds), ``_seconds`` for durations, ``_total``
@@ -73,7 +73,7 @@ def name(short: str) -> str:
     return f"{PREFIX}_{short}"
 
 
-# (name, type, labels, help): the whole exposition, as the README lists it.
+# (name, type, labels, help): the whole exposition, as docs/exporter.md lists it.
 FAMILIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     # -- the kernel's TPM traffic (kprobes on tpm_transmit, or a saved trace) --------------------
     (name("kernel_command_duration_seconds"), "histogram", ("command", "path"),

@@ -54,7 +54,7 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
             under(mc.reason, "dim")
         if mc.note:
             under(mc.note, "dim")
-    lines += ["", "[dim]The same model as `tpmtop boot` (its README section says how each mode is priced). "
+    lines += ["", "[dim]The same model as `tpmtop boot` (docs/boot.md says how each mode is priced). "
                   "Type another N and Enter; Esc closes.[/]"]
     return "\n".join(lines)
 
