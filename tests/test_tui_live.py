@@ -204,6 +204,51 @@ class TestStream:
             assert all(not r.ok or r.origin == "mark" for r in view.rows[0:len(view.rows)])
 
 
+class TestHeadline:
+    async def test_ratio_to_none_shows_with_no_key_pressed(self, live, tmp_path):
+        """As `make run` starts (tpmtop --sim: per-command at the default rate) and with no key
+        pressed, Modes at 120×40 shows per-command's ratio to `none` with its bars: the baseline
+        is measured by itself, in bursts between per-command's operations on the same TPM, and
+        is labelled. The ratio shown is the two runs' op p50s, as the accounts hold them."""
+        import re
+
+        src = live(poll_interval=None)  # the defaults: no mode, rate or engine given
+        assert (src.mode, src.engine, src.op, src.running) == ("per-command", "native", "extend", True)
+        app = app_for(src, tmp_path)
+
+        def bars() -> str:
+            return str(main_screen(app).query_one("#bars").render())
+
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: re.search(r"per-command ×[\d.,]+ vs none", bars()), timeout=120,
+                        what="the ratio in Modes")
+            src.set_running(False)  # hold the numbers still while they are compared
+            await pilot.pause(0.1)
+            src.barrier()
+            main_screen(app).refresh_all()
+            await pilot.pause(0.3)
+            text = bars()
+            accounts = src.accounts()
+            none, pc = accounts[("native", "none", "extend")], accounts[("native", "per-command", "extend")]
+            ratio = pc.op_hist.summary()["p50"] / none.op_hist.summary()["p50"]
+            shown = float(re.search(r"per-command ×([\d.,]+) vs none", text).group(1).replace(",", ""))
+            assert shown == float(f"{ratio:.1f}") if ratio < 100 else round(ratio), (shown, ratio)
+            # drawn at 120×40: a bar on each mode's line, the baseline marked and explained
+            lines = text.splitlines()
+            assert any(line.lstrip(" ▶").startswith("none*") and "█" in line for line in lines), text
+            assert any("per-command" in line and "█" in line and "▶" in line for line in lines), text
+            assert "the baseline, in bursts of" in " ".join(text.split())
+        # nobody pressed m: per-command ran all along, and the baseline's operations are `none`
+        # ones on the wire (PCR_Extend alone, password session), stamped as the baseline
+        assert src.mode == "per-command"
+        assert none.ops >= 1 and src.baseline_ops[("native", "extend")] == none.ops
+        assert sum(pc.commands.values()) / pc.ops == 4  # the interleaving left per-command's own intact
+        assert sum(none.commands.values()) / none.ops == 1
+        base = [e for e in src.recorder.events() if e.origin == "baseline"]
+        assert base and all(e.name == "TPM2_CC_PCR_Extend" and e.mode == "none" for e in base)
+        assert all(h == 0x40000009 for e in base for h, _ in e.sessions)
+
+
 class TestBootProjection:
     async def test_p_projects_n_extends_with_this_sittings_costs(self, live, tmp_path):
         """After none and per-command ran, Modes projects the boot cost of N extends per mode and
@@ -220,10 +265,24 @@ class TestBootProjection:
                         and src.accounts()[("native", "per-command", "extend")].ops >= 5, what="per-command ops")
             await until(pilot, lambda: "boot, 1,000 extends" in str(main_screen(app).query_one("#bars").render()),
                         what="projection in Modes")
+            src.set_running(False)  # the same p50s for the Modes line and the p screen
+            await pilot.pause(0.1)
+            src.barrier()
+            main_screen(app).refresh_all()
+            await pilot.pause(0.3)
             await pilot.press("p")
             await until(pilot, lambda: isinstance(app.screen, ProjectionScreen), what="projection screen")
             text = str(app.screen.query_one("#projection-text").render())
-            assert "1,000 PCR extends" in text and "1,000 × (" in text  # per-command: N × (L + S + F + Eh)
+            assert "1,000 PCR extends" in text and "1,000 × (" in text  # saved, not run: N × (L + Eh)
+            # per-command ran: N × the op p50 that Modes shows above its projection (one set of
+            # numbers), the same estimate in both places
+            p50 = src.runs()[[r.mode for r in src.runs()].index("per-command")].op_us["p50"]
+            line = next(x for x in text.splitlines() if x.startswith("per-command"))
+            assert "N × (op p50 measured here for this mode)" in line
+            estimate = line.split()[2:4]  # "about", "1.1 s"
+            modes = " ".join(str(main_screen(app).query_one("#bars").render()).split())
+            assert f"per-command {' '.join(estimate)}" in modes, (line, modes)
+            assert f"1,000 × {p50:,}".split(".")[0] in text  # its arithmetic: N × that p50
             app.screen.query_one("#projection-n").value = "250"
             await pilot.press("enter")
             assert "250 PCR extends" in str(app.screen.query_one("#projection-text").render())
