@@ -342,11 +342,27 @@ class TestTableFilter:
             await until(pilot, lambda: sum(1 for k in table._shadow if k.startswith("cc:")) >= 4, what="all again")
 
 
+HIST_LINE = r"^≤\s*([\d,.]+) (µs|ms|s)(?:\s+█+\s+([\d,]+))?\s*$"
+
+
+def histogram_counts(text: str) -> list[int]:
+    """Each bucket line's count, 0 for an empty bucket (drawn with no bar and no count)."""
+    import re
+
+    return [int((m.group(3) or "0").replace(",", "")) for m in re.finditer(HIST_LINE, text, re.M)]
+
+
 class TestLatency:
-    async def test_selected_row_shows_its_histogram(self, live, tmp_path):
-        """The selected row's histogram (built in a worker) lands in the detail box, as many
-        bucket lines as the box holds, their counts those of the operations recorded."""
+    async def test_selected_row_shows_its_whole_histogram(self, live, tmp_path):
+        """The selected row's histogram (built in a worker) lands in the detail box: every
+        bucket from the lowest populated to the highest, empty ones drawn empty, at the finest
+        resolution that fits the box — its counts are all the operations recorded, and no line
+        is wider than the box (a line laid out for another width wrapped its count)."""
         import re
+
+        from rich.cells import cell_len
+
+        from tpmtop.sources.rows.histogram import FINE_PER_DECADE, fit, fmt_axis
 
         src = live(start_running=True, rate=0, mode="none")
         app = app_for(src, tmp_path)
@@ -356,23 +372,22 @@ class TestLatency:
             src.barrier()
             hist = main_screen(app).query_one("#histogram")
             main_screen(app).query_one("#latency-table").focus()
-
-            def buckets():
-                return [int(n) for n in re.findall(r"^≤\s*[\d,.]+\s+\S*\s+(\d+)\s*$", str(hist.render()), re.M)]
-
             acc = src.accounts()[("native", "none", "extend")]
-            recorded = [c for _, c in acc.op_hist.buckets()]
-            lines = hist.size.height - 1  # the title, then a bucket per line
 
-            def shows_the_recorded_buckets():
-                counts = buckets()
-                n = min(lines, len(recorded))
-                windows = [recorded[i:i + n] for i in range(len(recorded) - n + 1)]
-                return len(counts) == n and counts in windows
+            def expected() -> list[int]:
+                fitted = fit(acc.op_hist.buckets(FINE_PER_DECADE), FINE_PER_DECADE, hist.content_size.height - 1)
+                return [b.count for b in fitted.buckets]
 
             # Condition, not timing: the worker's histogram lands (it is rebuilt every 2 s).
-            await until(pilot, shows_the_recorded_buckets, what="the run's own buckets in the histogram box")
-            assert 0 < sum(buckets()) <= acc.ops
+            await until(pilot, lambda: histogram_counts(str(hist.render())) == expected(),
+                        what="the run's whole histogram in the box")
+            text = str(hist.render())
+            assert sum(histogram_counts(text)) == acc.ops
+            fitted = fit(acc.op_hist.buckets(FINE_PER_DECADE), FINE_PER_DECADE, hist.content_size.height - 1)
+            top = acc.op_hist.summary()["max"]  # the slowest sample, in the axis' one unit
+            assert f"max {fmt_axis(top / fitted.scale)} {fitted.unit}" in text.splitlines()[0]
+            assert all(cell_len(line) <= hist.content_size.width for line in text.splitlines())
+            assert {m.group(2) for m in re.finditer(HIST_LINE, text, re.M)} == {fitted.unit}, text
 
 
 def list_handles_locked(src):
