@@ -247,6 +247,11 @@ class TestHeadline:
         base = [e for e in src.recorder.events() if e.origin == "baseline"]
         assert base and all(e.name == "TPM2_CC_PCR_Extend" and e.mode == "none" for e in base)
         assert all(h == 0x40000009 for e in base for h, _ in e.sessions)
+        # an export says so, and its replay marks the baseline as the dashboard did
+        cap = src.capture()
+        run = next(r for r in cap["runs"] if r["mode"] == "none")
+        assert any(p.get("interleaved_ops") == none.ops for p in run["pacing"]), run["pacing"]
+        assert ReplaySource(cap, "capture").baseline_ops == {("native", "extend"): none.ops}
 
 
 class TestBootProjection:
@@ -388,6 +393,12 @@ class TestLatency:
             assert f"max {fmt_axis(top / fitted.scale)} {fitted.unit}" in text.splitlines()[0]
             assert all(cell_len(line) <= hist.content_size.width for line in text.splitlines())
             assert {m.group(2) for m in re.finditer(HIST_LINE, text, re.M)} == {fitted.unit}, text
+            for key in ("down", "down", "m"):  # another row, another run: never a line wider than the box
+                await pilot.press(key)
+                for _ in range(5):
+                    width = hist.content_size.width
+                    assert all(cell_len(line) <= width for line in str(hist.render()).splitlines())
+                    await pilot.pause(0.05)
 
 
 def list_handles_locked(src):

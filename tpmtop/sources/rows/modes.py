@@ -95,10 +95,10 @@ def headline(rows: list[CompareRow], current: tuple[str, str], measuring: bool) 
     run (markup). ``measuring``: a live workload that measures the baseline by itself."""
     engine, mode = current
     if mode == "none":
-        return f"[b]none[/]: the baseline, no HMAC session [dim]({engine})[/]" if measuring or rows else ""
+        return f"[b]none[/] [dim]({engine})[/]: the baseline, no session" if measuring or rows else ""
     row = next((r for r in rows if (r.engine, r.mode) == current), None)
     if row is not None and row.ratio is not None:
-        return f"[b]{mode} {fmt_ratio(row.ratio)} vs none[/] [dim]({engine}, op p50s)[/]"
+        return f"[b]{mode} {fmt_ratio(row.ratio)} vs none[/] [dim]({engine})[/]"
     if measuring:
         return f"[b]{mode}[/] vs none: [dim]measuring none…[/]"
     return ""

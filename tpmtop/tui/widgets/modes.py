@@ -86,11 +86,12 @@ class ModesPanel(Panel):
             self._text.set(bars, Content("\n").join(texts))
             return
         parts = [Content.from_markup(headline)] if headline else []
-        width = self.content_size.width or 60
+        # The text's own width: the panel's less the scrollbar's gutter (tpmtop.tcss keeps it).
+        width = bars.content_size.width or self.content_size.width or 60
         parts.append(Content.from_markup("\n".join(bar_lines(rows, current, width, named=bool(headline)))))
         note = baseline_note(rows, current[1])
         parts += [Content.from_markup("[dim]$t[/]", t=t) for t in ([note] if note else []) + list(notes or ())]
-        avail = max(30, self.content_size.width or 60)
+        avail = max(30, width)
         tail = ([boot] if boot else []) + (timeline_markup(series, avail) if series and any(series) else [])
         if tail:
             parts.append(Content.from_markup("\n".join(tail)))
