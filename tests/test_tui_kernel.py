@@ -86,7 +86,8 @@ class TestKernelDashboard:
             assert str(rows["PCR_Extend"][1]).strip() == "5" and str(rows["FlushContext · end"][1]).strip() == "1"
             assert str(table._shadow["op:total"][1]).strip() == "5"  # five extend operations
             modes = _modes_text(app)
-            assert "kernel reuse" in " ".join(modes.split())
+            assert "▶reuse" in " ".join(modes.split())
+            assert main_screen(app).query_one("#modes").border_title.startswith("Modes · kernel ·")
             assert "kept session: 2 of 5 extends set one up" in " ".join(modes.split())
             assert "user space (tpm2_pcrread) ×1" in " ".join(modes.split())
             header = header_text(app)

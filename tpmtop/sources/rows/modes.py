@@ -80,14 +80,16 @@ def fmt_ratio(ratio: float) -> str:
     return f"×{ratio:,.0f}" if ratio >= 100 else f"×{ratio:.1f}"
 
 
-def baseline_note(rows: list[CompareRow], current_mode: str) -> str:
-    """What the mark on an interleaved `none` row means (plain text), or ""."""
+def baseline_note(rows: list[CompareRow], current_mode: str, width: int = 80) -> str:
+    """What the mark on an interleaved `none` row means (plain text, one line of ``width``), or ""."""
     from tpmtop.sources.pacing import BASELINE_BURST
 
     if not any(r.interleaved for r in rows):
         return ""
     between = f"{current_mode}'s" if current_mode != "none" else "another mode's"
-    return f"none*: the baseline, in bursts of {BASELINE_BURST} between {between} operations (no key needed)"
+    text = (f"none*: the baseline, measured in bursts of {BASELINE_BURST} between {between} operations "
+            "(no key needed)")
+    return text if len(text) <= width else f"none*: {BASELINE_BURST}-op bursts between {between}"
 
 
 def headline(rows: list[CompareRow], current: tuple[str, str], measuring: bool) -> str:

@@ -42,7 +42,7 @@ def timeline_markup(series: list, width: int) -> list[str]:
         top.append(f"[${mode_tone(p.mode)}]{BLOCKS[level]}[/]")
         marks.append(p.mode[0] if p.mode != prev else AXIS)
         prev = p.mode
-    return [f"[dim]op p50 each second, {len(series)} s (log; letter: mode)[/]",
+    return ["[dim]op p50 each second (log; letter: mode)[/]",
             "".join(top), "[dim]" + "".join(marks).replace("[", "\\[") + "[/]"]
 
 
@@ -88,8 +88,11 @@ class ModesPanel(Panel):
         parts = [Content.from_markup(headline)] if headline else []
         # The text's own width: the panel's less the scrollbar's gutter (tpmtop.tcss keeps it).
         width = bars.content_size.width or self.content_size.width or 60
-        parts.append(Content.from_markup("\n".join(bar_lines(rows, current, width, named=bool(headline)))))
-        note = baseline_note(rows, current[1])
+        engines = {r.engine for r in rows}
+        if len(engines) == 1:  # no engine column then: the border says whose rows these are
+            self.border_title = f"Modes · {next(iter(engines))} · {op} · op p50"
+        parts.append(Content.from_markup("\n".join(bar_lines(rows, current, width))))
+        note = baseline_note(rows, current[1], width)
         parts += [Content.from_markup("[dim]$t[/]", t=t) for t in ([note] if note else []) + list(notes or ())]
         avail = max(30, width)
         tail = ([boot] if boot else []) + (timeline_markup(series, avail) if series and any(series) else [])
@@ -101,13 +104,13 @@ class ModesPanel(Panel):
 ENGINE_SHORT = {"native": "nat", "esys": "esys"}  # a narrow panel with both engines' rows
 
 
-def bar_lines(rows: list[CompareRow], current: tuple[str, str], width: int, named: bool = False) -> list[str]:
+def bar_lines(rows: list[CompareRow], current: tuple[str, str], width: int) -> list[str]:
     """A header and one line per (engine, mode), whatever the width (two lines each hid the
     active row at 120×40 once both engines had run), the bar taking what the columns leave:
-    the engine column only when two engines ran or the headline does not name the one
-    (``named``), narrowed below 58 columns, so a 44-column panel (120×40) still draws bars."""
+    the engine column only when two engines ran (the border names a lone one), narrowed below
+    58 columns, so a 42-column text (120×40) still draws its bars."""
     engines = {r.engine for r in rows}
-    eng_w = 0 if len(engines) < 2 and named else 7 if width >= 58 or len(engines) < 2 else 5
+    eng_w = 0 if len(engines) < 2 else 7 if width >= 58 else 5
     fixed = 1 + eng_w + 12 + 10 + 7 + 3  # mark, engine, mode, p50, ratio, commands per op
     bar_w = width - fixed - 1
     top = max(r.p50_us for r in rows) or 1.0
