@@ -87,7 +87,7 @@ def fmt_axis(value: float) -> str:
 
 
 def histogram_lines(buckets: Sequence[Sequence[Any]], per_decade: int, summary: dict[str, Any], lines: int,
-                    width: int, bar_max: int = 24) -> tuple[str, list[str]]:
+                    width: int, bar_max: int = 40) -> tuple[str, list[str]]:
     """(the slowest sample and the resolution, for the title; one line per bucket). Markup,
     each line at most ``width`` cells (never wrapped): ``≤`` its bound in the axis' unit, the
     bar, the count; an empty bucket has no bar and no count."""
