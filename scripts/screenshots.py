@@ -4,8 +4,8 @@
     .venv/bin/python scripts/screenshots.py            # or: make screenshots
 
 Writes screenshots/*.svg. The live ones run the real workload from the default settings (as
-`make run` starts it) at 120×40, 80×24 and 200×50, after a user pressed m through the four
-session modes, so their numbers are this machine's; the replay ones use the
+`make run` starts it) at 120×40, 80×24 and 200×50 with no key pressed, once Modes shows
+per-command's ratio to the baseline, so their numbers are this machine's; the replay ones use the
 committed capture tests/tui_fixtures/slb9670-extend.json (the slb9670 chip profile); the
 kernel one, tpmtop --kernel on the 6.12 kept-session trace of tests/fixtures/kernel.
 """
@@ -29,8 +29,9 @@ SIZES = ((120, 40), (80, 24), (200, 50))  # what most terminals open at, the sma
 
 
 async def live_shots() -> None:
-    """The dashboard as `make run` opens it (tpmtop --sim, default rate, mode and engine); a
-    user then presses m through the four modes, back to per-command, so Modes compares them."""
+    """The dashboard as `make run` opens it (tpmtop --sim, default rate, mode and engine) with
+    no key pressed: per-command runs, and Modes shows its ratio to the `none` baseline the
+    workload measures by itself. Taken once that ratio is on screen."""
     from tpmtop.connect import open_tpm
     from tpmtop.sources.live import LiveSource
     from tpmtop.tui.app import TpmtopApp
@@ -40,12 +41,14 @@ async def live_shots() -> None:
     try:
         app = TpmtopApp(src, theme="dark", remember=False)
         async with app.run_test(size=SIZES[0]) as pilot:
-            await pilot.pause(4.0)
-            for _ in range(4):  # per-command -> reuse -> saved -> none -> per-command
-                await pilot.press("m")
-                await pilot.pause(3.0)
-            await pilot.pause(3.0)
             main = next(s for s in app.screen_stack if isinstance(s, MainScreen))
+            deadline = time.monotonic() + 120
+            while "vs none" not in str(main.query_one("#bars").render()) or " ×" not in str(
+                    main.query_one("#bars").render()):
+                if time.monotonic() > deadline:
+                    raise SystemExit("screenshots: the ratio to none never showed")
+                await pilot.pause(0.2)
+            await pilot.pause(6.0)  # a few seconds of the per-second series and more samples
             main.query_one("#latency-table").focus()
             # The selected row's histogram is built in a worker that competes with the
             # workload for the GIL: give it time to land before the shot.
@@ -79,25 +82,34 @@ async def replay_shots() -> None:
 
 
 async def kernel_shots() -> None:
-    """`tpmtop --kernel` on the 6.12 kept-session trace (tests/fixtures/kernel), fed to the
-    dashboard through a file as the kernel's trace_pipe would be."""
+    """`tpmtop --kernel` on the 6.12 kept-session trace (tests/fixtures/kernel), read from the
+    fixture itself as the kernel's trace_pipe would be (by its path in the repository, so the
+    header names that file, not a temporary one); the Latency table focused, so the extend's
+    histogram shows the kept-session extends apart from those that set a session up."""
     from tpmtop.kernel.tap import KernelTap
     from tpmtop.sources.kernel import KernelSource
     from tpmtop.tui.app import TpmtopApp
+    from tpmtop.tui.screens.main import MainScreen
 
-    trace = REPO / "tests" / "fixtures" / "kernel" / "trace-6.12-kept-session-ops.txt"
-    with tempfile.TemporaryDirectory() as d:
-        pipe = Path(d) / "trace_pipe"
-        pipe.write_text("")
-        tap = KernelTap(trace_path=str(pipe), poll_s=0.05).start()
-        try:
-            app = TpmtopApp(KernelSource(tap), theme="dark", remember=False)
-            async with app.run_test(size=SIZES[0]) as pilot:
-                pipe.write_text(trace.read_text())
-                await pilot.pause(2.5)
-                app.save_screenshot("kernel-120x40.svg", path=str(OUT))
-        finally:
-            tap.close()
+    trace = Path("tests") / "fixtures" / "kernel" / "trace-6.12-kept-session-ops.txt"
+    here = os.getcwd()
+    os.chdir(REPO)
+    tap = KernelTap(trace_path=str(trace), poll_s=0.05).start()
+    try:
+        app = TpmtopApp(KernelSource(tap), theme="dark", remember=False)
+        async with app.run_test(size=SIZES[0]) as pilot:
+            deadline = time.monotonic() + 60
+            while len(tap.commands) < 14:
+                if time.monotonic() > deadline:
+                    raise SystemExit("screenshots: the kernel trace was not read")
+                await pilot.pause(0.1)
+            await pilot.pause(1.5)
+            next(s for s in app.screen_stack if isinstance(s, MainScreen)).query_one("#latency-table").focus()
+            await pilot.pause(1.0)
+            app.save_screenshot("kernel-120x40.svg", path=str(OUT))
+    finally:
+        tap.close()
+        os.chdir(here)
 
 
 def main() -> int:

@@ -86,7 +86,8 @@ class TestKernelDashboard:
             assert str(rows["PCR_Extend"][1]).strip() == "5" and str(rows["FlushContext · end"][1]).strip() == "1"
             assert str(table._shadow["op:total"][1]).strip() == "5"  # five extend operations
             modes = _modes_text(app)
-            assert "kernel reuse" in " ".join(modes.split())
+            assert "▶reuse" in " ".join(modes.split())
+            assert main_screen(app).query_one("#modes").border_title.startswith("Modes · kernel ·")
             assert "kept session: 2 of 5 extends set one up" in " ".join(modes.split())
             assert "user space (tpm2_pcrread) ×1" in " ".join(modes.split())
             header = header_text(app)
@@ -423,3 +424,28 @@ def test_projection_arithmetic_wraps_under_its_own_column():
     under = lines[saved + 1:lines.index("", saved)]
     assert len(under) >= 3  # the arithmetic really wrapped at 60
     assert all(line.startswith("\u00a0" * INDENT) and len(line) <= INDENT + 60 + 10 for line in under), under
+
+
+class TestHistogram:
+    async def test_kept_session_and_set_up_extends_stay_apart(self, kernel, tmp_path):
+        """The 6.12 trace: three kept-session extends (24 ms) and two that set a session up
+        (151 ms). The extend's histogram shows every bucket between them, the empty ones
+        drawn empty, so the two groups never look contiguous; and the slowest on one unit."""
+        import re
+
+        from test_tui_live import HIST_LINE, histogram_counts
+
+        src, path = kernel()
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            _append(path, KEPT)
+            await until(pilot, lambda: "5 extends" in header_text(app), what="the trace")
+            main_screen(app).query_one("#latency-table").focus()
+            hist = main_screen(app).query_one("#histogram")
+            await until(pilot, lambda: sum(histogram_counts(str(hist.render()))) == 5, what="the extend's histogram")
+            text = str(hist.render())
+            counts = histogram_counts(text)
+            assert counts[0] == 3 and counts[-1] == 2 and 0 in counts[1:-1], text  # a gap between them
+            assert len(counts) <= hist.content_size.height - 1
+            assert {m.group(2) for m in re.finditer(HIST_LINE, text, re.M)} == {"ms"}, text
+            assert "max 151 ms" in text.splitlines()[0], text

@@ -204,6 +204,56 @@ class TestStream:
             assert all(not r.ok or r.origin == "mark" for r in view.rows[0:len(view.rows)])
 
 
+class TestHeadline:
+    async def test_ratio_to_none_shows_with_no_key_pressed(self, live, tmp_path):
+        """As `make run` starts (tpmtop --sim: per-command at the default rate) and with no key
+        pressed, Modes at 120×40 shows per-command's ratio to `none` with its bars: the baseline
+        is measured by itself, in bursts between per-command's operations on the same TPM, and
+        is labelled. The ratio shown is the two runs' op p50s, as the accounts hold them."""
+        import re
+
+        src = live(poll_interval=None)  # the defaults: no mode, rate or engine given
+        assert (src.mode, src.engine, src.op, src.running) == ("per-command", "native", "extend", True)
+        app = app_for(src, tmp_path)
+
+        def bars() -> str:
+            return str(main_screen(app).query_one("#bars").render())
+
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: re.search(r"per-command ×[\d.,]+ vs none", bars()), timeout=120,
+                        what="the ratio in Modes")
+            src.set_running(False)  # hold the numbers still while they are compared
+            await pilot.pause(0.1)
+            src.barrier()
+            main_screen(app).refresh_all()
+            await pilot.pause(0.3)
+            text = bars()
+            accounts = src.accounts()
+            none, pc = accounts[("native", "none", "extend")], accounts[("native", "per-command", "extend")]
+            ratio = pc.op_hist.summary()["p50"] / none.op_hist.summary()["p50"]
+            shown = float(re.search(r"per-command ×([\d.,]+) vs none", text).group(1).replace(",", ""))
+            assert shown == float(f"{ratio:.1f}") if ratio < 100 else round(ratio), (shown, ratio)
+            # drawn at 120×40: a bar on each mode's line, the baseline marked and explained
+            lines = text.splitlines()
+            assert any(line.lstrip(" ▶").startswith("none*") and "█" in line for line in lines), text
+            assert any("per-command" in line and "█" in line and "▶" in line for line in lines), text
+            assert "none*: 4-op bursts between per-command's" in text  # what none* is, on one line
+        # nobody pressed m: per-command ran all along, and the baseline's operations are `none`
+        # ones on the wire (PCR_Extend alone, password session), stamped as the baseline
+        assert src.mode == "per-command"
+        assert none.ops >= 1 and src.baseline_ops[("native", "extend")] == none.ops
+        assert sum(pc.commands.values()) / pc.ops == 4  # the interleaving left per-command's own intact
+        assert sum(none.commands.values()) / none.ops == 1
+        base = [e for e in src.recorder.events() if e.origin == "baseline"]
+        assert base and all(e.name == "TPM2_CC_PCR_Extend" and e.mode == "none" for e in base)
+        assert all(h == 0x40000009 for e in base for h, _ in e.sessions)
+        # an export says so, and its replay marks the baseline as the dashboard did
+        cap = src.capture()
+        run = next(r for r in cap["runs"] if r["mode"] == "none")
+        assert any(p.get("interleaved_ops") == none.ops for p in run["pacing"]), run["pacing"]
+        assert ReplaySource(cap, "capture").baseline_ops == {("native", "extend"): none.ops}
+
+
 class TestBootProjection:
     async def test_p_projects_n_extends_with_this_sittings_costs(self, live, tmp_path):
         """After none and per-command ran, Modes projects the boot cost of N extends per mode and
@@ -220,10 +270,24 @@ class TestBootProjection:
                         and src.accounts()[("native", "per-command", "extend")].ops >= 5, what="per-command ops")
             await until(pilot, lambda: "boot, 1,000 extends" in str(main_screen(app).query_one("#bars").render()),
                         what="projection in Modes")
+            src.set_running(False)  # the same p50s for the Modes line and the p screen
+            await pilot.pause(0.1)
+            src.barrier()
+            main_screen(app).refresh_all()
+            await pilot.pause(0.3)
             await pilot.press("p")
             await until(pilot, lambda: isinstance(app.screen, ProjectionScreen), what="projection screen")
             text = str(app.screen.query_one("#projection-text").render())
-            assert "1,000 PCR extends" in text and "1,000 × (" in text  # per-command: N × (L + S + F + Eh)
+            assert "1,000 PCR extends" in text and "1,000 × (" in text  # saved, not run: N × (L + Eh)
+            # per-command ran: N × the op p50 that Modes shows above its projection (one set of
+            # numbers), the same estimate in both places
+            p50 = src.runs()[[r.mode for r in src.runs()].index("per-command")].op_us["p50"]
+            line = next(x for x in text.splitlines() if x.startswith("per-command"))
+            assert "N × (op p50 measured here for this mode)" in line
+            estimate = line.split()[2:4]  # "about", "1.1 s"
+            modes = " ".join(str(main_screen(app).query_one("#bars").render()).split())
+            assert f"per-command {' '.join(estimate)}" in modes, (line, modes)
+            assert f"1,000 × {p50:,}".split(".")[0] in text  # its arithmetic: N × that p50
             app.screen.query_one("#projection-n").value = "250"
             await pilot.press("enter")
             assert "250 PCR extends" in str(app.screen.query_one("#projection-text").render())
@@ -283,11 +347,27 @@ class TestTableFilter:
             await until(pilot, lambda: sum(1 for k in table._shadow if k.startswith("cc:")) >= 4, what="all again")
 
 
+HIST_LINE = r"^≤\s*([\d,.]+) (µs|ms|s)(?:\s+█+\s+([\d,]+))?\s*$"
+
+
+def histogram_counts(text: str) -> list[int]:
+    """Each bucket line's count, 0 for an empty bucket (drawn with no bar and no count)."""
+    import re
+
+    return [int((m.group(3) or "0").replace(",", "")) for m in re.finditer(HIST_LINE, text, re.M)]
+
+
 class TestLatency:
-    async def test_selected_row_shows_its_histogram(self, live, tmp_path):
-        """The selected row's histogram (built in a worker) lands in the detail box, as many
-        bucket lines as the box holds, their counts those of the operations recorded."""
+    async def test_selected_row_shows_its_whole_histogram(self, live, tmp_path):
+        """The selected row's histogram (built in a worker) lands in the detail box: every
+        bucket from the lowest populated to the highest, empty ones drawn empty, at the finest
+        resolution that fits the box — its counts are all the operations recorded, and no line
+        is wider than the box (a line laid out for another width wrapped its count)."""
         import re
+
+        from rich.cells import cell_len
+
+        from tpmtop.sources.rows.histogram import FINE_PER_DECADE, fit, fmt_axis
 
         src = live(start_running=True, rate=0, mode="none")
         app = app_for(src, tmp_path)
@@ -297,23 +377,28 @@ class TestLatency:
             src.barrier()
             hist = main_screen(app).query_one("#histogram")
             main_screen(app).query_one("#latency-table").focus()
-
-            def buckets():
-                return [int(n) for n in re.findall(r"^≤\s*[\d,.]+\s+\S*\s+(\d+)\s*$", str(hist.render()), re.M)]
-
             acc = src.accounts()[("native", "none", "extend")]
-            recorded = [c for _, c in acc.op_hist.buckets()]
-            lines = hist.size.height - 1  # the title, then a bucket per line
 
-            def shows_the_recorded_buckets():
-                counts = buckets()
-                n = min(lines, len(recorded))
-                windows = [recorded[i:i + n] for i in range(len(recorded) - n + 1)]
-                return len(counts) == n and counts in windows
+            def expected() -> list[int]:
+                fitted = fit(acc.op_hist.buckets(FINE_PER_DECADE), FINE_PER_DECADE, hist.content_size.height - 1)
+                return [b.count for b in fitted.buckets]
 
             # Condition, not timing: the worker's histogram lands (it is rebuilt every 2 s).
-            await until(pilot, shows_the_recorded_buckets, what="the run's own buckets in the histogram box")
-            assert 0 < sum(buckets()) <= acc.ops
+            await until(pilot, lambda: histogram_counts(str(hist.render())) == expected(),
+                        what="the run's whole histogram in the box")
+            text = str(hist.render())
+            assert sum(histogram_counts(text)) == acc.ops
+            fitted = fit(acc.op_hist.buckets(FINE_PER_DECADE), FINE_PER_DECADE, hist.content_size.height - 1)
+            top = acc.op_hist.summary()["max"]  # the slowest sample, in the axis' one unit
+            assert f"max {fmt_axis(top / fitted.scale)} {fitted.unit}" in text.splitlines()[0]
+            assert all(cell_len(line) <= hist.content_size.width for line in text.splitlines())
+            assert {m.group(2) for m in re.finditer(HIST_LINE, text, re.M)} == {fitted.unit}, text
+            for key in ("down", "down", "m"):  # another row, another run: never a line wider than the box
+                await pilot.press(key)
+                for _ in range(5):
+                    width = hist.content_size.width
+                    assert all(cell_len(line) <= width for line in str(hist.render()).splitlines())
+                    await pilot.pause(0.05)
 
 
 def list_handles_locked(src):

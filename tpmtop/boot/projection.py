@@ -249,9 +249,10 @@ def _sum(names: list[str], comps: dict[str, Cost]) -> Decimal:
 
 
 def project(extends: int | None, extends_source: str, components: dict[str, Cost],
-            per_mode: dict[str, Cost] | None = None) -> Projection:
+            per_mode: dict[str, Cost] | None = None, per_mode_what: str = "capture p50") -> Projection:
     """``components``: per-command costs by letter (E0, L, S, F, Eh); ``per_mode``: whole-mode
-    per-extend costs (from a capture), which win over the components for their mode."""
+    per-extend costs (from a capture, or the dashboard's op p50s: ``per_mode_what`` names them),
+    which win over the components for their mode."""
     per_mode = per_mode or {}
     proj = Projection(extends, extends_source, components, {})
     n = extends
@@ -261,7 +262,7 @@ def project(extends: int | None, extends_source: str, components: dict[str, Cost
         proj.modes[mode] = mc
         if mode in per_mode:
             c = per_mode[mode]
-            mc.formula = "N × (capture p50 for this mode)"
+            mc.formula = f"N × ({per_mode_what} for this mode)"
             mc.sources = [f"{c.source}: {c.detail}"]
             if n is None:
                 mc.reason = "number of extends unknown"

@@ -150,17 +150,18 @@ def client_rows(accounts: Accounts | None, recorder=None) -> list[tuple[str, lis
 
     rows: list[tuple[str, list[str]]] = []
     if recorder is not None:
-        stats = recorder.command_stats("workload")
+        # the dashboard's interleaved `none` baseline is tpmtop's workload too
+        stats = [*recorder.command_stats("workload").values(), *recorder.command_stats("baseline").values()]
         if stats:
             h = LatencyHistogram()
-            for st in stats.values():
+            for st in stats:
                 h.merge(st.hist)
             s = h.summary()
             owned = len(recorder.owned_handles())
             import os
 
             rows.append(("workload", [str(os.getpid()), "tpmtop workload", str(s["count"]),
-                                      str(sum(st.errors for st in stats.values())), f"{s['p50']:,.1f}",
+                                      str(sum(st.errors for st in stats)), f"{s['p50']:,.1f}",
                                       f"{s['p99']:,.1f}", str(owned), "-"]))
     if accounts is None:
         return rows

@@ -192,6 +192,22 @@ class Workload:
         e = self.engine()
         if not self._prepared:
             self._prepare(e)
+        return self._timed(e)
+
+    def run_baseline(self) -> int:
+        """One operation in mode ``none`` between the current mode's own (the dashboard's
+        interleaved baseline): counted in the (engine, none, op) account, its commands labelled
+        mode ``none`` and origin ``baseline``. The current mode's kept session stays as it is
+        (a ``none`` operation uses no session), so the mode's next operation pays no set-up."""
+        e = self.engine()
+        mode, origin = self.mode, self.origin
+        self.mode, self.origin = Mode.NONE, Origin.BASELINE  # the stream says "baseline"
+        try:
+            return self._timed(e)
+        finally:
+            self.mode, self.origin = mode, origin
+
+    def _timed(self, e: AnyEngine) -> int:
         acct = self.account()
         self._op_seq = self.conn.recorder.next_op_seq()
         wire: list[tuple[int | None, int]] = []

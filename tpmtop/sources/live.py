@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 from tpmtop.errors import TpmConnectionError, TpmtopError, UsageError
 from tpmtop.sessions.modes import ENGINES, MODES, OPS, Engine, Mode, Op
 from tpmtop.sources.live_workload import PauseCause, WorkloadDriver
-from tpmtop.sources.pacing import DEFAULT_RATE, burst_size, pacing_json
+from tpmtop.sources.pacing import DEFAULT_RATE, baseline_pacing_json, burst_size, pacing_json
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, PollResult, SourceBase, SourceKind, TimingsView
 from tpmtop.sources.runs import RunView
 from tpmtop.tpm.exchange import Origin
@@ -79,6 +79,8 @@ class LiveSource(WorkloadDriver, SourceBase):
         self._old_accounts: dict[str, Any] = {}
         # (engine, mode, op) -> every rate its operations ran at: a capture says so per run.
         self.rates_run: dict[tuple[str, str, str], set[float]] = {}
+        self.baseline_ops: dict[tuple[str, str], int] = {}
+        self._baseline_t = 0.0
         # (monotonic s, engine, mode, op, total ns) of the latest operations: the Modes panel's
         # time series of op p50 across mode switches. Bounded: at max rate ~10 minutes of `none`
         # would be millions; 200,000 is a few minutes unpaced, over half an hour at 100/s.
@@ -265,6 +267,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         self._old_accounts = {}
         self.periods = []
         self.rates_run = {}
+        self.baseline_ops = {}
         self.timeline.clear()
 
     def capture(self, max_events: int = 20_000) -> dict[str, Any]:
@@ -277,7 +280,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         def job(_t: Any) -> dict[str, Any]:
             accounts = [a for a in self.accounts().values() if a.ops]
             periods = [[a for a in p.values() if a.ops] for p in self.periods]
-            events = [e for e in self.recorder.events(max_events) if e.origin == Origin.WORKLOAD]
+            events = [e for e in self.recorder.events(max_events) if e.origin in (Origin.WORKLOAD, Origin.BASELINE)]
             if self.identity is None:
                 raise TpmtopError("nothing to export yet: the TPM has not answered")
             # Each run then carries its period, and the recorder's marks say when and why.
@@ -289,6 +292,9 @@ class LiveSource(WorkloadDriver, SourceBase):
             rates = self.rates_run.get((run["engine"], run["mode"], run["op"]))
             if rates:
                 run["pacing"] = [pacing_json(r) for r in sorted(rates, key=lambda r: r or float("inf"))]
+            interleaved = self.baseline_ops.get((run["engine"], run["op"])) if run["mode"] == Mode.NONE else None
+            if interleaved:
+                run.setdefault("pacing", []).append(baseline_pacing_json(interleaved))
         return cap
 
     def tpm_json(self) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from typing import Any
 from tpm2_pytss.constants import TPM2_RC
 
 from tpmtop.errors import NullNameChanged, TpmConnectionError, TpmError, TpmtopError
+from tpmtop.sessions.modes import Mode
+from tpmtop.sources import pacing
 from tpmtop.sources.pacing import BURST_JOB_S, RATES, burst_size, pacing_json
 from tpmtop.tpm.exchange import Origin
 
@@ -58,6 +60,9 @@ class WorkloadDriver:
     resume: threading.Event
     timeline: deque[tuple[float, str, str, str, int]]
     rates_run: dict[tuple[str, str, str], set[float]]
+    # (engine, op) -> `none` operations run as the interleaved baseline (the Modes panel says so)
+    baseline_ops: dict[tuple[str, str], int]
+    _baseline_t: float
     _old_accounts: dict[Any, Any]
 
     def run_on_owner(self, fn: Any, *args: Any, origin: str = Origin.USER, check_stopping: bool = True) -> Any:
@@ -137,7 +142,35 @@ class WorkloadDriver:
             done += 1
             if time.perf_counter() >= deadline:
                 break
+        if done and self._baseline_due():
+            self._baseline_burst()
         return done
+
+    def _baseline_due(self) -> bool:
+        """A mode other than ``none`` runs and its baseline is thin or a second old."""
+        w = self.workload
+        if w is None or w.mode == Mode.NONE or self.stopping.is_set() or not self.running:
+            return False
+        acc = getattr(w, "accounts", {}).get((w.engine_name, Mode.NONE, w.op))
+        if acc is None or acc.ops < pacing.BASELINE_WARM_OPS:
+            return True
+        return time.monotonic() - self._baseline_t >= pacing.BASELINE_EVERY_S
+
+    def _baseline_burst(self) -> None:
+        """BASELINE_BURST ``none`` operations right after the mode's own, in the same job: warm
+        as theirs, on the same engine, op and TPM. Not in the per-second series (it follows the
+        mode that runs); an error propagates as the mode's would. At most BURST_JOB_S long, so a
+        slow chip's baseline never holds a poll or a key back for long."""
+        self._baseline_t = time.monotonic()
+        deadline = time.perf_counter() + BURST_JOB_S
+        for _ in range(pacing.BASELINE_BURST):
+            w = self.workload
+            if w is None or self.stopping.is_set() or not self._one(w, baseline=True):
+                return
+            key = (w.engine_name, w.op)
+            self.baseline_ops[key] = self.baseline_ops.get(key, 0) + 1
+            if time.perf_counter() >= deadline:
+                return
 
     def _step_job(self, _t: Any) -> bool:
         """One workload operation, on the owner thread. False: nothing ran, or a reset."""
@@ -146,7 +179,13 @@ class WorkloadDriver:
         w = self._workload()
         if w is None:
             return False
+        return self._one(w)
+
+    def _one(self, w: Any, baseline: bool = False) -> bool:
         try:
+            if baseline:
+                w.run_baseline()
+                return True
             total_ns = w.run_one()
             self.timeline.append((time.monotonic(), w.engine_name, w.mode, w.op, total_ns))
             self.rates_run.setdefault((w.engine_name, w.mode, w.op), set()).add(self.rate)

@@ -61,5 +61,11 @@ def summary_of(h: Any) -> dict[str, Any]:
     return summary
 
 
-def buckets_of(h: Any) -> Callable[[], list[Any]]:
-    return lambda: _cached(h, "buckets", h.buckets)
+def buckets_of(h: Any) -> Callable[..., list[Any]]:
+    """``h``'s buckets, read when called: ``f()`` at a capture's 4 per decade, ``f(n)`` at n
+    (the Latency panel's histogram reads live ones finer, tpmtop.sources.rows.histogram)."""
+    def read(per_decade: int = 4) -> list[Any]:
+        result: list[Any] = _cached(h, f"buckets{per_decade}", lambda: h.buckets(per_decade))
+        return result
+
+    return read

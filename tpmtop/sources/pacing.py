@@ -13,6 +13,12 @@ BURST_EVERY_S = 0.1  # a paced workload wakes up at most 10 times a second...
 MIN_BURST = 4  # ...and runs at least this many operations back to back when it does
 BURST_JOB_S = 0.02  # one job on the TPM's owner thread runs at most this long (then the queue turns)
 UNPACED_BURST = 10  # unpaced: operations per job (each hand-off between threads costs a wake-up)
+# The interleaved baseline (WorkloadDriver._baseline_burst): while a mode other than `none`
+# runs, short bursts of `none` on the same engine, op and TPM follow its bursts in the same job
+# (warm, as its own operations are), so Modes shows the mode's ratio to `none` without a key.
+BASELINE_BURST = 4  # `none` operations per baseline burst
+BASELINE_WARM_OPS = 40  # until `none` has this many operations, a baseline burst after every burst...
+BASELINE_EVERY_S = 1.0  # ...then one a second, so the baseline follows the machine's load
 
 
 def burst_size(rate: float) -> int:
@@ -30,3 +36,10 @@ def pacing_json(rate: float) -> dict[str, Any]:
     return {"rate_ops_per_s": rate, "burst": n, "burst_every_s": round(n / rate, 3),
             "note": f"bursts of {n} operations back to back every {n / rate:g} s; only the first of "
                     "each burst pays the host's wake-up"}
+
+
+def baseline_pacing_json(ops: int) -> dict[str, Any]:
+    """A ``none`` run's pacing entry for the operations it ran as the interleaved baseline."""
+    return {"interleaved_ops": ops, "burst": BASELINE_BURST,
+            "note": f"interleaved baseline: bursts of {BASELINE_BURST} `none` operations right after another "
+                    f"mode's bursts (each one until {BASELINE_WARM_OPS} ran, then every {BASELINE_EVERY_S:g} s)"}

@@ -115,6 +115,7 @@ class Source(Protocol):
     boundaries: list[tuple[float, str]]  # (time.time(), why) of each new TPM life
     periods: list[dict[Any, Any]]  # accounts of earlier TPM lives
     timeline: deque[tuple[float, str, str, str, int]]  # the latest operations: the Modes time series
+    baseline_ops: dict[tuple[str, str], int]  # (engine, op) -> `none` ops run as the interleaved baseline
     workload_error: str | None
     pause_reason: str | None
     sysfs: Sysfs | None
@@ -167,6 +168,7 @@ class SourceBase:
         self.boundaries: list[tuple[float, str]] = []
         self.periods: list[dict[Any, Any]] = []
         self.timeline: deque[tuple[float, str, str, str, int]] = deque(maxlen=1)
+        self.baseline_ops: dict[tuple[str, str], int] = {}
         self.proxy_log: list[str] = []
 
     @property

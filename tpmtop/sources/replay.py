@@ -68,6 +68,11 @@ class ReplaySource(SourceBase):
         self.path = Path(path)
         self.tpm = dict(capture.get("tpm") or {})
         self._runs: list[RunView] = [run_from_capture(r) for r in capture.get("runs") or [] if isinstance(r, dict)]
+        for r in capture.get("runs") or []:  # a `none` run measured as the dashboard's interleaved baseline
+            for pace in (r.get("pacing") or []) if isinstance(r, dict) and isinstance(r.get("pacing"), list) else []:
+                n = pace.get("interleaved_ops") if isinstance(pace, dict) else None
+                if isinstance(n, int) and n > 0:
+                    self.baseline_ops[(str(r.get("engine")), str(r.get("op")))] = n
         events = capture.get("events") or []
         self.stream: list[StreamRow] = [stream_row_from_dict(i, e) for i, e in
                                         enumerate(events[-MAX_STREAM_ROWS:]) if isinstance(e, dict)]

@@ -89,6 +89,15 @@ def boot_components(runs: list[RunView], engine: str = "native") -> dict[str, fl
     return out
 
 
+def boot_per_mode(runs: list[RunView], engine: str = "native") -> dict[str, float]:
+    """Each mode's extend op p50 (µs) from this sitting's runs of ``engine`` (the kernel's own
+    extends with ``kernel``): the numbers the Modes panel shows, which the boot projection
+    then multiplies as they are (as `tpmtop boot --capture` does a capture's), so the
+    projection and the p50 above it are one set of numbers."""
+    return {r.mode: float(r.op_us["p50"]) for r in runs
+            if r.op == "extend" and r.engine == engine and r.ops and r.op_us.get("p50")}
+
+
 def _kernel_components(runs: list[RunView]) -> dict[str, float]:
     """The same letters from the kernel's own extends (tpmtop --kernel): the set-up commands
     whatever the session mode, and its PCR_Extend as Eh when it ran in an HMAC session (the

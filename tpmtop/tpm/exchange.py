@@ -28,6 +28,7 @@ class Origin(StrEnum):
     no command: a boundary (TPM reset, reconnection) in the stream."""
 
     WORKLOAD = "workload"
+    BASELINE = "baseline"  # the dashboard's interleaved `none` operations (the ratio's baseline)
     POLL = "poll"
     USER = "user"
     PROXY = "proxy"

@@ -58,8 +58,9 @@ PANELS: tuple[PanelSpec, ...] = (
               "failed commands, and the selected row's response codes are decoded above its histogram. "
               "6-digit µs values are shown in ms."),
     PanelSpec("4", "modes", "Modes", lambda c: c.timings, Group.BOTTOM, ModesPanel,
-              "Modes: each (engine, mode) run's operation p50, its ratio to `none` of the same engine, and "
-              "the commands per operation."),
+              "Modes: the running mode's ratio to `none` first (live, [b]none*[/] is measured in short bursts "
+              "between the mode's own operations: no key needed); then each (engine, mode) run's operation p50, "
+              "its ratio to `none` of the same engine, and the commands per operation."),
     PanelSpec("5", "stream", "Stream", lambda c: c.timings, Group.BOTTOM, StreamPanel,
               "Stream: s freezes it on every command the recorder keeps; / filters (a command, an origin, "
               "or [b]errors[/]); PgUp/PgDn/Home/End scroll."),

@@ -20,10 +20,10 @@ from tpmtop.sources.meters import CpuMeter, RateMeter
 from tpmtop.sources.protocol import UNSET, Source, SourceKind
 from tpmtop.sources.rows.handles import HandleBook, HandleState
 from tpmtop.sources.rows.latency import ErrorBook
-from tpmtop.sources.rows.modes import comparison, projection_summary, timeline
+from tpmtop.sources.rows.modes import PER_MODE_WHAT, comparison, headline, projection_summary, timeline
 from tpmtop.sources.rows.resources import ContextGapTracker, Gauge, GaugeLevel, SlotPeaks, gauges
 from tpmtop.sources.rows.stream import event_matches, failed, mark_row, merge_marks, stream_row
-from tpmtop.sources.runs import boot_components
+from tpmtop.sources.runs import boot_components, boot_per_mode
 from tpmtop.textsafe import counted
 from tpmtop.tpm.handles import HandleKind
 from tpmtop.viewmodel.alerts import PatternAlerts
@@ -166,13 +166,17 @@ class Dashboard:
             self._ops_per_s = self.ops_rate.add(sum(r.ops for r in runs) + sum(
                 a.ops for p in src.periods for a in p.values()))
         view = src.timings(runs)
-        comps = boot_components(runs, self.engine_for_projection())
-        boot = projection_summary(comps, self.projection_n()[0]) if comps else ""
+        engine = self.engine_for_projection()
+        comps = boot_components(runs, engine)
+        per_mode = boot_per_mode(runs, engine)
+        boot = projection_summary(comps, self.projection_n()[0], per_mode) if comps or per_mode else ""
         series = None
         if self.caps.workload:
             series = timeline(list(src.timeline), src.op, src.engine, self.clock(), max(10, modes_width or 40))
-        return StatsView(view, self.errors, comparison(runs, src.op, MODES), src.op, (src.engine, src.mode), boot,
-                         series)
+        rows = comparison(runs, src.op, MODES, src.baseline_ops)
+        current = (src.engine, src.mode)
+        return StatsView(view, self.errors, rows, src.op, current, boot, series,
+                         headline(rows, current, self.caps.workload and not src.read_only))
 
     def handles(self, notices: list[Notice]) -> HandlesView | None:
         rec = self.source.recorder
@@ -358,9 +362,12 @@ class Dashboard:
             return self.sysfs.ima_count, "this machine's IMA measurements"
         return DEFAULT_N, "a round number: no IMA count readable here"
 
-    def projection(self, missing_live: str) -> tuple[dict[str, float], int, str, str, str]:
-        """(per-command p50s, N, why that N, whose p50s, what an unmeasured one says)."""
-        comps = boot_components(self.source.runs(), self.engine_for_projection())
+    def projection(self, missing_live: str) -> tuple[dict[str, float], int, str, str, str, dict[str, float], str]:
+        """(per-command p50s, N, why that N, whose p50s, what an unmeasured one says, each
+        mode's own op p50 where it ran, what those are called): the Modes line's numbers."""
+        runs = self.source.runs()
+        comps = boot_components(runs, self.engine_for_projection())
+        per_mode = boot_per_mode(runs, self.engine_for_projection())
         n, why = self.projection_n()
         kernel = self.caps.kind is SourceKind.KERNEL
         if kernel:
@@ -371,7 +378,8 @@ class Dashboard:
             missing = missing_live
         else:  # nothing here can run the mode that would measure it
             missing = "not seen: the kernel sent none" if kernel else "not in this capture"
-        return comps, n, why, where, missing
+        what = PER_MODE_WHAT if self.caps.live else "capture p50"
+        return comps, n, why, where, missing, per_mode, what
 
     def set_boot_n(self, n: int) -> None:
         self.boot_n = n

@@ -55,6 +55,7 @@ class StatsView:
     current: tuple[str, str]  # (engine, mode)
     boot: str  # the projection's one line
     series: list[TimelinePoint | None] | None  # the op p50 time series (live workload only)
+    headline: str = ""  # the running mode's ratio to `none` (markup), Modes' first line
 
 
 @dataclass(frozen=True)

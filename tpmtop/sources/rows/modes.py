@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from tpmtop.sources.runs import RunView
 
@@ -54,25 +55,81 @@ class CompareRow:
     ratio: float | None  # to `none` of the same engine and op
     ops: int
     commands_per_op: float
+    interleaved: int = 0  # `none`: how many of its operations ran as the interleaved baseline
 
 
-def comparison(runs: list[RunView], op: str, modes_order: tuple[str, ...]) -> list[CompareRow]:
-    """For each (engine, mode) run of ``op``: its operation p50 and the ratio to ``none``."""
+def comparison(runs: list[RunView], op: str, modes_order: tuple[str, ...],
+               interleaved: dict[tuple[str, str], int] | None = None) -> list[CompareRow]:
+    """For each (engine, mode) run of ``op``: its operation p50 and the ratio to ``none``.
+    ``interleaved``: (engine, op) -> `none` operations the live workload ran between another
+    mode's (the baseline it measures by itself, tpmtop.sources.live_workload)."""
     mine = [r for r in runs if r.op == op and r.ops]
     base = {r.engine: r.op_us["p50"] for r in mine if r.mode == "none" and r.op_us["p50"]}
     order = {m: i for i, m in enumerate(modes_order)}
     engines = {"native": 0, "esys": 1}
     mine.sort(key=lambda r: (engines.get(r.engine, 9), r.engine, order.get(r.mode, 99)))
+    inter = interleaved or {}
     return [CompareRow(r.engine, r.mode, r.op_us["p50"],
                        r.op_us["p50"] / base[r.engine] if r.engine in base else None,
-                       r.ops, r.commands_total) for r in mine]
+                       r.ops, r.commands_total, inter.get((r.engine, op), 0) if r.mode == "none" else 0)
+            for r in mine]
 
 
-def projection_summary(components_us: dict[str, float], n: int) -> str:
-    """One line for the Modes panel: each mode's estimate for N extends."""
+def fmt_ratio(ratio: float) -> str:
+    """×13.2, ×1.6, ×123: three significant figures at most (the p50s are not more exact)."""
+    return f"×{ratio:,.0f}" if ratio >= 100 else f"×{ratio:.1f}"
+
+
+def baseline_note(rows: list[CompareRow], current_mode: str, width: int = 80) -> str:
+    """What the mark on an interleaved `none` row means (plain text, one line of ``width``), or ""."""
+    from tpmtop.sources.pacing import BASELINE_BURST
+
+    if not any(r.interleaved for r in rows):
+        return ""
+    between = f"{current_mode}'s" if current_mode != "none" else "another mode's"
+    text = (f"none*: the baseline, measured in bursts of {BASELINE_BURST} between {between} operations "
+            "(no key needed)")
+    return text if len(text) <= width else f"none*: {BASELINE_BURST}-op bursts between {between}"
+
+
+def headline(rows: list[CompareRow], current: tuple[str, str], measuring: bool) -> str:
+    """The Modes panel's first line: the running mode's ratio to `none`, both p50s of this
+    run (markup). ``measuring``: a live workload that measures the baseline by itself."""
+    engine, mode = current
+    if mode == "none":
+        return f"[b]none[/] [dim]({engine})[/]: the baseline, no session" if measuring or rows else ""
+    row = next((r for r in rows if (r.engine, r.mode) == current), None)
+    if row is not None and row.ratio is not None:
+        return f"[b]{mode} {fmt_ratio(row.ratio)} vs none[/] [dim]({engine})[/]"
+    if measuring:
+        return f"[b]{mode}[/] vs none: [dim]measuring none…[/]"
+    return ""
+
+
+PER_MODE_WHAT = "op p50 measured here"  # the projection's wording for the Modes panel's own p50s
+
+
+def projection_summary(components_us: dict[str, float], n: int, per_mode_us: dict[str, float] | None = None) -> str:
+    """One line for the Modes panel: each mode's estimate for N extends. A mode that ran here
+    is N × the op p50 shown above it (one set of numbers); one that did not is priced from
+    per-command's commands (TPM time only: no host work, no ContextSave) and says so."""
     from tpmtop.boot.projection import Cost, fmt_estimate, project
 
-    proj = project(n, "", {k: Cost(Decimal(repr(v)), "") for k, v in components_us.items()})
-    parts = [f"{m} {fmt_estimate(mc.estimate_s).removeprefix('about ')}" for m, mc in proj.modes.items()
-             if mc.estimate_s is not None]
-    return f"[b]boot, {n:,} extends[/] [dim](p)[/]: " + " · ".join(parts) if parts else ""
+    per_mode_us = per_mode_us or {}
+    proj = project(n, "", {k: Cost(Decimal(repr(v)), "") for k, v in components_us.items()},
+                   {m: Cost(Decimal(repr(v)), "") for m, v in per_mode_us.items()}, PER_MODE_WHAT)
+
+    def est(mc: Any) -> str:
+        return fmt_estimate(mc.estimate_s).removeprefix("about ")
+
+    ran = [f"{m} {est(mc)}" for m, mc in proj.modes.items() if mc.estimate_s is not None and m in per_mode_us]
+    priced = [f"{m} ≈{est(mc)}" for m, mc in proj.modes.items() if mc.estimate_s is not None
+              and m not in per_mode_us]
+    if not ran and not priced:
+        return ""
+    text = f"[b]boot, {n:,} extends[/] [dim](p)[/]"
+    if ran:
+        text += ": N × op p50: " + " · ".join(ran)
+    if priced:
+        text += ("; [dim]not run, TPM time only:[/] " if ran else ": [dim]TPM time only:[/] ") + " · ".join(priced)
+    return text

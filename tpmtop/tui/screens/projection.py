@@ -22,16 +22,19 @@ INDENT = 13  # the arithmetic's column, under the formula
 
 
 def projection_markup(components_us: dict[str, float], n: int, n_source: str, where: str,
-                      missing: str = MISSING_LIVE, width: int | None = None) -> str:
+                      missing: str = MISSING_LIVE, width: int | None = None,
+                      per_mode_us: dict[str, float] | None = None, per_mode_what: str = "op p50") -> str:
     """``missing``: what a component nobody measured says (a kernel trace cannot be asked to
     run a mode). ``width``: the text's width; a long line of arithmetic wraps under its own
-    column instead of under the mode's name."""
+    column instead of under the mode's name. ``per_mode_us``: each mode's own op p50 where it
+    ran (the Modes panel's numbers), priced as N × that p50 as the Modes line is."""
     import textwrap
 
     from tpmtop.boot.projection import COMPONENTS, Cost, fmt_estimate, project
 
     comps = {k: Cost(Decimal(repr(v)), where) for k, v in components_us.items()}
-    proj = project(n, n_source, comps)
+    per_mode = {m: Cost(Decimal(repr(v)), per_mode_what) for m, v in (per_mode_us or {}).items()}
+    proj = project(n, n_source, comps, per_mode, per_mode_what)
     lines = [f"[b]{n:,} PCR extends[/] ({escape(n_source)}), priced with {escape(where)}", ""]
     for letter, what in COMPONENTS.items():
         v = components_us.get(letter)
@@ -54,6 +57,10 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
             under(mc.reason, "dim")
         if mc.note:
             under(mc.note, "dim")
+    if per_mode and len(per_mode) < len(proj.modes):
+        lines += ["", f"[dim]A mode that ran here is N × its {escape(per_mode_what)} (host work included, as in "
+                      "the Modes panel); one that did not is priced from the commands above: TPM time only, no "
+                      "host work, no ContextSave.[/]"]
     lines += ["", "[dim]The same model as `tpmtop boot` (docs/boot.md says how each mode is priced). "
                   "Type another N and Enter; Esc closes.[/]"]
     return "\n".join(lines)
@@ -63,10 +70,12 @@ class ProjectionScreen(ModalScreen[int | None]):
     BINDINGS = [Binding("escape,q,p", "close", "Close", id="projection-close", tooltip="Back to the dashboard")]
 
     def __init__(self, components_us: dict[str, float], n: int, n_source: str, where: str,
-                 missing: str = MISSING_LIVE) -> None:
+                 missing: str = MISSING_LIVE, per_mode_us: dict[str, float] | None = None,
+                 per_mode_what: str = "op p50") -> None:
         super().__init__()
         self.components_us, self.n, self.n_source, self.where = components_us, n, n_source, where
         self.missing = missing
+        self.per_mode_us, self.per_mode_what = per_mode_us or {}, per_mode_what
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="projection-box"):
@@ -80,7 +89,7 @@ class ProjectionScreen(ModalScreen[int | None]):
         # The box is 110 wide (95 % of a narrower screen), less its border, padding and scrollbar.
         width = min(110, int(self.app.size.width * 0.95)) - 6
         return Content.from_markup(projection_markup(self.components_us, self.n, self.n_source, self.where,
-                                                     self.missing, width))
+                                                     self.missing, width, self.per_mode_us, self.per_mode_what))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         try:

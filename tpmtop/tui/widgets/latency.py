@@ -11,9 +11,11 @@ from textual.containers import Horizontal
 from textual.content import Content
 from textual.markup import escape
 from textual.message import Message
-from textual.widgets import Sparkline, Static
+from textual.widget import Widget
+from textual.widgets import Sparkline
 
 from tpmtop.sources.numbers import fmt_us
+from tpmtop.sources.rows.histogram import CAPTURE_PER_DECADE, FINE_PER_DECADE, histogram_lines
 from tpmtop.sources.rows.latency import CommandRow
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
@@ -24,26 +26,35 @@ COLUMNS = (("name", "command", 21, 0), ("count", "count", 7, 1), ("errors", "err
            ("p50", "p50 µs", 7, 2), ("p90", "p90 µs", 7, 7), ("p99", "p99 µs", 7, 3), ("max", "max µs", 7, 5),
            ("last", "last µs", 7, 6))
 NAME_GROW_TO = 32  # "SetCommandCodeAuditStatus · user": the longest command name with a path
-HIST_BAR = 24
 HIST_EVERY_S = 2.0
 
 
-def histogram_markup(buckets: list, summary: dict, lines: int, width: int = 44) -> str:
-    """One bucket per line, never wrapped: the bar gets what ``width`` leaves."""
-    if not buckets:
-        return "[dim]no samples[/]"
-    # Keep the busiest contiguous window that fits.
-    if len(buckets) > lines:
-        best = max(range(len(buckets) - lines + 1), key=lambda i: sum(c for _, c in buckets[i:i + lines]))
-        buckets = buckets[best:best + lines]
-    top = max(c for _, c in buckets) or 1
-    bar_w = max(4, min(HIST_BAR, width - 10 - 1 - len(str(top)) - 1))
-    out = []
-    for ub, c in buckets:
-        tone = "fast" if ub <= summary.get("p50", 0) * 1.2 else "mid" if ub <= summary.get("p99", 0) * 1.2 else "slow"
-        n = max(1, round(c / top * bar_w)) if c else 0
-        out.append(f"≤{fmt_us(ub):>8} [$latency-{tone}]{'█' * n}[/]{' ' * (bar_w - n)} {c}")
-    return "\n".join(out)
+class HistogramView(Widget):
+    """The selected row's histogram, laid out at draw time for the size it has now
+    (tpmtop.sources.rows.histogram): a resize — the sparkline beside it appearing, a terminal
+    made smaller — can never leave bars laid out for another width wrapping onto the next line."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self._title: tuple[str, str] = ("", "")
+        self._data: tuple[list, int, dict] | None = None  # (buckets, per decade, summary); None: title only
+
+    def show(self, title: str, data: tuple[list, int, dict] | None, tail: str = "") -> None:
+        """``title`` and ``tail`` (markup) go either side of the slowest sample, which is said
+        in the axis' unit."""
+        if (title, tail) == self._title and data == self._data:
+            return
+        self._title, self._data = (title, tail), data
+        self.refresh()  # same box, new text: no relayout
+
+    def render(self) -> Content:
+        title, tail = self._title
+        if self._data is None:
+            return Content.from_markup(title + tail)
+        buckets, per_decade, summary = self._data
+        w, h = self.content_size.width, self.content_size.height
+        head, lines = histogram_lines(buckets, per_decade, summary, max(1, h - 1), max(20, w))
+        return Content.from_markup("\n".join([f"{title} {head}{tail}", *lines]))
 
 
 class LatencyPanel(Panel):
@@ -55,7 +66,7 @@ class LatencyPanel(Panel):
         table.pinned = "op:"  # the operation's total / wire / host stay on top of any sort
         yield table
         with Horizontal(id="latency-detail"):
-            yield Static("", id="histogram")
+            yield HistogramView(id="histogram")
             yield Sparkline([], id="sparkline")
 
     @property
@@ -95,29 +106,29 @@ class LatencyPanel(Panel):
     def show_detail(self, force: bool = False) -> None:
         key = self.table.selected_key
         row = self._rows.get(key or "")
-        hist = self.query_one("#histogram", Static)
+        hist = self.query_one(HistogramView)
         spark = self.query_one("#sparkline", Sparkline)
         if row is None:
-            self._set(hist, "")
+            hist.show("", None)
             spark.display = False
             return
-        lines = max(3, self.query_one("#latency-detail").size.height or 7) - 1
-        width = hist.size.width or 44
-        title = f"[b]{escape(row.label.strip(' ▸'))}[/] {escape(self.run_label) if row.key.startswith('op:') else ''}"
+        s = row.summary
+        title = f"[b]{escape(row.label.strip(' ▸'))}[/]"
+        tail = f" {escape(self.run_label)}" if row.key.startswith("op:") else ""
         why = self.errors.text(row.key) if self.errors is not None else ""
         if why:  # which errors, decoded: the count alone does not say what went wrong
-            title += f" [$error]errors: {escape(why)}[/]"
+            tail += f" [$error]errors: {escape(why)}[/]"
         if callable(row.buckets):
             # Live: walking an HDR histogram takes up to ~170 ms of Python, so it runs in a
             # worker, for the selected row only, at most every HIST_EVERY_S.
             now = time.monotonic()
             if force or key != self._hist_key or now - self._hist_t >= HIST_EVERY_S:
                 self._hist_key, self._hist_t = key, now
-                self.compute_histogram(key, row.buckets, row.summary, lines, title, width)
+                self.compute_histogram(key, row.buckets, s, title, tail)
             if key != self._hist_for:
-                self._set(hist, title + "\n[dim]…[/]")
+                hist.show(title, None, tail + "\n[dim]…[/]")
         else:
-            self._set(hist, title + "\n" + histogram_markup(row.histogram(), row.summary, lines, width))
+            hist.show(title, (row.histogram(), CAPTURE_PER_DECADE, s), tail)
         data = row.recent_us[-60:] if row.recent_us else []
         if data != spark.data:
             spark.data = data
@@ -130,26 +141,23 @@ class LatencyPanel(Panel):
     _hist_t = 0.0
 
     class HistogramReady(Message):
-        def __init__(self, key: str, markup: str) -> None:
+        def __init__(self, key: str, title: str, tail: str, buckets: list, summary: dict) -> None:
             super().__init__()
             self.key = key
-            self.markup = markup
+            self.title = title
+            self.tail = tail
+            self.buckets = buckets
+            self.summary = summary
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="histogram", description="histogram")
-    def compute_histogram(self, key, buckets, summary, lines, title, width) -> None:
-        self.post_message(self.HistogramReady(key, title + "\n" + histogram_markup(buckets(), summary, lines, width)))
+    def compute_histogram(self, key, buckets, summary, title, tail) -> None:
+        self.post_message(self.HistogramReady(key, title, tail, buckets(FINE_PER_DECADE), summary))
 
     def on_latency_panel_histogram_ready(self, message: LatencyPanel.HistogramReady) -> None:
         if message.key == self.table.selected_key:
             self._hist_for = message.key
-            self._set(self.query_one("#histogram", Static), message.markup)
-
-    _shown = ""
-
-    def _set(self, hist: Static, markup: str) -> None:
-        if markup != self._shown:
-            self._shown = markup
-            hist.update(Content.from_markup(markup), layout=False)  # fixed-size box (#latency-detail)
+            self.query_one(HistogramView).show(message.title, (message.buckets, FINE_PER_DECADE, message.summary),
+                                               message.tail)
 
     def on_data_table_row_highlighted(self, event) -> None:
         self.show_detail(force=True)
