@@ -131,6 +131,31 @@ async def test_object_slots_exhausted_pauses_and_flushing_in_handles_resumes(liv
         assert src.running and src.workload_error is None and "object slots" not in header_text(app)
 
 
+async def test_engine_clean_up_after_a_failed_operation_is_an_owner_job(live):
+    """After a 0x902 the workload drops its engine, which lists and flushes its handles. That is
+    TPM traffic and must be a job on the TPM's owner: run from the workload's thread outside one,
+    it raced a poll on the fast path over the one connection (two commands in flight, one answer
+    taken by the other thread, a poll then waiting for ever: the Handles panel stopped updating)."""
+    src = live(start_running=False, mode="per-command")
+    await asyncio.to_thread(src.poll)
+    await _leak_objects(src, 3)
+    backend = src.conn.transport.backend
+    real = backend.transact
+    outside_a_job: list[str] = []
+
+    def watched(command: bytes) -> bytes:
+        if not src.conn.owner.on_owner_thread():
+            outside_a_job.append(command[6:10].hex())
+        return real(command)
+
+    backend.transact = watched
+    src.set_running(True)
+    await asyncio.to_thread(src.step, 1)
+    assert src.workload_error and "0x902" in src.workload_error
+    assert src.workload is None  # dropped: its clean-up ran
+    assert outside_a_job == []
+
+
 async def test_slot_peaks_between_polls_warn_before_0x902(live, tmp_path):
     """Another client holds 2 of the 3 object slots. Each per-command operation loads the null
     primary for under a millisecond, so a poll sees 2/3 while the traffic reaches 3/3: the

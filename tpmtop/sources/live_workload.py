@@ -248,8 +248,13 @@ class WorkloadDriver:
         self.periods.extend(w.periods)  # earlier TPM lives stay apart from the accounts merged back
         del w.periods[:]
         if self.connected:
+            # As a job on the TPM's owner: after a failed operation this runs on the workload's
+            # thread, outside any job, and the engine's clean-up (list handles, flush) then
+            # raced a poll on the fast path over the one connection — two commands in flight,
+            # one answer taken by the wrong thread, the other thread waiting for ever. Inside a
+            # job already (F's flush-ours) it runs in place.
             try:
-                w.close()
+                self.run_on_owner(lambda _t: w.close(), origin=Origin.WORKLOAD, check_stopping=False)
             except Exception:
                 pass
 
