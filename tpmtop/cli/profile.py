@@ -157,13 +157,27 @@ def _from_trace(args) -> int:
     return _write(args, prof, warnings)
 
 
+def _chip_text(chip: dict) -> str:
+    """The chip line of ``profile show``: "manufacturer IFX, model …, a real chip" — the
+    ``simulated`` flag in words, not Python's True/False."""
+    parts = []
+    for k, v in chip.items():
+        if k == "simulated":
+            parts.append("measured on a simulator" if v else "a real chip")
+        elif k == "tcti":
+            parts.append(f"through {v}")
+        else:
+            parts.append(f"{k} {v}")
+    return ", ".join(parts)
+
+
 def _show(args) -> int:
     from tpmtop.cli.common import table
     from tpmtop.profiles.loader import load_profile
     from tpmtop.tpm import names
 
     p = load_profile(args.profile_ref)
-    chip = ", ".join(f"{k} {v}" for k, v in p.chip.items())
+    chip = _chip_text(p.chip)
     print(f"# profile {p.name}" + (f": {p.description}" if p.description else ""))
     if chip:
         print(f"# chip: {chip}")

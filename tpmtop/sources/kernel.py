@@ -78,6 +78,9 @@ class KernelSource(SourceBase):
                           tooltip="the kernel's own TPM commands through kprobes on tpm_transmit: tpmtop sends "
                                   "nothing to the TPM, so the kernel's kept HMAC session is not disturbed")
 
+    def stream_note(self) -> str:
+        return "" if self.tap.commands else (self.tap.no_events_note() or "")
+
     def runs(self) -> list[RunView]:
         tap = self.tap
         with tap.lock:
@@ -101,6 +104,9 @@ class KernelSource(SourceBase):
         subtitle = (f"kernel · {counted(current.ops, self.op + ' op', self.op + ' ops')}" if current
                     else "kernel · no extend yet")
         lines = [f"sessions: {mode or 'cannot tell'}: {why}"]
+        note = self.stream_note()
+        if note:  # a trace file of another kind: say so here too, not only in the stream
+            lines.insert(0, note)
         lost = self.tap.parser.lost
         if lost:
             lines.append(f"{lost:,} trace events lost (the buffer overran): commands are missing from these numbers")
