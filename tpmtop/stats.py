@@ -39,6 +39,17 @@ def _bucket_floor(ns: int) -> int:
     return floor
 
 
+def recorded(h: HdrHistogram) -> list[tuple[int, int]]:
+    """(highest value of the slot in ns, count) of every slot that holds a value, lowest first:
+    what ``get_recorded_iterator()`` yields, read straight from the counts array. The iterator
+    steps through every sub-bucket in pure Python (~0.3 s per histogram on a loaded 2-core
+    machine, 42 histograms in a bench capture: the silence before "capture written"); this
+    visits only the non-zero slots."""
+    counts = h.counts[:h.counts_len]
+    value_of, highest = h.get_value_from_index, h.get_highest_equivalent_value
+    return [(highest(value_of(i)), c) for i, c in enumerate(counts) if c]
+
+
 class LatencyHistogram:
     """One latency distribution. Values are nanoseconds; summaries are microseconds."""
 
@@ -142,8 +153,7 @@ class LatencyHistogram:
             n = self._h.get_total_count()
             if n == 0:
                 return []
-            items = [(it.value_iterated_to, it.count_at_value_iterated_to)
-                     for it in self._h.get_recorded_iterator()]
+            items = recorded(self._h)
         out: dict[float, int] = {}
         for value_ns, c in items:
             us = max(value_ns / 1000, 1.0)

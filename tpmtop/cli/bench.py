@@ -29,7 +29,8 @@ def add_bench_arguments(p) -> None:
     p.add_argument("--events", action="store_true", help="include every TPM command in the --json capture")
     p.add_argument("--openmetrics", metavar="FILE",
                    help="also write the histograms as OpenMetrics text (node_exporter textfile collector), atomically")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="no progress bar (there is none anyway when stderr is not a terminal)")
     from tpmtop.profiles.apply import add_profile_options  # issue 7: --profile/--seed
 
     add_profile_options(p)
@@ -55,32 +56,6 @@ def _plan(args):
                      engines=parse_list(args.engine, ENGINES, "engine"), n=args.n, warmup=args.warmup,
                      batch=args.batch, pcr=args.pcr, param_encryption=not args.no_param_encryption,
                      allow_pcr=args.allow_pcr)
-
-
-class _Progress:
-    """A one-line progress bar on a terminal; silent when stderr is piped."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled and sys.stderr.isatty()
-        self.last = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        import time
-
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if now - self.last < 0.1 and done != total:
-            return
-        self.last = now
-        w = 30
-        fill = int(w * done / total)
-        sys.stderr.write(f"\r  [{'#' * fill}{'.' * (w - fill)}] {done}/{total} ops")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\r" + " " * 60 + "\r")
 
 
 def format_table(accounts) -> str:
@@ -133,7 +108,9 @@ def run_bench(args) -> int:
     from tpmtop.profiles.apply import apply_profile, describe, profile_from_args
 
     profile = profile_from_args(args)
-    progress = _Progress(not args.quiet)
+    from tpmtop.cli.progress import Bar
+
+    progress = Bar("bench", plan.n * len(plan.pairs), "ops", quiet=args.quiet)
     with tpm_from_args(args) as conn:
         apply_profile(conn, profile, getattr(args, "seed", None))
         ident = conn.identity()
@@ -145,8 +122,10 @@ def run_bench(args) -> int:
         report.flush()
         if args.events:
             conn.recorder.reset_stats()
-        result = _run(conn, plan, progress=progress, keep_ops=args.events, notice=notice)
-        progress.close()
+        try:
+            result = _run(conn, plan, progress=progress, keep_ops=args.events, notice=notice)
+        finally:
+            progress.close()
         for i, period in enumerate(result.periods):
             print(f"## period {i + 1}, ended by: {result.resets[i]}", file=report)
             print(format_table(period), file=report)
@@ -163,13 +142,16 @@ def run_bench(args) -> int:
             counted = {o[0] for o in result.ops_log}
             events = [e for e in conn.recorder.events() if e.op_seq is None or e.op_seq in counted] \
                 if args.events else None
-            cap = build_capture(conn, result.accounts, periods=result.periods, events=events,
-                               ops_log=result.ops_log if args.events else None,
-                               extra={"bench": {"n": plan.n, "warmup": plan.warmup, "batch": plan.batch,
-                                                "pcr": plan.pcr, "param_encryption": plan.param_encryption,
-                                                "complete": not (result.interrupted or result.error)}})
+            with Bar(f"preparing the capture ({len(events):,} commands)" if events else "preparing the capture",
+                     quiet=args.quiet, counted=False):
+                cap = build_capture(conn, result.accounts, periods=result.periods, events=events,
+                                    ops_log=result.ops_log if args.events else None,
+                                    extra={"bench": {"n": plan.n, "warmup": plan.warmup, "batch": plan.batch,
+                                                     "pcr": plan.pcr, "param_encryption": plan.param_encryption,
+                                                     "complete": not (result.interrupted or result.error)}})
             if json_out:
-                write_capture_file(json_out, cap)
+                with Bar("writing the capture", unit="lines", quiet=args.quiet) as bar:
+                    write_capture_file(json_out, cap, progress=bar)
                 notice(f"capture written to {'stdout' if args.json == '-' else args.json}")
             if om_out:
                 from tpmtop.exporters.openmetrics import render

@@ -49,7 +49,6 @@ def _print_patterns(label: str, pats: list[dict]) -> None:
 
 
 def run_compare(args) -> int:
-    from tpmtop.capture import load_summary
     from tpmtop.cli.common import print_json, table
     from tpmtop.compare import compare, only_in
     from tpmtop.errors import UsageError
@@ -57,13 +56,16 @@ def run_compare(args) -> int:
 
     if len(args.captures) < 2:
         raise UsageError("compare: give at least two captures (the first is the baseline)")
-    docs = [load_summary(p) for p in args.captures]
-    base = docs[0]
-    from tpmtop.patterns import detect_in_capture
+    from tpmtop.cli.progress import Reading
+    from tpmtop.patterns import summary_and_patterns
 
-    # failure patterns need the events: read them only from captures that have any
-    patterns = {p: [x.to_json() for x in detect_in_capture(p)] if d.get("_n_events") else []
-                for p, d in zip(args.captures, docs, strict=False)}
+    docs, patterns = [], {}
+    with Reading(args.captures):  # a 200 MB capture takes a while: show how far, on a terminal
+        for path in args.captures:  # each read once: its summary and its events' failure patterns
+            doc, pats = summary_and_patterns(path)
+            docs.append(doc)
+            patterns[path] = [x.to_json() for x in pats]
+    base = docs[0]
     results = []
     for path, doc in zip(args.captures[1:], docs[1:], strict=False):
         rows = compare(base, doc)

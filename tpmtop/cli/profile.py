@@ -103,8 +103,8 @@ def run_profile(args) -> int:
 
 
 def _record(args) -> int:
-    from tpmtop.cli.bench import _Progress
     from tpmtop.cli.common import notice, tpm_from_args
+    from tpmtop.cli.progress import Bar
     from tpmtop.errors import UsageError
     from tpmtop.profiles.derive import record
     from tpmtop.recorder import Recorder
@@ -128,7 +128,7 @@ def _record(args) -> int:
                   "depend on it; it keeps the new value until reboot or PCR_Reset)" if args.pcr == 16 else "")
                + ("" if conn.simulated else "; on Linux 6.12+ each command also ends the kernel's kept HMAC "
                   "session, so its next PCR extend pays the full session set-up"))
-        progress = _Progress(not args.quiet)
+        progress = Bar("recording", unit="ops", quiet=args.quiet)
         try:
             prof, _ = record(conn, args.n, args.pcr, ops=ops, warmup=args.warmup, progress=progress)
         finally:
