@@ -164,10 +164,11 @@ def detect_in_capture(path) -> list[Pattern]:
     return summary_and_patterns(path)[1]
 
 
-def summary_and_patterns(path) -> tuple[dict, list[Pattern]]:
+def summary_and_patterns(path, on_op=None) -> tuple[dict, list[Pattern]]:
     """In one pass over the file: the capture without its events and ops (as
     :func:`tpmtop.capture.load_summary` gives it) and the patterns of its events. ``tpmtop
-    compare`` read each capture twice (summary, then patterns): half its time on a big one."""
+    compare`` read each capture twice (summary, then patterns): half its time on a big one.
+    ``on_op``: called with each operation (a typed line, tpmtop.capture.spec.OpLine)."""
     from tpmtop.capture import CaptureReader
 
     d = Detector()
@@ -175,7 +176,7 @@ def summary_and_patterns(path) -> tuple[dict, list[Pattern]]:
     def one(e) -> None:  # a typed line (tpmtop.capture.spec.EventLine)
         d.add(({"command": e.command, "rc": e.rc, "t_ns": e.t_ns, "wire_ns": e.wire_ns, "origin": e.origin},))
 
-    r = CaptureReader(path, on_event=one, on_op=lambda _o: None, typed=True)
+    r = CaptureReader(path, on_event=one, on_op=on_op or (lambda _o: None), typed=True)
     doc = r.read()
     doc["_n_events"] = r.n_events
     return doc, d.patterns()

@@ -29,6 +29,14 @@ def add_bench_arguments(p) -> None:
     p.add_argument("--events", action="store_true", help="include every TPM command in the --json capture")
     p.add_argument("--openmetrics", metavar="FILE",
                    help="also write the histograms as OpenMetrics text (node_exporter textfile collector), atomically")
+    p.add_argument("--hist", action="store_true",
+                   help="also print each (engine, mode)'s operation latencies as bpftrace prints a hist() "
+                        "(power-of-two µs buckets, every one from the lowest to the highest filled): the "
+                        "text to paste into a mailing list")
+    p.add_argument("--plot", metavar="FILE.svg|png",
+                   help="draw the mode comparison (p50/p90/p99 bars, whole distributions) into FILE; the "
+                        "format follows the extension (.svg, .png, .pdf). Needs matplotlib: "
+                        "pip install 'tpmtop[plot]'")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress bar (there is none anyway when stderr is not a terminal)")
     from tpmtop.profiles.apply import add_profile_options  # issue 7: --profile/--seed
@@ -75,6 +83,26 @@ def format_table(accounts) -> str:
                         "cmds/op", "vs none"], right={2, 3, 4, 5, 6, 7, 8, 9})
 
 
+def hist_texts(accounts) -> str:
+    """Each run's operation latencies in bpftrace's hist() layout, one map per (engine, mode)."""
+    from tpmtop.stats import hist_text, pow2_slots
+
+    return "\n".join(hist_text(pow2_slots(a.op_hist), f"@{a.op}_us[{a.engine}, {a.mode}]") for a in accounts)
+
+
+def plot_series(accounts):
+    from tpmtop.cli.plot import Series
+
+    base = {a.engine: a.op_hist.percentile_ns(50) for a in accounts if a.mode == "none"}
+    out = []
+    for a in accounts:
+        s = a.op_hist.summary()
+        b = base.get(a.engine)
+        out.append(Series(f"{a.engine}/{a.mode}", s["p50"], s["p90"], s["p99"], a.op_hist.buckets(per_decade=8),
+                          a.op_hist.percentile_ns(50) / b if b else None, per_decade=8))
+    return out
+
+
 def _us(v: float) -> str:
     if v >= 10_000:
         return f"{v / 1000:.1f} ms"
@@ -101,6 +129,9 @@ def run_bench(args) -> int:
     om_out = Output(args.openmetrics, what="--openmetrics").check() if args.openmetrics is not None else None
     if args.json is not None and args.json == args.openmetrics:
         raise UsageError("--json and --openmetrics name the same file")
+    from tpmtop.cli import plot
+
+    plot.check(args.plot)  # before the TPM is opened: a missing matplotlib must not cost the run
     # With a data file on stdout (-, or /dev/stdout and the like: the same open file), the report
     # goes to stderr so that stdout stays parseable.
     report = sys.stderr if any(is_stdout(p) for p in (args.json, args.openmetrics)) else sys.stdout
@@ -133,6 +164,14 @@ def run_bench(args) -> int:
             print(f"## period {len(result.periods) + 1}, after the TPM reset", file=report)
         if result.accounts:
             print(format_table(result.accounts), file=report)
+        if args.hist:
+            print(file=report)
+            print(hist_texts(result.accounts), end="", file=report)
+        if args.plot and result.accounts:
+            plot.draw(args.plot, plot_series(result.accounts),
+                      f"tpmtop bench: {plan.op} on {ident.manufacturer} fw {ident.firmware}"
+                      f"{' (simulated)' if conn.simulated else ''}, n={plan.n} per mode")
+            notice(f"plot written to {args.plot}")
         if result.integrity_failures:
             notice(f"{result.integrity_failures} responses failed their HMAC check and were rejected")
         if (json_out or om_out) and (result.accounts or result.periods):
