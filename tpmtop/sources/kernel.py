@@ -70,6 +70,8 @@ class KernelSource(SourceBase):
         bits.append("tpmtop sends no TPM command")
         if tap.error:
             bits.insert(0, f"stopped: {tap.error}")
+        elif tap.foreign is not None and not n:  # first, where a cut header still shows it
+            bits.insert(0, "not a tpmtop probe trace (see the stream)")
         there = self.sysfs.tpm_dir.is_dir()
         return HeaderInfo(state="passive" if self.passive else "kernel",
                           identity="kernel TPM (not contacted)" if there else "kernel TPM",
