@@ -116,3 +116,14 @@ async def test_replay_without_events_says_how_to_record_them(eventless_capture, 
         text = view.render().plain.replace("\n", " ")
         assert "no commands yet" not in text
         assert "this capture holds no per-command events" in text
+
+
+def test_boot_trace_on_tpmtops_own_probe_events_names_the_command_that_reads_them():
+    """Item 6's other direction: the three trace readers share --trace, so a kprobe trace given
+    to boot is named, with `tpmtop kernel --trace`."""
+    path = "tests/fixtures/kernel/trace-6.10-ima-hmac.txt"
+    r = run_tpmtop("boot", "--trace", path)
+    assert r.returncode == 2
+    assert r.stderr.strip() == (f"tpmtop: {path} holds tpmtop's kprobe events, not an ftrace function_graph or "
+                                f"bpftrace trace: tpmtop kernel --trace {path} reads it (its --json capture is "
+                                "what tpmtop boot --capture prices)")
