@@ -15,8 +15,8 @@ examples:
   sudo tpmtop kernel                          # one line per command until Ctrl-C
   sudo tpmtop kernel --duration 60 --json k.json
   tpmtop kernel --boot-cmdline                # arm the same probes from the next boot
-  tpmtop kernel --trace boot-trace.txt --json boot.json   # import what they recorded
-                                              # (cat /sys/kernel/tracing/trace > boot-trace.txt)"""
+  tpmtop kernel --trace boot-trace.txt --json boot.json  # import what they recorded
+                                         # (cat /sys/kernel/tracing/trace > boot-trace.txt)"""
 
 
 def add_kernel_arguments(p: argparse.ArgumentParser) -> None:
