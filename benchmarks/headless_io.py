@@ -6,7 +6,9 @@
    hdrh's recorded iterator (pure Python over every sub-bucket) — a bench capture holds ~40
    histograms, the silence before "capture written". Now only the non-zero slots are read
    (``tpmtop.stats.recorded``). Timed on histograms of 5,000 latencies like a bench's.
-2. ``tpmtop compare`` read each capture twice (its summary, then its events for the failure
+2. The same, whole: a real bench run (``--sim``, every engine and mode), its capture built and
+   written as ``bench --events --json`` does, the histograms read each way.
+3. ``tpmtop compare`` read each capture twice (its summary, then its events for the failure
    patterns); now once (``tpmtop.patterns.summary_and_patterns``). Timed on the synthetic
    capture of benchmarks/export.py.
 
@@ -73,6 +75,46 @@ def histograms(rounds: int) -> None:
           f"(x{t_old / t_new:,.0f})")
 
 
+def bench_capture(n: int, rounds: int) -> None:
+    """What `bench --events --json` does after its last operation: build the capture and write
+    it, with the histograms read the old way (hdrh's iterator) and the new."""
+    import tpmtop.stats as stats
+    from tpmtop.bench import BenchPlan, run_bench
+    from tpmtop.capture import build_capture, write_capture
+    from tpmtop.connect import open_tpm
+    from tpmtop.sessions.modes import ENGINES, MODES
+
+    conn = open_tpm(sim=True)
+    try:
+        plan = BenchPlan(op="extend", modes=list(MODES), engines=list(ENGINES), n=n, warmup=2)
+        conn.recorder.reset_stats()
+        res = run_bench(conn, plan, keep_ops=True)
+        counted = {o[0] for o in res.ops_log}
+        events = [e for e in conn.recorder.events() if e.op_seq is None or e.op_seq in counted]
+        new_recorded = stats.recorded
+
+        def old_recorded(h):
+            return [(it.value_iterated_to, it.count_at_value_iterated_to) for it in h.get_recorded_iterator()]
+
+        with tempfile.TemporaryDirectory(prefix="tpmtop-bench-") as d:
+            def run(way):
+                def go():
+                    stats.recorded = way
+                    try:
+                        write_capture(os.path.join(d, "c.json"), build_capture(conn, res.accounts, events=events,
+                                                                                ops_log=res.ops_log))
+                    finally:
+                        stats.recorded = new_recorded
+                return go
+
+            t_old, t_new = _best(run(old_recorded), run(new_recorded), rounds)
+            mb = os.path.getsize(os.path.join(d, "c.json")) / 1e6
+    finally:
+        conn.close()
+    print(f"bench --events capture after {len(plan.pairs)} pairs x n={n} ({len(events):,} commands, {mb:,.0f} MB): "
+          f"build and write with hdrh's iterator {t_old:,.1f} s, non-zero slots {t_new:,.1f} s (x{t_old / t_new:.1f})")
+
+
 def compare_reads(n_events: int, rounds: int) -> None:
     from export import synthetic_capture  # benchmarks/export.py
 
@@ -101,8 +143,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=400_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("-n", type=int, default=300, help="bench operations per (engine, mode) for the capture timing")
     a = ap.parse_args()
+    os.environ.setdefault("TSS2_LOG", "all+NONE")  # as tpmtop's CLI: ESAPI's clean-up warnings are noise here
     print(f"# {describe()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    bench_capture(a.n, a.rounds)
     compare_reads(a.events, a.rounds)
     histograms(a.rounds)
     print(f"# load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
