@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import shutil
 import socket
 import subprocess
@@ -239,7 +240,9 @@ def test_record_writes_a_valid_profile_with_progress_and_pcr16_note(tmp_path):
     err = err.decode(errors="replace")
     assert proc.returncode == 0, err
     assert "PCR 16" in err and "safety" in err
-    assert "] 16/16 ops" in err  # the progress bar reached the end (4 ops × 4 modes)
+    # the progress bar reached the end (4 ops × 4 modes), with its rate (issue 24 item 11)
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", err)  # the bar's colours and cursor moves
+    assert re.search(r"recording .* 16/16 [\d,]+ ops/s", plain), plain
     prof = load_profile(str(out))
     assert prof.name == "chip"
     ext = names.cc_from_name("PCR_Extend")

@@ -252,16 +252,66 @@ def test_kernel_trace_picks_the_kernel_source_and_sends_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--kernel-trace", "x.txt"], "--kernel-trace FILE goes with --kernel"),
     (["--kernel", "--sim"], "--kernel sends nothing to any TPM: it cannot be combined with --sim or -T"),
-    (["--kernel", "--kernel-trace", "/nonexistent/trace"], "--kernel-trace /nonexistent/trace: no such file"),
-    (["--kernel", "--kernel-trace", "tests"], "--kernel-trace tests: not a file or a pipe"),
+    (["--kernel", "--kernel-trace", "/nonexistent/trace"], "--trace /nonexistent/trace: no such file"),
+    (["--kernel", "--kernel-trace", "tests"], "--trace tests: not a file or a pipe"),
+    # --trace (or its older name --kernel-trace) implies --kernel: checked as --kernel is
+    (["--trace", "/nonexistent/trace"], "--trace /nonexistent/trace: no such file"),
+    (["--kernel-trace", "/nonexistent/trace"], "--trace /nonexistent/trace: no such file"),
+    (["--trace", str(FIX / "trace-6.10-ima-hmac.txt"), "--sim"],
+     "--kernel sends nothing to any TPM: it cannot be combined with --sim or -T"),
+    (["--trace", str(FIX / "trace-6.10-ima-hmac.txt"), "boot"],
+     "--trace before `boot` opens the dashboard on a trace; for `tpmtop boot` put it after the command"),
 ])
 def test_kernel_bad_usage_is_exit_2(argv, message):
     r = subprocess.run(TPMTOP + argv, cwd=REPO, capture_output=True, text=True, timeout=60,
                        stdin=subprocess.DEVNULL)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip() == f"tpmtop: {message}"
+
+
+def test_trace_alone_implies_kernel_and_reaches_the_terminal_check():
+    """`tpmtop --trace FILE` is `tpmtop --kernel --trace FILE`: not refused for want of
+    --kernel; without a terminal it stops where --kernel does, naming the headless command."""
+    for flag in ("--trace", "--kernel-trace"):
+        r = subprocess.run(TPMTOP + [flag, str(FIX / "trace-6.10-ima-hmac.txt")], cwd=REPO, capture_output=True,
+                           text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert r.returncode == 2, r.stderr
+        assert "the dashboard needs a terminal" in r.stderr and "tpmtop kernel" in r.stderr
+
+
+FOREIGN = [("/work/shared/fixtures/ftrace-graph-extend-hmac-slb9670.txt", "an ftrace function_graph trace"),
+           ("/work/shared/fixtures/bpftrace-ima-extend-hmac.txt", "bpftrace map output")]
+
+
+@pytest.mark.parametrize("path, what", [f for f in FOREIGN if Path(f[0]).exists()])
+def test_kernel_trace_of_another_kind_names_it_and_boot(path, what):
+    """`tpmtop kernel --trace` (and its older name) on a function_graph or bpftrace file: exit 2,
+    saying what the file is and which command reads it."""
+    for flag in ("--trace", "--from-trace"):
+        r = subprocess.run(TPMTOP + ["kernel", flag, path, "-q"], cwd=REPO, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.strip() == (f"tpmtop: {path} holds no tpmtop kprobe events: it is {what}, which "
+                                    f"tpmtop boot --trace {path} reads")
+
+
+@pytest.mark.parametrize("path, what", [f for f in FOREIGN if Path(f[0]).exists()])
+async def test_dashboard_on_a_trace_of_another_kind_says_so(kernel, tmp_path, path, what):
+    """Issue 24 item 6: a function_graph file under --kernel --trace showed "no commands yet"
+    for ever. The stream and the Modes panel say what the file is and point at tpmtop boot."""
+    src, fifo_path = kernel()
+    app = app_for(src, tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        _append(fifo_path, Path(path).read_text())
+        screen = main_screen(app)
+        await until(pilot, lambda: "tpmtop boot --trace" in screen.query_one("#stream-view").render().plain
+                    .replace("\n", " "), what="the stream's note")
+        text = screen.query_one("#stream-view").render().plain.replace("\n", " ")
+        assert f"this file is {what}, not tpmtop kprobe events" in text
+        assert "no commands yet" not in text
+        await until(pilot, lambda: what in _modes_text(app).replace("\n", " ") or
+                    what in str(screen.query_one("#modes").render()), what="the Modes note", timeout=10)
 
 
 def test_headless_kernel_import_never_loads_textual():

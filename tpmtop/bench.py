@@ -149,9 +149,10 @@ def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None
 
 
 
-def write_capture_file(path, cap: dict) -> None:
+def write_capture_file(path, cap: dict, progress: Callable[[int, int | None], None] | None = None) -> None:
     """Validate and write (atomically for a file); on a late write failure the capture is kept
-    in a fallback file named in the error (an OutputError, exit status 1)."""
+    in a fallback file named in the error (an OutputError, exit status 1). ``progress(done,
+    total)``: elements written."""
     from tpmtop.capture import write_capture
 
-    write_capture(path, cap, keep=True)
+    write_capture(path, cap, keep=True, progress=progress)

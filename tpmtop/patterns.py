@@ -161,6 +161,14 @@ def detect(events, repeat_min: int = REPEAT_MIN, churn_min: int = CHURN_MIN) -> 
 def detect_in_capture(path) -> list[Pattern]:
     """The patterns of a capture file's events (none when it was written without --events).
     The events stream past (a capture may hold a million): only the detector's counts stay."""
+    return summary_and_patterns(path)[1]
+
+
+def summary_and_patterns(path, on_op=None) -> tuple[dict, list[Pattern]]:
+    """In one pass over the file: the capture without its events and ops (as
+    :func:`tpmtop.capture.load_summary` gives it) and the patterns of its events. ``tpmtop
+    compare`` read each capture twice (summary, then patterns): half its time on a big one.
+    ``on_op``: called with each operation (a typed line, tpmtop.capture.spec.OpLine)."""
     from tpmtop.capture import CaptureReader
 
     d = Detector()
@@ -168,8 +176,10 @@ def detect_in_capture(path) -> list[Pattern]:
     def one(e) -> None:  # a typed line (tpmtop.capture.spec.EventLine)
         d.add(({"command": e.command, "rc": e.rc, "t_ns": e.t_ns, "wire_ns": e.wire_ns, "origin": e.origin},))
 
-    CaptureReader(path, on_event=one, on_op=lambda _o: None, typed=True).read()
-    return d.patterns()
+    r = CaptureReader(path, on_event=one, on_op=on_op or (lambda _o: None), typed=True)
+    doc = r.read()
+    doc["_n_events"] = r.n_events
+    return doc, d.patterns()
 
 
 def summary_lines(patterns: list[Pattern]) -> list[str]:

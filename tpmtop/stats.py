@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from hdrh.histogram import HdrHistogram
@@ -37,6 +38,17 @@ def _bucket_floor(ns: int) -> int:
         shift = _UNIT_BITS
     floor: int = ns >> shift << shift
     return floor
+
+
+def recorded(h: HdrHistogram) -> list[tuple[int, int]]:
+    """(highest value of the slot in ns, count) of every slot that holds a value, lowest first:
+    what ``get_recorded_iterator()`` yields, read straight from the counts array. The iterator
+    steps through every sub-bucket in pure Python (~0.3 s per histogram on a loaded 2-core
+    machine, 42 histograms in a bench capture: the silence before "capture written"); this
+    visits only the non-zero slots."""
+    counts = h.counts[:h.counts_len]
+    value_of, highest = h.get_value_from_index, h.get_highest_equivalent_value
+    return [(highest(value_of(i)), c) for i, c in enumerate(counts) if c]
 
 
 class LatencyHistogram:
@@ -142,8 +154,7 @@ class LatencyHistogram:
             n = self._h.get_total_count()
             if n == 0:
                 return []
-            items = [(it.value_iterated_to, it.count_at_value_iterated_to)
-                     for it in self._h.get_recorded_iterator()]
+            items = recorded(self._h)
         out: dict[float, int] = {}
         for value_ns, c in items:
             us = max(value_ns / 1000, 1.0)
@@ -151,3 +162,69 @@ class LatencyHistogram:
             bound = round(10 ** (k / per_decade), 3)
             out[bound] = out.get(bound, 0) + c
         return [[b, out[b]] for b in sorted(out)]
+
+
+# -- bpftrace's hist() text ------------------------------------------------------------------
+# The layout kernel developers paste into mailing lists: power-of-two buckets, each row the
+# bucket's label left-aligned in 16 columns, its count right-aligned in 8, then " |", a bar of
+# "@" scaled to the fullest bucket in 52 columns, and "|". Every bucket from the lowest to the
+# highest populated one is printed, the empty ones too (bpftrace's TextOutput::hist).
+HIST_BAR = 52
+
+
+def pow2_index(us: int) -> int:
+    """bpftrace's hist() slot of a value: 1 for 0, 2 for 1, k + 2 for [2**k, 2**(k+1))."""
+    return 1 if us <= 0 else us.bit_length() + 1
+
+
+def _pow2_label(power: int) -> str:
+    decade = min(power // 10, 6)
+    suffix = "\0KMGTPE"[decade].strip("\0")
+    return f"{1 << (power - 10 * decade)}{suffix}"
+
+
+def _slot_label(i: int) -> str:
+    if i == 1:
+        return "[0]"
+    if i == 2:
+        return "[1]"
+    return f"[{_pow2_label(i - 2)}, {_pow2_label(i - 1)})"
+
+
+def hist_text(slots: dict[int, int], title: str) -> str:
+    """``slots`` (pow2_index -> count) as bpftrace prints a ``hist()`` map: ``title`` (such as
+    ``@us[native, per-command]``), a colon, one row per slot, and a blank line."""
+    lines = [f"{title}:"]
+    filled = {i: c for i, c in slots.items() if c}
+    if filled:
+        most = max(filled.values())
+        for i in range(min(filled), max(filled) + 1):
+            c = filled.get(i, 0)
+            bar = "@" * int(c / most * HIST_BAR)
+            lines.append(f"{_slot_label(i):<16}{c:>8} |{bar:<{HIST_BAR}}|")
+    return "\n".join(lines) + "\n"
+
+
+def pow2_slots_of_ns(values_ns: Iterable[int]) -> dict[int, int]:
+    """bpftrace's hist() slots (of whole microseconds) of latencies in nanoseconds."""
+    out: dict[int, int] = {}
+    for ns in values_ns:
+        i = pow2_index(int(ns) // 1000)
+        out[i] = out.get(i, 0) + 1
+    return out
+
+
+def pow2_slots(h: LatencyHistogram) -> dict[int, int]:
+    """A histogram's counts in bpftrace's hist() slots of whole microseconds. Each HDR slot
+    (3 significant digits: 0.1 % wide) counts where its middle falls, so a value within 0.1 %
+    of a power of two may land one bucket off."""
+    with h._lock:
+        h._drain()
+        slots = recorded(h._h)
+        low = h._h.get_lowest_equivalent_value
+    out: dict[int, int] = {}
+    for hi, c in slots:
+        mid = (low(hi) + hi) // 2
+        i = pow2_index(mid // 1000)
+        out[i] = out.get(i, 0) + c
+    return out

@@ -69,9 +69,9 @@ def _extends(sf: SystemFacts, override: int | None) -> tuple[int | None, str]:
 # How to record the next boot's kernel TPM commands with tpmtop kernel's probes.
 ARM_KERNEL_TRACE = ("to time this machine's own kernel TPM commands during the next boot: add the output "
                     "of `tpmtop kernel --boot-cmdline` to the kernel command line; after the boot, "
-                    "`sudo cat /sys/kernel/tracing/trace > k.txt`, `tpmtop kernel --from-trace k.txt --json k.json`, "
+                    "`sudo cat /sys/kernel/tracing/trace > k.txt`, `tpmtop kernel --trace k.txt --json k.json`, "
                     "then `tpmtop boot --capture k.json`; or watch what the boot recorded, and what follows, "
-                    "in the dashboard: `sudo tpmtop --kernel --kernel-trace /sys/kernel/tracing/trace_pipe`")
+                    "in the dashboard: `sudo tpmtop --trace /sys/kernel/tracing/trace_pipe`")
 
 
 def build_report(reader: RootReader, traces: list[TraceResult] | None = None,

@@ -42,6 +42,21 @@ def _classify(line: str) -> str | None:
     return "neither"
 
 
+FORMAT_NAMES = {"ftrace": "an ftrace function_graph trace", "bpftrace": "bpftrace map output"}
+
+
+def sniff_format(lines) -> str | None:
+    """What kind of trace ``lines`` (the start of a file) are, for a reader that found none of
+    its own events there: "ftrace", "bpftrace", or None (neither; not enough said yet)."""
+    for line in lines:
+        if line.startswith("# tracer:") and "function_graph" not in line:
+            return None  # tracefs with another tracer (kprobe events come under "nop")
+        kind = _classify(line)
+        if kind is not None:
+            return None if kind == "neither" else kind
+    return None
+
+
 def _text_lines(f, path: str):
     """The file's lines as text, one at a time (a trace can be hundreds of MB)."""
     for lineno, raw in enumerate(f, 1):

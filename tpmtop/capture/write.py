@@ -8,10 +8,12 @@ the canonical line form lets the reader take its fast path on every element.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tpmtop.capture.spec import EVENT_KEYS, OP_KEYS, SCHEMA_ID, check_element, validate_head
+
+Progress = Callable[[int, "int | None"], None]  # (elements written, of how many)
 
 _J = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 
@@ -26,9 +28,13 @@ def _canonical(d: dict[str, Any], keys: tuple[Any, ...]) -> str:
     return _J(out)
 
 
-def capture_chunks(capture: dict[str, Any]) -> Iterator[bytes]:
+def capture_chunks(capture: dict[str, Any], progress: Progress | None = None) -> Iterator[bytes]:
     """The capture's text in pieces (bytes), each element checked as it goes. ``events`` and
-    ``ops`` may be any iterable (a generator streams a big capture without holding it twice)."""
+    ``ops`` may be any iterable (a generator streams a big capture without holding it twice).
+    ``progress(done, total)``: elements written so far, of how many (None for a generator)."""
+    sized = [capture[k] for k in ("ops", "events") if capture.get(k) is not None]
+    total = sum(len(x) for x in sized) if all(isinstance(x, (list, tuple)) for x in sized) else None
+    done = 0
     head = {k: v for k, v in capture.items() if k not in ("events", "ops")}
     head.setdefault("schema", SCHEMA_ID)
     validate_head(head)
@@ -49,14 +55,21 @@ def capture_chunks(capture: dict[str, Any]) -> Iterator[bytes]:
             if len(batch) >= 4096:
                 yield ((",\n" if not first else "") + ",\n".join(batch)).encode("utf-8")
                 first = False
+                done += len(batch)
                 batch.clear()
+                if progress is not None:
+                    progress(done, total)
         if batch:
             yield ((",\n" if not first else "") + ",\n".join(batch)).encode("utf-8")
+            done += len(batch)
+            if progress is not None:
+                progress(done, total)
         yield b"\n ]"
     yield b"\n}\n"
 
 
-def write_capture(path: Any, capture: dict[str, Any], *, keep: bool = False) -> None:
+def write_capture(path: Any, capture: dict[str, Any], *, keep: bool = False,
+                  progress: Progress | None = None) -> None:
     """Validate ``capture`` and write it by the output rules of :mod:`tpmtop.output` (atomic
     for a regular file, write-through for a pipe or device, ``-`` for stdout); ``path`` may
     be an already checked :class:`tpmtop.output.Output`. A capture that fails validation leaves
@@ -69,6 +82,6 @@ def write_capture(path: Any, capture: dict[str, Any], *, keep: bool = False) -> 
         for key in ("events", "ops"):
             if capture.get(key) is not None and not isinstance(capture[key], (list, tuple)):
                 raise TypeError(f"write_capture(keep=True) needs {key} as a list")
-        out.write_keeping(lambda: capture_chunks(capture), label="capture")
+        out.write_keeping(lambda: capture_chunks(capture, progress), label="capture")
     else:
-        out.write_chunks(capture_chunks(capture))
+        out.write_chunks(capture_chunks(capture, progress))

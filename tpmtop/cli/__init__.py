@@ -47,8 +47,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 EPILOG = """exit status: 0 ok, 1 the TPM or the system failed, 2 bad usage or bad input,
-130 interrupted (Ctrl-C, SIGTERM, SIGHUP). Diagnostics go to stderr, data to stdout.
-TPM selection: --sim, else -T/--tcti, else $TPM2TOOLS_TCTI, else /dev/tpmrm0, else a private swtpm."""
+130 interrupted (Ctrl-C, SIGTERM, SIGHUP). Diagnostics go to stderr, data to stdout."""
+# Only on the help of a command that talks to a TPM (add_tpm_options adds it): replay, compare,
+# decode … take none, and a line about choosing one would only mislead there.
+TPM_SELECTION = ("TPM selection: --sim, else -T/--tcti, else $TPM2TOOLS_TCTI, else /dev/tpmrm0, "
+                 "else a private swtpm.")
 
 
 class Parser(argparse.ArgumentParser):
@@ -56,6 +59,19 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # noqa: D401 - argparse API
         raise _UsageExit(f"{self.prog}: {message} (see {self.prog} --help)")
+
+    def _check_value(self, action, value):
+        # argparse before 3.12 lists every choice and suggests none: name the near ones.
+        if action.choices is not None and value not in action.choices:
+            import difflib
+
+            choices = [str(c) for c in action.choices]
+            near = difflib.get_close_matches(str(value), choices, n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(near)}?" if near else f"choose from {', '.join(choices)}"
+            if isinstance(action, argparse._SubParsersAction):
+                self.error(f"unknown command '{value}': {hint}")
+            raise argparse.ArgumentError(action, f"invalid choice '{value}': {hint}")
+        super()._check_value(action, value)
 
 
 class _UsageExit(Exception):
@@ -66,6 +82,8 @@ def add_tpm_options(p: argparse.ArgumentParser, top: bool = False) -> None:
     """TPM selection options. On subcommands the defaults are suppressed so that
     ``tpmtop --sim handles`` and ``tpmtop handles --sim`` mean the same."""
     d = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
+    if TPM_SELECTION not in (p.epilog or ""):
+        p.epilog = f"{p.epilog}\n{TPM_SELECTION}" if p.epilog else TPM_SELECTION
     g = p.add_argument_group("TPM selection")
     g.add_argument("-T", "--tcti", default=d(None), metavar="TCTI",
                    help="tpm2-tools TCTI string, e.g. device:/dev/tpmrm0 or swtpm:host=127.0.0.1,port=2321 "
@@ -110,6 +128,7 @@ class _LazySubcommands(argparse._SubParsersAction):
         if sp is not None:
             _populate(values[0], sp)
         super().__call__(parser, namespace, values, option_string)
+
 
 
 def _populate(name: str, sp: argparse.ArgumentParser) -> None:
@@ -162,6 +181,12 @@ def main(argv: list[str] | None = None) -> int:
         print("tpmtop: --profile applies to the dashboard, `tpmtop bench` and `tpmtop lab`, "
               f"not `tpmtop {args.command}`",
               file=sys.stderr)
+        return EXIT_USAGE
+    if getattr(args, "kernel_trace", None) and args.command not in (None, "exporter"):
+        # `tpmtop --trace F boot`: the dashboard's option, given before a subcommand that has
+        # its own --trace: say where it goes rather than ignore the file.
+        print(f"tpmtop: --trace before `{args.command}` opens the dashboard on a trace; for "
+              f"`tpmtop {args.command}` put it after the command", file=sys.stderr)
         return EXIT_USAGE
     # SIGTERM, SIGHUP (an SSH drop) and Ctrl-C unwind as Interrupted, so every `finally`
     # runs: handles are flushed, the private swtpm is stopped, partial captures are written.

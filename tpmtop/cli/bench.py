@@ -29,7 +29,16 @@ def add_bench_arguments(p) -> None:
     p.add_argument("--events", action="store_true", help="include every TPM command in the --json capture")
     p.add_argument("--openmetrics", metavar="FILE",
                    help="also write the histograms as OpenMetrics text (node_exporter textfile collector), atomically")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.add_argument("--hist", action="store_true",
+                   help="also print each (engine, mode)'s operation latencies as bpftrace prints a hist() "
+                        "(power-of-two µs buckets, every one from the lowest to the highest filled): the "
+                        "text to paste into a mailing list")
+    p.add_argument("--plot", metavar="FILE.svg|png",
+                   help="draw the mode comparison (p50/p90/p99 bars, whole distributions) into FILE; the "
+                        "format follows the extension (.svg, .png, .pdf). Needs matplotlib: "
+                        "pip install 'tpmtop[plot]'")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="no progress bar (there is none anyway when stderr is not a terminal)")
     from tpmtop.profiles.apply import add_profile_options  # issue 7: --profile/--seed
 
     add_profile_options(p)
@@ -57,32 +66,6 @@ def _plan(args):
                      allow_pcr=args.allow_pcr)
 
 
-class _Progress:
-    """A one-line progress bar on a terminal; silent when stderr is piped."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled and sys.stderr.isatty()
-        self.last = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        import time
-
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if now - self.last < 0.1 and done != total:
-            return
-        self.last = now
-        w = 30
-        fill = int(w * done / total)
-        sys.stderr.write(f"\r  [{'#' * fill}{'.' * (w - fill)}] {done}/{total} ops")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\r" + " " * 60 + "\r")
-
-
 def format_table(accounts) -> str:
     from tpmtop.cli.common import table
 
@@ -98,6 +81,26 @@ def format_table(accounts) -> str:
                      _us(s["p50"]), _us(s["p99"]), _us(w["p50"]), _us(h["p50"]), f"{cmds:g}", ratio])
     return table(rows, ["engine", "mode", "ops", "ops/s", "op p50", "op p99", "wire p50", "host p50",
                         "cmds/op", "vs none"], right={2, 3, 4, 5, 6, 7, 8, 9})
+
+
+def hist_texts(accounts) -> str:
+    """Each run's operation latencies in bpftrace's hist() layout, one map per (engine, mode)."""
+    from tpmtop.stats import hist_text, pow2_slots
+
+    return "\n".join(hist_text(pow2_slots(a.op_hist), f"@{a.op}_us[{a.engine}, {a.mode}]") for a in accounts)
+
+
+def plot_series(accounts):
+    from tpmtop.cli.plot import Series
+
+    base = {a.engine: a.op_hist.percentile_ns(50) for a in accounts if a.mode == "none"}
+    out = []
+    for a in accounts:
+        s = a.op_hist.summary()
+        b = base.get(a.engine)
+        out.append(Series(f"{a.engine}/{a.mode}", s["p50"], s["p90"], s["p99"], a.op_hist.buckets(per_decade=8),
+                          a.op_hist.percentile_ns(50) / b if b else None, per_decade=8))
+    return out
 
 
 def _us(v: float) -> str:
@@ -126,6 +129,9 @@ def run_bench(args) -> int:
     om_out = Output(args.openmetrics, what="--openmetrics").check() if args.openmetrics is not None else None
     if args.json is not None and args.json == args.openmetrics:
         raise UsageError("--json and --openmetrics name the same file")
+    from tpmtop.cli import plot
+
+    plot.check(args.plot)  # before the TPM is opened: a missing matplotlib must not cost the run
     # With a data file on stdout (-, or /dev/stdout and the like: the same open file), the report
     # goes to stderr so that stdout stays parseable.
     report = sys.stderr if any(is_stdout(p) for p in (args.json, args.openmetrics)) else sys.stdout
@@ -133,7 +139,9 @@ def run_bench(args) -> int:
     from tpmtop.profiles.apply import apply_profile, describe, profile_from_args
 
     profile = profile_from_args(args)
-    progress = _Progress(not args.quiet)
+    from tpmtop.cli.progress import Bar
+
+    progress = Bar("bench", plan.n * len(plan.pairs), "ops", quiet=args.quiet)
     with tpm_from_args(args) as conn:
         apply_profile(conn, profile, getattr(args, "seed", None))
         ident = conn.identity()
@@ -145,8 +153,10 @@ def run_bench(args) -> int:
         report.flush()
         if args.events:
             conn.recorder.reset_stats()
-        result = _run(conn, plan, progress=progress, keep_ops=args.events, notice=notice)
-        progress.close()
+        try:
+            result = _run(conn, plan, progress=progress, keep_ops=args.events, notice=notice)
+        finally:
+            progress.close()
         for i, period in enumerate(result.periods):
             print(f"## period {i + 1}, ended by: {result.resets[i]}", file=report)
             print(format_table(period), file=report)
@@ -154,6 +164,14 @@ def run_bench(args) -> int:
             print(f"## period {len(result.periods) + 1}, after the TPM reset", file=report)
         if result.accounts:
             print(format_table(result.accounts), file=report)
+        if args.hist:
+            print(file=report)
+            print(hist_texts(result.accounts), end="", file=report)
+        if args.plot and result.accounts:
+            plot.draw(args.plot, plot_series(result.accounts),
+                      f"tpmtop bench: {plan.op} on {ident.manufacturer} fw {ident.firmware}"
+                      f"{' (simulated)' if conn.simulated else ''}, n={plan.n} per mode")
+            notice(f"plot written to {args.plot}")
         if result.integrity_failures:
             notice(f"{result.integrity_failures} responses failed their HMAC check and were rejected")
         if (json_out or om_out) and (result.accounts or result.periods):
@@ -163,13 +181,16 @@ def run_bench(args) -> int:
             counted = {o[0] for o in result.ops_log}
             events = [e for e in conn.recorder.events() if e.op_seq is None or e.op_seq in counted] \
                 if args.events else None
-            cap = build_capture(conn, result.accounts, periods=result.periods, events=events,
-                               ops_log=result.ops_log if args.events else None,
-                               extra={"bench": {"n": plan.n, "warmup": plan.warmup, "batch": plan.batch,
-                                                "pcr": plan.pcr, "param_encryption": plan.param_encryption,
-                                                "complete": not (result.interrupted or result.error)}})
+            with Bar(f"preparing the capture ({len(events):,} commands)" if events else "preparing the capture",
+                     quiet=args.quiet, counted=False):
+                cap = build_capture(conn, result.accounts, periods=result.periods, events=events,
+                                    ops_log=result.ops_log if args.events else None,
+                                    extra={"bench": {"n": plan.n, "warmup": plan.warmup, "batch": plan.batch,
+                                                     "pcr": plan.pcr, "param_encryption": plan.param_encryption,
+                                                     "complete": not (result.interrupted or result.error)}})
             if json_out:
-                write_capture_file(json_out, cap)
+                with Bar("writing the capture", unit="lines", quiet=args.quiet) as bar:
+                    write_capture_file(json_out, cap, progress=bar)
                 notice(f"capture written to {'stdout' if args.json == '-' else args.json}")
             if om_out:
                 from tpmtop.exporters.openmetrics import render

@@ -41,6 +41,36 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
     add_tpm_options(p)
 
 
+def _load(load_trace, path: str, unit):
+    """A trace for the report; tpmtop's own kprobe events are named, with the command that reads
+    them (the three ways to read a trace share the option name, so the wrong one gets tried)."""
+    from tpmtop.errors import UsageError
+
+    try:
+        return load_trace(path, unit=unit)
+    except UsageError as e:
+        if _has_probe_events(path):
+            raise UsageError(f"{path} holds tpmtop's kprobe events, not an ftrace function_graph or bpftrace "
+                             f"trace: tpmtop kernel --trace {path} reads it (its --json capture is what "
+                             "tpmtop boot --capture prices)") from None
+        raise e from None
+
+
+def _has_probe_events(path: str, lines: int = 2000) -> bool:
+    from tpmtop.kernel.trace_pipe import Parser
+
+    p = Parser()
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for i, line in enumerate(f):
+                if i >= lines:
+                    break
+                p.feed(line.rstrip("\n"))
+    except OSError:
+        return False
+    return p.events > 0
+
+
 def run_boot(args) -> int:
     import os
 
@@ -54,7 +84,7 @@ def run_boot(args) -> int:
         raise UsageError(f"--root {args.root}: not a directory")
     if args.bpftrace_calls == 0:
         raise UsageError("--bpftrace-calls must be at least 1")
-    traces = [load_trace(path, unit=args.bpftrace_unit) for path in args.trace]
+    traces = [_load(load_trace, path, args.bpftrace_unit) for path in args.trace]
     identity = None
     # Only on request: on 6.12+ a user-space TPM command ends the kernel's kept session.
     if getattr(args, "tcti", None) or getattr(args, "sim", False):

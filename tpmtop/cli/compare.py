@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 HELP_RULE = """Each capture after the first is compared with the first (the baseline): for every
 (engine, mode, op) present in both, the whole operation and every command code present in both.
@@ -28,6 +29,13 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("captures", nargs="+", metavar="CAPTURE.json",
                    help="two or more captures (tpmtop bench --json); the first is the baseline")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    p.add_argument("--hist", action="store_true",
+                   help="also print each capture's operation latencies per (engine, mode, op) as bpftrace "
+                        "prints a hist() (power-of-two µs buckets), from its per-operation times (a capture "
+                        "recorded with --events)")
+    p.add_argument("--plot", metavar="FILE.svg|png",
+                   help="draw the comparison (p50/p90/p99 bars of every capture's runs, whole "
+                        "distributions) into FILE (.svg, .png, .pdf). Needs matplotlib: pip install 'tpmtop[plot]'")
 
 
 def _fmt_us(v: float) -> str:
@@ -49,7 +57,6 @@ def _print_patterns(label: str, pats: list[dict]) -> None:
 
 
 def run_compare(args) -> int:
-    from tpmtop.capture import load_summary
     from tpmtop.cli.common import print_json, table
     from tpmtop.compare import compare, only_in
     from tpmtop.errors import UsageError
@@ -57,19 +64,30 @@ def run_compare(args) -> int:
 
     if len(args.captures) < 2:
         raise UsageError("compare: give at least two captures (the first is the baseline)")
-    docs = [load_summary(p) for p in args.captures]
-    base = docs[0]
-    from tpmtop.patterns import detect_in_capture
+    from tpmtop.cli import plot
 
-    # failure patterns need the events: read them only from captures that have any
-    patterns = {p: [x.to_json() for x in detect_in_capture(p)] if d.get("_n_events") else []
-                for p, d in zip(args.captures, docs, strict=False)}
+    plot.check(args.plot)
+    from tpmtop.cli.progress import Reading
+    from tpmtop.patterns import summary_and_patterns
+
+    docs, patterns = [], {}
+    slots: list[dict[tuple[str, str, str], dict[int, int]]] = []  # --hist: per capture, run -> pow2 slots
+    with Reading(args.captures):  # a 200 MB capture takes a while: show how far, on a terminal
+        for path in args.captures:  # each read once: its summary and its events' failure patterns
+            mine: dict[tuple[str, str, str], dict[int, int]] = {}
+            slots.append(mine)
+            doc, pats = summary_and_patterns(path, on_op=_slots_into(mine) if args.hist else None)
+            docs.append(doc)
+            patterns[path] = [x.to_json() for x in pats]
+    base = docs[0]
     results = []
     for path, doc in zip(args.captures[1:], docs[1:], strict=False):
         rows = compare(base, doc)
         results.append({"baseline": args.captures[0], "capture": path, "rows": rows,
                         "only_in_baseline": [list(k) for k in only_in(base, doc)],
                         "only_in_capture": [list(k) for k in only_in(doc, base)]})
+    if args.plot:
+        _plot(args, docs)
     if args.json:
         print_json({"schema": "tpmtop.compare/1", "comparisons": results, "patterns": patterns})
         return 0
@@ -105,4 +123,58 @@ def run_compare(args) -> int:
         _print_patterns("A", patterns[res["baseline"]])
         _print_patterns("B", patterns[res["capture"]])
         print()
+    if args.hist:
+        _print_hists(args.captures, docs, slots)
     return 0
+
+
+def _slots_into(into: dict):
+    from tpmtop.stats import pow2_index
+
+    def one(o) -> None:  # a typed operation line
+        if o.ok:
+            d = into.setdefault((o.engine, o.mode, o.op), {})
+            i = pow2_index(o.total_ns // 1000)
+            d[i] = d.get(i, 0) + 1
+
+    return one
+
+
+def _print_hists(paths: list[str], docs: list[dict], slots: list[dict]) -> None:
+    """bpftrace's hist() of every capture's runs, the capture named by its letter (A, B …)."""
+    from tpmtop.stats import hist_text
+    from tpmtop.textsafe import safe
+
+    for n, (path, doc, mine) in enumerate(zip(paths, docs, slots, strict=True)):
+        letter = _letter(n)
+        if not mine:
+            print(f"{letter}: {safe(path)} holds no per-operation times (record with --events): no histogram\n")
+            continue
+        print(f"{letter}: {safe(path)}")
+        for run in doc["runs"]:
+            key = (run["engine"], run["mode"], run["op"])
+            if key in mine:
+                print(hist_text(mine.pop(key), safe(f"@{key[2]}_us[{letter}, {key[0]}, {key[1]}]")))
+        for key, s in mine.items():  # operations of a run the summary does not list
+            print(hist_text(s, safe(f"@{key[2]}_us[{letter}, {key[0]}, {key[1]}]")))
+
+
+def _letter(n: int) -> str:
+    return chr(ord("A") + n) if n < 26 else f"#{n + 1}"
+
+
+def _plot(args, docs: list[dict]) -> None:
+    from tpmtop.cli import plot
+    from tpmtop.cli.common import notice
+
+    series = []
+    for n, doc in enumerate(docs):
+        base = {r["engine"]: r["op_us"]["p50"] for r in doc["runs"] if r["mode"] == "none"}
+        for r in doc["runs"]:
+            s = r["op_us"]
+            b = base.get(r["engine"])
+            series.append(plot.Series(f"{_letter(n)} {r['engine']}/{r['mode']}/{r['op']}", s["p50"], s.get("p90"),
+                                      s["p99"], s.get("histogram") or [], s["p50"] / b if b else None))
+    names = " vs ".join(f"{_letter(n)} {os.path.basename(p)}" for n, p in enumerate(args.captures))
+    plot.draw(args.plot, series, f"tpmtop compare: {names}")
+    notice(f"plot written to {args.plot}")

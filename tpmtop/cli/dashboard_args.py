@@ -79,10 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "space through /dev/tpmrm0), through kprobes on tpm_transmit as `tpmtop kernel` "
                         "arms them: latency per command, each extend's TPM and host time, the session "
                         "behaviour. Needs root and CONFIG_KPROBE_EVENTS; sends no TPM command")
-    g.add_argument("--kernel-trace", metavar="FILE",
-                   help="with --kernel: read the probes' events from FILE (a saved trace, a FIFO, or "
+    g.add_argument("--trace", "--kernel-trace", dest="kernel_trace", metavar="FILE",
+                   help="the kernel's commands as --kernel shows them (--trace implies --kernel), read from "
+                        "FILE instead of armed probes: tpmtop's kprobe events in a saved trace, a FIFO, or "
                         "/sys/kernel/tracing/trace_pipe after a boot armed with `tpmtop kernel "
-                        "--boot-cmdline`), followed as it grows, instead of arming probes")
+                        "--boot-cmdline`, followed as it grows. An ftrace function_graph or bpftrace "
+                        "file is what `tpmtop boot --trace FILE` reads. --kernel-trace: the older name")
     g.add_argument("--poll-interval", type=_positive, metavar="SECONDS",
                    help="how often to ask the TPM for its handles and slots (default 1 with --sim, "
                         "5 on a real TPM: each poll perturbs the kernel's session, see --passive)")
@@ -178,8 +180,8 @@ def _run_app(app, cleanup=None, more_signals: tuple[str, ...] = ()) -> int:
 def run(args) -> int:
     from tpmtop.tui.app import TpmtopApp
 
-    if args.kernel_trace and not args.kernel:
-        raise UsageError("--kernel-trace FILE goes with --kernel")
+    if args.kernel_trace:
+        args.kernel = True  # --trace FILE: the kernel's commands, from that file
     if args.passive or args.kernel:
         flag = "--kernel" if args.kernel else "--passive"
         if args.sim or args.tcti:
@@ -225,7 +227,7 @@ def run(args) -> int:
 
 
 def _check_trace_file(path: str) -> None:
-    """--kernel-trace: a file, FIFO or tracefs pipe tpmtop can read, checked before the dashboard
+    """--trace: a file, FIFO or tracefs pipe tpmtop can read, checked before the dashboard
     starts (a directory or a socket is bad usage, exit 2; no permission is exit 1)."""
     import stat
 
@@ -234,17 +236,17 @@ def _check_trace_file(path: str) -> None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise UsageError(f"--kernel-trace {path}: no such file") from None
+        raise UsageError(f"--trace {path}: no such file") from None
     except OSError as e:
-        raise UsageError(f"--kernel-trace {path}: {e.strerror}") from None
+        raise UsageError(f"--trace {path}: {e.strerror}") from None
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode)):
-        raise UsageError(f"--kernel-trace {path}: not a file or a pipe")
+        raise UsageError(f"--trace {path}: not a file or a pipe")
     try:
         os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
     except PermissionError:
-        raise TpmtopError(f"--kernel-trace {path}: permission denied (tracefs is root's: run with sudo)") from None
+        raise TpmtopError(f"--trace {path}: permission denied (tracefs is root's: run with sudo)") from None
     except OSError as e:
-        raise TpmtopError(f"--kernel-trace {path}: {e.strerror}") from None
+        raise TpmtopError(f"--trace {path}: {e.strerror}") from None
 
 
 def watch_source(args):

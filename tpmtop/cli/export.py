@@ -39,7 +39,10 @@ def run_export(args: argparse.Namespace) -> int:
     # Checked before the capture is read: a wrong -o costs nothing.
     dest = Output(args.output, force=args.force, inputs=[args.capture]).check()
     exporter = EXPORTERS[args.format]
-    counts = exporter.run(args.capture, dest)
+    from tpmtop.cli.progress import Reading
+
+    with Reading([args.capture]):
+        counts = exporter.run(args.capture, dest)
     where = "stdout" if args.output == "-" else safe(args.output)
     for line in exporter.report(counts, where, args.output == "-"):
         notice(line)

@@ -17,7 +17,7 @@ read loopback; to serve other hosts, --listen on an address and use --tls-cert/-
 
 examples:
   sudo tpmtop exporter                                  # kprobes on tpm_transmit, :9927
-  tpmtop exporter --kernel-trace trace.txt --listen 127.0.0.1:0
+  tpmtop exporter --trace trace.txt --listen 127.0.0.1:0
   sudo tpmtop exporter --probe 300 --listen 10.0.0.5:9927 --tls-cert c.pem --tls-key k.pem --tls-client-ca ca.pem
   curl -s 127.0.0.1:9927/metrics | promtool check metrics"""
 
@@ -29,8 +29,9 @@ def add_exporter_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--listen", default="127.0.0.1:9927", metavar="HOST:PORT",
                    help="where to serve /metrics (default 127.0.0.1:9927; port 0 picks a free port, printed on stderr)")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--kernel-trace", metavar="FILE",
-                     help="read the kernel's TPM traffic from a trace file (followed as it grows) instead of kprobes")
+    src.add_argument("--trace", "--kernel-trace", dest="kernel_trace", metavar="FILE",
+                     help="read the kernel's TPM traffic from a trace file (followed as it grows) instead of "
+                          "kprobes. --kernel-trace: the older name")
     src.add_argument("--no-kernel", action="store_true", help="do not trace the kernel: serve the system facts only")
     p.add_argument("--root", default="/", metavar="DIR",
                    help="read the system facts under DIR (a copy of another machine's files; default /)")
@@ -75,11 +76,11 @@ def run_exporter(args) -> int:
     if args.kernel_trace:
         try:
             if stat.S_ISDIR(os.stat(args.kernel_trace).st_mode):
-                raise UsageError(f"--kernel-trace {args.kernel_trace}: it is a folder")
+                raise UsageError(f"--trace {args.kernel_trace}: it is a folder")
         except FileNotFoundError:
-            raise UsageError(f"--kernel-trace {args.kernel_trace}: no such file") from None
+            raise UsageError(f"--trace {args.kernel_trace}: no such file") from None
         except PermissionError:
-            raise UsageError(f"--kernel-trace {args.kernel_trace}: permission denied") from None
+            raise UsageError(f"--trace {args.kernel_trace}: permission denied") from None
     if not os.path.isdir(args.root):
         raise UsageError(f"--root {args.root}: no such folder")
     from tpmtop.fleet.server import parse_listen

@@ -49,8 +49,12 @@ def run_import(args: argparse.Namespace) -> int:
     dest = Output(args.output, force=args.force, inputs=[args.file]).check()
     # Unrecognised: the pcap reader says what the file is not (or that it is missing), exit 2.
     importer = find_importer(args.file) or IMPORTERS["pcap"]
-    cap, res = importer.read(args.file, **{o.dest: getattr(args, o.dest) for o in importer.options})
-    write_capture(dest, cap)
+    from tpmtop.cli.progress import Bar, Reading
+
+    with Reading([args.file]):
+        cap, res = importer.read(args.file, **{o.dest: getattr(args, o.dest) for o in importer.options})
+    with Bar("writing the capture", unit="lines") as bar:
+        write_capture(dest, cap, progress=bar)
     for w in res.warnings[:5]:
         notice(f"warning: {w}")
     ok = sum(1 for e in cap["events"] if e["rc"] is not None)

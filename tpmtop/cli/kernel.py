@@ -15,15 +15,17 @@ examples:
   sudo tpmtop kernel                          # one line per command until Ctrl-C
   sudo tpmtop kernel --duration 60 --json k.json
   tpmtop kernel --boot-cmdline                # arm the same probes from the next boot
-  tpmtop kernel --from-trace boot-trace.txt --json boot.json   # import what they recorded
-                                              # (cat /sys/kernel/tracing/trace > boot-trace.txt)"""
+  tpmtop kernel --trace boot-trace.txt --json boot.json  # import what they recorded
+                                         # (cat /sys/kernel/tracing/trace > boot-trace.txt)"""
 
 
 def add_kernel_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = EXAMPLES + "\n\n" + (p.epilog or "")
     p.add_argument("--json", metavar="FILE", help="write the commands seen as a capture")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: Ctrl-C)")
-    p.add_argument("--from-trace", metavar="FILE", help="parse saved tracefs text instead of tracing live")
+    p.add_argument("--trace", "--from-trace", dest="from_trace", metavar="FILE",
+                   help="parse saved tracefs text of tpmtop's probes instead of tracing live (an ftrace "
+                        "function_graph or bpftrace file: tpmtop boot --trace FILE). --from-trace: the older name")
     p.add_argument("--boot-cmdline", action="store_true",
                    help="print the kernel command-line parameters that arm these probes at boot")
     p.add_argument("--quiet", "-q", action="store_true", help="no line per command")
@@ -205,7 +207,11 @@ def _from_trace(args, out, report) -> int:
     p = tap.parser
     if not commands and not p.lost:
         if not p.events:
-            raise UsageError(f"{path} holds no tpmtop kprobe events")
+            from tpmtop.boot.traces import FORMAT_NAMES
+
+            other = FORMAT_NAMES.get(tap.foreign or "")
+            raise UsageError(f"{path} holds no tpmtop kprobe events"
+                             + (f": it is {other}, which tpmtop boot --trace {path} reads" if other else ""))
         why = [counted(n, *what) for n, what in (
             (p.pending(), ("entry whose return is not in it", "entries whose return is not in it")),
             (p.orphans, ("return whose entry is not", "returns whose entry is not")),

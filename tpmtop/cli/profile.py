@@ -103,8 +103,8 @@ def run_profile(args) -> int:
 
 
 def _record(args) -> int:
-    from tpmtop.cli.bench import _Progress
     from tpmtop.cli.common import notice, tpm_from_args
+    from tpmtop.cli.progress import Bar
     from tpmtop.errors import UsageError
     from tpmtop.profiles.derive import record
     from tpmtop.recorder import Recorder
@@ -128,7 +128,7 @@ def _record(args) -> int:
                   "depend on it; it keeps the new value until reboot or PCR_Reset)" if args.pcr == 16 else "")
                + ("" if conn.simulated else "; on Linux 6.12+ each command also ends the kernel's kept HMAC "
                   "session, so its next PCR extend pays the full session set-up"))
-        progress = _Progress(not args.quiet)
+        progress = Bar("recording", unit="ops", quiet=args.quiet)
         try:
             prof, _ = record(conn, args.n, args.pcr, ops=ops, warmup=args.warmup, progress=progress)
         finally:
@@ -157,13 +157,27 @@ def _from_trace(args) -> int:
     return _write(args, prof, warnings)
 
 
+def _chip_text(chip: dict) -> str:
+    """The chip line of ``profile show``: "manufacturer IFX, model …, a real chip" — the
+    ``simulated`` flag in words, not Python's True/False."""
+    parts = []
+    for k, v in chip.items():
+        if k == "simulated":
+            parts.append("measured on a simulator" if v else "a real chip")
+        elif k == "tcti":
+            parts.append(f"through {v}")
+        else:
+            parts.append(f"{k} {v}")
+    return ", ".join(parts)
+
+
 def _show(args) -> int:
     from tpmtop.cli.common import table
     from tpmtop.profiles.loader import load_profile
     from tpmtop.tpm import names
 
     p = load_profile(args.profile_ref)
-    chip = ", ".join(f"{k} {v}" for k, v in p.chip.items())
+    chip = _chip_text(p.chip)
     print(f"# profile {p.name}" + (f": {p.description}" if p.description else ""))
     if chip:
         print(f"# chip: {chip}")

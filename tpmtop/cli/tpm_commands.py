@@ -75,14 +75,31 @@ def run_handles(args) -> int:
     return 0
 
 
+def _names_nothing_loaded(rc: int) -> bool:
+    """FlushContext's answers for a handle that holds nothing, on its one parameter:
+    TPM_RC_HANDLE (0x1cb: swtpm, for the first transient slot) or TPM_RC_VALUE (0x1c4: swtpm,
+    for a handle past the slots it has)."""
+    if not rc & 0x080:  # a format-0 code is about something else
+        return False
+    return rc & 0xBF in (0x08B, 0x084)
+
+
 def run_flush(args) -> int:
+    from tpmtop.errors import TpmError, TpmtopError
     from tpmtop.tpm.handles import check_flushable, flush, parse_handle
 
     handle = parse_handle(args.handle)
     check_flushable(handle)
     refuse_if_read_only(args, f"flush 0x{handle:08x}")
     with tpm_from_args(args) as conn:
-        conn.call(flush, handle)
+        try:
+            conn.call(flush, handle)
+        except TpmError as e:
+            if e.rc is not None and _names_nothing_loaded(e.rc):
+                # exit 1 as before (the TPM's answer), in words rather than its response code
+                raise TpmtopError(f"0x{handle:08x} is not loaded: the TPM holds no object or session there "
+                                  f"(TPM rc 0x{e.rc:x}; tpmtop handles lists what is loaded)") from None
+            raise
         if args.json:
             print_json({"flushed": f"0x{handle:08x}"})
         else:

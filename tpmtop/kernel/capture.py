@@ -56,7 +56,10 @@ def op_runs(ops: list[KernelOp], mode: str | None) -> list[dict]:
             errors += not _op_ok(op)
             for c in op.commands:
                 name = names.cc_name(c.cc)
-                per_cc.setdefault(name, LatencyHistogram()).record(c.wire_ns)
+                h = per_cc.get(name)  # not setdefault(…, LatencyHistogram()): one built per command
+                if h is None:
+                    h = per_cc[name] = LatencyHistogram()
+                h.record(c.wire_ns)
                 counts[name] = counts.get(name, 0) + 1
         n = len(mine)
         estimated = sum(op.estimated for op in mine)

@@ -43,6 +43,10 @@ class KernelTap:
         self.commands: deque[KernelCommand] = deque(maxlen=DEFAULT_CAPACITY)  # for an export
         self.ops: deque[KernelOp] = deque(maxlen=DEFAULT_CAPACITY)
         self.error: str | None = None  # why reading stopped, if it did
+        # A trace file with none of tpmtop's probe events: what it is instead ("ftrace",
+        # "bpftrace": the boot report reads those), so the screen can say so rather than wait.
+        self.foreign: str | None = None
+        self.lines_read = 0
         self._poll_s = poll_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -114,7 +118,13 @@ class KernelTap:
     def feed(self, lines) -> list[KernelCommand]:
         """Parse ``lines``, record what they complete and return the commands completed (the
         reader thread; ``tpmtop kernel`` and tests call it directly)."""
+        lines = lines if isinstance(lines, list) else list(lines)
         done, seen = kops.parse_in_order(self.parser, lines)
+        if self.lines_read < 1000 and not self.parser.events and self.foreign is None:
+            from tpmtop.boot.traces import sniff_format
+
+            self.foreign = sniff_format(lines[:1000])
+        self.lines_read += len(lines)
         if not seen:
             return done
         with self.lock:
@@ -172,6 +182,19 @@ class KernelTap:
             note=label,
             error=None if answered or kc.ret is None else f"tpm_transmit returned {kc.ret} ({_errno(kc.ret)})",
             expected=kc.expected_error)
+
+    def no_events_note(self) -> str | None:
+        """Why a trace file shows nothing, once that is clear (the dashboard's stream and header
+        say it); None while it may still bring tpmtop's probe events."""
+        if self.trace_path is None or self.parser.events or not self.lines_read:
+            return None
+        from tpmtop.boot.traces import FORMAT_NAMES
+
+        what = FORMAT_NAMES.get(self.foreign or "")
+        if what is None:
+            return f"{self.lines_read:,} lines read, none of them tpmtop kprobe events (yet)"
+        return (f"this file is {what}, not tpmtop kprobe events: read it with "
+                f"tpmtop boot --trace {self.trace_path}")
 
     # -- the end ---------------------------------------------------------------------------------
     def close(self) -> None:

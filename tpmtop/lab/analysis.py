@@ -255,7 +255,7 @@ def boot_stats(
 
 @dataclass
 class ProbeView:
-    """What tpmtop's kprobes inside the guest saw (``tpmtop kernel --from-trace`` on the trace
+    """What tpmtop's kprobes inside the guest saw (``tpmtop kernel --trace`` on the trace
     the guest saved after its workload), set against the wire up to the same moment."""
 
     commands: int

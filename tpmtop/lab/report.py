@@ -141,7 +141,7 @@ def render(res: LabResult) -> str:
     traced = [b for b in res.boots if b.probes is not None]
     if traced:
         L.append(
-            "Inside the guest: tpmtop's kprobes from boot (`tpmtop kernel --from-trace`) against the wire, "
+            "Inside the guest: tpmtop's kprobes from boot (`tpmtop kernel --trace`) against the wire, "
             "up to the moment the trace was read:"
         )
         for b in traced:

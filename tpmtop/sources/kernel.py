@@ -70,6 +70,8 @@ class KernelSource(SourceBase):
         bits.append("tpmtop sends no TPM command")
         if tap.error:
             bits.insert(0, f"stopped: {tap.error}")
+        elif tap.foreign is not None and not n:  # first, where a cut header still shows it
+            bits.insert(0, "not a tpmtop probe trace (see the stream)")
         there = self.sysfs.tpm_dir.is_dir()
         return HeaderInfo(state="passive" if self.passive else "kernel",
                           identity="kernel TPM (not contacted)" if there else "kernel TPM",
@@ -77,6 +79,9 @@ class KernelSource(SourceBase):
                           extra=" · ".join(bits),
                           tooltip="the kernel's own TPM commands through kprobes on tpm_transmit: tpmtop sends "
                                   "nothing to the TPM, so the kernel's kept HMAC session is not disturbed")
+
+    def stream_note(self) -> str:
+        return "" if self.tap.commands else (self.tap.no_events_note() or "")
 
     def runs(self) -> list[RunView]:
         tap = self.tap
@@ -101,6 +106,9 @@ class KernelSource(SourceBase):
         subtitle = (f"kernel · {counted(current.ops, self.op + ' op', self.op + ' ops')}" if current
                     else "kernel · no extend yet")
         lines = [f"sessions: {mode or 'cannot tell'}: {why}"]
+        note = self.stream_note()
+        if note:  # a trace file of another kind: say so here too, not only in the stream
+            lines.insert(0, note)
         lost = self.tap.parser.lost
         if lost:
             lines.append(f"{lost:,} trace events lost (the buffer overran): commands are missing from these numbers")

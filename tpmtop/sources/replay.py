@@ -94,6 +94,7 @@ class ReplaySource(SourceBase):
                     from tpmtop.tpm import names
 
                     self.errors.add(names.cc_from_name(str(e.get("command") or e.get("cc") or "")), rc)
+        self._no_events = not events
         self.created = str(capture.get("created", ""))
         self.host = capture.get("host") or {}
         # A kernel capture opens on the kernel's extends (its operations, priced whole), not on
@@ -146,6 +147,12 @@ class ReplaySource(SourceBase):
 
     def stream_rows(self) -> list[StreamRow]:
         return self.stream
+
+    def stream_note(self) -> str:
+        if not self._no_events:
+            return ""
+        return ("this capture holds no per-command events, only each run's summary: "
+                "record them with tpmtop bench --events --json FILE")
 
     def timings(self, runs: list[RunView] | None = None) -> TimingsView:
         run = self.current_run()

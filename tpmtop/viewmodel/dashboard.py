@@ -71,6 +71,7 @@ class Dashboard:
         self._stats_dirty = True
         self._ops_per_s = 0.0
         self._replayed = False
+        self._stream_note = ""  # what the stream says while it is empty, as last sent
 
     # -- one tick ------------------------------------------------------------------------------
     def tick(self, *, stream_filter: str | None, modes_width: int, compact: bool) -> Frame:
@@ -102,6 +103,12 @@ class Dashboard:
         now = self.clock()
         if now - self._last_slow >= SLOW_S:
             self._last_slow = now
+            note = src.stream_note()
+            if note != self._stream_note:  # said in the stream, and by a kernel source under Modes
+                self._stream_note = note
+                self._stats_dirty = True
+                if stream is None:
+                    stream = StreamPart([], empty_note=note)
             stats = self.stats(modes_width)
             handles = self.handles(notices)
             clients = self.clients(notices, compact)
@@ -149,7 +156,8 @@ class Dashboard:
         self._replayed = True
         notices += self.alerts.feed(self.source.events())
         rows = self.source.stream_rows()
-        return StreamPart(rows, keep_all=True, empty_note="" if rows else "the capture has no events")
+        return StreamPart(rows, keep_all=True, empty_note="" if rows else
+                          (self.source.stream_note() or "the capture has no events"))
 
     # -- the parts -----------------------------------------------------------------------------
     def header(self) -> HeaderView:

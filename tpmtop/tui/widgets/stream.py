@@ -8,6 +8,8 @@ Frozen, the arrow keys and the wheel scroll back through what was kept.
 
 from __future__ import annotations
 
+import textwrap
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
@@ -33,6 +35,8 @@ def _fit(text: str, width: int, right: bool = False) -> str:
     text = text if len(text) <= width else text[: width - 1] + "…"
     return text.rjust(width) if right else text.ljust(width)
 
+
+EMPTY_TEXT = "no commands yet"
 
 class StreamView(Widget, can_focus=True):
     DEFAULT_CSS = """
@@ -78,6 +82,7 @@ class StreamView(Widget, can_focus=True):
         super().__init__(**kw)
         self.rows: list[StreamRow] = []
         self.back = 0  # rows scrolled back from the newest
+        self.empty_text = EMPTY_TEXT  # the source's word for an empty stream (Source.stream_note)
 
     def set_rows(self, rows) -> None:
         """``rows``: a list of StreamRow, or anything with len() and slicing (LazyStreamRows)."""
@@ -129,7 +134,8 @@ class StreamView(Widget, can_focus=True):
         if not shown:
             needle = getattr(self.parent, "needle", "")
             lines.append(Content.from_markup("[dim]no command matches '$n'[/]", n=safe(needle)) if needle
-                         else Content.from_markup("[dim]no commands yet[/]"))
+                         else Content.from_markup("[dim]$e[/]", e="\n".join(
+                             textwrap.wrap(safe(self.empty_text), max(20, self.size.width - 1)))))
         return Content("\n").join(lines)
 
 
@@ -158,6 +164,9 @@ class StreamPanel(Panel):
             self.add(part.rows, keep=None if part.keep_all else KEEP)
             if part.empty_note:
                 self.border_subtitle = part.empty_note
+            if not part.rows:  # said in the body too, where "no commands yet" would stand
+                self.view.empty_text = part.empty_note or EMPTY_TEXT
+                self.view.refresh()
 
     def add(self, rows: list[StreamRow], keep: int | None = KEEP) -> None:
         if self.frozen or not rows:
