@@ -40,11 +40,11 @@ lab: bootstrap
 	KERNEL_VM_PYTHON=$(abspath $(PY)) scripts/kernel-vm.sh --prepare >/dev/null
 	$(TPMTOP) lab $(LAB_ARGS)
 
-# The lab's tests (tests/test_lab*.py, the boots included). Not part of `make test`, where the
+# The lab's tests (tests/lab/, the boots included). Not part of `make test`, where the
 # boot tests skip: CI builds no kernel and boots no VM.
 test-lab: bootstrap
 	KERNEL_VM_PYTHON=$(abspath $(PY)) scripts/kernel-vm.sh --prepare >/dev/null
-	TPMTOP_LAB=1 $(PY) -m pytest -q -p no:xdist -o addopts=-ra tests/test_lab_relay.py tests/test_lab_boot.py
+	TPMTOP_LAB=1 $(PY) -m pytest -q -p no:xdist -o addopts=-ra tests/lab
 
 bench:
 	@scripts/bootstrap.sh --bench

@@ -207,7 +207,7 @@ def decode_corpus(tmp_path_factory):
     """Real traffic recorded once per test session (tests/decode_corpus.py): the tpm2-tools
     pcap, how many pairs it holds, and every (command, response) of it and of tpmtop's
     workloads in all four modes."""
-    from decode_corpus import pairs_from, record_tools, record_workloads
+    from tests.helpers.decode_corpus import pairs_from, record_tools, record_workloads
 
     work = tmp_path_factory.mktemp("decode-corpus")
     s = TcpSwtpm()
