@@ -12,8 +12,7 @@ import sys
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
-from tests.capture.test_export_chrome_trace import check_trace
-from tests.capture.test_export_openmetrics import check_metrics
+from tests.helpers.exports import check_metrics, check_trace
 from tpmtop.capture import load_capture
 
 TPMTOP = [sys.executable, "-m", "tpmtop"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import tpmtop.exporters.chrome_trace as ct
-from tests.capture.test_export_chrome_trace import check_trace
+from tests.helpers.exports import check_trace
 from tests.helpers.paths import TESTS
 from tpmtop.capture import CaptureError, load_capture, write_capture
 from tpmtop.exporters.chrome_trace import export_chrome_trace

@@ -9,8 +9,8 @@ import json
 import re
 from pathlib import Path
 
-from tests.conftest import run_tpmtop
 from tests.helpers.paths import TESTS
+from tests.helpers.processes import run_tpmtop
 
 SAMPLE = TESTS / "captures" / "sample-1.0.json"
 

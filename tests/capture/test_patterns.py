@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import run_tpmtop
+from tests.helpers.processes import run_tpmtop
 from tpmtop.capture import load_capture
 from tpmtop.patterns import Detector, detect
 

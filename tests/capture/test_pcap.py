@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from tests.conftest import run_tpmtop
 from tests.helpers.paths import TESTS
+from tests.helpers.processes import run_tpmtop
 from tpmtop.capture import load_capture, write_capture
 from tpmtop.tpm.names import cc_name
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, run_tpmtop
+from tests.helpers.processes import REPO, run_tpmtop
 from tpmtop.cli import SUBCOMMANDS
 
 DEAD = "swtpm:host=127.0.0.1,port=9"  # discard port: nothing answers TPM commands there

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.mutations import EDITS, _mutate, _mutate_json
 from tests.helpers.paths import TESTS
-from tests.unit.test_fuzz_parsers import EDITS, _mutate, _mutate_json
 from tpmtop.capture import CaptureError, load_capture
 from tpmtop.cli import main
 

@@ -3,7 +3,7 @@ each tpmtop process (so a handle created by one client can be listed and flushed
 
 import json
 
-from tests.conftest import run_tpmtop
+from tests.helpers.processes import run_tpmtop
 from tpmtop.sessions.native import NativeEngine
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_tpmtop
 from tests.helpers.paths import TESTS
+from tests.helpers.processes import run_tpmtop
 
 SAMPLE = TESTS / "captures" / "sample-1.0.json"
 PROFILE = TESTS.parent / "tpmtop" / "profiles" / "slb9670.json"

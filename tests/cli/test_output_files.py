@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_tpmtop
 from tests.helpers.paths import TESTS
+from tests.helpers.processes import run_tpmtop
 from tpmtop.capture import load_capture
 
 SAMPLE = TESTS / "captures" / "sample-1.0.json"
@@ -221,7 +221,7 @@ def test_dev_stdout_on_an_appended_file_appends(tmp_path):
     (its O_APPEND holds), not the file renamed over or rewritten from its start."""
     import subprocess
 
-    from tests.conftest import REPO, TPMTOP
+    from tests.helpers.processes import REPO, TPMTOP
 
     log = tmp_path / "log.prom"
     log.write_text("# earlier run\n")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_tpmtop
+from tests.helpers.processes import run_tpmtop
 from tpmtop import decode
 from tpmtop.capture import load_capture
 
@@ -177,7 +177,7 @@ def test_event_of_a_capture_decodes(tmp_path):
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from tests.unit.test_fuzz_parsers import _mutate  # noqa: E402  (the same edits as the wire decoders' fuzzing)
+from tests.helpers.mutations import _mutate  # noqa: E402  (the same edits as the wire decoders' fuzzing)
 
 _SET = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 _EDITS = st.lists(st.tuples(st.sampled_from(["flip", "set", "insert", "delete", "truncate"]),

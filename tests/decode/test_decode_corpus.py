@@ -92,7 +92,7 @@ def test_corpus_agrees_with_tshark(corpus):
 def test_import_and_replay_decode_option(corpus, tmp_path):
     """`tpmtop import --decode` lists every command decoded; `replay --decode` puts the same
     text in the stream's handles column."""
-    from tests.conftest import run_tpmtop
+    from tests.helpers.processes import run_tpmtop
     from tpmtop.sources.replay import ReplaySource, load
 
     pcap, n, _ = corpus

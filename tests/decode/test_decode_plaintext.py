@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import struct
 
-from tests.conftest import run_tpmtop
+from tests.helpers.processes import run_tpmtop
 from tpmtop import decode
 from tpmtop.decode.plaintext import provider, recorder_history
 from tpmtop.sessions import livekeys, native

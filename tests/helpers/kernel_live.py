@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TPMTOP
+from tests.helpers.processes import REPO, TPMTOP
 from tpmtop.kernel import probes
 
 WAIT_S = 180  # generous: the VM may be emulated (TCG) on a busy 2-core machine
@@ -113,28 +113,6 @@ class Tracer:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-
-
-@pytest.fixture
-def tracers(tmp_path):
-    """Start Tracers; whatever is left running is killed, and a group it left is removed."""
-    started: list[Tracer] = []
-
-    def start(*args: str, name: str = "tpmtop") -> Tracer:
-        t = Tracer(tmp_path, *args, name=name)
-        started.append(t)
-        return t
-
-    try:
-        yield start
-    finally:
-        for t in started:
-            t.kill()
-        if started:
-            try:
-                probes.clean_stale(probes.find_tracefs())
-            except probes.KernelTraceError:
-                pass
 
 
 def run(*argv: str, **kw) -> subprocess.Popen:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_tpmtop
-from tests.helpers.kernel_live import require_live, run, tracers, wait_for  # noqa: F401 - fixture
+from tests.helpers.kernel_live import require_live, run, wait_for
+from tests.helpers.processes import run_tpmtop
 from tpmtop.capture import load_capture
 
 pytestmark = pytest.mark.usefixtures("_live")
@@ -349,8 +349,8 @@ def test_the_kernel_dashboard_removes_its_probes_on_a_signal(sig):
     import pty
     import threading
 
-    from tests.conftest import REPO, TPMTOP
     from tests.helpers.kernel_live import WAIT_S
+    from tests.helpers.processes import REPO, TPMTOP
     from tpmtop.kernel import probes
 
     t = probes.find_tracefs()

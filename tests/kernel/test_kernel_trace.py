@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from tests.conftest import run_tpmtop
 from tests.helpers.paths import TESTS
+from tests.helpers.processes import run_tpmtop
 from tpmtop.capture import load_capture
 from tpmtop.kernel import probes
 from tpmtop.kernel.trace_pipe import Parser, parse_line, parse_text
@@ -240,7 +240,7 @@ def test_probe_arguments_follow_the_kernel_signature():
 
 
 from tests.helpers.kernel_live import live_unavailable as _live_unavailable  # noqa: E402
-from tests.helpers.kernel_live import require_live, tracers  # noqa: E402,F401 - fixture
+from tests.helpers.kernel_live import require_live  # noqa: E402
 
 
 def test_without_kprobes_the_cli_says_why_in_one_line():

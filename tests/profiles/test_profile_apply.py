@@ -154,7 +154,7 @@ def test_from_capture_gives_back_the_profile(slb_capture, events, tmp_path, caps
 
 
 # -- refused on real hardware -------------------------------------------------------------
-def _free_port_pair() -> int:
+def free_port_pair() -> int:
     for _ in range(50):
         with socket.socket() as a, socket.socket() as b:
             try:
@@ -170,7 +170,7 @@ def _free_port_pair() -> int:
 @pytest.fixture
 def tcp_swtpm(tmp_path):
     """A swtpm we start ourselves on TCP: to tpmtop it is 'real hardware' (-T swtpm:…)."""
-    port = _free_port_pair()
+    port = free_port_pair()
     log = tmp_path / "swtpm.log"
     proc = subprocess.Popen(["swtpm", "socket", "--tpm2", "--tpmstate", f"dir={tmp_path}",
                              "--server", f"type=tcp,port={port}", "--ctrl", f"type=tcp,port={port + 1}",

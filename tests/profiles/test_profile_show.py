@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 
-from tests.conftest import run_tpmtop
+from tests.helpers.processes import run_tpmtop
 
 
 def _row(stdout: str, command: str) -> list[str]:

@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from tests.proxy.test_proxy import GET_RANDOM_8, TIMEOUT, Proxy, _ask, _tpm_handles
+from tests.helpers.proxy import GET_RANDOM_8, TIMEOUT, Proxy, _ask, _tpm_handles
 
 pytestmark = pytest.mark.skipif(shutil.which("tpm2_getrandom") is None, reason="tpm2-tools not installed")
 

@@ -21,8 +21,8 @@ import time
 
 import pytest
 
-from tests.conftest import run_tpmtop
-from tests.proxy.test_proxy import TIMEOUT, Proxy
+from tests.helpers.processes import run_tpmtop
+from tests.helpers.proxy import TIMEOUT, Proxy
 
 pytestmark = pytest.mark.skipif(shutil.which("tpm2_getrandom") is None, reason="tpm2-tools not installed")
 

@@ -11,8 +11,8 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import swtpm_children
-from tests.proxy.test_proxy import TIMEOUT, Proxy
+from tests.helpers.processes import swtpm_children
+from tests.helpers.proxy import TIMEOUT, Proxy
 
 pytestmark = pytest.mark.skipif(shutil.which("tpm2_getrandom") is None, reason="tpm2-tools not installed")
 

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from tests.conftest import _free_port_pair, run_tpmtop
-from tests.proxy.test_proxy import TIMEOUT, Proxy
+from tests.helpers.processes import free_port_pair, run_tpmtop
+from tests.helpers.proxy import TIMEOUT, Proxy
 
 pytestmark = pytest.mark.skipif(shutil.which("tpm2_getrandom") is None, reason="tpm2-tools not installed")
 
@@ -40,14 +40,14 @@ def test_socket_on_an_existing_file_leaves_it_untouched(tcp_swtpm, tmp_path):
     ctrl = tmp_path / "tpm.sock.ctrl"
     ctrl.write_text("precious\n")
     before = (_state(path), _state(ctrl))
-    r = run_tpmtop("proxy", "-T", tcp_swtpm.tcti, "--port", str(_free_port_pair()), "--socket", str(path))
+    r = run_tpmtop("proxy", "-T", tcp_swtpm.tcti, "--port", str(free_port_pair()), "--socket", str(path))
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "exists and is not a socket" in r.stderr
     assert (_state(path), _state(ctrl)) == before
     assert path.read_text() == "not a socket\n" and ctrl.read_text() == "precious\n"
     # the .ctrl path alone taken: refused too, and the main path is not left behind
     path.unlink()
-    r = run_tpmtop("proxy", "-T", tcp_swtpm.tcti, "--port", str(_free_port_pair()), "--socket", str(path))
+    r = run_tpmtop("proxy", "-T", tcp_swtpm.tcti, "--port", str(free_port_pair()), "--socket", str(path))
     assert r.returncode == 2 and "tpm.sock.ctrl exists" in r.stderr, r.stderr
     assert not path.exists() and ctrl.read_text() == "precious\n"
 
@@ -59,7 +59,7 @@ def test_refused_start_leaves_a_live_proxys_sockets(tcp_swtpm, tmp_path):
     first = Proxy(tcp_swtpm.tcti, "swtpm", tmp_path, ("--socket", str(sock)))
     try:
         before = (_state(sock), _state(f"{sock}.ctrl"))
-        for extra in (("--port", str(first.port)), ("--port", str(_free_port_pair()))):
+        for extra in (("--port", str(first.port)), ("--port", str(free_port_pair()))):
             r = run_tpmtop("proxy", "-T", tcp_swtpm.tcti, "--socket", str(sock), *extra)
             assert r.returncode == 2, r.stderr
             assert r.stderr.count("\n") == 1, r.stderr
@@ -75,7 +75,7 @@ def test_refused_start_leaves_a_live_proxys_sockets(tcp_swtpm, tmp_path):
 
 
 def test_busy_second_port_names_the_right_ports(tcp_swtpm):
-    port = _free_port_pair()
+    port = free_port_pair()
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", port + 1))
         blocker.listen()
@@ -89,7 +89,7 @@ def test_busy_second_port_names_the_right_ports(tcp_swtpm):
 @pytest.mark.parametrize("where", ["adir", "missing/out.json"])
 def test_proxy_json_checked_before_serving(tcp_swtpm, tmp_path, where):
     (tmp_path / "adir").mkdir()
-    r = run_tpmtop("proxy", "-T", tcp_swtpm.tcti, "--port", str(_free_port_pair()), "--json", str(tmp_path / where))
+    r = run_tpmtop("proxy", "-T", tcp_swtpm.tcti, "--port", str(free_port_pair()), "--json", str(tmp_path / where))
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "--json" in r.stderr and "-o " not in r.stderr
     assert "serving" not in r.stderr
@@ -107,7 +107,7 @@ def test_failed_start_keeps_an_existing_capture(tcp_swtpm, tmp_path):
     cap = tmp_path / "keep.json"
     cap.write_text('{"precious": true}\n')
     before = _state(cap)
-    port = _free_port_pair()
+    port = free_port_pair()
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", port))
         blocker.listen()
@@ -225,7 +225,7 @@ def test_unix_socket_is_0600_and_checks_the_peer(tcp_swtpm, tmp_path):
 
 
 def test_bind_refuses_a_network_address(tcp_swtpm):
-    r = run_tpmtop("proxy", "-T", tcp_swtpm.tcti, "--port", str(_free_port_pair()), "--bind", "0.0.0.0")
+    r = run_tpmtop("proxy", "-T", tcp_swtpm.tcti, "--port", str(free_port_pair()), "--bind", "0.0.0.0")
     assert r.returncode == 2 and "loopback only" in r.stderr, r.stderr
 
 

@@ -14,7 +14,7 @@ import socket
 
 import pytest
 
-from tests.conftest import TcpSwtpm, run_tpmtop
+from tests.helpers.processes import TcpSwtpm, run_tpmtop
 
 
 @pytest.fixture

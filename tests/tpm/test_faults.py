@@ -9,7 +9,7 @@ import struct
 import psutil
 import pytest
 
-from tests.conftest import run_tpmtop
+from tests.helpers.processes import run_tpmtop
 from tpmtop.bench import BenchPlan, run_bench
 from tpmtop.capture import build_capture
 from tpmtop.sessions.native import NativeEngine

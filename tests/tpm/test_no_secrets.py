@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers.processes import REPO
 from tpmtop.sessions import crypto
 from tpmtop.sessions.modes import OPS
 from tpmtop.sessions.workload import Workload

@@ -12,7 +12,7 @@ import struct
 
 import pytest
 
-from tests.conftest import run_tpmtop
+from tests.helpers.processes import run_tpmtop
 from tpmtop.errors import UsageError
 from tpmtop.sessions.modes import ENGINES, MODES, OPS, check_pcr
 from tpmtop.sessions.workload import Workload

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_tpmtop
+from tests.helpers.processes import run_tpmtop
 from tpmtop.errors import IntegrityError
 from tpmtop.sessions.modes import ENGINES, EXPECTED_COMMANDS_PER_OP, MODES, OPS
 from tpmtop.sessions.workload import Workload

@@ -22,7 +22,7 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import REPO, TPMTOP, TcpSwtpm, run_tpmtop, swtpm_children
+from tests.helpers.processes import REPO, TPMTOP, TcpSwtpm, run_tpmtop, swtpm_children
 from tpmtop.errors import Interrupted
 from tpmtop.sessions.workload import Workload
 from tpmtop.tpm import commands, interrupts

@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from tests.conftest import run_tpmtop
+from tests.helpers.processes import run_tpmtop
 from tpmtop.errors import UsageError
 from tpmtop.tpm.tcti import choose, parse_tcti
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.helpers.paths import TESTS
-from tests.helpers.tui import SIZE, _private_config, app_for, live, until  # noqa: F401 - fixtures
+from tests.helpers.tui import SIZE, app_for, until
 from tpmtop.boot.report import build_report
 from tpmtop.boot.rootfs import RootReader
 from tpmtop.sources.replay import ReplaySource, load

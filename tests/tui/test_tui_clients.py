@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from tests.conftest import _free_port_pair
-from tests.helpers.tui import SIZE, _private_config, app_for, live, main_screen, until  # noqa: F401 - fixtures
+from tests.helpers.processes import free_port_pair
+from tests.helpers.tui import SIZE, app_for, main_screen, until
 from tpmtop.proxy.server import ProxyServer
 from tpmtop.tui.widgets.clients import ClientsPanel
 
@@ -23,7 +23,7 @@ class TestClientsPanel:
         """A tpm2_getrandom through the dashboard's proxy appears as a client; its commands are
         labelled with it in the recorder, never as workload; highlighting it shows its latencies."""
         src = live(start_running=True, rate=50)
-        port = _free_port_pair()
+        port = free_port_pair()
         log: list[str] = []
         src.proxy = ProxyServer(src.conn, port=port, log=log.append).start()
         src.proxy_log = log
@@ -61,7 +61,7 @@ class TestClientsPanel:
         from tpmtop.proxy.lines import LineKind, ProxyLine
 
         src = live(start_running=True, rate=50)
-        port = _free_port_pair()
+        port = free_port_pair()
         log: list[str] = []
         src.proxy = ProxyServer(src.conn, port=port, log=log.append).start()
         src.proxy_log = log

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from textual.widgets import Static
 
-from tests.helpers.tui import SIZE, _private_config, app_for, live, main_screen, until  # noqa: F401
+from tests.helpers.tui import SIZE, app_for, main_screen, until
 from tpmtop.sources.replay import ReplaySource, load
 from tpmtop.tui.screens.decode import DecodeScreen
 from tpmtop.tui.widgets.stream import StreamPanel, StreamView

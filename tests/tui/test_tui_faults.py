@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from tests.helpers.tui import SIZE, _private_config, app_for, header_text, live, main_screen, until  # noqa: F401 - fixtures
+from tests.helpers.tui import SIZE, app_for, header_text, main_screen, until
 from tpmtop.errors import UsageError
 from tpmtop.sessions.native import NativeEngine
 from tpmtop.sources.numbers import summary_of

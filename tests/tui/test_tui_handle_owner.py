@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 
-from tests.conftest import _free_port_pair
-from tests.helpers.tui import SIZE, _private_config, app_for, live, main_screen, until  # noqa: F401 - fixtures
+from tests.helpers.processes import free_port_pair
+from tests.helpers.tui import SIZE, app_for, main_screen, until
 from tpmtop.proxy.server import ProxyServer
 from tpmtop.sources.rows.handles import HandleOwner
 from tpmtop.tui import messages as m
@@ -43,7 +43,7 @@ class TestOtherProgramsHandles:
     async def test_a_clients_primary_is_named_kept_by_F_and_asked_about_by_f(self, live, tmp_path):
         # the saved mode keeps a session of tpmtop's own loaded: F has something of ours to flush
         src = live(start_running=True, rate=0, mode="saved")
-        port = _free_port_pair()
+        port = free_port_pair()
         log: list[str] = []
         src.proxy = ProxyServer(src.conn, port=port, log=log.append).start()
         src.proxy_log = log

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TPMTOP
 from tests.helpers.paths import REPO, TESTS
+from tests.helpers.processes import REPO, TPMTOP
 from tests.helpers.tui import SIZE, app_for, header_text, main_screen, until
 from tpmtop.kernel.tap import KernelTap
 from tpmtop.sources.kernel import KernelSource

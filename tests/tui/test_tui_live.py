@@ -10,7 +10,7 @@ import threading
 import time
 
 from tests.helpers.paths import TESTS
-from tests.helpers.tui import SIZE, _private_config, app_for, header_text, live, main_screen, until  # noqa: F401 - fixtures
+from tests.helpers.tui import SIZE, app_for, header_text, main_screen, until
 from tpmtop.sources.live import burst_size, pacing_json
 from tpmtop.sources.replay import ReplaySource, load
 from tpmtop.tpm.handles import list_handles

@@ -6,14 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.paths import TESTS
-from tests.helpers.tui import (
-    SIZE,
-    _private_config,  # noqa: F401 - fixture
-    app_for,
-    header_text,
-    main_screen,
-    until,
-)
+from tests.helpers.tui import SIZE, app_for, header_text, main_screen, until
 from tpmtop.cli import main
 from tpmtop.connect import open_tpm
 from tpmtop.profiles import load_profile

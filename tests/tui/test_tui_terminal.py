@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import REPO, TPMTOP
+from tests.helpers.processes import REPO, TPMTOP
 
 
 @pytest.mark.parametrize("argv", [["--sim"], ["--passive"], ["replay", "tests/captures/sample-1.0.json"]],

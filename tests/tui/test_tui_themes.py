@@ -3,19 +3,12 @@ choice is remembered under XDG_CONFIG_HOME, and the app uses --theme."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.helpers.paths import TESTS
 from tpmtop.sources.replay import ReplaySource, load
 from tpmtop.tui import themes
 from tpmtop.tui.app import TpmtopApp
 
 FIXTURE = TESTS / "tui_fixtures" / "slb9670-extend.json"
-
-
-@pytest.fixture(autouse=True)
-def _private_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 
 
 def test_shipped_themes_load_with_meaning_colours():

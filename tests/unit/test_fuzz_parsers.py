@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.mutations import EDITS, _mutate, _mutate_json
 from tests.helpers.paths import TESTS
 from tpmtop.errors import TpmtopError
 from tpmtop.tpm import wire
@@ -60,29 +61,6 @@ def recorded():
         conn.close()
     assert len(pairs) > 20
     return pairs
-
-
-def _mutate(data: bytes, edits) -> bytes:
-    b = bytearray(data)
-    for kind, pos, val in edits:
-        if not b and kind != "insert":
-            continue
-        i = pos % (len(b) + 1)
-        if kind == "flip" and i < len(b):
-            b[i] ^= 1 << (val % 8)
-        elif kind == "set" and i < len(b):
-            b[i] = val
-        elif kind == "insert":
-            b[i:i] = bytes([val])
-        elif kind == "delete" and i < len(b):
-            del b[i]
-        elif kind == "truncate":
-            del b[i:]
-    return bytes(b)
-
-
-EDITS = st.lists(st.tuples(st.sampled_from(["flip", "set", "insert", "delete", "truncate"]),
-                           st.integers(0, 4096), st.integers(0, 255)), min_size=1, max_size=8)
 
 
 def _check_cmd(buf: bytes) -> None:
@@ -153,40 +131,6 @@ def _write(tmp_path_factory, data: bytes, name: str) -> Path:
     p = tmp_path_factory.mktemp("fuzz") / name
     p.write_bytes(data)
     return p
-
-
-JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**70), st.floats(allow_nan=True),
-                      st.text(max_size=20))
-JSON = st.recursive(JSON_LEAF, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=4),
-                    max_leaves=20)
-
-
-def _mutate_json(doc, data):
-    """Replace one randomly chosen value somewhere in a real document."""
-    doc = json.loads(json.dumps(doc))
-    node = doc
-    for _ in range(data.draw(st.integers(0, 5))):
-        if isinstance(node, dict) and node:
-            k = data.draw(st.sampled_from(sorted(node)))
-            if not isinstance(node[k], (dict, list)) or data.draw(st.booleans()):
-                action = data.draw(st.sampled_from(["replace", "delete"]))
-                if action == "delete":
-                    del node[k]
-                else:
-                    node[k] = data.draw(JSON)
-                return doc
-            node = node[k]
-        elif isinstance(node, list) and node:
-            i = data.draw(st.integers(0, len(node) - 1))
-            if not isinstance(node[i], (dict, list)) or data.draw(st.booleans()):
-                node[i] = data.draw(JSON)
-                return doc
-            node = node[i]
-        else:
-            break
-    if isinstance(doc, dict):
-        doc[data.draw(st.text(max_size=8))] = data.draw(JSON)
-    return doc
 
 
 capture_mod = pytest.importorskip("tpmtop.capture")
