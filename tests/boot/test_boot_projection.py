@@ -5,6 +5,7 @@ from decimal import Decimal
 
 import pytest
 
+from tests.helpers.captures import capture_doc
 from tpmtop.boot import projection as pj
 from tpmtop.errors import UsageError
 
@@ -58,14 +59,6 @@ SUMMARY = {"count": 200, "p50": 1.0, "p90": 1.0, "p99": 1.0, "max": 1.0, "mean":
 def run(engine, mode, op, p50):
     return {"engine": engine, "mode": mode, "op": op, "ops": 200, "op_us": dict(SUMMARY, p50=p50),
             "wire_us": SUMMARY, "host_us": SUMMARY, "commands_per_op": {}, "commands": {}}
-
-
-def capture_doc(runs):
-    return {"schema": "tpmtop.capture/1", "created": "2025-01-01T00:00:00Z", "tool": {"version": "0.1.0"},
-            "host": {"hostname": "h", "kernel": "6.12.9"},
-            "tpm": {"manufacturer": "IBM", "vendor": "SW   TPM", "firmware": "1.2.3.4", "tcti": "swtpm:",
-                    "simulated": True},
-            "runs": runs}
 
 
 def test_capture_wins_for_its_modes(tmp_path):

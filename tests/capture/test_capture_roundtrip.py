@@ -22,12 +22,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("tpmtop.cli.bench") is 
 
 
 @pytest.fixture(scope="module")
-def bench_capture(tmp_path_factory):
-    d = tmp_path_factory.mktemp("rt")
-    path = d / "run.json"
-    subprocess.run(TPMTOP + ["bench", "--sim", "--op", "extend", "--modes", "none,reuse", "-n", "20",
-                             "--json", str(path), "--events", "-q"], check=True, capture_output=True, timeout=300)
-    return path
+def bench_capture(bench_captures, tmp_path_factory):
+    return bench_captures.copy("extend-none-reuse", tmp_path_factory.mktemp("rt"))
 
 
 def test_bench_capture_validates_and_has_events(bench_capture):
@@ -65,14 +61,10 @@ def test_export_openmetrics_of_a_bench_capture(bench_capture, tmp_path):
     assert {"tpmtop_operation_seconds", "tpmtop_command_seconds", "tpmtop_commands_per_operation"} <= fams
 
 
-def test_events_include_the_set_up_and_the_clean_up(tmp_path):
+def test_events_include_the_set_up_and_the_clean_up(bench_captures, tmp_path):
     """bench --events keeps every command the bench sent, not only the timed operations': a
     reuse run's kept session is started (set-up, outside any operation) and flushed at the end."""
-    out = tmp_path / "reuse.json"
-    r = subprocess.run(TPMTOP + ["bench", "--sim", "--modes", "reuse", "--engine", "native", "-n", "4",
-                                 "--warmup", "2", "--events", "--json", str(out), "-q"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+    out = bench_captures.copy("reuse-warmup", tmp_path)
     evs = load_capture(out)["events"]
     names = [e["command"].removeprefix("TPM2_CC_") for e in evs]
     start = names.index("StartAuthSession")

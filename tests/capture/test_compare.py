@@ -2,34 +2,19 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import math
-import random
 import subprocess
 import sys
 
 import pytest
 
+from tests.helpers.captures import capture_pair, lognormal, summary
 from tests.helpers.paths import TESTS
-from tpmtop.capture import load_capture, write_capture
 from tpmtop.compare import compare, interval, value_at_rank, verdict
-from tpmtop.stats import LatencyHistogram
 
 SAMPLE = TESTS / "captures" / "sample-1.0.json"
 TPMTOP = [sys.executable, "-m", "tpmtop"]
-
-
-def summary(samples_ns: list[int]) -> dict:
-    h = LatencyHistogram()
-    for v in samples_ns:
-        h.record(v)
-    return {**h.summary(), "histogram": h.buckets()}
-
-
-def lognormal(n: int, median_us: float, seed: int, sigma: float = 0.3) -> list[int]:
-    rng = random.Random(seed)
-    return [int(median_us * 1000 * rng.lognormvariate(0, sigma)) for _ in range(n)]
 
 
 def test_value_at_rank_stays_within_a_bucket_of_the_exact_percentile():
@@ -90,24 +75,8 @@ def test_no_histogram():
     assert verdict(a, b, 0.5) == "no histogram"
 
 
-def _capture_pair(tmp_path):
-    """A baseline and a copy where 'reuse' got 2x slower and its PCR_Extend 3x."""
-    a = load_capture(SAMPLE)
-    b = copy.deepcopy(a)
-    for r in b["runs"]:
-        if r["mode"] == "reuse":
-            r["op_us"] = summary([int(x * 2) for x in lognormal(30, r["op_us"]["p50"] / 2 * 2, 9, 0.05)])
-            extend = r["commands"]["TPM2_CC_PCR_Extend"]
-            r["commands"]["TPM2_CC_PCR_Extend"] = summary(lognormal(30, extend["p50"] * 3, 9, 0.05))
-    b["host"]["kernel"] = "6.10.0"
-    pa, pb = tmp_path / "a.json", tmp_path / "b.json"
-    write_capture(pa, a)
-    write_capture(pb, b)
-    return a, b, pa, pb
-
-
 def test_compare_rows_and_ratios(tmp_path):
-    a, b, _, _ = _capture_pair(tmp_path)
+    a, b, _, _ = capture_pair(tmp_path)
     rows = compare(a, b)
     keys = [(r["mode"], r["command"]) for r in rows]
     assert keys == [("none", None), ("none", "TPM2_CC_PCR_Extend"), ("reuse", None), ("reuse", "TPM2_CC_PCR_Extend")]
@@ -119,7 +88,7 @@ def test_compare_rows_and_ratios(tmp_path):
 
 
 def test_cli_table_and_json(tmp_path):
-    _, _, pa, pb = _capture_pair(tmp_path)
+    _, _, pa, pb = capture_pair(tmp_path)
     proc = subprocess.run(TPMTOP + ["compare", str(pa), str(pb)], capture_output=True, text=True, check=True)
     assert "kernel 6.10.0" in proc.stdout and "slower" in proc.stdout and "within noise" in proc.stdout
     proc = subprocess.run(TPMTOP + ["compare", str(pa), str(pb), str(pa), "--json"], capture_output=True,

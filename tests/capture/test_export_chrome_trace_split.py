@@ -12,48 +12,13 @@ from pathlib import Path
 import pytest
 
 import tpmtop.exporters.chrome_trace as ct
+from tests.helpers.captures import make_capture
 from tests.helpers.exports import check_trace
 from tests.helpers.paths import TESTS
-from tpmtop.capture import CaptureError, load_capture, write_capture
+from tpmtop.capture import CaptureError, load_capture
 from tpmtop.exporters.chrome_trace import export_chrome_trace
 
 SAMPLE = TESTS / "captures" / "sample-1.0.json"
-MODES = ("none", "per-command", "reuse")
-
-
-def make_capture(path: Path, n_ops: int = 120, with_ops: bool = True, modes_from: int = 0,
-                 late_mode: str | None = None) -> Path:
-    """Operations of 1–3 commands each, cycling through MODES (from the op ``modes_from`` on:
-    before it all are "none"); ``late_mode`` for the last quarter; every 25th fails."""
-    head = {k: v for k, v in json.loads(SAMPLE.read_text()).items() if k not in ("ops", "events", "marks")}
-    events, ops = [], []
-    t = 0
-    for seq in range(1, n_ops + 1):
-        mode = MODES[seq % 3] if seq >= modes_from else "none"
-        if late_mode and seq > n_ops * 3 // 4:
-            mode = late_mode
-        t0, wire = t, 0
-        for j in range(1 + seq % 3):
-            w = 100_000 + 7 * seq + j
-            t += 5_000
-            events.append({"t_ns": t, "command": "TPM2_CC_PCR_Extend", "handles": ["0x00000010"],
-                           "sessions": [{"handle": "0x02000000", "attrs": 1}],
-                           "rc": 0x98e if seq % 25 == 0 and j == 0 else 0, "rc_text": "50% done" if j == 2 else "ok",
-                           "wire_ns": w, "origin": "workload", "engine": "native", "mode": mode,
-                           "op": "extend", "op_seq": seq})
-            t += w
-            wire += w
-        t += 30_000
-        ops.append({"op_seq": seq, "engine": "native", "mode": mode, "op": "extend", "t_ns": t0,
-                    "total_ns": t - t0, "wire_ns": wire, "ok": seq % 25 != 0})
-    events.append({"t_ns": t + 10, "command": "TPM2_CC_GetCapability", "handles": [], "sessions": [],
-                   "rc": 0, "rc_text": "success", "wire_ns": 50_000, "origin": "poll", "engine": None,
-                   "mode": None, "op": None, "op_seq": None})
-    cap = {**head, "events": events}
-    if with_ops:
-        cap["ops"] = ops
-    write_capture(path, cap)
-    return path
 
 
 def event_line_offsets(path: Path) -> list[int]:

@@ -51,13 +51,10 @@ def test_repeated_failure_and_slots_full_from_tpm2_tools(tcp_swtpm, tmp_path):
     assert "pattern: ReadPublic failing with 0x18b" in r.stderr
 
 
-def test_session_churn_in_compare(tmp_path):
+def test_session_churn_in_compare(bench_captures, tmp_path):
     """A program that starts a session for every command is named by `tpmtop compare`; tpmtop's
     own per-command workload is not (that churn is the strategy being measured)."""
-    own = tmp_path / "per-command.json"
-    r = run_tpmtop("bench", "--sim", "--op", "extend", "--modes", "per-command", "--engine", "native", "-n", "12",
-                   "--warmup", "0", "--events", "--json", str(own), "-q", timeout=300)
-    assert r.returncode == 0, r.stderr
+    own = bench_captures.copy("per-command", tmp_path)
     cap = load_capture(own)
     starts = sum(1 for e in cap["events"] if e["command"] == "TPM2_CC_StartAuthSession" and e["rc"] == 0)
     assert starts >= 12

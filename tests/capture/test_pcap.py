@@ -90,13 +90,10 @@ def test_replay_opens_a_pcap_file_directly(tcp_swtpm, tmp_path):
 
 
 @needs_tshark
-def test_pcapng_export_of_bench_events_dissects_with_the_same_commands(tmp_path):
+def test_pcapng_export_of_bench_events_dissects_with_the_same_commands(bench_captures, tmp_path):
     """A `bench --events` capture exported as pcapng: tshark's TPM dissector shows the same
     command codes, counts, order and response codes; import gives them back."""
-    capfile = tmp_path / "bench.json"
-    r = run_tpmtop("bench", "--sim", "--op", "extend", "--modes", "none,per-command", "--engine", "native",
-                   "-n", "10", "--events", "--json", str(capfile), timeout=300)
-    assert r.returncode == 0, r.stderr
+    capfile = bench_captures.copy("none-per-command", tmp_path)
     cap = load_capture(capfile)
     out = tmp_path / "bench.pcapng"
     r = run_tpmtop("export", str(capfile), "--format", "pcapng", "-o", str(out))

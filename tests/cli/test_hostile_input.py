@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.captures import EVIL, write_evil_capture
 from tests.helpers.paths import TESTS
 from tests.helpers.processes import run_tpmtop
 
@@ -17,8 +18,6 @@ PROFILE = TESTS.parent / "tpmtop" / "profiles" / "slb9670.json"
 BOOT_ROOT = TESTS / "fixtures" / "boot" / "laptop-6.10-hmac"
 BENCH = ["bench", "--sim", "-n", "3", "--warmup", "0", "--engine", "native", "--modes", "none", "-q"]
 
-# Window title (OSC 0), clear screen (CSI 2 J), an 8-bit CSI (C1 0x9b), a bidi override.
-EVIL = "\x1b]0;owned\x07\x1b[2J\x9b31m\u202e"
 
 
 def _strict_json(text: str):
@@ -93,25 +92,7 @@ def test_moderately_nested_profile_is_bad_input(tmp_path):
 
 @pytest.fixture
 def evil_capture(tmp_path) -> Path:
-    return _evil(tmp_path, names=True)
-
-
-def _evil(tmp_path: Path, names: bool) -> Path:
-    doc = json.loads(SAMPLE.read_text())
-    doc["tpm"]["manufacturer"] = "IBM" + EVIL
-    doc["tpm"]["vendor"] = EVIL
-    doc["host"]["kernel"] = "6.12" + EVIL
-    doc["host"]["hostname"] = EVIL
-    if names:  # command names no TPM knows: fine for compare and replay, not for a profile
-        for r in doc["runs"]:
-            r["engine"] = "native" + EVIL[:8]
-            cmds = r["commands"]
-            cmds["TPM2_CC_PCR_Extend" + EVIL] = cmds.pop(next(iter(cmds)))
-        for e in doc["events"]:
-            e["command"] += EVIL
-    p = tmp_path / "evil.json"
-    p.write_text(json.dumps(doc, ensure_ascii=False))
-    return p
+    return write_evil_capture(tmp_path, names=True)
 
 
 def _no_raw_controls(text: str) -> None:
@@ -145,7 +126,7 @@ def test_boot_capture_report_is_escaped(evil_capture):
 
 
 def test_profile_from_capture_output_and_notices_are_escaped(tmp_path):
-    doc = json.loads(_evil(tmp_path, names=False).read_text())
+    doc = json.loads(write_evil_capture(tmp_path, names=False).read_text())
     doc["tpm"]["profile"] = "slb" + EVIL  # quoted in a notice
     p = tmp_path / "evil2.json"
     p.write_text(json.dumps(doc, ensure_ascii=False))

@@ -147,12 +147,9 @@ def test_error_response_is_decoded_with_its_meaning():
     assert "rc 0x902 tpm:warn(2.0): out of memory for object contexts" in text and "tpmtop handles" in text
 
 
-def test_event_of_a_capture_decodes(tmp_path):
+def test_event_of_a_capture_decodes(bench_captures, tmp_path):
     """`tpmtop decode --event N CAPTURE`: the bytes a bench --events capture kept."""
-    cap = tmp_path / "b.json"
-    r = run_tpmtop("bench", "--sim", "--op", "get_random", "--modes", "reuse", "--engine", "native", "-n", "2",
-                   "--warmup", "0", "--events", "--json", str(cap), "-q", timeout=300)
-    assert r.returncode == 0, r.stderr
+    cap = bench_captures.copy("get-random-reuse", tmp_path)
     events = load_capture(cap)["events"]
     n = next(i for i, e in enumerate(events) if e["command"] == "TPM2_CC_GetRandom")
     # the capture says a plaintext view was available (tpmtop's own session), and only that
@@ -207,15 +204,12 @@ def test_arbitrary_bytes_never_raise(cmd, rsp):
     _check(decode.decode(cmd, rsp))
 
 
-def test_replay_keeps_the_bytes_a_capture_carries(tmp_path):
+def test_replay_keeps_the_bytes_a_capture_carries(bench_captures, tmp_path):
     """Replay's loader (the typed fast path) must not drop command_hex/response_hex: Enter on a
     replayed row decodes from them."""
     from tpmtop.sources.replay import load
 
-    cap = tmp_path / "c.json"
-    r = run_tpmtop("bench", "--sim", "--modes", "reuse", "--engine", "native", "-n", "3", "--warmup", "1",
-                   "--events", "--json", str(cap), "-q", timeout=300)
-    assert r.returncode == 0, r.stderr
+    cap = bench_captures.copy("reuse-warmup", tmp_path)
     with_bytes = [e for e in load_capture(cap)["events"] if "command_hex" in e]
     assert with_bytes
     replayed = load(cap)["events"]

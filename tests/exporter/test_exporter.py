@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.exporter import KERNEL_TRACES, REPO, Exporter, capture_of, samples, value
+from tests.helpers.captures import capture_of
+from tests.helpers.exporter import KERNEL_TRACES, REPO, Exporter, samples, value
 from tpmtop.fleet import families as fam
 from tpmtop.importers.observed import RC_NOT_TRACED
 

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.exporter import KERNEL_TRACES, REPO, Exporter, capture_of, shifted_copy, span_s
+from tests.helpers.captures import capture_of
+from tests.helpers.exporter import KERNEL_TRACES, REPO, Exporter, shifted_copy, span_s
 from tpmtop.fleet.families import BUCKETS
 
 PROMETHEUS = shutil.which("prometheus")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -82,12 +81,3 @@ def value(text: str, name: str, **labels) -> float:
     """The sum of ``name``'s samples whose labels include ``labels``."""
     want = set(labels.items())
     return sum(v for (n, ls), v in samples(text).items() if n == name and want <= set(ls))
-
-
-def capture_of(trace: Path, tmp_path: Path) -> dict:
-    """`tpmtop kernel --from-trace` of the same traffic: what the exporter must agree with."""
-    out = tmp_path / f"{trace.stem}.json"
-    r = subprocess.run([sys.executable, "-m", "tpmtop", "kernel", "--from-trace", str(trace), "--json", str(out), "-q"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return json.loads(out.read_text())

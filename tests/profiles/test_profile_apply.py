@@ -89,12 +89,8 @@ def test_each_command_is_held_at_least_as_long_as_the_profile_says():
 
 
 @pytest.fixture(scope="module")
-def slb_capture(tmp_path_factory):
-    out = tmp_path_factory.mktemp("slb") / "slb.json"
-    rc = main(["bench", "--sim", "--profile", "slb9670", "--op", "extend", "--modes", "none,per-command,reuse,saved",
-               "--engine", "native", "-n", "3", "--warmup", "0", "-q", "--json", str(out), "--events"])
-    assert rc == 0
-    return out
+def slb_capture(bench_captures, tmp_path_factory):
+    return bench_captures.copy("slb9670", tmp_path_factory.mktemp("slb"))
 
 
 def test_builtin_profile_reproduces_the_published_figures(slb_capture):
