@@ -3,7 +3,7 @@
 tpm2-tools runs (createprimary, create, load, sign, verifysignature, hmac, getrandom,
 pcrread, pcrextend 16, nvdefine/nvwrite/nvread, startauthsession with policy and HMAC
 sessions, policypcr, contextsave/load, flushcontext) and tpmtop's own workloads in all
-four session modes with both engines. Used by tests/test_decode_corpus.py (recorded once
+four session modes with both engines. Used by tests/decode/test_decode_corpus.py (recorded once
 per test session) and benchmarks/decode.py.
 """
 

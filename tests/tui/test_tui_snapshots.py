@@ -1,6 +1,6 @@
 """Snapshot tests of replay screens (deterministic: a fixed capture, no TPM, no timers).
 
-Regenerate after an intended change with ``pytest tests/test_tui_snapshots.py --snapshot-update``
+Regenerate after an intended change with ``pytest tests/tui/test_tui_snapshots.py --snapshot-update``
 and look at the report before committing.
 """
 
