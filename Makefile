@@ -40,11 +40,11 @@ lab: bootstrap
 	KERNEL_VM_PYTHON=$(abspath $(PY)) scripts/kernel-vm.sh --prepare >/dev/null
 	$(TPMTOP) lab $(LAB_ARGS)
 
-# The lab's tests (tests/test_lab*.py, the boots included). Not part of `make test`, where the
+# The lab's tests (tests/lab/, the boots included). Not part of `make test`, where the
 # boot tests skip: CI builds no kernel and boots no VM.
 test-lab: bootstrap
 	KERNEL_VM_PYTHON=$(abspath $(PY)) scripts/kernel-vm.sh --prepare >/dev/null
-	TPMTOP_LAB=1 $(PY) -m pytest -q -p no:xdist -o addopts=-ra tests/test_lab_relay.py tests/test_lab_boot.py
+	TPMTOP_LAB=1 $(PY) -m pytest -q -p no:xdist -o addopts=-ra tests/lab
 
 bench:
 	@scripts/bootstrap.sh --bench
@@ -56,7 +56,7 @@ screenshots: bootstrap
 # Man pages (tpmtop.1, tpmtop-<subcommand>.1) and bash/zsh/fish completions, generated from the
 # CLI's parser (tpmtop/cli/distfiles.py) into $(SHARE_DIR), laid out as under an install prefix's
 # share/: `man -l build/share/man/man1/tpmtop-bench.1`. The wheel carries the same files
-# (setup.py); tests/test_packaging.py runs these two targets.
+# (setup.py); tests/cli/test_packaging.py runs these two targets.
 SHARE_DIR := build/share
 
 man: bootstrap
@@ -66,7 +66,7 @@ completions: bootstrap
 	$(PY) -m tpmtop.cli.distfiles --completions $(SHARE_DIR)
 
 # The documentation site (mkdocs, Material theme) into site/. --strict: a broken link or anchor,
-# or a page left out of the nav, fails the build (tests/test_docs.py runs the same inside `make test`).
+# or a page left out of the nav, fails the build (tests/cli/test_docs.py runs the same inside `make test`).
 docs: bootstrap
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))  # tests.helpers.decode_peers
 from machine import describe  # noqa: E402
 
 TPMTOP = [sys.executable, "-m", "tpmtop"]
@@ -65,8 +65,7 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def run_tpmstream(pairs):
-    from decode_peers import tpmstream_fields
-
+    from tests.helpers.decode_peers import tpmstream_fields
     from tpmtop import decode
 
     ok = agree = 0
@@ -83,7 +82,7 @@ def run_tpmstream(pairs):
             continue
         times.append(time.perf_counter() - t)
         ok += not wc and not wr
-        from decode_peers import tpmtop_fields
+        from tests.helpers.decode_peers import tpmtop_fields
 
         agree += theirs_c == tpmtop_fields(d.command) and theirs_r == tpmtop_fields(d.response)
     return ok, agree, times

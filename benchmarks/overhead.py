@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.helpers.processes
 
 from machine import describe  # noqa: E402 - benchmarks/machine.py
 from tpm2_pytss import ESAPI  # noqa: E402
@@ -37,7 +37,7 @@ from tpmtop.tpm.transport import InstrumentedTransport, SocketBackend, connect_t
 
 
 def start_swtpm():
-    from conftest import TcpSwtpm
+    from tests.helpers.processes import TcpSwtpm
 
     return TcpSwtpm()
 

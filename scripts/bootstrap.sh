@@ -30,7 +30,7 @@ if ((for_tests || for_bench)) && ! ls /usr/lib/*/libtss2-tcti-tabrmd.so.0 >/dev/
 # Prometheus and promtool: the exporter's tests scrape it with a real Prometheus and check the
 # rules (the Debian package installs a prometheus.service; the tests never start it)
 if ((for_tests)) && ! command -v promtool >/dev/null 2>&1; then need_pkgs+=(prometheus); fi
-# man, zsh and fish: tests/test_packaging.py renders each man page and checks each completion
+# man, zsh and fish: tests/cli/test_packaging.py renders each man page and checks each completion
 # script with its own shell (bash is there already); git lists the files the wheel is built from
 if ((for_tests)) && ! command -v man >/dev/null 2>&1; then need_pkgs+=(man-db); fi
 if ((for_tests)) && ! command -v zsh >/dev/null 2>&1; then need_pkgs+=(zsh); fi

@@ -154,8 +154,8 @@ trap 'echo "kernel-vm: interrupted" >&2; exit 130' INT TERM HUP
 
 # The default command: the live kernel tests, which must run (not skip) in the guest.
 default_cmd() {
-    local tests=(tests/test_kernel_trace.py)
-    [ -f tests/test_kernel_live.py ] && tests+=(tests/test_kernel_live.py)
+    local tests=(tests/kernel/test_kernel_trace.py)
+    [ -f tests/kernel/test_kernel_live.py ] && tests+=(tests/kernel/test_kernel_live.py)
     echo "exec \"$PY\" -m pytest -q -p no:cacheprovider -o addopts=-ra ${tests[*]}"
 }
 

@@ -3,7 +3,7 @@
 # while the whole suite runs three times in a row. The loops are always stopped (trap), and
 # the last line is `stress: N/3 runs passed`; the exit status is 0 only for 3/3. The suite runs
 # as `make test` runs it (one pytest worker per CPU), so the loops double the load CI sees.
-# Extra arguments go to pytest (e.g. `scripts/stress-test.sh tests/test_sim.py`).
+# Extra arguments go to pytest (e.g. `scripts/stress-test.sh tests/tpm/test_sim.py`).
 set -u
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python

@@ -1,22 +1,22 @@
-"""Shared fixtures. Every TPM here is a real swtpm process; nothing is mocked."""
+"""Fixtures every room uses. Every TPM here is a real swtpm process; nothing is mocked.
+
+The helpers the tests import (run_tpmtop, TcpSwtpm, the capture builders, the paths of the
+data folders) are modules of tests/helpers/; each room's own fixtures are in its conftest.py.
+"""
 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 
 import pytest
 
-from tpmtop.connect import open_tpm
+# The helpers assert too (check_trace, the capture builders, the process waits): rewrite their
+# asserts as pytest does a test module's, so a failure inside one shows the values.
+pytest.register_assert_rewrite("tests.helpers")
 
-REPO = Path(__file__).resolve().parent.parent
-TPMTOP = [sys.executable, "-m", "tpmtop"]
+from tests.helpers.captures import BenchCaptures  # noqa: E402
+from tests.helpers.processes import TcpSwtpm  # noqa: E402
+from tpmtop.connect import open_tpm  # noqa: E402
 
 
 @pytest.fixture
@@ -29,71 +29,6 @@ def tpm():
         conn.close()
 
 
-@pytest.fixture(scope="module")
-def shared_tpm():
-    """One swtpm for a module whose tests do not care about each other's state."""
-    conn = open_tpm(sim=True)
-    try:
-        yield conn
-    finally:
-        conn.close()
-
-
-def _free_port_pair() -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 65000:
-            with socket.socket() as s2:
-                try:
-                    s2.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-            return port
-    raise RuntimeError("no free port pair")
-
-
-class TcpSwtpm:
-    """A swtpm on TCP ports, as a user would run one: other processes (the tpmtop CLI)
-    connect to it with -T swtpm:port=N, and its state outlives each client."""
-
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="tpmtop-test-swtpm-")
-        self.port = _free_port_pair()
-        self.proc = subprocess.Popen(
-            ["swtpm", "socket", "--tpm2", "--tpmstate", f"dir={self.dir}",
-             "--server", f"type=tcp,port={self.port}", "--ctrl", f"type=tcp,port={self.port + 1}",
-             "--flags", "not-need-init,startup-clear"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            self.stop()
-            raise RuntimeError("swtpm did not listen")
-
-    @property
-    def tcti(self) -> str:
-        return f"swtpm:host=127.0.0.1,port={self.port}"
-
-    def connect(self):
-        return open_tpm(tcti=self.tcti, env={})
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 @pytest.fixture
 def tcp_swtpm():
     s = TcpSwtpm()
@@ -103,122 +38,16 @@ def tcp_swtpm():
         s.stop()
 
 
-def run_tpmtop(*args: str, env: dict | None = None, timeout: float = 60, prefix: list | None = None,
-               **kw) -> subprocess.CompletedProcess:
-    e = dict(os.environ)
-    e.pop("TPM2TOOLS_TCTI", None)
-    if env:
-        e.update(env)
-    return subprocess.run((prefix or []) + TPMTOP + list(args), capture_output=True, text=True, env=e,
-                          timeout=timeout, cwd=REPO, **kw)
-
-
-def swtpm_children(pid: int) -> list:
-    import psutil
-
-    try:
-        return [c for c in psutil.Process(pid).children(recursive=True) if c.name() == "swtpm"]
-    except psutil.NoSuchProcess:
-        return []
-
-
-class BenchProcess:
-    """A ``tpmtop bench`` as a user runs it (a separate process), for signal and fault tests.
-
-    Waits are on conditions with generous limits, never fixed sleeps: ``swtpm()`` until the
-    private swtpm is there, ``working()`` until the bench has printed its header and its TPM
-    has spent CPU on its commands. ``kill()`` (the ``bench`` fixture's finalizer) ends it
-    whatever happened, so a test that fails never leaves a million-operation bench running.
-    """
-
-    LIMIT = 60.0
-
-    def __init__(self, *args: str):
-        import threading
-
-        self.proc = subprocess.Popen(TPMTOP + ["bench", *args], cwd=REPO, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-        self.out: list[str] = []
-        self._reader = threading.Thread(target=lambda: self.out.extend(iter(self.proc.stdout.readline, "")),
-                                        daemon=True)
-        self._reader.start()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def _until(self, cond, what: str) -> None:
-        deadline = time.monotonic() + self.LIMIT
-        while not cond():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"bench exited ({self.proc.returncode}) before {what}: {self.proc.stderr.read()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"bench: no {what} within {self.LIMIT:.0f} s")
-            time.sleep(0.01)
-
-    def swtpm(self):
-        """The private swtpm (psutil.Process), once it is there."""
-        self._until(lambda: swtpm_children(self.pid), "private swtpm")
-        return swtpm_children(self.pid)[0]
-
-    def working(self, tpm_pid: int | None = None, cpu_s: float = 0.05) -> None:
-        """Until the header is out and the TPM (the private swtpm unless *tpm_pid*) has spent
-        *cpu_s* of CPU since then: the workload's commands are flowing."""
-        import psutil
-
-        tpm = psutil.Process(tpm_pid) if tpm_pid else self.swtpm()
-        self._until(lambda: self.out, "header")
-        start = sum(tpm.cpu_times()[:2])
-        self._until(lambda: sum(tpm.cpu_times()[:2]) - start >= cpu_s, "TPM work")
-
-    def finish(self, timeout: float = LIMIT) -> tuple[int, str, str]:
-        """Exit status, stdout, stderr (waits at most *timeout*)."""
-        rc = self.proc.wait(timeout=timeout)
-        self._reader.join(timeout)
-        return rc, "".join(self.out), self.proc.stderr.read()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        for f in (self.proc.stdout, self.proc.stderr):
-            f.close()
-
-
-@pytest.fixture
-def bench():
-    """bench(*args) -> BenchProcess; every one started is killed at the end of the test."""
-    started: list[BenchProcess] = []
-
-    def start(*args: str) -> BenchProcess:
-        b = BenchProcess(*args)
-        started.append(b)
-        return b
-
-    try:
-        yield start
-    finally:
-        for b in started:
-            b.kill()
-
-
 @pytest.fixture(scope="session")
-def decode_corpus(tmp_path_factory):
-    """Real traffic recorded once per test session (tests/decode_corpus.py): the tpm2-tools
-    pcap, how many pairs it holds, and every (command, response) of it and of tpmtop's
-    workloads in all four modes."""
-    from decode_corpus import pairs_from, record_tools, record_workloads
+def bench_captures(tmp_path_factory) -> BenchCaptures:
+    """The bench captures of tests/helpers/captures.py (BENCH_KINDS), each made once for the
+    whole run: ``bench_captures.copy(kind, tmp_path)`` gives a test its own copy. Under
+    pytest-xdist every worker's base temp is a child of one directory made for this run, and
+    the workers share the captures there; alone, the run's own base temp holds them."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    where = root / "bench-captures"
+    where.mkdir(exist_ok=True)
+    return BenchCaptures(where)
 
-    work = tmp_path_factory.mktemp("decode-corpus")
-    s = TcpSwtpm()
-    try:
-        pcap, failed = record_tools(s.port, work)
-        assert not failed, failed
-        caps = record_workloads(s.port, work)
-    finally:
-        s.stop()
-    pairs = pairs_from(pcap)
-    tool_pairs = len(pairs)
-    for c in caps:
-        pairs += pairs_from(c)
-    return pcap, tool_pairs, pairs

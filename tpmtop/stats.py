@@ -32,7 +32,7 @@ del _SHAPE
 
 def _bucket_floor(ns: int) -> int:
     """The lowest value of the HDR slot ``ns`` falls in: recording it counts in the same slot
-    (tests/test_transport.py checks whole histograms against value-by-value recording)."""
+    (tests/tpm/test_transport.py checks whole histograms against value-by-value recording)."""
     shift = ns.bit_length() - _SUB_BITS
     if shift < _UNIT_BITS:
         shift = _UNIT_BITS

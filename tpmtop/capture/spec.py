@@ -110,7 +110,7 @@ def validator(part: str | None = None) -> Any:  # a jsonschema validator
 def _strict_validator_class() -> Any:
     """Draft 2020-12, except that "integer" means a JSON integer: the draft also accepts 5.0
     (and 1e-400, which reads as 0.0), and every consumer that counts or indexes with such a
-    member then fails on a float (found by tests/test_fuzz_cli.py)."""
+    member then fails on a float (found by tests/cli/test_fuzz_cli.py)."""
     import jsonschema
     from jsonschema import validators
 

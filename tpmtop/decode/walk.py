@@ -6,7 +6,7 @@ with its field names, union selectors, enumerations and attribute bits) are tpms
 byte at a time through coroutines and emits an event per byte of every buffer: 1 ms for a
 median pair and over 10 ms at the 99th percentile on this project's VM, more than a
 dashboard's Enter may take. This walker reads the same tables with slices instead: the
-same fields, ~10× faster (docs/benchmarks.md "Which decoder", benchmarks/decode.py). tests/test_decode_corpus.py
+same fields, ~10× faster (docs/benchmarks.md "Which decoder", benchmarks/decode.py). tests/decode/test_decode_corpus.py
 checks it against tpmstream's decoder field by field on real traffic.
 
 A field that cannot be decoded stops the walk: the Part records where (offset, path) and

@@ -1,6 +1,6 @@
 """Every export format, once: its name, what it is for, the function that writes it and what
 ``tpmtop export`` says when it is done. ``tpmtop export``'s choices, help and examples are
-read from :data:`EXPORTERS`, so a format cannot be half-added (``tests/test_registries.py``).
+read from :data:`EXPORTERS`, so a format cannot be half-added (``tests/unit/test_registries.py``).
 
 An exporter is a module with ``export(capture_path, dest) -> dict`` (counts for the report)
 plus its entry here; the module is imported only when its format is asked for.

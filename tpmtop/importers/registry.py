@@ -1,7 +1,7 @@
 """Every format of recorded TPM traffic tpmtop can read, once: its name, how a file of it is
 recognised (a sniff of its first bytes), how it is read into a capture and the options it
 takes. ``tpmtop import`` and ``tpmtop replay`` read :data:`IMPORTERS`
-(``tests/test_registries.py``): a new format is a module in this package plus its entry here.
+(``tests/unit/test_registries.py``): a new format is a module in this package plus its entry here.
 """
 
 from __future__ import annotations

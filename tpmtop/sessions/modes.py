@@ -6,7 +6,7 @@ the CLI, the dashboard and captures keep speaking the same words.
 :data:`MODE_INFO` is the registry of modes: everything another layer says about a mode (its
 help text, the colour of its bars, its boot-cost formula, the commands one operation sends)
 is read from here, so a new mode is its member, its entry here and its strategy
-(:data:`tpmtop.sessions.workload.STRATEGIES`) — ``tests/test_registries.py`` checks all
+(:data:`tpmtop.sessions.workload.STRATEGIES`) — ``tests/unit/test_registries.py`` checks all
 three and the capture schema's enum agree.
 """
 

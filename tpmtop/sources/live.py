@@ -331,7 +331,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         except (TpmtopError, TimeoutError):
             # A TPM that is gone or silent: give up on flushing after the time-out rather than
             # hang the exit. Anything else is a bug and must not be swallowed (it once hid a
-            # clean-up that never ran: tests/test_tui_quit.py).
+            # clean-up that never ran: tests/tui/test_tui_quit.py).
             pass
         finally:
             self.conn.close()

@@ -6,7 +6,7 @@
 live (a TPM), replay (a capture), passive (sysfs only) and kernel (kprobes) — derive from
 :class:`SourceBase`, which gives the defaults of a source that cannot do a thing (no TPM to
 poll, no workload to pause), so a new capability is one field here with its default and an
-override where a source has it. ``tests/test_source_contract.py`` walks all four. No Textual here.
+override where a source has it. ``tests/unit/test_source_contract.py`` walks all four. No Textual here.
 """
 
 from __future__ import annotations

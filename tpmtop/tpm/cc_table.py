@@ -4,7 +4,7 @@ carries one — what :mod:`tpmtop.tpm.wire` needs to find the authorization area
 Generated from tpm2-pytss's command parser (``python -m tpmtop.tpm.cc_table`` prints it
 again) rather than imported from it at run time: importing ``tpm2_pytss.command_parser``
 costs ~150 ms, which every ``tpmtop info`` over SSH paid before it sent a command.
-tests/test_transport.py checks every entry against the installed tpm2-pytss; a code missing
+tests/tpm/test_transport.py checks every entry against the installed tpm2-pytss; a code missing
 here (a newer spec's command) is looked up in the library, once.
 """
 

@@ -19,7 +19,7 @@ from tpmtop.tpm.cc_table import HANDLES
 # The four values the header/authorization decoder needs, spelled here rather than taken from
 # tpm2_pytss.constants: building the CLI's parser imports this module (chip profiles ->
 # wire), and importing tpm2-pytss costs ~55 ms that `tpmtop boot` over SSH must not pay.
-# tests/test_transport.py pins each to its tpm2_pytss.constants name.
+# tests/tpm/test_transport.py pins each to its tpm2_pytss.constants name.
 TPM_ST_NO_SESSIONS = 0x8001  # TPM2_ST.NO_SESSIONS
 TPM_ST_SESSIONS = 0x8002  # TPM2_ST.SESSIONS
 TPM_RS_PW = 0x40000009  # TPM2_RH.PW: the password "session" handle, not a session anyone holds

@@ -1,7 +1,7 @@
 """Every dashboard panel, once: its key, title, what it needs from the source, where it sits,
 its widget and its help line. The screen's layout, its tabs and keys, the footer, the help
 screen, the command palette and what a source can show (:mod:`tpmtop.tui.availability`) all
-read :data:`PANELS`, so a panel cannot be half-added (``tests/test_registries.py``).
+read :data:`PANELS`, so a panel cannot be half-added (``tests/unit/test_registries.py``).
 
 A panel is a widget (:mod:`tpmtop.tui.widgets`) that draws its part of the view-model's frame,
 and a rows module (:mod:`tpmtop.sources.rows`) that builds that part; a new panel passes its

@@ -1,0 +1,108 @@
+"""tpmtop compare: ratios, and the noise verdict from the two histograms."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.captures import capture_pair, lognormal, summary
+from tests.helpers.paths import TESTS
+from tpmtop.compare import compare, interval, value_at_rank, verdict
+
+SAMPLE = TESTS / "captures" / "sample-1.0.json"
+TPMTOP = [sys.executable, "-m", "tpmtop"]
+
+
+def test_value_at_rank_stays_within_a_bucket_of_the_exact_percentile():
+    xs = lognormal(20_000, 400, seed=1)
+    s = summary(xs)
+    xs.sort()
+    for p in (0.1, 0.5, 0.9, 0.99):
+        exact = xs[int(p * len(xs))] / 1000
+        # buckets are 10**(1/4) = 1.78x wide; log-linear interpolation is far closer than that
+        # (in the tails ~20 % off, which is why interval() anchors on the exact percentile)
+        assert 1 / 1.3 < value_at_rank(s["histogram"], p * len(xs)) / exact < 1.3
+
+
+@pytest.mark.parametrize("p", [0.5, 0.99])
+def test_interval_covers_the_true_percentile(p):
+    """Coverage: over 60 independent captures of a lognormal with a known percentile, the
+    95 % interval must contain the true value nearly always (binomial slack: at least 52)."""
+    sigma, median = 0.3, 400.0
+    z = {0.5: 0.0, 0.99: 2.3263479}[p]
+    true = median * math.exp(sigma * z)
+    hits = 0
+    for seed in range(60):
+        s = summary(lognormal(1000, median, 1000 + seed, sigma))
+        lo, hi = interval(s["histogram"], p, s[f"p{round(p * 100)}"])
+        hits += lo <= true <= hi
+    assert hits >= 52, hits
+
+
+def test_interval_narrows_with_more_samples_and_opens_when_too_few():
+    small, big = summary(lognormal(50, 400, 2)), summary(lognormal(5000, 400, 2))
+    lo_s, hi_s = interval(small["histogram"], 0.5)
+    lo_b, hi_b = interval(big["histogram"], 0.5)
+    assert lo_s < lo_b < hi_b < hi_s
+    assert interval(small["histogram"], 0.99)[1] == math.inf  # rank beyond 50 samples
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_same_distribution_is_within_noise(seed):
+    a, b = summary(lognormal(2000, 400, seed)), summary(lognormal(2000, 400, seed + 100))
+    assert verdict(a, b, 0.5) == "within noise"
+    assert verdict(a, b, 0.99) == "within noise"
+
+
+def test_a_real_shift_is_named():
+    a, b = summary(lognormal(2000, 400, 1)), summary(lognormal(2000, 600, 2))
+    assert verdict(a, b, 0.5) == "slower" and verdict(b, a, 0.5) == "faster"
+    assert verdict(a, b, 0.99) == "slower"
+
+
+def test_p99_of_few_samples_stays_within_noise_for_a_modest_gap():
+    a, b = summary(lognormal(20, 400, 1)), summary(lognormal(20, 520, 2))
+    assert verdict(a, b, 0.99) == "within noise"
+
+
+def test_no_histogram():
+    a = summary(lognormal(100, 400, 1))
+    b = {k: v for k, v in a.items() if k != "histogram"}
+    assert verdict(a, b, 0.5) == "no histogram"
+
+
+def test_compare_rows_and_ratios(tmp_path):
+    a, b, _, _ = capture_pair(tmp_path)
+    rows = compare(a, b)
+    keys = [(r["mode"], r["command"]) for r in rows]
+    assert keys == [("none", None), ("none", "TPM2_CC_PCR_Extend"), ("reuse", None), ("reuse", "TPM2_CC_PCR_Extend")]
+    for r in rows:
+        assert r["p50_ratio"] == pytest.approx(r["p50"][1] / r["p50"][0], abs=1e-3)
+    by = {k: r for k, r in zip(keys, rows, strict=False)}
+    assert by[("none", None)]["p50_verdict"] == "within noise" and by[("none", None)]["p50_ratio"] == 1.0
+    assert by[("reuse", "TPM2_CC_PCR_Extend")]["p50_verdict"] == "slower"
+
+
+def test_cli_table_and_json(tmp_path):
+    _, _, pa, pb = capture_pair(tmp_path)
+    proc = subprocess.run(TPMTOP + ["compare", str(pa), str(pb)], capture_output=True, text=True, check=True)
+    assert "kernel 6.10.0" in proc.stdout and "slower" in proc.stdout and "within noise" in proc.stdout
+    proc = subprocess.run(TPMTOP + ["compare", str(pa), str(pb), str(pa), "--json"], capture_output=True,
+                          text=True, check=True)
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == "tpmtop.compare/1" and len(doc["comparisons"]) == 2
+    assert all(r["p50_ratio"] == 1.0 for r in doc["comparisons"][1]["rows"])
+
+
+def test_help_explains_the_rule():
+    proc = subprocess.run(TPMTOP + ["compare", "--help"], capture_output=True, text=True, check=True)
+    assert "confidence" in proc.stdout and "do not overlap" in proc.stdout
+
+
+def test_one_capture_is_a_usage_error():
+    proc = subprocess.run(TPMTOP + ["compare", str(SAMPLE)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "at least two" in proc.stderr

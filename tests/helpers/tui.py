@@ -1,0 +1,32 @@
+"""Helpers shared by the dashboard's Pilot tests (real swtpm, nothing mocked); their fixtures
+(a private config, a LiveSource on a fresh swtpm) are in tests/tui/conftest.py."""
+
+from __future__ import annotations
+
+import time
+
+from tpmtop.tui.app import TpmtopApp
+from tpmtop.tui.screens.main import MainScreen
+
+SIZE = (120, 40)
+
+
+def app_for(src, tmp_path, **kw) -> TpmtopApp:
+    return TpmtopApp(src, theme="dark", remember=False, export_dir=str(tmp_path), **kw)
+
+
+async def until(pilot, cond, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def main_screen(app) -> MainScreen:
+    return next(s for s in app.screen_stack if isinstance(s, MainScreen))
+
+
+def header_text(app) -> str:
+    return str(main_screen(app).query_one("#header").render())

@@ -1,0 +1,118 @@
+"""tpmtop lab on real kernels: each boots under qemu with its TPM through tpmtop's relay (swtpm
+behind it, shaped to the slb9670 profile), runs the IMA workload and powers off. One lab run
+for the module (a few minutes under TCG); the tests read what it saw.
+
+Heavy: only with TPMTOP_LAB=1 (`make test-lab`, as root). The HMAC kernels are built by
+`make lab-kernels` (~45 min on 2 cores); their tests skip, saying so, where they are not built.
+Debian's 6.1 and 6.12 are downloaded from the archive (scripts/kernel-vm.sh --prepare)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.paths import REPO
+
+FILES = 40
+
+pytestmark = [
+    pytest.mark.skipif(os.environ.get("TPMTOP_LAB") != "1",
+                       reason="boots kernels under qemu for minutes: `make test-lab` runs it (TPMTOP_LAB=1)"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="tpmtop lab needs root (qemu's 9p export of /)"),
+    pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="qemu-system-x86 is not installed"),
+]
+
+
+def _built(name: str) -> bool:
+    p = subprocess.run([str(REPO / "scripts" / "lab-kernels.sh"), "--print", name], capture_output=True, text=True)
+    return p.returncode == 0 and bool(p.stdout.strip())
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    from tpmtop.lab.run import LabOptions, run_lab
+
+    names = [k for k in ("6.12-hmac", "6.12-nohmac") if _built(k)] + ["6.12", "6.1"]
+    out = tmp_path_factory.mktemp("lab")
+    res = run_lab(LabOptions(kernels=names, files=FILES, out_dir=str(out), bench_n=30), log=lambda s: None)
+    return res
+
+
+def _boot(lab, name: str):
+    got = [b for b in lab.boots if b.kernel == name]
+    if not got:
+        pytest.skip(f"kernel {name} is not built: make lab-kernels (scripts/lab-kernels.sh {name})")
+    return got[0]
+
+
+def test_every_kernel_booted_ran_the_workload_and_ima_measured_each_file(lab):
+    assert lab.boots
+    for b in lab.boots:
+        assert b.ok, (b.kernel, b.problems)
+        assert b.ima_workload == FILES, b.kernel
+        assert b.workload_extends == FILES, b.kernel  # one PCR extend per measurement, all the kernel's
+        assert b.host_to_kernel_s < b.host_to_init_s < b.host_to_workload_end_s
+
+
+def test_the_hmac_kernel_sets_up_a_salted_session_at_boot_and_keeps_it_over_ima_extends(lab):
+    b = _boot(lab, "6.12-hmac")
+    assert b.null_primaries == 1  # the null primary, created once at probe
+    assert b.commands_at_boot["StartAuthSession"] >= 1
+    assert b.salted_sessions == b.sessions_started >= 1  # every session salted with the null key
+    assert b.hmac_extends == b.extends and b.password_extends == 0
+    assert b.mode == "reuse", b.mode_why
+    # kept: far fewer set-ups than extends (a hwrng read before 6.15 ends the session now and then)
+    assert b.extends_with_setup < b.extends / 2
+
+
+@pytest.mark.parametrize("name", ["6.12", "6.1", "6.12-nohmac"])
+def test_a_kernel_without_hmac_sets_up_no_session(lab, name):
+    b = _boot(lab, name)
+    assert b.sessions_started == 0 and b.null_primaries == 0
+    assert b.commands_total["StartAuthSession"] == 0
+    assert b.password_extends == b.extends and b.mode == "none"
+
+
+def test_each_boots_capture_is_read_by_boot_compare_and_export(lab, tmp_path):
+    caps = [b.capture_path for b in lab.boots]
+    tpmtop = [sys.executable, "-m", "tpmtop"]
+    p = subprocess.run(tpmtop + ["compare", *caps[:2]], capture_output=True, text=True)
+    assert p.returncode == 0 and "kernel/" in p.stdout, p.stderr
+    for cap in caps:
+        data = json.loads(Path(cap).read_text())
+        assert {e["origin"] for e in data["events"]} == {"kernel"}
+        assert all("command_hex" in e and "response_hex" in e for e in data["events"])
+        p = subprocess.run(tpmtop + ["boot", "--root", str(tmp_path), "--capture", cap, "--extends", "10", "--json"],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        out = tmp_path / "k.pcapng"
+        p = subprocess.run(tpmtop + ["export", "--format", "pcapng", "-o", str(out), "--force", cap],
+                           capture_output=True, text=True)
+        assert p.returncode == 0 and out.stat().st_size > 0, p.stderr
+
+
+def test_the_report_sets_the_hmac_ratio_beside_the_bench_and_the_projection_beside_the_measure(lab):
+    from tpmtop.lab.report import render
+
+    text = render(lab)
+    assert lab.bench is not None and "reuse/none TPM time per extend" in text
+    _boot(lab, "6.12-hmac")
+    assert lab.baseline in ("6.12-nohmac", "6.12")
+    assert "HMAC on / HMAC off, per-extend TPM time" in text
+    assert lab.projections and lab.projections[0].projected_extra_s is not None
+    assert lab.projections[0].measured_extra_s > 0
+
+
+def test_the_kprobes_inside_each_guest_see_what_the_wire_saw(lab):
+    for b in lab.boots:
+        assert b.probes is not None, f"{b.kernel}: the guest saved no trace of tpmtop's boot-time probes"
+        assert b.probes.agrees, (b.kernel, b.probes.differences)
+    hmac = [b for b in lab.boots if b.kernel == "6.12-hmac"]
+    if hmac:  # the kprobe path sees the real kernel's HMAC sessions: salted set-ups, then a kept session
+        assert hmac[0].probes.sessions >= 1 and hmac[0].probes.mode == "reuse"

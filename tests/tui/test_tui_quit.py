@@ -1,0 +1,34 @@
+"""Quitting the dashboard flushes every handle tpmtop created, on a TPM that outlives it (an
+external swtpm: a leak there is what a user's real TPM would keep)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.helpers.tui import app_for, until
+from tpmtop.connect import open_tpm
+from tpmtop.sources.live import LiveSource
+from tpmtop.tpm.handles import list_handles
+
+SIZE = (120, 40)
+
+
+@pytest.mark.parametrize("mode", ["reuse", "saved"])
+@pytest.mark.parametrize("paused", [False, True])
+async def test_quit_leaves_no_session_on_an_external_tpm(tcp_swtpm, tmp_path, mode, paused):
+    conn = open_tpm(tcti=tcp_swtpm.tcti)
+    src = LiveSource(conn, start_running=True, rate=0, mode=mode, poll_interval=0.3)
+    try:
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: any(a.ops > 5 for a in src.accounts().values()), what="operations")
+            if paused:
+                await pilot.press("space")
+            await pilot.press("q")
+    finally:
+        await asyncio.to_thread(src.close)  # what `tpmtop` does when the app returns
+    with open_tpm(tcti=tcp_swtpm.tcti) as other:
+        left = other.call(list_handles)
+    assert left == [], [f"0x{e.handle:08x} {e.kind}" for e in left]

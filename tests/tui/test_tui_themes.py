@@ -1,0 +1,82 @@
+"""Themes as files: the four shipped ones load, a bad one is skipped with a notice, the
+choice is remembered under XDG_CONFIG_HOME, and the app uses --theme."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.helpers.paths import REPO, TESTS
+from tpmtop.sources.replay import ReplaySource, load
+from tpmtop.tui import themes
+from tpmtop.tui.app import TpmtopApp
+
+FIXTURE = TESTS / "tui_fixtures" / "slb9670-extend.json"
+
+
+def test_shipped_themes_load_with_meaning_colours():
+    loaded = themes.load_themes()
+    assert loaded.notices == []
+    assert loaded.names[0] == "dark"
+    assert {"dark", "light", "high-contrast", "colour-blind-safe"} <= set(loaded.names)
+    cb = next(t for t in loaded.themes if t.name == "colour-blind-safe")
+    assert cb.variables["latency-slow"] != themes.VARIABLE_DEFAULTS["latency-slow"]
+    for t in loaded.themes:
+        assert set(themes.VARIABLE_DEFAULTS) <= set(t.variables)
+
+
+def test_bad_theme_file_is_skipped_with_a_notice(tmp_path):
+    d = tmp_path / "themes"
+    d.mkdir()
+    (d / "broken.toml").write_text('name = "broken"\n[colors]\nprimary = "not-a-colour"\n')
+    (d / "garbage.toml").write_text("[[[")
+    (d / "ok.toml").write_text('name = "ok"\n[colors]\nprimary = "#ff0000"\n')
+    loaded = themes.load_themes(d)
+    assert sorted(loaded.names) == ["dark", "ok"]  # built-in dark as the fallback
+    assert len(loaded.notices) == 2 and any("not a colour" in n for n in loaded.notices)
+
+
+def test_missing_themes_folder_falls_back_to_builtin(tmp_path):
+    loaded = themes.load_themes(tmp_path / "nowhere")
+    assert loaded.names == ["dark"]
+
+
+def test_list_themes_marks_the_default_and_the_remembered_one(tmp_path):
+    """`tpmtop --list-themes`, whatever else is on the line (as --version): the shipped themes,
+    one a line, the default first; the one the dashboard remembers is marked."""
+    assert themes.remember_theme("light") is None
+    r = subprocess.run([sys.executable, "-m", "tpmtop", "--list-themes", "info", "--sim"], capture_output=True,
+                       text=True, timeout=60, cwd=REPO,
+                       env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")})
+    assert (r.returncode, r.stderr) == (0, "")
+    rows = [line.split(None, 1) for line in r.stdout.splitlines()]
+    assert rows == [["dark", "(default)"], ["colour-blind-safe"], ["high-contrast"], ["light", "(chosen last)"]]
+
+
+def test_choice_is_remembered(tmp_path):
+    assert themes.remembered_theme() is None
+    assert themes.remember_theme("light") is None
+    assert themes.remembered_theme() == "light"
+    assert (tmp_path / "config" / "tpmtop" / "dashboard.toml").exists()
+
+
+async def test_app_uses_and_remembers_theme():
+    src = ReplaySource(load(FIXTURE), FIXTURE)
+    app = TpmtopApp(src, theme="high-contrast")
+    async with app.run_test(size=(100, 30)) as pilot:
+        assert app.theme == "high-contrast"
+        await pilot.press("t")
+        await pilot.pause()
+        assert app.theme != "high-contrast"
+        assert themes.remembered_theme() == app.theme
+    app2 = TpmtopApp(ReplaySource(load(FIXTURE), FIXTURE))
+    async with app2.run_test(size=(100, 30)):
+        assert app2.theme == themes.remembered_theme()
+
+
+async def test_unknown_theme_falls_back_with_notice():
+    app = TpmtopApp(ReplaySource(load(FIXTURE), FIXTURE), theme="no-such", remember=False)
+    async with app.run_test(size=(100, 30)):
+        assert app.theme == "dark"
+        assert any("no-such" in n for n in app.theme_notices)

@@ -1,0 +1,80 @@
+"""The layers hold, and the headless core never imports Textual or Rich.
+
+Two checks. ``lint-imports`` (import-linter, contracts in pyproject.toml) reads every import
+statement, including those inside functions: tpm -> sessions/recorder -> capture/bench ->
+boot/exporters/profiles -> sources -> tui -> cli, and no Textual/Rich below the TUI. And at run
+time, in fresh interpreters (Harlequin's import-hygiene test): importing every core module
+loads neither, and neither does building the CLI's parser — ``tpmtop handles`` over SSH must
+not pay for a TUI it does not show.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers.paths import REPO
+
+
+def test_layers_contract_holds():
+    """`lint-imports` keeps every contract in pyproject.toml."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    assert lint.exists(), "import-linter is not installed in this venv: run `make bootstrap` (test extras)"
+    r = subprocess.run([str(lint), "--no-cache"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "0 broken" in r.stdout
+
+
+CHECK_ALL = """
+import importlib, pkgutil, sys
+import tpmtop
+mods = [m.name for m in pkgutil.walk_packages(tpmtop.__path__, 'tpmtop.')
+        if not m.name.startswith('tpmtop.tui') and m.name not in ('tpmtop.__main__',)]
+for name in mods:
+    importlib.import_module(name)
+    bad = sorted(m for m in ('textual', 'rich') if m in sys.modules)
+    if bad:
+        print(name, ','.join(bad))
+        break
+print('checked', len(mods))
+"""
+
+
+def test_no_core_module_loads_a_tui_at_run_time():
+    """Every module outside tpmtop.tui, imported one after another: no textual, no rich."""
+    r = subprocess.run([sys.executable, "-c", CHECK_ALL], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[-1].startswith("checked") and int(lines[-1].split()[1]) > 40, r.stdout
+    assert len(lines) == 1, f"imported a TUI: {lines[0]}"
+
+
+def test_building_the_whole_parser_imports_no_tui():
+    """Every subcommand's parser, the dashboard's options included, built at once."""
+    code = ("import sys; from tpmtop.cli import build_parser; "
+            "build_parser(eager=True).parse_args(['handles', '--sim']); "
+            "print(','.join(m for m in ('textual', 'rich') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ""
+
+
+def test_version_and_help_import_no_subcommand():
+    """`tpmtop --version` and `tpmtop --help` over SSH load no subcommand's module and no TPM
+    stack; `tpmtop handles --help` loads its own module only."""
+    code = ("import sys, contextlib, io\n"
+            "from tpmtop.cli import main\n"
+            "for argv in (['--version'], ['--help'], ['handles', '--help']):\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        try:\n"
+            "            main(argv)\n"
+            "        except SystemExit:\n"
+            "            pass\n"
+            "    print(argv[0], sorted(m for m in sys.modules if m.startswith(('tpmtop.cli.', 'tpm2_pytss', "
+            "'tpmtop.profiles.loader', 'textual'))))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    top = "'tpmtop.cli.dashboard_args'"  # the top-level parser's own options (argparse only)
+    assert r.stdout.splitlines() == ["--version []", f"--help [{top}]",
+                                     f"handles ['tpmtop.cli.common', {top}, 'tpmtop.cli.tpm_commands']"], r.stdout

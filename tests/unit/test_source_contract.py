@@ -1,0 +1,69 @@
+"""Each of the four dashboard sources against :class:`tpmtop.sources.protocol.Source`: every
+member the view-model, the workers and the CLI use is there, with the type its annotation
+says; a source that cannot do a thing refuses it in one clear line (a UsageError) rather
+than lacking the method (psutil's tests/test_contracts.py does this for its platforms)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.paths import TESTS
+from tpmtop.connect import open_tpm
+from tpmtop.errors import UsageError
+from tpmtop.kernel.tap import KernelTap
+from tpmtop.sources.kernel import KernelSource
+from tpmtop.sources.live import LiveSource
+from tpmtop.sources.passive import PassiveSource, Sysfs
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, Source, TimingsView
+from tpmtop.sources.replay import ReplaySource, load
+
+FIXTURE = TESTS / "tui_fixtures" / "slb9670-extend.json"
+METHODS = [n for n, v in vars(Source).items() if callable(v) and not n.startswith("_")]
+ATTRIBUTES = [n for n in Source.__annotations__ if not n.startswith("_")]
+
+
+@pytest.fixture(params=["live", "replay", "passive", "kernel"])
+def source(request, tmp_path):
+    if request.param == "live":
+        src = LiveSource(open_tpm(sim=True), start_running=False)
+    elif request.param == "replay":
+        src = ReplaySource(load(FIXTURE), FIXTURE)
+    elif request.param == "passive":
+        src = PassiveSource(Sysfs(tmp_path))
+    else:
+        trace = tmp_path / "trace"
+        trace.write_text("")
+        src = KernelSource(KernelTap(trace_path=str(trace)), Sysfs(tmp_path))
+    yield src
+    src.close()
+
+
+def test_every_member_a_consumer_uses_is_there(source):
+    assert isinstance(source, Source)
+    missing = [n for n in METHODS + ATTRIBUTES if not hasattr(source, n)]
+    assert not missing, f"{type(source).__name__} lacks {missing}"
+    assert isinstance(source.caps, Capabilities)
+    for name in ("engine", "mode", "op", "tcti"):
+        assert isinstance(getattr(source, name), str), name
+    for name in ("connected", "running", "read_only", "simulated", "kernel_device"):
+        assert isinstance(getattr(source, name), bool), name
+    assert isinstance(source.header(), HeaderInfo)
+    assert isinstance(source.timings(), TimingsView)
+    assert isinstance(source.runs(), list)
+    assert isinstance(source.proxy_log, list) and isinstance(source.boundaries, list)
+
+
+def test_what_a_source_cannot_do_it_refuses_in_one_line(source):
+    caps = source.caps
+    if not caps.export and not caps.timings:  # nothing a capture could hold
+        with pytest.raises(UsageError):
+            source.capture()
+    if not caps.handles:
+        with pytest.raises(UsageError):
+            source.poll()
+    if not caps.changes_tpm:
+        with pytest.raises(UsageError):
+            source.flush(0x80000000)
+    if caps.timings and not caps.live:  # a capture: its whole stream, its own events, itself
+        assert source.stream_rows() and source.events()
+        assert source.capture()["runs"]
