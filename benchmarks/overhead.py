@@ -33,6 +33,7 @@ from tpm2_pytss.TCTILdr import TCTILdr  # noqa: E402
 from tpm2_pytss.types import TPML_DIGEST_VALUES, TPMT_HA  # noqa: E402
 
 from tpmtop.recorder import Recorder  # noqa: E402
+from tpmtop.tpm.esapi import TransportTcti  # noqa: E402
 from tpmtop.tpm.transport import InstrumentedTransport, SocketBackend, connect_tcp  # noqa: E402
 
 
@@ -89,7 +90,7 @@ def main() -> int:
             # (b) and (c): tpmtop's transport, recording off and on in ABBA batches
             rec = Recorder()
             tr = InstrumentedTransport(SocketBackend(connect_tcp("127.0.0.1", sw.port), "swtpm"), rec)
-            esys = ESAPI(tr)
+            esys = ESAPI(TransportTcti(tr))
             for j in range(max(a.per_round // a.batch, 1)):
                 for variant in ("bc" if j % 2 == 0 else "cb"):
                     rec.enabled = variant == "c"

@@ -1,8 +1,9 @@
 """The instrumented transport: the one path every TPM command tpmtop sends goes through.
 
-``InstrumentedTransport`` is a tpm2-pytss ``PyTCTI`` (so ESAPI can use it) that also offers
-``transact(command) -> response`` for tpmtop's own raw commands and the native session
-engine. Both paths hand the same exchange (a tuple laid out as
+``InstrumentedTransport`` offers ``transact(command) -> response`` for tpmtop's own raw
+commands and the native session engine; ESAPI reaches it through a tpm2-pytss ``PyTCTI``
+(:class:`tpmtop.tpm.esapi.TransportTcti`, made when ESAPI is first used: a command that needs
+no ESAPI, ``tpmtop info`` over SSH, never imports tpm2-pytss). Both paths hand the same exchange (a tuple laid out as
 :class:`~tpmtop.tpm.exchange.Exchange`) to the transport's sink (the recorder, in tpmtop) and
 do nothing else on the round trip.
 
@@ -21,8 +22,6 @@ import struct
 import time
 from collections.abc import Callable
 from typing import Protocol
-
-from tpm2_pytss.TCTI import PyTCTI
 
 from tpmtop.errors import TpmConnectionError, TpmTimeout
 from tpmtop.tpm import wire
@@ -252,7 +251,7 @@ class TctiLdrBackend:
 Shaper = Callable[[wire.CommandInfo], "int | None"]
 
 
-class InstrumentedTransport(PyTCTI):  # type: ignore[misc]  # tpm2-pytss has no type information
+class InstrumentedTransport:
     """Reports every exchange to its sink; never changes a byte of what is sent or received.
 
     Owned by one thread at a time (the TPM owner, :mod:`tpmtop.tpm.owner`, or a test or a
@@ -260,11 +259,9 @@ class InstrumentedTransport(PyTCTI):  # type: ignore[misc]  # tpm2-pytss has no 
     """
 
     def __init__(self, backend: Backend, sink: ExchangeSink | None = None):
-        super().__init__(max_size=MAX_RESPONSE, magic=b"TPMTOP\x00\x00")
         self.backend = backend
         self.sink = sink
         self.shaper: Shaper | None = None
-        self._pending: bytes | None = None
         self.closed = False
 
     def transact(self, command: bytes) -> bytes:
@@ -303,19 +300,6 @@ class InstrumentedTransport(PyTCTI):  # type: ignore[misc]  # tpm2-pytss has no 
             # tuple.__new__) cost ~0.25 µs here, half of what recording adds to a command.
             sink.put((t0, wire_ns, command, rsp, None, _LABELS.get()))
         return rsp
-
-    # -- PyTCTI: ESAPI calls transmit then receive on the same thread ----------------------
-    def do_transmit(self, command: bytes) -> None:
-        self._pending = self.transact(bytes(command))
-
-    def do_receive(self, timeout: int) -> bytes:
-        rsp, self._pending = self._pending, None
-        if rsp is None:
-            raise TpmConnectionError("receive without a transmitted command")
-        return rsp
-
-    def do_finalize(self) -> None:
-        pass  # the connection owns the backend; ESAPI closing must not close it
 
     def close(self) -> None:
         if not self.closed:
