@@ -252,3 +252,17 @@ def test_spelled_tpm_numbers_are_tpm2_pytss_values():
     for rc in ("INITIALIZE", "CONTEXT_GAP", "OBJECT_MEMORY", "SESSION_MEMORY", "SESSION_HANDLES"):
         assert getattr(names, f"RC_{rc}") == getattr(TPM2_RC, rc), rc
     assert cc_table.names_from_library() == cc_table.NAMES
+
+
+def test_response_codes_are_worded_as_tpm2_pytss_words_them():
+    """names.rc_text calls libtss2-rc's Tss2_RC_Decode itself (importing tpm2-pytss to word the
+    first failed command cost `tpmtop run`'s report up to 0.9 s): the same words, for TPM
+    format-zero and format-one codes, TCTI and ESAPI layers; out-of-range still shown as hex."""
+    from tpm2_pytss.constants import TSS2_RC
+
+    names.rc_text.cache_clear()
+    for rc in (0x100, 0x101, 0x902, 0x903, 0x905, 0x901, 0x98E, 0x9A2, 0x1D5, 0x2C4, 0xA0009, 0x7000C, 0xFFFFFFFF):
+        assert names.rc_text(rc) == str(TSS2_RC(rc).decode()), hex(rc)
+    assert names._tss2_rc_decode() is not None  # the library was found: the path under test ran
+    assert names.rc_text(1 << 40) == f"unknown response code 0x{1 << 40:x}"
+    assert (names.rc_text(0), names.rc_text(None)) == ("success", "(no response)")
