@@ -5,9 +5,8 @@
 
 One private swtpm on loopback TCP. SCRIPT is a shell script of tpm2-tools commands, the
 kinds an integration test runs (random, PCRs, a primary key and a child key, sign and verify,
-an NV index, a policy session, flushes, GetCapability, one command expected to fail): one
-process per command, a TCP
-connection per command (tpm2-tss's swtpm TCTI). Every round runs, in a rotating order:
+an NV index, a policy session, flushes, GetCapability, one command expected to fail): a
+process per tool, a TCP connection per command (tpm2-tss's swtpm TCTI). Every round runs, in a rotating order:
 
   direct   SCRIPT with TPM2TOOLS_TCTI pointed at the swtpm;
   run      ``tpmtop run -T swtpm:… -- sh SCRIPT`` (tpmtop's start-up, its private proxy in
