@@ -4,7 +4,7 @@
 One private swtpm on loopback TCP. The same ESAPI workloads (GetRandom(32) and PCR_Extend
 of PCR 16 with password auth) run interleaved in rounds through:
   (a) tpm2-tss's own swtpm TCTI — no Python in the I/O path (the stock client);
-  (b) tpmtop's transport (a PyTCTI over a persistent socket) with recording off;
+  (b) tpmtop's transport (ESAPI through its PyTCTI adapter, a persistent socket) with recording off;
   (c) the same with recording on (what tpmtop runs).
 (b) and (c) are the same ESAPI context on the same connection, the recorder switched on and
 off every --batch operations in ABBA order (the recorder decodes between batches, as the
