@@ -95,7 +95,7 @@ def set_idle_timeout(sock: socket.socket, seconds: float) -> None:
     (``settimeout``) costs a non-blocking switch per connection and a ``poll`` before every
     receive and send — five system calls of a swtpm: TCTI command, which connects anew for
     each command. A receive that waits longer fails with EAGAIN (:func:`recv_exact` says
-    Idle or stalled)."""
+    Idle or stalled). 0 means no bound (the kernel's meaning)."""
     tv = _TIMEVAL.pack(int(seconds), int((seconds % 1) * 1e6))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)

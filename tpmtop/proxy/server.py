@@ -682,7 +682,7 @@ class ProxyServer:
     def _send_rest(self, sock: socket.socket, client: ClientStats, rest: bytes) -> None:
         try:
             sock.settimeout(None)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, bytes(16))  # no idle bound: as long as it takes
+            P.set_idle_timeout(sock, 0.0)  # 0: no bound, the rest goes out as long as it takes
             sock.sendall(rest)
         except OSError:
             self._went_away(sock, client, len(rest))
