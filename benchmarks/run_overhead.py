@@ -86,6 +86,7 @@ def main() -> int:
     (work / "t.sh").write_text(SCRIPT)
     env = dict(os.environ, TSS2_LOG="all+NONE", TPM2TOOLS_TCTI=sw.tcti)
     env.pop("TSS2_TCTI", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: byte-compiled once (the warm-up run), not every round
     variants: dict[str, tuple[list[str], Path]] = {
         "direct": (["sh", "t.sh"], HERE.parent),
         "run": ([sys.executable, "-m", "tpmtop", "run", "-T", sw.tcti, "--", "sh", "t.sh"], HERE.parent)}
