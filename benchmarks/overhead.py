@@ -4,7 +4,7 @@
 One private swtpm on loopback TCP. The same ESAPI workloads (GetRandom(32) and PCR_Extend
 of PCR 16 with password auth) run interleaved in rounds through:
   (a) tpm2-tss's own swtpm TCTI — no Python in the I/O path (the stock client);
-  (b) tpmtop's transport (a PyTCTI over a persistent socket) with recording off;
+  (b) tpmtop's transport (ESAPI through its PyTCTI adapter, a persistent socket) with recording off;
   (c) the same with recording on (what tpmtop runs).
 (b) and (c) are the same ESAPI context on the same connection, the recorder switched on and
 off every --batch operations in ABBA order (the recorder decodes between batches, as the
@@ -33,6 +33,7 @@ from tpm2_pytss.TCTILdr import TCTILdr  # noqa: E402
 from tpm2_pytss.types import TPML_DIGEST_VALUES, TPMT_HA  # noqa: E402
 
 from tpmtop.recorder import Recorder  # noqa: E402
+from tpmtop.tpm.esapi import TransportTcti  # noqa: E402
 from tpmtop.tpm.transport import InstrumentedTransport, SocketBackend, connect_tcp  # noqa: E402
 
 
@@ -89,7 +90,7 @@ def main() -> int:
             # (b) and (c): tpmtop's transport, recording off and on in ABBA batches
             rec = Recorder()
             tr = InstrumentedTransport(SocketBackend(connect_tcp("127.0.0.1", sw.port), "swtpm"), rec)
-            esys = ESAPI(tr)
+            esys = ESAPI(TransportTcti(tr))
             for j in range(max(a.per_round // a.batch, 1)):
                 for variant in ("bc" if j % 2 == 0 else "cb"):
                     rec.enabled = variant == "c"

@@ -62,6 +62,9 @@ def swtpm_startup() -> float:
 
 
 ENV = dict(os.environ, TSS2_LOG="all+NONE")
+# What a user runs is byte-compiled (pip writes the .pyc files): with PYTHONDONTWRITEBYTECODE set
+# every round would compile each tpmtop module again, and the warm-up run below could not cache them.
+ENV.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def main() -> int:

@@ -183,3 +183,86 @@ def test_a_batch_drains_into_the_same_histogram_as_value_by_value():
         assert h._h.get_value_at_percentile(p) == plain.get_value_at_percentile(p)
     assert (h._h.get_min_value(), h._h.get_max_value(), h._h.get_total_count()) == (
         plain.get_min_value(), plain.get_max_value(), plain.get_total_count())
+
+
+def test_getcapability_is_read_as_tpm2_pytss_reads_it(tpm):
+    """tpmtop info/handles parse GetCapability themselves (no tpm2-pytss import over SSH): on a
+    real swtpm holding a transient object, a loaded and a saved session, every answer — with
+    moreData set by a small count, and without — reads the same as tpm2-pytss's
+    TPMS_CAPABILITY_DATA reads it."""
+    import struct as st
+
+    from tpm2_pytss.constants import ESYS_TR, TPM2_ALG, TPM2_SE
+    from tpm2_pytss.types import TPM2B_PUBLIC, TPMS_CAPABILITY_DATA, TPMT_SYM_DEF
+
+    from tpmtop.tpm import commands
+
+    esys = tpm.esapi()
+    esys.create_primary(None, TPM2B_PUBLIC.parse("ecc256"), ESYS_TR.NULL)
+    sym = TPMT_SYM_DEF(algorithm=TPM2_ALG.NULL)
+    esys.start_auth_session(ESYS_TR.NONE, ESYS_TR.NONE, TPM2_SE.HMAC, sym, TPM2_ALG.SHA256)
+    saved = esys.start_auth_session(ESYS_TR.NONE, ESYS_TR.NONE, TPM2_SE.POLICY, sym, TPM2_ALG.SHA256)
+    esys.context_save(saved)
+    asked = [(commands.TPM_CAP_HANDLES, first, count) for first in (0x80000000, 0x02000000, 0x03000000, 0x81000000)
+             for count in (1, 64)]
+    asked += [(commands.TPM_CAP_TPM_PROPERTIES, first, count) for first in (0x100, 0x200) for count in (3, 128)]
+    seen_more = seen_handles = 0
+    for cap, first, count in asked:
+        rsp = tpm.transport.transact(commands.build(commands.CC_GET_CAPABILITY, st.pack(">III", cap, first, count)))
+        body = commands.check(rsp, commands.CC_GET_CAPABILITY)
+        more, ours = commands.parse_capability(body)
+        theirs, _ = TPMS_CAPABILITY_DATA.unmarshal(body[1:])
+        assert more == (body[0] == 1) and ours.capability == int(theirs.capability)
+        if cap == commands.TPM_CAP_HANDLES:
+            assert list(ours.handles) == [int(h) for h in theirs.data.handles]
+            seen_handles += len(ours.handles)
+        else:
+            assert list(ours.properties) == [(int(p.property), int(p.value)) for p in theirs.data.tpmProperties]
+            assert len(ours.properties) == min(count, len(ours.properties)) > 0
+        seen_more += more
+    assert seen_more >= 2 and seen_handles >= 3  # both shapes of answer were seen
+
+
+@pytest.mark.parametrize("body", [b"", b"\x00\x00\x00", bytes.fromhex("00 00000001 00000003 80000000"),
+                                  bytes.fromhex("00 00000006 00000001 00000100"),
+                                  bytes.fromhex("00 00000002 00000000")])
+def test_a_garbled_getcapability_answer_is_a_tpm_error(body):
+    """Short, truncated or of another capability: one TpmError, never a struct.error."""
+    from tpmtop.errors import TpmError
+    from tpmtop.tpm import commands
+
+    with pytest.raises(TpmError, match="GetCapability"):
+        commands.parse_capability(body)
+
+
+def test_spelled_tpm_numbers_are_tpm2_pytss_values():
+    """commands.py, names.py and cc_table.py spell the numbers `tpmtop info` and `handles` use
+    (tpm2-pytss costs them 75–230 ms to import); each must stay the TPM's."""
+    from tpm2_pytss.constants import TPM2_CAP, TPM2_CC, TPM2_HR, TPM2_HT, TPM2_RC, TPM2_ST
+
+    from tpmtop.tpm import cc_table, commands
+
+    assert (commands.TPM_ST_NO_SESSIONS, commands.CC_GET_CAPABILITY, commands.CC_FLUSH_CONTEXT,
+            commands.CC_READ_PUBLIC, commands.TPM_CAP_HANDLES, commands.TPM_CAP_TPM_PROPERTIES) == (
+        TPM2_ST.NO_SESSIONS, TPM2_CC.GetCapability, TPM2_CC.FlushContext, TPM2_CC.ReadPublic,
+        TPM2_CAP.HANDLES, TPM2_CAP.TPM_PROPERTIES)
+    assert names.HR_SHIFT == TPM2_HR.SHIFT
+    for ht in ("PCR", "NV_INDEX", "HMAC_SESSION", "POLICY_SESSION", "PERMANENT", "TRANSIENT", "PERSISTENT"):
+        assert getattr(names, f"HT_{ht}") == getattr(TPM2_HT, ht), ht
+    for rc in ("INITIALIZE", "CONTEXT_GAP", "OBJECT_MEMORY", "SESSION_MEMORY", "SESSION_HANDLES"):
+        assert getattr(names, f"RC_{rc}") == getattr(TPM2_RC, rc), rc
+    assert cc_table.names_from_library() == cc_table.NAMES
+
+
+def test_response_codes_are_worded_as_tpm2_pytss_words_them():
+    """names.rc_text calls libtss2-rc's Tss2_RC_Decode itself (importing tpm2-pytss to word the
+    first failed command cost `tpmtop run`'s report up to 0.9 s): the same words, for TPM
+    format-zero and format-one codes, TCTI and ESAPI layers; out-of-range still shown as hex."""
+    from tpm2_pytss.constants import TSS2_RC
+
+    names.rc_text.cache_clear()
+    for rc in (0x100, 0x101, 0x902, 0x903, 0x905, 0x901, 0x98E, 0x9A2, 0x1D5, 0x2C4, 0xA0009, 0x7000C, 0xFFFFFFFF):
+        assert names.rc_text(rc) == str(TSS2_RC(rc).decode()), hex(rc)
+    assert names._tss2_rc_decode() is not None  # the library was found: the path under test ran
+    assert names.rc_text(1 << 40) == f"unknown response code 0x{1 << 40:x}"
+    assert (names.rc_text(0), names.rc_text(None)) == ("success", "(no response)")

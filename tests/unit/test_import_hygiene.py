@@ -78,3 +78,22 @@ def test_version_and_help_import_no_subcommand():
     top = "'tpmtop.cli.dashboard_args'"  # the top-level parser's own options (argparse only)
     assert r.stdout.splitlines() == ["--version []", f"--help [{top}]",
                                      f"handles ['tpmtop.cli.common', {top}, 'tpmtop.cli.tpm_commands']"], r.stdout
+
+
+def test_info_and_handles_import_no_tpm2_pytss():
+    """`tpmtop info --sim` and `tpmtop handles --sim` over SSH: GetCapability is marshalled and
+    read by tpmtop itself, the transport is no PyTCTI, so tpm2-pytss (and the cryptography it
+    pulls in) is never imported — and both still print what the TPM holds."""
+    code = ("import sys, contextlib, io\n"
+            "from tpmtop.cli import main\n"
+            "for argv in (['info', '--sim'], ['handles', '--sim']):\n"
+            "    out = io.StringIO()\n"
+            "    with contextlib.redirect_stdout(out):\n"
+            "        rc = main(argv)\n"
+            "    print(argv[0], rc, sorted({m.split('.')[0] for m in sys.modules if m.startswith(('tpm2_pytss', "
+            "'cryptography'))}), repr(out.getvalue().splitlines()[-1]))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "info 0 [] 'TPM2_PT_MAX_COMMAND_SIZE      4096'",
+        "handles 0 [] 'no transient objects, sessions or persistent objects loaded'"], r.stdout

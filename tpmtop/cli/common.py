@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Set
 from contextlib import contextmanager
@@ -39,6 +38,8 @@ def print_json(obj) -> None:
     """Strict JSON on stdout: a non-finite number (a ratio of extreme values) becomes null,
     never a bare NaN/Infinity that JSON parsers refuse. ASCII-escaped, so no string from a
     file can reach the terminal raw."""
+    import json  # here: `tpmtop info` without --json over SSH does not pay for it
+
     json.dump(_finite(obj), sys.stdout, indent=2, allow_nan=False)
     sys.stdout.write("\n")
 

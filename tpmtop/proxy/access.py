@@ -107,10 +107,12 @@ def peer_uid(sock: socket.socket) -> tuple[int | None, int | None]:
     return uid, pid
 
 
-def peer_owner(sock: socket.socket) -> tuple[int | None, int | None, int | None]:
+def peer_owner(sock: socket.socket, peer: tuple | None = None,
+               local: tuple | None = None) -> tuple[int | None, int | None, int | None]:
     """(uid, pid, inode of the peer's socket): the pid from SO_PEERCRED on a Unix socket, the
     inode from sock_diag on loopback TCP (kept by the server, so that naming the peer later
-    needs no second look-up)."""
+    needs no second look-up). *peer* (what accept returned) and *local* (the listener's own
+    address, when it is not a wildcard) spare a system call each."""
     if sock.family == socket.AF_UNIX:
         try:
             creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
@@ -121,8 +123,8 @@ def peer_owner(sock: socket.socket) -> tuple[int | None, int | None, int | None]
     from tpmtop.proxy import peers
 
     try:
-        peer = sock.getpeername()[:2]
-        local = sock.getsockname()[:2]
+        peer = peer[:2] if peer else sock.getpeername()[:2]
+        local = local or sock.getsockname()[:2]
     except OSError:
         return None, None, None
     if not peers.is_loopback(peer[0]):

@@ -86,24 +86,59 @@ class Idle(Exception):
     """The client sent nothing for the connection's idle time-out (between requests)."""
 
 
+_TIMEVAL = struct.Struct("@ll")
+
+
+def set_idle_timeout(sock: socket.socket, seconds: float) -> None:
+    """Bound every receive and send on a client's connection by *seconds* with the kernel's
+    SO_RCVTIMEO/SO_SNDTIMEO, leaving the socket blocking: a Python time-out
+    (``settimeout``) costs a non-blocking switch per connection and a ``poll`` before every
+    receive and send — five system calls of a swtpm: TCTI command, which connects anew for
+    each command. A receive that waits longer fails with EAGAIN (:func:`recv_exact` says
+    Idle or stalled). 0 means no bound (the kernel's meaning)."""
+    tv = _TIMEVAL.pack(int(seconds), int((seconds % 1) * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+
+
+def _idle_timeout(sock: socket.socket) -> float:
+    """The receive time-out in force (for a message; the rare path)."""
+    if sock.gettimeout() is not None:
+        return float(sock.gettimeout() or 0.0)
+    try:
+        sec, usec = _TIMEVAL.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _TIMEVAL.size))
+    except OSError:
+        return 0.0
+    return sec + usec / 1e6
+
+
 def recv_exact(sock: socket.socket, n: int, started: bool) -> bytes:
     """``n`` bytes, or :class:`Closed` if the peer closed before the first byte of a request
     (``started`` False), :class:`FrameError` if it closed in the middle of one."""
     buf = bytearray()
     while len(buf) < n:
         try:
-            if sock.family != socket.AF_UNIX:
-                # ACK at once: the mssim TCTI writes its 9-byte header and the command in two
-                # writes without TCP_NODELAY, so Nagle holds the command until our ACK, which
-                # the kernel would otherwise delay by 40 ms.
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
-            chunk = sock.recv(n - len(buf))
-        except TimeoutError:
-            if not buf and not started:
-                raise Idle from None
-            raise FrameError(f"stalled mid-request ({len(buf)} of {n} bytes) for {sock.gettimeout():g} s") from None
+            # What has arrived, without waiting (one system call: a command usually has).
+            chunk = sock.recv(n - len(buf), socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            chunk = None
         except OSError as e:
             raise FrameError(f"connection error mid-request: {e.strerror or e}") from None
+        if chunk is None:
+            try:
+                if sock.family != socket.AF_UNIX:
+                    # ACK at once: the mssim TCTI writes its 9-byte header and the command in two
+                    # writes without TCP_NODELAY, so Nagle holds the command until our ACK, which
+                    # the kernel would otherwise delay by 40 ms.
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+                chunk = sock.recv(n - len(buf))
+            except (TimeoutError, BlockingIOError):  # the Python or the kernel (SO_RCVTIMEO) time-out
+                if not buf and not started:
+                    raise Idle from None
+                raise FrameError(f"stalled mid-request ({len(buf)} of {n} bytes) for "
+                                 f"{_idle_timeout(sock):g} s") from None
+            except OSError as e:
+                raise FrameError(f"connection error mid-request: {e.strerror or e}") from None
         if not chunk:
             if not buf and not started:
                 raise Closed

@@ -190,6 +190,7 @@ class ProxyServer:
         self.resolver = peers.TcpResolver()
         self._listeners: list[socket.socket] = []
         self._conns: dict[socket.socket, tuple[int, int] | None] = {}  # and the peer's (uid, inode)
+        self._locals: dict[socket.socket, tuple | None] = {}  # a listener: its non-wildcard address
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._stopped = False
@@ -390,9 +391,9 @@ class ProxyServer:
     # thread (leader/follower): the client's first bytes wait for no hand-over between threads,
     # which cost ~50 µs of a swtpm: TCTI command (that TCTI connects for every command). Each
     # listener has exactly one thread accepting on it at any time.
-    def _admit(self, sock: socket.socket) -> bool:
+    def _admit(self, sock: socket.socket, peer: tuple | None = None, local: tuple | None = None) -> bool:
         """Is this connection served? A refused or over-limit one is closed here."""
-        uid, pid, inode = access.peer_owner(sock)
+        uid, pid, inode = access.peer_owner(sock, peer, local)
         if not self.policy.allows(uid):
             self._refuse(sock, uid, pid)
             return False
@@ -406,6 +407,21 @@ class ProxyServer:
         if sock.family != socket.AF_UNIX:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return True
+
+    def _local_address(self, lsock: socket.socket) -> tuple | None:
+        """The address every connection accepted on *lsock* has at our end: the listener's,
+        unless it listens on a wildcard (then each connection's own is asked)."""
+        try:
+            return self._locals[lsock]
+        except KeyError:
+            pass
+        local = None
+        if lsock.family in (socket.AF_INET, socket.AF_INET6):
+            addr = lsock.getsockname()[:2]
+            if addr[0] not in ("0.0.0.0", "::"):
+                local = addr
+        self._locals[lsock] = local
+        return local
 
     def _pass_on(self, task: tuple) -> None:
         """Give ``task`` (a listener to accept on) to an idle thread, or to a new one."""
@@ -476,9 +492,11 @@ class ProxyServer:
             lsock, handler = task
             task = None
             sock = None
+            addr = local = None
             while sock is None and not self._stop.is_set():
                 try:
-                    sock, _addr = lsock.accept()
+                    sock, addr = lsock.accept()
+                    local = self._local_address(lsock)
                 except OSError:
                     break
             if sock is None:  # the listener is closed: the proxy stops
@@ -488,7 +506,7 @@ class ProxyServer:
             # passed on first: the next thread wakes while this one looks the peer up
             self._pass_on((lsock, handler))
             try:
-                if not self._admit(sock):
+                if not self._admit(sock, addr, local):
                     sock = None
                 else:
                     handler(sock)
@@ -545,7 +563,7 @@ class ProxyServer:
             client: ClientStats | None = None
             pending = None  # the job of the client's last command
             try:
-                sock.settimeout(self.idle_timeout)
+                P.set_idle_timeout(sock, self.idle_timeout)
                 # Name the peer as soon as it sends its first byte, while it is surely alive (a
                 # client killed mid-command must still be named); a connection closed without
                 # a byte (the swtpm TCTI's start-up probe) costs no look-up.
@@ -664,6 +682,7 @@ class ProxyServer:
     def _send_rest(self, sock: socket.socket, client: ClientStats, rest: bytes) -> None:
         try:
             sock.settimeout(None)
+            P.set_idle_timeout(sock, 0.0)  # 0: no bound, the rest goes out as long as it takes
             sock.sendall(rest)
         except OSError:
             self._went_away(sock, client, len(rest))
@@ -751,7 +770,7 @@ class ProxyServer:
         def handle(sock: socket.socket) -> None:
             state: dict = {}
             try:
-                sock.settimeout(self.idle_timeout)
+                P.set_idle_timeout(sock, self.idle_timeout)
                 while True:
                     got = P.answer_control(sock, state) if swtpm else P.answer_platform(sock)
                     if got is None:

@@ -1,5 +1,6 @@
 """Per TPM command code: how many handles its command carries, and whether its response
-carries one — what :mod:`tpmtop.tpm.wire` needs to find the authorization area.
+carries one — what :mod:`tpmtop.tpm.wire` needs to find the authorization area — and its name
+(what :mod:`tpmtop.tpm.names` shows).
 
 Generated from tpm2-pytss's command parser (``python -m tpmtop.tpm.cc_table`` prints it
 again) rather than imported from it at run time: importing ``tpm2_pytss.command_parser``
@@ -136,6 +137,133 @@ HANDLES: dict[int, tuple[int, bool]] = {
 }
 
 
+# command code: its name in tpm2-pytss's TPM2_CC (the spec's TPM_CC_ name without the prefix;
+# of two spellings of one code, the first in dir() order, as tpmtop.tpm.names always chose)
+NAMES: dict[int, str] = {
+    0x11F: "NV_UndefineSpaceSpecial",
+    0x120: "EvictControl",
+    0x121: "HierarchyControl",
+    0x122: "NV_UndefineSpace",
+    0x124: "ChangeEPS",
+    0x125: "ChangePPS",
+    0x126: "Clear",
+    0x127: "ClearControl",
+    0x128: "ClockSet",
+    0x129: "HierarchyChangeAuth",
+    0x12A: "NV_DefineSpace",
+    0x12B: "PCR_Allocate",
+    0x12C: "PCR_SetAuthPolicy",
+    0x12D: "PP_Commands",
+    0x12E: "SetPrimaryPolicy",
+    0x12F: "FieldUpgradeStart",
+    0x130: "ClockRateAdjust",
+    0x131: "CreatePrimary",
+    0x132: "NV_GlobalWriteLock",
+    0x133: "GetCommandAuditDigest",
+    0x134: "NV_Increment",
+    0x135: "NV_SetBits",
+    0x136: "NV_Extend",
+    0x137: "NV_Write",
+    0x138: "NV_WriteLock",
+    0x139: "DictionaryAttackLockReset",
+    0x13A: "DictionaryAttackParameters",
+    0x13B: "NV_ChangeAuth",
+    0x13C: "PCR_Event",
+    0x13D: "PCR_Reset",
+    0x13E: "SequenceComplete",
+    0x13F: "SetAlgorithmSet",
+    0x140: "SetCommandCodeAuditStatus",
+    0x141: "FieldUpgradeData",
+    0x142: "IncrementalSelfTest",
+    0x143: "SelfTest",
+    0x144: "Startup",
+    0x145: "Shutdown",
+    0x146: "StirRandom",
+    0x147: "ActivateCredential",
+    0x148: "Certify",
+    0x149: "PolicyNV",
+    0x14A: "CertifyCreation",
+    0x14B: "Duplicate",
+    0x14C: "GetTime",
+    0x14D: "GetSessionAuditDigest",
+    0x14E: "NV_Read",
+    0x14F: "NV_ReadLock",
+    0x150: "ObjectChangeAuth",
+    0x151: "PolicySecret",
+    0x152: "Rewrap",
+    0x153: "Create",
+    0x154: "ECDH_ZGen",
+    0x155: "HMAC",
+    0x156: "Import",
+    0x157: "Load",
+    0x158: "Quote",
+    0x159: "RSA_Decrypt",
+    0x15B: "HMAC_Start",
+    0x15C: "SequenceUpdate",
+    0x15D: "Sign",
+    0x15E: "Unseal",
+    0x160: "PolicySigned",
+    0x161: "ContextLoad",
+    0x162: "ContextSave",
+    0x163: "ECDH_KeyGen",
+    0x164: "EncryptDecrypt",
+    0x165: "FlushContext",
+    0x167: "LoadExternal",
+    0x168: "MakeCredential",
+    0x169: "NV_ReadPublic",
+    0x16A: "PolicyAuthorize",
+    0x16B: "PolicyAuthValue",
+    0x16C: "PolicyCommandCode",
+    0x16D: "PolicyCounterTimer",
+    0x16E: "PolicyCpHash",
+    0x16F: "PolicyLocality",
+    0x170: "PolicyNameHash",
+    0x171: "PolicyOR",
+    0x172: "PolicyTicket",
+    0x173: "ReadPublic",
+    0x174: "RSA_Encrypt",
+    0x176: "StartAuthSession",
+    0x177: "VerifySignature",
+    0x178: "ECC_Parameters",
+    0x179: "FirmwareRead",
+    0x17A: "GetCapability",
+    0x17B: "GetRandom",
+    0x17C: "GetTestResult",
+    0x17D: "Hash",
+    0x17E: "PCR_Read",
+    0x17F: "PolicyPCR",
+    0x180: "PolicyRestart",
+    0x181: "ReadClock",
+    0x182: "PCR_Extend",
+    0x183: "PCR_SetAuthValue",
+    0x184: "NV_Certify",
+    0x185: "EventSequenceComplete",
+    0x186: "HashSequenceStart",
+    0x187: "PolicyPhysicalPresence",
+    0x188: "PolicyDuplicationSelect",
+    0x189: "PolicyGetDigest",
+    0x18A: "TestParms",
+    0x18B: "Commit",
+    0x18C: "PolicyPassword",
+    0x18D: "ZGen_2Phase",
+    0x18E: "EC_Ephemeral",
+    0x18F: "PolicyNvWritten",
+    0x190: "PolicyTemplate",
+    0x191: "CreateLoaded",
+    0x192: "PolicyAuthorizeNV",
+    0x193: "EncryptDecrypt2",
+    0x194: "AC_GetCapability",
+    0x195: "AC_Send",
+    0x196: "Policy_AC_SendSelect",
+    0x197: "CertifyX509",
+    0x198: "ACT_SetTimeout",
+    0x199: "ECC_Encrypt",
+    0x19A: "ECC_Decrypt",
+    0x19B: "PolicyCapability",
+    0x19C: "PolicyParameters",
+    0x20000000: "Vendor_TCG_Test",
+}
+
 def from_library() -> dict[int, tuple[int, bool]]:
     """The same table, asked of tpm2-pytss (slow: imports its command parser)."""
     from tpm2_pytss.command_parser import tpm2_command, tpm2_response
@@ -149,8 +277,24 @@ def from_library() -> dict[int, tuple[int, bool]]:
     return out
 
 
+def names_from_library() -> dict[int, str]:
+    """NAMES, asked of tpm2-pytss's TPM2_CC (slow: imports tpm2-pytss)."""
+    from tpm2_pytss.constants import TPM2_CC
+
+    out: dict[int, str] = {}
+    for attr in dir(TPM2_CC):
+        if attr.startswith("_") or not attr[0].isupper() or attr in ("FIRST", "LAST"):
+            continue
+        value = getattr(TPM2_CC, attr)
+        if isinstance(value, int):
+            out.setdefault(int(value), attr)
+    return out
+
+
 if __name__ == "__main__":
     from tpm2_pytss.constants import TPM2_CC
 
     for code, (n, has) in sorted(from_library().items()):
         print(f"    0x{code:03X}: ({n}, {has}),  # {TPM2_CC(code)}")
+    for code, name in sorted(names_from_library().items()):
+        print(f'    0x{code:03X}: "{name}",')

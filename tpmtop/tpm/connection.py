@@ -149,12 +149,14 @@ class TpmConnection:
 
     def esapi(self) -> EsapiOnTransport:
         """An ESAPI context on the instrumented transport (created on first use)."""
+        if self.transport is None:
+            raise TpmConnectionError("not connected")
         if self._esapi is None:
             from tpm2_pytss import ESAPI
 
-            from tpmtop.tpm.esapi import EsapiOnTransport
+            from tpmtop.tpm.esapi import EsapiOnTransport, TransportTcti
 
-            self._esapi = EsapiOnTransport(ESAPI(self.transport), self.transport)
+            self._esapi = EsapiOnTransport(ESAPI(TransportTcti(self.transport)), self.transport)
         return self._esapi
 
     def tpm_json(self) -> dict[str, Any]:

@@ -16,9 +16,36 @@ from __future__ import annotations
 
 from typing import Any
 
+from tpm2_pytss.TCTI import PyTCTI
 from tpm2_pytss.TSS2_Exception import TSS2_Exception
 
+from tpmtop.errors import TpmConnectionError
 from tpmtop.tpm.interrupts import held
+from tpmtop.tpm.transport import MAX_RESPONSE, InstrumentedTransport
+
+
+class TransportTcti(PyTCTI):  # type: ignore[misc]  # tpm2-pytss has no type information
+    """The TCTI ESAPI is given: each command goes through *transport*'s ``transact`` (so it
+    is recorded and shaped like tpmtop's own). ESAPI calls transmit then receive on the same
+    thread; the answer is fetched at transmit and handed over at receive."""
+
+    def __init__(self, transport: InstrumentedTransport) -> None:
+        super().__init__(max_size=MAX_RESPONSE, magic=b"TPMTOP\x00\x00")
+        self.transport = transport
+        self._transact = transport.transact
+        self._pending: bytes | None = None
+
+    def do_transmit(self, command: bytes) -> None:
+        self._pending = self._transact(bytes(command))
+
+    def do_receive(self, timeout: int) -> bytes:
+        rsp, self._pending = self._pending, None
+        if rsp is None:
+            raise TpmConnectionError("receive without a transmitted command")
+        return rsp
+
+    def do_finalize(self) -> None:
+        pass  # the connection owns the backend; ESAPI closing must not close it
 
 
 class EsapiOnTransport:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from tpm2_pytss.constants import TPM2_HR, TPM2_HT
-
 from tpmtop.errors import UsageError
 from tpmtop.tpm.commands import Transacts, flush_context, get_handles
+from tpmtop.tpm.names import HR_SHIFT, HT_HMAC_SESSION, HT_PERSISTENT, HT_POLICY_SESSION, HT_TRANSIENT
 
 
 class HandleKind(StrEnum):
@@ -25,13 +24,13 @@ class HandleKind(StrEnum):
 # (GetCapability selector, kind as tpmtop names it). A selector of 0x02… lists *loaded*
 # sessions (HMAC and policy alike), 0x03… lists *saved* ones (spec Part 2, TPM_HT).
 CATEGORIES = (
-    (int(TPM2_HR.TRANSIENT), HandleKind.TRANSIENT),
-    (int(TPM2_HR.HMAC_SESSION), HandleKind.LOADED_SESSION),
-    (int(TPM2_HR.POLICY_SESSION), HandleKind.SAVED_SESSION),
-    (int(TPM2_HR.PERSISTENT), HandleKind.PERSISTENT),
+    (HT_TRANSIENT << HR_SHIFT, HandleKind.TRANSIENT),
+    (HT_HMAC_SESSION << HR_SHIFT, HandleKind.LOADED_SESSION),
+    (HT_POLICY_SESSION << HR_SHIFT, HandleKind.SAVED_SESSION),
+    (HT_PERSISTENT << HR_SHIFT, HandleKind.PERSISTENT),
 )
 # What FlushContext accepts, by a handle's top byte (TPM_HT).
-FLUSHABLE = frozenset(int(t) for t in (TPM2_HT.TRANSIENT, TPM2_HT.HMAC_SESSION, TPM2_HT.POLICY_SESSION))
+FLUSHABLE = frozenset((HT_TRANSIENT, HT_HMAC_SESSION, HT_POLICY_SESSION))
 
 
 @dataclass(frozen=True)
@@ -61,13 +60,13 @@ def list_handles(transport: Transacts, owned: set[int] | None = None) -> list[Ha
                 if kind is HandleKind.SAVED_SESSION and h not in owned:
                     st = "unknown"
                 else:
-                    st = "hmac" if h >> 24 == TPM2_HT.HMAC_SESSION else "policy"
+                    st = "hmac" if h >> HR_SHIFT == HT_HMAC_SESSION else "policy"
             out.append(HandleEntry(h, kind, st, h in owned))
     return out
 
 
 # Objects and sessions: what `flush` (and a user typing a handle) is about.
-_HELD_TYPES = FLUSHABLE | {int(TPM2_HT.PERSISTENT)}
+_HELD_TYPES = FLUSHABLE | {HT_PERSISTENT}
 
 
 def parse_handle(text: str) -> int:
@@ -90,7 +89,7 @@ def parse_handle(text: str) -> int:
 
 def check_flushable(handle: int) -> None:
     top = handle >> 24
-    if top == TPM2_HT.PERSISTENT:
+    if top == HT_PERSISTENT:
         raise UsageError(f"0x{handle:08x} is a persistent object: removing it needs EvictControl with "
                          "owner authorization, which tpmtop never uses")
     if top not in FLUSHABLE:

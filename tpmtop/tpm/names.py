@@ -1,30 +1,32 @@
 """Names for command codes, response codes and handles, from tpm2-pytss's own tables.
 
-Spec spellings ("TPM2_CC_PCR_Extend") are built from tpm2-pytss's ``TPM2_CC`` attribute
-names; response codes are worded by tpm2-tss's ``Tss2_RC_Decode`` (what tpm2_rc_decode
-prints). Both are cached: the recorder asks on every command.
+Spec spellings ("TPM2_CC_PCR_Extend") are tpm2-pytss's ``TPM2_CC`` attribute names, kept in
+:mod:`tpmtop.tpm.cc_table` (importing tpm2-pytss costs `tpmtop info` 75–230 ms before its first
+command; tests/test_transport.py checks the table against the library); response codes are
+worded by tpm2-tss's ``Tss2_RC_Decode`` (what tpm2_rc_decode prints), imported when the first
+non-zero one is worded. Both are cached: the recorder asks on every command.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from functools import lru_cache
+from typing import cast
 
-from tpm2_pytss.constants import TPM2_CC, TPM2_HR, TPM2_HT, TPM2_RC, TSS2_RC
+from tpmtop.tpm.cc_table import NAMES
 
+# The TPM 2.0 numbers used here (spec Part 2), spelled rather than taken from
+# tpm2_pytss.constants for the same reason; tests/test_transport.py pins each to its name there.
+HR_SHIFT = 24  # TPM2_HR.SHIFT: a handle's top byte is its type (TPM_HT)
+HT_PCR, HT_NV_INDEX, HT_HMAC_SESSION, HT_POLICY_SESSION = 0x00, 0x01, 0x02, 0x03  # TPM2_HT.…
+HT_PERMANENT, HT_TRANSIENT, HT_PERSISTENT = 0x40, 0x80, 0x81  # TPM2_HT.…
+RC_INITIALIZE = 0x100  # TPM2_RC.INITIALIZE
+RC_CONTEXT_GAP, RC_OBJECT_MEMORY, RC_SESSION_MEMORY = 0x901, 0x902, 0x903  # TPM2_RC.…
+RC_SESSION_HANDLES = 0x905  # TPM2_RC.SESSION_HANDLES
 
-def _build_cc_tables() -> tuple[dict[int, str], dict[str, int]]:
-    by_code: dict[int, str] = {}
-    for attr in dir(TPM2_CC):
-        if attr.startswith("_") or not attr[0].isupper() or attr in ("FIRST", "LAST"):
-            continue
-        value = getattr(TPM2_CC, attr)
-        if isinstance(value, int):
-            by_code.setdefault(int(value), f"TPM2_CC_{attr}")
-    return by_code, {v: k for k, v in by_code.items()}
-
-
-CC_NAMES, CC_BY_NAME = _build_cc_tables()
+CC_NAMES = {code: f"TPM2_CC_{name}" for code, name in NAMES.items()}
+CC_BY_NAME = {v: k for k, v in CC_NAMES.items()}
 
 
 def cc_name(cc: int | None) -> str:
@@ -52,9 +54,33 @@ def rc_text(rc: int | None) -> str:
     if rc == 0:
         return "success"
     try:
+        if not 0 <= rc <= 0xFFFFFFFF:
+            raise ValueError(rc)
+        decode = _tss2_rc_decode()
+        if decode is not None:
+            return str(decode(rc).decode("utf-8", "replace"))
+        from tpm2_pytss.constants import TSS2_RC
+
         return str(TSS2_RC(rc).decode())
     except Exception:  # an rc tpm2-tss cannot word is still shown, as hex
         return f"unknown response code 0x{rc:x}"
+
+
+@lru_cache(maxsize=1)
+def _tss2_rc_decode() -> Callable[[int], bytes] | None:
+    """tpm2-tss's ``Tss2_RC_Decode`` (libtss2-rc), called through ctypes: the function
+    tpm2-pytss's ``TSS2_RC.decode`` calls, without importing tpm2-pytss — which cost `tpmtop
+    run`'s report 0.9 s at load 10 when the first failed command was worded. The words come
+    back in a per-thread buffer of the library's, copied at once (``c_char_p``)."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL("libtss2-rc.so.0").Tss2_RC_Decode
+    except (OSError, AttributeError):
+        return None  # then tpm2-pytss words it
+    fn.restype = ctypes.c_char_p
+    fn.argtypes = [ctypes.c_uint32]
+    return cast("Callable[[int], bytes]", fn)
 
 
 def rc_base(rc: int) -> int:
@@ -80,17 +106,17 @@ class HandleType(StrEnum):
 
     @classmethod
     def of(cls, handle: int) -> HandleType:
-        return _HANDLE_TYPES.get(handle >> TPM2_HR.SHIFT, cls.UNKNOWN)
+        return _HANDLE_TYPES.get(handle >> HR_SHIFT, cls.UNKNOWN)
 
 
 _HANDLE_TYPES = {
-    int(TPM2_HT.PCR): HandleType.PCR,
-    int(TPM2_HT.NV_INDEX): HandleType.NV_INDEX,
-    int(TPM2_HT.HMAC_SESSION): HandleType.HMAC_SESSION,
-    int(TPM2_HT.POLICY_SESSION): HandleType.POLICY_SESSION,
-    int(TPM2_HT.PERMANENT): HandleType.PERMANENT,
-    int(TPM2_HT.TRANSIENT): HandleType.TRANSIENT,
-    int(TPM2_HT.PERSISTENT): HandleType.PERSISTENT,
+    HT_PCR: HandleType.PCR,
+    HT_NV_INDEX: HandleType.NV_INDEX,
+    HT_HMAC_SESSION: HandleType.HMAC_SESSION,
+    HT_POLICY_SESSION: HandleType.POLICY_SESSION,
+    HT_PERMANENT: HandleType.PERMANENT,
+    HT_TRANSIENT: HandleType.TRANSIENT,
+    HT_PERSISTENT: HandleType.PERSISTENT,
 }
 
 
@@ -115,13 +141,13 @@ def session_attr_text(attrs: int) -> str:
 
 # What to do about the response codes an operator meets when a TPM is full or was reset.
 _HINTS = {
-    int(TPM2_RC.OBJECT_MEMORY): "the TPM's transient object slots are full (handles leaked by some client?): "
+    RC_OBJECT_MEMORY: "the TPM's transient object slots are full (handles leaked by some client?): "
            "see `tpmtop handles` and free them with `tpmtop flush HANDLE`",
-    int(TPM2_RC.SESSION_MEMORY): "the TPM's loaded-session slots are full: see `tpmtop handles` for sessions some "
+    RC_SESSION_MEMORY: "the TPM's loaded-session slots are full: see `tpmtop handles` for sessions some "
            "client left loaded",
-    int(TPM2_RC.SESSION_HANDLES): "the TPM has no free session handles (TPM2_PT_ACTIVE_SESSIONS_MAX reached): "
+    RC_SESSION_HANDLES: "the TPM has no free session handles (TPM2_PT_ACTIVE_SESSIONS_MAX reached): "
            "saved sessions are held by some client; see `tpmtop handles`",
-    int(TPM2_RC.CONTEXT_GAP): "TPM_RC_CONTEXT_GAP: a long-saved session blocks further context saves until it is "
+    RC_CONTEXT_GAP: "TPM_RC_CONTEXT_GAP: a long-saved session blocks further context saves until it is "
            "loaded and saved again, or flushed; see `tpmtop handles` (saved sessions)",
 }
 

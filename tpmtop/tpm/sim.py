@@ -21,9 +21,8 @@ import threading
 import weakref
 from typing import Any
 
-from tpm2_pytss.constants import TPM2_RC
-
 from tpmtop.errors import TpmConnectionError, TpmtopError
+from tpmtop.tpm.names import RC_INITIALIZE
 from tpmtop.tpm.transport import DEFAULT_TIMEOUT, SocketBackend
 
 # swtpm control channel commands (swtpm's tpm_ioctl.h)
@@ -171,7 +170,7 @@ class Swtpm:
         if rc != 0:
             raise TpmConnectionError(f"swtpm CMD_INIT failed with {rc}")
         rsp = self.backend().transact(TPM2_STARTUP_CLEAR)
-        if int.from_bytes(rsp[6:10], "big") not in (0, TPM2_RC.INITIALIZE):  # INITIALIZE: already started
+        if int.from_bytes(rsp[6:10], "big") not in (0, RC_INITIALIZE):  # INITIALIZE: already started
             raise TpmConnectionError(f"TPM2_Startup after reset failed: 0x{rsp[6:10].hex()}")
 
     def kill(self) -> None:
