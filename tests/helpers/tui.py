@@ -30,3 +30,15 @@ def main_screen(app) -> MainScreen:
 
 def header_text(app) -> str:
     return str(main_screen(app).query_one("#header").render())
+
+
+# A bucket line of the Latency panel's histogram: its upper bound, one unit, and its count (none
+# drawn for an empty bucket).
+HIST_LINE = r"^≤\s*([\d,.]+) (µs|ms|s)(?:\s+█+\s+([\d,]+))?\s*$"
+
+
+def histogram_counts(text: str) -> list[int]:
+    """Each bucket line's count, 0 for an empty bucket (drawn with no bar and no count)."""
+    import re
+
+    return [int((m.group(3) or "0").replace(",", "")) for m in re.finditer(HIST_LINE, text, re.M)]

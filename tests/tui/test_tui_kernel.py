@@ -484,7 +484,7 @@ class TestHistogram:
         drawn empty, so the two groups never look contiguous; and the slowest on one unit."""
         import re
 
-        from test_tui_live import HIST_LINE, histogram_counts
+        from tests.helpers.tui import HIST_LINE, histogram_counts
 
         src, path = kernel()
         app = app_for(src, tmp_path)

@@ -10,7 +10,7 @@ import threading
 import time
 
 from tests.helpers.paths import TESTS
-from tests.helpers.tui import SIZE, app_for, header_text, main_screen, until
+from tests.helpers.tui import HIST_LINE, SIZE, app_for, header_text, histogram_counts, main_screen, until
 from tpmtop.sources.live import burst_size, pacing_json
 from tpmtop.sources.replay import ReplaySource, load
 from tpmtop.tpm.handles import list_handles
@@ -344,16 +344,6 @@ class TestTableFilter:
             app.screen.query_one("#table-filter").value = ""
             await pilot.press("enter")
             await until(pilot, lambda: sum(1 for k in table._shadow if k.startswith("cc:")) >= 4, what="all again")
-
-
-HIST_LINE = r"^≤\s*([\d,.]+) (µs|ms|s)(?:\s+█+\s+([\d,]+))?\s*$"
-
-
-def histogram_counts(text: str) -> list[int]:
-    """Each bucket line's count, 0 for an empty bucket (drawn with no bar and no count)."""
-    import re
-
-    return [int((m.group(3) or "0").replace(",", "")) for m in re.finditer(HIST_LINE, text, re.M)]
 
 
 class TestLatency:
