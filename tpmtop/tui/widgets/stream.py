@@ -155,6 +155,10 @@ class StreamPanel(Panel):
     def show_frame(self, frame: Frame) -> None:
         part = frame.stream
         if part is not None:
+            if part.replace and not self.frozen:
+                self.buffer = []
+                if not part.rows:
+                    self._render_rows()
             self.add(part.rows, keep=None if part.keep_all else KEEP)
             if part.empty_note:
                 self.border_subtitle = part.empty_note
