@@ -20,6 +20,8 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from tpmtop.tui.widgets.messages import MessageLine
+
 
 class BootScreen(Screen[None]):
     BINDINGS = [
@@ -50,7 +52,11 @@ class BootScreen(Screen[None]):
         with ScrollableContainer(id="boot-scroll"):
             # markup=False: the report is plain text with [brackets] from kernel logs in it.
             yield Static("", id="boot-text", markup=False)
+        yield MessageLine(id="message-bar")
         yield Footer()
+
+    def on_screen_resume(self) -> None:
+        self.app.call_later(getattr(self.app, "_refresh_notifications", lambda: None))
 
     def on_mount(self) -> None:
         self.query_one("#boot-scroll").focus()  # arrows and page keys scroll the report

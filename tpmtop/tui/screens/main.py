@@ -23,6 +23,7 @@ from tpmtop.tui.panels import CONTAINERS, PANELS, Group, available
 from tpmtop.tui.screens.main_actions import MainActions
 from tpmtop.tui.widgets.footer import TpmtopFooter
 from tpmtop.tui.widgets.header import StatusHeader
+from tpmtop.tui.widgets.messages import MessageLine
 from tpmtop.tui.widgets.modes import ModesPanel
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.stream import StreamPanel
@@ -92,6 +93,7 @@ class MainScreen(MainActions, Screen[None]):
                 yield from group(Group.RIGHT)
             with Horizontal(id="bottom"):
                 yield from group(Group.BOTTOM)
+        yield MessageLine(id="message-bar")
         yield TpmtopFooter()
 
     def on_mount(self) -> None:

@@ -227,6 +227,12 @@ class MainActions(TpmWorkers):
                           if allowed(a.action.split("(")[0], self.caps, self.dash.source, self) is False)
         self.app.push_screen(HelpScreen(never, self.caps.why_not if never else "", tuple(self.panels)))
 
+    def action_show_messages(self) -> None:
+        from tpmtop.tui.widgets.messages import MessageLogScreen
+
+        log = getattr(self.app, "message_log", None)
+        self.app.push_screen(MessageLogScreen(list(log.items) if log is not None else []))
+
     def action_quit(self) -> None:
         self.app.exit()
 
