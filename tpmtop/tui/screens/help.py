@@ -14,7 +14,8 @@ from tpmtop.tui.actions import ACTIONS
 from tpmtop.tui.panels import PANELS
 
 KEY_NAMES = {"space": "space", "plus": "+", "minus": "-", "slash": "/", "question_mark,f1": "? F1",
-             "greater_than_sign": ">"}
+             "greater_than_sign": ">", "less_than_sign": "<", "left_square_bracket": "[",
+             "right_square_bracket": "]", "q,f10": "q F10"}
 
 
 def help_markup(width: int = 96, hidden: frozenset[str] = frozenset(), why_hidden: str = "",
@@ -36,7 +37,8 @@ def help_markup(width: int = 96, hidden: frozenset[str] = frozenset(), why_hidde
     shown = [(p.key, p.title) for p in here]
     span = f"{shown[0][0]}–{shown[-1][0]}" if len(shown) > 1 else shown[0][0] if shown else "–"
     lines.append(f"  [b $accent]{span:>6}[/]  show a panel: " + ", ".join(f"{k} {t}" for k, t in shown))
-    lines.append(f"  [b $accent]{'tab':>6}[/]  move between panels; arrows move in a table; the mouse works too")
+    lines.append(f"  [b $accent]{'tab':>6}[/]  the next panel (shift+tab the previous; below 110×32 it turns the tab); "
+                 "arrows move in a table; the mouse works too")
     if hidden:
         keys = " ".join(KEY_NAMES.get(a.key, a.key) for a in ACTIONS if a.action in hidden)
         why = f": {why_hidden}" if why_hidden else ""
