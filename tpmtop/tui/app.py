@@ -8,6 +8,7 @@ import sys
 from functools import partial
 
 from textual.app import App, SystemCommand
+from textual.filter import Monochrome, NoColor
 from textual.notifications import Notify
 
 from tpmtop.tui.actions import palette_entries
@@ -23,6 +24,10 @@ class TpmtopApp(App):
     def __init__(self, source, *, theme: str | None = None, remember: bool = True, export_dir: str = ".",
                  themes=None, boot_root: str = "/", notices: list[str] | None = None) -> None:
         super().__init__()
+        if self.no_color:
+            # no-color.org: no colour at all. Textual's NO_COLOR filter turns colours into greys
+            # (256-colour greys on the wire); NoColor drops them and keeps bold, reverse and dim.
+            self._filters = [f for f in self._filters if not isinstance(f, Monochrome)] + [NoColor()]
         self.startup_notices = list(notices or [])  # said once the screen is up (what tpmtop cannot show here)
         self.source = source
         self.boot_root = boot_root  # the Boot screen's --root; tests point it at a fixture tree
