@@ -87,7 +87,8 @@ ACTIONS: tuple[Action, ...] = (
     Action("help", "question_mark,f1", "help", "Help", "help: Show keys",
            "This list", essential=True),
     Action("quit", "q,f10", "quit", "Quit", "app: Quit tpmtop",
-           "Quit (stops the workload, flushes tpmtop's handles, stops a private swtpm)", essential=True),
+           "Quit (stops the workload, flushes tpmtop's handles, stops a private swtpm); F10 too, as in htop",
+           essential=True),
 )
 
 OPTIONAL_IN_FOOTER = {a.action for a in ACTIONS if a.show and not a.essential}

@@ -15,7 +15,7 @@ from tpmtop.tui.panels import PANELS
 
 KEY_NAMES = {"space": "space", "plus": "+", "minus": "-", "slash": "/", "question_mark,f1": "? F1",
              "greater_than_sign": ">", "less_than_sign": "<", "left_square_bracket": "[",
-             "right_square_bracket": "]", "q,f10": "q F10"}
+             "right_square_bracket": "]", "q,f10": "q"}
 
 
 def help_markup(width: int = 96, hidden: frozenset[str] = frozenset(), why_hidden: str = "",
@@ -31,7 +31,9 @@ def help_markup(width: int = 96, hidden: frozenset[str] = frozenset(), why_hidde
         if a.action in hidden:
             continue
         body = textwrap.wrap(a.help, max(30, width - 10))
-        lines.append(f"  [b $accent]{escape(KEY_NAMES.get(a.key, a.key)):>6}[/]  {escape(body[0])}")
+        # padded first, then escaped: a lone "[" (the refresh key) is markup's escape character
+        key = f"{KEY_NAMES.get(a.key, a.key):>6}".replace("[", "\\[")
+        lines.append(f"  [b $accent]{key}[/]  {escape(body[0])}")
         lines += ["\u00a0" * 10 + escape(more) for more in body[1:]]  # no-break: kept when wrapped
     here = [p for p in PANELS if panels is None or p.id in panels]
     shown = [(p.key, p.title) for p in here]
@@ -40,7 +42,7 @@ def help_markup(width: int = 96, hidden: frozenset[str] = frozenset(), why_hidde
     lines.append(f"  [b $accent]{'tab':>6}[/]  the next panel (shift+tab the previous; below 110×32 it turns the tab); "
                  "arrows move in a table; the mouse works too")
     if hidden:
-        keys = " ".join(KEY_NAMES.get(a.key, a.key) for a in ACTIONS if a.action in hidden)
+        keys = " ".join(KEY_NAMES.get(a.key, a.key) for a in ACTIONS if a.action in hidden).replace("[", "(")
         why = f": {why_hidden}" if why_hidden else ""
         body = textwrap.wrap(f"not in this view: {keys}{why}", max(30, width - 10))
         lines += ["\u00a0" * 10 + f"[dim]{escape(part)}[/]" for part in body]

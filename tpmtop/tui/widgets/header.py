@@ -23,22 +23,27 @@ def _cells(markup: str) -> int:
     return Content.from_markup(markup).cell_length
 
 
-def fit(parts: list[tuple[str, int]], width: int, sep: str = "  ") -> str:
-    """Join the parts (markup, rank) that fit ``width`` cells, in their order, dropping the
-    highest ranks first: a narrow terminal loses the least telling words whole instead of
-    cutting the line's end to "p…" (issue 24: "TPM period 2" pushed the poll interval off)."""
-    kept = [(m, r) for m, r in parts if m]
+def fit(parts: list[tuple[str, int] | tuple[str, int, str]], width: int, sep: str = "  ") -> str:
+    """Join the parts (markup, rank[, separator before it]) that fit ``width`` cells, in their
+    order, dropping the highest ranks first: a narrow terminal loses the least telling words
+    whole instead of cutting the line's end to "p…" (issue 24: "TPM period 2" pushed the poll
+    interval off). Rank 0 is never dropped (the line is then cut with an ellipsis)."""
+    kept = [(p[0], p[1], p[2] if len(p) > 2 else sep) for p in parts if p[0]]  # type: ignore[misc]
+
+    def joined(items: list[tuple[str, int, str]]) -> str:
+        return "".join((s if i else "") + m for i, (m, _, s) in enumerate(items))
+
     if width <= 0:
-        return sep.join(m for m, _ in kept)
+        return joined(kept)
     while len(kept) > 1:
-        total = sum(_cells(m) for m, _ in kept) + len(sep) * (len(kept) - 1)
+        total = sum(_cells(m) + (len(s) if i else 0) for i, (m, _, s) in enumerate(kept))
         if total <= width:
             break
         worst = max(range(len(kept)), key=lambda i: (kept[i][1], i))
         if kept[worst][1] == 0:
-            break  # rank 0 is never dropped: the line is cut (ellipsis) instead
+            break
         del kept[worst]
-    return sep.join(m for m, _ in kept)
+    return joined(kept)
 
 
 class StatusHeader(Static):
@@ -49,20 +54,27 @@ class StatusHeader(Static):
     def show(self, *, state: str, identity: str, tcti: str, simulated: bool, engine: str, mode: str,
              op: str, ops_per_s: float | None, rate: str = "", extra: str = "", profile: str | None = None,
              marker: str = "", cpu: str = "") -> None:
+        self._args = dict(state=state, identity=identity, tcti=tcti, simulated=simulated, engine=engine, mode=mode,
+                          op=op, ops_per_s=ops_per_s, rate=rate, extra=extra, profile=profile, marker=marker, cpu=cpu)
         width = self.content_size.width
         # Rank: 0 always shown, then the lower the more telling (a narrow terminal drops the rest).
         line1 = fit([("[b]tpmtop[/]", 0), (STATES.get(state, e(state)), 0),
                      (f"[b]{e(identity)}[/]", 1), (f"[dim]via[/] {e(tcti)}", 3),
-                     ("[b $accent]simulated[/]" if simulated else "", 2),
                      # Latencies on screen are the chip's (held by the transport), not the simulator's.
-                     (f"[b $warning]profile {e(profile)}[/]" if profile else "", 1)], width)
+                     (" ".join(x for x in ("[b $accent]simulated[/]" if simulated else "",
+                                           f"[b $warning]profile {e(profile)}[/]" if profile else "") if x), 1)],
+                    width)
         ops = f"[b]{ops_per_s:,.1f} ops/s[/]" if ops_per_s is not None else ""
-        bits = [(f"[b $warning]{e(marker)}[/]" if marker else "", 0),
+        bits: list[tuple[str, int] | tuple[str, int, str]] = [(f"[b $warning]{e(marker)}[/]" if marker else "", 0),
                 (f"engine [b]{e(engine)}[/]", 1), (f"mode [b]{e(mode)}[/]", 0), (f"op [b]{e(op)}[/]", 1),
                 (ops, 2), (e(cpu) if cpu else "", 5)]
         bits += [(e(r), 3 if i == 0 else 6) for i, r in enumerate(rate.split(", ")) if r]
-        # extra: "poll 1 s  refresh 0.2 s", or why a lost TPM is retried (worth more)
-        bits += [(e(x), 2 if x.startswith("retrying") else 7 + i) for i, x in enumerate(extra.split("  ")) if x]
+        # extra: the source's own words, most telling first ("retrying: why", a kernel's counts joined
+        # with " · "); the poll and refresh intervals last of all.
+        words = [(w, "  " if j == 0 else " · ") for chunk in extra.split("  ")
+                 for j, w in enumerate(chunk.split(" · ")) if w]
+        bits += [(e(w), 7 if w.startswith(("poll ", "refresh ")) else 2 + i, how)
+                 for i, (w, how) in enumerate(words)]
         text = line1 + "\n" + fit(bits, width)
         if text != self._last:
             self._last = text
@@ -71,5 +83,8 @@ class StatusHeader(Static):
 
     _last = ""
 
+    _args: dict | None = None
+
     def on_resize(self) -> None:
-        self._last = ""  # refit at the next frame
+        if self._args is not None:  # refit now: a replay sends no further frame
+            self.show(**self._args)
