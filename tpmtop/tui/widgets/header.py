@@ -68,7 +68,7 @@ class StatusHeader(Static):
         bits: list[tuple[str, int] | tuple[str, int, str]] = [(f"[b $warning]{e(marker)}[/]" if marker else "", 0),
                 (f"engine [b]{e(engine)}[/]", 1), (f"mode [b]{e(mode)}[/]", 0), (f"op [b]{e(op)}[/]", 1),
                 (ops, 2), (e(cpu) if cpu else "", 5)]
-        bits += [(e(r), 3 if i == 0 else 6) for i, r in enumerate(rate.split(", ")) if r]
+        bits += [(e(r), 3, "  ") if i == 0 else (e(r), 6, ", ") for i, r in enumerate(rate.split(", ")) if r]
         # extra: the source's own words, most telling first ("retrying: why", a kernel's counts joined
         # with " · "); the poll and refresh intervals last of all.
         words = [(w, "  " if j == 0 else " · ") for chunk in extra.split("  ")
