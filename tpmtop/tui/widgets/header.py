@@ -23,14 +23,14 @@ def _cells(markup: str) -> int:
     return Content.from_markup(markup).cell_length
 
 
-def fit(parts: list[tuple[str, int] | tuple[str, int, str]], width: int, sep: str = "  ") -> str:
+def fit(parts: list[tuple[str, float] | tuple[str, float, str]], width: int, sep: str = "  ") -> str:
     """Join the parts (markup, rank[, separator before it]) that fit ``width`` cells, in their
     order, dropping the highest ranks first: a narrow terminal loses the least telling words
     whole instead of cutting the line's end to "p…" (issue 24: "TPM period 2" pushed the poll
     interval off). Rank 0 is never dropped (the line is then cut with an ellipsis)."""
     kept = [(p[0], p[1], p[2] if len(p) > 2 else sep) for p in parts if p[0]]  # type: ignore[misc]
 
-    def joined(items: list[tuple[str, int, str]]) -> str:
+    def joined(items: list[tuple[str, float, str]]) -> str:
         return "".join((s if i else "") + m for i, (m, _, s) in enumerate(items))
 
     if width <= 0:
@@ -59,21 +59,21 @@ class StatusHeader(Static):
         width = self.content_size.width
         # Rank: 0 always shown, then the lower the more telling (a narrow terminal drops the rest).
         line1 = fit([("[b]tpmtop[/]", 0), (STATES.get(state, e(state)), 0),
-                     (f"[b]{e(identity)}[/]", 1), (f"[dim]via[/] {e(tcti)}", 3),
+                     (f"[b]{e(identity)}[/]", 0), (f"[dim]via[/] {e(tcti)}", 3),
                      # Latencies on screen are the chip's (held by the transport), not the simulator's.
                      (" ".join(x for x in ("[b $accent]simulated[/]" if simulated else "",
                                            f"[b $warning]profile {e(profile)}[/]" if profile else "") if x), 1)],
                     width)
         ops = f"[b]{ops_per_s:,.1f} ops/s[/]" if ops_per_s is not None else ""
-        bits: list[tuple[str, int] | tuple[str, int, str]] = [(f"[b $warning]{e(marker)}[/]" if marker else "", 0),
+        bits: list[tuple[str, float] | tuple[str, float, str]] = [(f"[b $warning]{e(marker)}[/]" if marker else "", 0),
                 (f"engine [b]{e(engine)}[/]", 1), (f"mode [b]{e(mode)}[/]", 0), (f"op [b]{e(op)}[/]", 1),
-                (ops, 2), (e(cpu) if cpu else "", 5)]
+                (ops, 2.5), (e(cpu) if cpu else "", 5)]
         bits += [(e(r), 3, "  ") if i == 0 else (e(r), 6, ", ") for i, r in enumerate(rate.split(", ")) if r]
         # extra: the source's own words, most telling first ("retrying: why", a kernel's counts joined
         # with " · "); the poll and refresh intervals last of all.
         words = [(w, "  " if j == 0 else " · ") for chunk in extra.split("  ")
                  for j, w in enumerate(chunk.split(" · ")) if w]
-        bits += [(e(w), 7 if w.startswith(("poll ", "refresh ")) else 2 + i, how)
+        bits += [(e(w), 7 if w.startswith(("poll ", "refresh ")) else 2 + i / 10, how)
                  for i, (w, how) in enumerate(words)]
         text = line1 + "\n" + fit(bits, width)
         if text != self._last:
