@@ -67,3 +67,5 @@ class TestMessages:
             boot_line = app.screen.query_one(MessageLine)
             assert "TCTI" in _line_text(app.screen)
             assert not _overlaps(boot_line.region, app.screen.query_one("#boot-scroll").region)
+            await pilot.press("l")  # the hint's key works here too
+            await until(pilot, lambda: isinstance(app.screen, MessageLogScreen), what="the log from Boot")

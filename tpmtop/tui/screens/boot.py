@@ -68,7 +68,14 @@ class BootScreen(Screen[None]):
         Binding("escape,b", "app.pop_screen", "Back", id="boot-close", tooltip="Back to the dashboard"),
         Binding("r", "rebuild", "Rebuild", id="boot-rebuild", tooltip="Read the system's files again"),
         Binding("q", "app.quit", "Quit", id="boot-quit", tooltip="Quit tpmtop"),
+        Binding("l", "show_messages", "Messages", show=False, id="boot-messages",
+                tooltip="Every message of this sitting"),
     ]
+
+    def action_show_messages(self) -> None:
+        from tpmtop.tui.widgets.messages import open_log
+
+        open_log(self.app)
 
     class ReportReady(Message):
         def __init__(self, verdict: str, text: str) -> None:

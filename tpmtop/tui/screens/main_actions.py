@@ -256,10 +256,9 @@ class MainActions(TpmWorkers):
         self.app.push_screen(HelpScreen(never, self.caps.why_not if never else "", tuple(self.panels)))
 
     def action_show_messages(self) -> None:
-        from tpmtop.tui.widgets.messages import MessageLogScreen
+        from tpmtop.tui.widgets.messages import open_log
 
-        log = getattr(self.app, "message_log", None)
-        self.app.push_screen(MessageLogScreen(list(log.items) if log is not None else []))
+        open_log(self.app)
 
     def action_quit(self) -> None:
         self.app.exit()

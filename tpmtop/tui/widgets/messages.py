@@ -108,3 +108,9 @@ class MessageLogScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#messages-box").scroll_end(animate=False)
+
+
+def open_log(app) -> None:
+    """``l``, from any screen that shows a message line."""
+    log = getattr(app, "message_log", None)
+    app.push_screen(MessageLogScreen(list(log.items) if log is not None else []))
