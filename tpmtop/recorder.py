@@ -31,6 +31,9 @@ DEFAULT_CAPACITY = 100_000
 # depending on how many carried ~1 KB context blobs; this bounds it to ~20 MB.
 BUFFERS_KEPT = 16_384
 RECENT_PER_COMMAND = 120  # samples kept per command for sparklines
+# Failed commands are kept apart from the ring as well: the ring holds a few minutes of a fast
+# workload, the error counters count since the start, and `/ errors` must find what they count.
+FAILURES_KEPT = 10_000
 
 
 @dataclass(slots=True)
@@ -112,6 +115,7 @@ class Recorder:
         self._buffered: deque[Event] = deque()  # the events still holding their raw bytes
         self.started_ns = time.perf_counter_ns()
         self.marks: list[tuple[int, str]] = []  # (t_ns, text): boundaries such as a TPM reset
+        self.failures: deque[Event] = deque(maxlen=FAILURES_KEPT)  # failed commands, oldest first
 
     # -- listening (the transport's sink) ----------------------------------------------------
     # On the round trip the transport only appends an Exchange to ``_pending`` (a deque:
@@ -187,14 +191,18 @@ class Recorder:
                 st.last_ns = ev.wire_ns
                 st.recent.append(ev.wire_ns)
                 return
-            st.errors += 1
+            self._failed_locked(st, ev)
             return
         st.hist.record(ev.wire_ns)
         st.last_ns = ev.wire_ns
         st.recent.append(ev.wire_ns)
         if ev.rc != 0 and not ev.expected:
-            st.errors += 1
+            self._failed_locked(st, ev)
         self._track_handles(ev, now)
+
+    def _failed_locked(self, st: CommandStats, ev: Event) -> None:
+        st.errors += 1
+        self.failures.append(ev)
 
     def _track_handles(self, ev: Event, now: int) -> None:
         for h in ev.handles:
@@ -228,6 +236,12 @@ class Recorder:
         with self._lock:
             self.marks.append((time.perf_counter_ns(), text))
 
+    def failed_events(self) -> list[Event]:
+        """Every failed command since the start (or ``r``), up to FAILURES_KEPT, oldest first."""
+        with self._lock:
+            self._process()
+            return list(self.failures)
+
     def forget_handle(self, handle: int) -> None:
         with self._lock:
             self._process()
@@ -240,6 +254,9 @@ class Recorder:
             self._buffered.clear()
             self._events.clear()
             self._stats.clear()
+            self.failures.clear()
+            # The stream's clock starts again: a boundary from before would read as a negative time.
+            self.marks = []
             self.started_ns = time.perf_counter_ns()
 
     # -- reading (any thread) ---------------------------------------------------------------

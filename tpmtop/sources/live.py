@@ -141,10 +141,12 @@ class LiveSource(WorkloadDriver, SourceBase):
         else:
             live = {r.key: r for r in command_rows_live(self.recorder, "workload")}
             rows = command_rows_run(current)
-            for r in rows:  # the newest samples (sparkline, last) and error counts come from the wire
+            for r in rows:  # the newest samples (sparkline, last) come from the wire
                 w = live.get(r.key)
                 if w is not None:
-                    r.last_us, r.recent_us, r.errors = w.last_us, w.recent_us, w.errors
+                    r.last_us, r.recent_us = w.last_us, w.recent_us
+            # Error counts: the view-model's, of this run and this TPM period only (the wire's
+            # count is every run's: an error one mode met once showed in every later run).
             rows = op_rows(current) + rows
             subtitle = f"run {label}/{self.op} · {current.ops} ops"
         if self.boundaries:
@@ -196,14 +198,19 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.run_on_owner(self._reconnect_job)
 
     def _reconnect_job(self, _t: Any) -> None:
-        self.conn.reconnect()
+        lost = self.last_error or "the TPM stopped answering"
+        swtpm = self.conn.reconnect()
         # The old engine's sessions and null key died with the TPM; never flush "its"
         # handles on the new one (they could be someone else's).
         w, self.workload = self.workload, None
         self.connected = True
         self.last_error = None
         # A TPM that comes back has been through TPM2_Startup: a new null seed, a new life.
-        why = "the TPM restarted (it answers again after it stopped)"
+        # Said with its cause: a new period at start-up once went unexplained (issue 24).
+        if swtpm:
+            why = f"tpmtop started a new private swtpm after: {lost} ({swtpm})"
+        else:
+            why = f"the TPM restarted (it answers again after: {lost})"
         acc = w.accounts if w is not None else self._old_accounts
         if w is not None:
             self.periods.extend(w.periods)

@@ -78,11 +78,14 @@ class TpmConnection:
             return SocketBackend(connect_tcp(host, port, self.timeout), f"swtpm {host}:{port}", self.timeout)
         return TctiLdrBackend(t.kind, t.conf, self.timeout)
 
-    def reconnect(self) -> None:
-        """After the TPM went away: a new backend under the same transport and recorder."""
+    def reconnect(self) -> str:
+        """After the TPM went away: a new backend under the same transport and recorder.
+        Returns what became of a private swtpm ("" for any other TPM)."""
         if self.transport is None:
             raise TpmConnectionError("not connected")
+        note = ""
         if self.sim is not None:
+            note = self.sim.exit_note()
             self.sim.restart()
             self.transport.backend = self.sim.backend(self.timeout)
         else:
@@ -91,6 +94,7 @@ class TpmConnection:
         self._esapi = None
         if self.owner is not None:
             self.owner.lost = None
+        return note
 
     def call(self, fn: Callable[..., Any], *args: Any, origin: str = Origin.USER, labels: Labels | None = None,
              **kwargs: Any) -> Any:

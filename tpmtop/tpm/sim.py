@@ -150,6 +150,19 @@ class Swtpm:
             return lines[-1] if lines else ""
         return ""
 
+    def exit_note(self) -> str:
+        """What became of this swtpm, for a reconnection's mark: how it ended and the last line
+        it wrote on stderr, or that it still runs (then tpmtop gave up on it: no answer in time)."""
+        proc = self.proc
+        if proc is None:
+            return "no swtpm process"
+        code = proc.poll()
+        if code is None:
+            return f"swtpm pid {proc.pid} was still running"
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+        err = self._stderr_tail()
+        return f"swtpm pid {proc.pid} ended ({how}){': ' + err if err else ''}"
+
     def backend(self, timeout: float = DEFAULT_TIMEOUT) -> SocketBackend:
         if self.data is None:
             raise TpmConnectionError("swtpm is not running")

@@ -56,25 +56,39 @@ ACTIONS: tuple[Action, ...] = (
            "Freeze or follow the command stream (recording goes on)", show=False),
     Action("filter-stream", "slash", "filter_stream", "Filter", "stream: Filter by command",
            "Show only commands whose name or origin contains the text; `errors`: failed commands only (empty: all). "
-           "On a focused table (Handles, Latency): only rows containing the text", show=False),
+           "On a focused table (Handles, Latency): only rows containing the text. The filter line opens in that "
+           "panel: Enter applies, Esc leaves it as it was, Ctrl-U clears it", show=False),
     Action("boot-projection", "p", "show_projection", "Projection", "boot: Show cost projection",
            "What N kernel PCR extends cost in each mode, priced with this sitting's per-command p50s "
            "(N: this machine's IMA count, or type one), with the arithmetic", show=False),
     Action("boot-report", "b", "show_boot", "Boot", "boot: Show report",
            "The `tpmtop boot` report: is the TPM what slows this machine's boot? (reads files, "
            "sends no TPM command)"),
-    Action("sort-table", "greater_than_sign", "sort_table", "Sort", "table: Sort by next column",
+    Action("sort-table", "greater_than_sign", "sort_table(1)", "Sort", "table: Sort by next column",
            "Sort the focused table (Latency, Handles) by its next column, biggest first; after the last "
-           "column, back to its own order (the operation's rows stay on top)", show=False),
+           "column, back to its own order (the operation's rows stay on top). The header marks it ▼",
+           show=False),
+    Action("sort-table-back", "less_than_sign", "sort_table(-1)", "Sort back", "table: Sort by previous column",
+           "Sort the focused table by its previous column (> the other way)", show=False),
+    Action("refresh-faster", "right_square_bracket", "refresh_rate(-1)", "Faster refresh",
+           "screen: Refresh more often",
+           "Redraw the screen more often (0.1 s at most; the header shows the interval). The TPM is "
+           "polled as before", show=False),
+    Action("refresh-slower", "left_square_bracket", "refresh_rate(1)", "Slower refresh", "screen: Refresh less often",
+           "Redraw the screen less often (up to every 5 s): less of the dashboard's own CPU", show=False),
     Action("show-tcti", "T", "show_tcti", "TCTI", "tpm: Show TCTI for tpm2-tools",
            "The TCTI string that points tpm2-tools at the TPM this dashboard watches (copied to the "
            "clipboard where the terminal allows)", show=False),
     Action("next-theme", "t", "next_theme", "Theme", "theme: Switch to next theme",
            "Cycle the colour theme; the choice is remembered"),
+    Action("message-log", "l", "show_messages", "Messages", "app: Show messages",
+           "Every message of this sitting, newest last (the line above the footer shows the latest)",
+           show=False),
     Action("help", "question_mark,f1", "help", "Help", "help: Show keys",
            "This list", essential=True),
-    Action("quit", "q", "quit", "Quit", "app: Quit tpmtop",
-           "Quit (stops the workload, flushes tpmtop's handles, stops a private swtpm)", essential=True),
+    Action("quit", "q,f10", "quit", "Quit", "app: Quit tpmtop",
+           "Quit (stops the workload, flushes tpmtop's handles, stops a private swtpm); F10 too, as in htop",
+           essential=True),
 )
 
 OPTIONAL_IN_FOOTER = {a.action for a in ACTIONS if a.show and not a.essential}

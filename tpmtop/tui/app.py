@@ -8,10 +8,13 @@ import sys
 from functools import partial
 
 from textual.app import App, SystemCommand
+from textual.filter import Monochrome, NoColor
+from textual.notifications import Notify
 
 from tpmtop.tui.actions import palette_entries
 from tpmtop.tui.screens.main import MainScreen
 from tpmtop.tui.themes import DEFAULT_THEME, VARIABLE_DEFAULTS, load_themes, remember_theme, remembered_theme
+from tpmtop.tui.widgets.messages import LoggedMessage, MessageLine, MessageLog
 
 
 class TpmtopApp(App):
@@ -21,6 +24,10 @@ class TpmtopApp(App):
     def __init__(self, source, *, theme: str | None = None, remember: bool = True, export_dir: str = ".",
                  themes=None, boot_root: str = "/", notices: list[str] | None = None) -> None:
         super().__init__()
+        if self.no_color:
+            # no-color.org: no colour at all. Textual's NO_COLOR filter turns colours into greys
+            # (256-colour greys on the wire); NoColor drops them and keeps bold, reverse and dim.
+            self._filters = [f for f in self._filters if not isinstance(f, Monochrome)] + [NoColor()]
         self.startup_notices = list(notices or [])  # said once the screen is up (what tpmtop cannot show here)
         self.source = source
         self.boot_root = boot_root  # the Boot screen's --root; tests point it at a fixture tree
@@ -37,6 +44,26 @@ class TpmtopApp(App):
             wanted = DEFAULT_THEME
         self.theme = wanted
         self._remember = remember
+        self.message_log = MessageLog()
+
+    # -- messages: a line of their own (tpmtop.tui.widgets.messages), never a toast over data ---
+    def _on_notify(self, event: Notify) -> None:
+        n = event.notification
+        self.message_log.add(LoggedMessage(n.message, n.title, n.severity, n.markup, n.raised_at, n.identity))
+        super()._on_notify(event)  # Textual keeps it until its time-out, then it is dimmed here
+
+    def _refresh_notifications(self) -> None:
+        """Replaces Textual's (which shows toasts): the message lines of every screen show the
+        latest message, bright until its time-out, then dim (a timer wakes them then)."""
+        self._notifications._reap()
+        live = {n.identity: n for n in self._notifications}
+        latest = self.message_log.latest
+        fresh = latest is not None and latest.identity in live
+        for screen in self.screen_stack:
+            for line in screen.query(MessageLine):
+                line.show(latest, fresh, len(self.message_log.items))
+        if fresh and latest is not None:
+            self.set_timer(max(0.05, live[latest.identity].time_left), self._refresh_notifications)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(VARIABLE_DEFAULTS)

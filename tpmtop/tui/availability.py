@@ -39,7 +39,7 @@ def allowed(action: str, caps: Capabilities, src, screen) -> bool | None:
         if action == "flush_selected":
             return True if screen.selected_handle() is not None else None
         return True
-    if action == "reset_stats":
+    if action in ("reset_stats", "refresh_rate"):  # a replay is drawn once: nothing to refresh
         return True if caps.live else False
     if action == "export":
         if not caps.export:

@@ -25,12 +25,14 @@ from tpmtop.sources.rows.resources import ContextGapTracker, Gauge, GaugeLevel, 
 from tpmtop.sources.rows.stream import event_matches, failed, mark_row, merge_marks, stream_row
 from tpmtop.sources.runs import boot_components, boot_per_mode
 from tpmtop.textsafe import counted
+from tpmtop.tpm.exchange import Origin
 from tpmtop.tpm.handles import HandleKind
 from tpmtop.viewmodel.alerts import PatternAlerts
 from tpmtop.viewmodel.frame import ClientsView, Frame, HandlesView, HeaderView, Notice, Severity, StatsView, StreamPart
 
 STREAM_INGEST = 500  # with a filter: newest events searched per refresh
 STREAM_ROWS = 120  # newest events turned into rows per refresh; older ones are only counted
+STREAM_BACKFILL = 2000  # a new stream filter searches the recorder's whole ring: its newest matches
 SLOW_S = 1.0  # tables of percentiles: once a second, and only when a command arrived
 HOLDERS_S = 10.0  # a /proc scan for a device's holders: not every second
 DEFAULT_N = 1000  # the projection's extends when no IMA count is readable
@@ -49,6 +51,9 @@ class Dashboard:
         self.part_builders = dict(part_builders or {})
         # A capture's response codes come with it; live ones are counted here as they arrive.
         self.errors = source.errors if not self.caps.live else ErrorBook()
+        # Live: the workload's failed commands per (engine, mode, op) run, so a run's Latency rows
+        # count its own errors, not those another mode met (once, the start-up's lost connection).
+        self.run_errors: dict[tuple[Any, Any, Any], ErrorBook] = {}
         self.book = HandleBook()
         self.gap = ContextGapTracker()
         self.peaks = SlotPeaks()
@@ -72,6 +77,7 @@ class Dashboard:
         self._ops_per_s = 0.0
         self._replayed = False
         self._stream_note = ""  # what the stream says while it is empty, as last sent
+        self._stream_needle = ""  # the stream filter the panel's rows were last searched with
 
     # -- one tick ------------------------------------------------------------------------------
     def tick(self, *, stream_filter: str | None, modes_width: int, compact: bool) -> Frame:
@@ -87,6 +93,7 @@ class Dashboard:
             if events:
                 self._seen_seq = events[-1].seq
                 self.errors.feed(events)
+                self._feed_run_errors(events)
                 self.peaks.feed(events)
                 for ev in events:
                     if ev.cc in CONTEXT_CCS:
@@ -96,6 +103,11 @@ class Dashboard:
             self._seen_marks += len(marks)
             if (events or marks) and stream_filter is not None:
                 stream = StreamPart(self._stream_rows(events, marks, stream_filter))
+        if stream_filter is not None and rec is not None and stream_filter.strip().lower() != self._stream_needle:
+            # A new filter searches everything kept, not only the rows the panel holds (a few
+            # seconds of a fast workload): `errors` must find every failure the counters count.
+            self._stream_needle = stream_filter.strip().lower()
+            stream = StreamPart(self._backfill(self._stream_needle), replace=True)
         notices += self._boundaries()
         self.cpu.sample()
         stats = handles = clients = None
@@ -119,6 +131,29 @@ class Dashboard:
         self._notified_error = err
         return Frame(self.header(), stream, stats, handles, clients, parts, tuple(notices))
 
+    def _feed_run_errors(self, events: list[Any]) -> None:
+        for ev in events:
+            if ev.origin == Origin.WORKLOAD and failed(ev):
+                book = self.run_errors.get((ev.engine, ev.mode, ev.op))
+                if book is None:
+                    book = self.run_errors[(ev.engine, ev.mode, ev.op)] = ErrorBook()
+                book.feed((ev,))
+
+    def _backfill(self, needle: str) -> list[Any]:
+        rec = self.source.recorder
+        assert rec is not None
+        if needle == "errors":
+            events = rec.failed_events()
+        elif needle:
+            events = [e for e in rec.events() if event_matches(e, needle)]
+        else:
+            events = rec.events(STREAM_BACKFILL)
+        t0 = rec.started_ns
+        rows = [(ev.t_ns, stream_row(ev, t0)) for ev in events[-STREAM_BACKFILL:]]
+        rows += [(t, mark_row(t, t0, text)) for t, text in rec.marks if t >= t0]
+        rows.sort(key=lambda r: r[0])
+        return [r for _, r in rows]
+
     def _stream_rows(self, events: list[Any], marks: list[tuple[int, str]], needle: str) -> list[Any]:
         needle = needle.lower()
         if needle == "errors":
@@ -137,6 +172,7 @@ class Dashboard:
         self._seen_boundaries += len(new)
         if new:
             self._stats_dirty = True
+            self.run_errors.clear()  # the Latency panel shows the new period: its errors start at 0
         return [Notice(f"{why}. Sessions are set up again; the Latency and Modes panels now show this period "
                        "only, earlier ones are kept apart (and in an export)", "new TPM period", Severity.WARNING, 10)
                 for _, why in new]
@@ -181,9 +217,12 @@ class Dashboard:
         series = None
         if self.caps.workload:
             series = timeline(list(src.timeline), src.op, src.engine, self.clock(), max(10, modes_width or 40))
+        errors = self.errors
+        if self.caps.live and any(r.key == (src.engine, src.mode, src.op) for r in runs):
+            errors = self.run_errors.get((src.engine, src.mode, src.op)) or ErrorBook()
         rows = comparison(runs, src.op, MODES, src.baseline_ops)
         current = (src.engine, src.mode)
-        return StatsView(view, self.errors, rows, src.op, current, boot, series,
+        return StatsView(view, errors, rows, src.op, current, boot, series,
                          headline(rows, current, self.caps.workload and not src.read_only))
 
     def handles(self, notices: list[Notice]) -> HandlesView | None:
@@ -343,6 +382,7 @@ class Dashboard:
         """r: the statistics and the stream start again (the TPM is not touched)."""
         self.source.reset_stats()
         self.errors.clear()
+        self.run_errors.clear()
         self.alerts = PatternAlerts()  # the patterns' counts start again with the statistics
         self.peaks.reset()
         self._warned_full.clear()
@@ -357,7 +397,11 @@ class Dashboard:
         rec = self.source.recorder
         if not self.caps.live or rec is None:
             return None
-        return merge_marks(rec.events(), rec.marks), rec.started_ns
+        events = rec.events()
+        # Failures the ring no longer holds are still counted: keep them findable frozen too.
+        oldest = events[0].seq if events else rec.total + 1
+        older_failures = [e for e in rec.failed_events() if e.seq < oldest]
+        return merge_marks(older_failures + events, [m for m in rec.marks if m[0] >= rec.started_ns]), rec.started_ns
 
     # -- the boot projection (p) ---------------------------------------------------------------
     def engine_for_projection(self) -> str:

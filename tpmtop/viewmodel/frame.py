@@ -79,6 +79,7 @@ class StreamPart:
     rows: list[StreamRow]
     keep_all: bool = False  # a capture's whole stream (replay), not the newest rows only
     empty_note: str = ""  # said in the border when there is nothing to show
+    replace: bool = False  # the rows replace what the panel holds (its filter changed: searched anew)
 
 
 @dataclass(frozen=True)

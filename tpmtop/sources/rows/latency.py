@@ -69,6 +69,7 @@ class ErrorBook:
 
     def __init__(self) -> None:
         self.by_key: dict[str, Counter[int | None]] = {}
+        self.lost: dict[str, str] = {}  # row key -> why the last unanswered command got no response
 
     def add(self, cc: int | None, rc: int | None) -> None:
         key = f"cc:{cc if cc is not None else -1}"
@@ -81,6 +82,8 @@ class ErrorBook:
         for ev in events:
             if failed(ev):
                 self.add(ev.cc, ev.rc)
+                if ev.rc is None and ev.error:
+                    self.lost[f"cc:{ev.cc if ev.cc is not None else -1}"] = ev.error
 
     def count(self, key: str) -> int:
         c = self.by_key.get(key)
@@ -93,9 +96,11 @@ class ErrorBook:
             return ""
         parts = []
         for rc, n in c.most_common(limit):
-            parts.append(f"{short_rc(rc, None)} ×{n:,}")
+            why = self.lost.get(key) if rc is None else None
+            parts.append(f"{short_rc(rc, None)}{f' ({why})' if why else ''} ×{n:,}")
         more = len(c) - limit
         return ", ".join(parts) + (f", {more} more" if more > 0 else "")
 
     def clear(self) -> None:
         self.by_key.clear()
+        self.lost.clear()

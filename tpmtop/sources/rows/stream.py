@@ -53,6 +53,12 @@ def _handles_of(ev: Event) -> list[int]:
     return handles
 
 
+def seconds_since(t_ns: int, t0_ns: int) -> str:
+    """The stream's time column. Never negative: a command in flight when `r` restarted the
+    clock began a few ms before it, and shows at 0."""
+    return f"{max(0, t_ns - t0_ns) / 1e9:.3f}"
+
+
 def stream_row(ev: Event, t0_ns: int) -> StreamRow:
     note = getattr(ev, "note", None)
     handles = " ".join(f"{h:08x}" for h in _handles_of(ev))
@@ -63,7 +69,7 @@ def stream_row(ev: Event, t0_ns: int) -> StreamRow:
     else:
         origin = ev.origin
     unknown = getattr(ev, "rc_unknown", False)
-    return StreamRow(str(ev.seq), f"{(ev.t_ns - t0_ns) / 1e9:.3f}", origin, ev.name.removeprefix("TPM2_CC_"),
+    return StreamRow(str(ev.seq), seconds_since(ev.t_ns, t0_ns), origin, ev.name.removeprefix("TPM2_CC_"),
                      handles, _sessions_text(ev.sessions),
                      short_rc(ev.rc, ev.error, unknown), fmt_us(ev.wire_ns / 1000), ev.rc == 0 or unknown)
 
@@ -118,7 +124,7 @@ def merge_marks(events: list[Any], marks: list[tuple[int, str]]) -> list[Any]:
 
 def mark_row(t_ns: int, t0_ns: int, text: str) -> StreamRow:
     """A boundary in the stream (TPM reset, reconnection): origin "mark", the text as command."""
-    return StreamRow(f"mark-{t_ns}", f"{(t_ns - t0_ns) / 1e9:.3f}", "mark", text, "", "", "", "", True)
+    return StreamRow(f"mark-{t_ns}", seconds_since(t_ns, t0_ns), "mark", text, "", "", "", "", True)
 
 
 def stream_row_from_dict(i: int, e: dict[str, Any]) -> StreamRow:

@@ -14,7 +14,8 @@ from tpmtop.tui.actions import ACTIONS
 from tpmtop.tui.panels import PANELS
 
 KEY_NAMES = {"space": "space", "plus": "+", "minus": "-", "slash": "/", "question_mark,f1": "? F1",
-             "greater_than_sign": ">"}
+             "greater_than_sign": ">", "less_than_sign": "<", "left_square_bracket": "[",
+             "right_square_bracket": "]", "q,f10": "q"}
 
 
 def help_markup(width: int = 96, hidden: frozenset[str] = frozenset(), why_hidden: str = "",
@@ -30,18 +31,24 @@ def help_markup(width: int = 96, hidden: frozenset[str] = frozenset(), why_hidde
         if a.action in hidden:
             continue
         body = textwrap.wrap(a.help, max(30, width - 10))
-        lines.append(f"  [b $accent]{escape(KEY_NAMES.get(a.key, a.key)):>6}[/]  {escape(body[0])}")
+        # padded first, then escaped: a lone "[" (the refresh key) is markup's escape character
+        key = f"{KEY_NAMES.get(a.key, a.key):>6}".replace("[", "\\[")
+        lines.append(f"  [b $accent]{key}[/]  {escape(body[0])}")
         lines += ["\u00a0" * 10 + escape(more) for more in body[1:]]  # no-break: kept when wrapped
     here = [p for p in PANELS if panels is None or p.id in panels]
     shown = [(p.key, p.title) for p in here]
     span = f"{shown[0][0]}–{shown[-1][0]}" if len(shown) > 1 else shown[0][0] if shown else "–"
     lines.append(f"  [b $accent]{span:>6}[/]  show a panel: " + ", ".join(f"{k} {t}" for k, t in shown))
-    lines.append(f"  [b $accent]{'tab':>6}[/]  move between panels; arrows move in a table; the mouse works too")
+    tab = textwrap.wrap("the next panel (shift+tab the previous; below 110×32 it turns the tab); arrows move in a "
+                        "table; the mouse works too", max(30, width - 10))
+    lines.append(f"  [b $accent]{'tab':>6}[/]  {tab[0]}")
+    lines += ["\u00a0" * 10 + more for more in tab[1:]]
     if hidden:
         keys = " ".join(KEY_NAMES.get(a.key, a.key) for a in ACTIONS if a.action in hidden)
         why = f": {why_hidden}" if why_hidden else ""
         body = textwrap.wrap(f"not in this view: {keys}{why}", max(30, width - 10))
-        lines += ["\u00a0" * 10 + f"[dim]{escape(part)}[/]" for part in body]
+        # every "[" escaped: a lone one (the refresh key) would swallow the closing tag
+        lines += ["\u00a0" * 10 + f"[dim]{part.replace('[', chr(92) + '[')}[/]" for part in body]
     lines += ["", "[b]Reading the panels[/]",
               "  Header: [b]CPU ui[/] is the dashboard's own thread, [b]all[/] the whole process (workload, "
               "poller, recorder), as a share of one core. A paced workload runs in bursts (>= 4 operations "

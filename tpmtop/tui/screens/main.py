@@ -14,6 +14,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.events import Resize
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Static, Tab, Tabs
 
 from tpmtop.sources.protocol import Capabilities, Source
@@ -23,6 +24,7 @@ from tpmtop.tui.panels import CONTAINERS, PANELS, Group, available
 from tpmtop.tui.screens.main_actions import MainActions
 from tpmtop.tui.widgets.footer import TpmtopFooter
 from tpmtop.tui.widgets.header import StatusHeader
+from tpmtop.tui.widgets.messages import MessageLine
 from tpmtop.tui.widgets.modes import ModesPanel
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.stream import StreamPanel
@@ -31,6 +33,7 @@ from tpmtop.viewmodel.dashboard import Dashboard
 from tpmtop.viewmodel.frame import Frame
 
 REFRESH_S = 0.2  # ≤ 10 refreshes a second, as the issue asks; 5 keeps a paused dashboard idle
+REFRESH_STEPS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)  # [ and ] move along these (htop's delay, live)
 RETRY_S = 2.0
 COMPACT_W, COMPACT_H = 110, 32
 NARROW_W = 120  # below: the footer shows only the essential keys
@@ -38,7 +41,8 @@ NARROW_W = 120  # below: the footer shows only the essential keys
 OBSERVER = ("[b $warning]Observer effect[/]: on Linux 6.12+ each command tpmtop sends to /dev/tpmrm0 "
             "ends the kernel's kept HMAC session, so the kernel's next PCR extend pays the whole "
             "session setup again. Polling every {interval:g} s; [b]--passive[/] sends nothing.")
-KEY_DISPLAY = {"question_mark,f1": "?", "plus": "+", "minus": "-", "slash": "/", "greater_than_sign": ">"}
+KEY_DISPLAY = {"question_mark,f1": "?", "plus": "+", "minus": "-", "slash": "/", "greater_than_sign": ">",
+               "less_than_sign": "<", "left_square_bracket": "[", "right_square_bracket": "]", "q,f10": "q"}
 
 
 def _bindings() -> list[Binding | tuple[str, str] | tuple[str, str, str]]:
@@ -47,6 +51,11 @@ def _bindings() -> list[Binding | tuple[str, str] | tuple[str, str, str]]:
         for a in ACTIONS]
     out += [Binding(p.key, f"show_panel('{p.id}')", p.title, show=False, id=f"panel-{p.id}",
                     tooltip=f"Show the {p.title} panel") for p in PANELS]
+    # Tab did nothing below 110×32 (one panel shown, nothing else to focus): there it turns the tab.
+    out += [Binding("tab", "next_panel(1)", "Next panel", show=False, id="next-panel",
+                    tooltip="The next panel (a tab below 110×32)"),
+            Binding("shift+tab", "next_panel(-1)", "Previous panel", show=False, id="previous-panel",
+                    tooltip="The previous panel")]
     return out
 
 
@@ -64,6 +73,8 @@ class MainScreen(MainActions, Screen[None]):
         self.compact = False
         self._retry_armed = False
         self._sysfs_reads = 0
+        self.refresh_s = REFRESH_S
+        self._tick_timer: Timer | None = None
 
     @property
     def source(self) -> Source:
@@ -92,6 +103,7 @@ class MainScreen(MainActions, Screen[None]):
                 yield from group(Group.RIGHT)
             with Horizontal(id="bottom"):
                 yield from group(Group.BOTTOM)
+        yield MessageLine(id="message-bar")
         yield TpmtopFooter()
 
     def on_mount(self) -> None:
@@ -108,7 +120,7 @@ class MainScreen(MainActions, Screen[None]):
         if caps.workload:
             self.run_workload()
         if caps.live:
-            self.set_interval(REFRESH_S, self.tick)
+            self._tick_timer = self.set_interval(self.refresh_s, self.tick)
         if caps.sysfs:
             self.read_sysfs(True)
         self._focus_panel(self.active_panel)
@@ -154,6 +166,17 @@ class MainScreen(MainActions, Screen[None]):
         self._apply_layout()
         self._focus_panel(pid)  # hidden panels are refreshed like visible ones: nothing to recompute
 
+    def set_refresh(self, step: int) -> float:
+        """[ / ]: the screen's refresh interval, one step longer (1) or shorter (-1)."""
+        i = min(range(len(REFRESH_STEPS)), key=lambda k: abs(REFRESH_STEPS[k] - self.refresh_s))
+        self.refresh_s = REFRESH_STEPS[max(0, min(len(REFRESH_STEPS) - 1, i + step))]
+        if self._tick_timer is not None:
+            self._tick_timer.stop()
+            self._tick_timer = self.set_interval(self.refresh_s, self.tick)
+        if self.caps.live:
+            self.show(self.dash.tick_header())
+        return self.refresh_s
+
     # -- frames ---------------------------------------------------------------------------------
     def tick(self) -> None:
         if self.app.screen is not self:
@@ -167,9 +190,10 @@ class MainScreen(MainActions, Screen[None]):
         """Each panel draws its part; the header and the notices are the screen's."""
         if frame.header is not None:
             h = frame.header.info
+            extra = f"{h.extra}  refresh {self.refresh_s:g} s" if self.caps.live and h.extra else h.extra
             self.query_one(StatusHeader).show(
                 state=h.state, identity=h.identity, tcti=h.tcti, simulated=h.simulated, engine=h.engine,
-                mode=h.mode, op=h.op, ops_per_s=frame.header.ops_per_s, rate=h.rate, extra=h.extra,
+                mode=h.mode, op=h.op, ops_per_s=frame.header.ops_per_s, rate=h.rate, extra=extra,
                 profile=h.profile, marker=h.marker, cpu=frame.header.cpu)
         for p in PANELS:
             self.query_one(f"#{p.id}", Panel).show_frame(frame)

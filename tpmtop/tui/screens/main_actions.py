@@ -40,6 +40,7 @@ class MainActions(TpmWorkers):
         def refresh_all(self) -> None: ...
         def workers_in_group(self, group: str) -> bool: ...
         def action_show_panel(self, pid: str) -> None: ...
+        def set_refresh(self, step: int) -> float: ...
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # Textual 8: False hides the binding, None shows it disabled. A key refused here is
@@ -153,12 +154,24 @@ class MainActions(TpmWorkers):
             self.app.copy_to_clipboard(copy)
         self.notify(text, title=title, timeout=timeout)
 
-    def action_sort_table(self) -> None:
+    def action_sort_table(self, step: int = 1) -> None:
         table = self.focused if isinstance(self.focused, KeyedTable) else None
         if table is None:
             self.notify("focus a table first (1 Handles, 3 Latency)", severity="warning", timeout=3)
             return
-        self.notify(f"sorted by {table.cycle_sort()}", title="sort", timeout=2)
+        table.cycle_sort(step)  # the header marks the column (▼)
+
+    def action_next_panel(self, step: int) -> None:
+        """Tab / Shift-Tab: the next panel's tab in compact mode, the next widget otherwise."""
+        if not self.compact:
+            self.focus_next() if step > 0 else self.focus_previous()
+            return
+        i = self.panels.index(self.active_panel) if self.active_panel in self.panels else 0
+        self.action_show_panel(self.panels[(i + step) % len(self.panels)])
+
+    def action_refresh_rate(self, step: int) -> None:
+        seconds = self.set_refresh(step)
+        self.notify(f"the screen refreshes every {seconds:g} s", title="refresh", timeout=2)
 
     def action_reset_stats(self) -> None:
         self.dash.reset()
@@ -181,20 +194,35 @@ class MainActions(TpmWorkers):
         self.notify("stream frozen (recording goes on)" if frozen else "stream follows", timeout=2)
 
     def action_filter_stream(self) -> None:
+        """``/``: a filter line in the focused table's panel (Handles, Latency), else the stream's."""
+        from tpmtop.tui.screens.filter import PanelFilter
+
+        if self.query(PanelFilter):
+            return  # one open at a time: the open one has the keys
         table = self.focused if isinstance(self.focused, KeyedTable) else None
-        if table is not None:  # "/" on Handles or Latency filters that table
-            from tpmtop.tui.screens.filter import FilterScreen
+        if table is not None:
+            from textual.widget import Widget
+
+            panel = next((a for a in table.ancestors if isinstance(a, Widget) and a.has_class("panel")), None)
+            if panel is None:
+                return
 
             def done(needle: str | None) -> None:
                 if needle is not None:
                     table.set_filter(needle)  # the panel's subtitle names it at its next refresh
                     self.refresh_all()
 
-            self.app.push_screen(FilterScreen(table.needle), done)
+            panel.mount(PanelFilter(panel.id or "", table.needle, done, "table-filter"), before=0)
             return
         if self.compact and self.active_panel != "stream":
             self.action_show_panel("stream")
-        self.query_one(StreamPanel).open_filter()
+        stream = self.query_one(StreamPanel)
+
+        def stream_done(needle: str | None) -> None:
+            if needle is not None:
+                stream.set_filter(needle)
+
+        stream.mount(PanelFilter("stream", stream.needle, stream_done, "stream-filter"), before=0)
 
     def action_next_theme(self) -> None:
         from tpmtop.tui.themes import CyclesThemes
@@ -226,6 +254,11 @@ class MainActions(TpmWorkers):
         never = frozenset(a.action for a in ACTIONS
                           if allowed(a.action.split("(")[0], self.caps, self.dash.source, self) is False)
         self.app.push_screen(HelpScreen(never, self.caps.why_not if never else "", tuple(self.panels)))
+
+    def action_show_messages(self) -> None:
+        from tpmtop.tui.widgets.messages import open_log
+
+        open_log(self.app)
 
     def action_quit(self) -> None:
         self.app.exit()

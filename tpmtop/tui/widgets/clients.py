@@ -9,57 +9,58 @@ from textual.markup import escape
 from textual.widgets import DataTable, Static
 
 from tpmtop.tui.widgets.panel import Panel
+from tpmtop.tui.widgets.table import KeyedTable
 from tpmtop.viewmodel.frame import Frame
 
+# The view-model's cells, in this order (tpmtop.viewmodel: ClientsView.proxy_rows).
 COLUMNS = (("pid", 7), ("name", 22), ("cmds", 7), ("err", 4), ("p50 µs", 9), ("p99 µs", 9), ("held", 5), ("leaked", 6))
 HOLDER_COLUMNS = (("pid", 7), ("name", 22), ("user", 10), ("device", 12), ("since", 20))
+# Shown: the name first (it widens up to 22 when there is room), then the columns that fit
+# whole, by rank (a KeyedTable): in the left column at 120×40 the panel showed pid, name, cmds
+# and a clipped "err" of 85 columns' worth.
+PROXY_SHOWN = ((1, 0), (2, 1), (3, 1), (7, 2), (6, 3), (0, 4), (4, 5), (5, 6))  # (cell index, rank)
+HOLDER_SHOWN = ((1, 0), (0, 1), (2, 2), (3, 3), (4, 4))
+
+
+def _table_columns(columns, shown) -> list[tuple[str, str, int, int]]:
+    return [(columns[i][0], columns[i][0], columns[i][1] if i != 1 else 14, rank) for i, rank in shown]
 
 
 class ClientsPanel(Panel):
     title = "Clients"
     DEFAULT_CSS = """
     ClientsPanel { height: auto; max-height: 16; padding: 0 1; display: none; }
-    ClientsPanel DataTable { height: auto; max-height: 9; }
+    ClientsPanel KeyedTable { height: auto; max-height: 9; }
     ClientsPanel #clients-detail { height: auto; max-height: 6; }
     """
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self._mode: str | None = None
-        self._cells: dict[str, list[str]] = {}
+        self._cells: dict[str, list[str]] = {}  # row key -> the view-model's cells (COLUMNS order)
         self.detail_for = None  # key -> text, set by show()
 
     def compose(self) -> ComposeResult:
-        yield DataTable(id="clients-table", cursor_type="row", zebra_stripes=False)
+        yield KeyedTable(_table_columns(COLUMNS, PROXY_SHOWN), grow_to=22, id="clients-table")
+        yield KeyedTable(_table_columns(HOLDER_COLUMNS, HOLDER_SHOWN), grow_to=22, id="holders-table")
         yield Static("", id="clients-detail")
+
+    @property
+    def table(self) -> KeyedTable:
+        return self.query_one("#clients-table" if self._mode != "holders" else "#holders-table", KeyedTable)
 
     def _columns(self, mode: str) -> None:
         if self._mode == mode:
             return
-        t = self.query_one(DataTable)
-        t.clear(columns=True)
-        self._cells.clear()
-        for name, width in (COLUMNS if mode == "proxy" else HOLDER_COLUMNS):
-            t.add_column(name, width=width, key=name)
         self._mode = mode
+        self._cells.clear()
+        self.query_one("#clients-table").display = mode == "proxy"
+        self.query_one("#holders-table").display = mode == "holders"
 
     def _rows(self, rows: list[tuple[str, list[str]]]) -> None:
-        t = self.query_one(DataTable)
-        cols = [c for c, _ in (COLUMNS if self._mode == "proxy" else HOLDER_COLUMNS)]
-        keep = {k for k, _ in rows}
-        for k in list(self._cells):
-            if k not in keep:
-                t.remove_row(k)
-                del self._cells[k]
-        for k, cells in rows:
-            old = self._cells.get(k)
-            if old is None:
-                t.add_row(*cells, key=k)
-            else:
-                for col, a, b in zip(cols, old, cells, strict=False):
-                    if a != b:
-                        t.update_cell(k, col, b, update_width=False)
-            self._cells[k] = cells
+        shown = PROXY_SHOWN if self._mode == "proxy" else HOLDER_SHOWN
+        self._cells = {k: list(c) for k, c in rows}
+        self.table.sync([(k, tuple(c[i] for i, _ in shown)) for k, c in rows])
 
     has_content = False  # until a proxy's clients, or a device's holders, are there to show
 
@@ -90,7 +91,7 @@ class ClientsPanel(Panel):
             ("running" if ab["running"] else "not running")
 
     def _show_detail(self) -> None:
-        t = self.query_one(DataTable)
+        t = self.table
         text = ""
         if self.detail_for is not None and t.row_count:
             try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from textual.content import Content
 from textual.markup import escape as e
 from textual.widgets import Static
@@ -16,6 +18,34 @@ STATES = {
 }
 
 
+@lru_cache(maxsize=512)
+def _cells(markup: str) -> int:
+    return Content.from_markup(markup).cell_length
+
+
+def fit(parts: list[tuple[str, float] | tuple[str, float, str]], width: int, sep: str = "  ") -> str:
+    """Join the parts (markup, rank[, separator before it]) that fit ``width`` cells, in their
+    order, dropping the highest ranks first: a narrow terminal loses the least telling words
+    whole instead of cutting the line's end to "p…" (issue 24: "TPM period 2" pushed the poll
+    interval off). Rank 0 is never dropped (the line is then cut with an ellipsis)."""
+    kept = [(p[0], p[1], p[2] if len(p) > 2 else sep) for p in parts if p[0]]  # type: ignore[misc]
+
+    def joined(items: list[tuple[str, float, str]]) -> str:
+        return "".join((s if i else "") + m for i, (m, _, s) in enumerate(items))
+
+    if width <= 0:
+        return joined(kept)
+    while len(kept) > 1:
+        total = sum(_cells(m) + (len(s) if i else 0) for i, (m, _, s) in enumerate(kept))
+        if total <= width:
+            break
+        worst = max(range(len(kept)), key=lambda i: (kept[i][1], i))
+        if kept[worst][1] == 0:
+            break
+        del kept[worst]
+    return joined(kept)
+
+
 class StatusHeader(Static):
     DEFAULT_CSS = """
     StatusHeader { height: 2; padding: 0 1; background: $panel; color: $foreground; }
@@ -24,19 +54,28 @@ class StatusHeader(Static):
     def show(self, *, state: str, identity: str, tcti: str, simulated: bool, engine: str, mode: str,
              op: str, ops_per_s: float | None, rate: str = "", extra: str = "", profile: str | None = None,
              marker: str = "", cpu: str = "") -> None:
-        sim = "  [b $accent]simulated[/]" if simulated else ""
-        if profile:
-            # Latencies on screen are the chip's (held by the transport), not the simulator's.
-            sim += f" [b $warning]profile {e(profile)}[/]"
-        line1 = f"[b]tpmtop[/]  {STATES.get(state, e(state))}  [b]{e(identity)}[/]  [dim]via[/] {e(tcti)}{sim}"
-        ops = f"{ops_per_s:,.1f} ops/s" if ops_per_s is not None else ""
-        # Most telling first: a narrow terminal cuts the end of the line.
-        line2 = (f"engine [b]{e(engine)}[/]  mode [b]{e(mode)}[/]  op [b]{e(op)}[/]  [b]{ops}[/]"
-                 f"{('  ' + e(cpu)) if cpu else ''}{('  ' + e(rate)) if rate else ''}"
-                 f"{('  ' + e(extra)) if extra else ''}")
-        if marker:
-            line2 = f"[b $warning]{e(marker)}[/]  " + line2
-        text = line1 + "\n" + line2
+        self._args = dict(state=state, identity=identity, tcti=tcti, simulated=simulated, engine=engine, mode=mode,
+                          op=op, ops_per_s=ops_per_s, rate=rate, extra=extra, profile=profile, marker=marker, cpu=cpu)
+        width = self.content_size.width
+        # Rank: 0 always shown, then the lower the more telling (a narrow terminal drops the rest).
+        line1 = fit([("[b]tpmtop[/]", 0), (STATES.get(state, e(state)), 0),
+                     (f"[b]{e(identity)}[/]", 0), (f"[dim]via[/] {e(tcti)}", 3),
+                     # Latencies on screen are the chip's (held by the transport), not the simulator's.
+                     (" ".join(x for x in ("[b $accent]simulated[/]" if simulated else "",
+                                           f"[b $warning]profile {e(profile)}[/]" if profile else "") if x), 1)],
+                    width)
+        ops = f"[b]{ops_per_s:,.1f} ops/s[/]" if ops_per_s is not None else ""
+        bits: list[tuple[str, float] | tuple[str, float, str]] = [(f"[b $warning]{e(marker)}[/]" if marker else "", 0),
+                (f"engine [b]{e(engine)}[/]", 1), (f"mode [b]{e(mode)}[/]", 0), (f"op [b]{e(op)}[/]", 1),
+                (ops, 2.5), (e(cpu) if cpu else "", 5)]
+        bits += [(e(r), 3, "  ") if i == 0 else (e(r), 6, ", ") for i, r in enumerate(rate.split(", ")) if r]
+        # extra: the source's own words, most telling first ("retrying: why", a kernel's counts joined
+        # with " · "); the poll and refresh intervals last of all.
+        words = [(w, "  " if j == 0 else " · ") for chunk in extra.split("  ")
+                 for j, w in enumerate(chunk.split(" · ")) if w]
+        bits += [(e(w), 7 if w.startswith(("poll ", "refresh ")) else 2 + i / 10, how)
+                 for i, (w, how) in enumerate(words)]
+        text = line1 + "\n" + fit(bits, width)
         if text != self._last:
             self._last = text
             # Two lines, always (height: 2): a new text never needs a screen relayout.
@@ -44,3 +83,8 @@ class StatusHeader(Static):
 
     _last = ""
 
+    _args: dict | None = None
+
+    def on_resize(self) -> None:
+        if self._args is not None:  # refit now: a replay sends no further frame
+            self.show(**self._args)

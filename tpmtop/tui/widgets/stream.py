@@ -15,7 +15,6 @@ from textual.binding import Binding
 from textual.content import Content
 from textual.message import Message
 from textual.widget import Widget
-from textual.widgets import Input
 
 from tpmtop.sources.rows.stream import LazyStreamRows, StreamRow
 from tpmtop.textsafe import safe
@@ -151,8 +150,6 @@ class StreamPanel(Panel):
 
     def compose(self) -> ComposeResult:
         yield StreamView(id="stream-view")
-        yield Input(placeholder="filter: command or origin; 'errors' for failed commands (Enter applies, Esc closes)",
-                    id="stream-filter")
 
     @property
     def view(self) -> StreamView:
@@ -161,6 +158,10 @@ class StreamPanel(Panel):
     def show_frame(self, frame: Frame) -> None:
         part = frame.stream
         if part is not None:
+            if part.replace and not self.frozen:
+                self.buffer = []
+                if not part.rows:
+                    self._render_rows()
             self.add(part.rows, keep=None if part.keep_all else KEEP)
             if part.empty_note:
                 self.border_subtitle = part.empty_note
@@ -211,23 +212,9 @@ class StreamPanel(Panel):
         self._render_rows()
         return self.frozen
 
-    def open_filter(self) -> None:
-        f = self.query_one("#stream-filter", Input)
-        f.add_class("-open")
-        f.value = self.needle
-        f.focus()
-
     def set_filter(self, needle: str) -> None:
+        """``/``'s text (tpmtop.tui.screens.filter.PanelFilter): rows now, every kept command
+        searched at the next refresh (the view-model's backfill)."""
         self.needle = needle.strip()
-        self.query_one("#stream-filter", Input).remove_class("-open")
         self._render_rows()
         self.view.focus()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.set_filter(event.value)
-
-    def on_key(self, event) -> None:
-        if event.key == "escape" and self.query_one("#stream-filter", Input).has_class("-open"):
-            event.stop()
-            self.set_filter(self.needle)

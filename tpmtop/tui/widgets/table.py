@@ -59,14 +59,36 @@ class KeyedTable(DataTable):
         self.needle = ""  # only rows with a cell containing it (case-insensitive); pinned rows stay
         self.pinned = ""  # row keys starting with this stay on top whatever the sort
 
-    def cycle_sort(self) -> str:
-        """Sort by the next shown column (descending: the biggest first), then back to the
-        panel's own order; returns what it now sorts by."""
-        shown = self.shown_columns
-        i = shown.index(self.sort_column) + 1 if self.sort_column in shown else 1
-        self.sort_column = shown[i] if i < len(shown) else None
+    def cycle_sort(self, step: int = 1) -> str:
+        """Sort by the next (``step`` 1, ``>``) or previous (-1, ``<``) shown column, biggest
+        first; the panel's own order sits between the last column and the first. The header
+        marks the column sorted by (▼); returns its name."""
+        choices: list[str | None] = [None, *self.shown_columns[1:]]
+        i = choices.index(self.sort_column) if self.sort_column in choices else 0
+        self.sort_column = choices[(i + step) % len(choices)]
         self._resort()
-        return dict((k, label) for k, label, *_ in self._all).get(self.sort_column, "its own order")
+        self._mark_sorted()
+        return dict((k, label) for k, label, *_ in self._all).get(self.sort_column or "", "its own order")
+
+    SORTED_MARK = "▼"
+
+    def _mark_sorted(self) -> None:
+        """The sorted column's header ends with ▼ (a toast used to be the only place saying it)."""
+        from rich.text import Text
+        from textual.widgets.data_table import ColumnKey
+
+        changed = False
+        for key, label, *_ in self._all:
+            col = self.columns.get(ColumnKey(key))
+            if col is None:
+                continue
+            want = f"{label}{self.SORTED_MARK}" if key == self.sort_column else label
+            if str(col.label) != want:
+                col.label = Text(want)
+                changed = True
+        if changed:
+            self._update_count += 1
+            self.refresh()
 
     def _resort(self) -> None:
         if self.row_count < 2:
@@ -147,6 +169,7 @@ class KeyedTable(DataTable):
         self._shadow.clear()
         for key, label, width in self._columns:
             self.add_column(label, key=key, width=width)
+        self._mark_sorted()
         self.sync(self._rows, self._order)
         if selected in self._shadow:
             self.move_cursor(row=self.get_row_index(selected), animate=False)
