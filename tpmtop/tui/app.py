@@ -18,13 +18,14 @@ class TpmtopApp(App):
     CSS_PATH = "tpmtop.tcss"
     TITLE = "tpmtop"
 
-    def __init__(self, source, *, theme: str | None = None, remember: bool = True, export_dir: str = ".",
+    def __init__(self, source, *, theme: str | None = None, remember: bool = True, export_dir: str | None = None,
                  themes=None, boot_root: str = "/", notices: list[str] | None = None) -> None:
         super().__init__()
         self.startup_notices = list(notices or [])  # said once the screen is up (what tpmtop cannot show here)
         self.source = source
         self.boot_root = boot_root  # the Boot screen's --root; tests point it at a fixture tree
-        self.export_dir = export_dir
+        self.export_dir = export_dir  # None: tpmtop's data directory
+        self.exported: list[str] = []  # captures written by x, named again on exit
         loaded = themes or load_themes()
         self.theme_notices = list(loaded.notices)
         for t in loaded.themes:

@@ -53,7 +53,7 @@ def _bindings() -> list[Binding | tuple[str, str] | tuple[str, str, str]]:
 class MainScreen(MainActions, Screen[None]):
     BINDINGS = _bindings()
 
-    def __init__(self, source: Source, export_dir: str = ".") -> None:
+    def __init__(self, source: Source, export_dir: str | None = None) -> None:
         super().__init__()
         self.dash = Dashboard(source, {p.id: p.rows for p in PANELS if p.rows is not None})
         self.export_dir = export_dir
@@ -225,6 +225,9 @@ class MainScreen(MainActions, Screen[None]):
 
     def on_capture_exported(self, message: m.CaptureExported) -> None:
         self.last_export = message.path
+        exported = getattr(self.app, "exported", None)
+        if isinstance(exported, list):
+            exported.append(str(message.path))
         self.notify(f"{message.path}", title="capture written", timeout=10)
 
     def on_handle_inspected(self, message: m.HandleInspected) -> None:

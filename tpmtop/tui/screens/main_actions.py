@@ -167,8 +167,19 @@ class MainActions(TpmWorkers):
         self.notify("statistics reset", timeout=2)
 
     def action_export(self) -> None:
-        self.notify("writing a capture…", title="export", timeout=3)  # takes seconds with many events
-        self.export_capture()
+        from tpmtop.sources.export_file import export_target
+
+        # The name is chosen here (a few stat calls) so the full path shows at once; the
+        # capture itself takes seconds with many events and is written by a worker.
+        try:
+            target = export_target(self.export_dir)
+        except OSError as e:
+            where = e.filename or self.export_dir or "the data directory"
+            self.notify(f"cannot write captures in {where}: {e.strerror or e}", title="export failed",
+                        severity="error", timeout=8)
+            return
+        self.notify(f"writing {target}", title="export", timeout=10)
+        self.export_capture(target)
 
     def on_stream_view_decode_requested(self, event: StreamView.DecodeRequested) -> None:
         from tpmtop.tui.screens.decode import DecodeScreen

@@ -16,6 +16,8 @@ from tpmtop.errors import TpmConnectionError
 from tpmtop.tui import messages as m
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from textual.screen import Screen
 
     from tpmtop.sources.protocol import Source
@@ -29,7 +31,7 @@ class TpmWorkers(_Base):
     """Mixed into :class:`~tpmtop.tui.screens.main.MainScreen`, which provides ``source``
     (the view-model's) and ``export_dir``."""
 
-    export_dir: str
+    export_dir: str | None  # None: tpmtop's data directory (tpmtop.sources.export_file)
 
     if TYPE_CHECKING:
         @property
@@ -95,11 +97,12 @@ class TpmWorkers(_Base):
             self.post_message(m.HandleInspected(title, rows))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="export", description="export a capture")
-    def export_capture(self) -> None:
+    def export_capture(self, target: Path) -> None:
+        """``target``: the file named to the user when the key was pressed."""
         from tpmtop.sources.export_file import export_capture
 
         try:
-            path = export_capture(self.source.capture(), self.export_dir)
+            path = export_capture(self.source.capture(), target)
         except Exception as e:  # noqa: BLE001
             self.post_message(m.ActionFailed("export", str(e)))
         else:
