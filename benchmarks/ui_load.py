@@ -93,7 +93,7 @@ def message_probe(needle):
     return lambda screen: any(needle() in t for t in drawn_messages(screen))
 
 
-async def time_keys(app, main, src, pilot, presses: int, export_dir: str) -> dict:
+async def time_keys(app, main, src, pilot, presses: int, export_dir: str, only: set[str] | None = None) -> dict:
     """Each key in the help, ``presses`` times: the time from the key event reaching the app
     (posted as the terminal driver posts it) to the first screen update that draws its effect.
 
@@ -186,6 +186,8 @@ async def time_keys(app, main, src, pilot, presses: int, export_dir: str) -> dic
     Dashboard.reset = counted_reset
     try:
         for label, key, char, state, setup, close in keys:
+            if only and label not in only:
+                continue
             times: list[float] = []
             for _ in range(presses):
                 if setup is not None and setup() is False:
@@ -226,7 +228,7 @@ async def time_keys(app, main, src, pilot, presses: int, export_dir: str) -> dic
 
 
 async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_seconds: float = 1.5,
-              ratio_rounds: int = 5, profile: str | None = None) -> dict:
+              ratio_rounds: int = 5, profile: str | None = None, only: set[str] | None = None) -> dict:
     import psutil
 
     from tpmtop.connect import open_tpm
@@ -284,7 +286,7 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             out["refreshes_per_s"] = round(len(ticks) / (seconds + 1.0), 1)
 
             # key -> screen, under load: every key in the help, each with the state it changes
-            out["keys"] = await time_keys(app, main, src, pilot, presses, export_dir)
+            out["keys"] = await time_keys(app, main, src, pilot, presses, export_dir, only)
             worst = {k: v["worst_ms"] for k, v in out["keys"].items()}
             out["key_to_screen_ms_worst"] = worst
             if not src.running:
@@ -318,6 +320,7 @@ def main() -> int:
     ap.add_argument("--ratio-rounds", type=int, default=5, help="interleaved rounds of default pacing / max rate")
     ap.add_argument("--profile", metavar="NAME", help="a chip latency profile on the simulator (e.g. slb9670)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--keys", help="only these keys, space-separated labels as printed (e.g. 't ? tab')")
     ap.add_argument("--busy", type=int, default=2, metavar="N",
                     help="busy loops (`while 1: pass` processes) run for the whole benchmark (default 2: the "
                          "loaded machine the targets are set for; 0: none)")
@@ -328,7 +331,7 @@ def main() -> int:
     try:
         load0 = os.getloadavg()
         r = asyncio.run(run(args.seconds, args.mode, args.presses, args.rate, args.ratio_seconds, args.ratio_rounds,
-                            args.profile))
+                            args.profile, set(args.keys.split()) if args.keys else None))
         load1 = os.getloadavg()
     finally:
         for p in loops:

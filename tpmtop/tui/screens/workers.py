@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from textual.screen import Screen
 
     from tpmtop.sources.protocol import Source
+    from tpmtop.viewmodel.dashboard import Dashboard
 
     _Base = Screen[Any]
 else:
@@ -32,6 +33,7 @@ class TpmWorkers(_Base):
     (the view-model's) and ``export_dir``."""
 
     export_dir: str | None  # None: tpmtop's data directory (tpmtop.sources.export_file)
+    dash: Dashboard
 
     if TYPE_CHECKING:
         @property
@@ -49,6 +51,14 @@ class TpmWorkers(_Base):
             self.post_message(m.Disconnected(str(e)))
         except Exception as e:  # noqa: BLE001 - one failed poll must not end the dashboard
             self.post_message(m.PollFailed(f"{type(e).__name__}: {e}"))
+
+    @work(thread=True, exit_on_error=False, group="stats", description="compute the tables' percentiles")
+    def compute_stats(self, modes_width: int) -> None:
+        """The view-model's once-a-second tables; only the screen's tick starts it, one at a time."""
+        generation = self.dash.generation
+        view = self.dash.stats(modes_width)
+        if view is not None:
+            self.post_message(m.StatsReady(view, generation))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="workload", description="run the workload")
     def run_workload(self) -> None:
