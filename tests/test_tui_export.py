@@ -41,6 +41,7 @@ async def test_x_writes_into_the_private_data_dir_and_shows_the_path(live, tmp_p
     assert path.parent == (data / "tpmtop").resolve()
     assert path.name.startswith("tpmtop-") and path.suffix == ".json"
     assert stat.S_IMODE(os.stat(data / "tpmtop").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(data).st_mode) == 0o700  # a missing parent is made private too
     assert list(cwd.iterdir()) == []  # nothing left in the current directory
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no staging or temp file left
     assert load(path)["schema"] == "tpmtop.capture/1"

@@ -34,10 +34,20 @@ def ensure_dir(directory: str | os.PathLike[str] | None) -> Path:
     if directory is not None:
         return Path(directory).resolve()
     d = data_dir()
-    # makedirs' mode applies to every directory it creates (less the umask), so a missing
-    # ~/.local/share is private too; the last one is made explicitly 0700 whatever the umask.
-    if not d.is_dir():
-        os.makedirs(d, mode=DATA_DIR_MODE, exist_ok=True)
+    missing = []
+    p = d
+    while not os.path.lexists(p):
+        missing.append(p)
+        p = p.parent
+    # Every directory made here is 0700, as the XDG spec asks (makedirs would make the parents,
+    # a missing ~/.local/share say, with the umask's permissions); tpmtop's own is made 0700
+    # whatever the umask.
+    for p in reversed(missing):
+        try:
+            os.mkdir(p, DATA_DIR_MODE)
+        except FileExistsError:
+            pass
+    if missing:
         os.chmod(d, DATA_DIR_MODE)
     return d.resolve()
 
