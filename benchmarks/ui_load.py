@@ -84,10 +84,18 @@ PENDING = object()  # a probe's "not drawn yet" (a theme whose styles are still 
 
 def drawn_messages(screen) -> list[str]:
     """The notifications drawn on ``screen`` (title and text of each toast the compositor placed)."""
+    from textual.errors import NoWidget
     from textual.widgets._toast import Toast
 
-    return [f"{w._notification.title} {w._notification.message}"
-            for w in screen._compositor.visible_widgets if isinstance(w, Toast)]
+    out = []
+    for w in screen.query(Toast):
+        try:
+            placed = screen.find_widget(w).region.area > 0  # in the compositor's map, with a size
+        except NoWidget:
+            placed = False
+        if placed:
+            out.append(f"{w._notification.title} {w._notification.message}")
+    return out
 
 
 def message_probe(needle):
