@@ -98,9 +98,17 @@ def drawn_messages(screen) -> list[str]:
     return out
 
 
+class Messages(frozenset):
+    """Notifications drawn; "changed" means one appeared that was not there before the key (an
+    earlier one going away, or still showing, is not the key's effect)."""
+
+    def __ne__(self, before: object) -> bool:
+        return bool(self - before) if isinstance(before, frozenset) else True
+
+
 def message_probe(needle):
-    """Drawn when a notification containing ``needle()`` is on the screen being drawn."""
-    return lambda screen: any(needle() in t for t in drawn_messages(screen))
+    """Drawn when a notification containing ``needle()`` appears on the screen being drawn."""
+    return lambda screen: Messages(t for t in drawn_messages(screen) if needle() in t)
 
 
 async def time_keys(app, main, src, pilot, presses: int, export_dir: str, only: set[str] | None = None) -> dict:
@@ -203,6 +211,9 @@ async def time_keys(app, main, src, pilot, presses: int, export_dir: str, only: 
             for _ in range(presses):
                 if setup is not None and setup() is False:
                     break  # nothing to act on (no handle to inspect)
+                while any(w.group == "export" and not w.is_finished for w in app.workers):
+                    # The last x's "capture written <path>" must not be taken for this one's path.
+                    await asyncio.sleep(0.01)
                 app.clear_notifications()
                 await pilot.pause(0.15)
                 before = state(app.screen)

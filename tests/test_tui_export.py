@@ -68,6 +68,12 @@ async def test_an_existing_file_is_never_replaced(live, tmp_path):
         "tpmtop-20261202-113000-2-2.json", "tpmtop-20261202-113000-2.json", "tpmtop-20261202-113000.json"]
 
 
+def test_two_presses_in_one_second_are_given_two_names(tmp_path):
+    now = dt.datetime(2026, 12, 2, 11, 30, 0)
+    first, second = export_target(tmp_path, now), export_target(tmp_path, now)
+    assert (first.name, second.name) == ("tpmtop-20261202-113000.json", "tpmtop-20261202-113000-2.json")
+
+
 def test_data_dir_follows_xdg_data_home(tmp_path, monkeypatch):
     from tpmtop.sources.export_file import data_dir
 

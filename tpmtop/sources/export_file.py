@@ -12,11 +12,15 @@ from __future__ import annotations
 import datetime as _dt
 import errno
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 DATA_DIR_MODE = 0o700  # captures name the TPM and what ran on it: the owner's only
+# Names handed out and not yet written: x pressed twice within a second gets two names.
+_pending: set[Path] = set()
+_pending_lock = threading.Lock()
 
 
 def data_dir() -> Path:
@@ -66,7 +70,17 @@ def export_target(directory: str | os.PathLike[str] | None = None, now: _dt.date
     :func:`ensure_dir`'s directory (``-2``, ``-3`` … when taken). Cheap: the UI thread calls
     it to show the path before the write starts."""
     d = ensure_dir(directory)
-    return next(p for p in _candidates(d, now or _dt.datetime.now()) if not os.path.lexists(p))
+    with _pending_lock:
+        target = next(p for p in _candidates(d, now or _dt.datetime.now())
+                      if p not in _pending and not os.path.lexists(p))
+        _pending.add(target)
+    return target
+
+
+def release_target(target: str | os.PathLike[str]) -> None:
+    """The export named ``target`` will not be written (its capture could not be built)."""
+    with _pending_lock:
+        _pending.discard(Path(target))
 
 
 def export_capture(cap: dict[str, Any], target: str | os.PathLike[str]) -> Path:
@@ -81,8 +95,8 @@ def export_capture(cap: dict[str, Any], target: str | os.PathLike[str]) -> Path:
 
     target = Path(target)
     staging = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    write_capture(staging, cap, keep=True)
     try:
+        write_capture(staging, cap, keep=True)
         stem = target.stem
         for path in [target, *(target.with_name(f"{stem}-{n}.json") for n in range(2, 1000))]:
             try:
@@ -100,6 +114,7 @@ def export_capture(cap: dict[str, Any], target: str | os.PathLike[str]) -> Path:
             return path.resolve()
         raise FileExistsError(errno.EEXIST, "no free export name", str(target))
     finally:
+        release_target(target)
         try:
             os.unlink(staging)
         except FileNotFoundError:

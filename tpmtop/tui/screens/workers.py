@@ -111,7 +111,7 @@ class TpmWorkers(_Base):
         """``target``: the file named to the user when the key was pressed."""
         import gc
 
-        from tpmtop.sources.export_file import export_capture
+        from tpmtop.sources.export_file import export_capture, release_target
 
         # A capture of 20,000 events is a few hundred thousand new dicts and lists, none in a
         # cycle. Their allocations trigger cyclic collections, which hold the GIL while they
@@ -122,6 +122,7 @@ class TpmWorkers(_Base):
         try:
             path = export_capture(self.source.capture(), target)
         except Exception as e:  # noqa: BLE001
+            release_target(target)
             self.post_message(m.ActionFailed("export", str(e)))
         else:
             self.post_message(m.CaptureExported(path))
