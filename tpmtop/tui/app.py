@@ -71,7 +71,8 @@ class TpmtopApp(App):
             err = remember_theme(theme.name)
             if err:
                 self.notify(err, severity="warning")
-        self._warm_next_theme()
+        # Not at once: the parse would compete for the GIL with this switch's own restyle.
+        self.set_timer(3.0, self._warm_next_theme)
 
     def _css_variables_of(self, name: str) -> dict[str, str] | None:
         """What get_css_variables() gives once ``name`` is the theme (without switching to it)."""
