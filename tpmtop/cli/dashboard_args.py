@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 
 from tpmtop.errors import UsageError
 from tpmtop.sessions.modes import ENGINES, MODES, OPS, Engine, Mode, Op
@@ -99,7 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--start", choices=("running", "paused"),
                    help="workload state at start (default: running with --sim, paused on a real TPM, "
                         "where it changes PCR 16)")
-    g.add_argument("--export-dir", default=".", metavar="DIR", help="where the export key writes captures")
+    g.add_argument("--export-dir", metavar="DIR",
+                   help="where the export key (x) writes captures (default: $XDG_DATA_HOME/tpmtop, "
+                        "~/.local/share/tpmtop when unset; created private)")
     g.add_argument("--listen", type=int, metavar="P",
                    help="also serve the TPM to other programs on 127.0.0.1:P (swtpm protocol, control on P+1; "
                         "see `tpmtop proxy`): the Clients panel and the stream show who sends what")
@@ -174,6 +177,10 @@ def _run_app(app, cleanup=None, more_signals: tuple[str, ...] = ()) -> int:
         done.set()
         for s, h in old.items():
             signal.signal(s, h)
+    from tpmtop.textsafe import safe
+
+    for path in getattr(app, "exported", ()):  # the toasts that named them are gone with the screen
+        print(f"tpmtop: capture written to {safe(str(path))}", file=sys.stderr)
     return int(app.return_code or 0)
 
 
@@ -199,7 +206,7 @@ def run(args) -> int:
     from tpmtop.profiles.apply import apply_profile, describe, profile_from_args
     from tpmtop.sources.live import LiveSource
 
-    if not os.path.isdir(args.export_dir):
+    if args.export_dir is not None and not os.path.isdir(args.export_dir):
         raise UsageError(f"--export-dir {args.export_dir}: no such directory")
     # Checked (and a profile file validated) before anything is opened: refused without --sim.
     profile = profile_from_args(args)

@@ -51,7 +51,8 @@ ACTIONS: tuple[Action, ...] = (
     Action("reset-stats", "r", "reset_stats", "Reset", "stats: Reset statistics",
            "Forget the latency statistics and the command stream (the TPM is not touched)"),
     Action("export-capture", "x", "export", "Export", "capture: Export capture",
-           "Write a capture (the `tpmtop bench --json` contract) to a timestamped file, atomically", essential=True),
+           "Write a capture (the `tpmtop bench --json` contract) to a new timestamped file in "
+           "$XDG_DATA_HOME/tpmtop (~/.local/share/tpmtop), atomically; the full path shows at once", essential=True),
     Action("toggle-stream", "s", "toggle_stream", "Stream", "stream: Pause or resume",
            "Freeze or follow the command stream (recording goes on)", show=False),
     Action("filter-stream", "slash", "filter_stream", "Filter", "stream: Filter by command",

@@ -7,12 +7,14 @@ import gc
 import sys
 from functools import partial
 
+from textual import work
 from textual.app import App, SystemCommand
 from textual.filter import Monochrome, NoColor
 from textual.notifications import Notify
 
 from tpmtop.tui.actions import palette_entries
 from tpmtop.tui.screens.main import MainScreen
+from tpmtop.tui.stylesheet import ThemeStylesheet
 from tpmtop.tui.themes import DEFAULT_THEME, VARIABLE_DEFAULTS, load_themes, remember_theme, remembered_theme
 from tpmtop.tui.widgets.messages import LoggedMessage, MessageLine, MessageLog
 
@@ -21,17 +23,20 @@ class TpmtopApp(App):
     CSS_PATH = "tpmtop.tcss"
     TITLE = "tpmtop"
 
-    def __init__(self, source, *, theme: str | None = None, remember: bool = True, export_dir: str = ".",
+    def __init__(self, source, *, theme: str | None = None, remember: bool = True, export_dir: str | None = None,
                  themes=None, boot_root: str = "/", notices: list[str] | None = None) -> None:
         super().__init__()
         if self.no_color:
             # no-color.org: no colour at all. Textual's NO_COLOR filter turns colours into greys
             # (256-colour greys on the wire); NoColor drops them and keeps bold, reverse and dim.
             self._filters = [f for f in self._filters if not isinstance(f, Monochrome)] + [NoColor()]
+        # Keeps each theme's parsed rules (tpmtop.tui.stylesheet): nothing is added to it yet.
+        self.stylesheet = ThemeStylesheet(variables=self.get_css_variables())
         self.startup_notices = list(notices or [])  # said once the screen is up (what tpmtop cannot show here)
         self.source = source
         self.boot_root = boot_root  # the Boot screen's --root; tests point it at a fixture tree
-        self.export_dir = export_dir
+        self.export_dir = export_dir  # None: tpmtop's data directory
+        self.exported: list[str] = []  # captures written by x, named again on exit
         loaded = themes or load_themes()
         self.theme_notices = list(loaded.notices)
         for t in loaded.themes:
@@ -86,12 +91,31 @@ class TpmtopApp(App):
         for n in self.theme_notices:
             self.notify(n, title="theme", severity="warning", timeout=8)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
+        self.set_timer(2.0, self._warm_next_theme)  # once the first screen's widgets have their styles
 
     def _theme_changed(self, theme) -> None:
         if self._remember:
             err = remember_theme(theme.name)
             if err:
                 self.notify(err, severity="warning")
+        # Not at once: the parse would compete for the GIL with this switch's own restyle.
+        self.set_timer(3.0, self._warm_next_theme)
+
+    def _css_variables_of(self, name: str) -> dict[str, str] | None:
+        """What get_css_variables() gives once ``name`` is the theme (without switching to it)."""
+        theme = self.get_theme(name)
+        if theme is None:
+            return None
+        return {**self.get_theme_variable_defaults(), **theme.to_color_system().generate(), **theme.variables}
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="styles", description="parse the next theme")
+    def _warm_next_theme(self) -> None:
+        """Parse the styles of the theme t switches to next, so the switch only applies them."""
+        names = self.tpmtop_themes
+        nxt = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
+        variables = self._css_variables_of(nxt)
+        if variables is not None and isinstance(self.stylesheet, ThemeStylesheet):
+            self.stylesheet.warm(variables)
 
     def cycle_theme(self) -> None:
         names = self.tpmtop_themes

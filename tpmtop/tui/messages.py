@@ -29,6 +29,15 @@ class Reconnected(Message):
     pass
 
 
+class StatsReady(Message):
+    """The tables' percentiles, computed off the UI thread (a tpmtop.viewmodel.frame.StatsView)."""
+
+    def __init__(self, view, generation: int) -> None:
+        super().__init__()
+        self.view = view
+        self.generation = generation  # the view-model's when the computation started
+
+
 class SysfsRead(Message):
     def __init__(self, snapshot) -> None:
         super().__init__()

@@ -74,15 +74,21 @@ class Dashboard:
         self._last_slow = 0.0
         self._notified_error: str | None = None
         self._stats_dirty = True
+        self.stats_due = False  # tick(stats_elsewhere=True): the tables' percentiles are to be computed
+        self.generation = 0  # +1 when a key changes what the tables show: older stats are dropped
+        self._last_runs: list[Any] | None = None  # as the tables last showed them (the projection's too)
         self._ops_per_s = 0.0
         self._replayed = False
         self._stream_note = ""  # what the stream says while it is empty, as last sent
         self._stream_needle = ""  # the stream filter the panel's rows were last searched with
 
     # -- one tick ------------------------------------------------------------------------------
-    def tick(self, *, stream_filter: str | None, modes_width: int, compact: bool) -> Frame:
+    def tick(self, *, stream_filter: str | None, modes_width: int, compact: bool,
+             stats_elsewhere: bool = False) -> Frame:
         """Pull the recorder's state (cheap reads under its lock). ``stream_filter``: the
-        Stream panel's filter text, None while it is frozen (no rows then)."""
+        Stream panel's filter text, None while it is frozen (no rows then). ``stats_elsewhere``:
+        the once-a-second percentiles are left out and :attr:`stats_due` set instead — the
+        screen computes them on a worker thread (:meth:`stats`), so no key waits behind them."""
         src, rec = self.source, self.source.recorder
         notices: list[Notice] = []
         stream = None
@@ -121,7 +127,8 @@ class Dashboard:
                 self._stats_dirty = True
                 if stream is None:
                     stream = StreamPart([], empty_note=note)
-            stats = self.stats(modes_width)
+            stats = None if stats_elsewhere else self.stats(modes_width)
+            self.stats_due = stats_elsewhere
             handles = self.handles(notices)
             clients = self.clients(notices, compact)
             parts = {pid: build(self.source) for pid, build in self.part_builders.items()}
@@ -206,6 +213,7 @@ class Dashboard:
             return None
         self._stats_dirty = False
         runs = src.runs()
+        self._last_runs = runs
         if self.caps.live:
             self._ops_per_s = self.ops_rate.add(sum(r.ops for r in runs) + sum(
                 a.ops for p in src.periods for a in p.values()))
@@ -359,6 +367,7 @@ class Dashboard:
         percentile now would hold the key's screen update back)."""
         self._stats_dirty = True
         self._last_slow = 0.0
+        self.generation += 1
 
     def toggle_workload(self) -> bool:
         """Pause or resume; True when the workload runs now."""
@@ -391,6 +400,8 @@ class Dashboard:
         rec = self.source.recorder
         self._seen_marks = len(rec.marks) if rec is not None else 0
         self._stats_dirty = True
+        self._last_runs = None
+        self.generation += 1
 
     def stream_snapshot(self) -> tuple[list[Any], int] | None:
         """s: every command the recorder keeps, and its clock's start (None: not live)."""
@@ -417,7 +428,9 @@ class Dashboard:
     def projection(self, missing_live: str) -> tuple[dict[str, float], int, str, str, str, dict[str, float], str]:
         """(per-command p50s, N, why that N, whose p50s, what an unmeasured one says, each
         mode's own op p50 where it ran, what those are called): the Modes line's numbers."""
-        runs = self.source.runs()
+        # Live, the p50s the tables show (at most a second old): the projection agrees with the
+        # Modes panel, and p does not recompute every histogram's percentiles on the UI thread.
+        runs = self._last_runs if self.caps.live and self._last_runs is not None else self.source.runs()
         comps = boot_components(runs, self.engine_for_projection())
         per_mode = boot_per_mode(runs, self.engine_for_projection())
         n, why = self.projection_n()

@@ -70,6 +70,9 @@ class HelpScreen(ModalScreen[None]):
         super().__init__()
         self.hidden, self.why_hidden, self.panels = hidden, why_hidden, panels
 
+    def on_screen_resume(self) -> None:
+        self.query_one("#help-box").scroll_home(animate=False)  # kept installed: opens at the top again
+
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
             # The box is 100 wide (95 % of a narrower screen), less its border and padding.

@@ -16,9 +16,12 @@ from tpmtop.errors import TpmConnectionError
 from tpmtop.tui import messages as m
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from textual.screen import Screen
 
     from tpmtop.sources.protocol import Source
+    from tpmtop.viewmodel.dashboard import Dashboard
 
     _Base = Screen[Any]
 else:
@@ -29,7 +32,8 @@ class TpmWorkers(_Base):
     """Mixed into :class:`~tpmtop.tui.screens.main.MainScreen`, which provides ``source``
     (the view-model's) and ``export_dir``."""
 
-    export_dir: str
+    export_dir: str | None  # None: tpmtop's data directory (tpmtop.sources.export_file)
+    dash: Dashboard
 
     if TYPE_CHECKING:
         @property
@@ -47,6 +51,14 @@ class TpmWorkers(_Base):
             self.post_message(m.Disconnected(str(e)))
         except Exception as e:  # noqa: BLE001 - one failed poll must not end the dashboard
             self.post_message(m.PollFailed(f"{type(e).__name__}: {e}"))
+
+    @work(thread=True, exit_on_error=False, group="stats", description="compute the tables' percentiles")
+    def compute_stats(self, modes_width: int) -> None:
+        """The view-model's once-a-second tables; only the screen's tick starts it, one at a time."""
+        generation = self.dash.generation
+        view = self.dash.stats(modes_width)
+        if view is not None:
+            self.post_message(m.StatsReady(view, generation))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="workload", description="run the workload")
     def run_workload(self) -> None:
@@ -95,12 +107,25 @@ class TpmWorkers(_Base):
             self.post_message(m.HandleInspected(title, rows))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="export", description="export a capture")
-    def export_capture(self) -> None:
-        from tpmtop.sources.export_file import export_capture
+    def export_capture(self, target: Path) -> None:
+        """``target``: the file named to the user when the key was pressed."""
+        import gc
 
+        from tpmtop.sources.export_file import export_capture, release_target
+
+        # A capture of 20,000 events is a few hundred thousand new dicts and lists, none in a
+        # cycle. Their allocations trigger cyclic collections, which hold the GIL while they
+        # walk them: in benchmarks/ui_load.py the UI thread then spent up to 0.9 s of CPU on
+        # the x key and the next one. Reference counting frees all of it; no collection needed.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
-            path = export_capture(self.source.capture(), self.export_dir)
+            path = export_capture(self.source.capture(), target)
         except Exception as e:  # noqa: BLE001
+            release_target(target)
             self.post_message(m.ActionFailed("export", str(e)))
         else:
             self.post_message(m.CaptureExported(path))
+        finally:
+            if collecting:
+                gc.enable()

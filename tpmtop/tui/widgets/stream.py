@@ -9,6 +9,7 @@ Frozen, the arrow keys and the wheel scroll back through what was kept.
 from __future__ import annotations
 
 import textwrap
+import threading
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -20,6 +21,15 @@ from tpmtop.sources.rows.stream import LazyStreamRows, StreamRow
 from tpmtop.textsafe import safe
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.viewmodel.frame import Frame
+
+_decoder_warming = threading.Event()
+
+
+def _warm_decoder() -> None:
+    from tpmtop.decode.warm import warm
+
+    warm()
+
 
 # (header, width); the last column takes the rest of the line: the handles a command names
 # (a FlushContext's target, a PCR) and then its sessions (handle:attributes, what shows an
@@ -67,10 +77,12 @@ class StreamView(Widget, can_focus=True):
 
     def on_focus(self) -> None:
         """Focus on the stream is the step before Enter: load the decoder's tables now (~1 s of
-        imports on this project's VM, once), in a thread, so the first Enter opens at once."""
-        from tpmtop.decode.warm import warm_in_background
-
-        warm_in_background()
+        imports on this project's VM, once), in a thread, so the first Enter opens at once.
+        Even the import of tpmtop.decode.warm runs the package's __init__, which imports those
+        tables: on the UI thread it held tab/5 for seconds under load (benchmarks/ui_load.py)."""
+        if not _decoder_warming.is_set():
+            _decoder_warming.set()
+            threading.Thread(target=_warm_decoder, name="tpmtop-decode-import", daemon=True).start()
 
     def action_decode(self) -> None:
         row = self.selected()

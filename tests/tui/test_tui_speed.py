@@ -1,0 +1,103 @@
+"""What keeps keys quick under load (issue 24 item 8; the timings are benchmarks/ui_load.py's,
+not asserted here): a theme's styles are parsed once and reused, the help is built once, the
+tables' percentiles come from a worker. Each test checks the behaviour the user sees stays
+right. Real swtpm, nothing mocked."""
+
+from __future__ import annotations
+
+from textual.color import Color
+from textual.css.stylesheet import Stylesheet
+from textual.widgets import DataTable
+
+from tests.helpers.tui import SIZE, app_for, main_screen, until
+from tpmtop.tui import messages as m
+from tpmtop.tui.screens.help import HelpScreen
+
+
+def described(rules) -> list[tuple]:
+    return [(tuple(r.selector_set), sorted((k, repr(v)) for k, v in r.styles.get_rules().items()), r.is_default_rules,
+             r.tie_breaker) for r in rules]
+
+
+def fresh_rules(app) -> list[tuple]:
+    """The rules Textual itself parses from the app's sources under the current theme."""
+    ss = Stylesheet(variables=app.get_css_variables())
+    for read_from, (css, is_default, tie_breaker, scope) in app.stylesheet.source.items():
+        ss.add_source(css, read_from=read_from, is_default_css=is_default, tie_breaker=tie_breaker, scope=scope)
+    ss.parse()
+    return described(ss.rules)
+
+
+async def test_t_applies_each_theme_as_textual_parses_it_and_parses_it_once(live, tmp_path, monkeypatch):
+    src = live(start_running=True, rate=0, mode="none")
+    app = app_for(src, tmp_path)
+    parsed: list[str] = []
+    orig = Stylesheet._parse_rules
+
+    checking = [False]  # fresh_rules() parses too: not counted
+
+    def counting(self, css, read_from, *a, **kw):
+        if not checking[0]:
+            parsed.append(str(read_from))
+        return orig(self, css, read_from, *a, **kw)
+
+    async with app.run_test(size=SIZE) as pilot:
+        names = list(app.tpmtop_themes)
+        await until(pilot, lambda: main_screen(app).query_one("#latency-table", DataTable).row_count > 0,
+                    what="latency rows")
+        monkeypatch.setattr(Stylesheet, "_parse_rules", counting)
+        for lap in range(2):
+            if lap == 1:
+                parsed.clear()
+            for _ in names:
+                before = app.theme
+                await pilot.press("t")
+                await until(pilot, lambda b=before: app.theme != b and
+                            app.screen._css_update_count == app._css_update_count, what="the theme applied")
+                checking[0] = True
+                assert described(app.stylesheet.rules) == fresh_rules(app)
+                checking[0] = False
+                # What the user sees: the tables take the theme's surface colour.
+                table = main_screen(app).query_one("#latency-table", DataTable)
+                assert table.styles.background == Color.parse(app.get_css_variables()["surface"])
+        assert app.theme == names[0]
+        # The second lap: every theme was seen, nothing is parsed again.
+        assert parsed == []
+
+
+async def test_help_is_built_once_and_opens_at_the_top_each_time(live, tmp_path):
+    src = live(start_running=True, rate=0, mode="none")
+    app = app_for(src, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
+        first = app.screen
+        assert "Keys" in str(first.query_one("#help-text").render())
+        box = first.query_one("#help-box")
+        box.scroll_end(animate=False)
+        await until(pilot, lambda: box.scroll_y > 0, what="scrolled")
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is main_screen(app), what="back")
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="help again")
+        assert app.screen is first
+        await until(pilot, lambda: box.scroll_y == 0, what="back at the top")
+
+
+async def test_tables_follow_a_mode_change_from_the_stats_worker(live, tmp_path):
+    """The percentiles are computed off the UI thread; a result for the run before a key is
+    dropped, so after m the Latency table shows the new mode's commands."""
+    src = live(start_running=True, rate=0, mode="none")
+    seen: list = []
+    app = app_for(src, tmp_path)
+    async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
+        await until(pilot, lambda: any(isinstance(x, m.StatsReady) for x in seen), what="stats from the worker")
+        table = main_screen(app).query_one("#latency-table", DataTable)
+
+        def names() -> str:
+            return " ".join(str(table.get_row_at(i)) for i in range(table.row_count))
+
+        await until(pilot, lambda: "PCR_Extend" in names(), what="none's rows")
+        await pilot.press("m")  # none -> per-command: sessions are started and flushed
+        assert src.mode == "per-command"
+        await until(pilot, lambda: "StartAuthSession" in names(), what="per-command's rows")
