@@ -85,18 +85,22 @@ PENDING = object()  # a probe's "not drawn yet" (a theme whose styles are still 
 
 
 def drawn_messages(screen) -> list[str]:
-    """The notifications drawn on ``screen`` (title and text of each toast the compositor placed)."""
+    """The messages drawn on ``screen``: the dashboard's message line above the footer (it draws
+    no toasts: tpmtop.tui.widgets.messages), and any toast the compositor placed."""
     from textual.errors import NoWidget
     from textual.widgets._toast import Toast
 
-    out = []
-    for w in screen.query(Toast):
+    def placed(w) -> bool:
         try:
-            placed = screen.find_widget(w).region.area > 0  # in the compositor's map, with a size
+            return screen.find_widget(w).region.area > 0  # in the compositor's map, with a size
         except NoWidget:
-            placed = False
-        if placed:
-            out.append(f"{w._notification.title} {w._notification.message}")
+            return False
+
+    # The line keeps showing the last message (dimmed once it expires), so a key that says the
+    # same again (T) is told apart by the log's count in the hint beside it ("l messages (N)").
+    hint = " ".join(str(w.render()) for w in screen.query("#message-hint") if placed(w))
+    out = [f"{w.render()} [{hint}]" for w in screen.query("#message-text") if placed(w)]
+    out += [f"{w._notification.title} {w._notification.message}" for w in screen.query(Toast) if placed(w)]
     return out
 
 
