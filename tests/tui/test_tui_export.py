@@ -17,7 +17,10 @@ from tpmtop.tui.app import TpmtopApp
 
 
 def toasts(app) -> list[str]:
-    return [str(t.render()) for t in app.screen.query(Toast)]
+    """What the screen says: the message line above the footer (the dashboard draws no toasts
+    since messages got a line of their own), and any toast."""
+    said = [str(w.render()) for w in app.screen.query("#message-text")]
+    return said + [str(t.render()) for t in app.screen.query(Toast)]
 
 
 async def test_x_writes_into_the_private_data_dir_and_shows_the_path(live, tmp_path, monkeypatch):
