@@ -32,7 +32,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent))  # tests.helpers (the private swtpm)
 
 from machine import describe  # noqa: E402 - benchmarks/machine.py
 
@@ -79,7 +79,7 @@ def main() -> int:
     if not shutil.which("tpm2_createprimary"):
         print("tpm2-tools are not installed", file=sys.stderr)
         return 2
-    from conftest import TcpSwtpm
+    from tests.helpers.processes import TcpSwtpm
 
     sw = TcpSwtpm()
     work = Path(tempfile.mkdtemp(prefix="tpmtop-run-overhead-"))

@@ -6,6 +6,10 @@ every 1,024 values, off the TPM round trip's critical path. A batch records each
 once with its count (:func:`_bucket_floor`): the same histogram as value by value, and a
 1,024-value drain (latencies around 30 µs) takes 0.18 ms instead of 0.69 ms here (best of 30,
 load average 10) — a shorter stall for whoever waits on the draining thread.
+
+hdrh (and the ctypes, base64 and zlib it loads) is imported when a histogram first holds a
+value: ``tpmtop info`` and ``handles`` record a few exchanges and never read a histogram, so
+they never pay for it (tests/unit/test_import_hygiene.py keeps it so).
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hdrh.histogram import HdrHistogram
+if TYPE_CHECKING:
+    from hdrh.histogram import HdrHistogram
 
 LOWEST_NS = 1_000  # 1 µs
 HIGHEST_NS = 60_000_000_000  # 60 s
@@ -24,10 +29,17 @@ SIGNIFICANT_DIGITS = 3
 PERCENTILES = (50.0, 90.0, 99.0)
 
 
-_SHAPE = HdrHistogram(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS)
-_UNIT_BITS = _SHAPE.unit_magnitude  # values below 2**_UNIT_BITS ns share the first buckets' unit
-_SUB_BITS = _SHAPE.sub_bucket_half_count_magnitude + 1  # each bucket holds 2**_SUB_BITS slots
-del _SHAPE
+# HdrHistogram's own layout for this range, worked out as its constructor does (without
+# importing hdrh; tests/unit/test_import_hygiene.py compares them with hdrh's):
+# values below 2**_UNIT_BITS ns share the first buckets' unit, each bucket holds 2**_SUB_BITS slots.
+_UNIT_BITS = int(math.floor(math.log2(LOWEST_NS)))
+_SUB_BITS = max(int(math.ceil(math.log2(2 * 10 ** SIGNIFICANT_DIGITS))), 1)
+
+
+def _new_hdr() -> HdrHistogram:
+    from hdrh.histogram import HdrHistogram
+
+    return HdrHistogram(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS)
 
 
 def _bucket_floor(ns: int) -> int:
@@ -57,7 +69,7 @@ class LatencyHistogram:
     __slots__ = ("_h", "_lock", "_sum_ns", "_min_ns", "_pending")
 
     def __init__(self) -> None:
-        self._h = HdrHistogram(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS)
+        self._h: HdrHistogram | None = None  # made by the first drain that has a value
         self._lock = threading.Lock()
         self._sum_ns = 0
         self._min_ns: int | None = None
@@ -77,6 +89,8 @@ class LatencyHistogram:
         pending, self._pending = self._pending, []
         if not pending:
             return
+        if self._h is None:
+            self._h = _new_hdr()
         rec = self._h.record_value
         # Clamp into the trackable range rather than dropping: a sub-µs or >60 s sample is
         # still an operation that happened and must be counted.
@@ -92,11 +106,15 @@ class LatencyHistogram:
     def merge(self, other: LatencyHistogram) -> None:
         with other._lock:
             other._drain()
-            snap = HdrHistogram(LOWEST_NS, HIGHEST_NS, SIGNIFICANT_DIGITS)
+            if other._h is None:  # nothing recorded there: nothing to add
+                return
+            snap = _new_hdr()
             snap.add(other._h)
             s, m = other._sum_ns, other._min_ns
         with self._lock:
             self._drain()
+            if self._h is None:
+                self._h = _new_hdr()
             self._h.add(snap)
             self._sum_ns += s
             if m is not None and (self._min_ns is None or m < self._min_ns):
@@ -105,7 +123,8 @@ class LatencyHistogram:
     def reset(self) -> None:
         with self._lock:
             self._pending.clear()
-            self._h.reset()
+            if self._h is not None:
+                self._h.reset()
             self._sum_ns = 0
             self._min_ns = None
 
@@ -113,12 +132,12 @@ class LatencyHistogram:
     def count(self) -> int:
         with self._lock:
             self._drain()
-            return int(self._h.get_total_count())
+            return 0 if self._h is None else int(self._h.get_total_count())
 
     def percentile_ns(self, p: float) -> int:
         with self._lock:
             self._drain()
-            if self._h.get_total_count() == 0:
+            if self._h is None or self._h.get_total_count() == 0:
                 return 0
             return int(self._h.get_value_at_percentile(p))
 
@@ -126,8 +145,8 @@ class LatencyHistogram:
         """``{"count", "p50", "p90", "p99", "max", "mean"}`` in microseconds (floats)."""
         with self._lock:
             self._drain()
-            n = self._h.get_total_count()
-            if n == 0:
+            n = 0 if self._h is None else self._h.get_total_count()
+            if self._h is None or n == 0:
                 return {"count": 0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0, "mean": 0.0}
             vals = self._h.get_percentile_to_value_dict(list(PERCENTILES))
             return {
@@ -151,8 +170,7 @@ class LatencyHistogram:
         """
         with self._lock:
             self._drain()
-            n = self._h.get_total_count()
-            if n == 0:
+            if self._h is None or self._h.get_total_count() == 0:
                 return []
             items = recorded(self._h)
         out: dict[float, int] = {}
@@ -220,6 +238,8 @@ def pow2_slots(h: LatencyHistogram) -> dict[int, int]:
     of a power of two may land one bucket off."""
     with h._lock:
         h._drain()
+        if h._h is None:
+            return {}
         slots = recorded(h._h)
         low = h._h.get_lowest_equivalent_value
     out: dict[int, int] = {}

@@ -97,3 +97,36 @@ def test_info_and_handles_import_no_tpm2_pytss():
     assert r.stdout.splitlines() == [
         "info 0 [] 'TPM2_PT_MAX_COMMAND_SIZE      4096'",
         "handles 0 [] 'no transient objects, sessions or persistent objects loaded'"], r.stdout
+
+
+def test_info_and_handles_import_no_hdrh():
+    """`tpmtop info --sim` and `handles --sim` record a few exchanges but read no histogram:
+    hdrh (with the ctypes, base64 and zlib it loads) is imported only when a histogram first
+    holds a value, so neither command pays for it at start-up."""
+    code = ("import sys, contextlib, io\n"
+            "from tpmtop.cli import main\n"
+            "for argv in (['info', '--sim'], ['handles', '--sim']):\n"
+            "    out = io.StringIO()\n"
+            "    with contextlib.redirect_stdout(out):\n"
+            "        rc = main(argv)\n"
+            "    print(argv[0], rc, sorted(m for m in sys.modules if m.startswith(('hdrh', 'pyhdrh'))))\n"
+            "from tpmtop.stats import LatencyHistogram\n"
+            "h = LatencyHistogram()\n"
+            "h.record(30_000)\n"
+            "print('recorded', h.count, 'hdrh' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["info 0 []", "handles 0 []", "recorded 1 True"], r.stdout
+
+
+def test_histogram_layout_is_hdrhs():
+    """tpmtop.stats works out HdrHistogram's bucket layout without importing hdrh; it must be
+    the layout hdrh builds for the same range (a batch records each value at its slot's floor)."""
+    from hdrh.histogram import HdrHistogram
+
+    from tpmtop import stats
+
+    h = HdrHistogram(stats.LOWEST_NS, stats.HIGHEST_NS, stats.SIGNIFICANT_DIGITS)
+    assert (stats._UNIT_BITS, stats._SUB_BITS) == (h.unit_magnitude, h.sub_bucket_half_count_magnitude + 1)
+    for ns in (1_000, 1_023, 2_047, 2_048, 30_123, 999_999, 123_456_789, 59_999_999_999):
+        assert stats._bucket_floor(ns) == h.get_lowest_equivalent_value(ns)
