@@ -151,12 +151,10 @@ def _print_hists(paths: list[str], docs: list[dict], slots: list[dict]) -> None:
             print(f"{letter}: {safe(path)} holds no per-operation times (record with --events): no histogram\n")
             continue
         print(f"{letter}: {safe(path)}")
-        for run in doc["runs"]:
-            key = (run["engine"], run["mode"], run["op"])
-            if key in mine:
-                print(hist_text(mine.pop(key), safe(f"@{key[2]}_us[{letter}, {key[0]}, {key[1]}]")))
-        for key, s in mine.items():  # operations of a run the summary does not list
-            print(hist_text(s, safe(f"@{key[2]}_us[{letter}, {key[0]}, {key[1]}]")))
+        # The summary's runs in its order, then operations of a run the summary does not list.
+        listed = [k for k in dict.fromkeys((r["engine"], r["mode"], r["op"]) for r in doc["runs"]) if k in mine]
+        for key in listed + [k for k in mine if k not in listed]:
+            print(hist_text(mine[key], safe(f"@{key[2]}_us[{letter}, {key[0]}, {key[1]}]")))
 
 
 def _letter(n: int) -> str:

@@ -42,9 +42,9 @@ class Series:
 def _filled(buckets: list[list[float]], per_decade: int) -> tuple[list[float], list[int]]:
     """Every bucket from one below the lowest filled to the highest, empty ones as 0: a line
     over a gap must drop to zero, not bridge it."""
-    import math
+    from tpmtop.sources.rows.histogram import bucket_index
 
-    ks = {round(math.log10(b) * per_decade): int(c) for b, c in buckets if b > 0}
+    ks = {bucket_index(b, per_decade): int(c) for b, c in buckets if b > 0}
     lo, hi = min(ks) - 1, max(ks)
     xs = [10 ** (k / per_decade) for k in range(lo, hi + 1)]
     return xs, [ks.get(k, 0) for k in range(lo, hi + 1)]

@@ -35,7 +35,7 @@ class Fitted:
     scale: float  # µs per unit
 
 
-def _index(upper_us: float, per_decade: int) -> int:
+def bucket_index(upper_us: float, per_decade: int) -> int:
     """k of a bucket bound 10**(k/per_decade) µs (the bounds LatencyHistogram.buckets makes)."""
     return round(math.log10(max(upper_us, 1.0)) * per_decade)
 
@@ -43,7 +43,7 @@ def _index(upper_us: float, per_decade: int) -> int:
 def fit(buckets: Sequence[Sequence[Any]], per_decade: int, lines: int) -> Fitted | None:
     """``buckets``: ``[[upper_bound_us, count], …]`` at ``per_decade``; the finest resolution
     (a divisor of ``per_decade``) whose lowest-to-highest run of buckets fits ``lines``."""
-    src = [(_index(float(ub), per_decade), int(c)) for ub, c in buckets if c]
+    src = [(bucket_index(float(ub), per_decade), int(c)) for ub, c in buckets if c]
     if not src:
         return None
     lo, hi = min(k for k, _ in src), max(k for k, _ in src)
