@@ -42,3 +42,9 @@ def histogram_counts(text: str) -> list[int]:
     import re
 
     return [int((m.group(3) or "0").replace(",", "")) for m in re.finditer(HIST_LINE, text, re.M)]
+
+
+def message_line(screen) -> str:
+    """What the dashboard's message line above the footer says now ("" if the screen has none):
+    messages are drawn there, never as toasts."""
+    return " ".join(str(w.render()) for w in screen.query("#message-text"))

@@ -7,20 +7,11 @@ import datetime as dt
 import os
 import stat
 
-from textual.widgets._toast import Toast
-
-from tests.helpers.tui import SIZE, until
+from tests.helpers.tui import SIZE, message_line, until
 from tpmtop.sources.export_file import export_capture, export_target
 from tpmtop.sources.replay import load
 from tpmtop.tui import messages as m
 from tpmtop.tui.app import TpmtopApp
-
-
-def toasts(app) -> list[str]:
-    """What the screen says: the message line above the footer (the dashboard draws no toasts
-    since messages got a line of their own), and any toast."""
-    said = [str(w.render()) for w in app.screen.query("#message-text")]
-    return said + [str(t.render()) for t in app.screen.query(Toast)]
 
 
 async def test_x_writes_into_the_private_data_dir_and_shows_the_path(live, tmp_path, monkeypatch):
@@ -36,11 +27,11 @@ async def test_x_writes_into_the_private_data_dir_and_shows_the_path(live, tmp_p
         await until(pilot, lambda: any(a.ops >= 5 for a in src.accounts().values()), what="ops")
         await pilot.press("x")
         # The path is named when the key is handled, before the worker has written anything.
-        await until(pilot, lambda: any(str(data / "tpmtop") in t for t in toasts(app)), what="the path on screen")
+        await until(pilot, lambda: str(data / "tpmtop") in message_line(app.screen), what="the path on screen")
         await until(pilot, lambda: any(isinstance(x, m.CaptureExported) for x in seen), what="export")
         path = next(x.path for x in seen if isinstance(x, m.CaptureExported))
-        await until(pilot, lambda: any("capture written" in t and str(path) in t.replace("\n", "")
-                                       for t in toasts(app)), what="'capture written' with the path")
+        await until(pilot, lambda: "capture written" in message_line(app.screen)
+                    and str(path) in message_line(app.screen).replace("\n", ""), what="'capture written' with the path")
     assert path.parent == (data / "tpmtop").resolve()
     assert path.name.startswith("tpmtop-") and path.suffix == ".json"
     assert stat.S_IMODE(os.stat(data / "tpmtop").st_mode) == 0o700

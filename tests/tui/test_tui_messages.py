@@ -5,13 +5,9 @@ from __future__ import annotations
 
 from textual.widgets._toast import Toast
 
-from tests.helpers.tui import SIZE, app_for, main_screen, until
+from tests.helpers.tui import SIZE, app_for, main_screen, message_line, until
 from tpmtop.tui.screens.boot import BootScreen
 from tpmtop.tui.widgets.messages import MessageLine, MessageLogScreen
-
-
-def _line_text(screen) -> str:
-    return str(screen.query_one("#message-text").render())
 
 
 def _overlaps(a, b) -> bool:
@@ -32,12 +28,12 @@ class TestMessages:
             screen = main_screen(app)
             await until(pilot, lambda: src.identity is not None, what="first poll")
             await pilot.press("T")
-            await until(pilot, lambda: "TCTI" in _line_text(screen), what="T's message in the line")
+            await until(pilot, lambda: "TCTI" in message_line(screen), what="T's message in the line")
             await until(pilot, lambda: sum(a.ops for a in src.accounts().values()) > 0, what="ops")
             await pilot.press("x")
-            await until(pilot, lambda: "capture written" in _line_text(screen), what="the export's message")
+            await until(pilot, lambda: "capture written" in message_line(screen), what="the export's message")
             await pilot.press("t")
-            await until(pilot, lambda: "theme" in _line_text(screen), what="the theme's message")
+            await until(pilot, lambda: "theme" in message_line(screen), what="the theme's message")
             await pilot.pause(0.2)
             line = screen.query_one(MessageLine)
             assert line.region.height == 1
@@ -65,7 +61,7 @@ class TestMessages:
             await pilot.pause(0.3)
             assert _shown_toasts(app) == []
             boot_line = app.screen.query_one(MessageLine)
-            assert "TCTI" in _line_text(app.screen)
+            assert "TCTI" in message_line(app.screen)
             assert not _overlaps(boot_line.region, app.screen.query_one("#boot-scroll").region)
             await pilot.press("l")  # the hint's key works here too
             await until(pilot, lambda: isinstance(app.screen, MessageLogScreen), what="the log from Boot")
