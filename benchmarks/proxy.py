@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -45,9 +46,10 @@ TARGET_US = 40.0
 
 def free_pair() -> int:
     for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
+        # below the ephemeral range: the swtpm: TCTI connects once per command, and the
+        # thousands of connections of a run leave its ports in TIME-WAIT, where a server's
+        # bind (even with SO_REUSEADDR) fails
+        p = random.randrange(10000, 32000, 2)
         try:
             with socket.socket() as a, socket.socket() as b:
                 a.bind(("127.0.0.1", p))

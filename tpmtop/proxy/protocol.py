@@ -28,6 +28,8 @@ from __future__ import annotations
 import socket
 import struct
 
+from tpmtop.tpm.busypoll import POLL_CAP_NS, POLLING, RequestPoll, recv_soon
+
 # TPM buffers are at most 4 KiB (TPM2_PT_MAX_COMMAND_SIZE on swtpm and every chip we know);
 # a size field beyond it is a garbled or hostile frame, not a command to wait for.
 MAX_COMMAND = 4096
@@ -112,7 +114,7 @@ def _idle_timeout(sock: socket.socket) -> float:
     return sec + usec / 1e6
 
 
-def recv_exact(sock: socket.socket, n: int, started: bool) -> bytes:
+def recv_exact(sock: socket.socket, n: int, started: bool, poll: RequestPoll | None = None) -> bytes:
     """``n`` bytes, or :class:`Closed` if the peer closed before the first byte of a request
     (``started`` False), :class:`FrameError` if it closed in the middle of one."""
     buf = bytearray()
@@ -131,7 +133,17 @@ def recv_exact(sock: socket.socket, n: int, started: bool) -> bytes:
                     # writes without TCP_NODELAY, so Nagle holds the command until our ACK, which
                     # the kernel would otherwise delay by 40 ms.
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
-                chunk = sock.recv(n - len(buf))
+                # The rest of a request is microseconds away, and so is a busy client's next
+                # one: poll for it before sleeping (tpmtop.tpm.busypoll: an idle VM's wake-up)
+                chunk = None
+                if started or buf:
+                    if POLLING:
+                        chunk = recv_soon(sock, n - len(buf), POLL_CAP_NS)
+                elif poll is not None and (budget := poll.budget()):
+                    chunk = recv_soon(sock, n, budget)
+                    poll.came(chunk is not None)
+                if chunk is None:
+                    chunk = sock.recv(n - len(buf))
             except (TimeoutError, BlockingIOError):  # the Python or the kernel (SO_RCVTIMEO) time-out
                 if not buf and not started:
                     raise Idle from None
@@ -152,17 +164,17 @@ def check_size(size: int, what: str) -> None:
         raise FrameError(f"{what} size field {size} outside {TPM_HEADER}..{MAX_COMMAND}: garbled frame")
 
 
-def read_raw_command(sock: socket.socket) -> bytes:
+def read_raw_command(sock: socket.socket, poll: RequestPoll | None = None) -> bytes:
     """swtpm data channel: one TPM command, framed by its own header's size field."""
-    head = recv_exact(sock, TPM_HEADER, started=False)
+    head = recv_exact(sock, TPM_HEADER, started=False, poll=poll)
     size = _U32.unpack_from(head, 2)[0]
     check_size(size, "command")
     return head + recv_exact(sock, size - TPM_HEADER, started=True)
 
 
-def read_mssim_request(sock: socket.socket) -> tuple[int, int, bytes | None]:
+def read_mssim_request(sock: socket.socket, poll: RequestPoll | None = None) -> tuple[int, int, bytes | None]:
     """mssim TPM port: ``(code, locality, command)``; command None for SESSION_END etc."""
-    code = _U32.unpack(recv_exact(sock, 4, started=False))[0]
+    code = _U32.unpack(recv_exact(sock, 4, started=False, poll=poll))[0]
     if code == MS_SIM_TPM_SEND_COMMAND:
         hdr = recv_exact(sock, 5, started=True)
         locality, size = hdr[0], _U32.unpack_from(hdr, 1)[0]

@@ -39,6 +39,7 @@ from tpmtop.proxy.forward import forward
 from tpmtop.proxy.lines import LineKind, ProxyLine
 from tpmtop.proxy.turns import Turns, TurnTimeout
 from tpmtop.textsafe import safe
+from tpmtop.tpm.busypoll import RequestPoll
 from tpmtop.tpm.tcti import TargetKind
 
 if TYPE_CHECKING:
@@ -575,17 +576,21 @@ class ProxyServer:
                 client = self._attach(sock)
                 if mssim:
                     client.locality = 0
+                # mssim clients keep their connection; most raw ones (tpm2-tss's swtpm: TCTI)
+                # send one command per connection, and polling for their close competes with
+                # the next connection's thread: a raw connection polls from its third request
+                next_request = RequestPoll(skip=0 if mssim else 1)
                 while True:
                     try:
                         if mssim:
-                            code, locality, cmd = P.read_mssim_request(sock)
+                            code, locality, cmd = P.read_mssim_request(sock, next_request)
                             if cmd is None:
                                 if code == P.MS_SIM_REMOTE_HANDSHAKE:
                                     sock.sendall(P.mssim_handshake_answer())
                                     continue
                                 return  # SESSION_END / STOP: the client is done with this connection
                         else:
-                            cmd = P.read_raw_command(sock)
+                            cmd = P.read_raw_command(sock, next_request)
                     except P.Closed:
                         return
                     except P.Idle:

@@ -25,11 +25,13 @@ from typing import Any, Protocol
 
 from tpmtop.errors import TpmConnectionError, TpmTimeout
 from tpmtop.tpm import wire
+from tpmtop.tpm.busypoll import AnswerBudget, recv_soon
 from tpmtop.tpm.exchange import _LABELS, _WIRE_LOG, ExchangeSink
 from tpmtop.tpm.holdclock import sleep_until
 from tpmtop.tpm.interrupts import held
 
 MAX_RESPONSE = 4096
+_now = time.perf_counter_ns
 
 # How long a backend waits for the TPM to take a command or answer it. Long enough for a slow
 # chip's RSA CreatePrimary (tens of seconds on some chips); a busy TPM (another program holds
@@ -77,6 +79,7 @@ class SocketBackend:
         self.timeout = timeout
         self._buf = bytearray()
         self._pending = False
+        self._answers = AnswerBudget()  # how long to poll for each command's answer
         # Set once the connection is gone (closed, failed, timed out): every later command
         # gets the same error at once, and ESAPI's follow-on errors are reported as it.
         self.lost: TpmConnectionError | None = None
@@ -87,8 +90,15 @@ class SocketBackend:
         except OSError:
             pass  # a closed socket: the first command says so
 
-    def _read_response(self) -> bytes:
+    def _read_response(self, poll_ns: int = 0) -> bytes:
         buf = self._buf
+        if poll_ns:
+            # a fast TPM's answer: poll for it rather than sleep (tpmtop.tpm.busypoll)
+            first = recv_soon(self.sock, MAX_RESPONSE, poll_ns)
+            if first is not None:
+                if not first:
+                    raise TpmConnectionError(f"TPM connection lost ({self.description}): it closed the connection")
+                buf += first
         while True:
             if len(buf) >= 10:
                 size = int.from_bytes(buf[2:6], "big")
@@ -114,9 +124,13 @@ class SocketBackend:
             if self._pending:
                 self._read_response()  # the answer to an interrupted command: discard
             self._buf.clear()
+            cc = command[6:10]
             self.sock.sendall(command)
             self._pending = True
-            return self._read_response()
+            t0 = _now()
+            rsp = self._read_response(self._answers.budget(cc))
+            self._answers.learn(cc, _now() - t0)
+            return rsp
         except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO/SO_SNDTIMEO ran out
             self.lost = no_answer(self.description, command, self.timeout)
         except OSError as e:
