@@ -78,6 +78,8 @@ async def live_ratios(src, pilot, default_rate: float, seconds: float, rounds: i
             if ratio is not None:
                 out[name].append(ratio)
             out["detail"][name] = detail
+            out.setdefault("rounds_" + name, []).append(
+                (detail.get("per-command", {}).get("p50_us"), detail.get("none", {}).get("p50_us")))
     return out
 
 
@@ -301,6 +303,8 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             out["ratio_max"] = round(statistics.median(r["max"]), 1) if r["max"] else None
             out["ratio_default_detail"] = r["detail"].get("default", {})
             out["ratio_max_detail"] = r["detail"].get("max", {})
+            out["ratio_rounds_default"] = r.get("rounds_default", [])
+            out["ratio_rounds_max"] = r.get("rounds_max", [])
             out["default_rate"] = DEFAULT_RATE
             src.rate = rate
             src.choose(mode=mode)
@@ -400,8 +404,9 @@ def main() -> int:
           f"(poll every {r['poll_interval_s']:g} s; target <= 5 %)")
     for what, key in (("default pacing", "ratio_default"), ("max rate", "ratio_max")):
         d = r[key + "_detail"]
-        rounds = " ".join(f"x{x}" for x in r["ratios_" + key.split("_")[1]])
-        print(f"live ratio at {what:<15} per round: {rounds}; last round " +
+        rounds = " ".join(f"x{x} ({pc:g}/{no:g})" for x, (pc, no) in
+                          zip(r["ratios_" + key.split("_")[1]], r["ratio_rounds_" + key.split("_")[1]], strict=False))
+        print(f"live ratio at {what:<15} per round (per-command/none p50 µs): {rounds}; last round " +
               "  ".join(f"{m} p50 {v['p50_us']} µs ({v['ops']} ops)" for m, v in d.items()))
     verdict = "within 20 %" if a and b and abs(a - b) / b <= 0.2 else "NOT within 20 %"
     print(f"(default pacing {r['default_rate']:g} ops/s in bursts; {verdict})")

@@ -80,3 +80,37 @@ async def test_unknown_theme_falls_back_with_notice():
     async with app.run_test(size=(100, 30)):
         assert app.theme == "dark"
         assert any("no-such" in n for n in app.theme_notices)
+
+
+
+def _cells(app) -> list[list[tuple[str, str]]]:
+    """Every cell of the screen as drawn, its character and style (colours included), but the
+    message line's: a switch says "theme …" there."""
+    from tpmtop.tui.widgets.messages import MessageLine
+
+    update = app.screen._compositor.render_update(full=True)  # the whole screen, as sent
+    skip = {y for w in app.screen.query(MessageLine) for y in range(w.region.y, w.region.bottom)}
+    return [[(seg.text, str(seg.style)) for strip in line for seg in strip]
+            for y, line in enumerate(update.strips) if y not in skip]
+
+
+async def test_a_theme_switched_to_draws_as_a_fresh_start_in_it():
+    # `t` sets only the rules whose values changed and refreshes each node once
+    # (tpmtop.tui.stylesheet): nothing may keep a colour of the theme before
+    app = TpmtopApp(ReplaySource(load(FIXTURE), FIXTURE), theme="dark", remember=False)
+    switched: dict[str, list] = {}
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(len(app.tpmtop_themes)):
+            await pilot.press("t")
+            await pilot.pause()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            switched[app.theme] = _cells(app)
+    assert set(switched) == set(app.tpmtop_themes)
+    for name, cells in switched.items():
+        fresh = TpmtopApp(ReplaySource(load(FIXTURE), FIXTURE), theme=name, remember=False)
+        async with fresh.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            await fresh.workers.wait_for_complete()
+            await pilot.pause()
+            assert _cells(fresh) == cells, name

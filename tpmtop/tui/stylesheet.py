@@ -45,6 +45,44 @@ class ThemeStylesheet(Stylesheet):
                 self._by_theme[self._theme_key][key] = rules
         return rules
 
+    @classmethod
+    def replace_rules(cls, node: Any, rules: Any, animate: bool = False) -> None:
+        # Textual sets every rule of every node again on a restyle, each through its property's
+        # validation and a refresh; on a theme switch only the colours change, so a rule whose
+        # value is unchanged is left alone (half of a restyle's time: benchmarks/ui_load.py, `t`).
+        if animate:
+            super().replace_rules(node, rules, animate=True)
+            return
+        base = node.styles.base
+        old = base._rules
+        get_rule = rules.get
+        # Each changed rule asks for a refresh of the node (a colour: of its whole subtree);
+        # asked once per node instead, with what the changed rules asked for between them.
+        asked = {"layout": False, "children": False, "parent": False, "repaint": False}
+        refreshes = 0
+
+        def refresh(*, layout: bool = False, children: bool = False, parent: bool = False,
+                    repaint: bool = True) -> None:
+            nonlocal refreshes
+            refreshes += 1
+            asked["layout"] |= layout
+            asked["children"] |= children
+            asked["parent"] |= parent
+            asked["repaint"] |= repaint
+
+        base.refresh = refresh  # shadows Styles.refresh on this one instance while rules are set
+        try:
+            for key in old.keys() | rules.keys():
+                value = get_rule(key)
+                if value is not None and old.get(key) == value:
+                    continue
+                setattr(base, key, value)
+        finally:
+            del base.refresh
+        if refreshes:
+            base.refresh(**asked)
+        node.notify_style_update()
+
     def reparse(self) -> None:
         # Textual's reparse builds a fresh Stylesheet so that bad CSS leaves the current rules
         # in place; parse() has the same property (self._rules is set only once all parsed).
