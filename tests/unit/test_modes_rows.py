@@ -17,7 +17,7 @@ def test_the_headline_is_the_running_modes_ratio_to_none():
     rows = comparison([run("none", 40.0), run("per-command", 1200.0)], "extend", MODES, {("native", "extend"): 44})
     assert headline(rows, ("native", "per-command"), measuring=True).startswith("[b]per-command ×30.0 vs none[/]")
     assert [r.interleaved for r in rows] == [44, 0]  # only the `none` row carries it
-    assert baseline_note(rows, "per-command", 42) == "none*: 4-op bursts between per-command's"
+    assert baseline_note(rows, "per-command", 42) == "none*: interleaved with per-command's"
     # no baseline yet: the live workload says it is measuring; a capture says nothing
     alone = comparison([run("per-command", 1200.0)], "extend", MODES)
     assert "measuring none" in headline(alone, ("native", "per-command"), measuring=True)

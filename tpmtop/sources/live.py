@@ -80,7 +80,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         # (engine, mode, op) -> every rate its operations ran at: a capture says so per run.
         self.rates_run: dict[tuple[str, str, str], set[float]] = {}
         self.baseline_ops: dict[tuple[str, str], int] = {}
-        self._baseline_t = 0.0
+        self._mode_s = self._baseline_s = 0.0
         # (monotonic s, engine, mode, op, total ns) of the latest operations: the Modes panel's
         # time series of op p50 across mode switches. Bounded: at max rate ~10 minutes of `none`
         # would be millions; 200,000 is a few minutes unpaced, over half an hour at 100/s.
@@ -275,6 +275,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.periods = []
         self.rates_run = {}
         self.baseline_ops = {}
+        self._mode_s = self._baseline_s = 0.0
         self.timeline.clear()
 
     def capture(self, max_events: int = 20_000) -> dict[str, Any]:

@@ -62,7 +62,8 @@ class WorkloadDriver:
     rates_run: dict[tuple[str, str, str], set[float]]
     # (engine, op) -> `none` operations run as the interleaved baseline (the Modes panel says so)
     baseline_ops: dict[tuple[str, str], int]
-    _baseline_t: float
+    _mode_s: float  # the running choice's operation time and its baseline's, since the last reset
+    _baseline_s: float
     _old_accounts: dict[Any, Any]
 
     def run_on_owner(self, fn: Any, *args: Any, origin: str = Origin.USER, check_stopping: bool = True) -> Any:
@@ -133,44 +134,51 @@ class WorkloadDriver:
 
     def _burst_job(self, t: Any, n: int) -> int:
         """On the owner thread: operations until ``n`` ran, one failed to run (a reset, paused,
-        stopping) or BURST_JOB_S passed. Returns how many ran; an error propagates."""
-        deadline = time.perf_counter() + BURST_JOB_S
+        stopping) or BURST_JOB_S passed. Returns how many ran; an error propagates. While a mode
+        other than `none` runs, single `none` operations are interleaved as its baseline."""
+        now = time.perf_counter
+        deadline = now() + BURST_JOB_S
         done = 0
         while done < n and not self.stopping.is_set():
+            t0 = now()
             if not self._step_job(t):
                 break
             done += 1
-            if time.perf_counter() >= deadline:
+            self._mode_s += now() - t0
+            if self._baseline_due() and not self._baseline_one():
                 break
-        if done and self._baseline_due():
-            self._baseline_burst()
+            if now() >= deadline:
+                break
         return done
 
     def _baseline_due(self) -> bool:
-        """A mode other than ``none`` runs and its baseline is thin or a second old."""
+        """A mode other than ``none`` runs, and its baseline is thin or has had less than its
+        share of the mode's time."""
         w = self.workload
         if w is None or w.mode == Mode.NONE or self.stopping.is_set() or not self.running:
             return False
         acc = getattr(w, "accounts", {}).get((w.engine_name, Mode.NONE, w.op))
         if acc is None or acc.ops < pacing.BASELINE_WARM_OPS:
             return True
-        return time.monotonic() - self._baseline_t >= pacing.BASELINE_EVERY_S
+        return self._baseline_s < pacing.BASELINE_SHARE * self._mode_s
 
-    def _baseline_burst(self) -> None:
-        """BASELINE_BURST ``none`` operations right after the mode's own, in the same job: warm
-        as theirs, on the same engine, op and TPM. Not in the per-second series (it follows the
-        mode that runs); an error propagates as the mode's would. At most BURST_JOB_S long, so a
-        slow chip's baseline never holds a poll or a key back for long."""
-        self._baseline_t = time.monotonic()
-        deadline = time.perf_counter() + BURST_JOB_S
-        for _ in range(pacing.BASELINE_BURST):
-            w = self.workload
-            if w is None or self.stopping.is_set() or not self._one(w, baseline=True):
-                return
-            key = (w.engine_name, w.op)
-            self.baseline_ops[key] = self.baseline_ops.get(key, 0) + 1
-            if time.perf_counter() >= deadline:
-                return
+    def _baseline_one(self) -> bool:
+        """One ``none`` operation right after one of the mode's own, in the same job: warm as
+        theirs, on the same engine, op and TPM, and at the same moments of a shared machine as
+        they are. Not in the per-second series (it follows the mode that runs); an error
+        propagates as the mode's would. False: it did not run (a reset, stopping)."""
+        w = self.workload
+        if w is None or self.stopping.is_set():
+            return False
+        t0 = time.perf_counter()
+        try:
+            if not self._one(w, baseline=True):
+                return False
+        finally:
+            self._baseline_s += time.perf_counter() - t0
+        key = (w.engine_name, w.op)
+        self.baseline_ops[key] = self.baseline_ops.get(key, 0) + 1
+        return True
 
     def _step_job(self, _t: Any) -> bool:
         """One workload operation, on the owner thread. False: nothing ran, or a reset."""
@@ -294,6 +302,8 @@ class WorkloadDriver:
 
     def choose(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> bool:
         """Takes effect before the next operation (the engine tears down kept sessions)."""
+        if (engine or self.engine, mode or self.mode, op or self.op) != (self.engine, self.mode, self.op):
+            self._mode_s = self._baseline_s = 0.0  # the baseline's share starts again with the new choice
         self.engine = engine or self.engine
         self.mode = mode or self.mode
         self.op = op or self.op

@@ -61,11 +61,24 @@ def summary_of(h: Any) -> dict[str, Any]:
     return summary
 
 
-def buckets_of(h: Any) -> Callable[..., list[Any]]:
+class LiveBuckets:
     """``h``'s buckets, read when called: ``f()`` at a capture's 4 per decade, ``f(n)`` at n
-    (the Latency panel's histogram reads live ones finer, tpmtop.sources.rows.histogram)."""
-    def read(per_decade: int = 4) -> list[Any]:
+    (the Latency panel's histogram reads live ones finer, tpmtop.sources.rows.histogram);
+    ``f.summary()`` the same histogram's summary now (its max must agree with the buckets)."""
+
+    __slots__ = ("_h",)
+
+    def __init__(self, h: Any) -> None:
+        self._h = h
+
+    def __call__(self, per_decade: int = 4) -> list[Any]:
+        h = self._h
         result: list[Any] = _cached(h, f"buckets{per_decade}", lambda: h.buckets(per_decade))
         return result
 
-    return read
+    def summary(self) -> dict[str, Any]:
+        return summary_of(self._h)
+
+
+def buckets_of(h: Any) -> Callable[..., list[Any]]:
+    return LiveBuckets(h)

@@ -13,12 +13,14 @@ BURST_EVERY_S = 0.1  # a paced workload wakes up at most 10 times a second...
 MIN_BURST = 4  # ...and runs at least this many operations back to back when it does
 BURST_JOB_S = 0.02  # one job on the TPM's owner thread runs at most this long (then the queue turns)
 UNPACED_BURST = 10  # unpaced: operations per job (each hand-off between threads costs a wake-up)
-# The interleaved baseline (WorkloadDriver._baseline_burst): while a mode other than `none`
-# runs, short bursts of `none` on the same engine, op and TPM follow its bursts in the same job
-# (warm, as its own operations are), so Modes shows the mode's ratio to `none` without a key.
-BASELINE_BURST = 4  # `none` operations per baseline burst
-BASELINE_WARM_OPS = 40  # until `none` has this many operations, a baseline burst after every burst...
-BASELINE_EVERY_S = 1.0  # ...then one a second, so the baseline follows the machine's load
+# The interleaved baseline (WorkloadDriver._baseline_one): while a mode other than `none` runs,
+# single `none` operations on the same engine, op and TPM follow its operations in the same job
+# (warm, and at the same moments of a shared machine as they are), so Modes shows the mode's
+# ratio to `none` without a key. A burst of 4 once a second put `none`'s p50 on a dozen moments
+# at the ends of bursts; under two busy loops it then jumped ×2 between 3-s windows and between
+# pacings (benchmarks/ui_load.py), while the mode's own p50 stayed put.
+BASELINE_WARM_OPS = 40  # until `none` has this many operations, one after each of the mode's...
+BASELINE_SHARE = 0.02  # ...then one whenever the baseline has had less than this share of the mode's time
 
 
 def burst_size(rate: float) -> int:
@@ -40,6 +42,7 @@ def pacing_json(rate: float) -> dict[str, Any]:
 
 def baseline_pacing_json(ops: int) -> dict[str, Any]:
     """A ``none`` run's pacing entry for the operations it ran as the interleaved baseline."""
-    return {"interleaved_ops": ops, "burst": BASELINE_BURST,
-            "note": f"interleaved baseline: bursts of {BASELINE_BURST} `none` operations right after another "
-                    f"mode's bursts (each one until {BASELINE_WARM_OPS} ran, then every {BASELINE_EVERY_S:g} s)"}
+    return {"interleaved_ops": ops,
+            "note": f"interleaved baseline: single `none` operations right after another mode's (after each "
+                    f"until {BASELINE_WARM_OPS} ran, then whenever the baseline had less than "
+                    f"{BASELINE_SHARE:.0%} of the mode's time)"}

@@ -82,14 +82,11 @@ def fmt_ratio(ratio: float) -> str:
 
 def baseline_note(rows: list[CompareRow], current_mode: str, width: int = 80) -> str:
     """What the mark on an interleaved `none` row means (plain text, one line of ``width``), or ""."""
-    from tpmtop.sources.pacing import BASELINE_BURST
-
     if not any(r.interleaved for r in rows):
         return ""
     between = f"{current_mode}'s" if current_mode != "none" else "another mode's"
-    text = (f"none*: the baseline, measured in bursts of {BASELINE_BURST} between {between} operations "
-            "(no key needed)")
-    return text if len(text) <= width else f"none*: {BASELINE_BURST}-op bursts between {between}"
+    text = f"none*: the baseline, single operations interleaved with {between} (no key needed)"
+    return text if len(text) <= width else f"none*: interleaved with {between}"
 
 
 def headline(rows: list[CompareRow], current: tuple[str, str], measuring: bool) -> str:

@@ -151,7 +151,17 @@ class LatencyPanel(Panel):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="histogram", description="histogram")
     def compute_histogram(self, key, buckets, summary, title, tail) -> None:
-        self.post_message(self.HistogramReady(key, title, tail, buckets(FINE_PER_DECADE), summary))
+        # The title's max comes from the same moment as the buckets (the row's summary is the
+        # last refresh's: a slower sample since would sit in a bucket above the max said)
+        now = getattr(buckets, "summary", None)
+        for _ in range(3):
+            b = buckets(FINE_PER_DECADE)
+            if now is None:
+                break
+            summary = now()
+            if summary.get("count") == sum(c for _, c in b):
+                break  # nothing recorded between the two reads
+        self.post_message(self.HistogramReady(key, title, tail, b, summary))
 
     def on_latency_panel_histogram_ready(self, message: LatencyPanel.HistogramReady) -> None:
         if message.key == self.table.selected_key:
