@@ -25,10 +25,15 @@ client can neither power-cycle nor reset the TPM that others share.
 
 from __future__ import annotations
 
+import _socket
 import socket
 import struct
 
 from tpmtop.tpm.busypoll import POLL_CAP_NS, POLLING, RequestPoll, recv_soon
+
+# A socket's address family as the plain int (socket.family wraps it in an enum: 1 µs a call,
+# on every wait for a request)
+_family = _socket.socket.family.__get__
 
 # TPM buffers are at most 4 KiB (TPM2_PT_MAX_COMMAND_SIZE on swtpm and every chip we know);
 # a size field beyond it is a garbled or hostile frame, not a command to wait for.
@@ -128,7 +133,7 @@ def recv_exact(sock: socket.socket, n: int, started: bool, poll: RequestPoll | N
             raise FrameError(f"connection error mid-request: {e.strerror or e}") from None
         if chunk is None:
             try:
-                if sock.family != socket.AF_UNIX:
+                if _family(sock) != socket.AF_UNIX:
                     # ACK at once: the mssim TCTI writes its 9-byte header and the command in two
                     # writes without TCP_NODELAY, so Nagle holds the command until our ACK, which
                     # the kernel would otherwise delay by 40 ms.
