@@ -24,25 +24,51 @@ def polling(monkeypatch):
     monkeypatch.setattr(busypoll, "POLLING", True)
 
 
-def test_an_unseen_command_is_polled_for_up_to_the_cap(polling):
-    assert AnswerBudget().budget(GET_RANDOM) == POLL_CAP_NS
-
-
-def test_a_fast_command_is_polled_for_twice_its_recent_time(polling):
+def test_an_unseen_command_is_polled_for_up_to_the_cap_then_waited_for_once(polling):
     b = AnswerBudget()
-    for _ in range(20):
-        b.learn(GET_RANDOM, 30_000)
-    assert b.budget(GET_RANDOM) == 60_000
+    assert b.budget(GET_RANDOM) == POLL_CAP_NS
+    b.learn(GET_RANDOM, 30_000, polled=True)
+    assert b.budget(GET_RANDOM) == 0  # then a sleep, to know what that costs here
     assert b.budget(CREATE_PRIMARY) == POLL_CAP_NS  # learnt per command code
 
 
-def test_a_slow_command_is_not_polled_for_until_it_is_fast_again(polling):
+def _uses(b: AnswerBudget, cc: bytes, n: int = 64) -> list[int]:
+    return [b.budget(cc) for _ in range(n)]
+
+
+def test_polling_is_used_where_it_is_faster_and_sleeping_is_tried_now_and_then(polling):
+    # the TPM on another CPU of an idle VM: the answer while we poll 23 µs, after a sleep 80 µs
     b = AnswerBudget()
-    b.learn(CREATE_PRIMARY, 40_000_000)  # a key generation: milliseconds
-    assert b.budget(CREATE_PRIMARY) == 0
-    for _ in range(40):
-        b.learn(CREATE_PRIMARY, 30_000)
-    assert 0 < b.budget(CREATE_PRIMARY) <= POLL_CAP_NS
+    b.learn(GET_RANDOM, 23_000, polled=True)
+    b.learn(GET_RANDOM, 80_000, polled=False)
+    uses = _uses(b, GET_RANDOM)
+    assert uses.count(46_000) == 62 and uses.count(0) == 2  # twice the faster wait; one in 32 sleeps
+
+
+def test_sleeping_is_used_where_the_tpm_waits_for_our_cpu(polling):
+    # swtpm put on the CPU we poll on: it answers only once the poll gives up (219 µs), while
+    # sleeping at once hands it the CPU (13 µs)
+    b = AnswerBudget()
+    b.learn(GET_RANDOM, 219_000, polled=True)
+    b.learn(GET_RANDOM, 13_000, polled=False)
+    uses = _uses(b, GET_RANDOM)
+    assert uses.count(0) == 62 and uses.count(26_000) == 2  # a short poll, one in 32, to notice a change
+
+
+def test_the_choice_follows_the_machine(polling):
+    b = AnswerBudget()
+    b.learn(GET_RANDOM, 219_000, polled=True)
+    b.learn(GET_RANDOM, 13_000, polled=False)
+    for _ in range(20):  # the explored polls now answer fast: the load moved swtpm elsewhere
+        b.learn(GET_RANDOM, 10_000, polled=True)
+    assert _uses(b, GET_RANDOM, 31).count(0) <= 1
+
+
+def test_a_slow_command_is_never_polled_for(polling):
+    b = AnswerBudget()
+    b.learn(CREATE_PRIMARY, 40_000_000, polled=True)  # a key generation: milliseconds
+    b.learn(CREATE_PRIMARY, 39_000_000, polled=False)
+    assert set(_uses(b, CREATE_PRIMARY)) == {0}
 
 
 def test_nothing_is_polled_for_when_polling_is_off(monkeypatch):

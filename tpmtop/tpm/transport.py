@@ -90,15 +90,8 @@ class SocketBackend:
         except OSError:
             pass  # a closed socket: the first command says so
 
-    def _read_response(self, poll_ns: int = 0) -> bytes:
+    def _read_response(self) -> bytes:
         buf = self._buf
-        if poll_ns:
-            # a fast TPM's answer: poll for it rather than sleep (tpmtop.tpm.busypoll)
-            first = recv_soon(self.sock, MAX_RESPONSE, poll_ns)
-            if first is not None:
-                if not first:
-                    raise TpmConnectionError(f"TPM connection lost ({self.description}): it closed the connection")
-                buf += first
         while True:
             if len(buf) >= 10:
                 size = int.from_bytes(buf[2:6], "big")
@@ -125,11 +118,19 @@ class SocketBackend:
                 self._read_response()  # the answer to an interrupted command: discard
             self._buf.clear()
             cc = command[6:10]
+            poll_ns = self._answers.budget(cc)
             self.sock.sendall(command)
             self._pending = True
             t0 = _now()
-            rsp = self._read_response(self._answers.budget(cc))
-            self._answers.learn(cc, _now() - t0)
+            if poll_ns:
+                # a fast TPM's answer: poll for it rather than sleep (tpmtop.tpm.busypoll)
+                first = recv_soon(self.sock, MAX_RESPONSE, poll_ns)
+                if first == b"":
+                    raise TpmConnectionError(f"TPM connection lost ({self.description}): it closed the connection")
+                if first is not None:
+                    self._buf += first
+            rsp = self._read_response()
+            self._answers.learn(cc, _now() - t0, polled=poll_ns > 0)
             return rsp
         except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO/SO_SNDTIMEO ran out
             self.lost = no_answer(self.description, command, self.timeout)
