@@ -4,6 +4,7 @@ tpmtop`` from the repository), swtpm on TCP ports, and a running ``tpmtop bench`
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -19,19 +20,35 @@ TPMTOP = [sys.executable, "-m", "tpmtop"]
 __all__ = ["REPO", "TPMTOP", "BenchProcess", "TcpSwtpm", "free_port_pair", "run_tpmtop", "swtpm_children"]
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port_pair() -> int:
-    """A free TCP port N whose N+1 is free too (swtpm's server and control ports)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 65000:
-            with socket.socket() as s2:
-                try:
-                    s2.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-            return port
+    """A free TCP port N whose N+1 is free too (swtpm's server and control ports), below the
+    ephemeral range: a benchmark through tpm2-tss's swtpm TCTI (a connection per command)
+    leaves thousands of ephemeral ports in TIME-WAIT, where a server's bind then fails."""
+    low = _ephemeral_low()
+    for _ in range(100):
+        if low > 12000:
+            port = random.randrange(10000, low - 2, 2)
+        else:  # an unusual range: take what the kernel gives
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port >= 65000:
+                continue
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        return port
     raise RuntimeError("no free port pair")
 
 
