@@ -252,3 +252,23 @@ def test_second_signal_does_not_wait_for_a_silent_tpm(tcp_swtpm):
     # one line; which of the two signals it names depends on when each was handled
     assert len(err.splitlines()) == 1 and err.startswith("tpmtop: interrupted (stopped by SIG"), err
     assert out == ""
+
+
+def test_a_signal_while_tpmtop_stops_ignoring_them_does_nothing():
+    """Once clean-up is done tpmtop ignores the signals, one at a time: a signal landing while
+    it does (a SIGTERM after a late SIGHUP) must not raise out of the code ending tpmtop."""
+    old = {sig: signal.getsignal(sig) for sig in interrupts.SIGNALS}
+    try:
+        interrupts.install()
+        with pytest.raises(Interrupted):
+            interrupts.handler(signal.SIGHUP, None)
+        interrupts.ignore()
+        interrupts.handler(signal.SIGTERM, None)  # what the old handler did mid-ignore(): nothing now
+        assert all(signal.getsignal(sig) == signal.SIG_IGN for sig in interrupts.SIGNALS)
+        interrupts.install()  # tpmtop started again (the tests run many in one process)
+        with pytest.raises(Interrupted):
+            interrupts.handler(signal.SIGTERM, None)
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+        interrupts.take_pending()

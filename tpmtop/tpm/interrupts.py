@@ -32,6 +32,10 @@ _raised_why = ""
 # Signals received so far. Two mean "do not wait": clean-up still runs, but closing gives a TPM
 # that does not answer a short grace instead of the owner's full time-out (see hurry()).
 received = 0
+# Set by ignore(): tpmtop has cleaned up and is printing its last line. ignore() sets SIG_IGN one
+# signal at a time, and one landing meanwhile ran this handler and raised out of the very
+# except that was ending tpmtop (a traceback and exit 1 instead of 130, seen in a stress run).
+_ignoring = False
 
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
@@ -39,6 +43,8 @@ SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 def handler(signum: int, frame: FrameType | None) -> None:
     """The signal handler tpmtop's CLI installs (SIGTERM, SIGHUP, SIGINT)."""
     global _pending, received
+    if _ignoring:
+        return
     received += 1
     why = f"stopped by {signal.Signals(signum).name}"
     if _closing or (_depth and _pending is None):
@@ -66,12 +72,16 @@ def check_lost(since: int) -> None:
 
 
 def install() -> None:
+    global _ignoring
+    _ignoring = False
     for sig in SIGNALS:
         signal.signal(sig, handler)
 
 
 def ignore() -> None:
     """From now on the signals do nothing (tpmtop has cleaned up and is about to exit)."""
+    global _ignoring
+    _ignoring = True  # first: a signal landing while the dispositions change is dropped too
     for sig in SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
 
