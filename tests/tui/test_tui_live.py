@@ -34,6 +34,9 @@ class TestWorkload:
                 assert src.mode == mode
                 key = ("native", mode, "extend")
                 await until(pilot, lambda key=key: key in src.accounts() and src.accounts()[key].ops >= 5, what=mode)
+            # pause, so that an operation cannot complete between reading its count and its commands
+            await pilot.press("space")
+            src.barrier()
             accounts = src.accounts()
             for mode, n in expected.items():
                 acc = accounts[("native", mode, "extend")]
@@ -207,7 +210,7 @@ class TestHeadline:
     async def test_ratio_to_none_shows_with_no_key_pressed(self, live, tmp_path):
         """As `make run` starts (tpmtop --sim: per-command at the default rate) and with no key
         pressed, Modes at 120×40 shows per-command's ratio to `none` with its bars: the baseline
-        is measured by itself, in bursts between per-command's operations on the same TPM, and
+        is measured by itself, interleaved with per-command's operations on the same TPM, and
         is labelled. The ratio shown is the two runs' op p50s, as the accounts hold them."""
         import re
 
