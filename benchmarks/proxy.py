@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import random
 import shutil
 import signal
 import socket
@@ -41,23 +40,9 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 
 from machine import describe  # noqa: E402 - benchmarks/machine.py
 
+from tests.helpers.processes import free_port_pair as free_pair  # noqa: E402 - the repository on the path above
+
 TARGET_US = 40.0
-
-
-def free_pair() -> int:
-    for _ in range(100):
-        # below the ephemeral range: the swtpm: TCTI connects once per command, and the
-        # thousands of connections of a run leave its ports in TIME-WAIT, where a server's
-        # bind (even with SO_REUSEADDR) fails
-        p = random.randrange(10000, 32000, 2)
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", p))
-                b.bind(("127.0.0.1", p + 1))
-            return p
-        except OSError:
-            continue
-    raise SystemExit("no free port pair")
 
 
 def wait_port(port: int, timeout: float = 30) -> None:

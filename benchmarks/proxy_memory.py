@@ -33,24 +33,9 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 
 from machine import describe  # noqa: E402 - benchmarks/machine.py
 
+from tests.helpers.processes import free_port_pair as free_pair  # noqa: E402 - the repository on the path above
+
 GET_RANDOM_8 = bytes.fromhex("80010000000c0000017b0008")
-
-
-def free_pair() -> int:
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p < 65000:
-            try:
-                with socket.socket() as s2:
-                    # as the proxy binds: a port left in TIME_WAIT by an earlier run's clients is free
-                    s2.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    s2.bind(("127.0.0.1", p + 1))
-                return p
-            except OSError:
-                continue
-    raise SystemExit("no free port pair")
 
 
 def ask(sock: socket.socket) -> None:

@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from tests.helpers.processes import free_port_pair
 from tpmtop.bench import BenchPlan, run_bench
 from tpmtop.cli import main
 from tpmtop.connect import open_tpm
@@ -151,19 +152,6 @@ def test_from_capture_gives_back_the_profile(slb_capture, events, tmp_path, caps
 
 
 # -- refused on real hardware -------------------------------------------------------------
-def free_port_pair() -> int:
-    for _ in range(50):
-        with socket.socket() as a, socket.socket() as b:
-            try:
-                a.bind(("127.0.0.1", 0))
-                port = a.getsockname()[1]
-                b.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    pytest.skip("no free port pair")
-
-
 @pytest.fixture
 def tcp_swtpm(tmp_path):
     """A swtpm we start ourselves on TCP: to tpmtop it is 'real hardware' (-T swtpm:…)."""

@@ -140,7 +140,6 @@ def recv_exact(sock: socket.socket, n: int, started: bool, poll: RequestPoll | N
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
                 # The rest of a request is microseconds away, and so is a busy client's next
                 # one: poll for it before sleeping (tpmtop.tpm.busypoll: an idle VM's wake-up)
-                chunk = None
                 if started or buf:
                     if POLLING:
                         chunk = recv_soon(sock, n - len(buf), POLL_CAP_NS)

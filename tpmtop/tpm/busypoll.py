@@ -8,14 +8,16 @@ is host time, but a transport that sleeps counts it as the TPM's: the wire time 
 command would be mostly the VM's idle state, and tpmtop would be slower than the client it
 measures on exactly the quiet machine where people benchmark.
 
-So a receive that expects a fast answer first polls without blocking (``MSG_DONTWAIT``, the GIL
-released for each call), for at most a budget, then sleeps as before. The budget is learnt per
-command code from the exchanges seen (:class:`AnswerBudget`): a command whose answers came
-quickly is polled for up to twice its typical time (never more than :data:`POLL_CAP_NS`); a
-command that takes longer than the cap (a key generation, any real TPM chip — milliseconds)
-is never polled for, so the CPU spent polling is bounded by the TPM's own time on a software
-TPM and is nothing on hardware. The kernel's own SO_BUSY_POLL does not apply: it polls a
-network device's queue, and loopback and Unix sockets have none.
+So a receive that expects a fast answer may first poll without blocking (``MSG_DONTWAIT``, the
+GIL released for each call), for at most a budget, then sleep as before. Whether to poll, and
+for how long, is learnt per command code from the exchanges seen (:class:`AnswerBudget`): the
+transport polls only where polling measured faster than sleeping, for up to twice the faster
+wait (never more than :data:`POLL_CAP_NS`); a command that takes longer than the cap (a key
+generation, any real TPM chip — milliseconds) is never polled for, so the CPU spent polling is
+bounded by the TPM's own time on a software TPM and is nothing on hardware. The proxy polls
+for the rest of a request and for a busy client's next one (:class:`RequestPoll`). The
+kernel's own SO_BUSY_POLL does not apply: it polls a network device's queue, and loopback and
+Unix sockets have none.
 """
 
 from __future__ import annotations
