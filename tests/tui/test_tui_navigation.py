@@ -103,6 +103,28 @@ class TestSortAndKeys:
             await pilot.press("shift+tab")
             assert screen.active_panel == first
 
+    async def test_panel_keys_visibly_land_on_panels_with_nothing_focusable_inside(self, live, tmp_path):
+        """At 120x40 every panel shows: 2 and 4 used to change nothing on screen (Resources and
+        Modes hold nothing focusable), so the key looked dead. The panel takes the focus and
+        draws the focused border; Tab goes on from it."""
+        src = live(start_running=False)
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE) as pilot:
+            screen = main_screen(app)
+            await until(pilot, lambda: not screen.compact and screen.query_one("#modes").display, what="full layout")
+            for key, pid in (("2", "resources"), ("4", "modes"), ("1", "handles"), ("4", "modes")):
+                await pilot.press(key)
+                panel = screen.query_one(f"#{pid}")
+                await until(pilot, lambda p=panel: p.has_focus_within, what=f"{pid} focused")
+                await pilot.pause()
+                # What the user sees: the panel's border in the focused colour, the others not.
+                focused = panel.styles.border_top[1]
+                others = [screen.query_one(f"#{q}").styles.border_top[1] for q in ("resources", "modes", "latency")
+                          if q != pid]
+                assert all(c != focused for c in others), pid
+            await pilot.press("tab")
+            assert not screen.query_one("#modes").has_focus_within
+
     async def test_brackets_change_the_refresh_interval_live(self, live, tmp_path):
         """] refreshes more often, [ less; the header says the interval; frames follow it."""
         src = live(start_running=True, rate=100)

@@ -101,3 +101,57 @@ async def test_tables_follow_a_mode_change_from_the_stats_worker(live, tmp_path)
         await pilot.press("m")  # none -> per-command: sessions are started and flushed
         assert src.mode == "per-command"
         await until(pilot, lambda: "StartAuthSession" in names(), what="per-command's rows")
+
+
+async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path, monkeypatch):
+    """The workload shares the process and its GIL with the dashboard: while a key is handled
+    its thread waits between operations (sources' hold_for_ui), and runs again once the key's
+    screen is drawn. The hold's cap is raised here so that only the release can end it."""
+    import threading
+
+    import tpmtop.sources.live_workload as lw
+
+    monkeypatch.setattr(lw, "UI_HOLD_MAX_S", 60.0)
+    src = live(start_running=True, rate=0, mode="none")
+    waiting = threading.Event()
+
+    class Watched(threading.Event):
+        def wait(self, timeout=None):
+            waiting.set()
+            return super().wait(timeout)
+
+    src.ui_idle = Watched()
+    src.ui_idle.set()
+    release = src.release_for_ui
+    app = app_for(src, tmp_path)
+
+    def ops() -> int:
+        return sum(a.ops for a in src.accounts().values())
+
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: ops() > 20, what="the workload running")
+        # Held by hand: the loop stops between operations and stays stopped.
+        src.hold_for_ui()
+        await until(pilot, waiting.is_set, what="the workload waiting")
+        held = ops()
+        await pilot.pause(0.3)
+        assert ops() == held
+        src.release_for_ui()
+        await until(pilot, lambda: ops() > held, what="the workload running again")
+        # A key: held when it arrives, released after the screen that draws it.
+        calls: list[str] = []
+        hold = src.hold_for_ui
+        monkeypatch.setattr(src, "hold_for_ui", lambda: (calls.append("hold"), hold()))
+        monkeypatch.setattr(src, "release_for_ui", lambda: (calls.append("release"), release()))
+        frozen = screen_frozen(app)
+        await pilot.press("s")
+        await until(pilot, lambda: calls == ["hold", "release"], what=f"the key's hold and release: {calls}")
+        assert screen_frozen(app) != frozen and src.ui_idle.is_set()
+        after = ops()
+        await until(pilot, lambda: ops() > after, what="the workload running after the key")
+
+
+def screen_frozen(app) -> bool:
+    from tpmtop.tui.widgets.stream import StreamPanel
+
+    return main_screen(app).query_one(StreamPanel).frozen

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -23,6 +22,7 @@ from tpmtop.sources.live_workload import PauseCause, WorkloadDriver
 from tpmtop.sources.pacing import DEFAULT_RATE, baseline_pacing_json, burst_size, pacing_json
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, PollResult, SourceBase, SourceKind, TimingsView
 from tpmtop.sources.runs import RunView
+from tpmtop.sources.timeline import OpsTimeline
 from tpmtop.tpm.exchange import Origin
 from tpmtop.tpm.tcti import TargetKind
 
@@ -69,6 +69,9 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.last_error: str | None = None
         self.stopping = threading.Event()
         self.resume = threading.Event()
+        self.ui_idle = threading.Event()  # cleared while the dashboard draws a key (hold_for_ui)
+        self.ui_idle.set()
+        self._ui_hold_until = 0.0
         if self.running:
             self.resume.set()
         self.identity = None
@@ -81,10 +84,8 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.rates_run: dict[tuple[str, str, str], set[float]] = {}
         self.baseline_ops: dict[tuple[str, str], int] = {}
         self._mode_s = self._baseline_s = 0.0
-        # (monotonic s, engine, mode, op, total ns) of the latest operations: the Modes panel's
-        # time series of op p50 across mode switches. Bounded: at max rate ~10 minutes of `none`
-        # would be millions; 200,000 is a few minutes unpaced, over half an hour at 100/s.
-        self.timeline: deque[tuple[float, str, str, str, int]] = deque(maxlen=200_000)
+        # Operation p50 per second: the Modes panel's time series across mode switches.
+        self.timeline = OpsTimeline()
         self._close_lock = threading.Lock()
         self._closed = False
 

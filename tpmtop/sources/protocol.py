@@ -11,7 +11,6 @@ override where a source has it. ``tests/unit/test_source_contract.py`` walks all
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from tpmtop.sources.rows.latency import CommandRow, ErrorBook
 from tpmtop.sources.rows.stream import StreamRow
 from tpmtop.sources.runs import RunView
+from tpmtop.sources.timeline import OpsTimeline
 
 if TYPE_CHECKING:
     from tpmtop.recorder import Recorder
@@ -114,7 +114,7 @@ class Source(Protocol):
     identity: Any  # what the TPM said it is (None until it answered): export waits for it
     boundaries: list[tuple[float, str]]  # (time.time(), why) of each new TPM life
     periods: list[dict[Any, Any]]  # accounts of earlier TPM lives
-    timeline: deque[tuple[float, str, str, str, int]]  # the latest operations: the Modes time series
+    timeline: OpsTimeline  # operation p50 per second: the Modes time series
     baseline_ops: dict[tuple[str, str], int]  # (engine, op) -> `none` ops run as the interleaved baseline
     workload_error: str | None
     pause_reason: str | None
@@ -168,7 +168,7 @@ class SourceBase:
         self.errors = ErrorBook()
         self.boundaries: list[tuple[float, str]] = []
         self.periods: list[dict[Any, Any]] = []
-        self.timeline: deque[tuple[float, str, str, str, int]] = deque(maxlen=1)
+        self.timeline = OpsTimeline()
         self.baseline_ops: dict[tuple[str, str], int] = {}
         self.proxy_log: list[str] = []
 
@@ -196,6 +196,12 @@ class SourceBase:
 
     def choose(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> bool:
         return False
+
+    def hold_for_ui(self) -> None:
+        """A key was pressed: a source with a workload of its own lets the screen draw first."""
+
+    def release_for_ui(self) -> None:
+        """The key's screen is drawn."""
 
     def values(self, what: str) -> list[str]:
         return []

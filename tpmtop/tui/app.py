@@ -7,7 +7,7 @@ import gc
 import sys
 from functools import partial
 
-from textual import work
+from textual import events, work
 from textual.app import App, SystemCommand
 from textual.filter import Monochrome, NoColor
 from textual.notifications import Notify
@@ -69,6 +69,22 @@ class TpmtopApp(App):
                 line.show(latest, fresh, len(self.message_log.items))
         if fresh and latest is not None:
             self.set_timer(max(0.05, live[latest.identity].time_left), self._refresh_notifications)
+
+    _held_for: events.Key | None = None
+
+    async def on_event(self, event: events.Event) -> None:
+        if not isinstance(event, events.Key) or event is self._held_for:
+            await super().on_event(event)  # (a key bubbles back up to the app: held once)
+            return
+        self._held_for = event
+        # The workload's thread waits while the key is handled and its screen drawn (sources'
+        # hold_for_ui says why). Released after the refresh that follows whatever the key's
+        # action scheduled in turn (a theme's restyle runs as a later callback).
+        self.source.hold_for_ui()
+        try:
+            await super().on_event(event)
+        finally:
+            self.call_later(self.call_after_refresh, self.source.release_for_ui)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(VARIABLE_DEFAULTS)

@@ -20,7 +20,7 @@ from tpmtop.sources.meters import CpuMeter, RateMeter
 from tpmtop.sources.protocol import UNSET, Source, SourceKind
 from tpmtop.sources.rows.handles import HandleBook, HandleState
 from tpmtop.sources.rows.latency import ErrorBook
-from tpmtop.sources.rows.modes import PER_MODE_WHAT, comparison, headline, projection_summary, timeline
+from tpmtop.sources.rows.modes import PER_MODE_WHAT, comparison, headline, projection_summary
 from tpmtop.sources.rows.resources import ContextGapTracker, Gauge, GaugeLevel, SlotPeaks, gauges
 from tpmtop.sources.rows.stream import event_matches, failed, mark_row, merge_marks, stream_row
 from tpmtop.sources.runs import boot_components, boot_per_mode
@@ -224,7 +224,7 @@ class Dashboard:
         boot = projection_summary(comps, self.projection_n()[0], per_mode) if comps or per_mode else ""
         series = None
         if self.caps.workload:
-            series = timeline(list(src.timeline), src.op, src.engine, self.clock(), max(10, modes_width or 40))
+            series = src.timeline.series(src.op, src.engine, self.clock(), max(10, modes_width or 40))
         errors = self.errors
         if self.caps.live and any(r.key == (src.engine, src.mode, src.op) for r in runs):
             errors = self.run_errors.get((src.engine, src.mode, src.op)) or ErrorBook()

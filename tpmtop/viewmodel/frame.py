@@ -13,9 +13,10 @@ from typing import Any
 from tpmtop.sources.protocol import HeaderInfo, TimingsView
 from tpmtop.sources.rows.handles import HandleRow
 from tpmtop.sources.rows.latency import ErrorBook
-from tpmtop.sources.rows.modes import CompareRow, TimelinePoint
+from tpmtop.sources.rows.modes import CompareRow
 from tpmtop.sources.rows.resources import Gauge
 from tpmtop.sources.rows.stream import StreamRow
+from tpmtop.sources.timeline import TimelinePoint
 
 
 class Severity(StrEnum):

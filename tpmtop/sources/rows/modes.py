@@ -3,48 +3,11 @@ and the time series of op p50 across mode switches. No Textual here."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from tpmtop.sources.runs import RunView
-
-
-@dataclass
-class TimelinePoint:
-    t: float  # end of the second, monotonic s
-    mode: str
-    p50_us: float
-    ops: int
-
-
-def timeline(points: Sequence[tuple[float, str, str, str, int]], op: str, engine: str, now: float,
-             seconds: int) -> list[TimelinePoint | None]:
-    """Operation p50 per second over the last ``seconds`` (None: no operation that second),
-    each second labelled with the mode most of its operations ran in: one series across mode
-    switches, so a switch shows as a step."""
-    from statistics import median
-
-    start = now - seconds
-    per: list[list[int]] = [[] for _ in range(seconds)]
-    modes: list[dict[str, int]] = [{} for _ in range(seconds)]
-    for t, e, m, o, total in reversed(points):
-        if t < start:
-            break
-        if o != op or e != engine:
-            continue
-        i = min(seconds - 1, int(t - start))
-        per[i].append(total)
-        modes[i][m] = modes[i].get(m, 0) + 1
-    out: list[TimelinePoint | None] = []
-    for i in range(seconds):
-        if per[i]:
-            out.append(TimelinePoint(start + i + 1, max(modes[i], key=lambda m: modes[i][m]), median(per[i]) / 1000,
-                                     len(per[i])))
-        else:
-            out.append(None)
-    return out
 
 
 @dataclass

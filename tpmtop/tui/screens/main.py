@@ -13,8 +13,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.events import Resize
+from textual.reactive import Reactive
 from textual.screen import Screen
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import Static, Tab, Tabs
 
 from tpmtop.sources.protocol import Capabilities, Source
@@ -61,6 +63,11 @@ def _bindings() -> list[Binding | tuple[str, str] | tuple[str, str, str]]:
 
 class MainScreen(MainActions, Screen[None]):
     BINDINGS = _bindings()
+    # Textual repaints the whole screen on every focus change (its `focused` repaints); the
+    # widgets whose looks depend on the focus (the focused panel's border, a table's cursor) are
+    # restyled and refreshed by the focus change itself. A full repaint is ~20 ms of Python at
+    # 140x44: each of 1-7 and Tab cost that twice over under load (benchmarks/ui_load.py).
+    focused: Reactive[Widget | None] = Reactive(None, repaint=False)
 
     def __init__(self, source: Source, export_dir: str | None = None) -> None:
         super().__init__()
@@ -148,7 +155,10 @@ class MainScreen(MainActions, Screen[None]):
                 tabs.active = f"tab-{self.active_panel}"
 
     def _focus_panel(self, pid: str) -> None:
-        focusable = [w for w in self.query_one(f"#{pid}").query("*") if w.can_focus and w.display]
+        panel = self.query_one(f"#{pid}")
+        # A panel with nothing focusable inside (Resources, Modes, System) takes the focus itself:
+        # its key then visibly lands on it (the focused border), also when every panel shows.
+        focusable = [w for w in panel.query("*") if w.can_focus and w.display] or [panel] * panel.can_focus
         if focusable:
             focusable[0].focus()
 

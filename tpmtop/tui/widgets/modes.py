@@ -48,6 +48,7 @@ def timeline_markup(series: list, width: int) -> list[str]:
 
 class ModesPanel(Panel):
     title = "Modes"
+    can_focus = True  # nothing inside takes the focus: its key and Tab land on the panel itself
 
     def compose(self) -> ComposeResult:
         yield Static("no operations yet", id="bars")

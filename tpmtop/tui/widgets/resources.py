@@ -14,6 +14,7 @@ BAR = 20
 
 class ResourcesPanel(Panel):
     title = "Resources"
+    can_focus = True  # nothing inside takes the focus: its key and Tab land on the panel itself
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)

@@ -27,6 +27,7 @@ def system_markup(s, ima_rate: float | None) -> str:
 
 class SystemPanel(Panel):
     title = "System · sysfs, no TPM traffic"
+    can_focus = True  # nothing inside takes the focus: its key and Tab land on the panel itself
 
     def compose(self) -> ComposeResult:
         yield Static("reading sysfs…", id="sysfs")
