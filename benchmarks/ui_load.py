@@ -19,6 +19,9 @@ swtpm with the workload unpaced (``rate 0``) and reports:
   rendered to terminal sequences (the write the headless driver skips). Target ≤ 100 ms;
 - **UI-thread CPU per key**: the UI thread's CPU time over the same span (time.thread_time):
   what the key cost, nearly independent of what else the machine runs;
+- **stats worker, full GCs**: while events are ingested, the thread CPU of each once-a-second
+  table computation (a worker: Python that holds the GIL against the keys and the workload)
+  and the pauses of full (generation-2) cyclic collections, which stop every thread;
 - **CPU while paused**: the process's CPU time (all threads, psutil) over a window with the
   workload paused and polling on. Target ≤ 5 % of one core.
 - **live ratio**: the Modes panel's per-command/none p50 ratio (what the user reads: per-command
@@ -280,6 +283,32 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
         ticks.append(time.perf_counter() - t0)
 
     MainScreen.tick = timed_tick
+    # The once-a-second tables, on the stats worker: Python holding the GIL against the keys
+    # and the workload (its thread's CPU time per call).
+    from tpmtop.viewmodel.dashboard import Dashboard
+
+    stats_cpu: list[float] = []
+    orig_stats = Dashboard.stats
+
+    def timed_stats(self, *a, **kw):
+        c0 = time.thread_time()
+        try:
+            return orig_stats(self, *a, **kw)
+        finally:
+            stats_cpu.append(time.thread_time() - c0)
+
+    Dashboard.stats = timed_stats
+    # Full (generation 2) collections stop every thread: their pauses while the workload runs.
+    gc_pauses: list[float] = []
+    gc_started = [0.0]
+
+    def on_gc(phase, info):
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            gc_started[0] = time.perf_counter()
+        else:
+            gc_pauses.append(time.perf_counter() - gc_started[0])
     conn = open_tpm(sim=True)
     if profile:  # a slow chip: keys must still act at once (the Pilot test checks that they act)
         from tpmtop.profiles import load_profile
@@ -313,7 +342,14 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             rec = src.recorder
             n0, t0 = rec.total, time.perf_counter()
             seen0 = main.dash._seen_seq
-            await pilot.pause(seconds)
+            stats_cpu.clear()
+            import gc
+
+            gc.callbacks.append(on_gc)
+            try:
+                await pilot.pause(seconds)
+            finally:
+                gc.callbacks.remove(on_gc)
             n1, t1 = rec.total, time.perf_counter()
             out["events_per_s"] = round((n1 - n0) / (t1 - t0))
             out["events_read_by_ui_per_s"] = round((main.dash._seen_seq - seen0) / (t1 - t0))
@@ -321,6 +357,12 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             out["refresh_ms_p50"] = round(statistics.median(ticks) * 1000, 2)
             out["refresh_ms_max"] = round(max(ticks) * 1000, 2)
             out["refreshes_per_s"] = round(len(ticks) / (seconds + 1.0), 1)
+            out["stats_cpu_ms_p50"] = round(statistics.median(stats_cpu) * 1000, 1) if stats_cpu else None
+            out["stats_cpu_ms_max"] = round(max(stats_cpu) * 1000, 1) if stats_cpu else None
+            out["stats_calls"] = len(stats_cpu)
+            out["gc_full_collections"] = len(gc_pauses)
+            out["gc_full_pause_ms_p50"] = round(statistics.median(gc_pauses) * 1000, 1) if gc_pauses else None
+            out["gc_full_pause_ms_max"] = round(max(gc_pauses) * 1000, 1) if gc_pauses else None
 
             # key -> screen, under load: every key in the help, each with the state it changes
             out["keys"] = await time_keys(app, main, src, pilot, presses, export_dir, only)
@@ -343,6 +385,7 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             out["poll_interval_s"] = src.poll_interval
     finally:
         MainScreen.tick = orig_tick
+        Dashboard.stats = orig_stats
         src.close()
     return out
 
@@ -395,6 +438,10 @@ def main() -> int:
     print(f"operations/s                        {r['ops_per_s']:>8,}")
     print(f"refresh tick p50 / max              {r['refresh_ms_p50']} / {r['refresh_ms_max']} ms "
           f"({r['refreshes_per_s']}/s)")
+    print(f"stats worker CPU per call p50 / max {r['stats_cpu_ms_p50']} / {r['stats_cpu_ms_max']} ms "
+          f"({r['stats_calls']} calls in {args.seconds:g} s)")
+    print(f"full GC collections                 {r['gc_full_collections']} in {args.seconds:g} s, pause p50 / max "
+          f"{r['gc_full_pause_ms_p50']} / {r['gc_full_pause_ms_max']} ms")
     print(f"key -> screen (ms, {args.presses} presses each; target <= 100):")
     print(f"  {'key':<6}{'median':>8}{'worst':>8}   UI-thread CPU median / worst")
     for k, v in keys.items():

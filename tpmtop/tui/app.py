@@ -100,7 +100,9 @@ class TpmtopApp(App):
         # objects) out of the cyclic GC's sight. Otherwise each full collection walks them all
         # and stops every thread for 50-70 ms — a key pressed then waits that long. Measured with
         # benchmarks/ui_load.py's workload: worst gen-2 pause 52 -> 3 ms at 100 ops/s, 72 -> 16 ms
-        # unpaced. Frozen objects are still freed by reference counting.
+        # unpaced, as long as the recorder's ring was young; once full, its 100,000 events made
+        # it 44 ms median until they were kept out of the GC too (tpmtop.recorder.Event).
+        # Frozen objects are still freed by reference counting.
         self.call_after_refresh(gc.freeze)
         for n in self.startup_notices:
             self.notify(n, title="tpmtop", severity="warning", timeout=12)
