@@ -326,8 +326,9 @@ class LiveSource(WorkloadDriver, SourceBase):
         if self.proxy is not None:
             self.proxy.stop()  # first: no client's command queued behind the clean-up
         self.running = False
-        self.resume.set()  # wake a paused loop so it sees `stopping`
         self.stopping.set()
+        self.resume.set()  # wake a paused loop so it sees `stopping`
+        self.ui_idle.set()  # and one waiting for a key's screen (hold_for_ui)
 
         def job() -> None:  # queued behind an operation in flight, which finishes first
             w, self.workload = self.workload, None

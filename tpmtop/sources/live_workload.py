@@ -113,6 +113,8 @@ class WorkloadDriver:
                 next_t = time.perf_counter()
                 continue
             self._wait_for_ui()
+            if self.stopping.is_set():
+                break
             rate = self.rate
             n = burst_size(rate)
             self.step(n)
