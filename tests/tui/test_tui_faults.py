@@ -232,7 +232,7 @@ async def test_read_only_refuses_every_state_changing_action(live, tmp_path):
         assert not src.running and (src.engine, src.mode, src.op) == ("native", "per-command", "extend")
         new = [e for e in src.recorder.events() if e.seq > mark]
         assert {e.origin for e in new} <= {"poll"}, {e.origin for e in new}  # polls only: they read
-        assert h in {e.handle for e in list_handles(src.conn.transport)}
+        assert h in {e.handle for e in src.run_on_owner(list_handles)}
         # The source refuses too, whoever calls it.
         with pytest.raises(UsageError):
             src.flush(h)
