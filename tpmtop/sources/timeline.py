@@ -56,9 +56,9 @@ class OpsTimeline:
 
     def add(self, t: float, engine: str, mode: str, op: str, total_ns: int) -> None:
         s = int(t)
-        if s != self._current:
-            self._next_second(s)
-        per = self._by_second[s]
+        per = self._by_second.get(s) if s == self._current else None
+        if per is None:  # a new second, or the series was cleared meanwhile (a reset, UI thread)
+            per = self._next_second(s)
         # Plain str keys: a StrEnum member is a tracked object the cyclic GC would walk.
         key = (str(engine), str(op))
         b = per.get(key)
@@ -68,16 +68,18 @@ class OpsTimeline:
         mode = str(mode)
         b.modes[mode] = b.modes.get(mode, 0) + 1
 
-    def _next_second(self, s: int) -> None:
-        done = self._by_second.get(self._current) if self._current is not None else None
-        for b in (done or {}).values():
-            b.point = b.summary(float(s if self._current is None else self._current + 1))
-            b.totals = []  # the point stands for them from now on
+    def _next_second(self, s: int) -> dict[tuple[str, str], _Second]:
+        done = self._current
+        if done is not None and done != s:
+            for b in self._by_second.get(done, {}).values():
+                b.point = b.summary(float(done + 1))
+                b.totals = []  # the point stands for them from now on
         with self._lock:
-            self._by_second.setdefault(s, {})
+            per = self._by_second.setdefault(s, {})
             for old in [k for k in self._by_second if k <= s - self._keep]:
                 del self._by_second[old]
         self._current = s
+        return per
 
     def clear(self) -> None:
         with self._lock:
