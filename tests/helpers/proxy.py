@@ -63,7 +63,8 @@ class Proxy:
         env = dict(os.environ, TPM2TOOLS_TCTI=self.tcti, TSS2_LOG="all+NONE")
         r = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=TIMEOUT, cwd=cwd)
         if check:
-            assert r.returncode == 0, f"{argv}: {r.stderr}"
+            # the proxy's lines say why (a refusal, a time-out) where the client says "IO failure"
+            assert r.returncode == 0, f"{argv}: {r.stderr}\nproxy:\n" + "\n".join(self.lines)
         return r
 
     def stop(self) -> tuple[int, str, dict]:

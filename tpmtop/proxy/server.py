@@ -399,7 +399,7 @@ class ProxyServer:
             self._refuse(sock, uid, pid)
             return False
         with self._lock:
-            full = len(self._conns) >= self.max_connections
+            full = len(self._conns) >= self.max_connections and self._open_locked() >= self.max_connections
             if not full:
                 self._conns[sock] = (uid, inode) if uid is not None and inode is not None else None
         if full:
@@ -408,6 +408,25 @@ class ProxyServer:
         if sock.family != socket.AF_UNIX:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return True
+
+    def _open_locked(self) -> int:
+        """The counted connections whose peer has not closed them. A closed one keeps its place
+        until its thread reads the end, which on a loaded machine comes after the client's next
+        connection: the swtpm: TCTI opens and closes a probe on each port, then connects for
+        every command, so one client alone filled a limit of 2 and was refused. Asked only when
+        the count is at the limit (one non-blocking peek per connection); a socket in
+        ``_conns`` is still open, as its thread closes it only after removing it (under the lock)."""
+        n = 0
+        for sock in self._conns:
+            try:
+                if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                    continue  # the peer closed it and nothing of it is left to serve
+            except (BlockingIOError, InterruptedError):
+                pass  # open, nothing pending
+            except OSError:
+                continue  # reset by the peer
+            n += 1
+        return n
 
     def _local_address(self, lsock: socket.socket) -> tuple | None:
         """The address every connection accepted on *lsock* has at our end: the listener's,
