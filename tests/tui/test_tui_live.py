@@ -429,33 +429,53 @@ class TestHandles:
             assert h not in {e.handle for e in list_handles_locked(src)}
 
     async def test_footer_follows_what_can_be_done(self, live, tmp_path):
-        """The footer skips rebuilds that change nothing, yet still shows Flush enabled once a
-        handle is selected (its enabled state is part of what it compares)."""
-        from textual.widgets._footer import FooterKey
+        """The key bar skips redraws that change nothing, yet still shows Flush enabled once a
+        handle is selected (its enabled state is part of what it compares): dim before, not after."""
+        from tpmtop.tui.widgets.footer import KeyBar
 
         src = live(start_running=False)
         app = app_for(src, tmp_path)
         async with app.run_test(size=SIZE) as pilot:
             screen = main_screen(app)
             screen.dash.book.HIGHLIGHT_S = 0.0
+            bar = screen.query_one(KeyBar)
 
-            def flush_key():
-                # None while the footer recomposes (its keys are replaced, not updated)
-                return next((k for k in screen.query(FooterKey) if k.action == "flush_selected"), None)
-
-            def flush_enabled():
-                k = flush_key()
-                return k is not None and not k.has_class("-disabled")
+            def flush_drawn_dim() -> bool | None:
+                """Whether " f Flush " is drawn dim on the bar's line (None: not drawn)."""
+                text = bar.render()
+                at = text.plain.find(" f Flush ")
+                if at < 0:
+                    return None
+                return any(span.start <= at < span.end and "dim" in str(span.style) for span in text.spans)
 
             await until(pilot, lambda: src.identity is not None, what="first poll")
-            await until(pilot, lambda: flush_key() is not None and flush_key().has_class("-disabled"),
-                        what="Flush disabled with nothing selected")
+            await until(pilot, lambda: flush_drawn_dim() is True, what="Flush drawn dim with nothing selected")
             h = await self._primary(src)
             table = screen.query_one("#handles-table")
             await until(pilot, lambda: f"0x{h:08x}" in table._shadow, what="handle in table")
             table.focus()
             table.move_cursor(row=table.get_row_index(f"0x{h:08x}"))
-            await until(pilot, flush_enabled, what="Flush enabled in the footer")
+            await until(pilot, lambda: flush_drawn_dim() is False, what="Flush enabled in the footer")
+
+    async def test_key_bar_keeps_help_and_quit_when_narrow_and_presses_a_clicked_key(self, live, tmp_path):
+        """Below 120 columns only the essential keys are drawn (Theme goes, Help and Quit stay);
+        at 120 all are; a click on "m Mode" switches the mode as the key does."""
+        from tpmtop.tui.widgets.footer import KeyBar
+
+        src = live(start_running=False)
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            screen = main_screen(app)
+            bar = screen.query_one(KeyBar)
+            await until(pilot, lambda: " q Quit " in bar.render().plain, what="Quit on the bar at 100 columns")
+            line = bar.render().plain
+            assert " ? Help " in line and " m Mode " in line and " t Theme " not in line, line
+            await pilot.resize_terminal(120, 40)
+            await until(pilot, lambda: " t Theme " in bar.render().plain, what="Theme on the bar at 120 columns")
+            mode = src.mode
+            x = bar.render().plain.index(" m Mode ") + 2
+            await pilot.click(KeyBar, offset=(x, 0))
+            await until(pilot, lambda: src.mode != mode, what="the clicked m switched the mode")
 
     async def test_refused_keys_say_why(self, live, tmp_path):
         """f with nothing selected, and space in replay, explain themselves instead of doing

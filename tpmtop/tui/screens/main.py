@@ -24,7 +24,7 @@ from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS
 from tpmtop.tui.panels import CONTAINERS, PANELS, Group, available
 from tpmtop.tui.screens.main_actions import MainActions
-from tpmtop.tui.widgets.footer import TpmtopFooter
+from tpmtop.tui.widgets.footer import KeyBar
 from tpmtop.tui.widgets.header import StatusHeader
 from tpmtop.tui.widgets.messages import MessageLine
 from tpmtop.tui.widgets.modes import ModesPanel
@@ -111,7 +111,7 @@ class MainScreen(MainActions, Screen[None]):
             with Horizontal(id="bottom"):
                 yield from group(Group.BOTTOM)
         yield MessageLine(id="message-bar")
-        yield TpmtopFooter()
+        yield KeyBar(id="keybar")
 
     def on_mount(self) -> None:
         src, caps = self.source, self.caps
