@@ -149,9 +149,68 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
         assert screen_frozen(app) != frozen and src.ui_idle.is_set()
         after = ops()
         await until(pilot, lambda: ops() > after, what="the workload running after the key")
+        # t's restyle runs after the key's handler: the release waits for the frame that draws it.
+        drawn: list[str] = []
+        display = type(app)._display
+
+        def record(self, screen, renderable):
+            if renderable is not None:
+                drawn.append(self.theme)
+            return display(self, screen, renderable)
+
+        monkeypatch.setattr(type(app), "_display", record)
+        before = app.theme
+        at_release: list[bool] = []
+        monkeypatch.setattr(src, "release_for_ui", lambda: (at_release.append(any(t != before for t in drawn)),
+                                                            release()))
+        await pilot.press("t")
+        await until(pilot, lambda: at_release, what="t's release")
+        assert at_release[0], "the workload was released before t's new theme was drawn"
 
 
 def screen_frozen(app) -> bool:
     from tpmtop.tui.widgets.stream import StreamPanel
 
     return main_screen(app).query_one(StreamPanel).frozen
+
+
+async def test_a_key_pauses_the_cyclic_collector_until_its_screen_is_drawn(tmp_path):
+    """From a key's arrival to the frame that draws it no cyclic collection starts (t's restyle
+    and repaint triggered dozens, and a full one in a quarter of presses); after the frame, and
+    after the app ends, the collector is on again."""
+    import gc
+
+    from textual import events
+
+    from tests.helpers.paths import TESTS
+    from tpmtop.sources.replay import ReplaySource, load
+    from tpmtop.tui.app import TpmtopApp
+
+    fixture = TESTS / "tui_fixtures" / "slb9670-extend.json"
+
+    assert gc.isenabled()
+    app = TpmtopApp(ReplaySource(load(fixture), fixture), theme="dark", remember=False)
+    seen: list[tuple[str, bool]] = []
+    orig = TpmtopApp._display
+
+    def display(self, screen, renderable):  # each screen update: the theme it draws, collector state
+        if renderable is not None:
+            seen.append((self.theme, gc.isenabled()))
+        return orig(self, screen, renderable)
+
+    TpmtopApp._display = display
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: main_screen(app).is_mounted, what="the main screen")
+            await pilot.pause(0.2)
+            before = app.theme
+            n = len(seen)
+            app.post_message(events.Key("t", "t"))
+            await until(pilot, lambda: any(th != before for th, _ in seen[n:]), what="the new theme drawn")
+            first = next(i for i in range(n, len(seen)) if seen[i][0] != before)
+            assert seen[first][1] is False, "the collector was on while the key's screen was drawn"
+            await until(pilot, gc.isenabled, what="the collector back on after the frame")
+            app.post_message(events.Key("t", "t"))  # the app ends before this key's frame
+        assert gc.isenabled(), "a key's pause outlived the app"
+    finally:
+        TpmtopApp._display = orig

@@ -32,13 +32,13 @@ thread still only ever waits.
 from __future__ import annotations
 
 import _thread
-import gc
 import queue
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from tpmtop import gcpause
 from tpmtop.errors import TpmConnectionError
 from tpmtop.tpm import interrupts
 from tpmtop.tpm.exchange import _LABELS, Labels, labelled
@@ -232,9 +232,7 @@ class TpmOwner:
         try:
             if self._closed:  # closed after the check: as submit would say
                 raise TpmConnectionError("the TPM connection is closed")
-            paused_gc = gc.isenabled()
-            if paused_gc:
-                gc.disable()
+            gcpause.pause()
             try:
                 if labels is None or labels is _LABELS.get():
                     return fn(*args, **kwargs)
@@ -244,8 +242,7 @@ class TpmOwner:
                 self.lost = str(e)
                 raise
             finally:
-                if paused_gc:
-                    gc.enable()
+                gcpause.resume()
                 if self._q.empty():
                     self._between_jobs()
         finally:
@@ -266,9 +263,7 @@ class TpmOwner:
             if item is None:
                 return  # keeps _running: nothing runs after close, here or elsewhere
             fut, fn, args, kwargs, labels = item
-            paused_gc = gc.isenabled()
-            if paused_gc:
-                gc.disable()
+            gcpause.pause()
             exc: BaseException | None
             try:
                 if labels is None or labels is _LABELS.get():
@@ -283,8 +278,7 @@ class TpmOwner:
             else:
                 exc = None
             finally:
-                if paused_gc:
-                    gc.enable()
+                gcpause.resume()
             if exc is None:
                 fut.set_result(result)
             else:

@@ -12,11 +12,14 @@ from textual.app import App, SystemCommand
 from textual.filter import Monochrome, NoColor
 from textual.notifications import Notify
 
+from tpmtop import gcpause
 from tpmtop.tui.actions import palette_entries
 from tpmtop.tui.screens.main import MainScreen
 from tpmtop.tui.stylesheet import ThemeStylesheet
 from tpmtop.tui.themes import DEFAULT_THEME, VARIABLE_DEFAULTS, load_themes, remember_theme, remembered_theme
 from tpmtop.tui.widgets.messages import LoggedMessage, MessageLine, MessageLog
+
+KEY_GC_DEFER_MAX_S = 1.0  # the longest a key keeps the cyclic collector off (TpmtopApp.on_event)
 
 
 class TpmtopApp(App):
@@ -70,21 +73,68 @@ class TpmtopApp(App):
         if fresh and latest is not None:
             self.set_timer(max(0.05, live[latest.identity].time_left), self._refresh_notifications)
 
-    _held_for: events.Key | None = None
+    _held_for: events.Key | None = None  # the key being handled
+    _gc_off_for: events.Key | None = None  # the key holding the cyclic collector's pause
 
     async def on_event(self, event: events.Event) -> None:
-        if not isinstance(event, events.Key) or event is self._held_for:
-            await super().on_event(event)  # (a key bubbles back up to the app: held once)
+        if not isinstance(event, events.Key):
+            await super().on_event(event)
+            return
+        if event is self._held_for:
+            # A forwarded key bubbles back up to the app, and only here are the screen's and
+            # the app's bindings checked: the key's action runs in this call.
+            try:
+                await super().on_event(event)
+            finally:
+                self._release_after_frame(event)
             return
         self._held_for = event
         # The workload's thread waits while the key is handled and its screen drawn (sources'
-        # hold_for_ui says why). Released after the refresh that follows whatever the key's
-        # action scheduled in turn (a theme's restyle runs as a later callback).
+        # hold_for_ui says why).
         self.source.hold_for_ui()
+        # No cyclic collection starts before the key's screen is drawn: a restyle and repaint
+        # allocate enough to trigger 15-45 young collections (4-5 ms of a `t`) and, in a quarter
+        # of `t` presses, a full one (+14-19 ms; benchmarks/ui_load.py). They run after the frame
+        # instead. Reference counting frees as usual meanwhile; a watchdog turns the collector
+        # back on if no frame follows.
+        if self._gc_off_for is None:
+            gcpause.pause()
+        self._gc_off_for = event  # the newest key owns the one pause the keys hold
+        self.set_timer(KEY_GC_DEFER_MAX_S, partial(self._gc_back_on, event))
         try:
             await super().on_event(event)
         finally:
-            self.call_later(self.call_after_refresh, self.source.release_for_ui)
+            if not event.is_forwarded:  # a priority binding: its action ran in this call
+                self._release_after_frame(event)
+            else:  # after the focused widget has had it: if it kept the key, nothing comes back
+                (self.focused or self.screen).call_later(self._release_if_kept, event)
+
+    def _release_if_kept(self, event: events.Key) -> None:
+        if event._stop_propagation:
+            self._release_after_frame(event)
+
+    def _release_after_frame(self, event: events.Key) -> None:
+        """Release the workload and the collector after the screen update that draws the key's
+        effect: queued behind what the action queued itself (a theme's restyle is a call_next),
+        then after the refresh that follows. Released earlier (the first idle moment after the
+        key arrived, which was before `t`'s restyle), a key paid for both."""
+        self.call_next(self.call_after_refresh, self._key_drawn, event)
+
+    def _key_drawn(self, event: events.Key) -> None:
+        if event is not self._held_for:
+            return  # a newer key holds
+        self.source.release_for_ui()
+        self._gc_back_on(event)
+
+    def on_unmount(self) -> None:
+        # The app ends (q, a test's run_test) between a key and its frame: the pause ends too.
+        if self._gc_off_for is not None:
+            self._gc_back_on(self._gc_off_for)
+
+    def _gc_back_on(self, event: events.Key) -> None:
+        if self._gc_off_for is event:
+            self._gc_off_for = None
+            gcpause.resume()
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(VARIABLE_DEFAULTS)
