@@ -459,7 +459,7 @@ class TestHandles:
 
     async def test_key_bar_keeps_help_and_quit_when_narrow_and_presses_a_clicked_key(self, live, tmp_path):
         """Below 120 columns only the essential keys are drawn (Theme goes, Help and Quit stay);
-        at 120 all are; a click on "m Mode" switches the mode as the key does."""
+        at 120 all are; the mouse on "m Mode" shows m's help, a click switches the mode as the key does."""
         from tpmtop.tui.widgets.footer import KeyBar
 
         src = live(start_running=False)
@@ -474,6 +474,8 @@ class TestHandles:
             await until(pilot, lambda: " t Theme " in bar.render().plain, what="Theme on the bar at 120 columns")
             mode = src.mode
             x = bar.render().plain.index(" m Mode ") + 2
+            await pilot.hover(KeyBar, offset=(x, 0))
+            assert bar.tooltip and "HMAC session mode" in str(bar.tooltip), bar.tooltip  # m's help text
             await pilot.click(KeyBar, offset=(x, 0))
             await until(pilot, lambda: src.mode != mode, what="the clicked m switched the mode")
 

@@ -7,7 +7,8 @@ were a fifth of it: with them ~50 ms of UI-thread CPU at 140×44, without them ~
 rebuilds its keys (mount, layout, render) whenever the screen's bindings may have changed,
 on every focus change. This bar draws the same keys, in the same look (Footer's theme
 variables), as one line of text: a bindings change that shows nothing new costs a comparison,
-one that does costs a repaint of one line. A click on a key presses it, as on Footer's.
+one that does costs a repaint of one line. A click on a key presses it and the mouse on a key
+shows its binding's tooltip, as on Footer's.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class _Key(NamedTuple):
     description: str
     action: str
     enabled: bool
+    tooltip: str = ""  # the binding's (the help text): shown while the mouse is on the key
 
 
 class KeyBar(Widget, can_focus=False):
@@ -80,17 +82,17 @@ class KeyBar(Widget, can_focus=False):
             return  # Footer's rule: an app without focus keeps what it shows
         app = self.app
         keys: dict[str, _Key] = {}
-        for _node, binding, enabled, _tooltip in screen.active_bindings.values():
+        for _node, binding, enabled, tooltip in screen.active_bindings.values():
             if binding.show and binding.action not in keys:  # one key per action, as Footer
                 keys[binding.action] = _Key(binding.key, app.get_key_display(binding), binding.description,
-                                            binding.action, enabled)
+                                            binding.action, enabled, tooltip or binding.tooltip)
         palette = None
         if app.ENABLE_COMMAND_PALETTE:
             found = screen.active_bindings.get(app.COMMAND_PALETTE_BINDING)
             if found is not None:
-                _node, binding, enabled, _tooltip = found
+                _node, binding, enabled, tooltip = found
                 palette = _Key(binding.key, app.get_key_display(binding), binding.description, binding.action,
-                               enabled)
+                               enabled, tooltip or binding.tooltip or binding.description)
                 keys.pop(binding.action, None)
         shown = tuple(keys.values())
         if shown != self._keys or palette != self._palette:
@@ -152,9 +154,11 @@ class KeyBar(Widget, can_focus=False):
         start = found[0] if found is not None else None
         if start != self._hover:
             self._hover = start
+            self.tooltip = found[1].tooltip or None if found is not None else None
             self.refresh()
 
     def on_leave(self, event: events.Leave) -> None:
         if self._hover is not None:
             self._hover = None
+            self.tooltip = None
             self.refresh()
