@@ -99,3 +99,13 @@ def test_swtpm_started_from_a_thread_outlives_that_thread():
         assert tpm.proc.poll() is None
     finally:
         tpm.stop()
+
+
+def test_a_swtpm_killed_but_not_yet_reaped_is_named_as_killed():
+    """A reconnection's mark says how the swtpm ended. Its sockets close while it exits, before
+    it can be reaped, and the lost connection is often seen first: the note once said "was still
+    running" for a swtpm killed by SIGKILL (a Pilot test's mark under load)."""
+    with Swtpm() as sim:
+        os.kill(sim.pid, signal.SIGKILL)  # not reaped: the note must wait for the end, not guess
+        note = sim.exit_note()
+        assert f"swtpm pid {sim.pid} ended (killed by SIGKILL)" in note, note

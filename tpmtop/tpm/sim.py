@@ -26,6 +26,7 @@ from tpmtop.tpm.names import RC_INITIALIZE
 from tpmtop.tpm.transport import DEFAULT_TIMEOUT, SocketBackend
 
 # swtpm control channel commands (swtpm's tpm_ioctl.h)
+EXIT_WAIT_S = 1.0  # how long a reconnection's note waits for a swtpm that is ending (exit_note)
 CMD_INIT = 0x02
 CMD_SHUTDOWN = 0x03
 TPM2_STARTUP_CLEAR = bytes.fromhex("80010000000c000001440000")
@@ -158,7 +159,13 @@ class Swtpm:
             return "no swtpm process"
         code = proc.poll()
         if code is None:
-            return f"swtpm pid {proc.pid} was still running"
+            # Its sockets close while it exits, before it can be reaped, so the lost connection
+            # is often seen first; and poll() says "running" while another thread is reaping it
+            # (Popen's waitpid lock). A dying swtpm was once named as still running.
+            try:
+                code = proc.wait(timeout=EXIT_WAIT_S)
+            except subprocess.TimeoutExpired:
+                return f"swtpm pid {proc.pid} was still running"
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
         err = self._stderr_tail()
         return f"swtpm pid {proc.pid} ended ({how}){': ' + err if err else ''}"
