@@ -166,6 +166,23 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
         await pilot.press("t")
         await until(pilot, lambda: at_release, what="t's release")
         assert at_release[0], "the workload was released before t's new theme was drawn"
+        # `/` mounts a filter line whose input composes and takes the focus in later messages;
+        # the frames drawn before that do not show the key's effect, and do not release it.
+        from tpmtop.tui.screens.filter import FilterInput
+
+        shown: list[bool] = []
+
+        def record_filter(self, screen, renderable):
+            if renderable is not None:
+                shown.append(isinstance(self.focused, FilterInput) and self.focused.is_mounted)
+            return display(self, screen, renderable)
+
+        monkeypatch.setattr(type(app), "_display", record_filter)
+        at_release.clear()
+        monkeypatch.setattr(src, "release_for_ui", lambda: (at_release.append(any(shown)), release()))
+        await pilot.press("slash")
+        await until(pilot, lambda: at_release, what="/'s release")
+        assert at_release[0], "the workload was released before the filter line was drawn with its focus"
 
 
 def screen_frozen(app) -> bool:

@@ -19,6 +19,7 @@ from tpmtop.tui.stylesheet import ThemeStylesheet
 from tpmtop.tui.themes import DEFAULT_THEME, VARIABLE_DEFAULTS, load_themes, remember_theme, remembered_theme
 from tpmtop.tui.widgets.messages import LoggedMessage, MessageLine, MessageLog
 
+KEY_SETTLE_ROUNDS = 8  # at most this many more frames are waited for a key's work to settle
 KEY_GC_DEFER_MAX_S = 1.0  # the longest a key keeps the cyclic collector off (TpmtopApp.on_event)
 
 
@@ -75,6 +76,7 @@ class TpmtopApp(App):
 
     _held_for: events.Key | None = None  # the key being handled
     _gc_off_for: events.Key | None = None  # the key holding the cyclic collector's pause
+    _settle_rounds = 0  # frames drawn for the held key while its action's work was still going
 
     async def on_event(self, event: events.Event) -> None:
         if not isinstance(event, events.Key):
@@ -89,6 +91,7 @@ class TpmtopApp(App):
                 self._release_after_frame(event)
             return
         self._held_for = event
+        self._settle_rounds = 0
         # The workload's thread waits while the key is handled and its screen drawn (sources'
         # hold_for_ui says why).
         self.source.hold_for_ui()
@@ -123,8 +126,19 @@ class TpmtopApp(App):
     def _key_drawn(self, event: events.Key) -> None:
         if event is not self._held_for:
             return  # a newer key holds
+        if self._settle_rounds < KEY_SETTLE_ROUNDS and not self._screen_settled():
+            # What the action started is still going (a mounted filter line composing its
+            # input, then focusing it): the screen drawn so far does not show the key's effect.
+            self._settle_rounds += 1
+            self.call_after_refresh(self._key_drawn, event)
+            return
         self.source.release_for_ui()
         self._gc_back_on(event)
+
+    def _screen_settled(self) -> bool:
+        """Every widget on the screen is mounted and has no message waiting (called when the
+        screen has just been drawn, so nothing is waiting to be laid out or painted)."""
+        return all(w._is_mounted and w._message_queue.empty() for w in self.screen.walk_children(with_self=True))
 
     def on_unmount(self) -> None:
         # The app ends (q, a test's run_test) between a key and its frame: the pause ends too.
@@ -159,7 +173,7 @@ class TpmtopApp(App):
         for n in self.theme_notices:
             self.notify(n, title="theme", severity="warning", timeout=8)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
-        self.set_timer(2.0, self._warm_next_theme)  # once the first screen's widgets have their styles
+        self.set_timer(2.0, self._warm_themes)  # once the first screen's widgets have their styles
 
     def _theme_changed(self, theme) -> None:
         if self._remember:
@@ -167,7 +181,7 @@ class TpmtopApp(App):
             if err:
                 self.notify(err, severity="warning")
         # Not at once: the parse would compete for the GIL with this switch's own restyle.
-        self.set_timer(3.0, self._warm_next_theme)
+        self.set_timer(3.0, self._warm_themes)
 
     def _css_variables_of(self, name: str) -> dict[str, str] | None:
         """What get_css_variables() gives once ``name`` is the theme (without switching to it)."""
@@ -176,14 +190,18 @@ class TpmtopApp(App):
             return None
         return {**self.get_theme_variable_defaults(), **theme.to_color_system().generate(), **theme.variables}
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="styles", description="parse the next theme")
-    def _warm_next_theme(self) -> None:
-        """Parse the styles of the theme t switches to next, so the switch only applies them."""
+    @work(thread=True, exclusive=True, exit_on_error=False, group="styles", description="parse the other themes")
+    def _warm_themes(self) -> None:
+        """Parse the styles of every other theme, the one t switches to next first, so a switch
+        only applies them. All of them: t is often pressed a few times in a row, and each theme
+        not parsed ahead cost its switch ~10 ms more of the UI thread (benchmarks/ui_load.py).
+        A theme already parsed costs nothing here but the sources added since (a new screen's)."""
         names = self.tpmtop_themes
-        nxt = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
-        variables = self._css_variables_of(nxt)
-        if variables is not None and isinstance(self.stylesheet, ThemeStylesheet):
-            self.stylesheet.warm(variables)
+        i = names.index(self.theme) if self.theme in names else -1
+        for name in names[i + 1:] + names[:max(i, 0)]:
+            variables = self._css_variables_of(name)
+            if variables is not None and isinstance(self.stylesheet, ThemeStylesheet):
+                self.stylesheet.warm(variables)
 
     def cycle_theme(self) -> None:
         names = self.tpmtop_themes
