@@ -94,23 +94,95 @@ def _cells(app) -> list[list[tuple[str, str]]]:
             for y, line in enumerate(update.strips) if y not in skip]
 
 
+def _styles(app) -> list:
+    """Every node's rules and its component classes' rules, in the screen's order."""
+    def rules(styles) -> list:
+        return sorted((k, repr(v)) for k, v in styles.base._rules.items())
+
+    return [(type(n).__name__, n.id, rules(n.styles),
+             sorted((name, rules(st)) for name, st in n._component_styles.items()))
+            for n in app.screen.walk_children(with_self=True)]
+
+
 async def test_a_theme_switched_to_draws_as_a_fresh_start_in_it():
-    # `t` sets only the rules whose values changed and refreshes each node once
-    # (tpmtop.tui.stylesheet): nothing may keep a colour of the theme before
+    # `t` sets only the rules whose values changed, refreshes each node once, and takes what a
+    # node matched from the caches (tpmtop.tui.stylesheet): the first round through the themes
+    # matches each theme's rules once, the second takes them from the cache. Neither may keep
+    # a colour of the theme before, nor give a node a rule a fresh start in that theme does not.
     app = TpmtopApp(ReplaySource(load(FIXTURE), FIXTURE), theme="dark", remember=False)
-    switched: dict[str, list] = {}
+    switched: dict[tuple[int, str], tuple[list, list]] = {}
     async with app.run_test(size=(120, 40)) as pilot:
-        for _ in range(len(app.tpmtop_themes)):
-            await pilot.press("t")
-            await pilot.pause()
-            await app.workers.wait_for_complete()
-            await pilot.pause()
-            switched[app.theme] = _cells(app)
-    assert set(switched) == set(app.tpmtop_themes)
-    for name, cells in switched.items():
+        for rnd in range(2):
+            for _ in range(len(app.tpmtop_themes)):
+                await pilot.press("t")
+                await pilot.pause()
+                await app.workers.wait_for_complete()
+                await pilot.pause()
+                switched[(rnd, app.theme)] = (_cells(app), _styles(app))
+    assert {name for _, name in switched} == set(app.tpmtop_themes)
+    for name in app.tpmtop_themes:
         fresh = TpmtopApp(ReplaySource(load(FIXTURE), FIXTURE), theme=name, remember=False)
         async with fresh.run_test(size=(120, 40)) as pilot:
             await pilot.pause()
             await fresh.workers.wait_for_complete()
             await pilot.pause()
-            assert _cells(fresh) == cells, name
+            for rnd in range(2):
+                cells, styles = switched[(rnd, name)]
+                assert _styles(fresh) == styles, (rnd, name)
+                assert _cells(fresh) == cells, (rnd, name)
+
+
+async def test_a_restyle_refreshes_each_widget_once_with_what_textual_would_have_asked():
+    # tpmtop.tui.stylesheet batches the refreshes a restyle asks for (a colour: the node's whole
+    # subtree) and refreshes each widget once. Every widget Textual's own Styles.refresh would
+    # have refreshed is refreshed, with at least the same layout and repaint, with no more calls.
+    from itertools import product
+
+    from textual.widget import Widget
+
+    from tpmtop.tui.stylesheet import _refresh_once
+
+    app = TpmtopApp(ReplaySource(load(FIXTURE), FIXTURE), theme="dark", remember=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        nodes = [n for n in app.screen.walk_children(with_self=True) if n._is_mounted]
+        deep = max(nodes, key=lambda n: len(n.ancestors))
+        # The screen (a subtree with the others in it), the deepest widget and one in between
+        # whose parent is none of them (what a parent refresh reaches only through `parent`).
+        mid = next(n for n in nodes[len(nodes) // 2:] if n.parent not in (app.screen, deep) and n is not deep)
+        picks = [app.screen, deep, mid]
+        fewer = False
+        calls: list[tuple[object, bool, bool]] = []
+        real = Widget.refresh
+
+        def record(self, *regions, repaint=True, layout=False, recompose=False):
+            calls.append((self, layout, repaint))
+            return self
+
+        def merged() -> dict[int, tuple[bool, bool]]:
+            out: dict[int, tuple[bool, bool]] = {}
+            for node, layout, repaint in calls:
+                had = out.get(id(node), (False, False))
+                out[id(node)] = (had[0] or layout, had[1] or repaint)
+            return out
+
+        try:
+            Widget.refresh = record
+            for flags in product([False, True], repeat=4):
+                asked = [(n, dict(zip(("layout", "children", "parent", "repaint"), flags, strict=True)))
+                         for n in picks]
+                calls.clear()
+                for node, a in asked:
+                    node.styles.refresh(**a)
+                textual_asked, textual_calls = merged(), len(calls)
+                calls.clear()
+                _refresh_once(asked)
+                assert len(calls) <= textual_calls, flags
+                once = merged()
+                fewer |= len(calls) < textual_calls
+                assert once.keys() == textual_asked.keys(), flags
+                for key, (layout, repaint) in textual_asked.items():
+                    assert once[key][0] >= layout and once[key][1] >= repaint, flags
+        finally:
+            Widget.refresh = real
+        assert fewer, "a subtree refresh inside another was not skipped"

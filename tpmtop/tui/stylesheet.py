@@ -14,7 +14,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from textual.css.model import SelectorType
 from textual.css.stylesheet import Stylesheet
+from textual.dom import DOMNode
 
 _RuleKey = tuple[str, Any, bool, int, str]  # css, where it was read from, default css, tie-breaker, scope
 
@@ -23,12 +25,69 @@ def _variables_key(variables: dict[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(variables.items()))
 
 
+# The node (its id) and rules of the last replace_rules call: what Textual's apply gave a node,
+# read back by ThemeStylesheet.apply right after (one slot: nothing is kept alive by it).
+_last_given: tuple[int, Any] = (0, None)
+
+
+# The refreshes replace_rules was asked for during one update_nodes pass (None outside one).
+_refreshes: list[tuple[Any, dict[str, bool]]] | None = None
+
+
+def _refresh_once(asked: list[tuple[Any, dict[str, bool]]]) -> None:
+    """What Textual's Styles.refresh does for each (node, what it asked), with each node
+    refreshed once: a colour change refreshes the node's whole subtree, and on a theme switch
+    every node's colours change, so each was refreshed once per ancestor (231 refreshes for the
+    dashboard's 40 widgets)."""
+    flags: dict[Any, list[bool]] = {}  # node -> [layout, repaint]
+
+    def want(node: Any, layout: bool, repaint: bool) -> None:
+        have = flags.get(node)
+        if have is None:
+            flags[node] = [layout, repaint]
+        else:
+            have[0] |= layout
+            have[1] |= repaint
+
+    subtrees: dict[Any, tuple[bool, bool]] = {}
+    for node, a in asked:
+        if a["parent"] and node._parent is not None:
+            want(node._parent, False, a["repaint"])
+        want(node, a["layout"], True)
+        if a["children"]:
+            subtrees[node] = (a["layout"], a["repaint"])
+    for node, (layout, repaint) in subtrees.items():
+        up = node._parent
+        while up is not None:  # an ancestor's subtree refresh already covers this one's
+            covering = subtrees.get(up)
+            if covering is not None and covering[0] >= layout and covering[1] >= repaint:
+                break
+            up = up._parent
+        else:
+            for child in node.walk_children(with_self=False):
+                want(child, layout, repaint)
+    for node, (layout, repaint) in flags.items():
+        node.refresh(layout=layout, repaint=repaint)
+
+
 class ThemeStylesheet(Stylesheet):
     def __init__(self, *, variables: dict[str, str] | None = None) -> None:
         super().__init__(variables=variables)
         self._by_theme: dict[tuple[tuple[str, str], ...], dict[_RuleKey, list[Any]]] = {}
         self._theme_key = _variables_key(self._variables)
         self._lock = threading.Lock()  # warm() runs on a worker thread
+        self._generations: dict[tuple[Any, ...], int] = {}  # (theme, sources) -> number
+        self._layouts: dict[tuple[Any, ...], int] = {}  # (sources, rule count) -> number
+        self._generation = self._layout = -1
+        self._rule_index: dict[int, int] = {}
+        self._names_a_theme = True
+        self._paths: dict[int, tuple[Any, ...]] | None = None  # during one update_nodes pass
+        self._given: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self._matched: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[bool, ...]]] = {}
+        self._matching: list[Any] | None = None  # the rules matched by the node being applied
+        self._components_later = False
+        self._used_pseudo: frozenset[str] = frozenset()
+        self._pseudo_checks: dict[type, tuple[tuple[str, Any], ...]] = {}
 
     def set_variables(self, variables: dict[str, str]) -> None:
         super().set_variables(variables)
@@ -45,8 +104,133 @@ class ThemeStylesheet(Stylesheet):
                 self._by_theme[self._theme_key][key] = rules
         return rules
 
+    # -- a restyle remembers what each place in the tree matched --------------------------
+    # Matching every rule's selectors against each node's path is most of a restyle that is not
+    # setting rules (``t``: ~7 of 12 ms for the 40 widgets and their component classes). What a
+    # node matches depends only on the rules and on its path: each node's type, id, classes and
+    # pseudo-classes, from the App down. Two caches, both keyed by the path:
+    # - per set of rules (a theme's): the rules the node was given. A switch back to a theme
+    #   only sets them again.
+    # - per layout of the rules (the same sources in the same order, whatever the theme):
+    #   which rules matched. The first switch to a theme checks only those again, in its own
+    #   colours, instead of every rule — unless a selector names a theme (``.-theme-x``).
+    _CACHE_MAX = 20_000  # entries in each; past it a cache starts again
+
+    def parse(self) -> None:
+        super().parse()
+        sources = tuple(self.source.items())
+        self._generation = self._generations.setdefault((self._theme_key, sources), len(self._generations))
+        self._layout = self._layouts.setdefault((sources, len(self.rules)), len(self._layouts))
+        self._rule_index = {id(rule): i for i, rule in enumerate(self.rules)}
+        used = frozenset().union(*(rule.pseudo_classes for rule in self.rules))
+        if used != self._used_pseudo:
+            self._used_pseudo, self._pseudo_checks = used, {}
+        self._names_a_theme = any(
+            selector.type == SelectorType.CLASS and selector.name.startswith("-theme-")
+            for rule in self.rules for selector_set in rule.selector_set for selector in selector_set.selectors)
+
+    def update_nodes(self, nodes: Any, animate: bool = False) -> None:
+        global _refreshes
+        self._paths = {}
+        outer, _refreshes = _refreshes, []
+        try:
+            super().update_nodes(nodes, animate)
+        finally:
+            self._paths = None
+            asked, _refreshes = _refreshes, outer
+            _refresh_once(asked)
+
+    def _path(self, node: Any) -> tuple[Any, ...]:
+        """The node's path for the caches: (type, id, classes, tested pseudo-classes) per node."""
+        paths = self._paths
+        assert paths is not None
+        parent = node._parent
+        if isinstance(parent, DOMNode):
+            up = paths.get(id(parent))
+            if up is None:
+                up = paths[id(parent)] = self._path(parent)
+        else:
+            up = ()
+        kind = type(node)
+        checks = self._pseudo_checks.get(kind)
+        if checks is None:  # only the pseudo-classes some selector tests: a few of Textual's 19
+            checks = self._pseudo_checks[kind] = tuple(
+                (name, test) for name, test in kind._PSEUDO_CLASSES.items() if name in self._used_pseudo)
+        return (*up, (kind, node._id, node.classes, tuple(name for name, test in checks if test(node))))
+
+    @staticmethod
+    def _without_theme(path: tuple[Any, ...]) -> tuple[Any, ...]:
+        kind, node_id, classes, pseudo = path[0]  # the App's, which names the theme
+        return ((kind, node_id, frozenset(c for c in classes if not c.startswith("-theme-")), pseudo), *path[1:])
+
+    def apply(self, node: Any, *, animate: bool = False, cache: Any = None) -> None:
+        if animate or self._paths is None:
+            super().apply(node, animate=animate, cache=cache)
+            return
+        all_rules = self.rules  # parses first if sources were added (a new widget class)
+        path = self._path(node)
+        key = (self._generation, path)
+        given = self._given.get(key)
+        if given is not None:
+            rules, node._has_hover_style, node._has_focus_within, node._has_order_style, node._has_odd_or_even = given
+            if rules is not None:
+                self.replace_rules(node, rules)
+            self._process_component_classes(node)
+            return
+        global _last_given
+        _last_given = (0, None)  # Textual's apply gives no rules to a node no rule matches
+        layout_key = None if self._names_a_theme else (self._layout, self._without_theme(path))
+        matched = self._matched.get(layout_key) if layout_key is not None else None
+        self._components_later = True  # component classes apply after the rule map is restored
+        try:
+            if matched is not None:
+                # Textual's apply, over only the rules this path matched (in the stylesheet's order).
+                real_map, real_rules = self._rules_map, self._rules
+                self._rules = [all_rules[i] for i in matched[0]]
+                self._rules_map = {"*": self._rules}
+                try:
+                    super().apply(node, animate=False)
+                finally:
+                    self._rules_map, self._rules = real_map, real_rules
+                # What Textual derives from every candidate rule, not only those that matched.
+                node._has_hover_style, node._has_focus_within, node._has_order_style, node._has_odd_or_even = matched[1]
+            else:
+                self._matching = []
+                try:
+                    super().apply(node, animate=False)
+                    seen = self._matching
+                finally:
+                    self._matching = None
+                flags = (node._has_hover_style, node._has_focus_within, node._has_order_style, node._has_odd_or_even)
+                if layout_key is not None:
+                    if len(self._matched) >= self._CACHE_MAX:
+                        self._matched.clear()
+                    self._matched[layout_key] = (tuple(sorted(self._rule_index[id(r)] for r in seen)), flags)
+        finally:
+            self._components_later = False
+        if len(self._given) >= self._CACHE_MAX:
+            self._given.clear()
+        given_to, rules = _last_given
+        self._given[key] = (rules if given_to == id(node) else None, node._has_hover_style,
+                            node._has_focus_within, node._has_order_style, node._has_odd_or_even)
+        self._process_component_classes(node)
+
+    def _check_rule(self, rule_set: Any, css_path_nodes: list[Any]) -> Any:  # type: ignore[override]
+        matched = False
+        for specificity in super()._check_rule(rule_set, css_path_nodes):
+            matched = True
+            yield specificity
+        if matched and self._matching is not None:
+            self._matching.append(rule_set)
+
+    def _process_component_classes(self, node: Any) -> None:
+        if not self._components_later:
+            super()._process_component_classes(node)
+
     @classmethod
     def replace_rules(cls, node: Any, rules: Any, animate: bool = False) -> None:
+        global _last_given
+        _last_given = (id(node), rules)
         # Textual sets every rule of every node again on a restyle, each through its property's
         # validation and a refresh; on a theme switch only the colours change, so a rule whose
         # value is unchanged is left alone (half of a restyle's time: benchmarks/ui_load.py, `t`).
@@ -80,7 +264,10 @@ class ThemeStylesheet(Stylesheet):
         finally:
             del base.refresh
         if refreshes:
-            base.refresh(**asked)
+            if _refreshes is not None and node._is_mounted:
+                _refreshes.append((node, asked))  # during a whole pass: once per node, at its end
+            else:
+                base.refresh(**asked)
         node.notify_style_update()
 
     def reparse(self) -> None:
