@@ -280,3 +280,37 @@ def test_response_codes_are_worded_as_tpm2_pytss_words_them():
     assert names._tss2_rc_decode() is not None  # the library was found: the path under test ran
     assert names.rc_text(1 << 40) == f"unknown response code 0x{1 << 40:x}"
     assert (names.rc_text(0), names.rc_text(None)) == ("success", "(no response)")
+
+
+def test_a_reset_hands_the_old_events_to_a_thread_that_frees_them(tpm, monkeypatch):
+    """r under an unpaced workload: freeing a full ring took ~20 ms of the dashboard's thread
+    inside the frame that shows the reset. The recorder starts with fresh containers at once and
+    the old ones are emptied on a thread of their own."""
+    import time
+
+    import tpmtop.recorder as recorder_mod
+
+    for _ in range(5):
+        read_variable(tpm.transport)
+    rec = tpm.recorder
+    old_events = rec.events()
+    assert len(old_events) >= 5 and rec.command_stats("user")
+    handed: list[tuple] = []
+    real = recorder_mod.free_later
+
+    def watched(containers):
+        handed.append(containers)
+        real(containers)
+
+    monkeypatch.setattr(recorder_mod, "free_later", watched)
+    monkeypatch.setattr(recorder_mod, "FREE_AFTER_S", 0.0)
+    rec.reset_stats()
+    assert rec.events() == [] and rec.command_stats("user") == {} and rec.failed_events() == []
+    assert len(handed) == 1 and any(len(c) >= 5 for c in handed[0])  # the old ring, whole
+    deadline = time.monotonic() + 30
+    while any(handed[0]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(handed[0]), "the old containers were never emptied"
+    read_variable(tpm.transport)  # recording goes on into the new ring
+    assert [e.cc for e in rec.events()] == [0x17A] * len(rec.events()) and rec.events()
+    assert rec.command_stats("user")[0x17A].hist.count >= 1
