@@ -263,3 +263,46 @@ def test_client_names_reach_the_terminal_escaped(tcp_swtpm, tmp_path):
         assert any(c["name"] == "\x1b[31mEV\x1b]0;X\x07" for c in cap["clients"])  # the capture keeps the truth
     finally:
         p.kill()
+
+
+def test_a_port_pair_is_found_when_every_neighbour_above_is_taken(monkeypatch):
+    """The kernel gives bind(0) ports of one parity and outgoing connections the other, so on
+    a busy machine the port above the one bind(0) gives is often in TIME_WAIT (a stress run
+    once failed 100 tries of it). Here a real socket takes that port each time as soon as the
+    proxy has its first one: the proxy takes the pair below instead, and both ports listen."""
+    from types import SimpleNamespace
+
+    from tpmtop.proxy import server
+
+    taken: list[socket.socket] = []
+    given: list[int] = []
+    real = server._listen_tcp
+
+    def listen(host, port, base=None):
+        s = real(host, port, base)
+        if port == 0:
+            q = s.getsockname()[1]
+            given.append(q)
+            blocker = socket.socket()
+            try:
+                blocker.bind((host, q + 1))
+                taken.append(blocker)
+            except OSError:  # busy already: taken all the same
+                blocker.close()
+        return s
+
+    monkeypatch.setattr(server, "_listen_tcp", listen)
+    try:
+        data, ctrl = server.ProxyServer._listen_pair(SimpleNamespace(host="127.0.0.1", port=0))
+        try:
+            p = data.getsockname()[1]
+            assert ctrl.getsockname()[1] == p + 1 and p + 1 in given
+            for port in (p, p + 1):
+                with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT):
+                    pass
+        finally:
+            data.close()
+            ctrl.close()
+    finally:
+        for s in taken:
+            s.close()

@@ -74,6 +74,9 @@ def error_response(rc: int) -> bytes:
     return struct.pack(">HII", 0x8001, 10, rc)
 
 
+PAIR_TRIES = 500  # ports from bind(0) whose neighbours are tried for a pair (_listen_pair)
+
+
 def _listen_tcp(host: str, port: int, base: int | None = None) -> socket.socket:
     """A listening TCP socket; ``base``: the proxy's port P when this is P+1 (for the message)."""
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -291,15 +294,30 @@ class ProxyServer:
             except BaseException:
                 data.close()
                 raise
-        for _ in range(100):  # port 0: any free pair P, P+1 (the TCTIs derive the second port)
+        # Port 0: any free pair P, P+1 (the TCTIs derive the second port). The kernel gives
+        # bind(0) ports of one parity and outgoing connections the other, so both neighbours of
+        # the port it gives are ports that connections use — and leave in TIME_WAIT for a
+        # minute. A machine running a TCTI that connects once per command has thousands of
+        # them (a stress run of the test suite once failed 100 tries of P+1 alone): both
+        # neighbours are tried, PAIR_TRIES times.
+        for _ in range(PAIR_TRIES):
             data = _listen_tcp(self.host, 0)
-            p = data.getsockname()[1]
-            if p < 65535:
+            q = data.getsockname()[1]
+            if q < 65535:
                 try:
-                    return data, _listen_tcp(self.host, p + 1, base=p)
+                    return data, _listen_tcp(self.host, q + 1, base=q)
                 except UsageError:
                     pass
             data.close()
+            if q > 1:
+                try:
+                    low = _listen_tcp(self.host, q - 1)
+                except UsageError:
+                    continue
+                try:
+                    return low, _listen_tcp(self.host, q, base=q - 1)
+                except UsageError:  # taken by someone else since it was closed above
+                    low.close()
         raise TpmtopError("no free pair of TCP ports for the proxy")
 
     @property
