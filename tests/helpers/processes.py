@@ -14,25 +14,18 @@ import time
 
 from tests.helpers.paths import REPO
 from tpmtop.connect import open_tpm
+from tpmtop.proxy.server import ephemeral_low
 
 TPMTOP = [sys.executable, "-m", "tpmtop"]
 
 __all__ = ["REPO", "TPMTOP", "BenchProcess", "TcpSwtpm", "free_port_pair", "run_tpmtop", "swtpm_children"]
 
 
-def _ephemeral_low() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
 def free_port_pair() -> int:
     """A free TCP port N whose N+1 is free too (swtpm's server and control ports), below the
     ephemeral range: a benchmark through tpm2-tss's swtpm TCTI (a connection per command)
     leaves thousands of ephemeral ports in TIME-WAIT, where a server's bind then fails."""
-    low = _ephemeral_low()
+    low = ephemeral_low()
     for _ in range(100):
         if low > 12000:
             port = random.randrange(10000, low - 2, 2)

@@ -265,11 +265,11 @@ def test_client_names_reach_the_terminal_escaped(tcp_swtpm, tmp_path):
         p.kill()
 
 
-def test_a_port_pair_is_found_when_every_neighbour_above_is_taken(monkeypatch):
-    """The kernel gives bind(0) ports of one parity and outgoing connections the other, so on
-    a busy machine the port above the one bind(0) gives is often in TIME_WAIT (a stress run
-    once failed 100 tries of it). Here a real socket takes that port each time as soon as the
-    proxy has its first one: the proxy takes the pair below instead, and both ports listen."""
+
+def _pair_while_taking(monkeypatch, offsets: tuple[int, ...]) -> tuple[int, list[int]]:
+    """The proxy's automatic port pair, while a real socket takes the ports at ``offsets`` from
+    each port bind(0) gives, as soon as the proxy has it. Both ports of the pair must listen.
+    Returns the pair's first port and the ports bind(0) gave."""
     from types import SimpleNamespace
 
     from tpmtop.proxy import server
@@ -281,14 +281,14 @@ def test_a_port_pair_is_found_when_every_neighbour_above_is_taken(monkeypatch):
     def listen(host, port, base=None):
         s = real(host, port, base)
         if port == 0:
-            q = s.getsockname()[1]
-            given.append(q)
-            blocker = socket.socket()
-            try:
-                blocker.bind((host, q + 1))
-                taken.append(blocker)
-            except OSError:  # busy already: taken all the same
-                blocker.close()
+            given.append(s.getsockname()[1])
+            for off in offsets:
+                blocker = socket.socket()
+                try:
+                    blocker.bind((host, given[-1] + off))
+                    taken.append(blocker)
+                except OSError:  # busy already: taken all the same
+                    blocker.close()
         return s
 
     monkeypatch.setattr(server, "_listen_tcp", listen)
@@ -296,7 +296,7 @@ def test_a_port_pair_is_found_when_every_neighbour_above_is_taken(monkeypatch):
         data, ctrl = server.ProxyServer._listen_pair(SimpleNamespace(host="127.0.0.1", port=0))
         try:
             p = data.getsockname()[1]
-            assert ctrl.getsockname()[1] == p + 1 and p + 1 in given
+            assert ctrl.getsockname()[1] == p + 1
             for port in (p, p + 1):
                 with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT):
                     pass
@@ -306,3 +306,23 @@ def test_a_port_pair_is_found_when_every_neighbour_above_is_taken(monkeypatch):
     finally:
         for s in taken:
             s.close()
+    return p, given
+
+
+def test_a_port_pair_is_found_when_every_neighbour_above_is_taken(monkeypatch):
+    """The kernel gives bind(0) ports of one parity and outgoing connections the other, so on
+    a busy machine the port above the one bind(0) gives is often in TIME_WAIT (a stress run
+    once failed 100 tries of it): the proxy takes the pair below instead."""
+    p, given = _pair_while_taking(monkeypatch, (+1,))
+    assert p + 1 in given
+
+
+def test_a_port_pair_is_found_below_the_ephemeral_range_when_it_is_full(monkeypatch):
+    """A benchmark through the swtpm TCTI fills the ephemeral range with TIME_WAIT (a stress run
+    right after one failed `tpmtop run`): with both neighbours of every port bind(0) gives
+    taken, the proxy takes a pair below the range."""
+    from tpmtop.proxy import server
+
+    monkeypatch.setattr(server, "PAIR_TRIES", 20)  # the fallback's tries too: 20 are plenty
+    p, _ = _pair_while_taking(monkeypatch, (-1, +1))
+    assert server.BELOW_EPHEMERAL_FROM <= p < server.ephemeral_low() - 1
