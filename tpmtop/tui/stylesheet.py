@@ -14,7 +14,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from textual.css.model import SelectorType
 from textual.css.stylesheet import Stylesheet
 from textual.dom import DOMNode
 
@@ -77,14 +76,9 @@ class ThemeStylesheet(Stylesheet):
         self._theme_key = _variables_key(self._variables)
         self._lock = threading.Lock()  # warm() runs on a worker thread
         self._generations: dict[tuple[Any, ...], int] = {}  # (theme, sources) -> number
-        self._layouts: dict[tuple[Any, ...], int] = {}  # (sources, rule count) -> number
-        self._generation = self._layout = -1
-        self._rule_index: dict[int, int] = {}
-        self._names_a_theme = True
+        self._generation = -1
         self._paths: dict[int, tuple[Any, ...]] | None = None  # during one update_nodes pass
         self._given: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        self._matched: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[bool, ...]]] = {}
-        self._matching: list[Any] | None = None  # the rules matched by the node being applied
         self._components_later = False
         self._used_pseudo: frozenset[str] = frozenset()
         self._pseudo_checks: dict[type, tuple[tuple[str, Any], ...]] = {}
@@ -104,30 +98,21 @@ class ThemeStylesheet(Stylesheet):
                 self._by_theme[self._theme_key][key] = rules
         return rules
 
-    # -- a restyle remembers what each place in the tree matched --------------------------
+    # -- a restyle remembers what each place in the tree was given -------------------------
     # Matching every rule's selectors against each node's path is most of a restyle that is not
     # setting rules (``t``: ~7 of 12 ms for the 40 widgets and their component classes). What a
     # node matches depends only on the rules and on its path: each node's type, id, classes and
-    # pseudo-classes, from the App down. Two caches, both keyed by the path:
-    # - per set of rules (a theme's): the rules the node was given. A switch back to a theme
-    #   only sets them again.
-    # - per layout of the rules (the same sources in the same order, whatever the theme):
-    #   which rules matched. The first switch to a theme checks only those again, in its own
-    #   colours, instead of every rule — unless a selector names a theme (``.-theme-x``).
-    _CACHE_MAX = 20_000  # entries in each; past it a cache starts again
+    # pseudo-classes, from the App down. So the rules each path was given are kept per set of
+    # rules (a theme's), and a switch back to a theme only sets them again.
+    _CACHE_MAX = 20_000  # entries; past it the cache starts again
 
     def parse(self) -> None:
         super().parse()
-        sources = tuple(self.source.items())
-        self._generation = self._generations.setdefault((self._theme_key, sources), len(self._generations))
-        self._layout = self._layouts.setdefault((sources, len(self.rules)), len(self._layouts))
-        self._rule_index = {id(rule): i for i, rule in enumerate(self.rules)}
+        key = (self._theme_key, tuple(self.source.items()))
+        self._generation = self._generations.setdefault(key, len(self._generations))
         used = frozenset().union(*(rule.pseudo_classes for rule in self.rules))
         if used != self._used_pseudo:
             self._used_pseudo, self._pseudo_checks = used, {}
-        self._names_a_theme = any(
-            selector.type == SelectorType.CLASS and selector.name.startswith("-theme-")
-            for rule in self.rules for selector_set in rule.selector_set for selector in selector_set.selectors)
 
     def update_nodes(self, nodes: Any, animate: bool = False) -> None:
         global _refreshes
@@ -158,70 +143,32 @@ class ThemeStylesheet(Stylesheet):
                 (name, test) for name, test in kind._PSEUDO_CLASSES.items() if name in self._used_pseudo)
         return (*up, (kind, node._id, node.classes, tuple(name for name, test in checks if test(node))))
 
-    @staticmethod
-    def _without_theme(path: tuple[Any, ...]) -> tuple[Any, ...]:
-        kind, node_id, classes, pseudo = path[0]  # the App's, which names the theme
-        return ((kind, node_id, frozenset(c for c in classes if not c.startswith("-theme-")), pseudo), *path[1:])
-
     def apply(self, node: Any, *, animate: bool = False, cache: Any = None) -> None:
         if animate or self._paths is None:
             super().apply(node, animate=animate, cache=cache)
             return
-        all_rules = self.rules  # parses first if sources were added (a new widget class)
-        path = self._path(node)
-        key = (self._generation, path)
+        self.rules  # noqa: B018 - parses first if sources were added (a new widget class)
+        key = (self._generation, self._path(node))
         given = self._given.get(key)
         if given is not None:
             rules, node._has_hover_style, node._has_focus_within, node._has_order_style, node._has_odd_or_even = given
             if rules is not None:
                 self.replace_rules(node, rules)
-            self._process_component_classes(node)
-            return
-        global _last_given
-        _last_given = (0, None)  # Textual's apply gives no rules to a node no rule matches
-        layout_key = None if self._names_a_theme else (self._layout, self._without_theme(path))
-        matched = self._matched.get(layout_key) if layout_key is not None else None
-        self._components_later = True  # component classes apply after the rule map is restored
-        try:
-            if matched is not None:
-                # Textual's apply, over only the rules this path matched (in the stylesheet's order).
-                real_map, real_rules = self._rules_map, self._rules
-                self._rules = [all_rules[i] for i in matched[0]]
-                self._rules_map = {"*": self._rules}
-                try:
-                    super().apply(node, animate=False)
-                finally:
-                    self._rules_map, self._rules = real_map, real_rules
-                # What Textual derives from every candidate rule, not only those that matched.
-                node._has_hover_style, node._has_focus_within, node._has_order_style, node._has_odd_or_even = matched[1]
-            else:
-                self._matching = []
-                try:
-                    super().apply(node, animate=False)
-                    seen = self._matching
-                finally:
-                    self._matching = None
-                flags = (node._has_hover_style, node._has_focus_within, node._has_order_style, node._has_odd_or_even)
-                if layout_key is not None:
-                    if len(self._matched) >= self._CACHE_MAX:
-                        self._matched.clear()
-                    self._matched[layout_key] = (tuple(sorted(self._rule_index[id(r)] for r in seen)), flags)
-        finally:
-            self._components_later = False
-        if len(self._given) >= self._CACHE_MAX:
-            self._given.clear()
-        given_to, rules = _last_given
-        self._given[key] = (rules if given_to == id(node) else None, node._has_hover_style,
-                            node._has_focus_within, node._has_order_style, node._has_odd_or_even)
+        else:
+            global _last_given
+            _last_given = (0, None)  # Textual's apply gives no rules to a node no rule matches
+            # Component classes are applied after, so that _last_given is still this node's.
+            self._components_later = True
+            try:
+                super().apply(node, animate=False, cache=cache)
+            finally:
+                self._components_later = False
+            if len(self._given) >= self._CACHE_MAX:
+                self._given.clear()
+            given_to, rules = _last_given
+            self._given[key] = (rules if given_to == id(node) else None, node._has_hover_style,
+                                node._has_focus_within, node._has_order_style, node._has_odd_or_even)
         self._process_component_classes(node)
-
-    def _check_rule(self, rule_set: Any, css_path_nodes: list[Any]) -> Any:  # type: ignore[override]
-        matched = False
-        for specificity in super()._check_rule(rule_set, css_path_nodes):
-            matched = True
-            yield specificity
-        if matched and self._matching is not None:
-            self._matching.append(rule_set)
 
     def _process_component_classes(self, node: Any) -> None:
         if not self._components_later:
