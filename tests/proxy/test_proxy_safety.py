@@ -265,7 +265,6 @@ def test_client_names_reach_the_terminal_escaped(tcp_swtpm, tmp_path):
         p.kill()
 
 
-
 def _pair_while_taking(monkeypatch, offsets: tuple[int, ...]) -> tuple[int, list[int]]:
     """The proxy's automatic port pair, while a real socket takes the ports at ``offsets`` from
     each port bind(0) gives, as soon as the proxy has it. Both ports of the pair must listen.

@@ -296,17 +296,19 @@ def test_a_reset_hands_the_old_events_to_a_thread_that_frees_them(tpm, monkeypat
     old_events = rec.events()
     assert len(old_events) >= 5 and rec.command_stats("user")
     handed: list[tuple] = []
+    sizes: list[list[int]] = []
     real = recorder_mod.free_later
 
     def watched(containers):
         handed.append(containers)
+        sizes.append([len(c) for c in containers])  # before its thread can have begun
         real(containers)
 
     monkeypatch.setattr(recorder_mod, "free_later", watched)
     monkeypatch.setattr(recorder_mod, "FREE_AFTER_S", 0.0)
     rec.reset_stats()
     assert rec.events() == [] and rec.command_stats("user") == {} and rec.failed_events() == []
-    assert len(handed) == 1 and any(len(c) >= 5 for c in handed[0])  # the old ring, whole
+    assert len(handed) == 1 and any(n >= 5 for n in sizes[0])  # the old ring, whole
     deadline = time.monotonic() + 30
     while any(handed[0]) and time.monotonic() < deadline:
         time.sleep(0.01)
