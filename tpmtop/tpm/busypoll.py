@@ -17,7 +17,8 @@ generation, any real TPM chip — milliseconds) is never polled for, so the CPU 
 bounded by the TPM's own time on a software TPM and is nothing on hardware. The proxy polls
 for the rest of a request and for a busy client's next one (:class:`RequestPoll`). The
 kernel's own SO_BUSY_POLL does not apply: it polls a network device's queue, and loopback and
-Unix sockets have none.
+Unix sockets have none. A private swtpm that runs on the caller's CPU (:mod:`tpmtop.tpm.placement`)
+is never polled for: it needs the CPU the poll would hold.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from typing import Any
 
 from tpmtop.errors import TpmConnectionError, TpmtopError
 from tpmtop.tpm.names import RC_INITIALIZE
+from tpmtop.tpm.placement import FollowCaller
 from tpmtop.tpm.transport import DEFAULT_TIMEOUT, SocketBackend
 
 # swtpm control channel commands (swtpm's tpm_ioctl.h)
@@ -171,9 +172,10 @@ class Swtpm:
         return f"swtpm pid {proc.pid} ended ({how}){': ' + err if err else ''}"
 
     def backend(self, timeout: float = DEFAULT_TIMEOUT) -> SocketBackend:
-        if self.data is None:
+        if self.data is None or self.proc is None:
             raise TpmConnectionError("swtpm is not running")
-        return SocketBackend(self.data, f"private swtpm, pid {self.pid}", timeout)
+        # swtpm is tpmtop's own: it follows the thread that sends it a command to its CPU
+        return SocketBackend(self.data, f"private swtpm, pid {self.pid}", timeout, follow=FollowCaller(self.proc))
 
     def control(self, cmd: int, payload: bytes = b"") -> int:
         """Send one control-channel command; return swtpm's result code."""

@@ -29,6 +29,7 @@ from tpmtop.tpm.busypoll import AnswerBudget, recv_soon
 from tpmtop.tpm.exchange import _LABELS, _WIRE_LOG, ExchangeSink
 from tpmtop.tpm.holdclock import sleep_until
 from tpmtop.tpm.interrupts import held
+from tpmtop.tpm.placement import HELD, FollowCaller
 
 MAX_RESPONSE = 4096
 _now = time.perf_counter_ns
@@ -73,13 +74,17 @@ class SocketBackend:
     its late answer would put the stream out of step, and clean-up must not wait again.
     """
 
-    def __init__(self, sock: socket.socket, description: str, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, sock: socket.socket, description: str, timeout: float = DEFAULT_TIMEOUT,
+                 follow: FollowCaller | None = None):
         self.sock = sock
         self.description = description
         self.timeout = timeout
         self._buf = bytearray()
         self._pending = False
         self._answers = AnswerBudget()  # how long to poll for each command's answer
+        # A private swtpm's placement (tpmtop.tpm.placement): asked before each command; while
+        # swtpm runs on this thread's CPU a poll would only keep it waiting.
+        self._follow = follow
         # Set once the connection is gone (closed, failed, timed out): every later command
         # gets the same error at once, and ESAPI's follow-on errors are reported as it.
         self.lost: TpmConnectionError | None = None
@@ -118,17 +123,23 @@ class SocketBackend:
                 self._read_response()  # the answer to an interrupted command: discard
             self._buf.clear()
             cc = command[6:10]
-            poll_ns = self._answers.budget(cc)
-            self.sock.sendall(command)
-            self._pending = True
-            t0 = _now()
-            if poll_ns:
-                # a fast TPM's answer: poll for it rather than sleep (tpmtop.tpm.busypoll)
-                first = recv_soon(self.sock, MAX_RESPONSE, poll_ns)
-                if first:
-                    self._buf += first
-                # b"" (closed): _read_response's recv sees the same end of file and says so
-            rsp = self._read_response()
+            follow = self._follow
+            here = follow.before() if follow is not None else 0
+            poll_ns = 0 if here else self._answers.budget(cc)
+            try:
+                self.sock.sendall(command)
+                self._pending = True
+                t0 = _now()
+                if poll_ns:
+                    # a fast TPM's answer: poll for it rather than sleep (tpmtop.tpm.busypoll)
+                    first = recv_soon(self.sock, MAX_RESPONSE, poll_ns)
+                    if first:
+                        self._buf += first
+                    # b"" (closed): _read_response's recv sees the same end of file and says so
+                rsp = self._read_response()
+            finally:
+                if here == HELD and follow is not None:  # the caller was held on swtpm's CPU
+                    follow.after()
             self._answers.learn(cc, _now() - t0, polled=poll_ns > 0)
             return rsp
         except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO/SO_SNDTIMEO ran out

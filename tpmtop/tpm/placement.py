@@ -1,0 +1,133 @@
+"""Keeping a private swtpm on the CPU of the thread that talks to it.
+
+Every command wakes swtpm, and every answer wakes the thread that waits for it. A wake-up that
+crosses CPUs takes an interrupt (a reschedule IPI), and on a virtual machine sending one is a
+VM exit charged to the sender; waking a vCPU that halted is another. On this project's 2-core
+VM under two busy loops, the dashboard's unpaced workload took 4.3–4.6 reschedule interrupts
+per operation, and a `none` PCR_Extend cost 35 µs (46 µs of its thread's CPU) where paced it
+cost 17 µs (23 µs): the per-command/none ratio read ×16 unpaced and ×26 paced. With swtpm on
+the caller's CPU, a command is a hand-over on one CPU (the caller sleeps, swtpm runs at once
+and wakes it there): 0.00–0.05 interrupts per operation, and ×26–27 at both pacings.
+
+So for a swtpm tpmtop started itself — never anyone else's process — the transport asks which
+CPU it runs on before each command (``sched_getcpu``, ~0.15 µs through ctypes) and moves
+swtpm's threads there when that changed (``sched_setaffinity``, once per migration of the
+caller). It then waits for the answer asleep, not polling (:mod:`tpmtop.tpm.busypoll`): swtpm
+needs the CPU a poll would hold. The caller is not pinned between commands: a thread's CPU set
+is inherited by every process and thread it starts (`tpmtop run`'s script, the busy loops a
+benchmark starts), and the scheduler must stay free to move it, swtpm following, off a busy CPU.
+
+On an idle machine that is not enough: swtpm's answer wakes the caller, and the scheduler
+puts a woken thread on an idle CPU rather than on the one swtpm is still finishing on — every
+command then moved swtpm, and the caller paid a halted vCPU's wake-up anyway (`none` 48 µs at
+max rate, ×13.5 against ×24 paced; 5.3 function-call interrupts per operation). A caller that
+keeps moving (:data:`BOUNCES` moves in a row, each within :data:`BOUNCE_AFTER` commands of the
+last) is therefore held on swtpm's CPU for each exchange — from the send until the answer is
+read, when nothing can start a process — and given its own CPU set back after it (two system
+calls, ~1.3 µs), for :data:`HOLD` commands; then it is let go, to see whether it still moves.
+Idle, that made `none` 24 µs at both pacings (×21–22) and 0.1 interrupts per operation. On a
+real TPM, an external swtpm or one CPU, nothing here runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+from collections.abc import Callable
+
+
+@functools.cache
+def _cpu_getter() -> Callable[[], int] | None:
+    """libc's sched_getcpu, or None where swtpm is not to be moved. Looked up when a private
+    swtpm is first connected to: ctypes is not imported by commands that start none."""
+    try:
+        if len(os.sched_getaffinity(0)) < 2:
+            return None  # one CPU: swtpm shares it already
+        import ctypes
+
+        fn = ctypes.CDLL(None).sched_getcpu
+    except (AttributeError, OSError):
+        return None  # not Linux, or no glibc sched_getcpu
+    fn.restype, fn.argtypes = ctypes.c_int, []
+    return fn
+
+
+BOUNCE_AFTER = 8  # a move within this many commands of the last one is a bounce
+BOUNCES = 3  # this many in a row: the caller is held on its CPU during each exchange...
+HOLD = 2048  # ...for this many commands, then let go again to see whether it still moves
+
+# What before() found: swtpm is elsewhere (the transport polls or sleeps as it has learnt), on
+# the caller's CPU, or on it with the caller held there until after().
+ELSEWHERE, HERE, HELD = 0, 1, 2
+
+
+class FollowCaller:
+    """Before each command, moves swtpm to the calling thread's CPU if it is not there.
+
+    The process is checked through its ``Popen`` before each move: once reaped, its pid may
+    belong to another program, and that one is never touched. Not thread-safe: the transport
+    sends one command at a time."""
+
+    __slots__ = ("_proc", "_getcpu", "_cpu", "_off", "_since", "_bounces", "_hold", "_mask", "moves", "holds")
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+        self._getcpu = _cpu_getter() or (lambda: -1)
+        self._cpu = -1  # where swtpm was put; -1: nowhere yet
+        self._off = _cpu_getter() is None
+        self._since = 0  # commands since swtpm was last moved
+        self._bounces = 0
+        self._hold = 0  # commands left for which the caller is held during the exchange
+        self._mask: set[int] = set()  # the held caller's own CPU set, for after()
+        self.moves = 0  # how often swtpm followed its caller to another CPU
+        self.holds = 0  # how often the caller kept moving, and was held from then on
+
+    def before(self) -> int:
+        if self._off:
+            return ELSEWHERE
+        cpu = self._getcpu()
+        if cpu == self._cpu:
+            self._since += 1
+        else:
+            if self._cpu >= 0 and self._since < BOUNCE_AFTER and not self._hold:
+                self._bounces += 1
+                if self._bounces >= BOUNCES:
+                    self._bounces, self._hold = 0, HOLD
+                    self.holds += 1
+            else:
+                self._bounces = 0
+            if not self._place(cpu):
+                return ELSEWHERE
+            self._cpu, self._since = cpu, 0
+            self.moves += 1
+        if not self._hold:
+            return HERE
+        self._hold -= 1
+        try:
+            self._mask = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, (cpu,))  # 0: this thread only
+        except OSError:
+            return HERE
+        return HELD
+
+    def after(self) -> None:
+        """After a HELD exchange: the caller's own CPU set back."""
+        try:
+            os.sched_setaffinity(0, self._mask)
+        except OSError:
+            pass
+
+    def _place(self, cpu: int) -> bool:
+        proc = self._proc
+        try:
+            if proc.returncode is not None:
+                raise ProcessLookupError
+            for tid in os.listdir(f"/proc/{proc.pid}/task"):
+                os.sched_setaffinity(int(tid), (cpu,))
+        except (OSError, ValueError):
+            # gone, or not allowed there (a cpuset, a container): leave it where the
+            # scheduler puts it, as for any other TPM
+            self._off = True
+            return False
+        return True
