@@ -25,6 +25,7 @@ keeps moving (:data:`BOUNCES` moves in a row, each within :data:`BOUNCE_AFTER` c
 last) is therefore held on swtpm's CPU for each exchange — from the send until the answer is
 read, when nothing can start a process — and given its own CPU set back after it (two system
 calls, ~1.3 µs), for :data:`HOLD` commands; then it is let go, to see whether it still moves.
+Nothing is moved before the :data:`WARM`-th command: `tpmtop info` sends fewer.
 Idle, that made `none` 24 µs at both pacings (×21–22) and 0.1 interrupts per operation. On a
 real TPM, an external swtpm or one CPU, nothing here runs.
 """
@@ -39,10 +40,12 @@ from collections.abc import Callable
 
 @functools.cache
 def _cpu_getter() -> Callable[[], int] | None:
-    """libc's sched_getcpu, or None where swtpm is not to be moved. Looked up when a private
-    swtpm is first connected to: ctypes is not imported by commands that start none."""
+    """libc's sched_getcpu, or None where swtpm is not to be moved. Looked up once a private
+    swtpm has had :data:`WARM` commands: ctypes is not imported by commands that send fewer."""
     try:
-        if len(os.sched_getaffinity(0)) < 2:
+        # the process's CPU set (its first thread's), not the calling thread's: a caller held
+        # on one CPU for its exchange must not decide this for every later one
+        if len(os.sched_getaffinity(os.getpid())) < 2:
             return None  # one CPU: swtpm shares it already
         import ctypes
 
@@ -53,6 +56,9 @@ def _cpu_getter() -> Callable[[], int] | None:
     return fn
 
 
+# Commands sent before swtpm is first moved: a command that sends a handful (`info`, `handles`
+# over SSH) neither waits for a move nor imports ctypes; sustained traffic is what placement is for.
+WARM = 16
 BOUNCE_AFTER = 8  # a move within this many commands of the last one is a bounce
 BOUNCES = 3  # this many in a row: the caller is held on its CPU during each exchange...
 HOLD = 2048  # ...for this many commands, then let go again to see whether it still moves
@@ -69,13 +75,15 @@ class FollowCaller:
     belong to another program, and that one is never touched. Not thread-safe: the transport
     sends one command at a time."""
 
-    __slots__ = ("_proc", "_getcpu", "_cpu", "_off", "_since", "_bounces", "_hold", "_mask", "moves", "holds")
+    __slots__ = ("_proc", "_warm", "_getcpu", "_cpu", "_off", "_since", "_bounces", "_hold", "_mask", "moves",
+                 "holds")
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self._proc = proc
-        self._getcpu = _cpu_getter() or (lambda: -1)
+        self._warm = WARM  # commands left before the first move
+        self._getcpu: Callable[[], int] | None = None  # sched_getcpu, once warm
         self._cpu = -1  # where swtpm was put; -1: nowhere yet
-        self._off = _cpu_getter() is None
+        self._off = False
         self._since = 0  # commands since swtpm was last moved
         self._bounces = 0
         self._hold = 0  # commands left for which the caller is held during the exchange
@@ -86,7 +94,16 @@ class FollowCaller:
     def before(self) -> int:
         if self._off:
             return ELSEWHERE
-        cpu = self._getcpu()
+        if self._warm:
+            self._warm -= 1
+            return ELSEWHERE
+        getcpu = self._getcpu
+        if getcpu is None:
+            getcpu = self._getcpu = _cpu_getter()
+            if getcpu is None:
+                self._off = True
+                return ELSEWHERE
+        cpu = getcpu()
         if cpu == self._cpu:
             self._since += 1
         else:
