@@ -105,6 +105,19 @@ def _listen_tcp(host: str, port: int, base: int | None = None) -> socket.socket:
     return s
 
 
+def _pair_at(host: str, p: int) -> tuple[socket.socket, socket.socket] | None:
+    """Listening sockets on P and P+1, or None if either is taken (nothing left open)."""
+    try:
+        data = _listen_tcp(host, p)
+    except UsageError:
+        return None
+    try:
+        return data, _listen_tcp(host, p + 1, base=p)
+    except UsageError:
+        data.close()
+        return None
+
+
 def _refuse_existing(path: str) -> None:
     """Whatever is at ``path`` was not made by this process: never unlinked, never replaced
     (a live proxy's socket, a stale one, or a file that happens to have that name)."""
@@ -320,29 +333,16 @@ class ProxyServer:
                 except UsageError:
                     pass
             data.close()
-            if q > 1:
-                try:
-                    low = _listen_tcp(self.host, q - 1)
-                except UsageError:
-                    continue
-                try:
-                    return low, _listen_tcp(self.host, q, base=q - 1)
-                except UsageError:  # taken by someone else since it was closed above
-                    low.close()
+            # q itself may be taken by someone else once closed: then the pair is not free
+            if q > 1 and (pair := _pair_at(self.host, q - 1)) is not None:
+                return pair
         # Every try failed: the ephemeral range is full (a benchmark through that TCTI makes
         # tens of thousands of connections a minute). Below it no outgoing connection takes a
         # port, only servers that chose theirs.
         low_end = ephemeral_low()
         for _ in range(PAIR_TRIES if low_end > BELOW_EPHEMERAL_FROM + 2 else 0):
-            p = random.randrange(BELOW_EPHEMERAL_FROM, low_end - 1)
-            try:
-                data = _listen_tcp(self.host, p)
-            except UsageError:
-                continue
-            try:
-                return data, _listen_tcp(self.host, p + 1, base=p)
-            except UsageError:
-                data.close()
+            if (pair := _pair_at(self.host, random.randrange(BELOW_EPHEMERAL_FROM, low_end - 1))) is not None:
+                return pair
         raise TpmtopError("no free pair of TCP ports for the proxy")
 
     @property
