@@ -116,6 +116,8 @@ def test_a_caller_that_keeps_moving_is_held_on_swtpms_cpu_for_each_exchange_then
     assert len(swtpm) == 1 and caller == swtpm
     assert during[0][0] == set(CPUS)
     assert after == [set(CPUS)] * len(after)  # and always given its own CPU set back
+
+
 def test_a_swtpm_that_ended_is_never_moved_even_when_its_pid_is_taken_again(monkeypatch):
     moved: list = []
     monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: moved.append(pid))

@@ -23,8 +23,8 @@ command then moved swtpm, and the caller paid a halted vCPU's wake-up anyway (`n
 max rate, ×13.5 against ×24 paced; 5.3 function-call interrupts per operation). A caller that
 keeps moving (:data:`BOUNCES` moves in a row, each within :data:`BOUNCE_AFTER` commands of the
 last) is therefore held on swtpm's CPU for each exchange — from the send until the answer is
-read, when nothing can start a process — and given its own CPU set back after it (two system
-calls, ~1.3 µs), for :data:`HOLD` commands; then it is let go, to see whether it still moves.
+read, when nothing can start a process — and given its own CPU set back after it (three system
+calls with reading that set, ~1.7 µs), for :data:`HOLD` commands; then it is let go, to see whether it still moves.
 Nothing is moved before the :data:`WARM`-th command: `tpmtop info` sends fewer.
 Idle, that made `none` 24 µs at both pacings (×21–22) and 0.1 interrupts per operation. On a
 real TPM, an external swtpm or one CPU, nothing here runs.
@@ -75,8 +75,7 @@ class FollowCaller:
     belong to another program, and that one is never touched. Not thread-safe: the transport
     sends one command at a time."""
 
-    __slots__ = ("_proc", "_warm", "_getcpu", "_cpu", "_off", "_since", "_bounces", "_hold", "_mask", "moves",
-                 "holds")
+    __slots__ = ("_proc", "_warm", "_getcpu", "_cpu", "_off", "_since", "_bounces", "_hold", "_mask", "holds")
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self._proc = proc
@@ -88,7 +87,6 @@ class FollowCaller:
         self._bounces = 0
         self._hold = 0  # commands left for which the caller is held during the exchange
         self._mask: set[int] = set()  # the held caller's own CPU set, for after()
-        self.moves = 0  # how often swtpm followed its caller to another CPU
         self.holds = 0  # how often the caller kept moving, and was held from then on
 
     def before(self) -> int:
@@ -117,7 +115,6 @@ class FollowCaller:
             if not self._place(cpu):
                 return ELSEWHERE
             self._cpu, self._since = cpu, 0
-            self.moves += 1
         if not self._hold:
             return HERE
         self._hold -= 1
