@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
 from textual.events import Resize
 from textual.reactive import Reactive
-from textual.screen import Screen
 from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Static, Tab, Tabs
@@ -24,6 +22,7 @@ from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS
 from tpmtop.tui.panels import CONTAINERS, PANELS, Group, available
 from tpmtop.tui.screens.main_actions import MainActions
+from tpmtop.tui.widgets.backdrop import BackdropScreen, Column, Row
 from tpmtop.tui.widgets.footer import KeyBar
 from tpmtop.tui.widgets.header import StatusHeader
 from tpmtop.tui.widgets.messages import MessageLine
@@ -61,7 +60,7 @@ def _bindings() -> list[Binding | tuple[str, str] | tuple[str, str, str]]:
     return out
 
 
-class MainScreen(MainActions, Screen[None]):
+class MainScreen(MainActions, BackdropScreen):
     BINDINGS = _bindings()
     # Textual repaints the whole screen on every focus change (its `focused` repaints); the
     # widgets whose looks depend on the focus (the focused panel's border, a table's cursor) are
@@ -103,12 +102,12 @@ class MainScreen(MainActions, Screen[None]):
                 if p.group is g:
                     yield p.widget(id=p.id)
 
-        with Vertical(id="body"):
-            with Horizontal(id="top"):
-                with Vertical(id="left"):
+        with Column(id="body"):
+            with Row(id="top"):
+                with Column(id="left"):
                     yield from group(Group.LEFT)
                 yield from group(Group.RIGHT)
-            with Horizontal(id="bottom"):
+            with Row(id="bottom"):
                 yield from group(Group.BOTTOM)
         yield MessageLine(id="message-bar")
         yield KeyBar(id="keybar")

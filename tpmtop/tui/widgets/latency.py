@@ -7,7 +7,6 @@ import time
 
 from textual import work
 from textual.app import ComposeResult
-from textual.containers import Horizontal
 from textual.content import Content
 from textual.markup import escape
 from textual.message import Message
@@ -17,6 +16,7 @@ from textual.widgets import Sparkline
 from tpmtop.sources.numbers import fmt_us
 from tpmtop.sources.rows.histogram import CAPTURE_PER_DECADE, FINE_PER_DECADE, histogram_lines
 from tpmtop.sources.rows.latency import CommandRow
+from tpmtop.tui.widgets.backdrop import Row
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
 from tpmtop.viewmodel.frame import Frame
@@ -65,7 +65,7 @@ class LatencyPanel(Panel):
         table = KeyedTable(COLUMNS, grow_to=NAME_GROW_TO, grow_priority=5.5, id="latency-table")
         table.pinned = "op:"  # the operation's total / wire / host stay on top of any sort
         yield table
-        with Horizontal(id="latency-detail"):
+        with Row(id="latency-detail"):
             yield HistogramView(id="histogram")
             yield Sparkline([], id="sparkline")
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from textual.containers import Vertical
 from textual.widgets import Static
 
+from tpmtop.tui.widgets.backdrop import Column
 from tpmtop.viewmodel.frame import Frame
 
 
-class Panel(Vertical):
+class Panel(Column):
     """A panel of the table in :mod:`tpmtop.tui.panels`: it draws its part of each frame of
     the view-model (:class:`tpmtop.viewmodel.frame.Frame`), and never asks the source itself."""
 
