@@ -186,3 +186,43 @@ async def test_a_restyle_refreshes_each_widget_once_with_what_textual_would_have
         finally:
             Widget.refresh = real
         assert fewer, "a subtree refresh inside another was not skipped"
+
+
+async def test_a_first_switch_to_a_rehearsed_theme_matches_no_selector_and_draws_as_a_fresh_start(monkeypatch):
+    # Once the other themes are parsed (a worker), what each node would be given under each is
+    # worked out between keys on the UI thread (TpmtopApp._rehearse_theme), with the App's theme
+    # classes and :dark/:light as the switch will leave them (DataTable has a :dark rule). The
+    # first switch to each theme then matches no selector, and what it gives each node and draws
+    # is what a fresh start in that theme gives and draws.
+    from textual.css.stylesheet import Stylesheet
+
+    from tpmtop.tui.stylesheet import ThemeStylesheet
+
+    matched: list[object] = []
+    textual_apply = Stylesheet.apply
+
+    def counting(self, node, **kw):
+        if type(self) is ThemeStylesheet and self._paths is not None:  # during a restyle's pass
+            matched.append(node)
+        return textual_apply(self, node, **kw)
+
+    monkeypatch.setattr(Stylesheet, "apply", counting)
+    app = TpmtopApp(ReplaySource(load(FIXTURE), FIXTURE), theme="dark", remember=False)
+    switched: dict[str, tuple[list, list]] = {}
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(len(app.tpmtop_themes)):  # every theme once, back to the first
+            app._warm_themes()  # what the timer starts 3 s after a switch
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            matched.clear()
+            await pilot.press("t")
+            await pilot.pause()
+            assert matched == [], app.theme
+            switched[app.theme] = (_cells(app), _styles(app))
+    assert set(switched) == set(app.tpmtop_themes)
+    for name, (cells, styles) in switched.items():
+        fresh = TpmtopApp(ReplaySource(load(FIXTURE), FIXTURE), theme=name, remember=False)
+        async with fresh.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            assert _styles(fresh) == styles, name
+            assert _cells(fresh) == cells, name

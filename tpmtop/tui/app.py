@@ -192,16 +192,38 @@ class TpmtopApp(App):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="styles", description="parse the other themes")
     def _warm_themes(self) -> None:
-        """Parse the styles of every other theme, the one t switches to next first, so a switch
-        only applies them. All of them: t is often pressed a few times in a row, and each theme
-        not parsed ahead cost its switch ~10 ms more of the UI thread (benchmarks/ui_load.py).
-        A theme already parsed costs nothing here but the sources added since (a new screen's)."""
+        """Parse the styles of every other theme, the one t switches to next first, and rehearse
+        each (:meth:`_rehearse_theme`), so a switch only sets rules already worked out. All of
+        them: t is often pressed a few times in a row, and each theme not parsed ahead cost its
+        switch ~10 ms more of the UI thread (benchmarks/ui_load.py). A theme already parsed
+        costs nothing here but the sources added since (a new screen's)."""
         names = self.tpmtop_themes
         i = names.index(self.theme) if self.theme in names else -1
-        for name in names[i + 1:] + names[:max(i, 0)]:
+        # This one last: rehearsed too, for t pressed round to it (its first styling keeps nothing).
+        for name in names[i + 1:] + names[:max(i, 0)] + names[max(i, 0):i + 1]:
             variables = self._css_variables_of(name)
             if variables is not None and isinstance(self.stylesheet, ThemeStylesheet):
                 self.stylesheet.warm(variables)
+                self.call_from_thread(self._rehearse_theme, name, variables)
+
+    def _rehearse_theme(self, name: str, variables: dict[str, str]) -> None:
+        """Work out what every node would be given under theme ``name``, just parsed (UI thread:
+        it reads the tree; one theme per call, so a key waits for one at most). The tree is
+        matched as the switch will leave it: the App's theme classes, and the theme that :dark
+        and :light test, are swapped in without a watcher or a restyle, and back."""
+        theme = self.get_theme(name)
+        if theme is None or not isinstance(self.stylesheet, ThemeStylesheet):
+            return
+        state = self.__dict__
+        saved = self._classes, state["_reactive_theme"]
+        kept = {c for c in self._classes if not c.startswith("-theme-") and c not in ("-dark-mode", "-light-mode")}
+        self._classes = kept | {f"-theme-{name}", "-dark-mode" if theme.dark else "-light-mode"}
+        state["_reactive_theme"] = name
+        try:
+            nodes = {id(n): n for root in (self, *self.screen_stack) for n in root.walk_children(with_self=True)}
+            self.stylesheet.rehearse(nodes.values(), variables)
+        finally:
+            self._classes, state["_reactive_theme"] = saved
 
     def cycle_theme(self) -> None:
         names = self.tpmtop_themes

@@ -12,6 +12,7 @@ thread, so a switch only applies rules already parsed.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from textual.css.stylesheet import Stylesheet
@@ -222,6 +223,22 @@ class ThemeStylesheet(Stylesheet):
         # in place; parse() has the same property (self._rules is set only once all parsed).
         self.parse()
 
+    def rehearse(self, nodes: Iterable[DOMNode], variables: dict[str, str]) -> None:
+        """Work out what each of ``nodes`` would be given under ``variables`` (another theme's,
+        parsed ahead by :meth:`warm`) and keep it, giving nothing: a first switch to that theme
+        then only sets rules, as a switch back does. Matching selectors was 5-11 ms of a first
+        switch's 12-18 ms restyle, against 7 ms for a switch back (140×44, unloaded). On the UI
+        thread (it reads the tree), between keys; a theme not parsed yet would be parsed here."""
+        dry = _Rehearsal(variables=variables)
+        dry.source = dict(self.source)
+        dry._by_theme, dry._lock, dry._generations, dry._given = (
+            self._by_theme, self._lock, self._generations, self._given)
+        dry.parse()
+        dry._paths = {}
+        cache: dict[tuple, Any] = {}
+        for node in nodes:
+            dry.apply(node, cache=cache)
+
     def warm(self, variables: dict[str, str]) -> None:
         """Parse every current source under ``variables`` (another theme's), for a later switch.
         Safe on a worker thread: it parses into its own Stylesheet and only adds to the cache."""
@@ -240,3 +257,22 @@ class ThemeStylesheet(Stylesheet):
                     continue
         with self._lock:
             self._by_theme.setdefault(key, {}).update(new)
+
+
+class _Rehearsal(ThemeStylesheet):
+    """A stylesheet that gives its rules to nobody: each node's are only worked out and kept,
+    in the caches it shares with the stylesheet in use (:meth:`ThemeStylesheet.rehearse`)."""
+
+    @classmethod
+    def replace_rules(cls, node: Any, rules: Any, animate: bool = False) -> None:
+        global _last_given
+        _last_given = (id(node), rules)
+
+    def _process_component_classes(self, node: Any) -> None:
+        # Textual's keeps the styles on the node; here only its component classes' rules are.
+        if self._components_later:
+            return
+        for component in sorted(node._get_component_classes()):
+            virtual = DOMNode(classes=component)
+            virtual._attach(node)  # sets its parent only: the node does not get a child
+            self.apply(virtual)
