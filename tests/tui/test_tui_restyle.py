@@ -1,6 +1,7 @@
 """What a theme switch draws is what Textual itself would draw: the shortcuts that make ``t``
-cheap (a backdrop rendered one row for all, a table cell laid out once and styled per theme)
-give the same segments, text and style, as Textual's full path, under every theme."""
+and dialogs cheap (a backdrop rendered one row for all, a table cell laid out once and styled
+per theme, the screen below a dialog tinted once per style) give the same segments, text and
+style, as Textual's full path, under every theme."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.content import Content
 from textual.geometry import Region
+from textual.renderables.background_screen import BackgroundScreen
+from textual.screen import ModalScreen
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
-from tpmtop.tui.widgets.backdrop import BackdropScreen, Column, Row
+from tpmtop.tui.widgets.backdrop import BackdropScreen, Column, Row, TintedBelow, _Tint
 from tpmtop.tui.widgets.table import KeyedTable
 
 THEMES = ["textual-dark", "textual-light", "nord", "gruvbox", "textual-dark"]  # and back to the first
@@ -116,3 +120,36 @@ async def test_a_backdrop_draws_what_textual_draws_under_every_theme(size):
                 part = Region(1, 2, max(1, box.region.width - 3), max(1, box.region.height - 3))
                 for crop in (whole, part):
                     assert _drawn(box.render_lines(crop)) == _drawn(Widget.render_lines(box, crop)), (box, theme)
+
+
+class _Dialog(TintedBelow, ModalScreen[None]):
+    def compose(self) -> ComposeResult:
+        yield Static("a dialog", id="dialog")
+
+
+async def test_the_screen_below_a_dialog_is_tinted_as_textual_tints_it_under_every_theme(monkeypatch):
+    drawn_below: list = []  # what the dialog gave each frame to draw under it
+    ours = TintedBelow.render
+
+    def recording(self):
+        drawn_below.append(ours(self))
+        return drawn_below[-1]
+
+    monkeypatch.setattr(TintedBelow, "render", recording)
+    app = _Tables()
+    async with app.run_test(size=(60, 16)) as pilot:
+        for table in app.query(KeyedTable):
+            table.sync(ROWS)
+        await pilot.pause()
+        app.push_screen(_Dialog())
+        options = app.console_options.update_dimensions(60, 16)
+        for theme in THEMES:
+            drawn_below.clear()
+            app.theme = theme
+            await pilot.pause()
+            tint = drawn_below[-1]
+            assert isinstance(tint, _Tint) and tint.color.a < 1 and tint.screen is app.screen_stack[0]
+            textual = BackgroundScreen(tint.screen, tint.color)
+            drawn = _drawn(Strip(line) for line in app.console.render_lines(tint, options))
+            assert drawn == _drawn(Strip(line) for line in app.console.render_lines(textual, options)), theme
+            assert any(text.strip() for line in drawn for text, _, _ in line)  # the tables, tinted

@@ -14,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tpmtop.sources.rows.stream import StreamRow, command_bytes, decode_history
+from tpmtop.tui.widgets.backdrop import TintedBelow
 
 
 def buffers_for(source, row: StreamRow) -> tuple[bytes | None, bytes | None, str]:
@@ -21,7 +22,7 @@ def buffers_for(source, row: StreamRow) -> tuple[bytes | None, bytes | None, str
     return command_bytes(source, row)
 
 
-class DecodeScreen(ModalScreen):
+class DecodeScreen(TintedBelow, ModalScreen):
     DEFAULT_CSS = """
     DecodeScreen { align: center middle; }
     DecodeScreen > Vertical { width: 96%; height: 92%; border: round $accent; background: $surface; }
