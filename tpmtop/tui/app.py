@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import gc
 import sys
+import time
 from functools import partial
 
 from textual import events, work
 from textual.app import App, SystemCommand
 from textual.filter import Monochrome, NoColor
 from textual.notifications import Notify
+from textual.worker import get_current_worker
 
 from tpmtop import gcpause
 from tpmtop.tui.actions import palette_entries
@@ -21,6 +23,9 @@ from tpmtop.tui.widgets.messages import LoggedMessage, MessageLine, MessageLog
 
 KEY_SETTLE_ROUNDS = 8  # at most this many more frames are waited for a key's work to settle
 KEY_GC_DEFER_MAX_S = 1.0  # the longest a key keeps the cyclic collector off (TpmtopApp.on_event)
+# A theme's rehearsal (~8 ms of the UI thread, twice that under load) waits until no key has
+# come for this long: four back to back had landed in a key's time to screen (x: 32 ms of CPU).
+KEYS_AT_REST_S = 1.0
 
 
 class TpmtopApp(App):
@@ -77,6 +82,7 @@ class TpmtopApp(App):
     _held_for: events.Key | None = None  # the key being handled
     _gc_off_for: events.Key | None = None  # the key holding the cyclic collector's pause
     _settle_rounds = 0  # frames drawn for the held key while its action's work was still going
+    _key_at = 0.0  # when the last key came (time.monotonic)
 
     async def on_event(self, event: events.Event) -> None:
         if not isinstance(event, events.Key):
@@ -92,6 +98,7 @@ class TpmtopApp(App):
             return
         self._held_for = event
         self._settle_rounds = 0
+        self._key_at = time.monotonic()
         # The workload's thread waits while the key is handled and its screen drawn (sources'
         # hold_for_ui says why).
         self.source.hold_for_ui()
@@ -197,6 +204,7 @@ class TpmtopApp(App):
         them: t is often pressed a few times in a row, and each theme not parsed ahead cost its
         switch ~10 ms more of the UI thread (benchmarks/ui_load.py). A theme already parsed
         costs nothing here but the sources added since (a new screen's)."""
+        worker = get_current_worker()
         names = self.tpmtop_themes
         i = names.index(self.theme) if self.theme in names else -1
         # This one last: rehearsed too, for t pressed round to it (its first styling keeps nothing).
@@ -204,6 +212,12 @@ class TpmtopApp(App):
             variables = self._css_variables_of(name)
             if variables is not None and isinstance(self.stylesheet, ThemeStylesheet):
                 self.stylesheet.warm(variables)
+                while (rest := KEYS_AT_REST_S - (time.monotonic() - self._key_at)) > 0:
+                    if worker.is_cancelled:
+                        return
+                    time.sleep(rest)
+                if worker.is_cancelled:
+                    return
                 self.call_from_thread(self._rehearse_theme, name, variables)
 
     def _rehearse_theme(self, name: str, variables: dict[str, str]) -> None:
