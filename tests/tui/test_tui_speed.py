@@ -231,3 +231,36 @@ async def test_a_key_pauses_the_cyclic_collector_until_its_screen_is_drawn(tmp_p
         assert gc.isenabled(), "a key's pause outlived the app"
     finally:
         TpmtopApp._display = orig
+
+
+async def test_a_refresh_due_while_a_key_is_drawn_gives_way_to_it_once(live, tmp_path, monkeypatch):
+    """A key is in flight from its arrival until its screen is drawn (the workload's hold and
+    release mark both ends). A refresh tick due meanwhile (5 ms of the UI thread, up to 20 under
+    load, that the key waited for) waits for the next tick; only once, so that a key held down
+    does not stop the refreshes."""
+    src = live(start_running=True, rate=0, mode="none")
+    app = app_for(src, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        main = main_screen(app)
+        in_flight: list[tuple[str, bool]] = []
+        hold, release = src.hold_for_ui, src.release_for_ui
+        monkeypatch.setattr(src, "hold_for_ui", lambda: (in_flight.append(("hold", app.key_in_flight())), hold()))
+        monkeypatch.setattr(src, "release_for_ui",
+                            lambda: (in_flight.append(("release", app.key_in_flight())), release()))
+        await pilot.press("s")
+        await until(pilot, lambda: len(in_flight) == 2, what=f"the key's hold and release: {in_flight}")
+        assert in_flight == [("hold", True), ("release", False)]
+        assert not app.key_in_flight()
+
+        refreshed: list[int] = []
+        dash_tick = main.dash.tick
+        monkeypatch.setattr(main.dash, "tick", lambda *a, **kw: (refreshed.append(1), dash_tick(*a, **kw))[1])
+        monkeypatch.setattr(app, "key_in_flight", lambda: True)
+        main.tick()
+        assert refreshed == []  # gave way to the key
+        main.tick()
+        assert refreshed == [1]  # not twice in a row
+        monkeypatch.setattr(app, "key_in_flight", lambda: False)
+        main.tick()
+        main.tick()
+        assert refreshed == [1, 1, 1]

@@ -83,6 +83,11 @@ class TpmtopApp(App):
     _gc_off_for: events.Key | None = None  # the key holding the cyclic collector's pause
     _settle_rounds = 0  # frames drawn for the held key while its action's work was still going
     _key_at = 0.0  # when the last key came (time.monotonic)
+    _key_drawing = False  # a key came and its screen is not drawn yet
+
+    def key_in_flight(self) -> bool:
+        """A key came and its screen is not drawn yet (for at most KEY_GC_DEFER_MAX_S)."""
+        return self._key_drawing and time.monotonic() - self._key_at < KEY_GC_DEFER_MAX_S
 
     async def on_event(self, event: events.Event) -> None:
         if not isinstance(event, events.Key):
@@ -99,6 +104,7 @@ class TpmtopApp(App):
         self._held_for = event
         self._settle_rounds = 0
         self._key_at = time.monotonic()
+        self._key_drawing = True
         # The workload's thread waits while the key is handled and its screen drawn (sources'
         # hold_for_ui says why).
         self.source.hold_for_ui()
@@ -139,6 +145,7 @@ class TpmtopApp(App):
             self._settle_rounds += 1
             self.call_after_refresh(self._key_drawn, event)
             return
+        self._key_drawing = False
         self.source.release_for_ui()
         self._gc_back_on(event)
 

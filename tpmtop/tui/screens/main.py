@@ -81,6 +81,7 @@ class MainScreen(MainActions, BackdropScreen):
         self._sysfs_reads = 0
         self.refresh_s = REFRESH_S
         self._tick_timer: Timer | None = None
+        self._tick_skipped = False  # the last tick gave way to a key (tick)
 
     @property
     def source(self) -> Source:
@@ -190,6 +191,13 @@ class MainScreen(MainActions, BackdropScreen):
     def tick(self) -> None:
         if self.app.screen is not self:
             return  # a modal is up: nothing is visible to refresh
+        in_flight = getattr(self.app, "key_in_flight", None)
+        if not self._tick_skipped and in_flight is not None and in_flight():
+            # A key's screen is being drawn: this refresh (5 ms of the UI thread, up to 20 under
+            # load) waits for the next tick rather than add to it. Once: keys held down repeat.
+            self._tick_skipped = True
+            return
+        self._tick_skipped = False
         stream = self.query_one(StreamPanel)
         width = self.query_one(ModesPanel).content_size.width
         self.show(self.dash.tick(stream_filter=None if stream.frozen else stream.needle, modes_width=width,
