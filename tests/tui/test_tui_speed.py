@@ -237,7 +237,7 @@ async def test_a_refresh_due_while_a_key_is_drawn_gives_way_to_it_once(live, tmp
     """A key is in flight from its arrival until its screen is drawn (the workload's hold and
     release mark both ends). A refresh tick due meanwhile (5 ms of the UI thread, up to 20 under
     load, that the key waited for) waits for the next tick; only once, so that a key held down
-    does not stop the refreshes."""
+    does not stop the refreshes. A worker's result that comes meanwhile is drawn by that tick."""
     src = live(start_running=True, rate=0, mode="none")
     app = app_for(src, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -264,3 +264,16 @@ async def test_a_refresh_due_while_a_key_is_drawn_gives_way_to_it_once(live, tmp
         main.tick()
         main.tick()
         assert refreshed == [1, 1, 1]
+
+        # A worker's result that comes during a key is drawn by the next tick instead.
+        shown: list[object] = []
+        show = main.show
+        monkeypatch.setattr(main, "show", lambda frame: (shown.append(frame), show(frame))[1])
+        view = main.dash.stats(main.query_one("#modes").content_size.width)
+        assert view is not None
+        monkeypatch.setattr(app, "key_in_flight", lambda: True)
+        main.on_stats_ready(m.StatsReady(view, main.dash.generation))
+        assert shown == []
+        monkeypatch.setattr(app, "key_in_flight", lambda: False)
+        main.tick()
+        assert any(getattr(f, "stats", None) is view for f in shown)

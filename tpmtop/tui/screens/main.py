@@ -82,6 +82,7 @@ class MainScreen(MainActions, BackdropScreen):
         self.refresh_s = REFRESH_S
         self._tick_timer: Timer | None = None
         self._tick_skipped = False  # the last tick gave way to a key (tick)
+        self._waiting: list[m.PollDone | m.StatsReady] = []  # worker results that came during a key
 
     @property
     def source(self) -> Source:
@@ -191,13 +192,15 @@ class MainScreen(MainActions, BackdropScreen):
     def tick(self) -> None:
         if self.app.screen is not self:
             return  # a modal is up: nothing is visible to refresh
-        in_flight = getattr(self.app, "key_in_flight", None)
-        if not self._tick_skipped and in_flight is not None and in_flight():
+        if not self._tick_skipped and self._key_in_flight():
             # A key's screen is being drawn: this refresh (5 ms of the UI thread, up to 20 under
             # load) waits for the next tick rather than add to it. Once: keys held down repeat.
             self._tick_skipped = True
             return
         self._tick_skipped = False
+        waiting, self._waiting = self._waiting, []
+        for message in waiting:
+            self._apply(message)
         stream = self.query_one(StreamPanel)
         width = self.query_one(ModesPanel).content_size.width
         self.show(self.dash.tick(stream_filter=None if stream.frozen else stream.needle, modes_width=width,
@@ -227,13 +230,31 @@ class MainScreen(MainActions, BackdropScreen):
     def refresh_all(self) -> None:
         self.show(self.dash.first(self.query_one(ModesPanel).content_size.width))
 
+    def _key_in_flight(self) -> bool:
+        in_flight = getattr(self.app, "key_in_flight", None)
+        return in_flight is not None and bool(in_flight())
+
     # -- worker results ---------------------------------------------------------------------------
+    # A result that comes while a key's screen is being drawn waits for the next tick (where
+    # there are ticks): updating the tables it brings (~2 ms of the UI thread under two busy
+    # loops) and repainting them landed in the key's own frame.
     def on_poll_done(self, message: m.PollDone) -> None:
-        self.show(self.dash.on_poll(message.result))
         self.set_timer(self.source.poll_interval, self.poll_tpm)
+        if self._tick_timer is not None and self._key_in_flight():
+            self._waiting.append(message)
+        else:
+            self._apply(message)
 
     def on_stats_ready(self, message: m.StatsReady) -> None:
-        if message.generation == self.dash.generation:  # else a key changed the run meanwhile
+        if self._tick_timer is not None and self._key_in_flight():
+            self._waiting.append(message)
+        else:
+            self._apply(message)
+
+    def _apply(self, message: m.PollDone | m.StatsReady) -> None:
+        if isinstance(message, m.PollDone):
+            self.show(self.dash.on_poll(message.result))
+        elif message.generation == self.dash.generation:  # else a key changed the run meanwhile
             self.show(Frame(self.dash.header(), stats=message.view))
         else:
             self.dash.changed()
