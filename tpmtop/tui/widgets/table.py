@@ -63,7 +63,7 @@ class KeyedTable(DataTable):
         self._laid_out: dict[tuple, list[list[Segment]]] = {}
 
     # A theme switch (``t``) changes every cell's style and nothing else, and DataTable lays each
-    # cell's text out again through Rich (~70 µs a cell: the latency table's ~60 cells were a
+    # cell's text out again through Rich (~55 µs a cell: the latency table, ~60 cells, was a
     # fifth of ``t``'s frame). A text cell off the cursor is laid out once, with no base style,
     # and styled on each render: DataTable's pre-style is base + the cell's own (none off the
     # cursor, no post-style) and Rich styles add associatively, so base + (laid-out style)
