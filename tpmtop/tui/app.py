@@ -219,9 +219,7 @@ class TpmtopApp(App):
             variables = self._css_variables_of(name)
             if variables is not None and isinstance(self.stylesheet, ThemeStylesheet):
                 self.stylesheet.warm(variables)
-                while (rest := KEYS_AT_REST_S - (time.monotonic() - self._key_at)) > 0:
-                    if worker.is_cancelled:
-                        return
+                while not worker.is_cancelled and (rest := KEYS_AT_REST_S - (time.monotonic() - self._key_at)) > 0:
                     time.sleep(rest)
                 if worker.is_cancelled:
                     return

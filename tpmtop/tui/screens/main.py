@@ -240,12 +240,12 @@ class MainScreen(MainActions, BackdropScreen):
     # loops) and repainting them landed in the key's own frame.
     def on_poll_done(self, message: m.PollDone) -> None:
         self.set_timer(self.source.poll_interval, self.poll_tpm)
-        if self._tick_timer is not None and self._key_in_flight():
-            self._waiting.append(message)
-        else:
-            self._apply(message)
+        self._apply_or_wait(message)
 
     def on_stats_ready(self, message: m.StatsReady) -> None:
+        self._apply_or_wait(message)
+
+    def _apply_or_wait(self, message: m.PollDone | m.StatsReady) -> None:
         if self._tick_timer is not None and self._key_in_flight():
             self._waiting.append(message)
         else:
