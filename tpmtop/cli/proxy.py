@@ -151,13 +151,6 @@ def _write_capture(args, out, conn, accounts, extra=None, events: bool = False) 
     notice(f"capture written to {args.json}")
 
 
-def _settled() -> None:
-    """The outcome is decided and written: a late signal (a SIGHUP when the terminal closes
-    after a Ctrl-C) must not change the exit status or cut the clean-up that remains."""
-    interrupts.ignore()
-    interrupts.take_pending()
-
-
 def run_proxy(args) -> int:
     from tpmtop.proxy.access import AccessPolicy, gid_of
     from tpmtop.proxy.server import ProxyServer
@@ -217,8 +210,10 @@ def _serve_until_stopped(args, server, conn, out, host) -> int:
     finally:
         server.stop()
         _print_clients(server.accounts)
-        _write_capture(args, out, conn, server.accounts)
-        _settled()
+        # The outcome is decided: a late signal (a SIGHUP as the terminal closes after the
+        # Ctrl-C) must not cut the capture's write nor change the exit status.
+        with interrupts.settling():
+            _write_capture(args, out, conn, server.accounts)
     if interrupted:
         notice("interrupted")
         return EXIT_INTERRUPTED
@@ -304,10 +299,10 @@ def run_run(args) -> int:
             if proc is not None:  # a CMD that never started gets no table: its one line says why
                 print(f"tpmtop run: {safe(' '.join(cmd))} (through {tcti}; TPM {conn.target.tcti})", file=sys.stderr)
                 print(run_table(server.accounts, wall, table), file=sys.stderr, flush=True)
-                _write_capture(args, out, conn, server.accounts,
-                               extra={"command": {"argv": cmd, "exit_status": status, "wall_ns": wall}}, events=True)
-                if status is not None:
-                    _settled()
+                with interrupts.settling():  # as in run_proxy: nothing cuts the capture's write
+                    _write_capture(args, out, conn, server.accounts,
+                                   extra={"command": {"argv": cmd, "exit_status": status, "wall_ns": wall}},
+                                   events=True)
     if status is None:
         return EXIT_INTERRUPTED
     return status if status >= 0 else 128 - status
