@@ -10,6 +10,7 @@ from textual.css.stylesheet import Stylesheet
 from textual.widgets import DataTable
 
 from tests.helpers.tui import SIZE, app_for, main_screen, until
+from tpmtop.sources.protocol import UiHold
 from tpmtop.tui import messages as m
 from tpmtop.tui.screens.help import HelpScreen
 
@@ -111,7 +112,7 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
 
     import tpmtop.sources.live_workload as lw
 
-    monkeypatch.setattr(lw, "UI_HOLD_MAX_S", 60.0)
+    monkeypatch.setattr(lw, "UI_HOLD_MAX_S", {UiHold.KEY: 60.0, UiHold.REFRESH: 60.0})
     src = live(start_running=True, rate=0, mode="none")
     waiting = threading.Event()
 
@@ -141,12 +142,17 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
         # A key: held when it arrives, released after the screen that draws it.
         calls: list[str] = []
         hold = src.hold_for_ui
-        monkeypatch.setattr(src, "hold_for_ui", lambda: (calls.append("hold"), hold()))
-        monkeypatch.setattr(src, "release_for_ui", lambda: (calls.append("release"), release()))
+        monkeypatch.setattr(src, "hold_for_ui", lambda why=UiHold.KEY: (calls.append(f"hold {why}"), hold(why)))
+        monkeypatch.setattr(src, "release_for_ui",
+                            lambda why=UiHold.KEY: (calls.append(f"release {why}"), release(why)))
         frozen = screen_frozen(app)
         await pilot.press("s")
-        await until(pilot, lambda: calls == ["hold", "release"], what=f"the key's hold and release: {calls}")
-        assert screen_frozen(app) != frozen and src.ui_idle.is_set()
+        def key_calls() -> list[str]:  # the refreshes hold and release the workload too
+            return [c for c in calls if c.endswith(UiHold.KEY)]
+
+        await until(pilot, lambda: key_calls() == ["hold key", "release key"],
+                    what=f"the key's hold and release: {calls}")
+        assert screen_frozen(app) != frozen and UiHold.KEY not in src._ui_holds
         after = ops()
         await until(pilot, lambda: ops() > after, what="the workload running after the key")
         # t's restyle runs after the key's handler: the release waits for the frame that draws it.
@@ -161,8 +167,12 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
         monkeypatch.setattr(type(app), "_display", record)
         before = app.theme
         at_release: list[bool] = []
-        monkeypatch.setattr(src, "release_for_ui", lambda: (at_release.append(any(t != before for t in drawn)),
-                                                            release()))
+        def theme_drawn(why: UiHold = UiHold.KEY) -> None:
+            if why is UiHold.KEY:
+                at_release.append(any(t != before for t in drawn))
+            release(why)
+
+        monkeypatch.setattr(src, "release_for_ui", theme_drawn)
         await pilot.press("t")
         await until(pilot, lambda: at_release, what="t's release")
         assert at_release[0], "the workload was released before t's new theme was drawn"
@@ -179,7 +189,12 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
 
         monkeypatch.setattr(type(app), "_display", record_filter)
         at_release.clear()
-        monkeypatch.setattr(src, "release_for_ui", lambda: (at_release.append(any(shown)), release()))
+        def filter_drawn(why: UiHold = UiHold.KEY) -> None:
+            if why is UiHold.KEY:
+                at_release.append(any(shown))
+            release(why)
+
+        monkeypatch.setattr(src, "release_for_ui", filter_drawn)
         await pilot.press("slash")
         await until(pilot, lambda: at_release, what="/'s release")
         assert at_release[0], "the workload was released before the filter line was drawn with its focus"
@@ -244,14 +259,22 @@ async def test_a_refresh_due_while_a_key_is_drawn_gives_way_to_it_once(live, tmp
         main = main_screen(app)
         in_flight: list[tuple[str, bool]] = []
         hold, release = src.hold_for_ui, src.release_for_ui
-        monkeypatch.setattr(src, "hold_for_ui", lambda: (in_flight.append(("hold", app.key_in_flight())), hold()))
-        monkeypatch.setattr(src, "release_for_ui",
-                            lambda: (in_flight.append(("release", app.key_in_flight())), release()))
+
+        def note(what: str, why: UiHold) -> None:
+            if why is UiHold.KEY:  # the refreshes hold and release the workload too
+                in_flight.append((what, app.key_in_flight()))
+
+        monkeypatch.setattr(src, "hold_for_ui", lambda why=UiHold.KEY: (note("hold", why), hold(why)))
+        monkeypatch.setattr(src, "release_for_ui", lambda why=UiHold.KEY: (note("release", why), release(why)))
         await pilot.press("s")
         await until(pilot, lambda: len(in_flight) == 2, what=f"the key's hold and release: {in_flight}")
         assert in_flight == [("hold", True), ("release", False)]
         assert not app.key_in_flight()
 
+        # Paused: a tick then draws at once (one due during an operation waits for its end:
+        # test_a_refresh_draws_between_operations).
+        src.set_running(False)
+        await until(pilot, lambda: not src.workload_busy(), what="the workload paused")
         refreshed: list[int] = []
         dash_tick = main.dash.tick
         monkeypatch.setattr(main.dash, "tick", lambda *a, **kw: (refreshed.append(1), dash_tick(*a, **kw))[1])
@@ -277,3 +300,103 @@ async def test_a_refresh_due_while_a_key_is_drawn_gives_way_to_it_once(live, tmp
         monkeypatch.setattr(app, "key_in_flight", lambda: False)
         main.tick()
         assert any(getattr(f, "stats", None) is view for f in shown)
+
+
+def _wait(cond, what: str, timeout: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_the_workload_waits_for_every_hold_and_no_longer_than_its_time(live, monkeypatch):
+    """A key's hold and a refresh's are released each on its own: the workload runs again once
+    both are, and a hold the dashboard never releases ends at its time. Real swtpm, the live
+    source's own loop on its own thread."""
+    import threading
+    import time
+
+    import tpmtop.sources.live_workload as lw
+
+    monkeypatch.setattr(lw, "UI_HOLD_MAX_S", {UiHold.KEY: 60.0, UiHold.REFRESH: 60.0})
+    src = live(start_running=True, rate=0, mode="none")
+    stop = threading.Event()
+    loop = threading.Thread(target=src.workload_loop, args=(stop.is_set,), daemon=True)
+
+    def ops() -> int:
+        return sum(a.ops for a in src.accounts().values())
+
+    loop.start()
+    try:
+        _wait(lambda: ops() > 20, "the workload running")
+        src.hold_for_ui(UiHold.KEY)
+        src.hold_for_ui(UiHold.REFRESH)
+        _wait(lambda: not src.workload_busy(), "the burst under way to end")
+        held = ops()
+        time.sleep(0.3)
+        assert ops() == held, "an operation started while held"
+        src.release_for_ui(UiHold.KEY)
+        time.sleep(0.3)
+        assert ops() == held, "an operation started while the refresh still held the workload"
+        src.release_for_ui(UiHold.REFRESH)
+        _wait(lambda: ops() > held, "the workload running again")
+        # Never released: it runs again once the hold's time is up.
+        monkeypatch.setattr(lw, "UI_HOLD_MAX_S", {UiHold.KEY: 60.0, UiHold.REFRESH: 0.2})
+        src.hold_for_ui(UiHold.REFRESH)
+        _wait(lambda: not src.workload_busy(), "the burst under way to end")
+        held = ops()
+        _wait(lambda: ops() > held + 50, "the workload running after the hold's time")
+    finally:
+        stop.set()
+        loop.join(30)
+
+
+async def test_a_refresh_draws_between_operations(live, tmp_path, monkeypatch):
+    """The dashboard's refresh and the workload share the process and its GIL: an operation
+    under way while a frame was drawn waited for the GIL after each round trip, and the Latency
+    panel showed the refresh's milliseconds as the TPM's tail. A refresh waits for the end of
+    the operation under way and draws while the workload waits: no workload command is on the
+    wire between a refresh's start and its frame. Unpaced, so that every refresh falls due in
+    the middle of a burst; the waits' caps are raised so that only the releases end them."""
+    import time
+
+    import tpmtop.sources.live_workload as lw
+    import tpmtop.tui.screens.main as main_module
+    from tpmtop.tpm.exchange import Origin
+
+    monkeypatch.setattr(lw, "UI_HOLD_MAX_S", {UiHold.KEY: 60.0, UiHold.REFRESH: 60.0})
+    monkeypatch.setattr(main_module, "QUIET_WAIT_MAX_S", 60.0)
+    src = live(start_running=True, rate=0, mode="per-command")
+    app = app_for(src, tmp_path)
+    windows: list[list[int]] = []  # [start, end] of each refresh, perf_counter_ns
+    async with app.run_test(size=SIZE) as pilot:
+        main = main_screen(app)
+        await until(pilot, lambda: sum(a.ops for a in src.accounts().values()) > 20, what="the workload running")
+        draw, release = main._draw_tick, src.release_for_ui
+
+        def drawing() -> None:
+            windows.append([time.perf_counter_ns(), 0])
+            draw()
+
+        def released(why: UiHold = UiHold.KEY) -> None:
+            if why is UiHold.REFRESH and windows and not windows[-1][1]:
+                windows[-1][1] = time.perf_counter_ns()
+            release(why)
+
+        monkeypatch.setattr(main, "_draw_tick", drawing)
+        monkeypatch.setattr(src, "release_for_ui", released)
+        first = src.recorder.events()[-1].seq
+        await until(pilot, lambda: sum(1 for w in windows if w[1]) >= 10, what="ten refreshes drawn")
+        done = [w for w in windows if w[1]]
+        events = [e for e in src.recorder.events_since(first) if e.origin == Origin.WORKLOAD]
+    spans: dict[int, list[int]] = {}
+    for e in events:
+        if e.op_seq is not None:
+            s = spans.setdefault(e.op_seq, [e.t_ns, e.t_ns + e.wire_ns])
+            s[0], s[1] = min(s[0], e.t_ns), max(s[1], e.t_ns + e.wire_ns)
+    between = [s for s in spans.values() if done[0][0] < s[0] < done[-1][1]]
+    assert len(between) > 20, "the workload hardly ran between the refreshes"
+    overlapping = [(s, w) for s in spans.values() for w in done if s[0] < w[1] and w[0] < s[1]]
+    assert not overlapping, f"{len(overlapping)} operations on the wire during a refresh: {overlapping[:3]}"

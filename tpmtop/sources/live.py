@@ -69,9 +69,10 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.last_error: str | None = None
         self.stopping = threading.Event()
         self.resume = threading.Event()
-        self.ui_idle = threading.Event()  # cleared while the dashboard draws a key (hold_for_ui)
+        self.ui_idle = threading.Event()  # cleared while the dashboard draws (hold_for_ui)
         self.ui_idle.set()
-        self._ui_hold_until = 0.0
+        self._ui_holds = {}
+        self._in_burst = False
         if self.running:
             self.resume.set()
         self.identity = None
@@ -328,7 +329,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.running = False
         self.stopping.set()
         self.resume.set()  # wake a paused loop so it sees `stopping`
-        self.ui_idle.set()  # and one waiting for a key's screen (hold_for_ui)
+        self.ui_idle.set()  # and one waiting for the screen (hold_for_ui)
 
         def job() -> None:  # queued behind an operation in flight, which finishes first
             w, self.workload = self.workload, None

@@ -17,6 +17,7 @@ from tpmtop.errors import NullNameChanged, TpmConnectionError, TpmError, TpmtopE
 from tpmtop.sessions.modes import Mode
 from tpmtop.sources import pacing
 from tpmtop.sources.pacing import BURST_JOB_S, RATES, burst_size, pacing_json
+from tpmtop.sources.protocol import UiHold
 from tpmtop.sources.timeline import OpsTimeline
 from tpmtop.tpm.exchange import Origin
 
@@ -36,9 +37,9 @@ class PauseCause(StrEnum):
 
 
 
-# A key's screen is drawn within this on a loaded machine; past it the workload runs again even
-# if the dashboard never said it was done (hold_for_ui).
-UI_HOLD_MAX_S = 0.25
+# A key's screen is drawn within this on a loaded machine, and a refresh's frame within the
+# other; past it the workload runs again even if the dashboard never said it was done (hold_for_ui).
+UI_HOLD_MAX_S = {UiHold.KEY: 0.25, UiHold.REFRESH: 0.1}
 
 
 class WorkloadDriver:
@@ -64,7 +65,8 @@ class WorkloadDriver:
     stopping: threading.Event
     resume: threading.Event
     ui_idle: threading.Event
-    _ui_hold_until: float
+    _ui_holds: dict[UiHold, float]  # what holds the workload, and until when (time.perf_counter)
+    _in_burst: bool
     timeline: OpsTimeline
     rates_run: dict[tuple[str, str, str], set[float]]
     # (engine, op) -> `none` operations run as the interleaved baseline (the Modes panel says so)
@@ -77,22 +79,42 @@ class WorkloadDriver:
         raise NotImplementedError
 
     # -- the workload (its own worker thread) ---------------------------------------------------
-    def hold_for_ui(self) -> None:
-        """A key was pressed: the next operation waits until :meth:`release_for_ui` (the key's
-        screen is drawn), at most UI_HOLD_MAX_S. The workload and the dashboard share one process
-        and its GIL; unpaced, the workload's thread takes the GIL back after each of its round
-        trips, so a key's few milliseconds of Python took 3-5 times as long on the clock
-        (benchmarks/ui_load.py). An operation under way is finished and timed as usual: only the
-        gap between two operations grows, and what is measured is each operation."""
-        self._ui_hold_until = time.perf_counter() + UI_HOLD_MAX_S
+    def hold_for_ui(self, why: UiHold = UiHold.KEY) -> None:
+        """The next operation waits until :meth:`release_for_ui` (the screen is drawn), at most
+        UI_HOLD_MAX_S. The workload and the dashboard share one process and its GIL:
+
+        - a key: unpaced, the workload's thread takes the GIL back after each of its round
+          trips, so a key's few milliseconds of Python took 3-5 times as long on the clock
+          (benchmarks/ui_load.py);
+        - a refresh: the other way round, an operation under way while the dashboard draws waits
+          for the GIL after each of its round trips, and the refresh's milliseconds land in the
+          operation's time, which the dashboard then shows as the TPM's tail. The refresh waits
+          for the operation under way (:meth:`workload_busy`), then draws while the workload
+          waits.
+
+        An operation under way is finished and timed as usual: only the gap between two
+        operations grows, and what is measured is each operation. Called on the UI thread only."""
+        self._ui_holds[why] = time.perf_counter() + UI_HOLD_MAX_S[why]
         self.ui_idle.clear()
 
-    def release_for_ui(self) -> None:
-        self.ui_idle.set()
+    def release_for_ui(self, why: UiHold = UiHold.KEY) -> None:
+        self._ui_holds.pop(why, None)
+        if not self._ui_holds:
+            self.ui_idle.set()
+
+    def workload_busy(self) -> bool:
+        return self._in_burst
+
+    def _ui_held(self) -> bool:
+        """A hold that has not run out (one the dashboard never released ends at its time)."""
+        if self.ui_idle.is_set():
+            return False
+        now = time.perf_counter()
+        return any(until > now for until in list(self._ui_holds.values()))
 
     def _wait_for_ui(self) -> None:
-        if not self.ui_idle.is_set():
-            left = self._ui_hold_until - time.perf_counter()
+        while self._ui_held() and not self.stopping.is_set():
+            left = max(list(self._ui_holds.values()), default=0.0) - time.perf_counter()
             if left > 0:
                 self.ui_idle.wait(left)
 
@@ -117,7 +139,7 @@ class WorkloadDriver:
                 break
             rate = self.rate
             n = burst_size(rate)
-            self.step(n)
+            self._burst(n)
             if rate > 0:
                 next_t += n / rate
                 delay = next_t - time.perf_counter()
@@ -130,55 +152,87 @@ class WorkloadDriver:
                 # GIL for whole switch intervals (5 ms); yielding keeps keys responsive.
                 time.sleep(0)
 
+    def _burst(self, n: int) -> None:
+        """``n`` operations back to back. A burst the dashboard holds (a refresh due, a key) runs
+        its rest once the screen is drawn: dropped, it cost a third of the operations at the
+        default pacing in one run, the refreshes falling due in the bursts every time."""
+        while n > 0:
+            done, held = self.step(n)
+            n -= done
+            if not held or self.stopping.is_set():
+                return
+            self._wait_for_ui()
+            if not self.running or not self.connected:
+                return
+
     def pacing(self) -> dict[str, Any]:
         """How the workload is paced now (shown in the header, written into captures)."""
         return pacing_json(self.rate)
 
-    def step(self, n: int = 1) -> None:
+    def step(self, n: int = 1) -> tuple[int, bool]:
         """Up to ``n`` operations back to back as one job on the TPM's owner thread (a burst):
         no thread hand-off between them, so each runs warm. A job ends after BURST_JOB_S even
         if the burst is not done, so a poll or a key's action never waits behind a slow chip's
-        whole burst (slb9670: 150 ms per operation)."""
+        whole burst (slb9670: 150 ms per operation). Returns how many ran, and whether the
+        dashboard's hold (hold_for_ui) ended the job."""
         if self.read_only:
-            return
+            return 0, False
         try:
-            if not self.run_on_owner(self._burst_job, n, origin=Origin.WORKLOAD):
-                return
-            self.errors_in_row = 0
-            self.workload_error = None
+            done, held = self.run_on_owner(self._burst_job, n, origin=Origin.WORKLOAD)
         except TpmConnectionError:
             raise
         except TpmError as e:
             what = SLOTS_FULL.get(e.rc or 0)
             if what is None:
                 self._workload_failed(str(e))
-                return
-            self._workload_failed(f"{e}. The workload is paused: in the Handles panel select a handle "
-                                  "tpmtop did not create, press f to flush it (it asks first), then space to resume",
-                                  pause=f"paused: TPM {what} full, see Handles", cause=PauseCause.SLOTS_FULL)
+            else:
+                self._workload_failed(f"{e}. The workload is paused: in the Handles panel select a handle "
+                                      "tpmtop did not create, press f to flush it (it asks first), then space to "
+                                      "resume", pause=f"paused: TPM {what} full, see Handles",
+                                      cause=PauseCause.SLOTS_FULL)
+            return 0, False
         except TpmtopError as e:
             self._workload_failed(str(e))
+            return 0, False
         except Exception as e:  # a TSS2_Exception from ESAPI, or a bug in the engine
             self._workload_failed(f"{type(e).__name__}: {e}")
+            return 0, False
+        if done:
+            self.errors_in_row = 0
+            self.workload_error = None
+        return done, held
 
-    def _burst_job(self, t: Any, n: int) -> int:
+    def _burst_job(self, t: Any, n: int) -> tuple[int, bool]:
         """On the owner thread: operations until ``n`` ran, one failed to run (a reset, paused,
-        stopping) or BURST_JOB_S passed. Returns how many ran; an error propagates. While a mode
-        other than `none` runs, single `none` operations are interleaved as its baseline."""
+        stopping), BURST_JOB_S passed or the dashboard holds the workload. Returns how many ran
+        and whether the hold ended the job; an error propagates. While a mode other than
+        `none` runs, single `none` operations are interleaved as its baseline."""
         now = time.perf_counter
         deadline = now() + BURST_JOB_S
         done = 0
-        while done < n and not self.stopping.is_set():
-            t0 = now()
-            if not self._step_job(t):
-                break
-            done += 1
-            self._mode_s += now() - t0
-            if self._baseline_due() and not self._baseline_one():
-                break
-            if now() >= deadline or not self.ui_idle.is_set():
-                break
-        return done
+        # Busy first, then the hold: a refresh holds first, then reads busy. Whichever of the
+        # two threads comes second sees the other (the GIL orders them), so no operation
+        # starts once a refresh has found the workload idle.
+        self._in_burst = True
+        if self._ui_held():
+            self._in_burst = False
+            return 0, True
+        try:
+            while done < n and not self.stopping.is_set():
+                t0 = now()
+                if not self._step_job(t):
+                    break
+                done += 1
+                self._mode_s += now() - t0
+                if self._baseline_due() and not self._baseline_one():
+                    break
+                if self._ui_held():
+                    return done, True
+                if now() >= deadline:
+                    break
+        finally:
+            self._in_burst = False
+        return done, False
 
     def _baseline_due(self) -> bool:
         """A mode other than ``none`` runs, and its baseline is thin or has had less than its

@@ -30,6 +30,14 @@ if TYPE_CHECKING:
 UNSET = "-"  # no engine, mode or op: a source without runs (passive, an empty capture); shown as is
 
 
+class UiHold(StrEnum):
+    """What the dashboard holds a source's workload for, between two of its operations: a key's
+    screen, or a refresh's frame. Each is released on its own; the workload waits for both."""
+
+    KEY = "key"
+    REFRESH = "refresh"
+
+
 class SourceKind(StrEnum):
     """Which kind of source this is (its word in the header when it has no running/paused state)."""
 
@@ -139,6 +147,9 @@ class Source(Protocol):
     def workload_loop(self, cancelled: Callable[[], bool]) -> None: ...
     def set_running(self, running: bool) -> None: ...
     def set_rate_step(self, direction: int) -> float: ...
+    def hold_for_ui(self, why: UiHold = UiHold.KEY) -> None: ...
+    def release_for_ui(self, why: UiHold = UiHold.KEY) -> None: ...
+    def workload_busy(self) -> bool: ...
     def flush(self, handle: int) -> None: ...
     def flush_ours(self) -> list[int]: ...
     def inspect(self, handle: int, kind: str, ours: bool,
@@ -197,11 +208,16 @@ class SourceBase:
     def choose(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> bool:
         return False
 
-    def hold_for_ui(self) -> None:
-        """A key was pressed: a source with a workload of its own lets the screen draw first."""
+    def hold_for_ui(self, why: UiHold = UiHold.KEY) -> None:
+        """A key was pressed, or a refresh is due: a source with a workload of its own lets the
+        screen draw first."""
 
-    def release_for_ui(self) -> None:
-        """The key's screen is drawn."""
+    def release_for_ui(self, why: UiHold = UiHold.KEY) -> None:
+        """The key's screen, or the refresh's frame, is drawn."""
+
+    def workload_busy(self) -> bool:
+        """An operation of the workload is under way now (a refresh waits for its end)."""
+        return False
 
     def values(self, what: str) -> list[str]:
         return []

@@ -17,11 +17,11 @@ from textual.worker import get_current_worker
 from tpmtop import gcpause
 from tpmtop.tui.actions import palette_entries
 from tpmtop.tui.screens.main import MainScreen
+from tpmtop.tui.settled import SETTLE_ROUNDS, screen_settled
 from tpmtop.tui.stylesheet import ThemeStylesheet
 from tpmtop.tui.themes import DEFAULT_THEME, VARIABLE_DEFAULTS, load_themes, remember_theme, remembered_theme
 from tpmtop.tui.widgets.messages import LoggedMessage, MessageLine, MessageLog
 
-KEY_SETTLE_ROUNDS = 8  # at most this many more frames are waited for a key's work to settle
 KEY_GC_DEFER_MAX_S = 1.0  # the longest a key keeps the cyclic collector off (TpmtopApp.on_event)
 # A theme's rehearsal (~8 ms of the UI thread, twice that under load) waits until no key has
 # come for this long: four back to back had landed in a key's time to screen (x: 32 ms of CPU).
@@ -139,7 +139,7 @@ class TpmtopApp(App):
     def _key_drawn(self, event: events.Key) -> None:
         if event is not self._held_for:
             return  # a newer key holds
-        if self._settle_rounds < KEY_SETTLE_ROUNDS and not self._screen_settled():
+        if self._settle_rounds < SETTLE_ROUNDS and not screen_settled(self.screen):
             # What the action started is still going (a mounted filter line composing its
             # input, then focusing it): the screen drawn so far does not show the key's effect.
             self._settle_rounds += 1
@@ -148,11 +148,6 @@ class TpmtopApp(App):
         self._key_drawing = False
         self.source.release_for_ui()
         self._gc_back_on(event)
-
-    def _screen_settled(self) -> bool:
-        """Every widget on the screen is mounted and has no message waiting (called when the
-        screen has just been drawn, so nothing is waiting to be laid out or painted)."""
-        return all(w._is_mounted and w._message_queue.empty() for w in self.screen.walk_children(with_self=True))
 
     def on_unmount(self) -> None:
         # The app ends (q, a test's run_test) between a key and its frame: the pause ends too.
