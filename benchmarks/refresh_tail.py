@@ -50,17 +50,22 @@ def _figures(src: LiveSource) -> tuple[int, float, float, float, float]:
     raise SystemExit("no per-command operations ran")
 
 
+async def _window(src: LiveSource, pause, seconds: float) -> tuple:
+    """Warm up, reset the statistics, measure for ``seconds``; ``pause`` waits the way the
+    window's owner does (the app's pilot, or asyncio)."""
+    await pause(WARM_S)
+    src.reset_stats()
+    await pause(seconds)
+    return _figures(src)
+
+
 async def _alone(seconds: float) -> tuple:
-    conn = open_tpm(sim=True)
-    src = LiveSource(conn, start_running=True, rate=DEFAULT_RATE, mode=Mode.PER_COMMAND)
+    src = LiveSource(open_tpm(sim=True), start_running=True, rate=DEFAULT_RATE, mode=Mode.PER_COMMAND)
     stop = threading.Event()
     t = threading.Thread(target=src.workload_loop, args=(stop.is_set,), daemon=True)
     t.start()
     try:
-        await asyncio.sleep(WARM_S)
-        src.reset_stats()
-        await asyncio.sleep(seconds)
-        return _figures(src)
+        return await _window(src, asyncio.sleep, seconds)
     finally:
         stop.set()
         t.join(10)
@@ -72,15 +77,11 @@ async def _dashboard(seconds: float, refresh: float) -> tuple:
     from tpmtop.tui.app import TpmtopApp
 
     screen.REFRESH_S = refresh
-    conn = open_tpm(sim=True)
-    src = LiveSource(conn, start_running=True, rate=DEFAULT_RATE, mode=Mode.PER_COMMAND)
+    src = LiveSource(open_tpm(sim=True), start_running=True, rate=DEFAULT_RATE, mode=Mode.PER_COMMAND)
     try:
         app = TpmtopApp(src, theme="dark", remember=False)
         async with app.run_test(size=(120, 40)) as pilot:
-            await pilot.pause(WARM_S)
-            src.reset_stats()
-            await pilot.pause(seconds)
-            return _figures(src)
+            return await _window(src, pilot.pause, seconds)
     finally:
         src.close()
 
