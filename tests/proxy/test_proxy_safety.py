@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.helpers.processes import free_port_pair, run_tpmtop
+from tests.helpers.processes import REPO, TPMTOP, free_port_pair, run_tpmtop
 from tests.helpers.proxy import TIMEOUT, Proxy
 
 pytestmark = pytest.mark.skipif(shutil.which("tpm2_getrandom") is None, reason="tpm2-tools not installed")
@@ -126,6 +126,44 @@ def test_run_not_found_and_not_executable(tmp_path):
     r = run_tpmtop("run", "--sim", "--", str(script), timeout=120)
     assert r.returncode == 126, r.stderr
     assert "cannot execute" in r.stderr
+
+
+def _gone(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_run_stopped_by_a_signal_ends_what_cmd_started(tmp_path):
+    """A SIGTERM to tpmtop alone (a service manager's, not a terminal's Ctrl-C, which reaches
+    the whole job) ends CMD and what CMD started: a shell's background sleep is not left."""
+    pidfile = tmp_path / "sleep.pid"
+    p = subprocess.Popen(TPMTOP + ["run", "--sim", "--", "sh", "-c", f"sleep 300 & echo $! > {pidfile}; wait"],
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sleep_pid = None
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not (pidfile.exists() and pidfile.read_text().strip()):
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            time.sleep(0.02)
+        sleep_pid = int(pidfile.read_text())
+        assert not _gone(sleep_pid)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=TIMEOUT)
+        assert p.returncode == 130, err
+        deadline = time.monotonic() + TIMEOUT
+        while not _gone(sleep_pid):
+            assert time.monotonic() < deadline, f"CMD's background sleep (pid {sleep_pid}) is still running"
+            time.sleep(0.02)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if sleep_pid is not None and not _gone(sleep_pid):
+            os.kill(sleep_pid, signal.SIGKILL)
 
 
 def test_late_sighup_after_the_capture_is_written(tcp_swtpm, tmp_path):

@@ -286,12 +286,7 @@ def run_run(args) -> int:
                     except subprocess.TimeoutExpired:
                         interrupts.check_lost(since)  # one a finalizer swallowed meanwhile
             except BaseException:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                _end_command(proc)
                 raise
         finally:
             wall = time.perf_counter_ns() - t0
@@ -306,6 +301,36 @@ def run_run(args) -> int:
     if status is None:
         return EXIT_INTERRUPTED
     return status if status >= 0 else 128 - status
+
+
+def _end_command(proc: subprocess.Popen) -> None:
+    """End CMD and every process it started, as a terminal's Ctrl-C ends a foreground job.
+    tpmtop stopped by a signal to itself alone (a service manager's SIGTERM, a parent's kill)
+    ended only CMD: `sh -c '…; sleep 30'` left its sleep running. SIGTERM, then SIGKILL to
+    whatever is left after 5 s. The private swtpm is tpmtop's child, not CMD's: not in the tree."""
+    import psutil
+
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)  # before CMD ends: then they move
+    except psutil.Error:
+        tree = []
+    proc.terminate()
+    for p in tree:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    _, alive = psutil.wait_procs(tree, timeout=5)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
 
 
 def _quiet_log(text: str) -> None:
