@@ -280,9 +280,10 @@ class MainScreen(MainActions, BackdropScreen):
         return in_flight is not None and bool(in_flight())
 
     # -- worker results ---------------------------------------------------------------------------
-    # Where there are ticks, a result waits for the next one (0.2 s at most): drawn at once, it
-    # was a frame of its own in the middle of the workload's operations (see tick), or landed
-    # in a key's frame (updating its tables is ~2 ms of the UI thread under two busy loops).
+    # Where there are ticks, a result waits for the next one (a refresh interval at most):
+    # drawn at once, it was a frame of its own in the middle of the workload's operations (see
+    # tick), or landed in a key's frame (updating its tables is ~2 ms of the UI thread under
+    # two busy loops).
     def on_poll_done(self, message: m.PollDone) -> None:
         self.set_timer(self.source.poll_interval, self.poll_tpm)
         self._apply_or_wait(message)
