@@ -17,7 +17,7 @@ from textual.worker import get_current_worker
 from tpmtop import gcpause
 from tpmtop.tui.actions import palette_entries
 from tpmtop.tui.screens.main import MainScreen
-from tpmtop.tui.settled import SETTLE_ROUNDS, screen_settled
+from tpmtop.tui.settled import SETTLE_ROUNDS, look_again_after_frame, screen_settled
 from tpmtop.tui.stylesheet import ThemeStylesheet
 from tpmtop.tui.themes import DEFAULT_THEME, VARIABLE_DEFAULTS, load_themes, remember_theme, remembered_theme
 from tpmtop.tui.widgets.messages import LoggedMessage, MessageLine, MessageLog
@@ -81,7 +81,6 @@ class TpmtopApp(App):
 
     _held_for: events.Key | None = None  # the key being handled
     _gc_off_for: events.Key | None = None  # the key holding the cyclic collector's pause
-    _settle_rounds = 0  # frames drawn for the held key while its action's work was still going
     _key_at = 0.0  # when the last key came (time.monotonic)
     _key_drawing = False  # a key came and its screen is not drawn yet
 
@@ -102,7 +101,6 @@ class TpmtopApp(App):
                 self._release_after_frame(event)
             return
         self._held_for = event
-        self._settle_rounds = 0
         self._key_at = time.monotonic()
         self._key_drawing = True
         # The workload's thread waits while the key is handled and its screen drawn (sources'
@@ -136,14 +134,13 @@ class TpmtopApp(App):
         key arrived, which was before `t`'s restyle), a key paid for both."""
         self.call_next(self.call_after_refresh, self._key_drawn, event)
 
-    def _key_drawn(self, event: events.Key) -> None:
+    def _key_drawn(self, event: events.Key, rounds: int = 0) -> None:
         if event is not self._held_for:
             return  # a newer key holds
-        if self._settle_rounds < SETTLE_ROUNDS and not screen_settled(self.screen):
+        if rounds < SETTLE_ROUNDS and not screen_settled(self.screen):
             # What the action started is still going (a mounted filter line composing its
             # input, then focusing it): the screen drawn so far does not show the key's effect.
-            self._settle_rounds += 1
-            self.call_after_refresh(self._key_drawn, event)
+            look_again_after_frame(self, self._key_drawn, event, rounds + 1)
             return
         self._key_drawing = False
         self.source.release_for_ui()

@@ -10,7 +10,6 @@ up. Polls are one-shot timers re-armed after each poll. Below 110×32 the panels
 from __future__ import annotations
 
 import time
-from functools import partial
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -25,7 +24,7 @@ from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS
 from tpmtop.tui.panels import CONTAINERS, PANELS, Group, available
 from tpmtop.tui.screens.main_actions import MainActions
-from tpmtop.tui.settled import SETTLE_ROUNDS, screen_settled
+from tpmtop.tui.settled import SETTLE_ROUNDS, look_again_after_frame, screen_settled
 from tpmtop.tui.widgets.backdrop import BackdropScreen, Column, Row
 from tpmtop.tui.widgets.footer import KeyBar
 from tpmtop.tui.widgets.header import StatusHeader
@@ -249,10 +248,8 @@ class MainScreen(MainActions, BackdropScreen):
 
     def _tick_drawn(self, rounds: int) -> None:
         if rounds < SETTLE_ROUNDS and self.app.screen is self and not screen_settled(self):
-            # A widget has not repainted yet: the frame so far does not hold the new values.
-            # Looked at again after a timer, which lets the widgets take their turn first: a
-            # call_after_refresh straight away ran before them, all eight rounds in 1 ms.
-            self.set_timer(QUIET_POLL_S, partial(self.call_after_refresh, self._tick_drawn, rounds + 1))
+            # a widget has not repainted yet: the frame so far does not hold the new values
+            look_again_after_frame(self, self._tick_drawn, rounds + 1)
             return
         self.source.release_for_ui(UiHold.REFRESH)
 
