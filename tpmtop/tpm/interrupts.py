@@ -104,34 +104,6 @@ def ignore() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-class _Settling:
-    """``with settling():`` the last stretch of a command whose outcome is decided: its
-    capture being written, its last lines. A signal now (a second Ctrl-C, the SIGHUP of a
-    terminal closing after the first) would cut the write and lose the capture, or land in a
-    finalizer on the way; so every signal waits, and when the block ends tpmtop ignores them
-    for good (:func:`ignore`) and drops the one that waited. The exit status stays the one
-    already decided. Main thread only, where signals are handled."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        global _closing
-        _closing += 1
-
-    def __exit__(self, *exc: object) -> None:
-        global _closing
-        ignore()  # first: from here the handler returns at once, so nothing below is cut
-        take_pending()
-        _closing -= 1
-
-
-_SETTLING = _Settling()
-
-
-def settling() -> _Settling:
-    return _SETTLING
-
-
 def take_pending() -> str | None:
     """The signal held back, if any (and forget it)."""
     global _pending
@@ -196,3 +168,26 @@ _CLOSING = _Closing()
 
 def closing() -> _Closing:
     return _CLOSING
+
+
+class _Settling(_Closing):
+    """``with settling():`` the last stretch of a command whose outcome is decided: its
+    capture being written, its last lines. A signal now (a second Ctrl-C, the SIGHUP of a
+    terminal closing after the first) would cut the write and lose the capture, or land in a
+    finalizer on the way; so every signal waits, as in :func:`closing`, and when the block ends
+    tpmtop ignores them for good (:func:`ignore`) and drops the one that waited, so that
+    closing has nothing to raise. The exit status stays the one already decided."""
+
+    __slots__ = ()
+
+    def __exit__(self, *exc: object) -> None:
+        ignore()  # first: from here the handler returns at once, so nothing below is cut
+        take_pending()
+        super().__exit__(*exc)
+
+
+_SETTLING = _Settling()
+
+
+def settling() -> _Settling:
+    return _SETTLING
