@@ -18,7 +18,27 @@ from tpmtop.proxy.server import ephemeral_low
 
 TPMTOP = [sys.executable, "-m", "tpmtop"]
 
-__all__ = ["REPO", "TPMTOP", "BenchProcess", "TcpSwtpm", "free_port_pair", "run_tpmtop", "swtpm_children"]
+__all__ = ["REPO", "TPMTOP", "BenchProcess", "TcpSwtpm", "alive", "free_port_pair", "run_tpmtop", "swtpm_children",
+           "wait_until"]
+
+
+def wait_until(cond, what: str, timeout: float = 60.0) -> None:
+    """Poll ``cond()`` until it is true; fail naming ``what`` after ``timeout`` s (generous:
+    a condition, never a time bound)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie, ended but not yet reaped, does not)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def free_port_pair() -> int:

@@ -8,11 +8,11 @@ import os
 import shutil
 import socket
 import struct
-import time
 
 import psutil
 import pytest
 
+from tests.helpers.processes import wait_until
 from tests.helpers.proxy import GET_RANDOM_8, TIMEOUT, Proxy, _ask, _tpm_handles
 
 pytestmark = pytest.mark.skipif(shutil.which("tpm2_getrandom") is None, reason="tpm2-tools not installed")
@@ -39,13 +39,6 @@ def _forked_clients(port: int, n: int) -> None:
         assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
-def _wait(cond, what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
-
-
 def test_departed_clients_are_folded_and_threads_exit(tcp_swtpm, tmp_path):
     """300 client processes: the capture keeps the last 64 whole and one summary row for the
     program; 100 connections held at once get threads that exit once they close."""
@@ -54,7 +47,7 @@ def test_departed_clients_are_folded_and_threads_exit(tcp_swtpm, tmp_path):
         proc = psutil.Process(p.proc.pid)
         _forked_clients(p.port, 300)
         p.wait_line("client 300 ", "left")
-        _wait(lambda: proc.num_threads() <= 6, f"idle threads did not exit: {proc.num_threads()}")
+        wait_until(lambda: proc.num_threads() <= 6, f"idle threads did not exit: {proc.num_threads()}")
         idle = proc.num_threads()
         held = [socket.create_connection(("127.0.0.1", p.port), timeout=TIMEOUT) for _ in range(100)]
         for s in held:
@@ -64,7 +57,7 @@ def test_departed_clients_are_folded_and_threads_exit(tcp_swtpm, tmp_path):
         assert proc.num_threads() >= idle + 50
         for s in held:
             s.close()
-        _wait(lambda: proc.num_threads() <= idle, f"{proc.num_threads()} threads after close (idle {idle})")
+        wait_until(lambda: proc.num_threads() <= idle, f"{proc.num_threads()} threads after close (idle {idle})")
         status, _, cap = p.stop()
         assert status == 130
     finally:

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.helpers.processes import REPO, TPMTOP, free_port_pair, run_tpmtop
+from tests.helpers.processes import REPO, TPMTOP, alive, free_port_pair, run_tpmtop, wait_until
 from tests.helpers.proxy import TIMEOUT, Proxy
 
 pytestmark = pytest.mark.skipif(shutil.which("tpm2_getrandom") is None, reason="tpm2-tools not installed")
@@ -128,15 +128,6 @@ def test_run_not_found_and_not_executable(tmp_path):
     assert "cannot execute" in r.stderr
 
 
-def _gone(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 def test_run_stopped_by_a_signal_ends_what_cmd_started(tmp_path):
     """A SIGTERM to tpmtop alone (a service manager's, not a terminal's Ctrl-C, which reaches
     the whole job) ends CMD and what CMD started: a shell's background sleep is not left."""
@@ -145,24 +136,20 @@ def test_run_stopped_by_a_signal_ends_what_cmd_started(tmp_path):
                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sleep_pid = None
     try:
-        deadline = time.monotonic() + TIMEOUT
-        while not (pidfile.exists() and pidfile.read_text().strip()):
-            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
-            time.sleep(0.02)
+        wait_until(lambda: p.poll() is not None or pidfile.exists() and pidfile.read_text().strip(),
+                   "CMD's background sleep to start")
+        assert p.poll() is None, p.communicate()
         sleep_pid = int(pidfile.read_text())
-        assert not _gone(sleep_pid)
+        assert alive(sleep_pid)
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=TIMEOUT)
         assert p.returncode == 130, err
-        deadline = time.monotonic() + TIMEOUT
-        while not _gone(sleep_pid):
-            assert time.monotonic() < deadline, f"CMD's background sleep (pid {sleep_pid}) is still running"
-            time.sleep(0.02)
+        wait_until(lambda: not alive(sleep_pid), f"CMD's background sleep (pid {sleep_pid}) to end")
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
-        if sleep_pid is not None and not _gone(sleep_pid):
+        if sleep_pid is not None and alive(sleep_pid):
             os.kill(sleep_pid, signal.SIGKILL)
 
 

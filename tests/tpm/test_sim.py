@@ -7,6 +7,7 @@ import time
 import psutil
 import pytest
 
+from tests.helpers.processes import alive
 from tpmtop.tpm.sim import Swtpm
 
 
@@ -16,15 +17,8 @@ def test_exception_inside_stops_and_wipes():
             pid, state = sim.pid, sim.state_dir
             assert psutil.pid_exists(pid) and os.path.isdir(state)
             raise RuntimeError("boom")
-    assert not _alive(pid)
+    assert not alive(pid)
     assert not os.path.exists(state)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 LONG = ["--sim", "-n", "1000000", "--warmup", "0", "--modes", "none,per-command", "-q"]
@@ -55,7 +49,7 @@ def test_signal_stops_swtpm(bench, sig, engine):
     rows = out.splitlines()[3:]  # the partial table, after the header and column titles
     assert rows and all(r.split()[0] == engine for r in rows), out
     sw.wait(timeout=60)
-    assert not _alive(sw.pid)
+    assert not alive(sw.pid)
     assert not os.path.exists(state)
 
 
@@ -67,7 +61,7 @@ def test_sigkill_of_tpmtop_still_ends_swtpm(bench):
     b.proc.kill()
     b.proc.wait()
     sw.wait(timeout=60)
-    assert not _alive(sw.pid)
+    assert not alive(sw.pid)
 
 
 def test_reset_loses_volatile_state(tpm):

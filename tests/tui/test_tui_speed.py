@@ -9,6 +9,7 @@ from textual.color import Color
 from textual.css.stylesheet import Stylesheet
 from textual.widgets import DataTable
 
+from tests.helpers.processes import wait_until
 from tests.helpers.tui import SIZE, app_for, main_screen, until
 from tpmtop.sources.protocol import UiHold
 from tpmtop.tui import messages as m
@@ -302,15 +303,6 @@ async def test_a_refresh_due_while_a_key_is_drawn_gives_way_to_it_once(live, tmp
         assert any(getattr(f, "stats", None) is view for f in shown)
 
 
-def _wait(cond, what: str, timeout: float = 60.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 def test_the_workload_waits_for_every_hold_and_no_longer_than_its_time(live, monkeypatch):
     """A key's hold and a refresh's are released each on its own: the workload runs again once
     both are, and a hold the dashboard never releases ends at its time. Real swtpm, the live
@@ -330,10 +322,10 @@ def test_the_workload_waits_for_every_hold_and_no_longer_than_its_time(live, mon
 
     loop.start()
     try:
-        _wait(lambda: ops() > 20, "the workload running")
+        wait_until(lambda: ops() > 20, "the workload running")
         src.hold_for_ui(UiHold.KEY)
         src.hold_for_ui(UiHold.REFRESH)
-        _wait(lambda: not src.workload_busy(), "the burst under way to end")
+        wait_until(lambda: not src.workload_busy(), "the burst under way to end")
         held = ops()
         time.sleep(0.3)
         assert ops() == held, "an operation started while held"
@@ -341,13 +333,13 @@ def test_the_workload_waits_for_every_hold_and_no_longer_than_its_time(live, mon
         time.sleep(0.3)
         assert ops() == held, "an operation started while the refresh still held the workload"
         src.release_for_ui(UiHold.REFRESH)
-        _wait(lambda: ops() > held, "the workload running again")
+        wait_until(lambda: ops() > held, "the workload running again")
         # Never released: it runs again once the hold's time is up.
         monkeypatch.setattr(lw, "UI_HOLD_MAX_S", {UiHold.KEY: 60.0, UiHold.REFRESH: 0.2})
         src.hold_for_ui(UiHold.REFRESH)
-        _wait(lambda: not src.workload_busy(), "the burst under way to end")
+        wait_until(lambda: not src.workload_busy(), "the burst under way to end")
         held = ops()
-        _wait(lambda: ops() > held + 50, "the workload running after the hold's time")
+        wait_until(lambda: ops() > held + 50, "the workload running after the hold's time")
     finally:
         stop.set()
         loop.join(30)
