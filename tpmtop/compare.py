@@ -12,8 +12,11 @@ wide): a p99 difference is named only when the two intervals sit in different bu
 difference is reported as
 ``slower``/``faster`` only when the two intervals do not overlap; otherwise it is ``within
 noise``. A rank beyond the sample (p99 of a few dozen samples) leaves that side of the interval
-open, so small captures are called ``within noise`` unless the gap is very large. Without a
-histogram on either side no interval exists: ``no histogram``.
+open; a verdict is therefore given only when both captures hold at least ``min_samples(p)``
+samples — the smallest n whose interval is closed on both sides (8 for p50, 53 for p90, 563
+for p99) — and is otherwise ``too few samples (n=…)``: with 20 samples the p99 is the largest
+sample, and no change in it can be told from noise. Without a histogram on either side no
+interval exists: ``no histogram``.
 
 Non-overlapping 95 % intervals is a stricter test than a 5 % significance test — deliberately:
 a kernel regression report should not rest on a borderline result. It only covers sampling
@@ -22,6 +25,7 @@ noise; drift during a run (thermal, another process on the TPM) is not in the hi
 
 from __future__ import annotations
 
+import functools
 import math
 
 Z95 = 1.959964
@@ -95,10 +99,32 @@ def interval(hist: list, p: float, exact: float | None = None) -> tuple[float, f
     return lo, hi
 
 
+@functools.cache
+def min_samples(p: float) -> int:
+    """The fewest samples whose 95 % order-statistic interval of percentile ``p`` is closed on
+    both sides (lower rank >= 1, upper rank <= n): below it the interval is open-ended and the
+    verdict cannot be "within noise", let alone "slower"."""
+    n = 1
+    while True:
+        half = Z95 * math.sqrt(n * p * (1 - p))
+        if n * p - half >= 1 and n * p + half + 1 <= n:
+            return n
+        n += 1
+
+
+def _samples(summary: dict) -> int:
+    hist = summary.get("histogram") or ()
+    return sum(int(c) for _, c in hist)
+
+
 def verdict(a: dict, b: dict, p: float) -> str:
     ha, hb = a.get("histogram"), b.get("histogram")
     if not ha or not hb:
         return "no histogram"
+    need = min_samples(p)
+    n = min(_samples(a), _samples(b))
+    if 0 < n < need:
+        return f"too few samples (n={n} < {need})"
     key = f"p{round(p * 100)}"
     ia, ib = interval(ha, p, a.get(key)), interval(hb, p, b.get(key))
     if ia is None or ib is None:
@@ -120,7 +146,7 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def _row(kind: str, key: dict, a: dict, b: dict) -> dict:
-    row = {"kind": kind, **key, "count": [a["count"], b["count"]]}
+    row: dict = {"kind": kind, **key, "count": [a["count"], b["count"]]}
     for name, p in (("p50", 0.5), ("p99", 0.99)):
         row[name] = [a[name], b[name]]
         row[f"{name}_ratio"] = _ratio(a[name], b[name])

@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers.captures import capture_pair, lognormal, summary
 from tests.helpers.paths import TESTS
-from tpmtop.compare import compare, interval, value_at_rank, verdict
+from tpmtop.compare import compare, interval, min_samples, value_at_rank, verdict
 
 SAMPLE = TESTS / "captures" / "sample-1.0.json"
 TPMTOP = [sys.executable, "-m", "tpmtop"]
@@ -64,9 +64,26 @@ def test_a_real_shift_is_named():
     assert verdict(a, b, 0.99) == "slower"
 
 
-def test_p99_of_few_samples_stays_within_noise_for_a_modest_gap():
-    a, b = summary(lognormal(20, 400, 1)), summary(lognormal(20, 520, 2))
-    assert verdict(a, b, 0.99) == "within noise"
+def test_p99_of_few_samples_is_not_judged_however_large_the_gap():
+    """Two 20-op captures: a p99 is their largest sample, so even a x400 gap is "too few
+    samples", never "within noise" (the order-statistic interval is open above rank 20)."""
+    a, b = summary(lognormal(20, 400, 1)), summary(lognormal(20, 400 * 400, 2))
+    assert verdict(a, b, 0.99) == f"too few samples (n=20 < {min_samples(0.99)})"
+    assert 500 < min_samples(0.99) < 600 and min_samples(0.5) == 8
+    assert verdict(a, b, 0.5) == "slower"  # the p50 of 20 is judged
+
+
+def test_p99_of_5000_samples_is_still_judged():
+    a, b = summary(lognormal(5000, 400, 1)), summary(lognormal(5000, 600, 2))
+    assert verdict(a, b, 0.99) == "slower"
+    c = summary(lognormal(5000, 400, 3))
+    assert verdict(a, c, 0.99) == "within noise"
+
+
+def test_cli_prints_too_few_samples_for_a_20_op_p99(tmp_path):
+    _, _, pa, pb = capture_pair(tmp_path)
+    proc = subprocess.run(TPMTOP + ["compare", str(pa), str(pb)], capture_output=True, text=True, check=True)
+    assert "too few samples (n=" in proc.stdout
 
 
 def test_no_histogram():

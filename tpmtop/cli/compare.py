@@ -15,8 +15,9 @@ no assumption about the shape of the distribution), read from each capture's his
 centred on the capture's exact p50; for p99 the interval is widened to whole histogram
 buckets (1.78x wide), because interpolation in the sparse tail is too optimistic. Only
 when the two intervals do not overlap is a difference called "slower" or "faster"; otherwise
-"within noise". With few samples (p99 of 20 runs) an interval is open-ended and the verdict
-stays "within noise" unless the gap is huge. "no histogram": a capture without histograms.
+"within noise". A percentile is judged only when both captures hold enough samples for its
+interval to be closed on both sides (p50: 8, p90: 53, p99: 563); with fewer the verdict is
+"too few samples (n=N < MIN)" whatever the ratio (a p99 of 20 runs is their largest one). "no histogram": a capture without histograms.
 This covers sampling noise only, not drift during a run.
 
 examples:
