@@ -66,13 +66,17 @@ def recorded(h: HdrHistogram) -> list[tuple[int, int]]:
 class LatencyHistogram:
     """One latency distribution. Values are nanoseconds; summaries are microseconds."""
 
-    __slots__ = ("_h", "_lock", "_sum_ns", "_min_ns", "_pending")
+    __slots__ = ("_h", "_lock", "_sum_ns", "_min_ns", "_max_ns", "_pending")
 
     def __init__(self) -> None:
         self._h: HdrHistogram | None = None  # made by the first drain that has a value
         self._lock = threading.Lock()
         self._sum_ns = 0
         self._min_ns: int | None = None
+        # The exact extremes: the HDR histogram answers with a bucket's edge, so two equal
+        # samples of 36,977.0 µs would get a p50 of 36,995.1 µs — a value no sample had.
+        # Every percentile is clamped into [min, max] of what was recorded.
+        self._max_ns: int | None = None
         self._pending: list[int] = []
 
     def record(self, ns: int, count: int = 1) -> None:
@@ -102,6 +106,9 @@ class LatencyHistogram:
         m = min(pending)
         if self._min_ns is None or m < self._min_ns:
             self._min_ns = m
+        m = max(pending)
+        if self._max_ns is None or m > self._max_ns:
+            self._max_ns = m
 
     def merge(self, other: LatencyHistogram) -> None:
         with other._lock:
@@ -110,7 +117,7 @@ class LatencyHistogram:
                 return
             snap = _new_hdr()
             snap.add(other._h)
-            s, m = other._sum_ns, other._min_ns
+            s, m, mx = other._sum_ns, other._min_ns, other._max_ns
         with self._lock:
             self._drain()
             if self._h is None:
@@ -119,6 +126,8 @@ class LatencyHistogram:
             self._sum_ns += s
             if m is not None and (self._min_ns is None or m < self._min_ns):
                 self._min_ns = m
+            if mx is not None and (self._max_ns is None or mx > self._max_ns):
+                self._max_ns = mx
 
     def reset(self) -> None:
         with self._lock:
@@ -127,6 +136,7 @@ class LatencyHistogram:
                 self._h.reset()
             self._sum_ns = 0
             self._min_ns = None
+            self._max_ns = None
 
     @property
     def count(self) -> int:
@@ -139,7 +149,12 @@ class LatencyHistogram:
             self._drain()
             if self._h is None or self._h.get_total_count() == 0:
                 return 0
-            return int(self._h.get_value_at_percentile(p))
+            return self._clamp(int(self._h.get_value_at_percentile(p)))
+
+    def _clamp(self, ns: float) -> int:  # caller holds the lock, after a drain
+        lo = self._min_ns if self._min_ns is not None else ns
+        hi = self._max_ns if self._max_ns is not None else ns
+        return int(min(max(ns, lo), hi))
 
     def summary(self) -> dict[str, Any]:
         """``{"count", "p50", "p90", "p99", "max", "mean"}`` in microseconds (floats)."""
@@ -151,10 +166,10 @@ class LatencyHistogram:
             vals = self._h.get_percentile_to_value_dict(list(PERCENTILES))
             return {
                 "count": n,
-                "p50": round(vals[50.0] / 1000, 3),
-                "p90": round(vals[90.0] / 1000, 3),
-                "p99": round(vals[99.0] / 1000, 3),
-                "max": round(self._h.get_max_value() / 1000, 3),
+                "p50": round(self._clamp(vals[50.0]) / 1000, 3),
+                "p90": round(self._clamp(vals[90.0]) / 1000, 3),
+                "p99": round(self._clamp(vals[99.0]) / 1000, 3),
+                "max": round(self._clamp(self._h.get_max_value()) / 1000, 3),
                 "mean": round(self._sum_ns / n / 1000, 3),
             }
 
