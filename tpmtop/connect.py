@@ -15,9 +15,12 @@ from tpmtop.tpm.connection import TpmConnection
 
 def open_tpm(tcti: str | None = None, sim: bool = False, env: dict | None = None,
              raw_device: bool = False, recorder: Recorder | None = None,
-             notice: Callable[[str], None] | None = None, timeout: float | None = None) -> TpmConnection:
-    """*timeout*: how long each backend waits for the TPM (``--timeout``; None: the default)."""
-    target = tcti_mod.choose(tcti, sim, env, raw_device)
+             notice: Callable[[str], None] | None = None, timeout: float | None = None,
+             fallback: bool = False) -> TpmConnection:
+    """*timeout*: how long each backend waits for the TPM (``--timeout``; None: the default).
+    *fallback*: a private swtpm may stand in when nothing was chosen and no TPM is usable
+    (the dashboard only; see :func:`tpmtop.tpm.tcti.choose`)."""
+    target = tcti_mod.choose(tcti, sim, env, raw_device, fallback=fallback)
     if target.note and notice:
         notice(target.note)
     kw = {} if timeout is None else {"timeout": timeout}

@@ -7,7 +7,7 @@ import stat
 import pytest
 
 from tests.helpers.processes import run_tpmtop
-from tpmtop.errors import UsageError
+from tpmtop.errors import TpmConnectionError, UsageError
 from tpmtop.tpm.tcti import choose, parse_tcti
 
 
@@ -26,9 +26,31 @@ def test_sim_and_tcti_contradict():
         choose("device:/dev/tpmrm0", True, env={})
 
 
-def test_fallback_to_sim_when_no_device_says_so():
-    t = choose(None, False, env={}, device="/nonexistent/tpmrm0")
+def test_fallback_to_sim_only_when_allowed_and_it_says_why():
+    """The dashboard (fallback=True) may open on a simulator, with the reason; a headless
+    command may not."""
+    t = choose(None, False, env={}, device="/nonexistent/tpmrm0", fallback=True)
     assert t.simulated and t.source == "fallback" and "/nonexistent/tpmrm0" in t.note
+    assert t.simulated_reason is not None and "/nonexistent/tpmrm0" in t.simulated_reason
+    with pytest.raises(TpmConnectionError, match="no /nonexistent/tpmrm0.*--sim"):
+        choose(None, False, env={}, device="/nonexistent/tpmrm0")
+    assert choose(None, True, env={}).simulated_reason == "--sim was given"
+
+
+def test_raw_device_never_falls_back():
+    with pytest.raises(TpmConnectionError, match="no /nonexistent/tpmrm0; no /nonexistent/tpm0"):
+        choose(None, False, env={}, raw_device=True, device="/nonexistent/tpmrm0", raw="/nonexistent/tpm0",
+               fallback=True)
+
+
+@pytest.mark.skipif(os.path.exists("/dev/tpmrm0") or os.path.exists("/dev/tpm0"), reason="this machine has a TPM")
+@pytest.mark.parametrize("argv", [("info",), ("--raw-device", "info"), ("handles",)])
+def test_headless_without_a_tpm_exits_1_with_one_line(argv):
+    r = run_tpmtop(*argv)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no /dev/tpmrm0" in lines[0] and "--sim" in lines[0], lines
+    assert r.stdout == "" and "Traceback" not in r.stderr
 
 
 @pytest.mark.parametrize("text", ["bogus:x", "swtpm:port=notaport", "swtpm:port=70000", "mssim:colour=blue", " "])

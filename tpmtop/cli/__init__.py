@@ -50,8 +50,9 @@ EPILOG = """exit status: 0 ok, 1 the TPM or the system failed, 2 bad usage or ba
 130 interrupted (Ctrl-C, SIGTERM, SIGHUP). Diagnostics go to stderr, data to stdout."""
 # Only on the help of a command that talks to a TPM (add_tpm_options adds it): replay, compare,
 # decode … take none, and a line about choosing one would only mislead there.
-TPM_SELECTION = ("TPM selection: --sim, else -T/--tcti, else $TPM2TOOLS_TCTI, else /dev/tpmrm0, "
-                 "else a private swtpm.")
+TPM_SELECTION = ("TPM selection: --sim, else -T/--tcti, else $TPM2TOOLS_TCTI, else /dev/tpmrm0 (with "
+                 "--raw-device then /dev/tpm0), else exit 1 naming what was tried (only the dashboard, with "
+                 "nothing chosen, opens on a private swtpm then, and says why on its first screen).")
 
 
 class Parser(argparse.ArgumentParser):

@@ -17,7 +17,8 @@ buckets (1.78x wide), because interpolation in the sparse tail is too optimistic
 when the two intervals do not overlap is a difference called "slower" or "faster"; otherwise
 "within noise". A percentile is judged only when both captures hold enough samples for its
 interval to be closed on both sides (p50: 8, p90: 53, p99: 563); with fewer the verdict is
-"too few samples (n=N < MIN)" whatever the ratio (a p99 of 20 runs is their largest one). "no histogram": a capture without histograms.
+"too few samples (n=N < MIN)" whatever the ratio (a p99 of 20 runs is their largest one).
+"no histogram": a capture without histograms.
 This covers sampling noise only, not drift during a run.
 
 examples:

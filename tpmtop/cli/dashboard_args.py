@@ -211,7 +211,10 @@ def run(args) -> int:
     # Checked (and a profile file validated) before anything is opened: refused without --sim.
     profile = profile_from_args(args)
     require_terminal()
-    conn = open_tpm(tcti=args.tcti, sim=args.sim, raw_device=args.raw_device, notice=notice, timeout=args.timeout)
+    # The one place a private swtpm may stand in for a missing TPM: the reason is on the first
+    # screen (header and a message), not only on stderr after quitting.
+    conn = open_tpm(tcti=args.tcti, sim=args.sim, raw_device=args.raw_device, notice=notice, timeout=args.timeout,
+                    fallback=True)
     source = None
     proxy = None
     try:

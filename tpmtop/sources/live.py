@@ -48,6 +48,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.recorder: Recorder = cast("Recorder", conn.recorder)  # open_tpm always attaches one
         self.read_only = read_only
         self.simulated = bool(conn.simulated)
+        self.simulated_reason = conn.simulated_reason
         # The observer effect concerns a kernel's TPM: a device node, not a simulator on a socket.
         self.kernel_device = conn.target.kind is TargetKind.DEVICE
         self.poll_interval = poll_interval or (1.0 if self.simulated else 5.0)
@@ -121,7 +122,8 @@ class LiveSource(WorkloadDriver, SourceBase):
         who = f"{ident.manufacturer} {ident.vendor} fw {ident.firmware}" if ident else "…"
         return HeaderInfo(state=st, identity=who,
                           tcti=self.tcti, simulated=self.simulated, engine=self.engine, mode=self.mode, op=self.op,
-                          rate=rate, extra=extra, profile=self.profile, marker=marker, tooltip=self.profile_note)
+                          rate=rate, extra=extra, profile=self.profile, marker=marker, tooltip=self.profile_note,
+                          simulated_reason=self.simulated_reason)
 
     def runs(self) -> list[RunView]:
         from tpmtop.sources.runs import runs_from_accounts
@@ -309,7 +311,9 @@ class LiveSource(WorkloadDriver, SourceBase):
 
     def tpm_json(self) -> dict[str, Any]:
         ident = self.identity
-        d = {"tcti": self.tcti, "simulated": self.simulated}
+        d: dict[str, Any] = {"tcti": self.tcti, "simulated": self.simulated}
+        if self.simulated_reason:
+            d["simulated_reason"] = self.simulated_reason
         if self.profile:
             d["profile"] = self.profile
         if ident is not None:

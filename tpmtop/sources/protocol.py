@@ -81,6 +81,7 @@ class HeaderInfo:
     mode: str
     op: str
     rate: str = ""
+    simulated_reason: str | None = None  # why a simulator answers: on the first screen
     extra: str = ""
     profile: str | None = None
     marker: str = ""
@@ -167,6 +168,7 @@ class SourceBase:
     running = False
     read_only = True
     simulated = False
+    simulated_reason: str | None = None  # "--sim was given", or why no TPM was usable (dashboard fallback)
     kernel_device = False
     poll_interval = 1.0
     identity: Any = None

@@ -138,6 +138,10 @@ class TpmConnection:
         return self.target.simulated
 
     @property
+    def simulated_reason(self) -> str | None:
+        return self.target.simulated_reason
+
+    @property
     def is_kernel_rm(self) -> bool:
         """Through /dev/tpmrm0 transient handles are virtualised and per-client."""
         p = self.target.device_path
@@ -167,6 +171,8 @@ class TpmConnection:
         ident = self.identity()
         d = {"tcti": self.target.tcti, "manufacturer": ident.manufacturer, "vendor": ident.vendor,
              "firmware": ident.firmware, "simulated": self.simulated}
+        if self.simulated_reason:
+            d["simulated_reason"] = self.simulated_reason
         if self.profile_name:
             d["profile"] = self.profile_name
         return d

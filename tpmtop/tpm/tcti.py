@@ -1,7 +1,11 @@
 """Which TPM to talk to, following tpm2-tools' conventions.
 
-Precedence: ``--sim`` › ``-T/--tcti`` › ``$TPM2TOOLS_TCTI`` › ``/dev/tpmrm0`` if usable › a
-private swtpm (said in one line). TCTI strings are tpm2-tools' own: ``device:/dev/tpmrm0``,
+Precedence: ``--sim`` › ``-T/--tcti`` › ``$TPM2TOOLS_TCTI`` › ``/dev/tpmrm0`` if usable (with
+``--raw-device`` then ``/dev/tpm0``). Nothing usable is an error (exit 1) naming what was tried
+and ``--sim``: an operator whose TPM driver did not load must not get a simulator's figures.
+Only the dashboard, and only when nothing was selected explicitly, may open on a private swtpm
+instead (``fallback=True``); the reason travels with the target (:attr:`Target.simulated_reason`)
+to the first screen and into every capture. TCTI strings are tpm2-tools' own: ``device:/dev/tpmrm0``,
 ``swtpm:host=127.0.0.1,port=2321``, ``mssim:host=…,port=…``, ``tabrmd:bus_name=…``.
 """
 
@@ -13,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from tpmtop.errors import UsageError
+from tpmtop.errors import TpmConnectionError, UsageError
 
 
 class TargetKind(StrEnum):
@@ -34,6 +38,7 @@ class TargetKind(StrEnum):
 # The TCTI names a -T string may start with ("abrmd" is tpm2-tools' alias of tabrmd).
 KNOWN = tuple(k.value for k in TargetKind if k is not TargetKind.SIM) + ("abrmd",)
 DEFAULT_DEVICE = "/dev/tpmrm0"
+RAW_DEVICE = "/dev/tpm0"
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,13 @@ class Target:
     @property
     def simulated(self) -> bool:
         return self.kind is TargetKind.SIM
+
+    @property
+    def simulated_reason(self) -> str | None:
+        """Why a simulator answers (None for a real TPM): "--sim", or why no TPM was usable."""
+        if not self.simulated:
+            return None
+        return self.note if self.source == "fallback" and self.note else "--sim was given"
 
     @property
     def tcti(self) -> str:
@@ -95,7 +107,9 @@ def parse_host_port(conf: str, default_port: int) -> tuple[str, int]:
 
 
 def choose(tcti: str | None, sim: bool, env: Mapping[str, str] | None = None, raw_device: bool = False,
-           device: str = DEFAULT_DEVICE) -> Target:
+           device: str = DEFAULT_DEVICE, fallback: bool = False, raw: str = RAW_DEVICE) -> Target:
+    """*fallback*: a private swtpm may stand in when nothing was selected and no TPM is usable
+    (the dashboard, which says why on its first screen); otherwise that is an error."""
     environ: Mapping[str, str] = os.environ if env is None else env
     if sim and tcti:
         raise UsageError("--sim and -T/--tcti contradict each other: pick one")
@@ -106,16 +120,21 @@ def choose(tcti: str | None, sim: bool, env: Mapping[str, str] | None = None, ra
     elif environ.get("TPM2TOOLS_TCTI"):
         t = parse_tcti(environ["TPM2TOOLS_TCTI"], "TPM2TOOLS_TCTI")
     else:
-        if os.path.exists(device):
-            if os.access(device, os.R_OK | os.W_OK):
-                return Target(TargetKind.DEVICE, device, "default")
-            # Exists but not ours: say so rather than silently simulating.
-            from tpmtop.tpm.transport import permission_hint
+        tried: list[str] = []
+        # --raw-device is a choice of a TPM device too: /dev/tpm0 when there is no tpmrm0
+        for path in (device, raw) if raw_device else (device,):
+            if os.path.exists(path):
+                if os.access(path, os.R_OK | os.W_OK):
+                    return Target(TargetKind.DEVICE, path, "--raw-device" if raw_device else "default")
+                from tpmtop.tpm.transport import permission_hint
 
-            return Target(TargetKind.SIM, source="fallback",
-                          note=f"{permission_hint(device)}; using a private swtpm instead")
-        return Target(TargetKind.SIM, source="fallback",
-                      note=f"no {device} here: using a private swtpm (simulated TPM)")
+                tried.append(permission_hint(path))
+            else:
+                tried.append(f"no {path}")
+        why = "; ".join(tried) + ("" if raw_device else ", no -T, no $TPM2TOOLS_TCTI")
+        if fallback and not raw_device:
+            return Target(TargetKind.SIM, source="fallback", note=f"{why}: using a private swtpm (simulated TPM)")
+        raise TpmConnectionError(f"no TPM to use: {why} (--sim runs on a private swtpm)")
     check_raw_device(t, raw_device)
     return t
 

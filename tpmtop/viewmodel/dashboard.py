@@ -184,10 +184,17 @@ class Dashboard:
                        "only, earlier ones are kept apart (and in an export)", "new TPM period", Severity.WARNING, 10)
                 for _, why in new]
 
+    _said_simulated = False  # the fallback's reason: once, on the first screen
+
     def first(self, modes_width: int) -> Frame:
         """The frame a screen opens on (and redraws after a key changed what is shown)."""
         self._stats_dirty = True
         notices: list[Notice] = []
+        why = self.source.simulated_reason
+        if why and self.source.simulated and why != "--sim was given" and not self._said_simulated:
+            self._said_simulated = True
+            # the dashboard fell back to a simulator: said on the first screen, not at exit
+            notices.append(Notice(f"simulated TPM: {why}", "no TPM", Severity.WARNING, 30))
         parts = {pid: build(self.source) for pid, build in self.part_builders.items()}
         return Frame(self.header(), self.replayed_stream(notices), self.stats(modes_width) if self.caps.timings
                      else None, self.handles(notices) if self.caps.handles else None, None, parts, tuple(notices))

@@ -261,7 +261,7 @@ class MainScreen(MainActions, BackdropScreen):
             self.query_one(StatusHeader).show(
                 state=h.state, identity=h.identity, tcti=h.tcti, simulated=h.simulated, engine=h.engine,
                 mode=h.mode, op=h.op, ops_per_s=frame.header.ops_per_s, rate=h.rate, extra=extra,
-                profile=h.profile, marker=h.marker, cpu=frame.header.cpu)
+                profile=h.profile, marker=h.marker, cpu=frame.header.cpu, simulated_reason=h.simulated_reason)
         for p in PANELS:
             self.query_one(f"#{p.id}", Panel).show_frame(frame)
         if frame.clients is not None:

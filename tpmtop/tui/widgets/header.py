@@ -53,16 +53,22 @@ class StatusHeader(Static):
 
     def show(self, *, state: str, identity: str, tcti: str, simulated: bool, engine: str, mode: str,
              op: str, ops_per_s: float | None, rate: str = "", extra: str = "", profile: str | None = None,
-             marker: str = "", cpu: str = "") -> None:
+             marker: str = "", cpu: str = "", simulated_reason: str | None = None) -> None:
         self._args = dict(state=state, identity=identity, tcti=tcti, simulated=simulated, engine=engine, mode=mode,
-                          op=op, ops_per_s=ops_per_s, rate=rate, extra=extra, profile=profile, marker=marker, cpu=cpu)
+                          op=op, ops_per_s=ops_per_s, rate=rate, extra=extra, profile=profile, marker=marker, cpu=cpu,
+                          simulated_reason=simulated_reason)
+        # a fallback's reason beside the word (not "--sim was given": the user asked for it)
+        # (its first clause: "no /dev/tpmrm0"; the first frame's message has the whole line)
+        why = (f" ({e(simulated_reason.split(':')[0].split(', ')[0].split('; ')[0])})"
+               if simulated_reason and simulated_reason != "--sim was given" else "")
         width = self.content_size.width
         # Rank: 0 always shown, then the lower the more telling (a narrow terminal drops the rest).
         line1 = fit([("[b]tpmtop[/]", 0), (STATES.get(state, e(state)), 0),
                      (f"[b]{e(identity)}[/]", 0), (f"[dim]via[/] {e(tcti)}", 3),
                      # Latencies on screen are the chip's (held by the transport), not the simulator's.
-                     (" ".join(x for x in ("[b $accent]simulated[/]" if simulated else "",
-                                           f"[b $warning]profile {e(profile)}[/]" if profile else "") if x), 1)],
+                     (" ".join(x for x in (f"[b $accent]simulated[/]{why}" if simulated else "",
+                                           f"[b $warning]profile {e(profile)}[/]" if profile else "") if x),
+                      0 if why else 1)],
                     width)
         ops = f"[b]{ops_per_s:,.1f} ops/s[/]" if ops_per_s is not None else ""
         bits: list[tuple[str, float] | tuple[str, float, str]] = [(f"[b $warning]{e(marker)}[/]" if marker else "", 0),
