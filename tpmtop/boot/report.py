@@ -218,24 +218,24 @@ def _kernel_verdict(rep: BootReport) -> tuple[float, str]:
                          f"{counted}: under that assumption its TPM session mode costs this boot nothing.")
         return 0.0, (f"The kernel extends no PCRs while booting ({rep.extends_source}), so its TPM session "
                      "mode costs this boot nothing.")
-    n = f"{rep.extends:,}"
+    n = _counted(rep)
     none = p.modes["none"]
-    bt = sf.boot_times
-    of_boot = f" of a {bt.total_text} boot" if bt and bt.total_text else " of this boot"
+    win = linux_window(sf)
+    chip = _chip_note(rep, sm.mode or "per-command")
     if sm.mode is None:
         pc = p.modes["per-command"]
-        return float(pc.estimate_s or 0), (
-            f"Cannot tell which session mode this kernel uses ({'; '.join(sm.reasons)}): "
-            f"{n} extends would cost {pj.fmt_estimate(pc.estimate_s)} with per-command sessions and "
-            f"{pj.fmt_estimate(none.estimate_s)} without ({_cost_basis(p, 'per-command')}).")
+        return float(_bounded(pc.estimate_s, win) or 0), (
+            f"Cannot tell which session mode this kernel uses ({'; '.join(sm.reasons)}): {n} would cost "
+            f"{_claim(pc.estimate_s, win, n)} with per-command sessions and {_claim(none.estimate_s, win, n)} "
+            f"without ({_cost_basis(p, 'per-command')}).{chip}")
     cur = p.modes[sm.mode]
     if cur.estimate_s is None:
-        return 0.0, f"The kernel uses {sm.mode} sessions, but its cost cannot be projected: {cur.reason}."
+        return 0.0, f"The kernel uses {sm.mode} sessions, but its cost cannot be projected: {cur.reason}.{chip}"
     basis = _cost_basis(p, sm.mode)
     if sm.mode == "none":
-        return float(cur.estimate_s), (
-            f"PCR extends run without HMAC sessions here ({sm.rule}): {n} extends cost "
-            f"{pj.fmt_estimate(cur.estimate_s)}{of_boot} ({basis}), so the session mode is not what slows it.")
+        return float(_bounded(cur.estimate_s, win) or 0), (
+            f"PCR extends run without HMAC sessions here ({sm.rule}): they cost {_claim(cur.estimate_s, win, n)} "
+            f"({basis}), so the session mode is not what slows it.{chip}")
     saving = None
     if none.total_s is not None and cur.total_s is not None:
         saving = pj.round_sig(cur.total_s - none.total_s)
@@ -243,9 +243,124 @@ def _kernel_verdict(rep: BootReport) -> tuple[float, str]:
            "a kernel with the fix (6.12+ keeps the session; add `tpm.disable_pcr_integrity=1` to skip it) "
            "or CONFIG_TCG_TPM2_HMAC=n")
     label = "HMAC per-command sessions" if sm.mode == "per-command" else "The kept HMAC session"
-    tail = f"; {fix} would save {pj.fmt_estimate(saving)}" if saving is not None and saving > 0 else ""
-    return float(cur.estimate_s), (f"{label} cost {pj.fmt_estimate(cur.estimate_s)}{of_boot} ({n} extends, "
-                                   f"{basis}; decided by {sm.rule}){tail}.")
+    if saving is not None and saving > 0:
+        saved = (f"at most {pj.fmt_seconds(win.seconds, 3)} of it ({pj.fmt_estimate(saving)} for all of them)"
+                 if win is not None and saving > win.seconds else pj.fmt_estimate(saving))
+        tail = f"; {fix} would save {saved}"
+    else:
+        tail = ""
+    return float(_bounded(cur.estimate_s, win) or 0), (
+        f"{label} cost {_claim(cur.estimate_s, win, n)} ({basis}; decided by {sm.rule}){tail}.{chip}")
+
+
+# The phases of `systemd-analyze` in which the kernel extends PCRs: firmware and boot loader
+# run before Linux (their extends are the event log's, whatever the kernel's session mode).
+LINUX_PHASES = ("kernel", "initrd", "userspace")
+
+
+@dataclass(frozen=True)
+class Window:
+    """The part of the boot a kernel PCR extend can run in, and how it is made up."""
+
+    seconds: Decimal
+    phases: str  # "kernel 1.912s + initrd 4.207s + userspace 5.030s"
+    boot: str | None  # the whole boot, "20.276s"
+
+
+def linux_window(sf: SystemFacts) -> Window | None:
+    """Kernel + initrd + userspace from systemd-analyze (None when it was not read)."""
+    bt = sf.boot_times
+    if bt is None:
+        return None
+    have = [ph for ph in LINUX_PHASES if ph in bt.phases]
+    if "kernel" not in have or "userspace" not in have:
+        return None
+    return Window(sum((bt.phases[ph] for ph in have), Decimal(0)),
+                  " + ".join(f"{ph} {bt.phase_text.get(ph, bt.phases[ph])}" for ph in have), bt.total_text)
+
+
+def _bounded(x: Decimal | None, win: Window | None) -> Decimal | None:
+    """A cost the boot paid is never more than the phases it ran in."""
+    if x is None or win is None:
+        return x
+    return min(x, win.seconds)
+
+
+def _claim(x: Decimal | None, win: Window | None, n: str) -> str:
+    """The cost with the phases it is compared with; never more than they took: a projection
+    above them means the extends counted cannot all have run inside the boot."""
+    if win is None:
+        return (f"{pj.fmt_estimate(x)} for {n} (no systemd-analyze: the boot's length is unknown, so the cost "
+                "is not bounded by it)")
+    of = f" of a {win.boot} boot" if win.boot else ""
+    part = f"the {pj.fmt_seconds(win.seconds, 4)} Linux part{of} ({win.phases}, where the kernel's extends run)"
+    if x is None or x <= win.seconds:
+        return f"{pj.fmt_estimate(x)} of {part}, for {n}"
+    return (f"at most {pj.fmt_seconds(win.seconds, 3)}, all of {part}: at these costs the {n} would take "
+            f"{pj.fmt_estimate(x)}, so not all of them ran inside it")
+
+
+def _counted(rep: BootReport) -> str:
+    """N and what it counts: IMA's count runs since boot, so it includes measurements made
+    after the boot had finished (no per-extend time says which were inside it)."""
+    n = f"{rep.extends:,} extends"
+    if "counted since boot" in rep.extends_source:
+        return f"{n} IMA counted since boot (later ones included: an upper bound)"
+    if rep.extends_source == "--extends":
+        return f"{n} (--extends)"
+    return n
+
+
+_VENDOR_WORDS = {"IFX": "infineon", "STM": "stmicro", "NTC": "nuvoton", "NTZ": "nationz", "ATML": "atmel",
+                 "INTC": "intel", "AMD": "amd", "MSFT": "microsoft", "IBM": "ibm"}
+
+
+def _same_vendor(a: str, b: str) -> bool:
+    def key(x: str) -> str:
+        x = x.strip()
+        return _VENDOR_WORDS.get(x.upper(), x.lower())
+
+    ka, kb = key(a), key(b)
+    return ka.startswith(kb[:5]) or kb.startswith(ka[:5])
+
+
+def _chip_note(rep: BootReport, mode: str) -> str:
+    """When the costs are not this TPM's own (published figures of another chip, a capture of
+    another TPM, a trace that does not name its chip): said on the verdict line, with what an
+    answer for this chip would need."""
+    p = rep.projection
+    if p is None or mode not in p.modes:
+        return ""
+    sf = rep.facts
+    vendor = sf.value("tpm.vendor")
+    manufacturer = (rep.identity or {}).get("manufacturer")
+    hid = sf.value("tpm.hid")
+    who = str(vendor or manufacturer or "")
+    this = who + (f" ({hid})" if hid and str(hid) not in who else "")
+    if not this:
+        return ""
+    named = bool(manufacturer) or (bool(vendor) and "not named" not in str(vendor))
+    sources = p.modes[mode].sources
+    need = (" For this chip's own figures: a trace of its kernel's TPM commands (`tpmtop kernel`), a capture "
+            "of it (`tpmtop bench --json`), or a profile recorded on it (`tpmtop profile record`).")
+    if any(s.startswith("published") for s in sources):
+        if named and _same_vendor(str(manufacturer or vendor), "IFX"):
+            return ""
+        if not named:
+            return (f" This TPM ({this}) is priced with an Infineon SLB9670's published figures, which may not be "
+                    f"its own.{need}")
+        return f" This TPM is {this}, priced with an Infineon SLB9670's published figures, not its own.{need}"
+    caps = [s for s in sources if s.startswith("capture")]
+    if caps:
+        if manufacturer and any(manufacturer in s for s in caps):
+            return ""
+        if vendor and not any("simulator" in s for s in caps) and any(_same_vendor(vendor, w) for s in caps
+                                                                      for w in s.split("(")[-1].split()[:1]):
+            return ""
+        return f" This TPM is {this}; the capture's TPM is another ({caps[0].split('(', 1)[-1].rstrip(')')}).{need}"
+    if any(s.startswith("trace") for s in sources):
+        return f" This TPM is {this}; the imported trace does not name its chip, so the cost may be another's.{need}"
+    return ""
 
 
 def _tpm12_verdict(rep: BootReport) -> tuple[float, str]:
@@ -427,7 +542,10 @@ def render_text(rep: BootReport) -> str:
         if kl.initcall_debug:
             tic = kl.tpm_initcalls()
             total = kl.initcall_total_usecs
-            out.append(f"initcall_debug: {len(kl.initcalls)} initcalls, {total:,} µs in all")
+            tpm_total = sum(i.usecs for i in tic)
+            # the count is of the rows listed (TPM/IMA ones), beside all initcalls' sum
+            out.append(f"initcall_debug: {len(tic)} TPM/IMA initcalls, {tpm_total:,} µs, of {len(kl.initcalls)} "
+                       f"initcalls logged, {total:,} µs in all")
             if tic:
                 out += _table([[i.name + (f" [{i.module}]" if i.module else ""), f"{i.usecs:,}",
                                 f"{100 * i.usecs / total:.1f} %" if total else "-"] for i in tic],
