@@ -4,7 +4,7 @@ or a capture gives them: the headline, the interleaved baseline's label, the boo
 from __future__ import annotations
 
 from tpmtop.sessions.modes import MODES
-from tpmtop.sources.rows.modes import baseline_note, comparison, headline, projection_summary
+from tpmtop.sources.rows.modes import baseline_note, comparison, headline, projection_of, projection_summary
 from tpmtop.sources.runs import RunView
 
 
@@ -26,10 +26,31 @@ def test_the_headline_is_the_running_modes_ratio_to_none():
 
 def test_the_boot_line_multiplies_the_p50s_shown():
     """A mode that ran: N × its op p50 (the slb9670 figures from issue 24: saved 98,894 µs
-    above "saved 61 s" per 1,000 extends); a mode that did not: priced from the commands and
-    marked as TPM time only."""
-    comps = {"E0": 6360.0, "L": 36977.0, "S": 84747.0, "F": 3195.0, "Eh": 24356.0}
+    above "saved 61 s" per 1,000 extends); a mode that did not: priced from the commands plus
+    per-command's host time per operation (H), so that the line has one basis."""
+    comps = {"E0": 6360.0, "L": 36977.0, "S": 84747.0, "F": 3195.0, "Eh": 24356.0, "H": 600.0}
     line = projection_summary(comps, 1000, {"saved": 98894.0, "none": 6431.0})
     ran, not_run = line.split(";")
     assert "N × op p50" in ran and "saved 99 s" in ran and "none 6.4 s" in ran and "61 s" not in ran
-    assert "TPM time only" in not_run and "per-command ≈150 s" in not_run and "reuse ≈24 s" in not_run
+    assert "commands + per-command's host time" in not_run and "TPM time only" not in line
+    assert "per-command ≈150 s" in not_run and "reuse ≈25 s" in not_run
+
+
+def test_without_host_time_no_tpm_only_estimate_stands_beside_op_p50s():
+    """Issue 38: "none 31 ms · per-command 650 ms; not run, TPM time only: reuse ≈22 ms" put a
+    TPM-only estimate below an op p50 that includes host time. Without H the line shows only
+    what ran; alone, the TPM-time figures say what they are."""
+    comps = {"E0": 250.0, "L": 900.0, "S": 3000.0, "F": 80.0, "Eh": 250.0}
+    line = projection_summary(comps, 87, {"none": 356.0, "per-command": 7470.0})
+    assert "reuse" not in line and "TPM time only" not in line
+    assert "TPM time only:[/] none ≈22 ms" in projection_summary(comps, 87, {})
+
+
+def test_saved_is_priced_with_contextsave_or_not_at_all():
+    """saved = (L + S + F) + N × (L + Eh + C): without C (ContextSave) its row has no price."""
+    comps = {"E0": 6360.0, "L": 36977.0, "S": 84747.0, "F": 3195.0, "Eh": 24356.0}
+    proj = projection_of(comps, 1000, {})
+    assert proj.modes["saved"].estimate_s is None and "C (ContextSave)" in proj.modes["saved"].reason
+    proj = projection_of(comps | {"C": 36977.0}, 1000, {})
+    assert proj.modes["saved"].formula == "(L + S + F) + N × (L + Eh + C)"
+    assert float(proj.modes["saved"].total_s) == (36977 + 84747 + 3195 + 1000 * (36977 + 24356 + 36977)) / 1e6

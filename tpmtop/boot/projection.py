@@ -7,13 +7,18 @@ see domain notes §2):
     per-command  N × (L + S + F + Eh)      6.10–6.11.6: a fresh salted session per extend
     reuse        (L + S + F) + N × Eh      6.12+: the session is kept (a lower bound: every
                                            user-space TPM access, resume … pays L+S+F again)
-    saved        (L + S + F) + N × (L + Eh)  the proposed context-save variant
+    saved        (L + S + F) + N × (L + Eh + C)  the proposed context-save variant
 
 L = ContextLoad, S = StartAuthSession (salted), F = FlushContext, Eh = PCR_Extend in an
-HMAC session, E0 = PCR_Extend without one. A capture from ``tpmtop bench`` measures a whole
-mode per extend and is used as is. All arithmetic is Decimal; estimates are rounded to two
-significant figures because the per-call cost varies from call to call and the models leave
-things out (host-side HMAC work of a few µs, ContextSave).
+HMAC session, E0 = PCR_Extend without one, C = ContextSave. A capture from ``tpmtop bench``
+(or the dashboard's own op p50s) measures a whole mode per extend and is used as is; that is
+operation time, host work included, so a mode priced from commands beside it adds the host
+time of an operation (``host``: H, said in the formula) — one basis on one line. All
+arithmetic is Decimal; estimates are rounded to two significant figures because the per-call
+cost varies from call to call and the models leave things out.
+
+This is the one pricing of the modes: ``tpmtop boot``, the dashboard's Modes line and its
+``p`` screen all call :func:`project`, so ``saved`` has one price everywhere.
 """
 
 from __future__ import annotations
@@ -32,6 +37,10 @@ COMPONENTS = {
     "S": "StartAuthSession",
     "F": "FlushContext",
     "Eh": OP_EXTEND_HMAC,
+    "C": "ContextSave",
+    # not a command: the host time of one operation (op p50 − its TPM time), added to a mode
+    # priced from its commands when the modes beside it are priced by operation time
+    "H": "host time per operation",
 }
 PUBLISHED_SOURCE = "published SLB9670 figures (last resort)"
 PUBLISHED_ABOUT = ("Infineon SLB9670 via ftrace on kernel 6.11-rc2, Sept 2024: another machine's TPM, "
@@ -39,6 +48,11 @@ PUBLISHED_ABOUT = ("Infineon SLB9670 via ftrace on kernel 6.11-rc2, Sept 2024: a
 # domain notes §3, µs.
 PUBLISHED_US = {"E0": Decimal(6360), "L": Decimal(36977), "S": Decimal(84747), "F": Decimal(3195),
                 "Eh": Decimal(24356)}
+# No SLB9670 ContextSave is published: the slb9670 profile's estimate (equal to ContextLoad, the
+# same work in the other direction), said as an estimate wherever it prices something.
+ESTIMATED_US = {"C": Decimal(36977)}
+ESTIMATED_SOURCE = ("estimated: no published SLB9670 ContextSave, taken equal to its ContextLoad "
+                    "(the slb9670 profile's estimate)")
 SIG = 2
 
 
@@ -162,7 +176,8 @@ def load_capture_costs(path: str, components: dict[str, Cost] | None = None) -> 
 
 
 # tpmtop kernel's per-command runs: the kernel's own commands, timed at tpm_transmit.
-_KERNEL_COMMANDS = {"TPM2_CC_ContextLoad": "L", "TPM2_CC_StartAuthSession": "S", "TPM2_CC_FlushContext": "F"}
+_KERNEL_COMMANDS = {"TPM2_CC_ContextLoad": "L", "TPM2_CC_StartAuthSession": "S", "TPM2_CC_FlushContext": "F",
+                    "TPM2_CC_ContextSave": "C"}
 
 
 def kernel_components(data: dict, path: str) -> dict[str, Cost]:
@@ -244,21 +259,38 @@ def capture_costs(data, path: str) -> tuple[dict[str, Cost], list[str]]:
     return {m: c for m, (_, c) in best.items()}, notes
 
 
+def _formula(once: list[str], each: list[str]) -> str:
+    def group(letters: list[str]) -> str:
+        return f"({' + '.join(letters)})" if len(letters) > 1 else letters[0]
+
+    per = f"N × {group(each)}"
+    return f"{group(once)} + {per}" if once else per
+
+
 def _sum(names: list[str], comps: dict[str, Cost]) -> Decimal:
     return sum((comps[n].us for n in names), Decimal(0))
 
 
 def project(extends: int | None, extends_source: str, components: dict[str, Cost],
             per_mode: dict[str, Cost] | None = None, per_mode_what: str = "capture p50") -> Projection:
-    """``components``: per-command costs by letter (E0, L, S, F, Eh); ``per_mode``: whole-mode
-    per-extend costs (from a capture, or the dashboard's op p50s: ``per_mode_what`` names them),
-    which win over the components for their mode."""
+    """``components``: per-command costs by letter (E0, L, S, F, Eh, C), and H, the host time
+    of one operation; ``per_mode``: whole-mode per-extend costs (from a capture, or the
+    dashboard's op p50s: ``per_mode_what`` names them), which win over the components for
+    their mode. Those are operation times, host work included: beside them a mode priced from
+    its commands adds H (one basis), or says in its row that it is TPM time only."""
     per_mode = per_mode or {}
     proj = Projection(extends, extends_source, components, {})
     n = extends
     for mode, info in MODE_INFO.items():  # the formulas are the modes' own (tpmtop.sessions.modes)
         once, each = list(info.once), list(info.each)
         mc = ModeCost(mode, info.formula, note=info.projection_note)
+        if per_mode and mode not in per_mode:
+            if "H" in components:
+                each.append("H")  # host time per operation: the basis of the modes priced by op p50
+                mc.formula = _formula(once, each)
+            else:
+                mc.note = "; ".join(x for x in (mc.note, f"TPM time only: its commands, without the host work "
+                                                           f"the {per_mode_what}s of the other modes include") if x)
         proj.modes[mode] = mc
         if mode in per_mode:
             c = per_mode[mode]
@@ -273,7 +305,8 @@ def project(extends: int | None, extends_source: str, components: dict[str, Cost
             continue
         missing = [x for x in once + each if x not in components]
         if missing:
-            mc.reason = "no cost for " + ", ".join(f"{x} ({COMPONENTS[x]})" for x in dict.fromkeys(missing))
+            mc.reason = "no cost for " + ", ".join(f"{x} ({COMPONENTS.get(x, 'host time')})"
+                                                   for x in dict.fromkeys(missing))
             continue
         mc.sources = sorted({components[x].source for x in once + each})
         if n is None:
@@ -299,4 +332,6 @@ def project(extends: int | None, extends_source: str, components: dict[str, Cost
 
 
 def published_components() -> dict[str, Cost]:
-    return {k: Cost(v, PUBLISHED_SOURCE) for k, v in PUBLISHED_US.items()}
+    """The published SLB9670 figures, and the estimate for what nothing published gives (C)."""
+    return ({k: Cost(v, PUBLISHED_SOURCE) for k, v in PUBLISHED_US.items()}
+            | {k: Cost(v, ESTIMATED_SOURCE) for k, v in ESTIMATED_US.items()})

@@ -103,8 +103,14 @@ def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
         if filled and len(per_mode) < len(pj.MODES):
             for k in filled:
                 components[k] = published[k]
-            notes.append(f"{', '.join(filled)}: {pj.PUBLISHED_ABOUT}; import a trace (--trace) or a "
-                         "capture (--capture) for this machine's figures")
+            pub = [k for k in filled if published[k].source == pj.PUBLISHED_SOURCE]
+            est = [k for k in filled if k not in pub]
+            if pub:
+                notes.append(f"{', '.join(pub)}: {pj.PUBLISHED_ABOUT}; import a trace (--trace) or a "
+                             "capture (--capture) for this machine's figures")
+            if est:
+                notes.append(f"{', '.join(est)}: {published[est[0]].source}; a trace or capture with that "
+                             "command gives this machine's figure")
             notes.append(ARM_KERNEL_TRACE)
         projection = pj.project(n, n_src, components, per_mode)
         if not sm.applies:

@@ -48,7 +48,7 @@ class ModeInfo:
     tone: str  # the theme colour variable of its bars and time series (tpmtop.tui.themes)
     # Boot projection (tpmtop.boot.projection): commands paid once per boot, and per extend,
     # by letter (E0 PCR_Extend alone, L ContextLoad, S StartAuthSession, F FlushContext,
-    # Eh PCR_Extend in an HMAC session).
+    # Eh PCR_Extend in an HMAC session, C ContextSave).
     once: tuple[str, ...]
     each: tuple[str, ...]
     commands_per_op: int  # TPM commands one operation puts on the wire (tests check the wire)
@@ -75,8 +75,8 @@ MODE_INFO: dict[Mode, ModeInfo] = {
                          "latency-fast", _SETUP, ("Eh",), 1,
                          "a lower bound: each user-space TPM command, hwrng read (before 6.15) or resume "
                          "pays L + S + F again"),
-    Mode.SAVED: ModeInfo("proposed: ContextLoad session, command, ContextSave", "latency-mid", _SETUP, ("L", "Eh"), 3,
-                         "the saved session's ContextLoad priced as the null primary's; ContextSave not priced"),
+    Mode.SAVED: ModeInfo("proposed: ContextLoad session, command, ContextSave", "latency-mid", _SETUP,
+                         ("L", "Eh", "C"), 3, "the saved session's ContextLoad priced as the null primary's"),
 }
 HMAC_MODES: tuple[Mode, ...] = tuple(m for m in Mode if m is not Mode.NONE)
 

@@ -86,6 +86,16 @@ def boot_components(runs: list[RunView], engine: str = "native") -> dict[str, fl
         d = run.commands.get(cc) if run is not None else None
         if d and d.get("p50"):
             out[letter] = float(d["p50"])
+    # ContextSave from the run that sends it (saved); H, the host time of one operation, from
+    # per-command (the most host work of any mode: salt, key derivation, HMAC), which puts a
+    # mode priced from its commands on the op p50s' basis without pricing it below them
+    saved = by_mode.get("saved")
+    d = saved.commands.get("TPM2_CC_ContextSave") if saved is not None else None
+    if d and d.get("p50"):
+        out["C"] = float(d["p50"])
+    pc = by_mode.get("per-command")
+    if pc is not None and pc.host_us.get("p50"):
+        out["H"] = float(pc.host_us["p50"])
     return out
 
 

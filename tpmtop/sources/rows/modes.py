@@ -69,27 +69,40 @@ def headline(rows: list[CompareRow], current: tuple[str, str], measuring: bool) 
 PER_MODE_WHAT = "op p50 measured here"  # the projection's wording for the Modes panel's own p50s
 
 
+def projection_of(components_us: dict[str, float], n: int, per_mode_us: dict[str, float] | None = None) -> Any:
+    """The boot projection (tpmtop.boot.projection.project, the one pricing of the modes) of
+    the Modes panel's numbers: what its boot line and ``p`` print."""
+    from tpmtop.boot.projection import Cost, project
+
+    return project(n, "", {k: Cost(Decimal(repr(v)), "") for k, v in components_us.items()},
+                   {m: Cost(Decimal(repr(v)), "") for m, v in (per_mode_us or {}).items()}, PER_MODE_WHAT)
+
+
 def projection_summary(components_us: dict[str, float], n: int, per_mode_us: dict[str, float] | None = None) -> str:
     """One line for the Modes panel: each mode's estimate for N extends. A mode that ran here
     is N × the op p50 shown above it (one set of numbers); one that did not is priced from
-    per-command's commands (TPM time only: no host work, no ContextSave) and says so."""
-    from tpmtop.boot.projection import Cost, fmt_estimate, project
+    the commands' p50s plus H, per-command's host time per operation, so that it is op time
+    too (one basis on the line). Without H it would be TPM time only: left to ``p``, which
+    says so in its row, rather than shown beside op times. ``saved`` needs C (ContextSave),
+    measured only when saved ran: until then it is not priced."""
+    from tpmtop.boot.projection import fmt_estimate
 
     per_mode_us = per_mode_us or {}
-    proj = project(n, "", {k: Cost(Decimal(repr(v)), "") for k, v in components_us.items()},
-                   {m: Cost(Decimal(repr(v)), "") for m, v in per_mode_us.items()}, PER_MODE_WHAT)
+    proj = projection_of(components_us, n, per_mode_us)
 
     def est(mc: Any) -> str:
         return fmt_estimate(mc.estimate_s).removeprefix("about ")
 
     ran = [f"{m} {est(mc)}" for m, mc in proj.modes.items() if mc.estimate_s is not None and m in per_mode_us]
+    host = "H" in components_us
     priced = [f"{m} ≈{est(mc)}" for m, mc in proj.modes.items() if mc.estimate_s is not None
-              and m not in per_mode_us]
+              and m not in per_mode_us and (host or not ran)]
     if not ran and not priced:
         return ""
     text = f"[b]boot, {n:,} extends[/] [dim](p)[/]"
     if ran:
         text += ": N × op p50: " + " · ".join(ran)
     if priced:
-        text += ("; [dim]not run, TPM time only:[/] " if ran else ": [dim]TPM time only:[/] ") + " · ".join(priced)
+        how = "commands + per-command's host time" if host and ran else "TPM time only"
+        text += (f"; [dim]not run, {how}:[/] " if ran else f": [dim]{how}:[/] ") + " · ".join(priced)
     return text

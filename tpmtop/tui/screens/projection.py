@@ -61,8 +61,9 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
             under(mc.note, "dim")
     if per_mode and len(per_mode) < len(proj.modes):
         lines += ["", f"[dim]A mode that ran here is N × its {escape(per_mode_what)} (host work included, as in "
-                      "the Modes panel); one that did not is priced from the commands above: TPM time only, no "
-                      "host work, no ContextSave.[/]"]
+                      "the Modes panel); one that did not is priced from the commands above plus H, per-command's "
+                      "host time per operation, so that it is operation time too (without H its row says it is "
+                      "TPM time only); saved needs C, ContextSave, measured when saved runs.[/]"]
     lines += ["", "[dim]The same model as `tpmtop boot` (docs/boot.md says how each mode is priced). "
                   "Type another N and Enter; Esc closes.[/]"]
     return "\n".join(lines)
