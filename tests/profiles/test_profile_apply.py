@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.helpers.processes import free_port_pair
+from tests.helpers.processes import free_port_pair, run_tpmtop
 from tpmtop.bench import BenchPlan, run_bench
 from tpmtop.cli import main
 from tpmtop.connect import open_tpm
@@ -245,3 +245,21 @@ def test_record_refuses_to_overwrite(tmp_path, capsys):
     assert main(["profile", "record", "--sim", "-o", str(out), "-n", "1"]) == 2
     assert "--force" in capsys.readouterr().err
     assert out.read_text() == "{}"
+
+
+def test_bench_marks_the_rows_a_profile_does_not_cover(tmp_path):
+    """Issue 38: slb9670 has no CreatePrimary figure, so `bench --op create_primary` runs it at
+    swtpm speed: every row says so, each ratio is marked as not the chip's, and --json carries
+    the same in each run (profile_gaps). An extend bench, all covered, has no such mark."""
+    out = tmp_path / "cp.json"
+    r = run_tpmtop("bench", "--sim", "--profile", "slb9670", "--op", "create_primary", "--modes", "none,per-command",
+                   "--engine", "native", "-n", "2", "--warmup", "0", "-q", "--json", str(out), timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = [ln for ln in r.stdout.splitlines() if ln.startswith("native")]
+    assert len(rows) == 2 and all("CreatePrimary at swtpm speed" in ln and "(not the chip's)" in ln for ln in rows)
+    assert "# not in profile slb9670, so at swtpm speed" in r.stdout
+    runs = json.loads(out.read_text())["runs"]
+    assert [run["profile_gaps"] for run in runs] == [["TPM2_CC_CreatePrimary"]] * 2
+    r = run_tpmtop("bench", "--sim", "--profile", "slb9670", "--op", "extend", "--modes", "none,per-command",
+                   "--engine", "native", "-n", "2", "--warmup", "0", "-q", timeout=300)
+    assert r.returncode == 0 and "swtpm speed" not in r.stdout.split("\n", 2)[2] and "not the chip's" not in r.stdout

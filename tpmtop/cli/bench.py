@@ -66,21 +66,35 @@ def _plan(args):
                      allow_pcr=args.allow_pcr)
 
 
-def format_table(accounts) -> str:
+def format_table(accounts, gaps=None) -> str:
+    """``gaps``: a run's commands a chip profile did not cover (tpmtop.profiles.apply.gaps):
+    such a row says which ran at swtpm speed, and a ratio that depends on one is marked."""
     from tpmtop.cli.common import table
 
     base = {a.engine: a.op_hist.percentile_ns(50) for a in accounts if a.mode == "none"}
+    missing = {id(a): gaps(a.commands) if gaps else [] for a in accounts}
+    base_gap = {a.engine: bool(missing[id(a)]) for a in accounts if a.mode == "none"}
     rows = []
     for a in accounts:
         s, w, h = a.op_hist.summary(), a.wire_hist.summary(), a.host_hist.summary()
         ratio = ""
         if a.engine in base and base[a.engine]:
             ratio = f"{a.op_hist.percentile_ns(50) / base[a.engine]:.1f}x"
+            if missing[id(a)] or base_gap.get(a.engine):
+                ratio += " (not the chip's)"
         cmds = sum(a.commands.values()) / a.ops if a.ops else 0
-        rows.append([a.engine, a.mode, str(a.ops), f"{1e6 / s['mean']:.0f}" if s["mean"] else "-",
-                     _us(s["p50"]), _us(s["p99"]), _us(w["p50"]), _us(h["p50"]), f"{cmds:g}", ratio])
-    return table(rows, ["engine", "mode", "ops", "ops/s", "op p50", "op p99", "wire p50", "host p50",
-                        "cmds/op", "vs none"], right={2, 3, 4, 5, 6, 7, 8, 9})
+        row = [a.engine, a.mode, str(a.ops), f"{1e6 / s['mean']:.0f}" if s["mean"] else "-",
+               _us(s["p50"]), _us(s["p99"]), _us(w["p50"]), _us(h["p50"]), f"{cmds:g}", ratio]
+        if gaps is not None:
+            row.append(", ".join(c.removeprefix("TPM2_CC_") for c in missing[id(a)]) + " at swtpm speed"
+                       if missing[id(a)] else "")
+        rows.append(row)
+    header = ["engine", "mode", "ops", "ops/s", "op p50", "op p99", "wire p50", "host p50", "cmds/op", "vs none"]
+    if gaps is not None and any(missing.values()):
+        header.append("not in the profile")
+    else:
+        rows = [r[:10] for r in rows]
+    return table(rows, header, right={2, 3, 4, 5, 6, 7, 8, 9})
 
 
 def hist_texts(accounts) -> str:
@@ -157,13 +171,24 @@ def run_bench(args) -> int:
             result = _run(conn, plan, progress=progress, keep_ops=args.events, notice=notice)
         finally:
             progress.close()
+        from tpmtop.profiles.apply import gaps
+
+        def run_gaps(commands):
+            return gaps(conn, commands)
+
+        gap_of = run_gaps if profile is not None else None
         for i, period in enumerate(result.periods):
             print(f"## period {i + 1}, ended by: {result.resets[i]}", file=report)
-            print(format_table(period), file=report)
+            print(format_table(period, gap_of), file=report)
         if result.periods:
             print(f"## period {len(result.periods) + 1}, after the TPM reset", file=report)
         if result.accounts:
-            print(format_table(result.accounts), file=report)
+            print(format_table(result.accounts, gap_of), file=report)
+        unheld = gaps(conn, {c for a in result.accounts for c in a.commands})
+        if profile is not None and unheld:
+            print(f"# not in profile {profile.name}, so at swtpm speed (the simulator's, not the chip's): "
+                  f"{', '.join(c.removeprefix('TPM2_CC_') for c in unheld)}; a ratio marked \"not the chip's\" "
+                  "depends on them", file=report)
         if args.hist:
             print(file=report)
             print(hist_texts(result.accounts), end="", file=report)
@@ -188,6 +213,9 @@ def run_bench(args) -> int:
                                     extra={"bench": {"n": plan.n, "warmup": plan.warmup, "batch": plan.batch,
                                                      "pcr": plan.pcr, "param_encryption": plan.param_encryption,
                                                      "complete": not (result.interrupted or result.error)}})
+                if profile is not None:
+                    for run in cap["runs"]:  # in the row itself: which of its commands are not the chip's
+                        run["profile_gaps"] = gaps(conn, run.get("commands") or ())
             if json_out:
                 with Bar("writing the capture", unit="lines", quiet=args.quiet) as bar:
                     write_capture_file(json_out, cap, progress=bar)

@@ -50,8 +50,31 @@ def apply_profile(conn, profile, seed: int | None = None) -> None:
     if not conn.simulated:  # second line of defence: a caller that skipped profile_from_args
         raise UsageError(f"--profile {profile.name}: refusing to apply a latency profile to a real TPM "
                          f"({conn.target.tcti})")
-    conn.transport.shaper = profile.shaper(seed)
+    shape = profile.shaper(seed)
+    unheld = conn.profile_unheld
+
+    def shaped(info):
+        # a command the profile does not cover runs at swtpm speed: remembered, so that every
+        # row and ratio that depends on it can say so (tpmtop.profiles.apply.gaps)
+        ns = shape(info)
+        if ns is None:
+            unheld.add(info.cc)
+        return ns
+
+    conn.transport.shaper = shaped
     conn.profile_name = profile.name
+
+
+def gaps(conn, commands) -> list[str]:
+    """Of ``commands`` (a run's command codes, or their TPM2_CC_ names), those the applied
+    profile did not cover (they ran at the simulator's speed), as TPM2_CC_ names, sorted."""
+    from tpmtop.tpm import names
+
+    unheld = {names.cc_name(cc) for cc in getattr(conn, "profile_unheld", ())}
+    if not getattr(conn, "profile_name", None) or not unheld:
+        return []
+    have = {c if isinstance(c, str) else names.cc_name(c) for c in commands}
+    return sorted(have & unheld)
 
 
 def describe(profile, seed: int | None = None) -> str:
@@ -60,4 +83,4 @@ def describe(profile, seed: int | None = None) -> str:
     s = f"profile {profile.name}" + (f" ({chip})" if chip else "")
     if seed is not None:
         s += f", seed {seed}"
-    return s + ": latencies are the chip's, reproduced on the simulator"
+    return s + ": latencies are the chip's where it has a figure, reproduced on the simulator (others: swtpm speed)"

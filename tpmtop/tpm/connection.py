@@ -46,6 +46,8 @@ class TpmConnection:
         self._identity: Identity | None = None
         self._esapi: EsapiOnTransport | None = None
         self.profile_name: str | None = None
+        # command codes the applied profile does not cover: they ran at the simulator's own speed
+        self.profile_unheld: set[int] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def open(self) -> TpmConnection:
