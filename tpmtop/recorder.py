@@ -169,8 +169,11 @@ class Recorder:
             info = decode_command(cmd)
             r = decode_response(rsp, info.cc)
             self._seq += 1
+            # FlushContext's target is a parameter, not in the handle area: named among the
+            # handles all the same, so that a capture (and its replay) says what was flushed
+            handles = info.handles if info.flush_handle is None else (*info.handles, info.flush_handle)
             ev = Event(
-                seq=self._seq, t_ns=t0, cc=info.cc, handles=info.handles, sessions=info.sessions,
+                seq=self._seq, t_ns=t0, cc=info.cc, handles=handles, sessions=info.sessions,
                 cmd_size=info.size, rsp_size=r.size, rc=r.rc, rsp_handle=r.handle, wire_ns=wire_ns,
                 origin=lab.origin, engine=lab.engine, mode=lab.mode, op=lab.op, op_seq=lab.op_seq,
                 garbled=info.garbled or (r.garbled and rsp is not None), error=error,
@@ -229,7 +232,8 @@ class Recorder:
         self.failures.append(ev)
 
     def _track_handles(self, ev: Event, now: int) -> None:
-        for h in ev.handles:
+        flush = ev.cc == wire.CC_FLUSH_CONTEXT
+        for h in ev.handles if not flush else ():  # a flush is not a use of what it ends
             self._use(h, now)
         for sh, attrs in ev.sessions:
             if sh == wire.TPM_RS_PW:  # not a handle anyone holds
@@ -245,8 +249,8 @@ class Recorder:
             # Assigned, not or-ed: a handle tpmtop flushed may come back as a proxied client's.
             u.ours = ev.origin not in SEEN_ORIGINS and ev.client is None
             u.created_by = names.cc_short(ev.cc)
-        if ev.cc == wire.CC_FLUSH_CONTEXT and ev.command is not None and len(ev.command) >= 14:
-            self._handles.pop(int.from_bytes(ev.command[10:14], "big"), None)
+        if flush and ev.handles:  # the flushed handle, whether or not the bytes were kept
+            self._handles.pop(ev.handles[-1], None)
 
     def _use(self, handle: int, now: int) -> HandleUse:
         u = self._handles.get(handle)

@@ -74,3 +74,23 @@ def test_events_include_the_set_up_and_the_clean_up(bench_captures, tmp_path):
     assert evs[start]["op_seq"] is None
     flushes = [e for e in evs[extends[-1]:] if e["command"] == "TPM2_CC_FlushContext"]
     assert flushes, "the kept session's clean-up flush is missing"
+
+
+def test_flushcontext_events_name_what_they_flushed(bench_captures, tmp_path):
+    """Issue 38: captures stored FlushContext with "handles": [] (its target is a parameter, not
+    in the handle area), so replay showed the flush of nothing. Every FlushContext a per-command
+    bench sent names the handle it flushed, and replay's stream shows it."""
+    from tpmtop.sources.replay import ReplaySource
+
+    out = bench_captures.copy("per-command", tmp_path)
+    cap = load_capture(out)
+    evs = cap["events"]
+    flushes = [e for e in evs if e["command"] == "TPM2_CC_FlushContext"]
+    assert len(flushes) >= 12
+    # per-command flushes the null primary the ContextLoad before it gave back
+    for e in flushes:
+        assert len(e["handles"]) == 1 and int(e["handles"][0], 16) >> 24 in (0x80, 0x02, 0x03), e
+    loaded = {e["handles"][0] for e in flushes}
+    assert loaded, loaded
+    rows = [r for r in ReplaySource(cap, out).stream if "FlushContext" in r.command]
+    assert rows and all(r.handles.strip() for r in rows), rows[:2]

@@ -4,6 +4,7 @@ tpmtop's export."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -301,3 +302,21 @@ def test_damaged_files_are_bad_input_never_a_crash(tmp_path, magic, body):
     f.write_bytes(magic + body)
     with pytest.raises(PcapError):
         read_pcap(f)
+
+
+def test_an_imported_capture_does_not_claim_this_machine(bench_captures, tmp_path):
+    """Issue 38: `import` stamped the importing machine's name and kernel on traffic recorded
+    elsewhere. Exported as pcapng and imported again, the host is "unknown", never ours."""
+    import platform
+    import socket
+
+    capfile = bench_captures.copy("none-per-command", tmp_path)
+    out, back = tmp_path / "bench.pcapng", tmp_path / "back.json"
+    assert run_tpmtop("export", str(capfile), "--format", "pcapng", "-o", str(out)).returncode == 0
+    r = run_tpmtop("import", str(out), "-o", str(back))
+    assert r.returncode == 0, r.stderr
+    host = load_capture(back)["host"]
+    assert host["hostname"] == "unknown" and host["kernel"] == "unknown" and "not known" in host["note"]
+    assert socket.gethostname() not in json.dumps(host) and platform.release() not in json.dumps(host)
+    r = run_tpmtop("compare", str(back), str(back))
+    assert r.returncode == 0 and "kernel unknown" in r.stdout and platform.release() not in r.stdout

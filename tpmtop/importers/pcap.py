@@ -297,4 +297,8 @@ def import_pcap(path: str | os.PathLike, port: int | None = None) -> tuple[dict,
     cap = capture_from_exchanges(res.exchanges, origin="imported", source=f"pcap:{os.path.basename(path)}",
                                  extra={"imported": {"file": os.path.basename(os.fspath(path)),
                                                      "framing": res.framing, "connections": res.connections}})
+    # Not this machine's: the traffic was recorded wherever the file was made (its TPM and
+    # kernel are that machine's), so the capture claims no host rather than the importer's.
+    cap["host"] = {"hostname": "unknown", "kernel": "unknown",
+                   "note": "imported from a pcap file: the machine that recorded it is not known"}
     return cap, res
