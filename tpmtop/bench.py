@@ -9,10 +9,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from tpmtop.errors import Interrupted, NullNameChanged, TpmtopError
+from tpmtop.errors import Interrupted, NullNameChanged, TpmConnectionError, TpmtopError
 from tpmtop.sessions.accounting import RunAccount
 from tpmtop.sessions.workload import Workload
+
+if TYPE_CHECKING:
+    from tpmtop.tpm.connection import TpmConnection
 
 
 @dataclass
@@ -39,7 +43,7 @@ class BenchResult:
     error: str | None = None
     elapsed_s: float = 0.0
     integrity_failures: int = 0
-    ops_log: list = field(default_factory=list)
+    ops_log: list[Any] = field(default_factory=list)
     resets: list[str] = field(default_factory=list)  # why each earlier period ended
     periods: list[list[RunAccount]] = field(default_factory=list)  # accounts before each reset
 
@@ -74,7 +78,7 @@ class _Batch:
         return done
 
 
-def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None = None,
+def run_bench(conn: TpmConnection, plan: BenchPlan, progress: Callable[[int, int], None] | None = None,
               keep_ops: bool = False, notice: Callable[[str], None] | None = None) -> BenchResult:
     """Run the plan; always flush what was created. KeyboardInterrupt/TPM failures stop the
     run early with what was completed kept (``interrupted``/``error`` say why).
@@ -84,6 +88,8 @@ def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None
     there), and the clean-up job queued behind it finds the TPM stream in step.
     """
     owner = conn.owner
+    if owner is None:
+        raise TpmConnectionError("not connected")
     wl = Workload(conn, plan.engines[0], plan.modes[0], plan.op, pcr=plan.pcr,
                   param_encryption=plan.param_encryption, allow_pcr=plan.allow_pcr)
     batch = _Batch(wl)
@@ -138,7 +144,7 @@ def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None
                 result.error = f"clean-up failed: {e}"
     result.elapsed_s = time.perf_counter() - t_start
     order = {p: i for i, p in enumerate(plan.pairs)}
-    def ordered(accounts):
+    def ordered(accounts: dict[Any, RunAccount]) -> list[RunAccount]:
         return sorted((a for a in accounts.values() if a.ops), key=lambda a: order.get((a.engine, a.mode), 99))
 
     result.accounts = ordered(wl.accounts)
@@ -149,8 +155,10 @@ def run_bench(conn, plan: BenchPlan, progress: Callable[[int, int], None] | None
 
 
 
-def write_capture_file(path, cap: dict, progress: Callable[[int, int | None], None] | None = None) -> None:
-    """Validate and write (atomically for a file); on a late write failure the capture is kept
+def write_capture_file(path: Any, cap: dict[str, Any],
+                       progress: Callable[[int, int | None], None] | None = None) -> None:
+    """``path``: a file name or a checked :class:`tpmtop.output.Output`. Validate and write
+    (atomically for a file); on a late write failure the capture is kept
     in a fallback file named in the error (an OutputError, exit status 1). ``progress(done,
     total)``: elements written."""
     from tpmtop.capture import write_capture

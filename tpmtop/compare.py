@@ -27,13 +27,18 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
+
+# A capture's latency summary ({"count", "p50", …, "histogram"}) and its histogram.
+Summary = dict[str, Any]
+Hist = list[Any]
 
 Z95 = 1.959964
 BUCKETS_PER_DECADE = 4  # tpmtop.stats.LatencyHistogram.buckets()
 _STEP = 10 ** (1 / BUCKETS_PER_DECADE)
 
 
-def value_at_rank(hist: list, rank: float) -> float:
+def value_at_rank(hist: Hist, rank: float) -> float:
     """The latency (µs) at 1-based ``rank`` of a ``[[upper_bound_us, count], …]`` histogram."""
     items = sorted((float(b), int(c)) for b, c in hist if c > 0)
     n = sum(c for _, c in items)
@@ -48,7 +53,7 @@ def value_at_rank(hist: list, rank: float) -> float:
             # lower edge is one step down, but never below the previous bucket's bound.
             lo = max(ub / _STEP, prev_ub, 1e-9)
             frac = (rank - cum) / c
-            return lo * (ub / lo) ** frac
+            return float(lo * (ub / lo) ** frac)
         cum += c
         prev_ub = ub
     return items[-1][0]
@@ -57,7 +62,7 @@ def value_at_rank(hist: list, rank: float) -> float:
 TAIL = 0.9  # percentiles above this get whole-bucket intervals
 
 
-def _bucket_edges(hist: list, rank: float) -> tuple[float, float]:
+def _bucket_edges(hist: Hist, rank: float) -> tuple[float, float]:
     """(lower, upper] edges (µs) of the bucket holding 1-based ``rank``."""
     items = sorted((float(b), int(c)) for b, c in hist if c > 0)
     cum, prev_ub = 0, 0.0
@@ -69,7 +74,7 @@ def _bucket_edges(hist: list, rank: float) -> tuple[float, float]:
     return prev_ub, items[-1][0]
 
 
-def interval(hist: list, p: float, exact: float | None = None) -> tuple[float, float] | None:
+def interval(hist: Hist, p: float, exact: float | None = None) -> tuple[float, float] | None:
     """95 % confidence interval (µs) of percentile ``p`` (0..1); None without samples.
     An open side is 0 or +inf.
 
@@ -112,12 +117,12 @@ def min_samples(p: float) -> int:
         n += 1
 
 
-def _samples(summary: dict) -> int:
+def _samples(summary: Summary) -> int:
     hist = summary.get("histogram") or ()
     return sum(int(c) for _, c in hist)
 
 
-def verdict(a: dict, b: dict, p: float) -> str:
+def verdict(a: Summary, b: Summary, p: float) -> str:
     ha, hb = a.get("histogram"), b.get("histogram")
     if not ha or not hb:
         return "no histogram"
@@ -145,8 +150,8 @@ def _ratio(a: float, b: float) -> float | None:
     return round(r, 3) if math.isfinite(r) else None
 
 
-def _row(kind: str, key: dict, a: dict, b: dict) -> dict:
-    row: dict = {"kind": kind, **key, "count": [a["count"], b["count"]]}
+def _row(kind: str, key: dict[str, Any], a: Summary, b: Summary) -> dict[str, Any]:
+    row: dict[str, Any] = {"kind": kind, **key, "count": [a["count"], b["count"]]}
     for name, p in (("p50", 0.5), ("p99", 0.99)):
         row[name] = [a[name], b[name]]
         row[f"{name}_ratio"] = _ratio(a[name], b[name])
@@ -154,7 +159,7 @@ def _row(kind: str, key: dict, a: dict, b: dict) -> dict:
     return row
 
 
-def compare(a: dict, b: dict) -> list[dict]:
+def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows for every (engine, mode, op) in both captures (the whole operation) and every
     command code present in both for it. Ratios are B/A: above 1 means B is slower."""
     runs_b = {(r["engine"], r["mode"], r["op"]): r for r in b["runs"]}
@@ -171,6 +176,6 @@ def compare(a: dict, b: dict) -> list[dict]:
     return rows
 
 
-def only_in(a: dict, b: dict) -> list[tuple[str, str, str]]:
+def only_in(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
     kb = {(r["engine"], r["mode"], r["op"]) for r in b["runs"]}
     return [(r["engine"], r["mode"], r["op"]) for r in a["runs"] if (r["engine"], r["mode"], r["op"]) not in kb]

@@ -118,6 +118,7 @@ class Source(Protocol):
     running: bool
     read_only: bool
     simulated: bool
+    simulated_reason: str | None  # why a simulator answers (the dashboard's fallback says it first)
     kernel_device: bool  # polls a kernel's TPM: the observer-effect banner
     poll_interval: float
     identity: Any  # what the TPM said it is (None until it answered): export waits for it
