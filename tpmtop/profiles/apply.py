@@ -9,14 +9,21 @@ machines.
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
 from tpmtop.errors import UsageError
 
+if TYPE_CHECKING:
+    from tpmtop.profiles.profile import Profile
+    from tpmtop.tpm import wire
+    from tpmtop.tpm.connection import TpmConnection
 
-def add_profile_options(parser, top: bool = False) -> None:
+
+def add_profile_options(parser: argparse.ArgumentParser, top: bool = False) -> None:
     """On subcommands the defaults are suppressed, like the TPM selection options, so that
     ``tpmtop --profile X bench --sim`` and ``tpmtop bench --sim --profile X`` agree."""
-    import argparse
-
     d = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
     g = parser.add_argument_group("chip latency profile (simulator only)")
     g.add_argument("--profile", default=d(None), metavar="NAME|FILE",
@@ -26,7 +33,7 @@ def add_profile_options(parser, top: bool = False) -> None:
                    help="seed for sampling latencies from a profile's spread (repeatable runs)")
 
 
-def profile_from_args(args):
+def profile_from_args(args: argparse.Namespace) -> Profile | None:
     """The profile to apply (or None), checked against the TPM selection. Raises UsageError."""
     spec = getattr(args, "profile", None)
     seed = getattr(args, "seed", None)
@@ -43,7 +50,7 @@ def profile_from_args(args):
     return load_profile(spec)
 
 
-def apply_profile(conn, profile, seed: int | None = None) -> None:
+def apply_profile(conn: TpmConnection, profile: Profile | None, seed: int | None = None) -> None:
     """Hold each response as the profile says; captures and headers then name the profile."""
     if profile is None:
         return
@@ -53,19 +60,21 @@ def apply_profile(conn, profile, seed: int | None = None) -> None:
     shape = profile.shaper(seed)
     unheld = conn.profile_unheld
 
-    def shaped(info):
+    def shaped(info: wire.CommandInfo) -> int | None:
         # a command the profile does not cover runs at swtpm speed: remembered, so that every
         # row and ratio that depends on it can say so (tpmtop.profiles.apply.gaps)
         ns = shape(info)
-        if ns is None:
+        if ns is None and info.cc is not None:
             unheld.add(info.cc)
         return ns
 
+    if conn.transport is None:
+        raise UsageError(f"--profile {profile.name}: the TPM is not open")
     conn.transport.shaper = shaped
     conn.profile_name = profile.name
 
 
-def gaps(conn, commands) -> list[str]:
+def gaps(conn: Any, commands: Iterable[int | str | None]) -> list[str]:
     """Of ``commands`` (a run's command codes, or their TPM2_CC_ names), those the applied
     profile did not cover (they ran at the simulator's speed), as TPM2_CC_ names, sorted."""
     from tpmtop.tpm import names
@@ -73,11 +82,11 @@ def gaps(conn, commands) -> list[str]:
     unheld = {names.cc_name(cc) for cc in getattr(conn, "profile_unheld", ())}
     if not getattr(conn, "profile_name", None) or not unheld:
         return []
-    have = {c if isinstance(c, str) else names.cc_name(c) for c in commands}
+    have = {c if isinstance(c, str) else names.cc_name(c) for c in commands if c is not None}
     return sorted(have & unheld)
 
 
-def describe(profile, seed: int | None = None) -> str:
+def describe(profile: Profile, seed: int | None = None) -> str:
     """One line for headers: which profile, and that latencies are the profile's, not the host's."""
     chip = " ".join(str(profile.chip[k]) for k in ("manufacturer", "model") if profile.chip.get(k))
     s = f"profile {profile.name}" + (f" ({chip})" if chip else "")

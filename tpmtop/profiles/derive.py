@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from tpmtop.errors import UsageError
 from tpmtop.profiles.profile import ANY, HMAC_SESSION, NO_SESSION, Figure, Profile, has_hmac_session
@@ -31,7 +33,7 @@ def today() -> str:
     return _dt.date.today().isoformat()
 
 
-def figure_from_ns(values_ns: list[int], source: dict) -> Figure:
+def figure_from_ns(values_ns: Iterable[int], source: dict[str, Any]) -> Figure:
     vals = sorted(values_ns)
     med = statistics.median(vals) / 1000
     f = Figure(median_us=max(med, 0.001), source=source, samples=len(vals))
@@ -55,8 +57,8 @@ def _variant(short: str, hmac: bool) -> str:
     return HMAC_SESSION if hmac else NO_SESSION
 
 
-def profile_from_samples(name: str, chip: dict, samples: dict[tuple[int, str], list[int]],
-                         source: dict, description: str = "", notes: list[str] | None = None) -> Profile:
+def profile_from_samples(name: str, chip: dict[str, Any], samples: Mapping[tuple[int, str], Sequence[int]],
+                         source: dict[str, Any], description: str = "", notes: list[str] | None = None) -> Profile:
     if not samples:
         raise UsageError("nothing to build a profile from: no successful TPM commands with latencies")
     cmds: dict[int, dict[str, Figure]] = {}
@@ -67,13 +69,13 @@ def profile_from_samples(name: str, chip: dict, samples: dict[tuple[int, str], l
                    notes=notes or [])
 
 
-def _add(samples, cc: int, hmac: bool, ns: int) -> None:
+def _add(samples: dict[tuple[int, str], list[int]], cc: int, hmac: bool, ns: int) -> None:
     samples.setdefault((cc, _variant(names.cc_short(cc), hmac)), []).append(int(ns))
 
 
 # -- from recorder events (profile record) ---------------------------------------------------
-def samples_from_events(events) -> dict[tuple[int, str], list[int]]:
-    out: dict = {}
+def samples_from_events(events: Iterable[Any]) -> dict[tuple[int, str], list[int]]:
+    out: dict[tuple[int, str], list[int]] = {}
     for ev in events:
         if ev.cc is None or ev.rc != 0 or ev.garbled or ev.error:
             continue
@@ -81,7 +83,7 @@ def samples_from_events(events) -> dict[tuple[int, str], list[int]]:
     return out
 
 
-def chip_from_identity(conn) -> dict:
+def chip_from_identity(conn: Any) -> dict[str, Any]:
     ident = conn.identity()
     return {"manufacturer": ident.manufacturer, "vendor": ident.vendor, "firmware": ident.firmware,
             "simulated": conn.simulated, "tcti": conn.target.tcti}
@@ -100,11 +102,11 @@ def profile_from_capture(path: str, name: str) -> tuple[Profile, list[str]]:
     from tpmtop.capture import CaptureReader  # validates against capture-1.json
     from tpmtop.textsafe import safe_tree
 
-    samples: dict = {}
-    cc_of: dict = {}
-    hmac_of: dict = {}
+    samples: dict[tuple[int, str], Any] = {}  # key -> array("q") of wire ns
+    cc_of: dict[str, int | None] = {}
+    hmac_of: dict[bytes, bool] = {}
 
-    def on_event(e) -> None:  # a typed event (tpmtop.capture.spec.EventLine)
+    def on_event(e: Any) -> None:  # a typed event (tpmtop.capture.spec.EventLine)
         if e.rc != 0:
             return
         cc = cc_of.get(e.command, -1)
@@ -146,7 +148,8 @@ def profile_from_capture(path: str, name: str) -> tuple[Profile, list[str]]:
                              "figures come from the runs' histograms, 4 buckets per decade"]
 
 
-def _profile_from_runs(cap, name, chip, src, where, path) -> Profile:
+def _profile_from_runs(cap: dict[str, Any], name: str, chip: dict[str, Any], src: dict[str, Any], where: str,
+                       path: str) -> Profile:
     # Per key: the runs' exact p50s with their counts, and the buckets summed bound by bound
     # (captures bucket on fixed log bounds, so summing counts is an exact merge).
     p50s: dict[tuple[int, str], list[tuple[float, int]]] = {}
@@ -195,7 +198,8 @@ def _profile_from_runs(cap, name, chip, src, where, path) -> Profile:
 def profile_from_traces(paths: list[str], name: str, calls: int | None = None,
                         unit: str | None = None) -> tuple[Profile, list[str]]:
     try:
-        from tpmtop.boot.traces import OP_EXTEND_HMAC, load_trace
+        from tpmtop.boot.series import OP_EXTEND_HMAC
+        from tpmtop.boot.traces import load_trace
     except ImportError:
         raise UsageError("profile from-trace needs tpmtop's trace parsers (tpmtop/boot/traces.py), "
                          "which this installation lacks") from None
@@ -237,8 +241,8 @@ def profile_from_traces(paths: list[str], name: str, calls: int | None = None,
 RECORD_OPS = (Op.EXTEND, Op.GET_RANDOM)
 
 
-def record(conn, n: int, pcr: int, ops=RECORD_OPS, warmup: int = 2,
-           progress=None) -> tuple[Profile, object]:
+def record(conn: Any, n: int, pcr: int, ops: Sequence[str] = RECORD_OPS, warmup: int = 2,
+           progress: Callable[[int, int], None] | None = None) -> tuple[Profile, object]:
     """Characterise the connected TPM: every session mode of each op, native engine (its wire
     traffic is the same as ESAPI's and it adds no host work between commands).
 
@@ -256,7 +260,7 @@ def record(conn, n: int, pcr: int, ops=RECORD_OPS, warmup: int = 2,
     start_seq = conn.recorder.total  # every command so far has a seq ≤ this
     result = None
     for plan in plans:
-        def prog(done, _t, base=done_before):
+        def prog(done: int, _t: int, base: int = done_before) -> None:
             if progress:
                 progress(base + done, total)
 
@@ -268,7 +272,7 @@ def record(conn, n: int, pcr: int, ops=RECORD_OPS, warmup: int = 2,
             raise TpmtopError(f"profile record stopped: {result.error}")
     evs = [e for e in conn.recorder.events_since(start_seq) if e.origin == "workload" and e.op_seq is not None]
     # Drop each (mode, op)'s warm-up operations: they are the first `warmup` op_seqs of it.
-    seen: dict[tuple, list[int]] = {}
+    seen: dict[tuple[Any, Any], list[int]] = {}
     for e in evs:
         lst = seen.setdefault((e.mode, e.op), [])
         if not lst or lst[-1] != e.op_seq:

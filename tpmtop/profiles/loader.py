@@ -22,23 +22,24 @@ BUILTIN = ("slb9670",)
 
 
 @functools.lru_cache(maxsize=1)
-def schema() -> dict:
-    return json.loads(resources.files("tpmtop").joinpath("schema/profile-1.json").read_text("utf-8"))
+def schema() -> dict[str, Any]:
+    text = resources.files("tpmtop").joinpath("schema/profile-1.json").read_text("utf-8")
+    return cast("dict[str, Any]", json.loads(text))
 
 
 @functools.lru_cache(maxsize=1)
-def _validator():
+def _validator() -> Any:
     from jsonschema import Draft202012Validator
 
     return Draft202012Validator(schema())
 
 
-def _where(err) -> str:
+def _where(err: Any) -> str:
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
     return path.lstrip(".") or "(top level)"
 
 
-def validate(doc, label: str) -> None:
+def validate(doc: Any, label: str) -> None:
     """Schema check plus what a schema cannot say; raises UsageError with one line."""
     from jsonschema.exceptions import best_match
 
@@ -104,7 +105,7 @@ def _cc_of(key: str) -> int | None:
     return names.cc_from_name(key)
 
 
-def from_json(doc: dict, label: str = "(document)", origin: str | None = None) -> Profile:
+def from_json(doc: dict[str, Any], label: str = "(document)", origin: str | None = None) -> Profile:
     try:
         validate(doc, label)
     except RecursionError:  # nesting the parser took but the schema walk does not
@@ -139,7 +140,7 @@ def load_file(path: str) -> Profile:
     return from_json(parse(text, path), path, origin=path)
 
 
-def parse(text: str, label: str):
+def parse(text: str, label: str) -> Any:
     """JSON text of a profile: NaN, Infinity and numbers beyond a double are refused here
     (a schema's "minimum" does not catch NaN, and a NaN median would reach the TPM shaper),
     and so is nesting too deep for Python's parser. Every failure: UsageError, one line."""
@@ -171,13 +172,13 @@ def dumps(profile: Profile) -> str:
     text = json.dumps(doc, indent=2, ensure_ascii=False)
     # One histogram bucket per line ([bound, count]), not four: profiles are read by people.
     text = _PAIR.sub(lambda m: f"[{m.group(1)}, {m.group(2)}]", text)
-    return text + "\n"
+    return str(text) + "\n"
 
 
 _PAIR = __import__("re").compile(r"\[\s*(-?[0-9.eE+-]+),\s*(-?[0-9.eE+-]+)\s*\]")
 
 
-def write_profile(path, profile: Profile) -> None:
+def write_profile(path: Any, profile: Profile) -> None:
     """By the output rules of tpmtop.output (``path`` may be a checked Output): atomically for
     a regular file (a half-written profile must not replace a good one), through for a pipe or
     device, ``-`` for stdout; a late failure keeps the profile in a fallback file."""

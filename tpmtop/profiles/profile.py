@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import bisect
 import random
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpmtop.tpm import wire
 
@@ -33,7 +35,7 @@ VARIANTS = (NO_SESSION, HMAC_SESSION, ANY)
 _SESSION_TYPES = (0x02, 0x03)
 
 
-def has_hmac_session(sessions) -> bool:
+def has_hmac_session(sessions: Iterable[tuple[int, Any]]) -> bool:
     return any((h >> 24) in _SESSION_TYPES for h, _ in sessions)
 
 
@@ -46,7 +48,7 @@ class Figure:
     """One latency figure in µs: a median and, when known, a spread."""
 
     median_us: float
-    source: dict
+    source: dict[str, Any]
     p10_us: float | None = None
     p90_us: float | None = None
     histogram: list[list[float]] | None = None  # [[upper bound µs, count], …], bounds ascending
@@ -100,8 +102,8 @@ class Figure:
         frac = (target - before) / h[i][1] if h[i][1] else 1.0
         return lo + (hi - lo) * min(max(frac, 0.0), 1.0)
 
-    def to_json(self) -> dict:
-        d: dict = {"median_us": _num(self.median_us)}
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"median_us": _num(self.median_us)}
         if self.p10_us is not None:
             d["p10_us"] = _num(self.p10_us)
         if self.p90_us is not None:
@@ -116,25 +118,25 @@ class Figure:
         return d
 
     @classmethod
-    def from_json(cls, d: dict) -> Figure:
+    def from_json(cls, d: dict[str, Any]) -> Figure:
         return cls(median_us=float(d["median_us"]), source=dict(d["source"]), p10_us=_opt(d.get("p10_us")),
                    p90_us=_opt(d.get("p90_us")), histogram=d.get("histogram"), min_us=_opt(d.get("min_us")),
                    samples=d.get("samples"))
 
 
-def _num(v: float):
+def _num(v: float) -> int | float:
     v = round(float(v), 3)
     return int(v) if v == int(v) else v
 
 
-def _opt(v):
+def _opt(v: Any) -> float | None:
     return None if v is None else float(v)
 
 
 @dataclass
 class Profile:
     name: str
-    chip: dict
+    chip: dict[str, Any]
     commands: dict[int, dict[str, Figure]]  # cc -> variant -> figure
     description: str = ""
     created: str | None = None
@@ -150,7 +152,7 @@ class Profile:
     def figure_for(self, info: wire.CommandInfo) -> Figure | None:
         return self.figure(info.cc, variant_of(info))
 
-    def shaper(self, seed: int | None = None):
+    def shaper(self, seed: int | None = None) -> Callable[[wire.CommandInfo], int | None]:
         """The transport's shaper: ns to hold each response, measured from the send.
 
         Commands the profile does not list are not held (the simulator's own time stands):
@@ -168,10 +170,10 @@ class Profile:
 
         return shape
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         from tpmtop.tpm import names
 
-        d: dict = {"schema": SCHEMA_ID, "name": self.name}
+        d: dict[str, Any] = {"schema": SCHEMA_ID, "name": self.name}
         if self.description:
             d["description"] = self.description
         if self.created:
