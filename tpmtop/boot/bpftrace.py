@@ -13,6 +13,7 @@ Values are taken as nanoseconds unless the map's name says otherwise (``@us``, `
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import NoReturn
 
 from tpmtop.boot.badline import bad_line
@@ -143,7 +144,7 @@ class _Parser:
                 self.fail(lineno, "histogram bucket with upper bound <= lower bound", line)
             hist.buckets.append((lo, hi, count))
 
-    def parse(self, lines) -> TraceResult:
+    def parse(self, lines: Iterable[str]) -> TraceResult:
         key_lines: list[str] | None = None
         key_name = ""
         key_start, key_first = 0, ""
@@ -204,5 +205,5 @@ class _Parser:
         return self.res
 
 
-def parse_bpftrace(lines, path: str = "<trace>", unit: str | None = None) -> TraceResult:
+def parse_bpftrace(lines: Iterable[str], path: str = "<trace>", unit: str | None = None) -> TraceResult:
     return _Parser(path, UNITS[unit or "ns"]).parse(lines)

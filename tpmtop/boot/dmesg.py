@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 # `[    1.234567] msg`, /dev/kmsg `6,339,5140900,-;msg`, journalctl -k `… kernel: msg`.
 _PREFIXES = (
@@ -93,7 +94,7 @@ class Initcall:
     usecs: int
     ret: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "module": self.module, "usecs": self.usecs, "ret": self.ret}
 
 
@@ -120,7 +121,7 @@ class TpmProbe:
         v = m.group("vendor")
         return ACPI_VENDORS.get(v) or ACPI_VENDORS.get(v[:3])
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"driver": self.driver, "device": self.device, "family": self.family,
                 "device_id": f"0x{self.device_id:X}", "rev_id": self.rev_id, "acpi_hid": self.acpi_hid,
                 "vendor": self.vendor, "line": self.line}
@@ -137,7 +138,7 @@ class KernelProblem:
     errno: int | None = None
     rc_text: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "meaning": KIND_TEXT[self.kind], "text": self.text, "line": self.line,
                 "time_s": float(self.time_s) if self.time_s is not None else None,
                 "rc": f"0x{self.rc:x}" if self.rc is not None else None, "rc_text": self.rc_text,
@@ -169,7 +170,7 @@ class KernelLog:
     def initcall_total_usecs(self) -> int:
         return sum(i.usecs for i in self.initcalls)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"tpm_lines": self.tpm_lines, "warnings": self.warnings,
                 "initcall_debug": self.initcall_debug,
                 "initcalls_total_usecs": self.initcall_total_usecs if self.initcalls else None,

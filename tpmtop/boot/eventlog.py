@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpmtop.errors import UsageError
 
@@ -31,7 +32,7 @@ class EventLog:
     algorithms: list[str] = field(default_factory=list)
     note: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"format": self.format, "events": self.events, "extends": self.extends,
                 "per_pcr": {str(k): v for k, v in sorted(self.per_pcr.items())},
                 "algorithms": self.algorithms, "note": self.note}
@@ -43,12 +44,12 @@ def _take(buf: bytes, off: int, n: int) -> tuple[bytes, int]:
     return buf[off:off + n], off + n
 
 
-def _u32(buf, off):
+def _u32(buf: bytes, off: int) -> tuple[int, int]:
     b, off = _take(buf, off, 4)
     return struct.unpack("<I", b)[0], off
 
 
-def _u16(buf, off):
+def _u16(buf: bytes, off: int) -> tuple[int, int]:
     b, off = _take(buf, off, 2)
     return struct.unpack("<H", b)[0], off
 

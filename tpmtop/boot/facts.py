@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +43,7 @@ class Fact:
     reason: str | None = None  # set when unavailable
     # Other sources that state the same fact: [{"source", "value"}]; the first one (this
     # fact's ``source``) won, and ``agree`` says whether they all said the same.
-    others: list[dict] = field(default_factory=list)
+    others: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -65,7 +65,7 @@ class Fact:
         return f"{self.source} (won over " + ", ".join(
             f"{o['source']}: {o.get('reason') or o['value']}" for o in self.others) + ")"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         v = self.value.to_json() if hasattr(self.value, "to_json") else self.value
         if isinstance(v, list):
             v = [x.to_json() if hasattr(x, "to_json") else x for x in v]
@@ -92,7 +92,8 @@ class SystemFacts:
     @property
     def tpm_family(self) -> str | None:
         """"1.2" or "2.0", from sysfs or the kernel log."""
-        return self.value("tpm.family")
+        v = self.value("tpm.family")
+        return None if v is None else str(v)
 
     @property
     def tpm_seen(self) -> bool:
@@ -113,7 +114,7 @@ class SystemFacts:
         f = self.facts.get(name)
         return f.value if f is not None and f.ok else None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"root": self.root, "facts": [f.to_json() for f in self.facts.values()]}
 
 
@@ -122,7 +123,7 @@ def parse_release(release: str | None) -> tuple[int, int, int] | None:
     return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
 
 
-def _fact(sf: SystemFacts, name: str, fn, source: str) -> Fact:
+def _fact(sf: SystemFacts, name: str, fn: Callable[[], Any], source: str) -> Fact:
     try:
         return sf.add(Fact(name, fn(), source))
     except Unavailable as e:
@@ -159,7 +160,7 @@ def collect_kernelfs(reader: RootReader) -> SystemFacts:
     return sf
 
 
-def read_pcrs(reader: RootReader, chip: str, pcrs, bank: str = "sha256") -> dict[int, str]:
+def read_pcrs(reader: RootReader, chip: str, pcrs: Iterable[int], bank: str = "sha256") -> dict[int, str]:
     """PCR values the kernel exports (``pcr-<bank>/N``, 5.12+). Reading one makes the kernel send
     a PCR_Read, which uses no session."""
     out: dict[int, str] = {}
@@ -368,7 +369,7 @@ def _systemd(sf: SystemFacts, r: RootReader) -> None:
     _units(sf, r)
 
 
-def _saved_or_live(r: RootReader, argv: list[str], saved: str):
+def _saved_or_live(r: RootReader, argv: list[str], saved: str) -> tuple[str, str]:
     """``(text, source)`` of a command's output, live or saved under the root; Unavailable."""
     if r.live:
         return r.command_output(argv)

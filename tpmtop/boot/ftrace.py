@@ -12,6 +12,7 @@ on another CPU are handled. Lines are consumed one at a time (a trace can be 100
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import NoReturn
@@ -369,7 +370,7 @@ class _Parser:
         return self.res
 
 
-def parse_function_graph(lines, path: str = "<trace>") -> TraceResult:
+def parse_function_graph(lines: Iterable[str], path: str = "<trace>") -> TraceResult:
     p = _Parser(path)
     for lineno, line in enumerate(lines, 1):
         p.row(lineno, line.rstrip("\n"))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from tpmtop.boot.badline import bad_line
 from tpmtop.boot.dmesg import KIND_TEXT, classify
@@ -79,7 +79,7 @@ class JournalError:
         """Mean time between repeats."""
         return self.span / (self.count - 1) if self.count > 1 else None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         iv = self.interval
         return {"ident": self.ident, "kind": self.kind, "message": self.message, "count": self.count,
                 "first_s": float(self.first), "last_s": float(self.last), "span_s": float(self.span),
@@ -99,7 +99,7 @@ class Journal:
     def error_lines(self) -> int:
         return sum(e.count for e in self.errors)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"entries": self.entries, "first_s": float(self.first_s) if self.first_s is not None else None,
                 "last_s": float(self.last_s) if self.last_s is not None else None,
                 "tpm_error_lines": self.error_lines, "tpm_errors": [e.to_json() for e in self.errors]}

@@ -29,7 +29,8 @@ from typing import Any
 
 from tpmtop.boot.series import OP_EXTEND, OP_EXTEND_HMAC, TraceResult, merged_operations
 from tpmtop.errors import UsageError
-from tpmtop.sessions.modes import MODE_INFO, MODES  # noqa: F401 - boot.report reads pj.MODES
+from tpmtop.sessions.modes import MODE_INFO
+from tpmtop.sessions.modes import MODES as MODES  # boot.report reads pj.MODES
 
 COMPONENTS = {
     "E0": OP_EXTEND,
@@ -62,7 +63,7 @@ class Cost:
     source: str
     detail: str = ""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"us": float(self.us), "source": self.source, "detail": self.detail}
 
 
@@ -77,7 +78,7 @@ class ModeCost:
     note: str | None = None
     reason: str | None = None  # why no figure
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "formula": self.formula, "arithmetic": self.arithmetic,
                 "total_s": float(self.total_s) if self.total_s is not None else None,
                 "estimate_s": float(self.estimate_s) if self.estimate_s is not None else None,
@@ -92,7 +93,7 @@ class Projection:
     modes: dict[str, ModeCost]
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"extends": self.extends, "extends_source": self.extends_source,
                 "components_us": {k: c.to_json() for k, c in self.components.items()},
                 "modes": {k: m.to_json() for k, m in self.modes.items()},
@@ -180,7 +181,7 @@ _KERNEL_COMMANDS = {"TPM2_CC_ContextLoad": "L", "TPM2_CC_StartAuthSession": "S",
                     "TPM2_CC_ContextSave": "C"}
 
 
-def kernel_components(data: dict, path: str) -> dict[str, Cost]:
+def kernel_components(data: dict[str, Any], path: str) -> dict[str, Cost]:
     """Per-command costs (p50) from a ``tpmtop kernel --json`` capture. Its PCR_Extends carry
     an HMAC session when the kernel also started sessions (the probe sees only the header), so
     they price Eh then, E0 otherwise."""
@@ -213,7 +214,7 @@ def kernel_components(data: dict, path: str) -> dict[str, Cost]:
 _MAX_EXTEND_US = 3.6e9  # an hour
 
 
-def capture_costs(data, path: str) -> tuple[dict[str, Cost], list[str]]:
+def capture_costs(data: Any, path: str) -> tuple[dict[str, Cost], list[str]]:
     """The checks tpmtop boot itself relies on, whichever loader read ``data``."""
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("tpmtop.capture/"):
         raise UsageError(f"{path}: not a tpmtop capture (no \"schema\": \"tpmtop.capture/1\")")

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from collections.abc import Callable, Iterable
 from functools import lru_cache
+from typing import Any
 
 
 @lru_cache(maxsize=1)
-def _decoder():
+def _decoder() -> Callable[[int], str] | None:
     name = ctypes.util.find_library("tss2-rc")
     for candidate in filter(None, (name, "libtss2-rc.so.0")):
         try:
@@ -22,7 +24,7 @@ def _decoder():
         except (OSError, AttributeError):
             continue
         fn.restype, fn.argtypes = ctypes.c_char_p, [ctypes.c_uint32]
-        return lambda rc: fn(rc).decode("utf-8", "replace")
+        return lambda rc: str(fn(rc).decode("utf-8", "replace"))
     try:
         from tpmtop.tpm.names import rc_text
     except ImportError:
@@ -37,7 +39,7 @@ def word(rc: int) -> str | None:
     return decode(rc) if decode is not None else None
 
 
-def word_all(items) -> None:
+def word_all(items: Iterable[Any]) -> None:
     """Set ``item.rc_text`` for every item with an ``rc`` and no wording yet."""
     for i in items:
         if i.rc is not None and i.rc_text is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Set
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from tpmtop.boot import projection as pj
 from tpmtop.boot.dmesg import KIND_TEXT
@@ -25,11 +26,11 @@ class BootReport:
     projection: pj.Projection | None
     projection_reason: str | None
     verdict: str
-    identity: dict | None = None
+    identity: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
-    verdict_parts: list[dict] = field(default_factory=list)  # what the verdict weighed, largest first
+    verdict_parts: list[dict[str, Any]] = field(default_factory=list)  # what the verdict weighed, largest first
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "schema": "tpmtop.boot/1",
             "root": self.facts.root,
@@ -76,7 +77,7 @@ ARM_KERNEL_TRACE = ("to time this machine's own kernel TPM commands during the n
 
 def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
                  capture: str | None = None, extends: int | None = None,
-                 calls_per_sum: int | None = None, identity: dict | None = None) -> BootReport:
+                 calls_per_sum: int | None = None, identity: dict[str, Any] | None = None) -> BootReport:
     traces = traces or []
     sf = collect(reader)
     sm = infer(sf)
@@ -381,7 +382,7 @@ def _tpm12_verdict(rep: BootReport) -> tuple[float, str]:
         if tic:
             secs = sum(i.usecs for i in tic) / 1e6
 
-            def one(i) -> str:
+            def one(i: Any) -> str:
                 why = " (IMA reads PCRs 0–7 for its boot aggregate)" if i.name == "init_ima" else ""
                 return f"{i.name} {pj.fmt_seconds(Decimal(i.usecs) / 10**6, 2)}{why}"
 
@@ -403,14 +404,14 @@ def _tpm12_verdict(rep: BootReport) -> tuple[float, str]:
 def _table(rows: list[list[str]], header: list[str], right: Set[int] = frozenset(), indent: str = "  ") -> list[str]:
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
 
-    def fmt(r):
+    def fmt(r: list[str]) -> str:
         return indent + "  ".join(c.rjust(widths[i]) if i in right else c.ljust(widths[i])
                                   for i, c in enumerate(r)).rstrip()
 
     return [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
 
 
-def _show(v) -> str:
+def _show(v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, dict):
@@ -441,7 +442,7 @@ FACT_LABELS = [
 ]
 
 
-def _fact_value(name: str, f) -> str:
+def _fact_value(name: str, f: Any) -> str:
     v = f.value
     if name == "eventlog":
         return (f"{v.events} events ({v.extends} extends by firmware, {v.format}: "
@@ -456,7 +457,7 @@ def _fact_value(name: str, f) -> str:
     return _show(v)
 
 
-def _units_section(sf) -> list[str]:
+def _units_section(sf: SystemFacts) -> list[str]:
     if not sf.units:
         return []
     rows = []
@@ -473,7 +474,7 @@ def _units_section(sf) -> list[str]:
     return out + [""]
 
 
-def _journal_section(sf) -> list[str]:
+def _journal_section(sf: SystemFacts) -> list[str]:
     j = sf.journal
     if j is None or not j.errors:
         return []

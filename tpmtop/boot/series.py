@@ -12,6 +12,10 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpmtop.stats import LatencyHistogram
 
 # Kernel function -> the TPM command it sends (drivers/char/tpm/tpm2-cmd.c, tpm2-sessions.c).
 OP_FUNCS: dict[str, str] = {
@@ -72,7 +76,7 @@ class Series:
             return "bucket"
         return "exact"
 
-    def histogram(self):
+    def histogram(self) -> LatencyHistogram:
         from tpmtop.stats import LatencyHistogram
 
         h = LatencyHistogram()
@@ -108,7 +112,7 @@ class Series:
             return total / calls, f"sum {total} ns / {calls} calls"
         return None, "no data"
 
-    def exact_summary_us(self) -> dict:
+    def exact_summary_us(self) -> dict[str, Any]:
         """Nearest-rank percentiles of the exact samples, in µs."""
         v = sorted(self.samples_ns)
         n = len(v)
@@ -119,8 +123,8 @@ class Series:
         return {"count": n, "p50": rank(50), "p90": rank(90), "p99": rank(99), "max": v[-1] / 1000,
                 "mean": round(sum(v) / n / 1000, 3)}
 
-    def to_json(self) -> dict:
-        d: dict = {"calls": self.calls, "precision": self.precision}
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"calls": self.calls, "precision": self.precision}
         if self.samples_ns or self.buckets:
             h = self.histogram()
             # HDR keeps 3 significant digits; exact samples deserve their own exact figures.
@@ -148,7 +152,7 @@ class TraceResult:
     def operation(self, name: str) -> Series:
         return self.operations.setdefault(name, Series())
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "format": self.format, "hmac_seen": self.hmac_seen,
                 "functions": {k: v.to_json() for k, v in sorted(self.functions.items())},
                 "operations": {k: v.to_json() for k, v in sorted(self.operations.items())},

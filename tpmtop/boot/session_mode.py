@@ -11,6 +11,7 @@ no session mode applies. ``rule`` names the one rule that decided.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpmtop.boot.cmdline import truthy
 from tpmtop.boot.facts import SystemFacts, parse_release
@@ -36,7 +37,7 @@ class SessionMode:
         self.mode, self.rule = mode, rule
         return self
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"mode": self.mode, "reasons": self.reasons, "rule": self.rule, "tpm_family": self.family,
                 "session_modes_apply": self.applies, "hwrng_ends_kept_session": self.hwrng_ends_session}
 

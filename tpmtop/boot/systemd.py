@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import NoReturn
+from typing import Any, NoReturn
 
 # systemd's format_timespan() units.
 _UNITS = {"y": Decimal(31557600), "month": Decimal(2629800), "w": Decimal(604800), "d": Decimal(86400),
@@ -43,7 +43,7 @@ class BootTimes:
     target: str | None = None
     target_after: Decimal | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"phases_s": {k: float(v) for k, v in self.phases.items()},
                 "phases_text": self.phase_text, "total_s": float(self.total) if self.total is not None else None,
                 "total_text": self.total_text, "target": self.target,
@@ -120,7 +120,7 @@ class UnitTime:
     chain_took_text: str | None = None
     at_text: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"unit": self.unit, "role": self.role,
                 "took_s": float(self.took) if self.took is not None else None, "took_text": self.took_text,
                 "critical_chain_took_s": float(self.chain_took) if self.chain_took is not None else None,

@@ -8,6 +8,8 @@ the top without a cycle. Names of the model are re-exported here for older impor
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Iterator
+from typing import IO
 
 from tpmtop.boot.bpftrace import parse_bpftrace
 from tpmtop.boot.ftrace import parse_function_graph
@@ -45,7 +47,7 @@ def _classify(line: str) -> str | None:
 FORMAT_NAMES = {"ftrace": "an ftrace function_graph trace", "bpftrace": "bpftrace map output"}
 
 
-def sniff_format(lines) -> str | None:
+def sniff_format(lines: Iterable[str]) -> str | None:
     """What kind of trace ``lines`` (the start of a file) are, for a reader that found none of
     its own events there: "ftrace", "bpftrace", or None (neither; not enough said yet)."""
     for line in lines:
@@ -57,7 +59,7 @@ def sniff_format(lines) -> str | None:
     return None
 
 
-def _text_lines(f, path: str):
+def _text_lines(f: IO[bytes], path: str) -> Iterator[str]:
     """The file's lines as text, one at a time (a trace can be hundreds of MB)."""
     for lineno, raw in enumerate(f, 1):
         try:
