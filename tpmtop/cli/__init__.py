@@ -114,6 +114,9 @@ def _seconds(text: str) -> float:
 def add_common(p: argparse.ArgumentParser, top: bool = False) -> None:
     d = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
     p.add_argument("--debug", action="store_true", default=d(False), help="show tracebacks")
+    p.add_argument("--set", action="append", default=d(None), metavar="NAME=VALUE", dest="settings",
+                   help="a tuning knob for this run, e.g. --set placement=on (beats $TPMTOP_<NAME> and "
+                        "the settings file; docs/settings.md lists them; captures record them)")
 
 
 class _LazySubcommands(argparse._SubParsersAction):
@@ -188,6 +191,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tpmtop: --trace before `{args.command}` opens the dashboard on a trace; for "
               f"`tpmtop {args.command}` put it after the command", file=sys.stderr)
         return EXIT_USAGE
+    # The tuning knobs in force (defaults, file, environment, --set): checked here, so a bad
+    # value is one line and exit 2 before any TPM is opened.
+    from tpmtop import settings
+
+    try:
+        settings.use(settings.load(flags=getattr(args, "settings", None) or ()))
+    except TpmtopError as e:
+        print(f"tpmtop: {e}", file=sys.stderr)
+        return e.exit_status
     # SIGTERM, SIGHUP (an SSH drop) and Ctrl-C unwind as Interrupted, so every `finally`
     # runs: handles are flushed, the private swtpm is stopped, partial captures are written.
     # (The dashboard installs its own SIGTERM/SIGHUP handlers: it asks the app to exit.)

@@ -133,7 +133,7 @@ def capture_from_exchanges(exchanges: list[ObservedExchange], *, origin: str, so
     ident = _tpm_identity(exchanges)
     # swtpm and the IBM simulator answer "IBM" / "SW   TPM"
     sim = simulated or (ident["manufacturer"] == "IBM" and ident["vendor"].startswith("SW"))
-    cap = capture_head({"tcti": source, **ident, "simulated": sim}, runs, cpus=False)
+    cap = capture_head({"tcti": source, **ident, "simulated": sim}, runs, recorded_here=False)
     cap |= {"t0_unix_ns": t0, "events": events}
     if extra:
         cap.update(extra)

@@ -23,6 +23,7 @@ from typing import Any
 
 from tpmtop.errors import TpmConnectionError, TpmtopError
 from tpmtop.tpm.names import RC_INITIALIZE
+from tpmtop.settings import current
 from tpmtop.tpm.placement import FollowCaller
 from tpmtop.tpm.transport import DEFAULT_TIMEOUT, SocketBackend
 
@@ -174,8 +175,10 @@ class Swtpm:
     def backend(self, timeout: float = DEFAULT_TIMEOUT) -> SocketBackend:
         if self.data is None or self.proc is None:
             raise TpmConnectionError("swtpm is not running")
-        # swtpm is tpmtop's own: it follows the thread that sends it a command to its CPU
-        return SocketBackend(self.data, f"private swtpm, pid {self.pid}", timeout, follow=FollowCaller(self.proc))
+        # swtpm is tpmtop's own: with the placement knob on it follows the thread that sends it
+        # a command to its CPU (off by default: tpmtop.settings says why)
+        follow = FollowCaller(self.proc) if current().placement else None
+        return SocketBackend(self.data, f"private swtpm, pid {self.pid}", timeout, follow=follow)
 
     def control(self, cmd: int, payload: bytes = b"") -> int:
         """Send one control-channel command; return swtpm's result code."""
