@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Which tuning knobs earn their default: `tpmtop bench` with each knob on and off, a private
+swtpm against an external one, both engines, idle and under two busy loops, in one run.
+
+A knob (tpmtop/settings.py) stays on by default only where this shows it helping both session
+engines (native and esys), idle and under load. Each configuration is one `tpmtop bench --json`
+process (a fresh interpreter, the knobs given by --set), run in rounds that interleave the
+configurations (A B C … A B C …) so that a change in the shared machine's load falls on all of
+them alike; a figure is the median over the rounds of each run's p50.
+
+    private      --sim, the defaults (placement off, busy poll on)
+    +placement   --sim --set placement=on
+    -busy_poll   --sim --set busy_poll=off
+    external     -T swtpm:host=127.0.0.1,port=P: a swtpm this benchmark starts (nothing moves it)
+    ext-busy     the external swtpm, --set busy_poll=off
+
+Printed per condition: op and wire p50 (µs) of each engine/mode, then the ratios
+private/external (the issue's line: esys with the private swtpm no slower than with an
+external one) and knob-on/knob-off.
+
+    .venv/bin/python benchmarks/tuning.py [-n 200] [--rounds 3] [--load 2] [--modes none,reuse]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from machine import describe  # noqa: E402 - benchmarks/machine.py
+
+TPMTOP = [sys.executable, "-m", "tpmtop"]
+
+
+def _free_port() -> int:
+    """A port P with P+1 free too (swtpm's control channel)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        try:
+            with socket.socket() as s2:
+                s2.bind(("127.0.0.1", p + 1))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair")
+
+
+class ExternalSwtpm:
+    """A swtpm on TCP, as a user runs one: tpmtop did not start it and never moves it."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="tpmtop-bench-swtpm-")
+        self.port = _free_port()
+        self.proc = subprocess.Popen(
+            ["swtpm", "socket", "--tpm2", "--tpmstate", f"dir={self.dir}",
+             "--server", f"type=tcp,port={self.port}", "--ctrl", f"type=tcp,port={self.port + 1}",
+             "--flags", "not-need-init,startup-clear"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("the external swtpm did not listen")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def configs(ext: ExternalSwtpm) -> dict[str, list[str]]:
+    tcti = ["-T", f"swtpm:host=127.0.0.1,port={ext.port}"]
+    return {
+        "private": ["--sim"],
+        "+placement": ["--sim", "--set", "placement=on"],
+        "-busy_poll": ["--sim", "--set", "busy_poll=off"],
+        "external": tcti,
+        "ext-busy": [*tcti, "--set", "busy_poll=off"],
+    }
+
+
+def bench(tpm: list[str], a: argparse.Namespace) -> dict[tuple[str, str], tuple[float, float]]:
+    """(engine, mode) -> (op p50, wire p50) in µs, from one `tpmtop bench --json -` process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPMTOP_")}  # only --set
+    cmd = [*TPMTOP, *tpm, "bench", "--op", "extend", "--modes", a.modes, "--engine", "native,esys",
+           "-n", str(a.n), "--json", "-"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    if r.returncode:
+        raise SystemExit(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.strip()[-400:]}")
+    cap = json.loads(r.stdout)
+    return {(run["engine"], run["mode"]): (run["op_us"]["p50"], run["wire_us"]["p50"]) for run in cap["runs"]}
+
+
+def fmt(us: float) -> str:
+    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", type=int, default=200, help="operations per engine/mode per bench run")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per condition")
+    ap.add_argument("--load", type=int, default=2, help="busy loops for the loaded condition")
+    ap.add_argument("--modes", default="none,reuse")
+    a = ap.parse_args()
+    print(f"# {describe()}")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; n={a.n} per engine/mode, "
+          f"{a.rounds} interleaved rounds, median of the rounds' p50s; the machine may be shared: "
+          f"load average before each condition below")
+    ext = ExternalSwtpm()
+    try:
+        cfgs = configs(ext)
+        for cond in ("idle", f"{a.load} busy loops"):
+            loops: list[subprocess.Popen[bytes]] = []
+            try:
+                if a.load and cond != "idle":
+                    loops = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(a.load)]
+                    time.sleep(1)
+                print(f"\n## {cond} (load average {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
+                got: dict[str, list[dict[tuple[str, str], tuple[float, float]]]] = {c: [] for c in cfgs}
+                for _ in range(a.rounds):
+                    for name, tpm in cfgs.items():
+                        got[name].append(bench(tpm, a))
+            finally:
+                for p in loops:
+                    p.kill()
+                    p.wait()
+            keys = sorted(got["private"][0])
+            med = {c: {k: tuple(statistics.median(r[k][i] for r in rs) for i in (0, 1)) for k in keys}
+                   for c, rs in got.items()}
+            print("config       " + "  ".join(f"{e}/{m} op, wire".rjust(24) for e, m in keys))
+            for c in cfgs:
+                print(f"{c:<12} " + "  ".join(f"{fmt(med[c][k][0])}, {fmt(med[c][k][1])}".rjust(24) for k in keys))
+            print("ratios of op p50 (wire p50)")
+            for label, x, y in (("private/external", "private", "external"),
+                                ("+placement/private", "+placement", "private"),
+                                ("+placement/external", "+placement", "external"),
+                                ("private/-busy_poll", "private", "-busy_poll"),
+                                ("external/ext-busy", "external", "ext-busy")):
+                cells = [f"×{med[x][k][0] / med[y][k][0]:.2f} (×{med[x][k][1] / med[y][k][1]:.2f})".rjust(24)
+                         for k in keys]
+                print(f"{label:<20} " + "  ".join(cells))
+            esys = [k for k in keys if k[0] == "esys"]
+            worst = max(med["private"][k][0] / med["external"][k][0] for k in esys)
+            print(f"esys private/external op p50, worst mode: ×{worst:.2f} ({cond})")
+    finally:
+        ext.stop()
+
+
+if __name__ == "__main__":
+    main()
