@@ -5,20 +5,25 @@ swtpm against an external one, both engines, idle and under two busy loops, in o
 A knob (tpmtop/settings.py) stays on by default only where this shows it helping both session
 engines (native and esys), idle and under load. Each configuration is one `tpmtop bench --json`
 process (a fresh interpreter, the knobs given by --set), run in rounds that interleave the
-configurations (A B C … A B C …) so that a change in the shared machine's load falls on all of
-them alike; a figure is the median over the rounds of each run's p50.
+configurations (A B C …, B C … A, …: each round starts one later) so that a change in the
+shared machine's load falls on all of them alike; a figure is the median over the rounds of
+each run's p50. Run it from a tree nothing edits meanwhile: each bench is a new process.
 
     private      --sim, the defaults (placement off, busy poll on)
     +placement   --sim --set placement=on
     -busy_poll   --sim --set busy_poll=off
-    external     -T swtpm:host=127.0.0.1,port=P: a swtpm this benchmark starts (nothing moves it)
+    external     -T swtpm:host=127.0.0.1,port=P: a swtpm this benchmark starts (nothing moves it),
+                 in the benchmark's session, as `swtpm … &` from the shell that runs tpmtop
     ext-busy     the external swtpm, --set busy_poll=off
+    ext-setsid   another external swtpm, started in a session of its own (as tpmtop started its
+                 private one until 2026-12-06): with the kernel's autogroup scheduling a session
+                 is a scheduling group, and this row shows what that costs
 
 Printed per condition: op and wire p50 (µs) of each engine/mode, then the ratios
 private/external (the issue's line: esys with the private swtpm no slower than with an
 external one) and knob-on/knob-off.
 
-    .venv/bin/python benchmarks/tuning.py [-n 200] [--rounds 3] [--load 2] [--modes none,reuse]
+    .venv/bin/python benchmarks/tuning.py [-n 100] [--rounds 6] [--load 2] [--modes none,reuse]
 """
 
 from __future__ import annotations
@@ -60,14 +65,14 @@ def _free_port() -> int:
 class ExternalSwtpm:
     """A swtpm on TCP, as a user runs one: tpmtop did not start it and never moves it."""
 
-    def __init__(self) -> None:
+    def __init__(self, own_session: bool = False) -> None:
         self.dir = tempfile.mkdtemp(prefix="tpmtop-bench-swtpm-")
         self.port = _free_port()
         self.proc = subprocess.Popen(
             ["swtpm", "socket", "--tpm2", "--tpmstate", f"dir={self.dir}",
              "--server", f"type=tcp,port={self.port}", "--ctrl", f"type=tcp,port={self.port + 1}",
              "--flags", "not-need-init,startup-clear"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=own_session)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -88,7 +93,7 @@ class ExternalSwtpm:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def configs(ext: ExternalSwtpm) -> dict[str, list[str]]:
+def configs(ext: ExternalSwtpm, setsid: ExternalSwtpm) -> dict[str, list[str]]:
     tcti = ["-T", f"swtpm:host=127.0.0.1,port={ext.port}"]
     return {
         "private": ["--sim"],
@@ -96,6 +101,7 @@ def configs(ext: ExternalSwtpm) -> dict[str, list[str]]:
         "-busy_poll": ["--sim", "--set", "busy_poll=off"],
         "external": tcti,
         "ext-busy": [*tcti, "--set", "busy_poll=off"],
+        "ext-setsid": ["-T", f"swtpm:host=127.0.0.1,port={setsid.port}"],
     }
 
 
@@ -117,8 +123,8 @@ def fmt(us: float) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("-n", type=int, default=200, help="operations per engine/mode per bench run")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per condition")
+    ap.add_argument("-n", type=int, default=100, help="operations per engine/mode per bench run")
+    ap.add_argument("--rounds", type=int, default=6, help="interleaved rounds per condition")
     ap.add_argument("--load", type=int, default=2, help="busy loops for the loaded condition")
     ap.add_argument("--modes", default="none,reuse")
     a = ap.parse_args()
@@ -126,9 +132,9 @@ def main() -> None:
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; n={a.n} per engine/mode, "
           f"{a.rounds} interleaved rounds, median of the rounds' p50s; the machine may be shared: "
           f"load average before each condition below")
-    ext = ExternalSwtpm()
+    ext, setsid = ExternalSwtpm(), ExternalSwtpm(own_session=True)
     try:
-        cfgs = configs(ext)
+        cfgs = configs(ext, setsid)
         for cond in ("idle", f"{a.load} busy loops"):
             loops: list[subprocess.Popen[bytes]] = []
             try:
@@ -137,9 +143,11 @@ def main() -> None:
                     time.sleep(1)
                 print(f"\n## {cond} (load average {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
                 got: dict[str, list[dict[tuple[str, str], tuple[float, float]]]] = {c: [] for c in cfgs}
-                for _ in range(a.rounds):
-                    for name, tpm in cfgs.items():
-                        got[name].append(bench(tpm, a))
+                names = list(cfgs)
+                for r in range(a.rounds):
+                    # each round starts one configuration later: none is always first or last
+                    for name in names[r % len(names):] + names[:r % len(names)]:
+                        got[name].append(bench(cfgs[name], a))
             finally:
                 for p in loops:
                     p.kill()
@@ -155,7 +163,8 @@ def main() -> None:
                                 ("+placement/private", "+placement", "private"),
                                 ("+placement/external", "+placement", "external"),
                                 ("private/-busy_poll", "private", "-busy_poll"),
-                                ("external/ext-busy", "external", "ext-busy")):
+                                ("external/ext-busy", "external", "ext-busy"),
+                                ("ext-setsid/external", "ext-setsid", "external")):
                 cells = [f"×{med[x][k][0] / med[y][k][0]:.2f} (×{med[x][k][1] / med[y][k][1]:.2f})".rjust(24)
                          for k in keys]
                 print(f"{label:<20} " + "  ".join(cells))
@@ -164,6 +173,7 @@ def main() -> None:
             print(f"esys private/external op p50, worst mode: ×{worst:.2f} ({cond})")
     finally:
         ext.stop()
+        setsid.stop()
 
 
 if __name__ == "__main__":

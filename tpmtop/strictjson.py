@@ -9,6 +9,8 @@ No dependencies (the lowest layer).
 
 from __future__ import annotations
 
+from typing import Any, NoReturn
+
 import json
 
 
@@ -16,7 +18,7 @@ class NotFinite(ValueError):
     """A number that is not finite; ``str()`` is its text as written."""
 
 
-def _no_constant(name: str):
+def _no_constant(name: str) -> NoReturn:
     raise NotFinite(name)
 
 
@@ -32,5 +34,5 @@ def decoder() -> json.JSONDecoder:
     return json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
 
 
-def loads(text: str):
+def loads(text: str) -> Any:
     return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)

@@ -157,3 +157,4 @@ def test_a_swtpm_that_ended_is_never_moved_even_when_its_pid_is_taken_again(monk
     finally:
         other.kill()
         other.wait()
+

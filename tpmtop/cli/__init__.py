@@ -13,6 +13,7 @@ import argparse
 import importlib
 import os
 import sys
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tpmtop import __version__
 from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, TpmtopError
@@ -57,10 +58,10 @@ TPM_SELECTION = ("TPM selection: --sim, else -T/--tcti, else $TPM2TOOLS_TCTI, el
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (and exit status 2)."""
 
-    def error(self, message: str):  # noqa: D401 - argparse API
+    def error(self, message: str) -> NoReturn:  # noqa: D401 - argparse API
         raise _UsageExit(f"{self.prog}: {message} (see {self.prog} --help)")
 
-    def _check_value(self, action, value):
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
         # argparse before 3.12 lists every choice and suggests none: name the near ones.
         if action.choices is not None and value not in action.choices:
             import difflib
@@ -119,14 +120,21 @@ def add_common(p: argparse.ArgumentParser, top: bool = False) -> None:
                         "the settings file; docs/settings.md lists them; captures record them)")
 
 
-class _LazySubcommands(argparse._SubParsersAction):
+if TYPE_CHECKING:
+    _SubParsersAction = argparse._SubParsersAction[argparse.ArgumentParser]
+else:  # not subscriptable at run time
+    _SubParsersAction = argparse._SubParsersAction
+
+
+class _LazySubcommands(_SubParsersAction):
     """Subparsers whose arguments are added when their subcommand is chosen.
 
     ``tpmtop --help`` lists the subcommands from :data:`SUBCOMMANDS` alone; importing all
     fifteen modules to build parsers nobody uses cost ~60 ms of every start-up (the chip
     profiles' loader and its dataclasses, the proxy's helpers …)."""
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
         sp = self._name_parser_map.get(values[0])
         if sp is not None:
             _populate(values[0], sp)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 
-def add_bench_arguments(p) -> None:
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     from tpmtop.cli import add_tpm_options
     from tpmtop.sessions.modes import ENGINES, MODES, OP_COMMANDS, Op, mode_help
 
@@ -44,7 +45,7 @@ def add_bench_arguments(p) -> None:
     add_profile_options(p)
 
 
-def _plan(args):
+def _plan(args: argparse.Namespace):
     from tpmtop.bench import BenchPlan
     from tpmtop.errors import UsageError
     from tpmtop.sessions.modes import ENGINES, MODES, OPS, check_pcr, parse_list
@@ -111,7 +112,7 @@ def _us(v: float) -> str:
     return f"{v:.0f} µs"
 
 
-def run_bench(args) -> int:
+def run_bench(args: argparse.Namespace) -> int:
     from tpmtop.bench import run_bench as _run
     from tpmtop.bench import write_capture_file
     from tpmtop.capture import build_capture

@@ -71,7 +71,7 @@ def _has_probe_events(path: str, lines: int = 2000) -> bool:
     return p.events > 0
 
 
-def run_boot(args) -> int:
+def run_boot(args: argparse.Namespace) -> int:
     import os
 
     from tpmtop.boot.report import build_report, render_text

@@ -56,7 +56,7 @@ def _print_patterns(label: str, pats: list[dict]) -> None:
               f"{fmt_ms(int(p['lost_ms'] * 1e6))} lost")
 
 
-def run_compare(args) -> int:
+def run_compare(args: argparse.Namespace) -> int:
     from tpmtop.cli.common import print_json, table
     from tpmtop.compare import compare, only_in
     from tpmtop.errors import UsageError
@@ -161,7 +161,7 @@ def _letter(n: int) -> str:
     return chr(ord("A") + n) if n < 26 else f"#{n + 1}"
 
 
-def _plot(args, docs: list[dict]) -> None:
+def _plot(args: argparse.Namespace, docs: list[dict]) -> None:
     from tpmtop.cli import plot
     from tpmtop.cli.common import notice
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 import argparse
 
 EXAMPLES = """Needs root and a kernel with kprobe events (CONFIG_KPROBE_EVENTS) and a TPM driver.
@@ -42,7 +43,7 @@ def _line(kc) -> str:
             f"{safe(kc.comm)}-{kc.pid}{via}{mig}  {safe(kc.path)}")
 
 
-def _summary(cap: dict) -> str:
+def _summary(cap: dict[str, Any]) -> str:
     """Per command code: count, errors, p50/p99/max wire latency (from the capture's histograms)."""
     from tpmtop.cli.common import table
 
@@ -86,7 +87,7 @@ def _op_summary(tap) -> str:
     return "\n".join(out)
 
 
-def _finish(args, tap, source_note: str, out=None, report=None) -> int:
+def _finish(args: argparse.Namespace, tap, source_note: str, out=None, report=None) -> int:
     import sys
 
     from tpmtop.cli.common import notice
@@ -117,7 +118,7 @@ def _finish(args, tap, source_note: str, out=None, report=None) -> int:
     return 0
 
 
-def run_kernel(args) -> int:
+def run_kernel(args: argparse.Namespace) -> int:
     import time
 
     from tpmtop.cli.common import notice
@@ -179,7 +180,7 @@ def run_kernel(args) -> int:
     return status
 
 
-def _from_trace(args, out, report) -> int:
+def _from_trace(args: argparse.Namespace, out, report) -> int:
     """A saved trace, read in pieces (memory stays bounded whatever the file holds)."""
     import os
     import stat

@@ -14,20 +14,20 @@ def _tpm_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
 
-def add_info_arguments(p):
+def add_info_arguments(p: argparse.ArgumentParser) -> None:
     _tpm_args(p)
 
 
-def add_handles_arguments(p):
+def add_handles_arguments(p: argparse.ArgumentParser) -> None:
     _tpm_args(p)
 
 
-def add_flush_arguments(p):
+def add_flush_arguments(p: argparse.ArgumentParser) -> None:
     _tpm_args(p)
     p.add_argument("handle", help="handle to flush, e.g. 0x80000000 (transient object or session)")
 
 
-def run_info(args) -> int:
+def run_info(args: argparse.Namespace) -> int:
     from tpmtop.tpm.identity import SESSION_FIXED, SESSION_PROPS, read_variable
 
     with tpm_from_args(args) as conn:
@@ -51,7 +51,7 @@ def run_info(args) -> int:
     return 0
 
 
-def run_handles(args) -> int:
+def run_handles(args: argparse.Namespace) -> int:
     from tpmtop.tpm.handles import list_handles
 
     with tpm_from_args(args) as conn:
@@ -84,7 +84,7 @@ def _names_nothing_loaded(rc: int) -> bool:
     return rc & 0xBF in (0x08B, 0x084)
 
 
-def run_flush(args) -> int:
+def run_flush(args: argparse.Namespace) -> int:
     from tpmtop.errors import TpmError, TpmtopError
     from tpmtop.tpm.handles import check_flushable, flush, parse_handle
 

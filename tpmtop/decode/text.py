@@ -7,6 +7,7 @@ numbers; the only bytes of the wire shown as text are hex.
 
 from __future__ import annotations
 
+from typing import Any
 from tpmtop.decode.model import Decoded, Field, Part
 from tpmtop.tpm import names
 
@@ -58,7 +59,7 @@ def _short_hex(h: str) -> str:
 def _widths(p: Part) -> _Cols:
     rows = []
 
-    def plain(d: dict, depth: int) -> None:
+    def plain(d: dict[str, Any], depth: int) -> None:
         if "value" in d:
             rows.append(("  " * depth + d["name"], d["type"]))
         for c in d.get("fields", []):
@@ -100,7 +101,7 @@ def _field_lines(f: Field, depth: int, buf: bytes, out: list[str], cols: _Cols) 
         out.append(cols.under(depth + 1, f"no plaintext view: {f.encrypted['why']}"))
 
 
-def _plain_lines(d: dict, depth: int, out: list[str], cols: _Cols) -> None:
+def _plain_lines(d: dict[str, Any], depth: int, out: list[str], cols: _Cols) -> None:
     """A plaintext field (JSON form, offsets within the plaintext)."""
     hx = _short_hex(d["hex"]) if "value" in d else ""
     out.append(cols.line(f"+{d['offset']}", "  " * depth + d["name"], d["type"], hx,

@@ -11,6 +11,7 @@ sets them beside a bench run of the same mode. Layer: kernel; no Textual.
 
 from __future__ import annotations
 
+from typing import Any
 from tpmtop.importers.observed import capture_from_exchanges
 from tpmtop.kernel.live import exchanges
 from tpmtop.kernel.ops import for_a_client
@@ -21,12 +22,12 @@ from tpmtop.tpm import names
 ENGINE = "kernel"
 
 
-def own_summaries(commands: list[KernelCommand]) -> dict:
+def own_summaries(commands: list[KernelCommand]) -> dict[str, Any]:
     """Per command code, the wire latencies of the kernel's own commands only — not a
     /dev/tpm* client's, not the resource manager's swaps for one (the run's per-command
     table has every command seen). `tpmtop boot --capture` prices the kernel's session steps
     from these: a tpm2_createprimary's StartAuthSession is not the kernel starting sessions."""
-    hs: dict = {}
+    hs: dict[str, Any] = {}
     for kc in commands:
         if for_a_client(kc) or not kc.answered:
             continue
@@ -40,7 +41,7 @@ def _op_ok(op: KernelOp) -> bool:
     return op.ret in (None, 0) and all(c.rc in (0, None) for c in op.commands)
 
 
-def op_runs(ops: list[KernelOp], mode: str | None) -> list[dict]:
+def op_runs(ops: list[KernelOp], mode: str | None) -> list[dict[str, Any]]:
     """A bench-shaped run per kind of operation."""
     runs = []
     for kind in dict.fromkeys(op.kind for op in ops):
@@ -75,8 +76,8 @@ def op_runs(ops: list[KernelOp], mode: str | None) -> list[dict]:
 
 
 def kernel_capture(commands: list[KernelCommand], ops: list[KernelOp], t0_unix_ns: int, parser, source: str,
-                   mode: str | None, this_machine: bool = True, xs: list | None = None,
-                   simulated: bool = False) -> dict:
+                   mode: str | None, this_machine: bool = True, xs: list[Any] | None = None,
+                   simulated: bool = False) -> dict[str, Any]:
     """``t0_unix_ns``: the wall-clock time of ``commands[0]``'s entry. ``this_machine``
     False (a saved trace): the capture does not claim this machine as the one traced.
     ``xs``: the commands as exchanges with their bytes, one per command in the same order,

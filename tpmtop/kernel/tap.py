@@ -11,6 +11,7 @@ tpmtop sends no TPM command here. Layer: kernel; no Textual.
 
 from __future__ import annotations
 
+from typing import Any
 import os
 import threading
 import time
@@ -206,7 +207,7 @@ class KernelTap:
         if self.probes is not None:
             self.probes.close()
 
-    def capture(self) -> dict:
+    def capture(self) -> dict[str, Any]:
         """What was seen, as a capture (``tpmtop kernel --json``'s contract)."""
         from tpmtop.kernel.capture import kernel_capture
 
