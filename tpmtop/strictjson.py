@@ -9,9 +9,8 @@ No dependencies (the lowest layer).
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
-
 import json
+from typing import Any, NoReturn
 
 
 class NotFinite(ValueError):

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from tpmtop.recorder import Recorder
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -153,7 +157,7 @@ def run_bench(args: argparse.Namespace) -> int:
             print(f"# {describe(profile, getattr(args, 'seed', None))}", file=report)
         report.flush()
         if args.events:
-            conn.recorder.reset_stats()
+            cast("Recorder", conn.recorder).reset_stats()
         try:
             result = _run(conn, plan, progress=progress, keep_ops=args.events, notice=notice)
         finally:
@@ -180,7 +184,7 @@ def run_bench(args: argparse.Namespace) -> int:
             # the clean-up flushes: a pcapng export then shows where a kept session came from),
             # except the warm-up operations', which the runs do not count either.
             counted = {o[0] for o in result.ops_log}
-            events = [e for e in conn.recorder.events() if e.op_seq is None or e.op_seq in counted] \
+            events = [e for e in cast("Recorder", conn.recorder).events() if e.op_seq is None or e.op_seq in counted] \
                 if args.events else None
             with Bar(f"preparing the capture ({len(events):,} commands)" if events else "preparing the capture",
                      quiet=args.quiet, counted=False):

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from tpmtop.errors import UsageError
 
 if TYPE_CHECKING:
-    from tpmtop.tpm.connection import TpmConnection
     from tpmtop.recorder import Recorder
+    from tpmtop.tpm.connection import TpmConnection
 
 
 def notice(text: str) -> None:

@@ -6,6 +6,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpmtop.profiles.profile import Profile
 
 
 def add_profile_arguments(p: argparse.ArgumentParser) -> None:
@@ -68,7 +73,7 @@ def _name(args: argparse.Namespace, fallback: str) -> str:
     if args.name:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", args.name):
             raise UsageError(f"--name '{args.name}': use letters, digits, '.', '_' and '-' (at most 64)")
-        return args.name
+        return str(args.name)
     if args.output != "-":
         stem = re.sub(r"[^A-Za-z0-9._-]", "-", os.path.splitext(os.path.basename(args.output))[0]).lstrip("._-")
         if stem:
@@ -76,7 +81,7 @@ def _name(args: argparse.Namespace, fallback: str) -> str:
     return fallback
 
 
-def _check_output(args: argparse.Namespace, inputs=()) -> None:
+def _check_output(args: argparse.Namespace, inputs: Iterable[str] = ()) -> None:
     """Before any work: the output can be written (tpmtop.output's rules), an existing
     regular file only with --force, never one of the inputs."""
     from tpmtop.output import Output
@@ -84,7 +89,7 @@ def _check_output(args: argparse.Namespace, inputs=()) -> None:
     args.output_dest = Output(args.output, force=args.force, inputs=inputs, refuse_existing=True).check()
 
 
-def _write(args: argparse.Namespace, profile, warnings=()) -> int:
+def _write(args: argparse.Namespace, profile: Profile, warnings: Iterable[str] = ()) -> int:
     from tpmtop.cli.common import notice
     from tpmtop.profiles.loader import write_profile
 
@@ -158,7 +163,7 @@ def _from_trace(args: argparse.Namespace) -> int:
     return _write(args, prof, warnings)
 
 
-def _chip_text(chip: dict) -> str:
+def _chip_text(chip: dict[str, Any]) -> str:
     """The chip line of ``profile show``: "manufacturer IFX, model …, a real chip" — the
     ``simulated`` flag in words, not Python's True/False."""
     parts = []

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, cast
 
 from tpmtop.cli.common import notice, print_json, refuse_if_read_only, table, tpm_from_args
+
+if TYPE_CHECKING:
+    from tpmtop.recorder import Recorder
 
 
 def _tpm_args(p: argparse.ArgumentParser) -> None:
@@ -55,7 +59,7 @@ def run_handles(args: argparse.Namespace) -> int:
     from tpmtop.tpm.handles import list_handles
 
     with tpm_from_args(args) as conn:
-        entries = conn.call(list_handles, conn.recorder.owned_handles())
+        entries = conn.call(list_handles, cast("Recorder", conn.recorder).owned_handles())
         rm_note = ("through the kernel resource manager (/dev/tpmrm0) a client sees only its own "
                    "transient objects, renumbered; other programs' and the kernel's are hidden")
         if args.json:

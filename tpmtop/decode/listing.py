@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from tpmtop.decode.text import one_line
 from tpmtop.decode.walk import decode_command

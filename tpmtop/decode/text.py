@@ -8,6 +8,7 @@ numbers; the only bytes of the wire shown as text are hex.
 from __future__ import annotations
 
 from typing import Any
+
 from tpmtop.decode.model import Decoded, Field, Part
 from tpmtop.tpm import names
 
@@ -25,7 +26,7 @@ def hex_view(buf: bytes, width: int = 16, base: int = 0) -> list[str]:
     return out
 
 
-def _meaning(value, text, bits, size) -> str:
+def _meaning(value: Any, text: str | None, bits: dict[str, int] | None, size: int) -> str:
     if isinstance(value, int):
         # a value with a meaning (a name, a handle, bits) in hex as the spec writes it; a number in decimal
         v = f"0x{value:0{size * 2}x}" if text or bits is not None else str(value)

@@ -29,9 +29,12 @@ what both formats accept (histograms with ``_bucket``/``_sum``/``_count``, no ``
 
 from __future__ import annotations
 
-from typing import Any
 import math
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpmtop.output import Output
 
 _FAMILIES = (
     ("op_us", "tpmtop_operation_seconds", "Duration of one operation (wire + host), from tpmtop bench."),
@@ -123,7 +126,7 @@ def render(capture: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _timestamp(text) -> float | None:
+def _timestamp(text: object) -> float | None:
     if not isinstance(text, str):
         return None
     try:
@@ -135,7 +138,7 @@ def _timestamp(text) -> float | None:
     return dt.timestamp()
 
 
-def export_openmetrics(capture_path, out_path) -> dict[str, Any]:
+def export_openmetrics(capture_path: str, out_path: str | Output) -> dict[str, Any]:
     """``out_path``: a path or a checked :class:`tpmtop.output.Output` (a regular file is
     replaced atomically, a device or pipe written through, ``-`` is stdout)."""
     from tpmtop.capture import load_summary

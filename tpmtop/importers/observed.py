@@ -12,8 +12,8 @@ Layer: importers (beside exporters); no Textual.
 
 from __future__ import annotations
 
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpmtop.tpm import names, wire
 

@@ -12,6 +12,7 @@ sets them beside a bench run of the same mode. Layer: kernel; no Textual.
 from __future__ import annotations
 
 from typing import Any
+
 from tpmtop.importers.observed import capture_from_exchanges
 from tpmtop.kernel.live import exchanges
 from tpmtop.kernel.ops import for_a_client
@@ -75,10 +76,12 @@ def op_runs(ops: list[KernelOp], mode: str | None) -> list[dict[str, Any]]:
     return runs
 
 
-def kernel_capture(commands: list[KernelCommand], ops: list[KernelOp], t0_unix_ns: int, parser, source: str,
+def kernel_capture(commands: list[KernelCommand], ops: list[KernelOp], t0_unix_ns: int, parser: Any, source: str,
                    mode: str | None, this_machine: bool = True, xs: list[Any] | None = None,
                    simulated: bool = False) -> dict[str, Any]:
-    """``t0_unix_ns``: the wall-clock time of ``commands[0]``'s entry. ``this_machine``
+    """``parser``: a :class:`~tpmtop.kernel.trace_pipe.Parser`, or anything with its ``lost``,
+    ``orphans`` and ``op_probes`` (the lab counts them itself).
+    ``t0_unix_ns``: the wall-clock time of ``commands[0]``'s entry. ``this_machine``
     False (a saved trace): the capture does not claim this machine as the one traced.
     ``xs``: the commands as exchanges with their bytes, one per command in the same order,
     when the caller saw the wire (``tpmtop lab``); otherwise built from the probes' view."""

@@ -22,10 +22,10 @@ HMAC session. Layer: kernel (reads the system, sends no TPM command). No Textual
 
 from __future__ import annotations
 
-from typing import Any
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpmtop.kernel.trace_pipe import RESOURCE_MANAGER, USER_SPACE, KernelCommand, KernelOp, Parser
 from tpmtop.stats import LatencyHistogram

@@ -24,8 +24,8 @@ max rate, ×13.5 against ×24 paced; 5.3 function-call interrupts per operation)
 keeps moving (``placement_bounces`` moves in a row, each within ``placement_bounce_after`` commands of the
 last) is therefore held on swtpm's CPU for each exchange — from the send until the answer is
 read, when nothing can start a process — and given its own CPU set back after it (three system
-calls with reading that set, ~1.7 µs), for ``placement_hold`` commands; then it is let go, to see whether it still moves.
-Nothing is moved before the ``placement_warm``-th command: `tpmtop info` sends fewer.
+calls with reading that set, ~1.7 µs), for ``placement_hold`` commands; then it is let go, to
+see whether it still moves. Nothing is moved before the ``placement_warm``-th command: `tpmtop info` sends fewer.
 Idle, that made `none` 24 µs at both pacings (×21–22) and 0.1 interrupts per operation. On a
 real TPM, an external swtpm or one CPU, nothing here runs.
 

@@ -22,8 +22,8 @@ import weakref
 from typing import Any
 
 from tpmtop.errors import TpmConnectionError, TpmtopError
-from tpmtop.tpm.names import RC_INITIALIZE
 from tpmtop.settings import current
+from tpmtop.tpm.names import RC_INITIALIZE
 from tpmtop.tpm.placement import FollowCaller
 from tpmtop.tpm.transport import DEFAULT_TIMEOUT, SocketBackend
 
