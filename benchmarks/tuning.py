@@ -9,12 +9,12 @@ configurations (A B C …, B C … A, …: each round starts one later) so that 
 shared machine's load falls on all of them alike; a figure is the median over the rounds of
 each run's p50. Run it from a tree nothing edits meanwhile: each bench is a new process.
 
-    private      --sim, the defaults (placement off, busy poll on)
+    private      --sim, the defaults (every knob as tpmtop/settings.py has it)
     +placement   --sim --set placement=on
-    -busy_poll   --sim --set busy_poll=off
+    +busy_poll   --sim --set busy_poll=on
     external     -T swtpm:host=127.0.0.1,port=P: a swtpm this benchmark starts (nothing moves it),
                  in the benchmark's session, as `swtpm … &` from the shell that runs tpmtop
-    ext-busy     the external swtpm, --set busy_poll=off
+    ext+busy     the external swtpm, --set busy_poll=on
     ext-setsid   another external swtpm, started in a session of its own (as tpmtop started its
                  private one until 2026-12-06): with the kernel's autogroup scheduling a session
                  is a scheduling group, and this row shows what that costs
@@ -98,9 +98,9 @@ def configs(ext: ExternalSwtpm, setsid: ExternalSwtpm) -> dict[str, list[str]]:
     return {
         "private": ["--sim"],
         "+placement": ["--sim", "--set", "placement=on"],
-        "-busy_poll": ["--sim", "--set", "busy_poll=off"],
+        "+busy_poll": ["--sim", "--set", "busy_poll=on"],
         "external": tcti,
-        "ext-busy": [*tcti, "--set", "busy_poll=off"],
+        "ext+busy": [*tcti, "--set", "busy_poll=on"],
         "ext-setsid": ["-T", f"swtpm:host=127.0.0.1,port={setsid.port}"],
     }
 
@@ -162,8 +162,8 @@ def main() -> None:
             for label, x, y in (("private/external", "private", "external"),
                                 ("+placement/private", "+placement", "private"),
                                 ("+placement/external", "+placement", "external"),
-                                ("private/-busy_poll", "private", "-busy_poll"),
-                                ("external/ext-busy", "external", "ext-busy"),
+                                ("+busy_poll/private", "+busy_poll", "private"),
+                                ("ext+busy/external", "ext+busy", "external"),
                                 ("ext-setsid/external", "ext-setsid", "external")):
                 cells = [f"×{med[x][k][0] / med[y][k][0]:.2f} (×{med[x][k][1] / med[y][k][1]:.2f})".rjust(24)
                          for k in keys]

@@ -50,8 +50,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         "Move a private swtpm's threads (one tpmtop started itself, never another program) to "
         "the CPU of the thread that sends it a command, and hold a caller that keeps moving on "
         "that CPU during each exchange (tpmtop/tpm/placement.py). Off by default: measured, it "
-        "made the esys engine ×1.6–3.5 slower with the private swtpm than with an external "
-        "one under two busy loops (docs/settings.md).")] = False
+        "made the esys engine's reuse mode ×2.4 slower on a loaded machine's idle run and "
+        "helped only under two busy loops (docs/settings.md).")] = False
     placement_warm: Annotated[int, _knob(
         "Placement: commands sent before swtpm is first moved (a short command such as "
         "`tpmtop info` never moves it).", ge=0)] = 16
@@ -65,7 +65,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     busy_poll: Annotated[bool, _knob(
         "Poll (without sleeping) for an answer expected within busy_poll_cap_us, where polling "
         "measured faster than sleeping for that command code (tpmtop/tpm/busypoll.py); the "
-        "proxy polls for the rest of a request and a busy client's next one. Never on one CPU.")] = True
+        "proxy polls for the rest of a request and a busy client's next one. Never on one CPU. "
+        "Off by default: measured, it helped the esys engine with one swtpm and hurt it with "
+        "the other, and did nothing measurable for the native engine (docs/settings.md).")] = False
     busy_poll_cap_us: Annotated[int, _knob(
         "Busy poll: the longest a receive polls before it sleeps, in µs.", ge=1, le=10_000)] = 200
     hold_clock: Annotated[bool, _knob(
