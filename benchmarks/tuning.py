@@ -7,7 +7,8 @@ engines (native and esys), idle and under load. Each configuration is one `tpmto
 process (a fresh interpreter, the knobs given by --set), run in rounds that interleave the
 configurations (A B C …, B C … A, …: each round starts one later) so that a change in the
 shared machine's load falls on all of them alike; a figure is the median over the rounds of
-each run's p50. Run it from a tree nothing edits meanwhile: each bench is a new process.
+each run's p50, a ratio the median over the rounds of that round's ratio. Run it from a tree
+nothing edits meanwhile: each bench is a new process.
 
     private      --sim, the defaults (every knob as tpmtop/settings.py has it)
     +placement   --sim --set placement=on
@@ -117,6 +118,12 @@ def bench(tpm: list[str], a: argparse.Namespace) -> dict[tuple[str, str], tuple[
     return {(run["engine"], run["mode"]): (run["op_us"]["p50"], run["wire_us"]["p50"]) for run in cap["runs"]}
 
 
+def ratio(got: dict[str, list[dict[tuple[str, str], tuple[float, float]]]], x: str, y: str,
+          k: tuple[str, str], i: int) -> float:
+    """The median over the rounds of x/y in each round (x and y ran minutes apart at most)."""
+    return statistics.median(rx[k][i] / ry[k][i] for rx, ry in zip(got[x], got[y], strict=True))
+
+
 def fmt(us: float) -> str:
     return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
 
@@ -127,6 +134,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6, help="interleaved rounds per condition")
     ap.add_argument("--load", type=int, default=2, help="busy loops for the loaded condition")
     ap.add_argument("--modes", default="none,reuse")
+    ap.add_argument("--configs", default=None,
+                    help="a comma-separated subset of the configurations (default: all; private and external always)")
     a = ap.parse_args()
     print(f"# {describe()}")
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; n={a.n} per engine/mode, "
@@ -135,6 +144,9 @@ def main() -> None:
     ext, setsid = ExternalSwtpm(), ExternalSwtpm(own_session=True)
     try:
         cfgs = configs(ext, setsid)
+        if a.configs:
+            keep = {"private", "external", *a.configs.split(",")}
+            cfgs = {k: v for k, v in cfgs.items() if k in keep}
         for cond in ("idle", f"{a.load} busy loops"):
             loops: list[subprocess.Popen[bytes]] = []
             try:
@@ -158,19 +170,21 @@ def main() -> None:
             print("config       " + "  ".join(f"{e}/{m} op, wire".rjust(24) for e, m in keys))
             for c in cfgs:
                 print(f"{c:<12} " + "  ".join(f"{fmt(med[c][k][0])}, {fmt(med[c][k][1])}".rjust(24) for k in keys))
-            print("ratios of op p50 (wire p50)")
+            print("ratios of op p50 (wire p50): the median over the rounds of each round's ratio")
             for label, x, y in (("private/external", "private", "external"),
                                 ("+placement/private", "+placement", "private"),
                                 ("+placement/external", "+placement", "external"),
                                 ("+busy_poll/private", "+busy_poll", "private"),
                                 ("ext+busy/external", "ext+busy", "external"),
                                 ("ext-setsid/external", "ext-setsid", "external")):
-                cells = [f"×{med[x][k][0] / med[y][k][0]:.2f} (×{med[x][k][1] / med[y][k][1]:.2f})".rjust(24)
-                         for k in keys]
+                if x not in got or y not in got:
+                    continue
+                cells = [f"×{ratio(got, x, y, k, 0):.2f} (×{ratio(got, x, y, k, 1):.2f})".rjust(24) for k in keys]
                 print(f"{label:<20} " + "  ".join(cells))
-            esys = [k for k in keys if k[0] == "esys"]
-            worst = max(med["private"][k][0] / med["external"][k][0] for k in esys)
-            print(f"esys private/external op p50, worst mode: ×{worst:.2f} ({cond})")
+            for k in (k for k in keys if k[0] == "esys"):
+                per = [p[k][0] / e[k][0] for p, e in zip(got["private"], got["external"], strict=True)]
+                print(f"esys {k[1]} private/external op p50: ×{statistics.median(per):.2f} (median of "
+                      f"{len(per)} rounds; private no slower in {sum(r <= 1 for r in per)} of them) ({cond})")
     finally:
         ext.stop()
         setsid.stop()
