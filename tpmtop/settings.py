@@ -11,7 +11,7 @@ their kernel.
 Where a value comes from, later beating earlier:
 
 1. the defaults below — a knob is on by default only where ``benchmarks/tuning.py`` measured it
-   helping both session engines, idle and under two busy loops, in one run (docs/settings.md);
+   helping both session engines, idle and under two busy loops, in one run (docs/benchmarks.md);
 2. the file ``$TPMTOP_SETTINGS_FILE``, else ``$XDG_CONFIG_HOME/tpmtop/settings.toml`` (else
    ``~/.config/tpmtop/settings.toml``), if it exists: TOML, one ``name = value`` per knob;
 3. the environment: ``TPMTOP_<NAME>`` (``TPMTOP_PLACEMENT=1``, ``TPMTOP_BUSY_POLL=0``);
@@ -49,9 +49,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     placement: Annotated[bool, _knob(
         "Move a private swtpm's threads (one tpmtop started itself, never another program) to "
         "the CPU of the thread that sends it a command, and hold a caller that keeps moving on "
-        "that CPU during each exchange (tpmtop/tpm/placement.py). Off by default: measured, it "
-        "made the esys engine's reuse mode ×2.4 slower on a loaded machine's idle run and "
-        "helped only under two busy loops (docs/settings.md).")] = False
+        "that CPU during each exchange (tpmtop/tpm/placement.py). Off by default: measured on "
+        "2026-12-06 it helped neither engine both idle and under two busy loops (esys reuse "
+        "×0.70–2.43 idle, ×0.74–1.29 under load from run to run; docs/benchmarks.md).")] = False
     placement_warm: Annotated[int, _knob(
         "Placement: commands sent before swtpm is first moved (a short command such as "
         "`tpmtop info` never moves it).", ge=0)] = 16
@@ -66,8 +66,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         "Poll (without sleeping) for an answer expected within busy_poll_cap_us, where polling "
         "measured faster than sleeping for that command code (tpmtop/tpm/busypoll.py); the "
         "proxy polls for the rest of a request and a busy client's next one. Never on one CPU. "
-        "Off by default: measured, it helped the esys engine with one swtpm and hurt it with "
-        "the other, and did nothing measurable for the native engine (docs/settings.md).")] = False
+        "Off by default: measured on 2026-12-06 it helped neither engine both idle and under "
+        "two busy loops (with an external swtpm, idle, ×1.21–1.82 slower; docs/benchmarks.md).")] = False
     busy_poll_cap_us: Annotated[int, _knob(
         "Busy poll: the longest a receive polls before it sleeps, in µs.", ge=1, le=10_000)] = 200
     hold_clock: Annotated[bool, _knob(

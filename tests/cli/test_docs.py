@@ -333,3 +333,12 @@ def _run(cmd: str, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
 def test_every_subcommand_is_in_the_command_tables(page: str) -> None:
     text = (REPO / page).read_text(encoding="utf-8")
     assert [name for name in CLI_SUBCOMMANDS if f"| `tpmtop {name}" not in text] == []
+
+
+def test_the_benchmarks_page_names_every_benchmark_in_at_most_300_lines() -> None:
+    """docs/benchmarks.md tells the current figures, not a dated notebook (issue 39): short, and
+    every script in benchmarks/ (but the machine-naming helper) has its figure there."""
+    page = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+    assert len(page.splitlines()) <= 300
+    scripts = sorted(p.name for p in (REPO / "benchmarks").glob("*.py") if p.name != "machine.py")
+    assert [s for s in scripts if s not in page] == []
