@@ -17,12 +17,14 @@ from typing import Any
 from tpmtop.capture.spec import SCHEMA_ID
 
 
-def capture_head(tpm: dict[str, Any], runs: list[dict[str, Any]], *, recorded_here: bool = True) -> dict[str, Any]:
+def capture_head(tpm: dict[str, Any], runs: list[dict[str, Any]], *, recorded_here: bool = True,
+                 tuned: bool | None = None) -> dict[str, Any]:
     """The members every capture starts with (schema, created, tool, host, tpm, runs, and
     tuning): the one place they are written, for a run of tpmtop's and for observed traffic
     alike. ``recorded_here`` False: the traffic was recorded elsewhere (an imported pcap), so neither
     this machine's CPU count nor this process's tuning knobs (:mod:`tpmtop.settings`) shaped
-    it, and neither is written."""
+    it, and neither is written. ``tuned`` (default: ``recorded_here``): whether tpmtop's own
+    transport carried the traffic, so that its knobs shaped it (the lab's guests)."""
     from tpmtop import __version__
     from tpmtop.settings import in_force
 
@@ -36,7 +38,7 @@ def capture_head(tpm: dict[str, Any], runs: list[dict[str, Any]], *, recorded_he
         "tool": {"version": __version__},
         "host": host,
     }
-    if recorded_here:
+    if recorded_here if tuned is None else tuned:
         head["tuning"] = in_force()  # the knobs in force for this run: two captures differ by them too
     return head | {"tpm": tpm, "runs": runs}
 

@@ -91,8 +91,11 @@ def _tpm_identity(exchanges: list[ObservedExchange]) -> dict[str, Any]:
 
 
 def capture_from_exchanges(exchanges: list[ObservedExchange], *, origin: str, source: str,
-                           simulated: bool = False, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``tpmtop.capture/1`` document for observed traffic (events in time order)."""
+                           simulated: bool = False, extra: dict[str, Any] | None = None,
+                           served_here: bool = False) -> dict[str, Any]:
+    """The ``tpmtop.capture/1`` document for observed traffic (events in time order).
+    ``served_here``: the exchanges went through this tpmtop's own transport (the lab serves
+    its guests' TPM), so the capture records the tuning knobs in force."""
     from tpmtop.capture.build import capture_head
     from tpmtop.stats import LatencyHistogram
 
@@ -134,7 +137,7 @@ def capture_from_exchanges(exchanges: list[ObservedExchange], *, origin: str, so
     ident = _tpm_identity(exchanges)
     # swtpm and the IBM simulator answer "IBM" / "SW   TPM"
     sim = simulated or (ident["manufacturer"] == "IBM" and ident["vendor"].startswith("SW"))
-    cap = capture_head({"tcti": source, **ident, "simulated": sim}, runs, recorded_here=False)
+    cap = capture_head({"tcti": source, **ident, "simulated": sim}, runs, recorded_here=False, tuned=served_here)
     cap |= {"t0_unix_ns": t0, "events": events}
     if extra:
         cap.update(extra)

@@ -87,7 +87,7 @@ def kernel_capture(commands: list[KernelCommand], ops: list[KernelOp], t0_unix_n
     when the caller saw the wire (``tpmtop lab``); otherwise built from the probes' view."""
     base = commands[0].t_ns if commands else 0
     cap = capture_from_exchanges(xs if xs is not None else exchanges(commands, t0_unix_ns), origin="kernel",
-                                 source=source, simulated=simulated,
+                                 source=source, simulated=simulated, served_here=xs is not None,
                                  extra={"kernel_trace": {"lost_events": parser.lost, "orphans": parser.orphans,
                                                          "operation_probes": bool(parser.op_probes),
                                                          "kernel_commands": own_summaries(commands)}})

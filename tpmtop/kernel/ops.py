@@ -126,8 +126,9 @@ class OpStats:
     blind: int = 0  # estimated operations of one command: no host time can be seen at all
     hmac: int = 0  # operations whose closing command ran in an HMAC session (its handle traced)
     password: int = 0  # ... with a password authorization (TPM_RS_PW): no session protection
-    commands: Counter[str] = field(default_factory=Counter)  # command code -> count, over all operations
-    command_hists: dict[str, Any] = field(default_factory=dict)  # command code -> LatencyHistogram (inside operations)
+    commands: Counter[int | None] = field(default_factory=Counter)  # command code -> count, over all operations
+    # command code -> LatencyHistogram (inside operations)
+    command_hists: dict[int | None, Any] = field(default_factory=dict)
     setup_after: Counter[str] = field(default_factory=Counter)  # what came before a set-up (kept sessions)
 
     def add(self, op: KernelOp) -> None:
