@@ -75,8 +75,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         "last stretch before the deadline is spun on the clock (tpmtop/tpm/holdclock.py). "
         "Off: a plain time.sleep, late by the scheduler's wake-up (benchmarks/shaper_bias.py).")] = True
     export_split: Annotated[bool, _knob(
-        "`tpmtop export --format chrome-trace` converts half of a large capture in a second "
-        "process when a second CPU is free.")] = True
+        "`tpmtop export --format chrome-trace` converts half of a large capture's events in a "
+        "second process (on a machine with two CPUs or more). Off by default: measured on "
+        "2026-12-06 it made a 1,000,000-event export ×1.09 slower without busy loops and ×0.74 "
+        "with two (benchmarks/export.py --split-knob; docs/benchmarks.md).")] = False
 
 
 NAMES: tuple[str, ...] = Settings.__struct_fields__
