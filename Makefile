@@ -1,5 +1,5 @@
 # Two commands set everything up: `make run` and `make test`. Both bootstrap first.
-.PHONY: bootstrap run test test-stress test-kernel-vm lab-kernels lab test-lab bench screenshots man completions docs clean
+.PHONY: bootstrap run test test-stress upgrade test-kernel-vm lab-kernels lab test-lab bench screenshots man completions docs clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -15,6 +15,22 @@ run: bootstrap
 # so two workers on a 2-core machine halve the wall time (each worker starts its own swtpms).
 test:
 	@scripts/bootstrap.sh --test
+	$(PY) -m pytest -q -n logical
+
+# constraints.txt pins every Python package at the version the suite last passed with, and the
+# bootstrap installs from it (pip install -c), so a fresh clone tests what was tested;
+# `pip install -e .` still works without it. `make upgrade` takes the newest versions
+# pyproject.toml allows, installs them and runs the suite: commit constraints.txt if it passes.
+# pip-tools rather than uv: pip-compile resolves with pip itself and reads pip's own
+# configuration (the index the bootstrap installs from), so the lock is what pip will install.
+LOCK_EXTRAS := --extra test --extra plot --extra bench
+upgrade:
+	@scripts/bootstrap.sh --test
+	$(PY) -m pip install -q -c constraints.txt 'pip-tools>=7.4'
+	CUSTOM_COMPILE_COMMAND="make upgrade" $(VENV)/bin/pip-compile -q --upgrade --allow-unsafe $(LOCK_EXTRAS) \
+		--strip-extras --no-emit-index-url --no-emit-find-links --output-file constraints.txt pyproject.toml
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	touch $(VENV)/.tpmtop-installed
 	$(PY) -m pytest -q -n logical
 
 # The whole suite three times under two busy loops (scripts/stress-test.sh): a loaded 2-core CI box.

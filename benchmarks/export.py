@@ -7,6 +7,10 @@ one per line; the mix of session modes makes 1–4 commands per operation) with 
 writer, then runs each export as a separate `python -m tpmtop export` process and reports
 its wall time (process start to exit, imports and fsync included) and peak RSS (wait4's
 ru_maxrss). Exit status 1 if a target is missed.
+
+``--split-knob``: instead, the chrome-trace export with the ``export_split`` knob on and off
+(``--set export_split=…``, alternating, ``--repeat`` times each), idle and under ``--load``
+busy loops of its own, in one run; prints each median and the on/off ratio.
 """
 
 from __future__ import annotations
@@ -100,9 +104,9 @@ def synthetic_capture(path: str, n_events: int, seed: int = 1) -> dict:
     return {"events": len(events), "ops": len(ops)}
 
 
-def run_export(capture: str, fmt: str, out: str) -> tuple[float, float, int]:
+def run_export(capture: str, fmt: str, out: str, *more: str) -> tuple[float, float, int]:
     t0 = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-m", "tpmtop", "export", capture, "--format", fmt, "-o", out],
+    p = subprocess.Popen([sys.executable, "-m", "tpmtop", *more, "export", capture, "--format", fmt, "-o", out],
                          stderr=subprocess.PIPE)
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
@@ -113,6 +117,27 @@ def run_export(capture: str, fmt: str, out: str) -> tuple[float, float, int]:
     return wall, ru.ru_maxrss / 1024, os.path.getsize(out)
 
 
+def split_knob(cap: str, out: str, repeat: int, load: int) -> None:
+    import statistics
+
+    for cond in ("idle", f"{load} busy loops"):
+        n = load if cond != "idle" else 0
+        loops = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(n)]
+        try:
+            walls: dict[str, list[float]] = {"on": [], "off": []}
+            for i in range(repeat):
+                for v in (("on", "off") if i % 2 == 0 else ("off", "on")):
+                    walls[v].append(run_export(cap, "chrome-trace", out, "--set", f"export_split={v}")[0])
+            load_avg = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        finally:
+            for p in loops:
+                p.kill()
+                p.wait()
+        on, off = statistics.median(walls["on"]), statistics.median(walls["off"])
+        print(f"{cond:14s} (load {load_avg}): export_split on {on:5.2f} s, off {off:5.2f} s, on/off ×{on / off:.2f} "
+              f"(median of {repeat} each, alternating)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=1_000_000)
@@ -120,6 +145,8 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the capture and the outputs")
     ap.add_argument("--repeat", type=int, default=1, help="runs per format")
     ap.add_argument("--generate-only", metavar="PATH", help=argparse.SUPPRESS)
+    ap.add_argument("--split-knob", action="store_true", help="the export_split knob on and off, idle and loaded")
+    ap.add_argument("--load", type=int, default=2, help="busy loops for --split-knob's loaded condition")
     args = ap.parse_args()
     if args.generate_only:
         n = synthetic_capture(args.generate_only, args.events)
@@ -139,6 +166,9 @@ def main() -> int:
           f"(written in {time.perf_counter() - t:.1f} s)")
     ok = True
     try:
+        if args.split_knob:
+            split_knob(cap, os.path.join(d, "trace.json"), args.repeat, args.load)
+            return 0
         for fmt, out in (("chrome-trace", "trace.json"), ("openmetrics", "tpmtop.prom")):
             for _ in range(args.repeat):
                 wall, rss, size = run_export(cap, fmt, os.path.join(d, out))

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what tpmtop needs and is missing, and nothing else. Fast when all is there:
-# it only checks for commands/headers and compares a stamp of pyproject.toml.
+# it only checks for commands/headers and compares a stamp with pyproject.toml and constraints.txt.
+# Python packages come at the versions constraints.txt pins (the ones the suite last passed
+# with; `make upgrade` refreshes it), so a fresh clone tests what was tested.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # --test: also what only the test suite needs (tshark, to check the pcapng export; prometheus;
@@ -46,8 +48,21 @@ fi
 if ((${#need_pkgs[@]})); then
     echo "bootstrap: installing Debian packages: ${need_pkgs[*]}" >&2
     if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
-    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+    # Another apt or dpkg (unattended-upgrades, a second bootstrap) may hold the lock: wait
+    # for it, up to 10 minutes, rather than fail at once — and say so, or it looks hung.
+    apt_wait=(-o DPkg::Lock::Timeout=600)
+    # (apt locks with fcntl, so the check does too: flock(1) would not see apt's lock)
+    if ! "${SUDO[@]}" python3 -c 'import fcntl, sys
+try:
+    fcntl.lockf(open("/var/lib/dpkg/lock-frontend", "w"), fcntl.LOCK_EX | fcntl.LOCK_NB)
+except BlockingIOError:
+    sys.exit(1)
+except OSError:
+    pass' 2>/dev/null; then
+        echo "bootstrap: another apt/dpkg holds its lock: waiting for it (up to 10 minutes)" >&2
+    fi
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_wait[@]}" update -qq
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_wait[@]}" install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
     # Debian's prometheus package enables and starts a system Prometheus on :9090; the tests
     # run their own, so the service that came with the package is stopped and disabled
     if [[ " ${need_pkgs[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
@@ -62,13 +77,13 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 stamp=.venv/.tpmtop-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "bootstrap: installing tpmtop (editable) and its dependencies into .venv" >&2
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
+    echo "bootstrap: installing tpmtop (editable) and its dependencies into .venv, at the versions constraints.txt pins" >&2
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e '.[test]'
+    .venv/bin/python -m pip install -q -c constraints.txt -e '.[test]'
     touch "$stamp"
 fi
 if ((for_bench)) && [ ! -x .venv/bin/py-spy ]; then
     echo "bootstrap: installing the benchmarks' extras (py-spy) into .venv" >&2
-    .venv/bin/python -m pip install -q -e '.[test,bench]'
+    .venv/bin/python -m pip install -q -c constraints.txt -e '.[test,bench]'
 fi

@@ -36,7 +36,7 @@ def _umask() -> int:
     return 0o022
 
 
-def _target(path: str | os.PathLike) -> str:
+def _target(path: str | os.PathLike[str]) -> str:
     # Through a symlink (a common textfile-collector layout) the file it points to is replaced.
     target = os.path.realpath(os.fspath(path))
     # Only a regular file (or none yet) may be replaced: renaming over /dev/null or a FIFO
@@ -108,7 +108,7 @@ class _SyncingWriter:
         if self._error is not None:
             raise self._error
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._f, name)
 
 
@@ -179,7 +179,7 @@ def open_atomic(path: str | os.PathLike[str], text: bool = True,
                 pass
 
 
-def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
+def write_atomic(path: str | os.PathLike[str], data: bytes | str) -> None:
     """Replace ``path`` with ``data`` atomically (str is written as UTF-8)."""
     if isinstance(data, str):
         data = data.encode("utf-8")

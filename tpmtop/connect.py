@@ -13,7 +13,7 @@ from tpmtop.tpm import tcti as tcti_mod
 from tpmtop.tpm.connection import TpmConnection
 
 
-def open_tpm(tcti: str | None = None, sim: bool = False, env: dict | None = None,
+def open_tpm(tcti: str | None = None, sim: bool = False, env: dict[str, str] | None = None,
              raw_device: bool = False, recorder: Recorder | None = None,
              notice: Callable[[str], None] | None = None, timeout: float | None = None,
              fallback: bool = False) -> TpmConnection:

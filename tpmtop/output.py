@@ -51,8 +51,8 @@ class OutputError(TpmtopError):
 class Output:
     """One output destination. ``what`` names it in messages (``--json``, ``-o``)."""
 
-    def __init__(self, path: str | os.PathLike, *, what: str = "-o", force: bool = False,
-                 inputs: Iterable[str | os.PathLike] = (), refuse_existing: bool = False, big: bool = False):
+    def __init__(self, path: str | os.PathLike[str], *, what: str = "-o", force: bool = False,
+                 inputs: Iterable[str | os.PathLike[str]] = (), refuse_existing: bool = False, big: bool = False):
         self.path = os.fspath(path)
         self.what = what
         self.force = force

@@ -10,13 +10,14 @@ No dependencies (the lowest layer).
 from __future__ import annotations
 
 import json
+from typing import Any, NoReturn
 
 
 class NotFinite(ValueError):
     """A number that is not finite; ``str()`` is its text as written."""
 
 
-def _no_constant(name: str):
+def _no_constant(name: str) -> NoReturn:
     raise NotFinite(name)
 
 
@@ -32,5 +33,5 @@ def decoder() -> json.JSONDecoder:
     return json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
 
 
-def loads(text: str):
+def loads(text: str) -> Any:
     return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)

@@ -22,12 +22,12 @@ from typing import Any
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
 
-def _escape(m: re.Match) -> str:
+def _escape(m: re.Match[str]) -> str:
     c = ord(m.group())
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 
-def safe(text) -> str:
+def safe(text: object) -> str:
     """``text`` (any object: str() of it) with every character that could drive a terminal
     shown as an escape. Plain text comes back unchanged (and fast)."""
     s = text if isinstance(text, str) else str(text)

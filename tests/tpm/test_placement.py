@@ -1,5 +1,6 @@
-"""A private swtpm runs on the CPU of the thread that sends it a command (tpmtop.tpm.placement);
-a swtpm tpmtop did not start is never moved, and neither is a process that has ended."""
+"""With the placement knob on, a private swtpm runs on the CPU of the thread that sends it a
+command (tpmtop.tpm.placement); a swtpm tpmtop did not start is never moved, and neither is a
+process that has ended. With it off (the default) nothing is moved."""
 
 import os
 import subprocess
@@ -8,12 +9,14 @@ import threading
 import pytest
 
 from tests.helpers.processes import TcpSwtpm
+from tpmtop import settings
 from tpmtop.tpm import placement
 from tpmtop.tpm.busypoll import AnswerBudget
 from tpmtop.tpm.sim import GET_RANDOM_8, Swtpm
 from tpmtop.tpm.transport import SocketBackend, connect_tcp
 
 CPUS = sorted(os.sched_getaffinity(0))
+WARM = settings.Settings().placement_warm
 pytestmark = pytest.mark.skipif(len(CPUS) < 2, reason="one CPU: swtpm shares it already, nothing is moved")
 
 
@@ -49,10 +52,31 @@ def _random(backend: SocketBackend, n: int = 1) -> list[bytes]:
 
 
 @pytest.fixture
-def sim():
+def placement_on():
+    settings.use(settings.Settings(placement=True))
+    yield
+    settings.use(None)
+
+
+@pytest.fixture
+def sim(placement_on):
     s = Swtpm().start()
     yield s
     s.stop()
+
+
+def test_by_default_a_private_swtpm_stays_where_the_scheduler_puts_it():
+    settings.use(None)
+    s = Swtpm().start()
+    try:
+        backend = s.backend()
+        assert backend._follow is None
+        before = _swtpm_cpus(s.pid)
+        for cpu in (CPUS[0], CPUS[-1]):
+            assert all(r[6:10] == b"\0\0\0\0" for r in _from_cpu(cpu, _random, backend, WARM + 20))
+        assert _swtpm_cpus(s.pid) == before == [set(CPUS)] * len(before)
+    finally:
+        s.stop()
 
 
 def test_a_private_swtpm_follows_the_thread_that_talks_to_it(sim):
@@ -60,7 +84,7 @@ def test_a_private_swtpm_follows_the_thread_that_talks_to_it(sim):
     backend = sim.backend()
     before = _swtpm_cpus(sim.pid)
     # the first commands (a short command: `tpmtop info`) leave swtpm where it started
-    _random(backend, placement.WARM)
+    _random(backend, WARM)
     assert _swtpm_cpus(sim.pid) == before and all(c == set(CPUS) for c in before)
     backend._answers = AnswerBudget()  # what the transport learns from here on
     for cpu in (a, b, a):
@@ -88,7 +112,7 @@ def test_a_caller_that_keeps_moving_is_held_on_swtpms_cpu_for_each_exchange_then
     backend = sim.backend()
     follow = backend._follow
     assert isinstance(follow, placement.FollowCaller)
-    _random(backend, placement.WARM)
+    _random(backend, WARM)
     during: list[tuple[set[int], set[int]]] = []  # (the caller's CPU set, swtpm's) while the answer is read
     after: list[set[int]] = []  # the caller's CPU set once transact() returned
     read = backend._read_response
@@ -127,9 +151,10 @@ def test_a_swtpm_that_ended_is_never_moved_even_when_its_pid_is_taken_again(monk
     try:
         proc.pid = other.pid
         follow = placement.FollowCaller(proc)
-        for _ in range(placement.WARM + 2):  # past the first commands, when it would first be moved
+        for _ in range(WARM + 2):  # past the first commands, when it would first be moved
             assert follow.before() == placement.ELSEWHERE
         assert moved == []
     finally:
         other.kill()
         other.wait()
+

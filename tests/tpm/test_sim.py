@@ -103,3 +103,15 @@ def test_a_swtpm_killed_but_not_yet_reaped_is_named_as_killed():
         os.kill(sim.pid, signal.SIGKILL)  # not reaped: the note must wait for the end, not guess
         note = sim.exit_note()
         assert f"swtpm pid {sim.pid} ended (killed by SIGKILL)" in note, note
+
+
+def test_a_private_swtpm_shares_tpmtops_session_but_not_its_process_group():
+    """A terminal's Ctrl-C goes to the foreground process group: tpmtop's, not swtpm's, which
+    tpmtop stops after its clean-up. The session is tpmtop's: with autogroup scheduling a new
+    session is a scheduling group of its own, which a loaded machine made every command wait for."""
+    s = Swtpm().start()
+    try:
+        assert os.getsid(s.pid) == os.getsid(0)
+        assert os.getpgid(s.pid) == s.pid != os.getpgid(0)
+    finally:
+        s.stop()

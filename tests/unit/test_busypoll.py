@@ -12,6 +12,8 @@ import threading
 import pytest
 
 from tests.helpers.paths import REPO
+from tpmtop import settings
+from tpmtop.settings import Settings
 from tpmtop.tpm import busypoll
 from tpmtop.tpm.busypoll import POLL_CAP_NS, AnswerBudget, RequestPoll, recv_soon
 
@@ -21,7 +23,11 @@ CREATE_PRIMARY = bytes.fromhex("00000131")
 
 @pytest.fixture
 def polling(monkeypatch):
+    """A machine that may poll, with the busy_poll knob on (off by default: tpmtop.settings)."""
     monkeypatch.setattr(busypoll, "POLLING", True)
+    settings.use(Settings(busy_poll=True))
+    yield
+    settings.use(None)
 
 
 def test_an_unseen_command_is_polled_for_up_to_the_cap_then_waited_for_once(polling):
@@ -71,8 +77,16 @@ def test_a_slow_command_is_never_polled_for(polling):
     assert set(_uses(b, CREATE_PRIMARY)) == {0}
 
 
-def test_nothing_is_polled_for_when_polling_is_off(monkeypatch):
+def test_nothing_is_polled_for_when_polling_is_off(polling, monkeypatch):
     monkeypatch.setattr(busypoll, "POLLING", False)
+    assert AnswerBudget().budget(GET_RANDOM) == 0
+    assert RequestPoll().budget() == 0
+
+
+def test_nothing_is_polled_for_with_the_knob_off_the_default(monkeypatch):
+    monkeypatch.setattr(busypoll, "POLLING", True)
+    settings.use(None)
+    assert Settings().busy_poll is False
     assert AnswerBudget().budget(GET_RANDOM) == 0
     assert RequestPoll().budget() == 0
 

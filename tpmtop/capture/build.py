@@ -17,23 +17,30 @@ from typing import Any
 from tpmtop.capture.spec import SCHEMA_ID
 
 
-def capture_head(tpm: dict[str, Any], runs: list[dict[str, Any]], *, cpus: bool = True) -> dict[str, Any]:
-    """The members every capture starts with (schema, created, tool, host, tpm, runs): the
-    one place they are written, for a run of tpmtop's and for observed traffic alike."""
+def capture_head(tpm: dict[str, Any], runs: list[dict[str, Any]], *, recorded_here: bool = True,
+                 tuned: bool | None = None) -> dict[str, Any]:
+    """The members every capture starts with (schema, created, tool, host, tpm, runs, and
+    tuning): the one place they are written, for a run of tpmtop's and for observed traffic
+    alike. ``recorded_here`` False: the traffic was recorded elsewhere (an imported pcap), so neither
+    this machine's CPU count nor this process's tuning knobs (:mod:`tpmtop.settings`) shaped
+    it, and neither is written. ``tuned`` (default: ``recorded_here``): whether tpmtop's own
+    transport carried the traffic, so that its knobs shaped it (the lab's guests)."""
     from tpmtop import __version__
+    from tpmtop.settings import in_force
 
     host: dict[str, object] = {"hostname": socket.gethostname(), "kernel": platform.release(),
                                "machine": platform.machine()}
-    if cpus:
+    if recorded_here:
         host["cpus"] = os.cpu_count()
-    return {
+    head: dict[str, Any] = {
         "schema": SCHEMA_ID,
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "tool": {"version": __version__},
         "host": host,
-        "tpm": tpm,
-        "runs": runs,
     }
+    if recorded_here if tuned is None else tuned:
+        head["tuning"] = in_force()  # the knobs in force for this run: two captures differ by them too
+    return head | {"tpm": tpm, "runs": runs}
 
 
 def build_capture(conn: Any, accounts: list[Any], *, events: list[Any] | None = None, ops_log: list[Any] | None = None,

@@ -13,6 +13,7 @@ import argparse
 import importlib
 import os
 import sys
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tpmtop import __version__
 from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, TpmtopError
@@ -58,10 +59,10 @@ TPM_SELECTION = ("TPM selection: --sim, else -T/--tcti, else $TPM2TOOLS_TCTI, el
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (and exit status 2)."""
 
-    def error(self, message: str):  # noqa: D401 - argparse API
+    def error(self, message: str) -> NoReturn:  # noqa: D401 - argparse API
         raise _UsageExit(f"{self.prog}: {message} (see {self.prog} --help)")
 
-    def _check_value(self, action, value):
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
         # argparse before 3.12 lists every choice and suggests none: name the near ones.
         if action.choices is not None and value not in action.choices:
             import difflib
@@ -115,16 +116,26 @@ def _seconds(text: str) -> float:
 def add_common(p: argparse.ArgumentParser, top: bool = False) -> None:
     d = (lambda v: v) if top else (lambda v: argparse.SUPPRESS)
     p.add_argument("--debug", action="store_true", default=d(False), help="show tracebacks")
+    p.add_argument("--set", action="append", default=d(None), metavar="NAME=VALUE", dest="settings",
+                   help="a tuning knob for this run, e.g. --set placement=on (beats $TPMTOP_<NAME> and "
+                        "the settings file; docs/settings.md lists them; captures record them)")
 
 
-class _LazySubcommands(argparse._SubParsersAction):
+if TYPE_CHECKING:
+    _SubParsersAction = argparse._SubParsersAction[argparse.ArgumentParser]
+else:  # not subscriptable at run time
+    _SubParsersAction = argparse._SubParsersAction
+
+
+class _LazySubcommands(_SubParsersAction):
     """Subparsers whose arguments are added when their subcommand is chosen.
 
     ``tpmtop --help`` lists the subcommands from :data:`SUBCOMMANDS` alone; importing all
     fifteen modules to build parsers nobody uses cost ~60 ms of every start-up (the chip
     profiles' loader and its dataclasses, the proxy's helpers …)."""
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
         sp = self._name_parser_map.get(values[0])
         if sp is not None:
             _populate(values[0], sp)
@@ -189,6 +200,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tpmtop: --trace before `{args.command}` opens the dashboard on a trace; for "
               f"`tpmtop {args.command}` put it after the command", file=sys.stderr)
         return EXIT_USAGE
+    # The tuning knobs in force (defaults, file, environment, --set): checked here, so a bad
+    # value is one line and exit 2 before any TPM is opened.
+    from tpmtop import settings
+
+    try:
+        settings.use(settings.load(flags=getattr(args, "settings", None) or ()))
+    except TpmtopError as e:
+        print(f"tpmtop: {e}", file=sys.stderr)
+        return e.exit_status
     # SIGTERM, SIGHUP (an SSH drop) and Ctrl-C unwind as Interrupted, so every `finally`
     # runs: handles are flushed, the private swtpm is stopped, partial captures are written.
     # (The dashboard installs its own SIGTERM/SIGHUP handlers: it asks the app to exit.)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from tpmtop.recorder import Recorder
 
 
-def add_bench_arguments(p) -> None:
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     from tpmtop.cli import add_tpm_options
     from tpmtop.sessions.modes import ENGINES, MODES, OP_COMMANDS, Op, mode_help
 
@@ -44,7 +49,7 @@ def add_bench_arguments(p) -> None:
     add_profile_options(p)
 
 
-def _plan(args):
+def _plan(args: argparse.Namespace):
     from tpmtop.bench import BenchPlan
     from tpmtop.errors import UsageError
     from tpmtop.sessions.modes import ENGINES, MODES, OPS, check_pcr, parse_list
@@ -125,7 +130,7 @@ def _us(v: float) -> str:
     return f"{v:.0f} µs"
 
 
-def run_bench(args) -> int:
+def run_bench(args: argparse.Namespace) -> int:
     from tpmtop.bench import run_bench as _run
     from tpmtop.bench import write_capture_file
     from tpmtop.capture import build_capture
@@ -166,7 +171,7 @@ def run_bench(args) -> int:
             print(f"# {describe(profile, getattr(args, 'seed', None))}", file=report)
         report.flush()
         if args.events:
-            conn.recorder.reset_stats()
+            cast("Recorder", conn.recorder).reset_stats()
         try:
             result = _run(conn, plan, progress=progress, keep_ops=args.events, notice=notice)
         finally:
@@ -204,7 +209,7 @@ def run_bench(args) -> int:
             # the clean-up flushes: a pcapng export then shows where a kept session came from),
             # except the warm-up operations', which the runs do not count either.
             counted = {o[0] for o in result.ops_log}
-            events = [e for e in conn.recorder.events() if e.op_seq is None or e.op_seq in counted] \
+            events = [e for e in cast("Recorder", conn.recorder).events() if e.op_seq is None or e.op_seq in counted] \
                 if args.events else None
             with Bar(f"preparing the capture ({len(events):,} commands)" if events else "preparing the capture",
                      quiet=args.quiet, counted=False):

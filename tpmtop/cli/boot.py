@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tpmtop.boot.series import TraceResult
 
 # No boot extends a PCR 100 million times: IMA on a busy server counts hundreds of thousands.
 MAX_COUNT = 100_000_000
@@ -41,7 +46,7 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
     add_tpm_options(p)
 
 
-def _load(load_trace, path: str, unit):
+def _load(load_trace: Callable[..., TraceResult], path: str, unit: str | None) -> TraceResult:
     """A trace for the report; tpmtop's own kprobe events are named, with the command that reads
     them (the three ways to read a trace share the option name, so the wrong one gets tried)."""
     from tpmtop.errors import UsageError
@@ -71,7 +76,7 @@ def _has_probe_events(path: str, lines: int = 2000) -> bool:
     return p.events > 0
 
 
-def run_boot(args) -> int:
+def run_boot(args: argparse.Namespace) -> int:
     import os
 
     from tpmtop.boot.report import build_report, render_text

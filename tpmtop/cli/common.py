@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Set
+from collections.abc import Iterator, Set
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from tpmtop.errors import UsageError
+
+if TYPE_CHECKING:
+    from tpmtop.recorder import Recorder
+    from tpmtop.tpm.connection import TpmConnection
 
 
 def notice(text: str) -> None:
@@ -17,7 +23,7 @@ def notice(text: str) -> None:
 
 
 @contextmanager
-def tpm_from_args(args, recorder=None):
+def tpm_from_args(args: argparse.Namespace, recorder: Recorder | None = None) -> Iterator[TpmConnection]:
     from tpmtop.connect import open_tpm
 
     conn = open_tpm(tcti=getattr(args, "tcti", None), sim=getattr(args, "sim", False),
@@ -29,12 +35,12 @@ def tpm_from_args(args, recorder=None):
         conn.close()
 
 
-def refuse_if_read_only(args, what: str) -> None:
+def refuse_if_read_only(args: argparse.Namespace, what: str) -> None:
     if getattr(args, "read_only", False):
         raise UsageError(f"--read-only: refusing to {what}")
 
 
-def print_json(obj) -> None:
+def print_json(obj: object) -> None:
     """Strict JSON on stdout: a non-finite number (a ratio of extreme values) becomes null,
     never a bare NaN/Infinity that JSON parsers refuse. ASCII-escaped, so no string from a
     file can reach the terminal raw."""
@@ -44,7 +50,7 @@ def print_json(obj) -> None:
     sys.stdout.write("\n")
 
 
-def _finite(obj):
+def _finite(obj: object) -> object:
     if isinstance(obj, float):
         return obj if obj - obj == 0.0 else None
     if isinstance(obj, dict):
@@ -60,13 +66,13 @@ def table(rows: list[list[str]], header: list[str], right: Set[int] = frozenset(
         for i, c in enumerate(r):
             widths[i] = max(widths[i], len(c))
 
-    def fmt(r):
+    def fmt(r: list[str]) -> str:
         return "  ".join(c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)).rstrip()
 
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
 
 
-def is_stdout(path) -> bool:
+def is_stdout(path: str | None) -> bool:
     """Whether a data file named on the command line is stdout itself (``-``, or /dev/stdout
     and the like: the same open file): the human-readable report then goes to stderr, so
     stdout stays one parseable document."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
+from typing import Any
 
 HELP_RULE = """Each capture after the first is compared with the first (the baseline): for every
 (engine, mode, op) present in both, the whole operation and every command code present in both.
@@ -46,11 +48,11 @@ def _fmt_us(v: float) -> str:
     return f"{v:,.1f} µs"
 
 
-def _fmt_ratio(r) -> str:
+def _fmt_ratio(r: float | None) -> str:
     return "-" if r is None else f"×{r:.2f}"
 
 
-def _print_patterns(label: str, pats: list[dict]) -> None:
+def _print_patterns(label: str, pats: list[dict[str, Any]]) -> None:
     from tpmtop.patterns import fmt_ms
 
     for p in pats:
@@ -58,7 +60,7 @@ def _print_patterns(label: str, pats: list[dict]) -> None:
               f"{fmt_ms(int(p['lost_ms'] * 1e6))} lost")
 
 
-def run_compare(args) -> int:
+def run_compare(args: argparse.Namespace) -> int:
     from tpmtop.cli.common import print_json, table
     from tpmtop.compare import compare, only_in
     from tpmtop.errors import UsageError
@@ -94,7 +96,7 @@ def run_compare(args) -> int:
         print_json({"schema": "tpmtop.compare/1", "comparisons": results, "patterns": patterns})
         return 0
 
-    def who(doc, path):
+    def who(doc: dict[str, Any], path: str) -> str:
         t = doc["tpm"]
         # Every string from a capture goes through safe(): it may hold terminal escapes.
         return safe(f"{path}  ({t['manufacturer']} fw {t['firmware']}, kernel {doc['host']['kernel']})")
@@ -130,10 +132,10 @@ def run_compare(args) -> int:
     return 0
 
 
-def _slots_into(into: dict):
+def _slots_into(into: dict[tuple[str, str, str], dict[int, int]]) -> Callable[[Any], None]:
     from tpmtop.stats import pow2_index
 
-    def one(o) -> None:  # a typed operation line
+    def one(o: Any) -> None:  # a typed operation line
         if o.ok:
             d = into.setdefault((o.engine, o.mode, o.op), {})
             i = pow2_index(o.total_ns // 1000)
@@ -142,7 +144,7 @@ def _slots_into(into: dict):
     return one
 
 
-def _print_hists(paths: list[str], docs: list[dict], slots: list[dict]) -> None:
+def _print_hists(paths: list[str], docs: list[dict[str, Any]], slots: list[dict[Any, Any]]) -> None:
     """bpftrace's hist() of every capture's runs, the capture named by its letter (A, B …)."""
     from tpmtop.stats import hist_text
     from tpmtop.textsafe import safe
@@ -163,7 +165,7 @@ def _letter(n: int) -> str:
     return chr(ord("A") + n) if n < 26 else f"#{n + 1}"
 
 
-def _plot(args, docs: list[dict]) -> None:
+def _plot(args: argparse.Namespace, docs: list[dict[str, Any]]) -> None:
     from tpmtop.cli import plot
     from tpmtop.cli.common import notice
 

@@ -184,7 +184,7 @@ def _run_app(app, cleanup=None, more_signals: tuple[str, ...] = ()) -> int:
     return int(app.return_code or 0)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from tpmtop.tui.app import TpmtopApp
 
     if args.kernel_trace:
@@ -259,7 +259,7 @@ def _check_trace_file(path: str) -> None:
         raise TpmtopError(f"--trace {path}: {e.strerror}") from None
 
 
-def watch_source(args):
+def watch_source(args: argparse.Namespace):
     """--passive and --kernel: (source, notices). Nothing is sent to the TPM. The kernel's
     commands are traced where that is possible (a KernelTraceError, exit 1, for --kernel
     where it is not); --passive without it shows sysfs alone and says why."""
@@ -284,7 +284,7 @@ def watch_source(args):
     return KernelSource(tap, passive=args.passive), notices
 
 
-def _run_watch(args, app_cls) -> int:
+def _run_watch(args: argparse.Namespace, app_cls) -> int:
     source, notices = watch_source(args)
     tap = getattr(source, "tap", None)
     try:
@@ -301,7 +301,7 @@ def _run_watch(args, app_cls) -> int:
             tap.close()
 
 
-def _start_listen(args, conn, log: list[str]):
+def _start_listen(args: argparse.Namespace, conn, log: list[str]):
     """`tpmtop --listen P`: the proxy inside the dashboard; its commands are jobs on the TPM's
     owner thread like the workload's and the polls', each with its own labels. It is handed
     to the source, which stops it when it closes."""
@@ -314,7 +314,7 @@ def _start_listen(args, conn, log: list[str]):
     return ProxyServer(conn, port=args.listen, log=log.append).start()
 
 
-def run_replay(args) -> int:
+def run_replay(args: argparse.Namespace) -> int:
     from tpmtop.sources.replay import ReplaySource, load
 
     # `tpmtop --profile X replay F` parses (the options are top-level): refuse it rather than

@@ -103,7 +103,7 @@ def _cc(text: str) -> int:
         return cc
 
 
-def run_decode(args) -> int:
+def run_decode(args: argparse.Namespace) -> int:
     import sys
 
     from tpmtop import decode

@@ -37,7 +37,7 @@ _FILE_METAVARS = {"FILE", "PATH", "PEM", "CAPTURE", "CAPTURE.json", "TRACE", "HE
 _DIR_METAVARS = {"DIR"}
 
 
-def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[argparse.ArgumentParser]:
     return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
 
 

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from tpmtop.kernel.tap import KernelTap
+    from tpmtop.kernel.trace_pipe import KernelCommand
+    from tpmtop.output import Output
 
 EXAMPLES = """Needs root and a kernel with kprobe events (CONFIG_KPROBE_EVENTS) and a TPM driver.
 tpmtop sends no TPM command in this mode: it only watches tpm_transmit, so it does not
@@ -31,7 +38,7 @@ def add_kernel_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="no line per command")
 
 
-def _line(kc) -> str:
+def _line(kc: KernelCommand) -> str:
     from tpmtop.textsafe import safe  # a task's comm is whatever the task set (PR_SET_NAME)
     from tpmtop.tpm import names
 
@@ -42,7 +49,7 @@ def _line(kc) -> str:
             f"{safe(kc.comm)}-{kc.pid}{via}{mig}  {safe(kc.path)}")
 
 
-def _summary(cap: dict) -> str:
+def _summary(cap: dict[str, Any]) -> str:
     """Per command code: count, errors, p50/p99/max wire latency (from the capture's histograms)."""
     from tpmtop.cli.common import table
 
@@ -60,7 +67,7 @@ def _summary(cap: dict) -> str:
     return "\n" + table(rows, ["command", "count", "errors", "p50 µs", "p99 µs", "max µs"], right={1, 2, 3, 4, 5})
 
 
-def _op_summary(tap) -> str:
+def _op_summary(tap: KernelTap) -> str:
     """Per kernel operation: its p50 split into TPM and host time, and the session behaviour."""
     from tpmtop.cli.common import table
     from tpmtop.kernel.ops import host_text
@@ -77,16 +84,17 @@ def _op_summary(tap) -> str:
                             "host p50 µs", "p99 µs", "failed"], right={1, 2, 3, 4, 5, 6, 7})]
     mode, why = acc.mode()
     out.append(f"sessions: {mode or 'cannot tell'}: {why}")
-    st = acc.by_kind.get("extend")
-    if mode == "reuse" and st is not None and st.setup_after:  # what ended the kept session
-        out.append("set-ups after: " + ", ".join(f"{k} ×{n}" for k, n in st.setup_after.most_common()))
+    ext = acc.by_kind.get("extend")
+    if mode == "reuse" and ext is not None and ext.setup_after:  # what ended the kept session
+        out.append("set-ups after: " + ", ".join(f"{k} ×{n}" for k, n in ext.setup_after.most_common()))
     if any(s.estimated for s in acc.by_kind.values()):
         out.append("timing: no operation probes in this trace: an operation runs from its first command's "
                    "entry to its last one's return (host work before and after is not seen)")
     return "\n".join(out)
 
 
-def _finish(args, tap, source_note: str, out=None, report=None) -> int:
+def _finish(args: argparse.Namespace, tap: KernelTap, source_note: str, out: Output | None = None,
+            report: TextIO | None = None) -> int:
     import sys
 
     from tpmtop.cli.common import notice
@@ -117,7 +125,7 @@ def _finish(args, tap, source_note: str, out=None, report=None) -> int:
     return 0
 
 
-def run_kernel(args) -> int:
+def run_kernel(args: argparse.Namespace) -> int:
     import time
 
     from tpmtop.cli.common import notice
@@ -147,6 +155,7 @@ def run_kernel(args) -> int:
     stopped_by: str | None = None
     try:
         p = tap.probes
+        assert p is not None  # KernelTap.arm() armed them
         for g in p.stale_removed:
             notice(f"removed stale probe group {g} left by a tpmtop that was killed")
         ops = " and ".join(probes.OP_FUNCS[o][0] for o in p.ops)
@@ -156,7 +165,7 @@ def run_kernel(args) -> int:
             notice("not traced: " + "; ".join(p.skipped))
         deadline = time.monotonic() + args.duration if args.duration else None
 
-        def show(cmds) -> None:
+        def show(cmds: Iterable[KernelCommand]) -> None:
             if not args.quiet:
                 for kc in cmds:
                     print(_line(kc), file=report, flush=True)
@@ -179,7 +188,7 @@ def run_kernel(args) -> int:
     return status
 
 
-def _from_trace(args, out, report) -> int:
+def _from_trace(args: argparse.Namespace, out: Output | None, report: TextIO) -> int:
     """A saved trace, read in pieces (memory stays bounded whatever the file holds)."""
     import os
     import stat

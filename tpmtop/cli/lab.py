@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 EXAMPLES = """Needs root, qemu-system-x86 and busybox-static (`make lab` installs them) and a source
 checkout (scripts/). Each kernel boots under qemu with a TPM that is a private swtpm behind
@@ -20,7 +21,7 @@ examples:
   sudo tpmtop lab --kernel ~/linux/arch/x86/boot/bzImage --profile my-chip.json"""
 
 
-def _count(lo: int, hi: int):
+def _count(lo: int, hi: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             v = int(text)
@@ -86,7 +87,7 @@ def add_lab_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="also write the whole result as JSON")
 
 
-def run_lab(args) -> int:
+def run_lab(args: argparse.Namespace) -> int:
     import json
 
     from tpmtop.lab import DEFAULT_KERNELS

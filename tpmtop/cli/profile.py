@@ -3,11 +3,17 @@ trace, or show one. Applying a profile is ``--profile`` on ``tpmtop`` and ``tpmt
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpmtop.profiles.profile import Profile
 
 
-def add_profile_arguments(p) -> None:
+def add_profile_arguments(p: argparse.ArgumentParser) -> None:
     from tpmtop.cli import add_common, add_tpm_options
 
     sub = p.add_subparsers(dest="profile_action", metavar="ACTION", parser_class=type(p), required=True)
@@ -56,18 +62,18 @@ def add_profile_arguments(p) -> None:
         add_common(action)  # `profile show X --debug` as well as `profile --debug show X`
 
 
-def _naming(p) -> None:
+def _naming(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="the profile's name (default: from the output file name)")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
 
 
-def _name(args, fallback: str) -> str:
+def _name(args: argparse.Namespace, fallback: str) -> str:
     from tpmtop.errors import UsageError
 
     if args.name:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", args.name):
             raise UsageError(f"--name '{args.name}': use letters, digits, '.', '_' and '-' (at most 64)")
-        return args.name
+        return str(args.name)
     if args.output != "-":
         stem = re.sub(r"[^A-Za-z0-9._-]", "-", os.path.splitext(os.path.basename(args.output))[0]).lstrip("._-")
         if stem:
@@ -75,7 +81,7 @@ def _name(args, fallback: str) -> str:
     return fallback
 
 
-def _check_output(args, inputs=()) -> None:
+def _check_output(args: argparse.Namespace, inputs: Iterable[str] = ()) -> None:
     """Before any work: the output can be written (tpmtop.output's rules), an existing
     regular file only with --force, never one of the inputs."""
     from tpmtop.output import Output
@@ -83,7 +89,7 @@ def _check_output(args, inputs=()) -> None:
     args.output_dest = Output(args.output, force=args.force, inputs=inputs, refuse_existing=True).check()
 
 
-def _write(args, profile, warnings=()) -> int:
+def _write(args: argparse.Namespace, profile: Profile, warnings: Iterable[str] = ()) -> int:
     from tpmtop.cli.common import notice
     from tpmtop.profiles.loader import write_profile
 
@@ -97,12 +103,12 @@ def _write(args, profile, warnings=()) -> int:
     return 0
 
 
-def run_profile(args) -> int:
+def run_profile(args: argparse.Namespace) -> int:
     return {"record": _record, "from-capture": _from_capture, "from-trace": _from_trace,
             "show": _show}[args.profile_action](args)
 
 
-def _record(args) -> int:
+def _record(args: argparse.Namespace) -> int:
     from tpmtop.cli.common import notice, tpm_from_args
     from tpmtop.cli.progress import Bar
     from tpmtop.errors import UsageError
@@ -137,7 +143,7 @@ def _record(args) -> int:
     return _write(args, prof)
 
 
-def _from_capture(args) -> int:
+def _from_capture(args: argparse.Namespace) -> int:
     from tpmtop.profiles.derive import profile_from_capture
 
     _check_output(args, inputs=[args.capture])
@@ -145,7 +151,7 @@ def _from_capture(args) -> int:
     return _write(args, prof, warnings)
 
 
-def _from_trace(args) -> int:
+def _from_trace(args: argparse.Namespace) -> int:
     from tpmtop.errors import UsageError
     from tpmtop.profiles.derive import profile_from_traces
 
@@ -157,7 +163,7 @@ def _from_trace(args) -> int:
     return _write(args, prof, warnings)
 
 
-def _chip_text(chip: dict) -> str:
+def _chip_text(chip: dict[str, Any]) -> str:
     """The chip line of ``profile show``: "manufacturer IFX, model …, a real chip" — the
     ``simulated`` flag in words, not Python's True/False."""
     parts = []
@@ -171,7 +177,7 @@ def _chip_text(chip: dict) -> str:
     return ", ".join(parts)
 
 
-def _show(args) -> int:
+def _show(args: argparse.Namespace) -> int:
     from tpmtop.cli.common import table
     from tpmtop.profiles.loader import load_profile
     from tpmtop.tpm import names

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, cast
 
 from tpmtop.cli.common import notice, print_json, refuse_if_read_only, table, tpm_from_args
+
+if TYPE_CHECKING:
+    from tpmtop.recorder import Recorder
 
 
 def _tpm_args(p: argparse.ArgumentParser) -> None:
@@ -14,20 +18,20 @@ def _tpm_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
 
-def add_info_arguments(p):
+def add_info_arguments(p: argparse.ArgumentParser) -> None:
     _tpm_args(p)
 
 
-def add_handles_arguments(p):
+def add_handles_arguments(p: argparse.ArgumentParser) -> None:
     _tpm_args(p)
 
 
-def add_flush_arguments(p):
+def add_flush_arguments(p: argparse.ArgumentParser) -> None:
     _tpm_args(p)
     p.add_argument("handle", help="handle to flush, e.g. 0x80000000 (transient object or session)")
 
 
-def run_info(args) -> int:
+def run_info(args: argparse.Namespace) -> int:
     from tpmtop.tpm.identity import SESSION_FIXED, SESSION_PROPS, read_variable
 
     with tpm_from_args(args) as conn:
@@ -51,11 +55,11 @@ def run_info(args) -> int:
     return 0
 
 
-def run_handles(args) -> int:
+def run_handles(args: argparse.Namespace) -> int:
     from tpmtop.tpm.handles import list_handles
 
     with tpm_from_args(args) as conn:
-        entries = conn.call(list_handles, conn.recorder.owned_handles())
+        entries = conn.call(list_handles, cast("Recorder", conn.recorder).owned_handles())
         rm_note = ("through the kernel resource manager (/dev/tpmrm0) a client sees only its own "
                    "transient objects, renumbered; other programs' and the kernel's are hidden")
         if args.json:
@@ -84,7 +88,7 @@ def _names_nothing_loaded(rc: int) -> bool:
     return rc & 0xBF in (0x08B, 0x084)
 
 
-def run_flush(args) -> int:
+def run_flush(args: argparse.Namespace) -> int:
     from tpmtop.errors import TpmError, TpmtopError
     from tpmtop.tpm.handles import check_flushable, flush, parse_handle
 

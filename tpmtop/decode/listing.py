@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from tpmtop.decode.text import one_line
 from tpmtop.decode.walk import decode_command
 
 
-def event_text(e: dict, limit: int = 100) -> str | None:
+def event_text(e: dict[str, Any], limit: int = 100) -> str | None:
     """The decoded handles and parameters of a capture event's command, or None when the
     capture kept no bytes for it."""
     hx = e.get("command_hex")
@@ -22,7 +23,7 @@ def event_text(e: dict, limit: int = 100) -> str | None:
     return one_line(decode_command(cmd), limit)
 
 
-def lines(events: Iterable[dict]) -> Iterator[str]:
+def lines(events: Iterable[dict[str, Any]]) -> Iterator[str]:
     """``N  t(s)  command  rc  decoded handles and parameters`` for each event."""
     from tpmtop.textsafe import safe
 

@@ -32,7 +32,7 @@ class Field:
     text: str | None = None
     bits: dict[str, int] | None = None
     note: str | None = None
-    encrypted: dict | None = None  # {"session": "0x02000000", "mode": "CFB"|None, "plaintext": {...}|None}
+    encrypted: dict[str, Any] | None = None  # {"session": "0x02000000", "mode": "CFB"|None, "plaintext": {...}|None}
     fields: list[Field] = field(default_factory=list)
 
     def walk(self) -> Iterator[Field]:
@@ -43,7 +43,7 @@ class Field:
     def find(self, path: str) -> Field | None:
         return next((f for f in self.walk() if f.path == path), None)
 
-    def to_json(self, buf: bytes) -> dict:
+    def to_json(self, buf: bytes) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "path": self.path, "type": self.type,
                              "offset": self.offset, "size": self.size,
                              "hex": buf[self.offset:self.offset + self.size].hex()}
@@ -121,7 +121,7 @@ class Part:
         p = self.section("parameters")
         return list(p.fields) if p else []
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         from tpmtop.tpm import names
 
         d: dict[str, Any] = {"size": self.size, "tag": self.tag}
@@ -154,7 +154,7 @@ class Decoded:
     def first_stop(self) -> Stop | None:
         return next((p.stopped for p in (self.command, self.response) if p is not None and p.stopped), None)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "complete": self.complete,

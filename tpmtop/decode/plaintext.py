@@ -38,7 +38,8 @@ def _session_index(part: Part, handle: int) -> int | None:
     return None
 
 
-def _walk_back(handle: int, history: Iterable[tuple[bytes, bytes | None]], want_older: bool):
+def _walk_back(handle: int, history: Iterable[tuple[bytes, bytes | None]],
+               want_older: bool) -> tuple[bytes | None, Any]:  # (…, first nonce), or (None, the reason)
     """(nonceTPM before the decoded command, first nonceTPM of the session) or a reason."""
     older = None
     for cmd, rsp in history:
@@ -65,7 +66,7 @@ def _walk_back(handle: int, history: Iterable[tuple[bytes, bytes | None]], want_
     return None, "its StartAuthSession is older than the commands tpmtop still holds"
 
 
-def provider(history: History | None) -> Callable:
+def provider(history: History | None) -> Callable[[Part, Field, Part | None], dict[str, Any]]:
     """A ``plaintext`` callback for :func:`tpmtop.decode.decode`, reading earlier commands
     from ``history`` (newest first, the decoded one excluded); None: no history at all."""
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from typing import Any
 
 
-def load_schema() -> dict:
-    return json.loads(resources.files("tpmtop").joinpath("schema/decode-1.json").read_text("utf-8"))
+def load_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(resources.files("tpmtop").joinpath("schema/decode-1.json").read_text("utf-8"))
+    return schema

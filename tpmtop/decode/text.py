@@ -7,6 +7,8 @@ numbers; the only bytes of the wire shown as text are hex.
 
 from __future__ import annotations
 
+from typing import Any
+
 from tpmtop.decode.model import Decoded, Field, Part
 from tpmtop.tpm import names
 
@@ -24,7 +26,7 @@ def hex_view(buf: bytes, width: int = 16, base: int = 0) -> list[str]:
     return out
 
 
-def _meaning(value, text, bits, size) -> str:
+def _meaning(value: Any, text: str | None, bits: dict[str, int] | None, size: int) -> str:
     if isinstance(value, int):
         # a value with a meaning (a name, a handle, bits) in hex as the spec writes it; a number in decimal
         v = f"0x{value:0{size * 2}x}" if text or bits is not None else str(value)
@@ -58,7 +60,7 @@ def _short_hex(h: str) -> str:
 def _widths(p: Part) -> _Cols:
     rows = []
 
-    def plain(d: dict, depth: int) -> None:
+    def plain(d: dict[str, Any], depth: int) -> None:
         if "value" in d:
             rows.append(("  " * depth + d["name"], d["type"]))
         for c in d.get("fields", []):
@@ -100,7 +102,7 @@ def _field_lines(f: Field, depth: int, buf: bytes, out: list[str], cols: _Cols) 
         out.append(cols.under(depth + 1, f"no plaintext view: {f.encrypted['why']}"))
 
 
-def _plain_lines(d: dict, depth: int, out: list[str], cols: _Cols) -> None:
+def _plain_lines(d: dict[str, Any], depth: int, out: list[str], cols: _Cols) -> None:
     """A plaintext field (JSON form, offsets within the plaintext)."""
     hx = _short_hex(d["hex"]) if "value" in d else ""
     out.append(cols.line(f"+{d['offset']}", "  " * depth + d["name"], d["type"], hx,

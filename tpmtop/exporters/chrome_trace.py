@@ -360,7 +360,9 @@ class _Export:
 
 
 def _have_spare_core() -> bool:
-    if not hasattr(os, "fork") or os.environ.get("TPMTOP_EXPORT_SPLIT") == "0":
+    from tpmtop.settings import current
+
+    if not hasattr(os, "fork") or not current().export_split:  # a tuning knob: TPMTOP_EXPORT_SPLIT=0
         return False
     try:
         return len(os.sched_getaffinity(0)) > 1

@@ -31,6 +31,10 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpmtop.output import Output
 
 _FAMILIES = (
     ("op_us", "tpmtop_operation_seconds", "Duration of one operation (wire + host), from tpmtop bench."),
@@ -43,7 +47,7 @@ def _esc(v: str) -> str:
     return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _labels(d: dict) -> str:
+def _labels(d: dict[str, Any]) -> str:
     return ",".join(f'{k}="{_esc(v)}"' for k, v in d.items())
 
 
@@ -54,7 +58,7 @@ def _num(x: float) -> str:
     return f"{float(x):.12g}"
 
 
-def _histogram(lines: list[str], name: str, labels: dict, s: dict) -> None:
+def _histogram(lines: list[str], name: str, labels: dict[str, Any], s: dict[str, Any]) -> None:
     base = _labels(labels)
     hist = s.get("histogram")
     if hist:
@@ -71,14 +75,14 @@ def _histogram(lines: list[str], name: str, labels: dict, s: dict) -> None:
     lines.append(f"{name}_sum{{{base}}} {_num(s['mean'] * count / 1e6)}")
 
 
-def _run_labels(r: dict) -> dict:
+def _run_labels(r: dict[str, Any]) -> dict[str, Any]:
     lab = {"engine": r["engine"], "mode": r["mode"], "op": r["op"]}
     if "period" in r:  # runs on both sides of a TPM reset are separate series
         lab["period"] = str(r["period"])
     return lab
 
 
-def render(capture: dict) -> str:
+def render(capture: dict[str, Any]) -> str:
     """The OpenMetrics text of a validated capture (ends with ``# EOF``)."""
     from tpmtop.errors import UsageError
 
@@ -122,7 +126,7 @@ def render(capture: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _timestamp(text) -> float | None:
+def _timestamp(text: object) -> float | None:
     if not isinstance(text, str):
         return None
     try:
@@ -134,7 +138,7 @@ def _timestamp(text) -> float | None:
     return dt.timestamp()
 
 
-def export_openmetrics(capture_path, out_path) -> dict:
+def export_openmetrics(capture_path: str, out_path: str | Output) -> dict[str, Any]:
     """``out_path``: a path or a checked :class:`tpmtop.output.Output` (a regular file is
     replaced atomically, a device or pipe written through, ``-`` is stdout)."""
     from tpmtop.capture import load_summary

@@ -13,6 +13,7 @@ Layer: importers (beside exporters); no Textual.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpmtop.tpm import names, wire
 
@@ -34,10 +35,10 @@ class ObservedExchange:
     cc: int | None = None  # when the bytes are not known (kernel probes read only the header)
     rc: int | None = None
     answered: bool | None = None  # a response came though its rc is unknown (kernel, user space)
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
-def event_dict(x: ObservedExchange, t0_unix_ns: int, origin: str) -> dict:
+def event_dict(x: ObservedExchange, t0_unix_ns: int, origin: str) -> dict[str, Any]:
     if x.command is not None:
         info = wire.decode_command(x.command)
         cc, handles, sessions = info.cc, info.handles, info.sessions
@@ -63,7 +64,7 @@ def event_dict(x: ObservedExchange, t0_unix_ns: int, origin: str) -> dict:
     return e
 
 
-def _tpm_identity(exchanges: list[ObservedExchange]) -> dict:
+def _tpm_identity(exchanges: list[ObservedExchange]) -> dict[str, Any]:
     """TPM2_PT_MANUFACTURER etc. from a GetCapability(TPM_PROPERTIES) answer in the traffic."""
     found: dict[int, int] = {}
     for x in exchanges:
@@ -90,15 +91,18 @@ def _tpm_identity(exchanges: list[ObservedExchange]) -> dict:
 
 
 def capture_from_exchanges(exchanges: list[ObservedExchange], *, origin: str, source: str,
-                           simulated: bool = False, extra: dict | None = None) -> dict:
-    """The ``tpmtop.capture/1`` document for observed traffic (events in time order)."""
+                           simulated: bool = False, extra: dict[str, Any] | None = None,
+                           served_here: bool = False) -> dict[str, Any]:
+    """The ``tpmtop.capture/1`` document for observed traffic (events in time order).
+    ``served_here``: the exchanges went through this tpmtop's own transport (the lab serves
+    its guests' TPM), so the capture records the tuning knobs in force."""
     from tpmtop.capture.build import capture_head
     from tpmtop.stats import LatencyHistogram
 
     exchanges = sorted(exchanges, key=lambda x: x.t_unix_ns)
     t0 = exchanges[0].t_unix_ns if exchanges else 0
     events = [event_dict(x, t0, origin) for x in exchanges]
-    per_origin: dict[str, list[tuple[dict, bool]]] = {}
+    per_origin: dict[str, list[tuple[dict[str, Any], bool]]] = {}
     for x, e in zip(exchanges, events, strict=False):
         # the latency counts when an answer came, even one whose response code nobody saw
         per_origin.setdefault(e["origin"], []).append((e, e["rc"] is not None or bool(x.answered)))
@@ -133,7 +137,7 @@ def capture_from_exchanges(exchanges: list[ObservedExchange], *, origin: str, so
     ident = _tpm_identity(exchanges)
     # swtpm and the IBM simulator answer "IBM" / "SW   TPM"
     sim = simulated or (ident["manufacturer"] == "IBM" and ident["vendor"].startswith("SW"))
-    cap = capture_head({"tcti": source, **ident, "simulated": sim}, runs, cpus=False)
+    cap = capture_head({"tcti": source, **ident, "simulated": sim}, runs, recorded_here=False, tuned=served_here)
     cap |= {"t0_unix_ns": t0, "events": events}
     if extra:
         cap.update(extra)

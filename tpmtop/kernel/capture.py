@@ -11,6 +11,8 @@ sets them beside a bench run of the same mode. Layer: kernel; no Textual.
 
 from __future__ import annotations
 
+from typing import Any
+
 from tpmtop.importers.observed import capture_from_exchanges
 from tpmtop.kernel.live import exchanges
 from tpmtop.kernel.ops import for_a_client
@@ -21,12 +23,12 @@ from tpmtop.tpm import names
 ENGINE = "kernel"
 
 
-def own_summaries(commands: list[KernelCommand]) -> dict:
+def own_summaries(commands: list[KernelCommand]) -> dict[str, Any]:
     """Per command code, the wire latencies of the kernel's own commands only — not a
     /dev/tpm* client's, not the resource manager's swaps for one (the run's per-command
     table has every command seen). `tpmtop boot --capture` prices the kernel's session steps
     from these: a tpm2_createprimary's StartAuthSession is not the kernel starting sessions."""
-    hs: dict = {}
+    hs: dict[str, Any] = {}
     for kc in commands:
         if for_a_client(kc) or not kc.answered:
             continue
@@ -40,7 +42,7 @@ def _op_ok(op: KernelOp) -> bool:
     return op.ret in (None, 0) and all(c.rc in (0, None) for c in op.commands)
 
 
-def op_runs(ops: list[KernelOp], mode: str | None) -> list[dict]:
+def op_runs(ops: list[KernelOp], mode: str | None) -> list[dict[str, Any]]:
     """A bench-shaped run per kind of operation."""
     runs = []
     for kind in dict.fromkeys(op.kind for op in ops):
@@ -74,16 +76,18 @@ def op_runs(ops: list[KernelOp], mode: str | None) -> list[dict]:
     return runs
 
 
-def kernel_capture(commands: list[KernelCommand], ops: list[KernelOp], t0_unix_ns: int, parser, source: str,
-                   mode: str | None, this_machine: bool = True, xs: list | None = None,
-                   simulated: bool = False) -> dict:
-    """``t0_unix_ns``: the wall-clock time of ``commands[0]``'s entry. ``this_machine``
+def kernel_capture(commands: list[KernelCommand], ops: list[KernelOp], t0_unix_ns: int, parser: Any, source: str,
+                   mode: str | None, this_machine: bool = True, xs: list[Any] | None = None,
+                   simulated: bool = False) -> dict[str, Any]:
+    """``parser``: a :class:`~tpmtop.kernel.trace_pipe.Parser`, or anything with its ``lost``,
+    ``orphans`` and ``op_probes`` (the lab counts them itself).
+    ``t0_unix_ns``: the wall-clock time of ``commands[0]``'s entry. ``this_machine``
     False (a saved trace): the capture does not claim this machine as the one traced.
     ``xs``: the commands as exchanges with their bytes, one per command in the same order,
     when the caller saw the wire (``tpmtop lab``); otherwise built from the probes' view."""
     base = commands[0].t_ns if commands else 0
     cap = capture_from_exchanges(xs if xs is not None else exchanges(commands, t0_unix_ns), origin="kernel",
-                                 source=source, simulated=simulated,
+                                 source=source, simulated=simulated, served_here=xs is not None,
                                  extra={"kernel_trace": {"lost_events": parser.lost, "orphans": parser.orphans,
                                                          "operation_probes": bool(parser.op_probes),
                                                          "kernel_commands": own_summaries(commands)}})

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpmtop.kernel.trace_pipe import RESOURCE_MANAGER, USER_SPACE, KernelCommand, KernelOp, Parser
 from tpmtop.stats import LatencyHistogram
@@ -125,9 +126,10 @@ class OpStats:
     blind: int = 0  # estimated operations of one command: no host time can be seen at all
     hmac: int = 0  # operations whose closing command ran in an HMAC session (its handle traced)
     password: int = 0  # ... with a password authorization (TPM_RS_PW): no session protection
-    commands: Counter = field(default_factory=Counter)  # command code -> count, over all operations
-    command_hists: dict = field(default_factory=dict)  # command code -> LatencyHistogram (inside operations)
-    setup_after: Counter = field(default_factory=Counter)  # what came before a set-up (kept sessions)
+    commands: Counter[int | None] = field(default_factory=Counter)  # command code -> count, over all operations
+    # command code -> LatencyHistogram (inside operations)
+    command_hists: dict[int | None, Any] = field(default_factory=dict)
+    setup_after: Counter[str] = field(default_factory=Counter)  # what came before a set-up (kept sessions)
 
     def add(self, op: KernelOp) -> None:
         self.ops += 1

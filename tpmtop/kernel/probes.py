@@ -183,8 +183,8 @@ class KernelTraceError(TpmtopError):
 @dataclass
 class Tracefs:
     root: str
-    _functions: set | None = field(default=None, repr=False, compare=False)
-    _kallsyms: set | None = field(default=None, repr=False, compare=False)
+    _functions: set[str] | None = field(default=None, repr=False, compare=False)
+    _kallsyms: set[str] | None = field(default=None, repr=False, compare=False)
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
@@ -451,5 +451,5 @@ class Probes:
                 remove_group(self.t, self.group)
             self._restore_signals()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

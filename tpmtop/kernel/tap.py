@@ -15,12 +15,17 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.kernel import ops as kops
 from tpmtop.kernel.live import read_lines
 from tpmtop.kernel.trace_pipe import KernelCommand, KernelOp, Parser, path_label
 from tpmtop.recorder import DEFAULT_CAPACITY, CommandStats, Recorder
 from tpmtop.tpm.exchange import Origin
+
+if TYPE_CHECKING:
+    from tpmtop.kernel.probes import Probes
 
 ORIGIN = Origin.KERNEL
 
@@ -29,8 +34,8 @@ class KernelTap:
     """``KernelTap.arm()`` (probes, root) or ``KernelTap(trace_path=F)``; then ``start()``;
     ``close()`` stops the reader and removes the probes (idempotent)."""
 
-    def __init__(self, *, probes=None, trace_path: str | None = None, recorder: Recorder | None = None,
-                 poll_s: float = 0.2):
+    def __init__(self, *, probes: Probes | None = None, trace_path: str | None = None, recorder: Recorder | None = None,
+                 poll_s: float = 0.2) -> None:
         if (probes is None) == (trace_path is None):
             raise ValueError("a KernelTap reads either its probes or a trace file")
         self.probes = probes
@@ -98,7 +103,8 @@ class KernelTap:
     def pipe_path(self) -> str | int:
         """The probes' trace_pipe (a descriptor they opened before enabling the events), or the file."""
         if self.probes is not None:
-            return self.probes.pipe_fd if self.probes.pipe_fd is not None else self.probes.pipe_path()
+            fd: int | None = self.probes.pipe_fd
+            return fd if fd is not None else str(self.probes.pipe_path())
         return self.trace_path or ""
 
     def start(self) -> KernelTap:
@@ -115,7 +121,7 @@ class KernelTap:
         except Exception as e:  # a parser bug must not pass silently: the header shows it
             self.error = f"{type(e).__name__}: {e}"
 
-    def feed(self, lines) -> list[KernelCommand]:
+    def feed(self, lines: Iterable[str]) -> list[KernelCommand]:
         """Parse ``lines``, record what they complete and return the commands completed (the
         reader thread; ``tpmtop kernel`` and tests call it directly)."""
         lines = lines if isinstance(lines, list) else list(lines)
@@ -206,7 +212,7 @@ class KernelTap:
         if self.probes is not None:
             self.probes.close()
 
-    def capture(self) -> dict:
+    def capture(self) -> dict[str, Any]:
         """What was seen, as a capture (``tpmtop kernel --json``'s contract)."""
         from tpmtop.kernel.capture import kernel_capture
 

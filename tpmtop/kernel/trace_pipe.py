@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpmtop.kernel import probes
 from tpmtop.textsafe import safe
@@ -44,7 +45,7 @@ class TraceEvent:
     t_ns: int
     event: str
     loc: str
-    args: dict
+    args: dict[str, str]
 
 
 def _swap32(v: int, byteorder: str) -> int:
@@ -150,7 +151,7 @@ class KernelOp:
     pid: int
     comm: str
     ret: int | None  # the function's return: 0 or a TPM rc (extend), bytes or -errno (get_random)
-    commands: list = field(default_factory=list)  # KernelCommand, in the order they returned
+    commands: list[KernelCommand] = field(default_factory=list)  # KernelCommand, in the order they returned
     # True: assembled from the commands (a trace without operation probes): from the first
     # command's entry to the last one's return, so host work before and after is not seen.
     estimated: bool = False
@@ -270,14 +271,15 @@ class Parser:
     dropped: int = 0  # entries dropped because their CPU lost events, or never returned
     backwards: int = 0  # returns timed before their entry (a clock that is not in step): dropped
     events: int = 0  # probe events seen (of any kind): a file with some is a trace, if a broken one
-    _tx: dict = field(default_factory=dict)  # pid -> list of open tpm_transmit entries
-    _cmd: dict = field(default_factory=dict)  # pid -> list of open tpm_transmit_cmd entries
-    _done_under_cmd: dict = field(default_factory=dict)  # pid -> commands waiting for tpm_transmit_cmd's rc
-    _writes: list = field(default_factory=list)  # _Write, oldest first
-    _work: dict = field(default_factory=dict)  # pid -> _Work
-    _op: dict = field(default_factory=dict)  # pid -> list of open (KernelOp, entry TraceEvent)
+    _tx: dict[int, list[Any]] = field(default_factory=dict)  # pid -> list of open tpm_transmit entries
+    _cmd: dict[int, list[Any]] = field(default_factory=dict)  # pid -> list of open tpm_transmit_cmd entries
+    # pid -> commands waiting for tpm_transmit_cmd's rc
+    _done_under_cmd: dict[int, list[Any]] = field(default_factory=dict)
+    _writes: list[_Write] = field(default_factory=list)  # _Write, oldest first
+    _work: dict[int, Any] = field(default_factory=dict)  # pid -> _Work
+    _op: dict[int, list[Any]] = field(default_factory=dict)  # pid -> list of open (KernelOp, entry TraceEvent)
     _op_seq: int = 0
-    ops: list = field(default_factory=list)  # finished KernelOps, for a consumer to take (take_ops)
+    ops: list[KernelOp] = field(default_factory=list)  # finished KernelOps, for a consumer to take (take_ops)
     op_probes: bool = False  # the trace has operation events (tpm2_pcr_extend …)
 
     def _swap(self, v: int | None, bits: int = 32) -> int | None:
@@ -410,7 +412,7 @@ class Parser:
             return out
         return []  # another tracer's event in the same trace (a shared trace_pipe): not ours
 
-    def _push(self, stacks: dict, pid: int, item) -> None:
+    def _push(self, stacks: dict[int, list[Any]], pid: int, item: Any) -> None:
         """An entry waiting for its return. Bounded: a task nests two calls at most (an
         operation, tpm_transmit_cmd, tpm_transmit), and entries whose returns never come (a
         kretprobe out of instances, a hostile file) must not pile up for ever."""
@@ -509,7 +511,7 @@ def _desc(text: str | None) -> str | None:
     return None if text in (None, "", "(fault)") else text
 
 
-def _session_handle(args: dict, cc: int | None, tag: int | None, byteorder: str) -> int | None:
+def _session_handle(args: dict[str, str], cc: int | None, tag: int | None, byteorder: str) -> int | None:
     """The first session's handle of a command with sessions, from the s14/s18/s22 fetches."""
     if cc is None or tag != 0x8002:
         return None

@@ -29,7 +29,7 @@ import _socket
 import socket
 import struct
 
-from tpmtop.tpm.busypoll import POLL_CAP_NS, POLLING, RequestPoll, recv_soon
+from tpmtop.tpm.busypoll import RequestPoll, poll_cap_ns, recv_soon
 
 # A socket's address family as the plain int (socket.family wraps it in an enum: 1 µs a call,
 # on every wait for a request)
@@ -141,8 +141,8 @@ def recv_exact(sock: socket.socket, n: int, started: bool, poll: RequestPoll | N
                 # The rest of a request is microseconds away, and so is a busy client's next
                 # one: poll for it before sleeping (tpmtop.tpm.busypoll: an idle VM's wake-up)
                 if started or buf:
-                    if POLLING:
-                        chunk = recv_soon(sock, n - len(buf), POLL_CAP_NS)
+                    if cap := poll_cap_ns():
+                        chunk = recv_soon(sock, n - len(buf), cap)
                 elif poll is not None and (budget := poll.budget()):
                     chunk = recv_soon(sock, n, budget)
                     poll.came(chunk is not None)

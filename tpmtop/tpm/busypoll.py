@@ -19,6 +19,10 @@ for the rest of a request and for a busy client's next one (:class:`RequestPoll`
 kernel's own SO_BUSY_POLL does not apply: it polls a network device's queue, and loopback and
 Unix sockets have none. A private swtpm that runs on the caller's CPU (:mod:`tpmtop.tpm.placement`)
 is never polled for: it needs the CPU the poll would hold.
+
+A tuning knob (:mod:`tpmtop.settings`): ``busy_poll`` off never polls, ``busy_poll_cap_us``
+sets :data:`POLL_CAP_NS`'s figure. Read when a transport or a proxy connection starts
+(:func:`poll_cap_ns`).
 """
 
 from __future__ import annotations
@@ -28,8 +32,11 @@ import socket
 import time
 from collections.abc import Callable
 
-# The longest a receive polls before it sleeps: a swtpm command on this VM answers in
-# 15–80 µs; beyond ~200 µs the halt's 40–60 µs wake-up is a small share of the wait.
+from tpmtop.settings import current
+
+# The longest a receive polls before it sleeps, by default (``busy_poll_cap_us``): a swtpm
+# command on this VM answers in 15–80 µs; beyond ~200 µs the halt's 40–60 µs wake-up is a
+# small share of the wait.
 POLL_CAP_NS = 200_000
 
 
@@ -43,6 +50,12 @@ def _may_poll() -> bool:
 
 
 POLLING = _may_poll()
+
+
+def poll_cap_ns() -> int:
+    """How long a receive may poll, in ns: 0 where it never does (one CPU, or ``busy_poll`` off)."""
+    s = current()
+    return s.busy_poll_cap_us * 1000 if POLLING and s.busy_poll else 0
 
 
 def recv_soon(sock: socket.socket, n: int, budget_ns: int, flags: int = 0,
@@ -78,27 +91,29 @@ class AnswerBudget:
 
     EXPLORE = 32
 
-    __slots__ = ("_polled", "_slept", "_n")
+    __slots__ = ("_polled", "_slept", "_n", "_cap")
 
-    def __init__(self) -> None:
+    def __init__(self, cap_ns: int | None = None) -> None:
         self._polled: dict[bytes, int] = {}
         self._slept: dict[bytes, int] = {}
         self._n: dict[bytes, int] = {}
+        self._cap = poll_cap_ns() if cap_ns is None else cap_ns  # 0: never poll
 
     def budget(self, cc: bytes) -> int:
-        if not POLLING:
+        cap = self._cap
+        if not cap or not POLLING:
             return 0
         polled, slept = self._polled.get(cc), self._slept.get(cc)
         if polled is None:
-            return POLL_CAP_NS  # first, a poll, to learn
+            return cap  # first, a poll, to learn
         if slept is None:
             return 0  # then a sleep
         fast = min(polled, slept)
-        if fast > POLL_CAP_NS:
+        if fast > cap:
             return 0
         n = self._n[cc] = self._n.get(cc, 0) + 1
         poll = (polled <= slept) != (n % self.EXPLORE == 0)
-        return min(2 * fast, POLL_CAP_NS) if poll else 0
+        return min(2 * fast, cap) if poll else 0
 
     def learn(self, cc: bytes, wire_ns: int, polled: bool) -> None:
         means = self._polled if polled else self._slept
@@ -112,19 +127,20 @@ class RequestPoll:
     back; after one that did not, it skips 1, 2, 4 … up to 64 requests before trying again, so
     a client that pauses between commands costs at most one poll in 64 of them."""
 
-    __slots__ = ("_skip", "_backoff")
+    __slots__ = ("_skip", "_backoff", "_cap")
 
-    def __init__(self, skip: int = 0) -> None:
+    def __init__(self, skip: int = 0, cap_ns: int | None = None) -> None:
         self._skip = skip  # requests to wait for without polling, first
         self._backoff = 0
+        self._cap = poll_cap_ns() if cap_ns is None else cap_ns  # 0: never poll
 
     def budget(self) -> int:
-        if not POLLING:
+        if not self._cap or not POLLING:
             return 0
         if self._skip:
             self._skip -= 1
             return 0
-        return POLL_CAP_NS
+        return self._cap
 
     def came(self, in_time: bool) -> None:
         if in_time:

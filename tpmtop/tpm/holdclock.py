@@ -8,12 +8,16 @@ ends early by a margin, and the last stretch is spun on the clock. The margin fo
 wake-up lateness actually seen (a decaying maximum, 100 µs … 2 ms), so an idle machine spins
 ~100 µs and a loaded one spins long enough to absorb its late wake-ups.
 ``benchmarks/shaper_bias.py`` measures what bias remains.
+
+A tuning knob (:mod:`tpmtop.settings`): ``hold_clock`` off is a plain ``time.sleep`` to the deadline.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+
+from tpmtop.settings import current
 
 MIN_MARGIN_NS = 100_000
 MAX_MARGIN_NS = 2_000_000
@@ -37,6 +41,11 @@ def _low_timer_slack() -> None:
 def sleep_until(deadline_ns: int) -> None:
     """Return at ``time.perf_counter_ns() >= deadline_ns``, as close to it as possible."""
     global _margin_ns
+    if not current().hold_clock:
+        left = deadline_ns - time.perf_counter_ns()
+        if left > 0:
+            time.sleep(left / 1e9)
+        return
     if not getattr(_local, "done", False):
         _low_timer_slack()
     clock = time.perf_counter_ns

@@ -12,18 +12,17 @@ Why one owner rather than a lock:
 - between two jobs, and only then, the owner lets the transport's sink do its work
   (:meth:`ExchangeSink.between_jobs`): decoding never runs inside a timed operation nor
   competes with one for the GIL;
-- Python's cyclic garbage collector is paused while a job runs and catches up between jobs.
-  Recording allocates (an exchange per command, an event per decode); left alone, the
-  collector would run whenever an allocation crosses its threshold — often inside a timed
-  operation, and a full collection over a 100,000-event ring costs milliseconds. Reference
-  counting still frees almost everything at once; only cycles wait for the next gap.
+- Python's cyclic garbage collector is left as Python runs it (no pause around a job: GC
+  tuning is no tpmtop's business). A collection can land inside a timed operation; the
+  wire time of a command is taken around its send and receive alone, so it shows only in
+  the operation's time, as it would in any Python client's.
 - a lost TPM is seen here, in one place (:attr:`lost`), by whichever job found it.
 
 The fast path: a job asked for from a thread that is neither the main thread nor the owner
 (a proxy connection, a dashboard worker), while no job runs and none waits, runs *on the
 asking thread* (:meth:`TpmOwner.call`, :meth:`TpmOwner.run_now`). Every job still runs one
-at a time — whoever runs one holds :attr:`TpmOwner._running` — with the same labels, GC pause
-and between-jobs work; what it saves is the hand-over to the owner thread and back (two
+at a time — whoever runs one holds :attr:`TpmOwner._running` — with the same labels and
+between-jobs work; what it saves is the hand-over to the owner thread and back (two
 thread wake-ups, ~10-20 µs each here, far more on a loaded machine). Signal handlers only
 run on the main thread, so the guarantees above hold on the asking thread too; the main
 thread still only ever waits.
@@ -38,7 +37,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tpmtop import gcpause
 from tpmtop.errors import TpmConnectionError
 from tpmtop.tpm import interrupts
 from tpmtop.tpm.exchange import _LABELS, Labels, labelled
@@ -232,7 +230,6 @@ class TpmOwner:
         try:
             if self._closed:  # closed after the check: as submit would say
                 raise TpmConnectionError("the TPM connection is closed")
-            gcpause.pause()
             try:
                 if labels is None or labels is _LABELS.get():
                     return fn(*args, **kwargs)
@@ -242,7 +239,6 @@ class TpmOwner:
                 self.lost = str(e)
                 raise
             finally:
-                gcpause.resume()
                 if self._q.empty():
                     self._between_jobs()
         finally:
@@ -263,7 +259,6 @@ class TpmOwner:
             if item is None:
                 return  # keeps _running: nothing runs after close, here or elsewhere
             fut, fn, args, kwargs, labels = item
-            gcpause.pause()
             exc: BaseException | None
             try:
                 if labels is None or labels is _LABELS.get():
@@ -277,8 +272,6 @@ class TpmOwner:
                 exc, result = e, None
             else:
                 exc = None
-            finally:
-                gcpause.resume()
             if exc is None:
                 fut.set_result(result)
             else:

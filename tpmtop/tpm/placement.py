@@ -21,13 +21,17 @@ On an idle machine that is not enough: swtpm's answer wakes the caller, and the 
 puts a woken thread on an idle CPU rather than on the one swtpm is still finishing on — every
 command then moved swtpm, and the caller paid a halted vCPU's wake-up anyway (`none` 48 µs at
 max rate, ×13.5 against ×24 paced; 5.3 function-call interrupts per operation). A caller that
-keeps moving (:data:`BOUNCES` moves in a row, each within :data:`BOUNCE_AFTER` commands of the
+keeps moving (``placement_bounces`` moves in a row, each within ``placement_bounce_after`` commands of the
 last) is therefore held on swtpm's CPU for each exchange — from the send until the answer is
 read, when nothing can start a process — and given its own CPU set back after it (three system
-calls with reading that set, ~1.7 µs), for :data:`HOLD` commands; then it is let go, to see whether it still moves.
-Nothing is moved before the :data:`WARM`-th command: `tpmtop info` sends fewer.
+calls with reading that set, ~1.7 µs), for ``placement_hold`` commands; then it is let go, to
+see whether it still moves. Nothing is moved before the ``placement_warm``-th command: `tpmtop info` sends fewer.
 Idle, that made `none` 24 µs at both pacings (×21–22) and 0.1 interrupts per operation. On a
 real TPM, an external swtpm or one CPU, nothing here runs.
+
+All of it is a tuning knob (:mod:`tpmtop.settings`: ``placement`` and its four figures, which
+came from that one VM), and off by default: with the esys engine under two busy loops it made
+the private swtpm slower than an external one that nothing moves (``benchmarks/tuning.py``).
 """
 
 from __future__ import annotations
@@ -37,11 +41,13 @@ import os
 import subprocess
 from collections.abc import Callable
 
+from tpmtop.settings import Settings, current
+
 
 @functools.cache
 def _cpu_getter() -> Callable[[], int] | None:
     """libc's sched_getcpu, or None where swtpm is not to be moved. Looked up once a private
-    swtpm has had :data:`WARM` commands: ctypes is not imported by commands that send fewer."""
+    swtpm has had ``placement_warm`` commands: ctypes is not imported by commands that send fewer."""
     try:
         # the process's CPU set (its first thread's), not the calling thread's: a caller held
         # on one CPU for its exchange must not decide this for every later one
@@ -56,13 +62,6 @@ def _cpu_getter() -> Callable[[], int] | None:
     return fn
 
 
-# Commands sent before swtpm is first moved: a command that sends a handful (`info`, `handles`
-# over SSH) neither waits for a move nor imports ctypes; sustained traffic is what placement is for.
-WARM = 16
-BOUNCE_AFTER = 8  # a move within this many commands of the last one is a bounce
-BOUNCES = 3  # this many in a row: the caller is held on its CPU during each exchange...
-HOLD = 2048  # ...for this many commands, then let go again to see whether it still moves
-
 # What before() found: swtpm is elsewhere (the transport polls or sleeps as it has learnt), on
 # the caller's CPU, or on it with the caller held there until after().
 ELSEWHERE, HERE, HELD = 0, 1, 2
@@ -75,11 +74,18 @@ class FollowCaller:
     belong to another program, and that one is never touched. Not thread-safe: the transport
     sends one command at a time."""
 
-    __slots__ = ("_proc", "_warm", "_getcpu", "_cpu", "_off", "_since", "_bounces", "_hold", "_mask", "holds")
+    __slots__ = ("_proc", "_warm", "_getcpu", "_cpu", "_off", "_since", "_bounces", "_hold", "_mask", "holds",
+                 "_bounce_after", "_bounces_to_hold", "_hold_for")
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], tuning: Settings | None = None) -> None:
+        s = tuning or current()
         self._proc = proc
-        self._warm = WARM  # commands left before the first move
+        # Commands sent before swtpm is first moved: a command that sends a handful (`info`,
+        # `handles` over SSH) neither waits for a move nor imports ctypes
+        self._warm = s.placement_warm  # commands left before the first move
+        self._bounce_after = s.placement_bounce_after  # a move within this many commands of the last is a bounce
+        self._bounces_to_hold = s.placement_bounces  # this many in a row: the caller is held during each exchange...
+        self._hold_for = s.placement_hold  # ...for this many commands, then let go to see whether it still moves
         self._getcpu: Callable[[], int] | None = None  # sched_getcpu, once warm
         self._cpu = -1  # where swtpm was put; -1: nowhere yet
         self._off = False
@@ -105,10 +111,10 @@ class FollowCaller:
         if cpu == self._cpu:
             self._since += 1
         else:
-            if self._cpu >= 0 and self._since < BOUNCE_AFTER and not self._hold:
+            if self._cpu >= 0 and self._since < self._bounce_after and not self._hold:
                 self._bounces += 1
-                if self._bounces >= BOUNCES:
-                    self._bounces, self._hold = 0, HOLD
+                if self._bounces >= self._bounces_to_hold:
+                    self._bounces, self._hold = 0, self._hold_for
                     self.holds += 1
             else:
                 self._bounces = 0
