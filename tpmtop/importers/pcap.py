@@ -108,6 +108,19 @@ def _ip_from_frame(linktype: int, buf: bytes):
     raise PcapError(f"link type {linktype} is not one tpmtop reads (Ethernet, raw IP, loopback, Linux cooked)")
 
 
+MAX_EMPTY_RUN = 10_000  # records without a byte, in a row, before a file is no capture
+
+
+def _check_pcap_header(path: str, head: bytes) -> None:
+    """A pcap's 24-byte header: version 2.x (every libpcap since 1998 writes 2.4)."""
+    if len(head) < 24:
+        raise PcapError(f"{path}: cut short inside the pcap header")
+    order = "<" if head[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    major, minor = struct.unpack(order + "HH", head[4:8])
+    if major != 2:
+        raise PcapError(f"{path}: pcap version {major}.{minor} (only 2.x exists): not a pcap file")
+
+
 def _read_frames(path: str):
     """``(ts_ns, src, sport, dst, dport, seq, payload)`` for every TCP segment with data."""
     import dpkt
@@ -118,11 +131,23 @@ def _read_frames(path: str):
         if head == PCAPNG_MAGIC:
             reader = dpkt.pcapng.Reader(f)
         elif head in PCAP_MAGICS:
+            _check_pcap_header(path, f.read(24))
+            f.seek(0)
             reader = dpkt.pcap.Reader(f)
         else:
             raise PcapError(f"{path}: not a pcap or pcapng file")
         linktype = reader.datalink()
+        empty = 0
         for ts, buf in reader:
+            if not buf:
+                # A hole of a sparse file, or zeros, reads as empty records (16 bytes each): a
+                # gigabyte of them was minutes of work before anything was said.
+                empty += 1
+                if empty > MAX_EMPTY_RUN:
+                    raise PcapError(f"{path}: more than {MAX_EMPTY_RUN:,} empty records in a row (zeros or a "
+                                    "sparse file's holes): not a capture of traffic")
+                continue
+            empty = 0
             try:
                 ip = _ip_from_frame(linktype, buf)
             except PcapError:
