@@ -161,6 +161,8 @@ def build_parser(*, eager: bool = False) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the program itself (python -m tpmtop, the tpmtop script), not a caller
+        interrupts.end_at_exit()
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--version"]:  # what argparse would print, without building any parser
         print(f"tpmtop {__version__}")
@@ -192,6 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     # runs: handles are flushed, the private swtpm is stopped, partial captures are written.
     # (The dashboard installs its own SIGTERM/SIGHUP handlers: it asks the app to exit.)
     interrupts.install()
+    try:
+        status = _run(args, debug)
+    except KeyboardInterrupt:  # a signal between the command's end and the line below
+        status = EXIT_INTERRUPTED
+    return interrupts.exit_status(status)
+
+
+def _run(args: argparse.Namespace, debug: bool) -> int:
     run = getattr(args, "_run", None)
     if run is None:
         run = importlib.import_module("tpmtop.cli.dashboard_args").run
