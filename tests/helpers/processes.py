@@ -14,7 +14,7 @@ import time
 
 from tests.helpers.paths import REPO
 from tpmtop.connect import open_tpm
-from tpmtop.proxy.server import ephemeral_low
+from tpmtop.proxy.listening import ephemeral_low
 
 TPMTOP = [sys.executable, "-m", "tpmtop"]
 
