@@ -7,7 +7,6 @@ from __future__ import annotations
 import queue
 import socket
 import threading
-import time
 from typing import TYPE_CHECKING
 
 from tpmtop.proxy import access
@@ -93,19 +92,17 @@ class Admission:
 
     def _over_limit(self, sock: socket.socket) -> None:
         self.over_limit += 1
-        now = time.monotonic()
-        if now - self._last_limit_log >= 1.0:  # one line a second, with the count so far
-            self._last_limit_log = now
-            self.log(f"{self.max_connections} connections are open (the limit): connection refused "
-                     f"({self.over_limit} so far)", LineKind.DROPPED)
+        self.peer_log("over the limit", f"{self.max_connections} connections are open (the limit): connection "
+                      f"refused ({self.over_limit} so far)", LineKind.DROPPED)
         try:
             sock.close()
         except OSError:
             pass
 
     def _refuse(self, sock: socket.socket, uid: int | None, pid: int | None) -> None:
-        """A peer the policy does not let in: one line, and the connection closed before a byte
-        of it is read. A peer already gone whose uid could not be read (a client's empty
+        """A peer the policy does not let in: one line (rate-limited: a flood of them is one
+        line a second with the count), and the connection closed before a byte of it is
+        read. A peer already gone whose uid could not be read (a client's empty
         start-up probe) is closed without a line."""
         try:
             if uid is None:
@@ -120,7 +117,7 @@ class Admission:
             # the port too: a swtpm-TCTI client opens the TPM port and the control port, so one
             # refused program gives two lines, which should not look like a repeat
             where = "a Unix socket" if sock.family == socket.AF_UNIX else f"TCP port {sock.getsockname()[1]}"
-            self.log(f"refused a connection on {where} from {access.user_text(uid)}"
+            self.peer_log("refused", f"refused a connection on {where} from {access.user_text(uid)}"
                      f"{f' pid {pid}' if pid else ''}: only {self.policy.describe()} may use this TPM "
                      f"(--allow-user / --allow-group let more in); connection closed", LineKind.DROPPED)
         finally:
@@ -165,7 +162,8 @@ class Admission:
                 else:
                     handler(sock)
             except Exception as e:  # a bug must cost one connection, not the proxy
-                self.log(f"connection handler failed: {type(e).__name__}: {e}; connection closed", LineKind.FAULT)
+                self.peer_log("handler failures",
+                              f"connection handler failed: {type(e).__name__}: {e}; connection closed", LineKind.FAULT)
             finally:
                 with self._lock:
                     if sock is not None:

@@ -106,6 +106,7 @@ class Departures:
                 self._stop.wait(REAP_INTERVAL_S)
             if self._stop.is_set():
                 return
+            self.peer_log.tick()  # a summary of held-back lines, once its second is over
             for fd in r:
                 if fd == self._wake_r:
                     try:
@@ -122,7 +123,8 @@ class Departures:
                             and not peers.alive(c.peer)):
                         self._depart(c)
                 except Exception as e:  # the reaper must outlive any one client's trouble
-                    self.log(f"client {c.id}: departure check failed: {type(e).__name__}: {e}", LineKind.FAULT)
+                    self.peer_log("departure check failures",
+                                  f"client {c.id}: departure check failed: {type(e).__name__}: {e}", LineKind.FAULT)
 
     def _depart(self, c: ClientStats) -> None:
         if c.departed_ns is not None:

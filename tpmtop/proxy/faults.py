@@ -27,7 +27,8 @@ class Faults:
         if e is None:
             return
         if own or not isinstance(e, TpmConnectionError):
-            self.log(f"client {client.id} {client.name}: the TPM failed ({e}); connection closed", LineKind.FAULT)
+            self.peer_log("TPM failures",
+                          f"client {client.id} {client.name}: the TPM failed ({e}); connection closed", LineKind.FAULT)
             _shutdown(sock)
             return
         # The shared upstream is lost (a dead or stalled TPM): this client is answered with a

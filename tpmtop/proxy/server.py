@@ -41,6 +41,7 @@ from tpmtop.proxy.listening import _listen_unix, _refuse_existing, _unlink_own, 
 from tpmtop.proxy.serving import IDLE_TIMEOUT_S, MAX_CONNECTIONS, TURN_IDLE_S, Serving
 from tpmtop.proxy.session import Session
 from tpmtop.proxy.turns import Turns
+from tpmtop.ratelog import RateLimitedLog
 from tpmtop.textsafe import safe
 from tpmtop.tpm.tcti import TargetKind
 
@@ -78,6 +79,10 @@ class ProxyServer(Admission, Session, Faults, Departures):
         # dashboard; one line is one call under one lock (lines of two threads never glue).
         self._log_lock = threading.Lock()
         self._log_to = log
+        # Lines a peer can cause (a refusal, a broken frame, an idle close...): one a second at
+        # most, the rest counted in a summary line (tpmtop.ratelog). A refused user must not
+        # decide how big the operator's journal grows (45,000 refusals were 24,037 lines).
+        self.peer_log = RateLimitedLog(self.log)
 
         self.accounts = accounts or Accounts()
         self.resolver = peers.TcpResolver()
@@ -99,7 +104,6 @@ class ProxyServer(Admission, Session, Faults, Departures):
         self._pidfds: dict[int, tuple[int, ClientStats]] = {}  # pidfd -> client (departure watch)
         self._pidfd_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
-        self._last_limit_log = 0.0
         # fault recovery (shared upstream)
         self._recover_lock = threading.Lock()
         self.recovering = False
@@ -235,6 +239,7 @@ class ProxyServer(Admission, Session, Faults, Departures):
             if t is not threading.current_thread():
                 t.join(timeout=2)
         self._unlink_own_paths()
+        self.peer_log.flush()
         owner = getattr(self.conn, "owner", None)
         if owner is not None:  # clients' jobs still queued are counted before anyone departs
             try:

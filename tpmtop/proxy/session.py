@@ -83,13 +83,15 @@ class Session:
                     except P.Closed:
                         return
                     except P.Idle:
-                        self.log(f"client {client.id} {client.name} (pid {client.peer.pid}): idle for "
+                        self.peer_log("idle", f"client {client.id} {client.name} (pid {client.peer.pid}): idle for "
                                  f"{self.idle_timeout:g} s; connection closed", LineKind.DROPPED)
                         return
                     except P.FrameError as e:
                         client.dropped = str(e)
                         self.dropped += 1
-                        self.log(f"client {client.id} {client.name} (pid {client.peer.pid}): {e}; connection closed",
+                        self.peer_log("framing errors",
+                                      f"client {client.id} {client.name} (pid {client.peer.pid}): {e}; "
+                                      "connection closed",
                                  LineKind.DROPPED)
                         return
                     if mssim:
@@ -115,7 +117,7 @@ class Session:
             try:
                 waited = self.turns.acquire(client)
             except TurnTimeout as e:
-                self.log(f"client {client.id} {client.name} (pid {client.peer.pid}): {e}; "
+                self.peer_log("turn time-outs", f"client {client.id} {client.name} (pid {client.peer.pid}): {e}; "
                          f"answered TPM_RC_RETRY", LineKind.FAULT)
                 self._answer(sock, client, error_response(TPM_RC_RETRY), mssim)
                 return None
@@ -182,7 +184,8 @@ class Session:
             self._went_away(sock, client, len(rest))
 
     def _went_away(self, sock: socket.socket, client: ClientStats, n: int) -> None:
-        self.log(f"client {client.id} {client.name} (pid {client.peer.pid}): went away before its response "
+        self.peer_log("gone before the answer",
+                      f"client {client.id} {client.name} (pid {client.peer.pid}): went away before its response "
                  f"({n} bytes, read from the TPM and dropped); connection closed", LineKind.DROPPED)
         _shutdown(sock)
 
@@ -230,7 +233,8 @@ class Session:
             except P.Idle:
                 return
             except (P.FrameError, OSError) as e:
-                self.log(f"{'control' if swtpm else 'platform'} connection: {e}; connection closed",
+                self.peer_log("control errors",
+                              f"{'control' if swtpm else 'platform'} connection: {e}; connection closed",
                          LineKind.DROPPED)
 
         return handle
