@@ -412,8 +412,8 @@ class CaptureReader:
                         obj = decode(buf[pos:nl - 1] if comma else buf[pos:nl])
                     except DecodeError:
                         obj = None
-                    if obj is not None and is_events and (obj.command_hex is not _UNSET or obj.client is not _UNSET
-                                                          or obj.response_hex is not _UNSET):
+                    if isinstance(obj, EventBytesLine) and (obj.command_hex is not _UNSET or obj.client is not _UNSET
+                                                            or obj.response_hex is not _UNSET):
                         # bytes and client also in extra, where the general path puts them
                         obj.extra = {k: v for k in BYTES_KEYS if (v := getattr(obj, k)) is not _UNSET}
                     if obj is not None and (lists_ok is None or lists_ok(obj)):

@@ -56,7 +56,7 @@ def _interval(text: str) -> float:
     return v
 
 
-def run_exporter(args) -> int:
+def run_exporter(args: argparse.Namespace) -> int:
     import os
     import stat
     import sys

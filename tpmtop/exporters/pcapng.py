@@ -173,7 +173,7 @@ def export_pcapng(capture_path: str | os.PathLike[str], out: Any) -> dict[str, A
     streams: dict[object, _Stream] = {}
     counts = {"events": 0, "usable": 0, "kernel": 0, "last_end": 0}
     t0: list[int | None] = [None]  # the wall clock of t_ns = 0, from the head (read before the events)
-    late: list[tuple[int, int, Any, bytes, bytes | None]] = []  # old captures: events until t0 is known
+    late: list[tuple[int, int, int, Any, bytes, bytes | None]] = []  # old captures: events until t0 is known
 
     with ExitStack() as stack:
         w = _Writer(out, stack)
@@ -213,7 +213,7 @@ def export_pcapng(capture_path: str | os.PathLike[str], out: Any) -> dict[str, A
                 if isinstance(got, int) and got > 0:
                     t0[0] = got
             if t0[0] is None:  # an older capture: t0 is derived from its last event (kept till then)
-                late.append((i, e.t_ns, e.wire_ns, extra.get("client"), cmd, rsp))  # type: ignore[arg-type]
+                late.append((i, e.t_ns, e.wire_ns, extra.get("client"), cmd, rsp))
                 return
             frames(i, e.t_ns, e.wire_ns, extra.get("client"), cmd, rsp)
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from tpmtop import __version__
@@ -29,7 +31,7 @@ DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 
 # The _created series prometheus_client adds to every counter and histogram in the classic
 # text format double the exposition, and Prometheus 2.42 does not read them.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it untyped
 
 
 @dataclass(frozen=True)
@@ -69,10 +71,10 @@ class ExporterInfo(Collector):
         self.source = source
         registry.register(self)
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         n = fam.name("exporter_info")
         g = GaugeMetricFamily(n, fam.HELP[n], labels=("version", "source"))
         g.add_metric((__version__, self.source), 1.0)
@@ -88,6 +90,7 @@ def new_registry() -> CollectorRegistry:
 
 
 RENDER_MAX_AGE_S = 1.0
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 class RenderedOnceASecond:
@@ -98,29 +101,30 @@ class RenderedOnceASecond:
     rendering a second, not ten — the CPU stays bounded whoever scrapes. Prometheus scrapes
     every 15-60 s: it always gets a fresh one."""
 
-    def __init__(self, app, max_age_s: float = RENDER_MAX_AGE_S):
+    def __init__(self, app: WsgiApp, max_age_s: float = RENDER_MAX_AGE_S):
         import threading
 
         self.app = app
         self.max_age_s = max_age_s
-        self._cache: dict[tuple, tuple[float, str, list, list]] = {}
+        self._cache: dict[tuple[Any, ...], tuple[float, str, list[tuple[str, str]], list[bytes]]] = {}
         self._lock = threading.Lock()  # one rendering at a time; a scrape meanwhile waits and reuses it
 
-    def __call__(self, environ, start_response):
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         import time
 
         from prometheus_client.exposition import choose_encoder, gzip_accepted
 
         if environ.get("REQUEST_METHOD") != "GET":
             return self.app(environ, start_response)
-        key = (choose_encoder(environ.get("HTTP_ACCEPT"))[1], gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING")),
+        key = (choose_encoder(environ.get("HTTP_ACCEPT", ""))[1],
+               gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")),
                environ.get("PATH_INFO"), environ.get("QUERY_STRING", ""))
         with self._lock:
             hit = self._cache.get(key)
             if hit is None or time.monotonic() - hit[0] >= self.max_age_s:
-                got: dict = {}
+                got: dict[str, Any] = {}
 
-                def keep(status, headers, exc_info=None):
+                def keep(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
                     got["status"], got["headers"] = status, headers
 
                 body = list(self.app(environ, keep))

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpmtop.errors import UsageError
 from tpmtop.importers.observed import ObservedExchange
@@ -39,7 +41,7 @@ class PcapError(UsageError):
     """A file that is not a pcap/pcapng of TPM traffic (exit status 2)."""
 
 
-def is_pcap(path: str | os.PathLike) -> bool:
+def is_pcap(path: str | os.PathLike[str]) -> bool:
     try:
         with open(path, "rb") as f:
             head = f.read(4)
@@ -91,7 +93,7 @@ def _ts_at(marks: list[tuple[int, int]], offset: int) -> int:
     return marks[max(i, 0)][1]
 
 
-def _ip_from_frame(linktype: int, buf: bytes):
+def _ip_from_frame(linktype: int, buf: bytes) -> Any:
     import dpkt
 
     if linktype == 1:  # Ethernet
@@ -121,7 +123,7 @@ def _check_pcap_header(path: str, head: bytes) -> None:
         raise PcapError(f"{path}: pcap version {major}.{minor} (only 2.x exists): not a pcap file")
 
 
-def _read_frames(path: str):
+def _read_frames(path: str) -> Iterator[tuple[int, bytes, int, bytes, int, int, bytes]]:
     """``(ts_ns, src, sport, dst, dport, seq, payload)`` for every TCP segment with data."""
     import dpkt
 
@@ -241,14 +243,14 @@ class ImportResult:
     warnings: list[str]
 
 
-def read_pcap(path: str | os.PathLike, port: int | None = None) -> ImportResult:
+def read_pcap(path: str | os.PathLike[str], port: int | None = None) -> ImportResult:
     """Every TPM command/response pair in a pcap or pcapng file."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise PcapError(f"{path}: no such file")
     if not is_pcap(path):
         raise PcapError(f"{path}: not a pcap or pcapng file")
-    conns: dict[tuple, dict[tuple, _Direction]] = {}
+    conns: dict[tuple[Any, ...], dict[tuple[Any, ...], _Direction]] = {}
     try:
         for ts, src, sport, dst, dport, seq, data in _read_frames(path):
             if PLATFORM_PORT in (sport, dport) and port != PLATFORM_PORT:
@@ -314,7 +316,7 @@ def read_pcap(path: str | os.PathLike, port: int | None = None) -> ImportResult:
     return ImportResult(exchanges, framings.pop() if len(framings) == 1 else "mixed", used, warnings)
 
 
-def import_pcap(path: str | os.PathLike, port: int | None = None) -> tuple[dict, ImportResult]:
+def import_pcap(path: str | os.PathLike[str], port: int | None = None) -> tuple[dict[str, Any], ImportResult]:
     """A pcap file as a ``tpmtop.capture/1`` document (with every command's bytes)."""
     from tpmtop.importers.observed import capture_from_exchanges
 

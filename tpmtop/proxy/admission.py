@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 from tpmtop.proxy import access
 from tpmtop.proxy.lines import LineKind
 from tpmtop.proxy.serving import MAX_IDLE_WORKERS, WORKER_LINGER_S
+from tpmtop.proxy.state import ServerState
 
 if TYPE_CHECKING:
     pass
 
 
-class Admission:
+class Admission(ServerState):
     """ProxyServer's accept path; state lives in ProxyServer.__init__."""
 
     # -- accepting ------------------------------------------------------------------------------

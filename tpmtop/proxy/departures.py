@@ -12,12 +12,13 @@ from tpmtop.proxy import peers
 from tpmtop.proxy.accounting import ClientStats
 from tpmtop.proxy.lines import LineKind
 from tpmtop.proxy.serving import REAP_INTERVAL_S
+from tpmtop.proxy.state import ServerState
 
 if TYPE_CHECKING:
     pass
 
 
-class Departures:
+class Departures(ServerState):
     """ProxyServer's departure watch; state lives in ProxyServer.__init__."""
 
     # -- departures -----------------------------------------------------------------------------

@@ -14,12 +14,13 @@ from tpmtop.proxy.accounting import ClientStats
 from tpmtop.proxy.lines import LineKind
 from tpmtop.proxy.serving import RECOVER_GIVE_UP_MIN_S, TPM_RC_RETRY, error_response
 from tpmtop.proxy.session import _shutdown
+from tpmtop.proxy.state import ServerState
 
 if TYPE_CHECKING:
     pass
 
 
-class Faults:
+class Faults(ServerState):
     """ProxyServer's fault recovery; state lives in ProxyServer.__init__."""
 
     def _tpm_failed(self, sock: socket.socket, client: ClientStats, fut, mssim: bool, own: bool) -> None:

@@ -14,6 +14,7 @@ from tpmtop.proxy.accounting import ClientStats
 from tpmtop.proxy.forward import forward
 from tpmtop.proxy.lines import LineKind
 from tpmtop.proxy.serving import TPM_RC_FAILURE, TPM_RC_RETRY, Serving, error_response
+from tpmtop.proxy.state import ServerState
 from tpmtop.proxy.turns import TurnTimeout
 from tpmtop.tpm.busypoll import RequestPoll
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     pass
 
 
-class Session:
+class Session(ServerState):
     """ProxyServer's per-connection handlers; state lives in ProxyServer.__init__."""
 
     # -- the TPM port ---------------------------------------------------------------------------
