@@ -62,3 +62,56 @@ def test_a_flood_of_refused_connections_is_one_line_a_second(tcp_swtpm, tmp_path
         assert status == 130
     finally:
         p.kill()
+
+
+HELD = 1000
+
+
+def _established(pid: int, port: int) -> int:
+    import psutil
+
+    return sum(1 for c in psutil.Process(pid).net_connections("tcp")
+               if c.laddr and c.laddr.port == port and c.status == psutil.CONN_ESTABLISHED)
+
+
+def test_a_thousand_held_connections_cost_no_thread_each_and_leave_nothing_behind(tcp_swtpm, tmp_path):
+    """One client holds 1,000 connections open without a byte: the proxy's threads stay within
+    a bound that does not grow with the connections (a thread each before: 1,000), another
+    client is served meanwhile, and once they close, threads and sockets are back to idle."""
+    import socket
+
+    import psutil
+
+    from tests.helpers.processes import wait_until
+    from tpmtop.proxy.parking import BUSY_WORKERS
+
+    p = Proxy(tcp_swtpm.tcti, "swtpm", tmp_path)
+    held: list[socket.socket] = []
+    try:
+        p.tool("tpm2_getrandom", "--hex", "8")
+        proc = psutil.Process(p.proc.pid)
+        wait_until(lambda: _established(p.proc.pid, p.port) == 0, "the proxy idle", 60)
+        base = proc.num_threads()
+        bound = base + BUSY_WORKERS + 8  # the busy workers, and a few accepting or lingering
+        peak = base
+        for i in range(HELD):
+            held.append(socket.create_connection(("127.0.0.1", p.port), timeout=60))
+            if i % 25 == 0:
+                peak = max(peak, proc.num_threads())
+        wait_until(lambda: _established(p.proc.pid, p.port) >= HELD, "the proxy to accept all 1,000", 120)
+        peak = max(peak, proc.num_threads())
+        assert peak <= bound, (peak, base)
+        r = p.tool("tpm2_getrandom", "--hex", "8")  # served while the 1,000 are held
+        assert len(r.stdout.strip()) == 16
+        assert proc.num_threads() <= bound
+        for s in held:
+            s.close()
+        held = []
+        wait_until(lambda: _established(p.proc.pid, p.port) == 0, "the proxy's sockets to be idle", 120)
+        wait_until(lambda: proc.num_threads() <= base + 2, "the proxy's threads back to idle", 120)
+        status, _, _ = p.stop()
+        assert status == 130
+    finally:
+        for s in held:
+            s.close()
+        p.kill()

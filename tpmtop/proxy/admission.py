@@ -7,7 +7,8 @@ from __future__ import annotations
 import queue
 import socket
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.proxy import access
 from tpmtop.proxy.lines import LineKind
@@ -77,8 +78,22 @@ class Admission(ServerState):
         self._locals[lsock] = local
         return local
 
-    def _pass_on(self, task: tuple) -> None:
-        """Give ``task`` (a listener to accept on) to an idle thread, or to a new one."""
+    def _dispatch(self, task: Callable[[], None]) -> None:
+        """Run ``task`` (a parked connection's call-back) on a worker thread."""
+        self._pass_on(task)
+
+    def _end_connection(self, sock: socket.socket) -> None:
+        """A connection served from parking has ended: forgotten and closed."""
+        with self._lock:
+            self._conns.pop(sock, None)
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+    def _pass_on(self, task: Any) -> None:
+        """Give ``task`` (a listener to accept on, or a call-back) to an idle thread, or to a
+        new one."""
         with self._lock:
             idle = self._idle > 0
             if idle:
@@ -141,6 +156,22 @@ class Admission(ServerState):
                     continue  # one was: take it
                 if task is None:  # the proxy stops
                     return
+            if callable(task):  # a parked connection's call-back
+                fn, task = task, None
+                try:
+                    fn()
+                except Exception as e:  # a bug must cost one connection, not the proxy
+                    self.peer_log("handler failures", f"connection call-back failed: {type(e).__name__}: {e}",
+                                  LineKind.FAULT)
+                with self._lock:
+                    leave = self._idle >= MAX_IDLE_WORKERS or self._stop.is_set()
+                    if leave:
+                        self._workers -= 1
+                    else:
+                        self._idle += 1
+                if leave:
+                    return
+                continue
             lsock, handler = task
             task = None
             sock = None
@@ -160,8 +191,8 @@ class Admission(ServerState):
             try:
                 if not self._admit(sock, addr, local):
                     sock = None
-                else:
-                    handler(sock)
+                elif handler(sock):
+                    sock = None  # parked: open, watched by the parking thread, no thread of its own
             except Exception as e:  # a bug must cost one connection, not the proxy
                 self.peer_log("handler failures",
                               f"connection handler failed: {type(e).__name__}: {e}; connection closed", LineKind.FAULT)

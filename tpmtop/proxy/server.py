@@ -38,6 +38,7 @@ from tpmtop.proxy.departures import Departures
 from tpmtop.proxy.faults import Faults
 from tpmtop.proxy.lines import LineKind, ProxyLine
 from tpmtop.proxy.listening import _listen_unix, _refuse_existing, _unlink_own, listen_pair
+from tpmtop.proxy.parking import Parking
 from tpmtop.proxy.serving import IDLE_TIMEOUT_S, MAX_CONNECTIONS, TURN_IDLE_S, Serving
 from tpmtop.proxy.session import Session
 from tpmtop.proxy.turns import Turns
@@ -108,6 +109,7 @@ class ProxyServer(Admission, Session, Faults, Departures):
         self._recover_lock = threading.Lock()
         self.recovering = False
         self.failed: str | None = None  # set when the TPM is gone for good
+        self.parking: Parking | None = None  # silent connections, without a thread (started by start())
 
     def log(self, text: str, kind: LineKind = LineKind.INFO) -> None:
         line = ProxyLine(safe(text), kind)
@@ -165,6 +167,7 @@ class ProxyServer(Admission, Session, Faults, Departures):
         except BaseException:
             self.stop()
             raise
+        self.parking = Parking(self._dispatch)
         t = threading.Thread(target=self._reaper, name="proxy-reaper", daemon=True)
         t.start()
         self._threads.append(t)
@@ -238,6 +241,9 @@ class ProxyServer(Admission, Session, Faults, Departures):
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=2)
+        if self.parking is not None:  # parked connections see their end (shut down above) and close
+            for resume in self.parking.close():
+                resume()
         self._unlink_own_paths()
         self.peer_log.flush()
         owner = getattr(self.conn, "owner", None)

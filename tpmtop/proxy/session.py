@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.proxy import peers
 from tpmtop.proxy import protocol as P
 from tpmtop.proxy.accounting import ClientStats
 from tpmtop.proxy.forward import forward
 from tpmtop.proxy.lines import LineKind
+from tpmtop.proxy.parking import BUSY_WORKERS, PARK_AFTER_S
 from tpmtop.proxy.serving import TPM_RC_FAILURE, TPM_RC_RETRY, Serving, error_response
 from tpmtop.proxy.state import ServerState
 from tpmtop.proxy.turns import TurnTimeout
@@ -47,67 +49,23 @@ class Session(ServerState):
                      f"{': ' + _short(peer.cmdline) if peer.cmdline and peer.cmdline != peer.name else ''}")
         return c
 
-    def _data_handler(self, unix: bool = False):
+    def _data_handler(self, unix: bool = False) -> Callable[[socket.socket], bool]:
         mssim = self.protocol == "mssim" and not unix
 
-        def handle(sock: socket.socket) -> None:
-            client: ClientStats | None = None
-            pending = None  # the job of the client's last command
-            try:
-                P.set_idle_timeout(sock, self.idle_timeout)
-                # Name the peer as soon as it sends its first byte, while it is surely alive (a
-                # client killed mid-command must still be named); a connection closed without
-                # a byte (the swtpm TCTI's start-up probe) costs no look-up.
-                try:
-                    if not sock.recv(1, socket.MSG_PEEK):
-                        return
-                except OSError:
-                    return
-                client = self._attach(sock)
-                if mssim:
-                    client.locality = 0
-                # mssim clients keep their connection; most raw ones (tpm2-tss's swtpm: TCTI)
-                # send one command per connection, and polling for their close competes with
-                # the next connection's thread: a raw connection polls from its third request
-                next_request = RequestPoll(skip=0 if mssim else 1)
-                while True:
-                    try:
-                        if mssim:
-                            code, locality, cmd = P.read_mssim_request(sock, next_request)
-                            if cmd is None:
-                                if code == P.MS_SIM_REMOTE_HANDSHAKE:
-                                    sock.sendall(P.mssim_handshake_answer())
-                                    continue
-                                return  # SESSION_END / STOP: the client is done with this connection
-                        else:
-                            cmd = P.read_raw_command(sock, next_request)
-                    except P.Closed:
-                        return
-                    except P.Idle:
-                        self.peer_log("idle", f"client {client.id} {client.name} (pid {client.peer.pid}): idle for "
-                                 f"{self.idle_timeout:g} s; connection closed", LineKind.DROPPED)
-                        return
-                    except P.FrameError as e:
-                        client.dropped = str(e)
-                        self.dropped += 1
-                        self.peer_log("framing errors",
-                                      f"client {client.id} {client.name} (pid {client.peer.pid}): {e}; "
-                                      "connection closed",
-                                 LineKind.DROPPED)
-                        return
-                    if mssim:
-                        client.locality = locality
-                    pending = self._command(sock, client, cmd, mssim)
-            finally:
-                if pending is not None:
-                    try:  # its accounting (and leak report) must include the last command
-                        pending.result()
-                    except Exception:
-                        pass
-                if client is not None:
-                    self._closed(client)
+        def handle(sock: socket.socket) -> bool:
+            return _DataConn(self, sock, mssim).run()
 
         return handle
+
+    def _wait_s(self) -> float:
+        """How long a connection's thread waits for a request before the connection is parked
+        (or, with an idle time-out as short, closed)."""
+        return min(self.idle_timeout, PARK_AFTER_S)
+
+    def _park(self, sock: socket.socket, on_ready: Callable[[], None], on_idle: Callable[[], None]) -> bool:
+        if self.idle_timeout <= PARK_AFTER_S or self.parking is None:
+            return False
+        return self.parking.park(sock, on_ready, on_idle, self.idle_timeout - PARK_AFTER_S)
 
     def _command(self, sock: socket.socket, client: ClientStats, cmd: bytes, mssim: bool):
         """One whole command of ``client``: its turn first (a raw TPM), then the TPM."""
@@ -209,36 +167,167 @@ class Session(ServerState):
         return t
 
     # -- control / platform port --------------------------------------------------------------
-    def _side_handler(self, protocol: str | None = None):
+    def _side_handler(self, protocol: str | None = None) -> Callable[[socket.socket], bool]:
         swtpm = (protocol or self.protocol) == "swtpm"
 
-        def handle(sock: socket.socket) -> None:
-            state: dict = {}
-            try:
-                P.set_idle_timeout(sock, self.idle_timeout)
-                while True:
-                    got = P.answer_control(sock, state) if swtpm else P.answer_platform(sock)
-                    if got is None:
-                        return
-                    code, answer = got
-                    if answer:
-                        sock.sendall(answer)
-                    if not swtpm and code == P.MS_SIM_SESSION_END:
-                        return
-                    if swtpm and state.get("refused"):
-                        # its payload's length is unknown: reading on would take the payload
-                        # for more requests. The answer is sent, the rest read and dropped
-                        # (closing with unread bytes would reset the connection under the answer).
-                        _drain_and_close(sock)
-                        return
-            except P.Idle:
-                return
-            except (P.FrameError, OSError) as e:
-                self.peer_log("control errors",
-                              f"{'control' if swtpm else 'platform'} connection: {e}; connection closed",
-                         LineKind.DROPPED)
+        def handle(sock: socket.socket) -> bool:
+            return _SideConn(self, sock, swtpm).run()
 
         return handle
+
+
+class _DataConn:
+    """One connection on the TPM port, served on a worker thread while it has something to
+    say, parked (no thread) while it is silent (:mod:`.parking`)."""
+
+    __slots__ = ("srv", "sock", "mssim", "client", "pending", "next_request")
+
+    def __init__(self, srv: Session, sock: socket.socket, mssim: bool):
+        self.srv, self.sock, self.mssim = srv, sock, mssim
+        self.client: ClientStats | None = None
+        self.pending: Any = None  # the job of the client's last command
+        self.next_request: RequestPoll | None = None
+
+    def run(self) -> bool:
+        """Serve until the connection ends (False: the caller closes it) or is parked (True)."""
+        srv, sock, mssim = self.srv, self.sock, self.mssim
+        done = True
+        try:
+            if self.client is None:
+                P.set_idle_timeout(sock, srv._wait_s())
+                # Name the peer as soon as it sends its first byte, while it is surely alive (a
+                # client killed mid-command must still be named); a connection closed without
+                # a byte (the swtpm TCTI's start-up probe) costs no look-up.
+                try:
+                    # many threads busy already (a burst of connections): wait in parking at once
+                    flags = socket.MSG_PEEK | (socket.MSG_DONTWAIT if srv._workers > BUSY_WORKERS else 0)
+                    if not sock.recv(1, flags):
+                        return False
+                except (BlockingIOError, TimeoutError):
+                    done = not srv._park(sock, self.resume, self.idle)
+                    return not done
+                except OSError:
+                    return False
+                self.client = srv._attach(sock)
+                if mssim:
+                    self.client.locality = 0
+                # mssim clients keep their connection; most raw ones (tpm2-tss's swtpm: TCTI)
+                # send one command per connection, and polling for their close competes with
+                # the next connection's thread: a raw connection polls from its third request
+                self.next_request = RequestPoll(skip=0 if mssim else 1)
+            client = self.client
+            while True:
+                try:
+                    if mssim:
+                        code, locality, cmd = P.read_mssim_request(sock, self.next_request)
+                        if cmd is None:
+                            if code == P.MS_SIM_REMOTE_HANDSHAKE:
+                                sock.sendall(P.mssim_handshake_answer())
+                                continue
+                            return False  # SESSION_END / STOP: the client is done with this connection
+                    else:
+                        cmd = P.read_raw_command(sock, self.next_request)
+                except P.Closed:
+                    return False
+                except P.Idle:
+                    done = not srv._park(sock, self.resume, self.idle)
+                    if done:
+                        self._idle_line()
+                    return not done
+                except P.FrameError as e:
+                    client.dropped = str(e)
+                    srv.dropped += 1
+                    srv.peer_log("framing errors",
+                                 f"client {client.id} {client.name} (pid {client.peer.pid}): {e}; connection closed",
+                                 LineKind.DROPPED)
+                    return False
+                if mssim:
+                    client.locality = locality
+                self.pending = srv._command(sock, client, cmd, mssim)
+        finally:
+            if done:
+                self._finish()
+
+    def _idle_line(self) -> None:
+        c = self.client
+        if c is not None:
+            self.srv.peer_log("idle", f"client {c.id} {c.name} (pid {c.peer.pid}): idle for "
+                                      f"{self.srv.idle_timeout:g} s; connection closed", LineKind.DROPPED)
+
+    def _finish(self) -> None:
+        if self.pending is not None:
+            try:  # its accounting (and leak report) must include the last command
+                self.pending.result()
+            except Exception:
+                pass
+        if self.client is not None:
+            self.srv._closed(self.client)
+
+    def resume(self) -> None:
+        """On a worker: the parked connection has something to read (or has ended)."""
+        try:
+            kept = self.run()
+        except Exception as e:  # a bug must cost one connection, not the proxy
+            self.srv.peer_log("handler failures", f"connection handler failed: {type(e).__name__}: {e}; "
+                                                  "connection closed", LineKind.FAULT)
+            kept = False
+        if not kept:
+            self.srv._end_connection(self.sock)
+
+    def idle(self) -> None:
+        """On a worker: parked and silent for the idle time-out."""
+        self._idle_line()
+        self._finish()
+        self.srv._end_connection(self.sock)
+
+
+class _SideConn:
+    """One connection on the control (swtpm) or platform (mssim) port; parked when silent."""
+
+    __slots__ = ("srv", "sock", "swtpm", "state")
+
+    def __init__(self, srv: Session, sock: socket.socket, swtpm: bool):
+        self.srv, self.sock, self.swtpm = srv, sock, swtpm
+        self.state: dict[str, Any] = {}
+
+    def run(self) -> bool:
+        srv, sock, swtpm, state = self.srv, self.sock, self.swtpm, self.state
+        try:
+            P.set_idle_timeout(sock, srv._wait_s())
+            while True:
+                got = P.answer_control(sock, state) if swtpm else P.answer_platform(sock)
+                if got is None:
+                    return False
+                code, answer = got
+                if answer:
+                    sock.sendall(answer)
+                if not swtpm and code == P.MS_SIM_SESSION_END:
+                    return False
+                if swtpm and state.get("refused"):
+                    # its payload's length is unknown: reading on would take the payload
+                    # for more requests. The answer is sent, the rest read and dropped
+                    # (closing with unread bytes would reset the connection under the answer).
+                    _drain_and_close(sock)
+                    return False
+        except P.Idle:
+            return srv._park(sock, self.resume, self.idle)
+        except (P.FrameError, OSError) as e:
+            srv.peer_log("control errors", f"{'control' if swtpm else 'platform'} connection: {e}; connection closed",
+                         LineKind.DROPPED)
+            return False
+
+    def resume(self) -> None:
+        try:
+            kept = self.run()
+        except Exception as e:  # a bug must cost one connection, not the proxy
+            self.srv.peer_log("handler failures", f"connection handler failed: {type(e).__name__}: {e}; "
+                                                  "connection closed", LineKind.FAULT)
+            kept = False
+        if not kept:
+            self.srv._end_connection(self.sock)
+
+    def idle(self) -> None:
+        self.srv._end_connection(self.sock)
 
 
 def _drain_and_close(sock: socket.socket, limit: int = 65536) -> None:

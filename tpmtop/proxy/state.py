@@ -15,6 +15,7 @@ from tpmtop.proxy.lines import LineKind
 if TYPE_CHECKING:
     from tpmtop.proxy import access, peers
     from tpmtop.proxy.accounting import Accounts, ClientStats
+    from tpmtop.proxy.parking import Parking
     from tpmtop.proxy.serving import Serving
     from tpmtop.proxy.turns import Turns
     from tpmtop.ratelog import RateLimitedLog
@@ -51,6 +52,7 @@ class ServerState:
     _wake_r: int
     _wake_w: int
     _recover_lock: threading.Lock
+    parking: Parking | None
 
     # -- called across rooms (defined in one of them) -------------------------------------------
     def log(self, text: str, kind: LineKind = LineKind.INFO) -> None:
@@ -72,4 +74,7 @@ class ServerState:
         raise NotImplementedError
 
     def _watch_exit(self, c: ClientStats) -> None:
+        raise NotImplementedError
+
+    def _end_connection(self, sock: socket.socket) -> None:
         raise NotImplementedError
