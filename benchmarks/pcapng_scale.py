@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -26,15 +27,20 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 
 from machine import describe  # noqa: E402
 
-# Real bytes of each command and response (swtpm, as bench sends them); sizes matter, values not.
+
+def _msg(tag: int, size: int, code: int) -> str:
+    """A TPM message of ``size`` bytes: its header (tag, size, command or response code), zeros."""
+    return (struct.pack(">HII", tag, size, code) + bytes(size - 10)).hex()
+
+
+# Each command and response with the sizes bench sees on swtpm (values do not matter, sizes and
+# headers do: the import cuts the streams by the headers' sizes).
 BYTES = {
-    "TPM2_CC_PCR_Extend": ("80020000004100000182000000100000000940000009000001000b" + "00" * 32,
-                           "80020000001300000000000000000000010000"),
-    "TPM2_CC_ContextLoad": ("8001000000b800000161" + "00" * 174, "80010000000e0000000080000001"),
-    "TPM2_CC_StartAuthSession": ("80010000003b000001764000000740000007002000" + "00" * 32 + "0000000010000b",
-                                 "800100000030000000000200000000200000" + "00" * 30),
-    "TPM2_CC_FlushContext": ("80010000000e0000016502000000", "80010000000a00000000"),
-    "TPM2_CC_ContextSave": ("80010000000e0000016202000002", "8001000000bc00000000" + "00" * 178),
+    "TPM2_CC_PCR_Extend": (_msg(0x8002, 65, 0x182), _msg(0x8002, 19, 0)),
+    "TPM2_CC_ContextLoad": (_msg(0x8001, 184, 0x161), _msg(0x8001, 14, 0)),
+    "TPM2_CC_StartAuthSession": (_msg(0x8001, 59, 0x176), _msg(0x8001, 48, 0)),
+    "TPM2_CC_FlushContext": (_msg(0x8001, 14, 0x165), _msg(0x8001, 10, 0)),
+    "TPM2_CC_ContextSave": (_msg(0x8001, 14, 0x162), _msg(0x8001, 188, 0)),
 }
 
 

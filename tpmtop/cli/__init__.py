@@ -161,7 +161,8 @@ def build_parser(*, eager: bool = False) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:  # the program itself (python -m tpmtop, the tpmtop script), not a caller
+    program = argv is None  # the program itself (python -m tpmtop, the tpmtop script), not a caller
+    if program:
         interrupts.end_at_exit()
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--version"]:  # what argparse would print, without building any parser
@@ -198,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         status = _run(args, debug)
     except KeyboardInterrupt:  # a signal between the command's end and the line below
         status = EXIT_INTERRUPTED
-    return interrupts.exit_status(status)
+    # A caller in a process that goes on (a test) keeps its signals: only the program blocks them.
+    return interrupts.exit_status(status) if program else status
 
 
 def _run(args: argparse.Namespace, debug: bool) -> int:
