@@ -95,3 +95,12 @@ def test_a_valid_pcap_header_then_a_gigabyte_of_zeros_is_refused_at_once(tmp_pat
     r = run_tpmtop("import", str(f), "-o", str(tmp_path / "o.json"), timeout=60)
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "zeros.pcap" in r.stderr
+
+
+def test_half_a_byte_of_hex_is_refused_by_validation(tmp_path):
+    """An odd number of hex digits (the typed reader checks the characters, then the length)."""
+    cap = tmp_path / "odd.json"
+    _capture_with_bytes(cap, command_hex=GETRANDOM_CMD + "0", at=9)
+    r = run_tpmtop("compare", str(cap), str(cap))
+    assert r.returncode == 2, r.stderr
+    assert "events[9]" in r.stderr and len(r.stderr.strip().splitlines()) == 1

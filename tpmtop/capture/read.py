@@ -416,6 +416,8 @@ class CaptureReader:
                                                             or obj.response_hex is not _UNSET):
                         # bytes and client also in extra, where the general path puts them
                         obj.extra = {k: v for k in BYTES_KEYS if (v := getattr(obj, k)) is not _UNSET}
+                        if len(obj.extra.get("command_hex", "")) & 1 or len(obj.extra.get("response_hex", "")) & 1:
+                            obj = None  # half a byte: the general path says where (the schema's pattern)
                     if obj is not None and (lists_ok is None or lists_ok(obj)):
                         sep = None
                         if comma:

@@ -84,7 +84,10 @@ class OpLine(msgspec.Struct, forbid_unknown_fields=True):
 # buffers are 4 KiB on every chip we know; a pcapng frame holds 65,495 bytes of payload).
 HEX_PATTERN = "^(?:[0-9a-fA-F]{2})*$"
 HEX_MAX_CHARS = 2 * 65536
-_Hex = Annotated[str, msgspec.Meta(pattern=HEX_PATTERN, max_length=HEX_MAX_CHARS)]
+# The typed form checks the characters only (a character class: ~3 µs a string where the pairs'
+# group took ~7, two strings an event); the reader checks the length is even (read.py).
+HEX_CHARS_PATTERN = "^[0-9a-fA-F]*$"
+_Hex = Annotated[str, msgspec.Meta(pattern=HEX_CHARS_PATTERN, max_length=HEX_MAX_CHARS)]
 BYTES_KEYS = ("command_hex", "response_hex", "client")
 
 
