@@ -98,6 +98,28 @@ class Abrmd:
             pass
 
 
+def _cpu_s(pids: list[int]) -> float:
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        t = psutil.Process(pid).cpu_times()
+        total += t.user + t.system
+    return total
+
+
+def cpu_per_client(server_pids: list[int], tcti: str, n: int) -> float:
+    """CPU seconds the server processes spend per client *process*: ``n`` runs of
+    ``tpm2_getrandom 8`` (each a new process: connect, identify, one command, leave), the
+    servers' user+system time before and after."""
+    env = dict(os.environ, TPM2TOOLS_TCTI=tcti, TSS2_LOG="all+NONE")
+    subprocess.run(["tpm2_getrandom", "8"], env=env, check=True, capture_output=True, timeout=60)  # warm
+    before = _cpu_s(server_pids)
+    for _ in range(n):
+        subprocess.run(["tpm2_getrandom", "8"], env=env, check=True, capture_output=True, timeout=60)
+    return (_cpu_s(server_pids) - before) / n
+
+
 def measure(tcti: str, rounds: int) -> list[int]:
     from tpm2_pytss import ESAPI, TCTILdr
     from tpm2_pytss.constants import ESYS_TR, TPM2_ALG
@@ -129,6 +151,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=400, help="GetRandom+PCR_Extend pairs per block")
     ap.add_argument("--blocks", type=int, default=8, help="blocks; each runs every path once, in a rotating order")
+    ap.add_argument("--clients", type=int, default=300,
+                    help="tpm2_getrandom processes for the CPU-per-client figures (0: skip them)")
     ap.add_argument("--baseline", metavar="DIR", action="append", default=[],
                     help="also the mssim and swtpm paths through a proxy run from another checkout of tpmtop "
                          "(a before/after in one run, e.g. from `git archive <commit> | tar -x -C DIR`); repeatable")
@@ -178,6 +202,26 @@ def main() -> int:
         for b in range(a.blocks):
             for name, step in steps[b % len(steps):] + steps[:b % len(steps)]:
                 paths[name].extend(step())
+        cpu = {}
+        if a.clients:
+            # One long-running proxy per TCTI, then tpm2-abrmd (+ its dbus-daemon), alternating
+            # in two halves so that the machine's noise hits both alike.
+            for _half in range(2):
+                for protocol in ("mssim", "swtpm"):
+                    port = free_pair()
+                    px = subprocess.Popen(tpmtop + ["--port", str(port), "--protocol", protocol],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    procs.append(px)
+                    try:
+                        wait_port(port)
+                        cpu.setdefault(protocol, []).append(
+                            cpu_per_client([px.pid], f"{protocol}:host=127.0.0.1,port={port}", a.clients // 2))
+                    finally:
+                        px.send_signal(signal.SIGTERM)
+                        px.wait(30)
+                        procs.remove(px)
+                cpu.setdefault("abrmd", []).append(
+                    cpu_per_client([abrmd.proc.pid, abrmd.bus_pid], "tabrmd:bus_type=session", a.clients // 2))
     finally:
         if abrmd is not None:
             abrmd.stop()
@@ -211,6 +255,14 @@ def main() -> int:
     d_swtpm = (statistics.median(proxied) - statistics.median(direct)) / 1000
     delta = (statistics.median(mssim) - statistics.median(direct)) / 1000
     d_abrmd = (statistics.median(via_abrmd) - statistics.median(direct)) / 1000
+    if cpu:
+        ab = statistics.mean(cpu["abrmd"])
+        print(f"CPU per client process (tpm2_getrandom 8, {a.clients} processes per server, two halves):")
+        print(f"  tpm2-abrmd + dbus-daemon:        {ab * 1e3:6.2f} ms")
+        for protocol in ("mssim", "swtpm"):
+            x = statistics.mean(cpu[protocol])
+            print(f"  tpmtop proxy ({protocol}: TCTI):{' ' * (12 - len(protocol))}{x * 1e3:6.2f} ms  "
+                  f"x{x / ab:.2f} of abrmd+dbus (target ≤ x0.5: {'within' if x <= ab / 2 else 'OVER'})")
     print(f"swtpm: TCTI through the proxy: {d_swtpm:+.0f} µs per command (p50): that TCTI opens a TCP connection "
           "for every command, so each one also pays an accept and a peer look-up in the proxy")
     ok = delta <= TARGET_US and delta < d_abrmd

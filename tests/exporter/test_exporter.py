@@ -145,6 +145,8 @@ def test_a_retry_loop_is_counted_as_a_pattern(exporter):
     (["--tls-client-ca", "/etc/hostname"], "needs --tls-cert"),
     (["--probe", "1"], "between 10 and 86400"),
     (["--root", "/nonexistent"], "no such folder"),
+    (["--tls-cert", "/etc/hostname", "--tls-key", "/etc"], "--tls-key /etc: it is a directory"),
+    (["--tls-cert", "/etc/hostname", "--tls-key", "/etc/hostname"], "cannot load them"),
 ])
 def test_bad_usage_is_one_line_and_exit_2(args, says):
     source = [] if "--kernel-trace" in args else ["--no-kernel"]

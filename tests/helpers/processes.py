@@ -14,12 +14,12 @@ import time
 
 from tests.helpers.paths import REPO
 from tpmtop.connect import open_tpm
-from tpmtop.proxy.server import ephemeral_low
+from tpmtop.proxy.listening import ephemeral_low
 
 TPMTOP = [sys.executable, "-m", "tpmtop"]
 
-__all__ = ["REPO", "TPMTOP", "BenchProcess", "TcpSwtpm", "alive", "free_port_pair", "run_tpmtop", "swtpm_children",
-           "wait_until"]
+__all__ = ["REPO", "TPMTOP", "BenchProcess", "TcpSwtpm", "alive", "free_port_pair", "run_tpmtop",
+           "swtpm_children", "wait_until"]
 
 
 def wait_until(cond, what: str, timeout: float = 60.0) -> None:
@@ -65,28 +65,43 @@ def free_port_pair() -> int:
     raise RuntimeError("no free port pair")
 
 
+def _listening_ports(pid: int) -> set[int]:
+    import psutil
+
+    try:
+        return {c.laddr.port for c in psutil.Process(pid).net_connections("tcp")
+                if c.status == psutil.CONN_LISTEN and c.laddr}
+    except psutil.NoSuchProcess:
+        return set()
+
+
 class TcpSwtpm:
     """A swtpm on TCP ports, as a user would run one: other processes (the tpmtop CLI)
-    connect to it with -T swtpm:port=N, and its state outlives each client."""
+    connect to it with -T swtpm:port=N, and its state outlives each client.
+
+    Ready when the swtpm process itself listens on both ports (its own sockets, asked of the
+    kernel), not when something answers on the number chosen: under load the suite failed
+    with "cannot connect to TPM at 127.0.0.1:<port>: Connection refused" when another process
+    took a port between choosing and binding. A swtpm that could not bind exits, and another
+    pair is tried."""
 
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="tpmtop-test-swtpm-")
-        self.port = free_port_pair()
-        self.proc = subprocess.Popen(
-            ["swtpm", "socket", "--tpm2", "--tpmstate", f"dir={self.dir}",
-             "--server", f"type=tcp,port={self.port}", "--ctrl", f"type=tcp,port={self.port + 1}",
-             "--flags", "not-need-init,startup-clear"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            self.stop()
-            raise RuntimeError("swtpm did not listen")
+        for _ in range(10):
+            self.port = free_port_pair()
+            self.proc = subprocess.Popen(
+                ["swtpm", "socket", "--tpm2", "--tpmstate", f"dir={self.dir}",
+                 "--server", f"type=tcp,port={self.port}", "--ctrl", f"type=tcp,port={self.port + 1}",
+                 "--flags", "not-need-init,startup-clear"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 60
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                if {self.port, self.port + 1} <= _listening_ports(self.proc.pid):
+                    return
+                time.sleep(0.02)
+            self.stop(keep_dir=True)  # it exited (a port taken meanwhile) or never listened
+        shutil.rmtree(self.dir, ignore_errors=True)
+        raise RuntimeError("swtpm did not listen on a free port pair in 10 tries")
 
     @property
     def tcti(self) -> str:
@@ -95,14 +110,15 @@ class TcpSwtpm:
     def connect(self):
         return open_tpm(tcti=self.tcti, env={})
 
-    def stop(self):
+    def stop(self, keep_dir: bool = False):
         self.proc.terminate()
         try:
             self.proc.wait(5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # the name the tests used when it lived in tests/conftest.py

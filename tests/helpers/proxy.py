@@ -21,21 +21,30 @@ class Proxy:
     """A `tpmtop proxy` process; its stderr lines are collected as they come."""
 
     def __init__(self, tcti: str, protocol: str, tmp_path, extra: tuple = ()):
-        self.port = free_port_pair()
         self.protocol = protocol
         self.capture = tmp_path / "capture.json"
         env = dict(os.environ)
         env.pop("TPM2TOOLS_TCTI", None)
-        self.proc = subprocess.Popen(
-            TPMTOP + ["proxy", *(["--sim"] if tcti == "--sim" else ["-T", tcti]), "--port", str(self.port),
-                      "--protocol", protocol,
-                      "--json", str(self.capture), "--events", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
-        self.lines: list[str] = []
-        self._cv = threading.Condition()
-        self._t = threading.Thread(target=self._pump, daemon=True)
-        self._t.start()
-        self.wait_line("serving")
+        # A port pair chosen free can be taken before the proxy binds it (a loaded suite):
+        # the proxy then says so (exit 2) and another pair is tried.
+        for attempt in range(5):
+            self.port = free_port_pair()
+            self.proc = subprocess.Popen(
+                TPMTOP + ["proxy", *(["--sim"] if tcti == "--sim" else ["-T", tcti]), "--port", str(self.port),
+                          "--protocol", protocol,
+                          "--json", str(self.capture), "--events", *extra],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+            self.lines: list[str] = []
+            self._cv = threading.Condition()
+            self._t = threading.Thread(target=self._pump, daemon=True)
+            self._t.start()
+            try:
+                self.wait_line("serving")
+                return
+            except AssertionError:
+                self._t.join(TIMEOUT)
+                if attempt == 4 or not any("already in use" in ln for ln in self.lines):
+                    raise
 
     def _pump(self):
         for line in self.proc.stderr:

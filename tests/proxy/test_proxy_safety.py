@@ -294,9 +294,8 @@ def _pair_while_taking(monkeypatch, offsets: tuple[int, ...]) -> tuple[int, list
     """The proxy's automatic port pair, while a real socket takes the ports at ``offsets`` from
     each port bind(0) gives, as soon as the proxy has it. Both ports of the pair must listen.
     Returns the pair's first port and the ports bind(0) gave."""
-    from types import SimpleNamespace
 
-    from tpmtop.proxy import server
+    from tpmtop.proxy import listening as server
 
     taken: list[socket.socket] = []
     given: list[int] = []
@@ -317,7 +316,7 @@ def _pair_while_taking(monkeypatch, offsets: tuple[int, ...]) -> tuple[int, list
 
     monkeypatch.setattr(server, "_listen_tcp", listen)
     try:
-        data, ctrl = server.ProxyServer._listen_pair(SimpleNamespace(host="127.0.0.1", port=0))
+        data, ctrl = server.listen_pair("127.0.0.1", 0)
         try:
             p = data.getsockname()[1]
             assert ctrl.getsockname()[1] == p + 1
@@ -345,7 +344,7 @@ def test_a_port_pair_is_found_below_the_ephemeral_range_when_it_is_full(monkeypa
     """A benchmark through the swtpm TCTI fills the ephemeral range with TIME_WAIT (a stress run
     right after one failed `tpmtop run`): with both neighbours of every port bind(0) gives
     taken, the proxy takes a pair below the range."""
-    from tpmtop.proxy import server
+    from tpmtop.proxy import listening as server
 
     monkeypatch.setattr(server, "PAIR_TRIES", 20)  # the fallback's tries too: 20 are plenty
     p, _ = _pair_while_taking(monkeypatch, (-1, +1))

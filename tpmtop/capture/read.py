@@ -30,9 +30,11 @@ import msgspec
 
 from tpmtop import strictjson
 from tpmtop.capture.spec import (
+    BYTES_KEYS,
     EVENT_KEYS,
     OP_KEYS,
     CaptureError,
+    EventBytesLine,
     EventLine,
     OpLine,
     check_element,
@@ -94,7 +96,8 @@ _EVENT_RE = _line_re(EVENT_KEYS, _EVENT_VALUES)
 # handles/sessions of a typed line stay raw JSON: pasted as they are once they match these.
 _HANDLES_B = re.compile(("(?:" + _EVENT_VALUES["handles"] + r")\Z").encode())
 _SESSIONS_B = re.compile(("(?:" + _EVENT_VALUES["sessions"] + r")\Z").encode())
-_EVENT_DEC = msgspec.json.Decoder(EventLine)
+_EVENT_DEC = msgspec.json.Decoder(EventBytesLine)
+_UNSET = msgspec.UNSET
 _OP_DEC = msgspec.json.Decoder(OpLine)
 _CACHE_MAX = 4096  # distinct strings / lists kept as JSON text (ever-new ones must not grow memory)
 _OP_RE = _line_re(OP_KEYS, _OP_VALUES)
@@ -163,6 +166,7 @@ class CaptureReader:
         self.has_events = False
         self.has_ops = False
         self.member_order: list[str] = []
+        self.head: dict[str, Any] = {}
         self._dec = strictjson.decoder()
 
     # buffer management: self.buf[self.pos:] is unread text; self._line0 is the line number
@@ -306,6 +310,9 @@ class CaptureReader:
             self._fail(f"not valid JSON: unexpected {self.buf[self.pos]!r}")
         self.pos += 1
         doc: dict[str, Any] = {}
+        # The members read so far, for a callback that needs the head (t0_unix_ns, tpm) while
+        # the events stream: the writer puts them before the arrays.
+        self.head = doc
         if self._peek() == "}":
             self.pos += 1
         else:
@@ -405,6 +412,12 @@ class CaptureReader:
                         obj = decode(buf[pos:nl - 1] if comma else buf[pos:nl])
                     except DecodeError:
                         obj = None
+                    if isinstance(obj, EventBytesLine) and (obj.command_hex is not _UNSET or obj.client is not _UNSET
+                                                            or obj.response_hex is not _UNSET):
+                        # bytes and client also in extra, where the general path puts them
+                        obj.extra = {k: v for k in BYTES_KEYS if (v := getattr(obj, k)) is not _UNSET}
+                        if len(obj.extra.get("command_hex", "")) & 1 or len(obj.extra.get("response_hex", "")) & 1:
+                            obj = None  # half a byte: the general path says where (the schema's pattern)
                     if obj is not None and (lists_ok is None or lists_ok(obj)):
                         sep = None
                         if comma:

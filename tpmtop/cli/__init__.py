@@ -173,6 +173,9 @@ def build_parser(*, eager: bool = False) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    program = argv is None  # the program itself (python -m tpmtop, the tpmtop script), not a caller
+    if program:
+        interrupts.end_at_exit()
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--version"]:  # what argparse would print, without building any parser
         print(f"tpmtop {__version__}")
@@ -213,6 +216,15 @@ def main(argv: list[str] | None = None) -> int:
     # runs: handles are flushed, the private swtpm is stopped, partial captures are written.
     # (The dashboard installs its own SIGTERM/SIGHUP handlers: it asks the app to exit.)
     interrupts.install()
+    try:
+        status = _run(args, debug)
+    except KeyboardInterrupt:  # a signal between the command's end and the line below
+        status = EXIT_INTERRUPTED
+    # A caller in a process that goes on (a test) keeps its signals: only the program blocks them.
+    return interrupts.exit_status(status) if program else status
+
+
+def _run(args: argparse.Namespace, debug: bool) -> int:
     run = getattr(args, "_run", None)
     if run is None:
         run = importlib.import_module("tpmtop.cli.dashboard_args").run

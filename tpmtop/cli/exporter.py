@@ -38,7 +38,7 @@ def add_exporter_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe", type=_interval, metavar="SECONDS", nargs="?", const=300.0,
                    help="every SECONDS (default 300) read the TPM's identity and free slots with read-only "
                         "GetCapability commands; off by default (see above)")
-    tls = p.add_argument_group("TLS (prometheus_client's)")
+    tls = p.add_argument_group("TLS")
     tls.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (chain)")
     tls.add_argument("--tls-key", metavar="PEM", help="... and this private key")
     tls.add_argument("--tls-client-ca", metavar="PEM",
@@ -56,7 +56,7 @@ def _interval(text: str) -> float:
     return v
 
 
-def run_exporter(args) -> int:
+def run_exporter(args: argparse.Namespace) -> int:
     import os
     import stat
     import sys
@@ -71,6 +71,8 @@ def run_exporter(args) -> int:
         raise UsageError("--tls-client-ca needs --tls-cert and --tls-key (client certificates are a TLS feature)")
     tls_files = (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--tls-client-ca", args.tls_client_ca))
     for opt, path in tls_files:
+        if path and os.path.isdir(path):
+            raise UsageError(f"{opt} {path}: it is a directory; give the PEM file")
         if path and not os.path.isfile(path):
             raise UsageError(f"{opt} {path}: no such file")
     if args.kernel_trace:
@@ -100,7 +102,7 @@ def run_exporter(args) -> int:
     try:
         # Listening first: a port in use is said before any probe is armed.
         httpd, bound = server.serve(registry, listen, certfile=args.tls_cert, keyfile=args.tls_key,
-                                    client_cafile=args.tls_client_ca)
+                                    client_cafile=args.tls_client_ca, log=notice)
         if args.kernel_trace:
             reader = kernel_feed.KernelReader(kernel, path=args.kernel_trace)
             info.source = "trace-file"

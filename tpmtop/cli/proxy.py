@@ -11,7 +11,7 @@ import threading
 import time
 
 from tpmtop.cli.common import notice, print_json, table, tpm_from_args
-from tpmtop.errors import EXIT_INTERRUPTED, TpmConnectionError, UsageError
+from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED, UsageError
 from tpmtop.proxy.latency import CompactLatency
 from tpmtop.textsafe import safe
 from tpmtop.tpm import interrupts
@@ -134,7 +134,7 @@ def _check_port(port: int) -> None:
 def _json_output(args):
     """``--json FILE`` checked before anything is served or run (a directory, a missing folder,
     a read-only place: one line, exit 2, nothing lost later)."""
-    if not args.json:
+    if args.json is None:  # '' is refused by the check below, as bench refuses it
         return None
     from tpmtop.output import Output
 
@@ -217,8 +217,8 @@ def _serve_until_stopped(args, server, conn, out, host) -> int:
     if interrupted:
         notice("interrupted")
         return EXIT_INTERRUPTED
-    if server.failed:  # the TPM went away for good: the capture is written, the line says why
-        raise TpmConnectionError(server.failed)
+    if server.failed:  # the TPM went away for good: the capture is written; the proxy's line said why
+        return EXIT_FAILURE
     return 0
 
 

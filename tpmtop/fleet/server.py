@@ -1,33 +1,37 @@
-"""The exporter's registry and its HTTP endpoint (prometheus_client's WSGI server).
+"""The exporter's registry and its HTTP endpoint (prometheus_client's WSGI application, served
+from one event loop: :mod:`tpmtop.fleet.http` says why not from its own threading server).
 
 prometheus_client does the exposition and the content negotiation: a scraper that sends
 ``Accept: application/openmetrics-text`` (Prometheus does) gets OpenMetrics 1.0, anything
 else gets the classic text format 0.0.4; ``Accept-Encoding: gzip`` is honoured. TLS, and
-client certificates as the way to authenticate a scraper, are the library's too
-(``certfile``/``keyfile``/``client_cafile``). Layer: fleet; no Textual.
+client certificates as the way to authenticate a scraper (``certfile``/``keyfile``/
+``client_cafile``), are Python's ssl module's. Layer: fleet; no Textual.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.exposition import start_http_server
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from tpmtop import __version__
 from tpmtop.errors import UsageError
 from tpmtop.fleet import families as fam
+from tpmtop.fleet.http import LISTEN_BACKLOG, HttpServer, tls_context
 
 DEFAULT_PORT = 9927  # not in Prometheus' default-port allocations as of writing; --listen changes it
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 
 # The _created series prometheus_client adds to every counter and histogram in the classic
 # text format double the exposition, and Prometheus 2.42 does not read them.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it untyped
 
 
 @dataclass(frozen=True)
@@ -67,10 +71,10 @@ class ExporterInfo(Collector):
         self.source = source
         registry.register(self)
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         n = fam.name("exporter_info")
         g = GaugeMetricFamily(n, fam.HELP[n], labels=("version", "source"))
         g.add_metric((__version__, self.source), 1.0)
@@ -86,6 +90,7 @@ def new_registry() -> CollectorRegistry:
 
 
 RENDER_MAX_AGE_S = 1.0
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 class RenderedOnceASecond:
@@ -96,29 +101,30 @@ class RenderedOnceASecond:
     rendering a second, not ten — the CPU stays bounded whoever scrapes. Prometheus scrapes
     every 15-60 s: it always gets a fresh one."""
 
-    def __init__(self, app, max_age_s: float = RENDER_MAX_AGE_S):
+    def __init__(self, app: WsgiApp, max_age_s: float = RENDER_MAX_AGE_S):
         import threading
 
         self.app = app
         self.max_age_s = max_age_s
-        self._cache: dict[tuple, tuple[float, str, list, list]] = {}
+        self._cache: dict[tuple[Any, ...], tuple[float, str, list[tuple[str, str]], list[bytes]]] = {}
         self._lock = threading.Lock()  # one rendering at a time; a scrape meanwhile waits and reuses it
 
-    def __call__(self, environ, start_response):
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         import time
 
         from prometheus_client.exposition import choose_encoder, gzip_accepted
 
         if environ.get("REQUEST_METHOD") != "GET":
             return self.app(environ, start_response)
-        key = (choose_encoder(environ.get("HTTP_ACCEPT"))[1], gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING")),
+        key = (choose_encoder(environ.get("HTTP_ACCEPT", ""))[1],
+               gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")),
                environ.get("PATH_INFO"), environ.get("QUERY_STRING", ""))
         with self._lock:
             hit = self._cache.get(key)
             if hit is None or time.monotonic() - hit[0] >= self.max_age_s:
-                got: dict = {}
+                got: dict[str, Any] = {}
 
-                def keep(status, headers, exc_info=None):
+                def keep(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
                     got["status"], got["headers"] = status, headers
 
                 body = list(self.app(environ, keep))
@@ -130,17 +136,31 @@ class RenderedOnceASecond:
         return body
 
 
-def serve(registry: CollectorRegistry, listen: Listen, *, certfile: str | None = None, keyfile: str | None = None,
-          client_cafile: str | None = None):
-    """Start serving in a thread; returns (server, the address it listens on)."""
+def _listen_socket(listen: Listen) -> socket.socket:
     try:
-        server, _thread = start_http_server(listen.port, listen.host, registry=registry, certfile=certfile,
-                                            keyfile=keyfile, client_cafile=client_cafile,
-                                            client_auth_required=client_cafile is not None)
-    except OSError as e:
-        raise UsageError(f"cannot listen on {listen.host}:{listen.port}: {e.strerror or e}") from None
-    except socket.gaierror as e:  # pragma: no cover - an OSError too, kept for the message
+        infos = socket.getaddrinfo(listen.host, listen.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
         raise UsageError(f"cannot listen on {listen.host}: {e}") from None
-    server.set_app(RenderedOnceASecond(server.get_app()))  # wsgiref's own hook for the application
-    host, port = server.server_address[:2]
+    family, kind, proto, _, addr = infos[0]
+    s = socket.socket(family, kind, proto)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(addr)
+        s.listen(LISTEN_BACKLOG)
+    except OSError as e:
+        s.close()
+        raise UsageError(f"cannot listen on {listen.host}:{listen.port}: {e.strerror or e}") from None
+    return s
+
+
+def serve(registry: CollectorRegistry, listen: Listen, *, certfile: str | None = None, keyfile: str | None = None,
+          client_cafile: str | None = None, log: Callable[[str], None] | None = None) -> tuple[HttpServer, Listen]:
+    """Start serving from the event loop's thread (:mod:`tpmtop.fleet.http`); returns (server,
+    the address it listens on)."""
+    from prometheus_client.exposition import make_wsgi_app
+
+    tls = tls_context(certfile, keyfile, client_cafile) if certfile and keyfile else None
+    sock = _listen_socket(listen)
+    server = HttpServer(sock, RenderedOnceASecond(make_wsgi_app(registry)), tls=tls, log=log).start()
+    host, port = sock.getsockname()[:2]
     return server, Listen(str(host), int(port))

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpmtop.errors import UsageError
 from tpmtop.importers.observed import ObservedExchange
@@ -39,7 +41,7 @@ class PcapError(UsageError):
     """A file that is not a pcap/pcapng of TPM traffic (exit status 2)."""
 
 
-def is_pcap(path: str | os.PathLike) -> bool:
+def is_pcap(path: str | os.PathLike[str]) -> bool:
     try:
         with open(path, "rb") as f:
             head = f.read(4)
@@ -91,7 +93,7 @@ def _ts_at(marks: list[tuple[int, int]], offset: int) -> int:
     return marks[max(i, 0)][1]
 
 
-def _ip_from_frame(linktype: int, buf: bytes):
+def _ip_from_frame(linktype: int, buf: bytes) -> Any:
     import dpkt
 
     if linktype == 1:  # Ethernet
@@ -108,7 +110,20 @@ def _ip_from_frame(linktype: int, buf: bytes):
     raise PcapError(f"link type {linktype} is not one tpmtop reads (Ethernet, raw IP, loopback, Linux cooked)")
 
 
-def _read_frames(path: str):
+MAX_EMPTY_RUN = 10_000  # records without a byte, in a row, before a file is no capture
+
+
+def _check_pcap_header(path: str, head: bytes) -> None:
+    """A pcap's 24-byte header: version 2.x (every libpcap since 1998 writes 2.4)."""
+    if len(head) < 24:
+        raise PcapError(f"{path}: cut short inside the pcap header")
+    order = "<" if head[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    major, minor = struct.unpack(order + "HH", head[4:8])
+    if major != 2:
+        raise PcapError(f"{path}: pcap version {major}.{minor} (only 2.x exists): not a pcap file")
+
+
+def _read_frames(path: str) -> Iterator[tuple[int, bytes, int, bytes, int, int, bytes]]:
     """``(ts_ns, src, sport, dst, dport, seq, payload)`` for every TCP segment with data."""
     import dpkt
 
@@ -118,11 +133,23 @@ def _read_frames(path: str):
         if head == PCAPNG_MAGIC:
             reader = dpkt.pcapng.Reader(f)
         elif head in PCAP_MAGICS:
+            _check_pcap_header(path, f.read(24))
+            f.seek(0)
             reader = dpkt.pcap.Reader(f)
         else:
             raise PcapError(f"{path}: not a pcap or pcapng file")
         linktype = reader.datalink()
+        empty = 0
         for ts, buf in reader:
+            if not buf:
+                # A hole of a sparse file, or zeros, reads as empty records (16 bytes each): a
+                # gigabyte of them was minutes of work before anything was said.
+                empty += 1
+                if empty > MAX_EMPTY_RUN:
+                    raise PcapError(f"{path}: more than {MAX_EMPTY_RUN:,} empty records in a row (zeros or a "
+                                    "sparse file's holes): not a capture of traffic")
+                continue
+            empty = 0
             try:
                 ip = _ip_from_frame(linktype, buf)
             except PcapError:
@@ -216,14 +243,14 @@ class ImportResult:
     warnings: list[str]
 
 
-def read_pcap(path: str | os.PathLike, port: int | None = None) -> ImportResult:
+def read_pcap(path: str | os.PathLike[str], port: int | None = None) -> ImportResult:
     """Every TPM command/response pair in a pcap or pcapng file."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise PcapError(f"{path}: no such file")
     if not is_pcap(path):
         raise PcapError(f"{path}: not a pcap or pcapng file")
-    conns: dict[tuple, dict[tuple, _Direction]] = {}
+    conns: dict[tuple[Any, ...], dict[tuple[Any, ...], _Direction]] = {}
     try:
         for ts, src, sport, dst, dport, seq, data in _read_frames(path):
             if PLATFORM_PORT in (sport, dport) and port != PLATFORM_PORT:
@@ -289,7 +316,7 @@ def read_pcap(path: str | os.PathLike, port: int | None = None) -> ImportResult:
     return ImportResult(exchanges, framings.pop() if len(framings) == 1 else "mixed", used, warnings)
 
 
-def import_pcap(path: str | os.PathLike, port: int | None = None) -> tuple[dict, ImportResult]:
+def import_pcap(path: str | os.PathLike[str], port: int | None = None) -> tuple[dict[str, Any], ImportResult]:
     """A pcap file as a ``tpmtop.capture/1`` document (with every command's bytes)."""
     from tpmtop.importers.observed import capture_from_exchanges
 

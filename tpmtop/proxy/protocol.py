@@ -26,6 +26,7 @@ client can neither power-cycle nor reset the TPM that others share.
 from __future__ import annotations
 
 import _socket
+import select
 import socket
 import struct
 
@@ -38,6 +39,8 @@ _family = _socket.socket.family.__get__
 # TPM buffers are at most 4 KiB (TPM2_PT_MAX_COMMAND_SIZE on swtpm and every chip we know);
 # a size field beyond it is a garbled or hostile frame, not a command to wait for.
 MAX_COMMAND = 4096
+# A request started must be whole within this (a half-sent frame is dropped, never held)
+FRAME_DEADLINE_S = 10.0
 TPM_HEADER = 10
 
 # swtpm control channel (tpm_ioctl.h)
@@ -147,6 +150,8 @@ def recv_exact(sock: socket.socket, n: int, started: bool, poll: RequestPoll | N
                     chunk = recv_soon(sock, n, budget)
                     poll.came(chunk is not None)
                 if chunk is None:
+                    if (started or buf) and not _readable(sock, FRAME_DEADLINE_S):
+                        raise FrameError(f"stalled mid-request ({len(buf)} of {n} bytes) for {FRAME_DEADLINE_S:g} s")
                     chunk = sock.recv(n - len(buf))
             except (TimeoutError, BlockingIOError):  # the Python or the kernel (SO_RCVTIMEO) time-out
                 if not buf and not started:
@@ -161,6 +166,14 @@ def recv_exact(sock: socket.socket, n: int, started: bool, poll: RequestPoll | N
             raise FrameError(f"disconnected mid-command ({len(buf)} of {n} bytes)")
         buf += chunk
     return bytes(buf)
+
+
+def _readable(sock: socket.socket, seconds: float) -> bool:
+    """Something to read (or the end) within ``seconds``: the deadline of a request's rest,
+    apart from the socket's receive time-out (which ends the wait for a request)."""
+    p = select.poll()
+    p.register(sock, select.POLLIN)
+    return bool(p.poll(int(seconds * 1000)))
 
 
 def check_size(size: int, what: str) -> None:

@@ -14,6 +14,8 @@ waiting does not wait: it is raised at once.
 
 from __future__ import annotations
 
+import atexit
+import os
 import signal
 import sys
 import threading
@@ -102,6 +104,51 @@ def ignore() -> None:
     _ignoring = True  # first: a signal landing while the dispositions change is dropped too
     for sig in SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
+
+
+_final: int | None = None  # the status exit_status() decided
+
+
+def exit_status(status: int) -> int:
+    """The status tpmtop exits with, decided last: the signals are blocked from here to the
+    end (Python puts back their default action while it shuts down, and a SIGTERM landing then
+    killed tpmtop, exit 143, after it had said "capture written"), and one that came after the
+    command finished makes a success 130, as documented (see also :func:`end_at_exit`)."""
+    global _final
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    if status == 0 and (_late() or received):
+        print("tpmtop: interrupted", file=sys.stderr, flush=True)
+        status = 130
+    _final = status
+    return status
+
+
+def _late() -> bool:
+    return bool(set(signal.sigpending()) & set(SIGNALS))
+
+
+def end_at_exit() -> None:
+    """For the program's entry only (not a caller of main() in a process that goes on): the
+    process ends right after the other atexit callbacks, with the status exit_status() decided
+    — 130 if a signal (blocked meanwhile) came during Python's shut-down — without the
+    module teardown after them (~0.1 s), in which a blocked signal would be dropped and the
+    exit status say success."""
+    atexit.register(_end)  # first registered, last run (atexit runs them in reverse)
+
+
+def _end() -> None:
+    if _final is None:  # main() did not finish (a traceback under --debug): Python ends it
+        return
+    status = _final
+    if status == 0 and _late():
+        print("tpmtop: interrupted", file=sys.stderr)
+        status = 130
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
 
 
 def take_pending() -> str | None:

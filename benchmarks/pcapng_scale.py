@@ -1,0 +1,137 @@
+"""pcapng at scale: a 1,000,000-event capture with every command's bytes, exported as pcapng
+and imported back, beside chrome-trace's export of the same capture in the same run; then
+`compare` of the imported capture beside `compare` of a bench-shaped capture of as many
+events (CPU seconds). Not a test: prints figures, the machine and its load.
+
+    .venv/bin/python benchmarks/pcapng_scale.py [--events 1000000] [--dir /tmp] [--keep] [--skip-import]
+
+Targets (issue 40): pcapng export and import each ≤ 200 MB peak RSS and ≤ 2× chrome-trace's
+wall time; compare of the imported capture ≤ 1.5× the CPU of the bench capture's. Each
+command is a separate `python -m tpmtop` process; wall time is process start to exit, peak RSS
+and CPU are wait4's (ru_maxrss, ru_utime + ru_stime).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+from machine import describe  # noqa: E402
+
+
+def _msg(tag: int, size: int, code: int) -> str:
+    """A TPM message of ``size`` bytes: its header (tag, size, command or response code), zeros."""
+    return (struct.pack(">HII", tag, size, code) + bytes(size - 10)).hex()
+
+
+# Each command and response with the sizes bench sees on swtpm (values do not matter, sizes and
+# headers do: the import cuts the streams by the headers' sizes).
+BYTES = {
+    "TPM2_CC_PCR_Extend": (_msg(0x8002, 65, 0x182), _msg(0x8002, 19, 0)),
+    "TPM2_CC_ContextLoad": (_msg(0x8001, 184, 0x161), _msg(0x8001, 14, 0)),
+    "TPM2_CC_StartAuthSession": (_msg(0x8001, 59, 0x176), _msg(0x8001, 48, 0)),
+    "TPM2_CC_FlushContext": (_msg(0x8001, 14, 0x165), _msg(0x8001, 10, 0)),
+    "TPM2_CC_ContextSave": (_msg(0x8001, 14, 0x162), _msg(0x8001, 188, 0)),
+}
+
+
+def generate(path: str, n: int, with_bytes: bool) -> None:
+    """The synthetic capture of benchmarks/export.py, with (or without) every event's bytes and
+    the wall clock of t_ns = 0 (what a capture with bytes carries)."""
+    import export as base  # benchmarks/export.py
+
+    from tpmtop.capture import write_capture
+
+    real_write = base.write_capture
+
+    def with_hex(p: str, cap: dict) -> None:
+        events = cap["events"]
+        if with_bytes:
+            cap["t0_unix_ns"] = 1_762_077_600_000_000_000
+
+            def add(evs):
+                for e in evs:
+                    c, r = BYTES[e["command"]]
+                    e["command_hex"], e["response_hex"] = c, r
+                    yield e
+
+            cap["events"] = add(events)
+        write_capture(p, cap)
+
+    base.write_capture = with_hex
+    try:
+        base.synthetic_capture(path, n)
+    finally:
+        base.write_capture = real_write
+
+
+def run(argv: list[str]) -> tuple[float, float, float]:
+    """(wall s, peak RSS MB, CPU s) of one tpmtop process."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-m", "tpmtop", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    assert p.stderr is not None
+    err = p.stderr.read().decode().strip()
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise SystemExit(f"tpmtop {' '.join(argv)} failed ({code}): {err}")
+    return wall, ru.ru_maxrss / 1024, ru.ru_utime + ru.ru_stime
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--skip-import", action="store_true", help="export only (the import's figures left out)")
+    ap.add_argument("--generate", nargs=2, metavar=("PATH", "BYTES"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.generate:
+        generate(args.generate[0], args.events, args.generate[1] == "1")
+        return 0
+    d = args.dir or tempfile.mkdtemp(prefix="tpmtop-bench-pcapng-")
+    cap, plain = os.path.join(d, "bytes.json"), os.path.join(d, "plain.json")
+    # generated in child processes: a child's ru_maxrss includes what its parent had resident
+    for path, b in ((cap, "1"), (plain, "0")):
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--events", str(args.events),
+                        "--generate", path, b], check=True)
+    print(f"machine: {describe()}")
+    print(f"load average at start: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    print(f"capture: {args.events:,} events with bytes, {os.path.getsize(cap) / 1e6:.0f} MB")
+    fig = {}
+    fig["chrome"] = run(["export", cap, "--format", "chrome-trace", "-o", os.path.join(d, "trace.json")])
+    fig["pcapng"] = run(["export", cap, "--format", "pcapng", "-o", os.path.join(d, "out.pcapng")])
+    print(f"export chrome-trace: {fig['chrome'][0]:6.1f} s, peak RSS {fig['chrome'][1]:5.0f} MB")
+    w, rss, _ = fig["pcapng"]
+    print(f"export pcapng:       {w:6.1f} s, peak RSS {rss:5.0f} MB, "
+          f"x{w / fig['chrome'][0]:.2f} chrome-trace's time  (target ≤ 200 MB, ≤ x2)")
+    if not args.skip_import:
+        imported = os.path.join(d, "imported.json")
+        w, rss, _ = run(["import", os.path.join(d, "out.pcapng"), "-o", imported])
+        print(f"import pcapng:       {w:6.1f} s, peak RSS {rss:5.0f} MB, "
+              f"x{w / fig['chrome'][0]:.2f} chrome-trace's time  (target ≤ 200 MB, ≤ x2)")
+        _, _, cpu_bench = run(["compare", plain, plain])
+        _, _, cpu_imp = run(["compare", imported, imported])
+        print(f"compare, bench-shaped capture: {cpu_bench:6.1f} s CPU; imported capture: {cpu_imp:6.1f} s CPU, "
+              f"x{cpu_imp / cpu_bench:.2f}  (target ≤ x1.5)")
+    print(f"load average at end: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    if not args.keep:
+        for f in os.listdir(d):
+            os.unlink(os.path.join(d, f))
+        if args.dir is None:
+            os.rmdir(d)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
