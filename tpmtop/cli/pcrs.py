@@ -1,0 +1,90 @@
+"""``tpmtop pcrs``: the boot's event log (and IMA's list) replayed beside the TPM's PCRs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from tpmtop.cli.common import notice, print_json, tpm_from_args
+
+DEFAULT_EVENTLOG = "/sys/kernel/security/tpm0/binary_bios_measurements"
+DEFAULT_IMA = "/sys/kernel/security/ima/binary_runtime_measurements"
+
+
+def add_pcrs_arguments(p: argparse.ArgumentParser) -> None:
+    from tpmtop.cli import add_tpm_options
+
+    add_tpm_options(p)
+    p.add_argument("--eventlog", metavar="FILE",
+                   help=f"the firmware's TCG event log (default: {DEFAULT_EVENTLOG})")
+    p.add_argument("--ima", metavar="FILE",
+                   help="IMA's measurement list, ascii_runtime_measurements[_ALG] or binary_runtime_measurements "
+                        f"(default: {DEFAULT_IMA} when the event log is the default one)")
+    p.add_argument("--no-tpm", action="store_true", help="replay the log only; read no TPM")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (schema tpmtop-pcrs-1)")
+    p.add_argument("--events", action="store_true", help="list every event with its type and decoded data")
+    p.add_argument("--all", action="store_true", help="every PCR, not only those the log extends or that differ")
+    p.add_argument("--save", nargs="?", const="", metavar="FILE",
+                   help="save this boot's PCRs and events as a snapshot (default: tpmtop's data directory)")
+    p.add_argument("--diff", nargs="?", const="", metavar="SNAPSHOT",
+                   help="compare this boot with a saved snapshot (default: the newest saved one)")
+
+
+def run_pcrs(args) -> int:
+    from tpmtop.pcrs import ima, replay, report, snapshot, verdict
+
+    log_path = args.eventlog or DEFAULT_EVENTLOG
+    tpm_vals = None
+    tpm_info = None
+    if not args.no_tpm:
+        # the TPM first, then the lists: IMA's list only grows, so one read after the PCRs holds
+        # their value as one of its prefixes (replay.Replay.ima_match_at)
+        from tpmtop.pcrs.tpmread import read_all
+
+        with tpm_from_args(args) as conn:
+            tpm_vals = conn.call(read_all)
+            tpm_info = {"tcti": conn.target.tcti, "simulated": conn.simulated}
+    log = _read_log(log_path, explicit=args.eventlog is not None)
+    ima_path = args.ima
+    if ima_path is None and args.eventlog is None and os.access(DEFAULT_IMA, os.R_OK):
+        ima_path = DEFAULT_IMA
+    ima_list = ima.read(ima_path) if ima_path else None
+    banks = None if tpm_vals is None else list(dict.fromkeys(list(tpm_vals.allocated) + (log.banks if log else [])))
+    rep = replay.replay(log, ima_list, banks, tpm_vals.values if tpm_vals is not None else None)
+    result = verdict.compare(log, ima_list, rep, tpm_vals)
+    doc = report.to_json(result, log, log_path if log else None, ima_list, rep, tpm_vals, tpm_info,
+                         with_events=True)
+    if args.save is not None:
+        path = snapshot.save(doc, args.save or None)
+        notice(f"saved this boot's PCRs and {len(doc.get('events', []))} events to {path}")
+    if args.diff is not None:
+        old_path = args.diff or snapshot.latest()
+        diff = snapshot.diff(snapshot.load(old_path), doc)
+        if args.json:
+            print_json({"schema": report.SCHEMA, "diff": diff, "snapshot": str(old_path)})
+        else:
+            print(snapshot.diff_text(diff, str(old_path)))
+        return 0
+    if args.json:
+        if not args.events:
+            doc.pop("events", None)
+        print_json(doc)
+    else:
+        print(report.text(result, log, log_path, ima_list, tpm_vals, args.all, args.events))
+    return 0
+
+
+def _read_log(path: str, explicit: bool):
+    from tpmtop.pcrs import eventlog
+
+    if not explicit and not os.path.exists(path):
+        notice(f"no firmware event log at {path} (no TPM driver, no securityfs, or the firmware gave none): "
+               "PCRs only")
+        return None
+    try:
+        return eventlog.parse_file(path)
+    except eventlog.EventLogError as e:
+        if not explicit and "permission denied" in str(e):
+            notice(f"{e}: PCRs only")
+            return None
+        raise
