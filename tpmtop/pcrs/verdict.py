@@ -30,6 +30,7 @@ class Health(enum.Enum):
     SHA1_ONLY_LOG = "sha1-only-log"  # the log carries SHA-1 alone (TCG 1.2 format or a one-bank header)
     UNEXPLAINED_VALUES = "unexplained-values"  # PCRs whose value no event explains
     LOG_PARTIAL = "log-partial"  # the log was read only as far as it goes
+    NOTHING_MEASURED = "nothing-measured"  # the log has events, no bank's PCRs 0-7 left their start values
 
 
 HEALTH_TEXT = {
@@ -38,7 +39,9 @@ HEALTH_TEXT = {
     Health.NOT_IN_LOG: "allocated, but the event log carries no digests for it: its values cannot be checked",
     Health.NOT_ALLOCATED: "the event log carries it, but the TPM has no such bank",
     Health.SHA1_ONLY_LOG: "the event log carries SHA-1 digests only",
-    Health.UNEXPLAINED_VALUES: "PCR values that no event in the log explains",
+    Health.UNEXPLAINED_VALUES: "PCR values the log does not explain",
+    Health.NOTHING_MEASURED: "no bank's PCRs 0-7 left their start values, yet the log has events: this TPM is "
+                             "not the one the firmware measured into, or it was reset since",
     Health.LOG_PARTIAL: "the event log was read only up to a bad record: later PCR values may not match",
 }
 
@@ -152,6 +155,8 @@ def _health(log: EventLog | None, rep: Replay, tpm: PcrValues | None, results: l
     locality = log.startup_locality if log is not None else None
     extended = {b for b, vals in tpm.values.items()
                 if any(vals.get(p) not in (None, initial(b, p, locality)) for p in FIRMWARE_PCRS)}
+    if not extended and log is not None and any(p in FIRMWARE_PCRS for p in rep.events_by_pcr):
+        health.append(BankHealth("*", Health.NOTHING_MEASURED, HEALTH_TEXT[Health.NOTHING_MEASURED]))
     for bank in tpm.allocated:
         if extended and bank not in extended and tpm.values.get(bank):
             health.append(BankHealth(bank, Health.NEVER_EXTENDED,
