@@ -55,10 +55,10 @@ def run_pcrs(args) -> int:
     doc = report.to_json(result, log, log_path if log else None, ima_list, rep, tpm_vals, tpm_info,
                          with_events=True)
     if args.save is not None:
-        path = snapshot.save(doc, args.save or None)
+        path = snapshot.save(doc, _snapshot_dir(), args.save or None)
         notice(f"saved this boot's PCRs and {len(doc.get('events', []))} events to {path}")
     if args.diff is not None:
-        old_path = args.diff or snapshot.latest()
+        old_path = args.diff or snapshot.latest(_snapshot_dir())
         diff = snapshot.diff(snapshot.load(old_path), doc)
         if args.json:
             print_json({"schema": report.SCHEMA, "diff": diff, "snapshot": str(old_path)})
@@ -72,6 +72,12 @@ def run_pcrs(args) -> int:
     else:
         print(report.text(result, log, log_path, ima_list, tpm_vals, args.all, args.events))
     return 0
+
+
+def _snapshot_dir():
+    from tpmtop.sources.export_file import data_dir
+
+    return data_dir() / "pcrs"
 
 
 def _read_log(path: str, explicit: bool):

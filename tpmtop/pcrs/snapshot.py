@@ -20,17 +20,13 @@ from tpmtop.errors import UsageError
 PREFIX = "pcrs-"
 
 
-def snapshot_dir() -> Path:
-    from tpmtop.sources.export_file import data_dir
-
-    return data_dir() / "pcrs"
-
-
-def save(doc: dict, path: str | None = None) -> Path:
+def save(doc: dict, directory: Path, path: str | None = None) -> Path:
+    """Write ``doc`` to ``path``, or to a new file in ``directory`` (created 0700: a snapshot
+    names this machine's boot chain)."""
     from tpmtop.atomic import write_atomic
 
     if path is None:
-        d = snapshot_dir()
+        d = directory
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
         target = d / f"{PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{_boot_id()[:8]}.json"
     else:
@@ -48,8 +44,7 @@ def _boot_id() -> str:
         return "unknown"
 
 
-def latest() -> Path:
-    d = snapshot_dir()
+def latest(d: Path) -> Path:
     found = sorted(d.glob(f"{PREFIX}*.json")) if d.is_dir() else []
     if not found:
         raise UsageError(f"no saved snapshot in {d} (tpmtop pcrs --save makes one)")
