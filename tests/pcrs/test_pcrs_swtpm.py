@@ -112,3 +112,34 @@ def test_save_then_diff_names_the_pcr_and_the_changed_event(tmp_path):
     assert [(c["change"], c["type"]) for c in pcr4["events"]] == [("digest changed", "EV_EFI_BOOT_SERVICES_APPLICATION")]
     assert pcr4["events"][0]["data"].endswith("/File(kernel)")
     assert "PCR 4: value changed" in text and "digest changed: EV_EFI_BOOT_SERVICES_APPLICATION" in text
+
+
+def test_exporter_gauge_says_per_bank_whether_the_log_replays(swtpm, tmp_path):
+    """`tpmtop exporter --probe` with a root whose securityfs holds the OVMF log: 1 per bank
+    while the TPM holds the log's values, 0 after one more extend of PCR 9."""
+    import time
+
+    from tests.helpers.exporter import Exporter, value
+
+    log_dir = tmp_path / "root" / "sys" / "kernel" / "security" / "tpm0"
+    log_dir.mkdir(parents=True)
+    (log_dir / "binary_bios_measurements").write_bytes(OVMF_LOG.read_bytes())
+    _boot(swtpm, OVMF_LOG)
+    exp = Exporter("--no-kernel", "--probe", "10", "--root", str(tmp_path / "root"), "-T", swtpm.tcti)
+    try:
+        def served(cond):
+            deadline = time.monotonic() + 120
+            while True:
+                text = exp.scrape()[1]
+                if cond(text):
+                    return text
+                assert time.monotonic() < deadline, text[-2000:]
+                time.sleep(0.2)
+
+        text = served(lambda t: "tpmtop_pcr_replay_matches{" in t)
+        assert {b: value(text, "tpmtop_pcr_replay_matches", bank=b) for b in BANKS} == {b: 1.0 for b in BANKS}
+        pcrextend(swtpm.tcti, 9, {"sha256": b"\x09" * 32})
+        text = served(lambda t: 'tpmtop_pcr_replay_matches{bank="sha256"} 0.0' in t)
+        assert value(text, "tpmtop_pcr_replay_matches", bank="sha1") == 1.0  # only sha256 was extended
+    finally:
+        exp.stop()
