@@ -21,7 +21,7 @@ def add_pcrs_arguments(p: argparse.ArgumentParser) -> None:
                    help="IMA's measurement list, ascii_runtime_measurements[_ALG] or binary_runtime_measurements "
                         f"(default: {DEFAULT_IMA} when the event log is the default one)")
     p.add_argument("--no-tpm", action="store_true", help="replay the log only; read no TPM")
-    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (schema tpmtop-pcrs-1)")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (schema tpmtop-pcrs/1)")
     p.add_argument("--events", action="store_true", help="list every event with its type and decoded data")
     p.add_argument("--all", action="store_true", help="every PCR, not only those the log extends or that differ")
     p.add_argument("--save", nargs="?", const="", metavar="FILE",

@@ -10,7 +10,7 @@ from tpmtop.pcrs.tpmread import PcrValues
 from tpmtop.pcrs.verdict import PcrStatus, Report
 from tpmtop.textsafe import safe
 
-SCHEMA = "tpmtop-pcrs-1"
+SCHEMA = "tpmtop-pcrs/1"
 
 
 def log_json(log: EventLog | None, path: str | None) -> dict | None:
