@@ -143,3 +143,24 @@ def test_exporter_gauge_says_per_bank_whether_the_log_replays(swtpm, tmp_path):
         assert value(text, "tpmtop_pcr_replay_matches", bank="sha1") == 1.0  # only sha256 was extended
     finally:
         exp.stop()
+
+
+def test_the_save_unit_verifies(tmp_path):
+    """contrib/systemd/tpmtop-pcrs-save.service passes `systemd-analyze verify` (ExecStart
+    pointed at this venv's tpmtop) and saves read-only."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.helpers.paths import REPO
+
+    unit = (REPO / "contrib" / "systemd" / "tpmtop-pcrs-save.service").read_text()
+    assert "ExecStart=/usr/local/bin/tpmtop pcrs --read-only --save --snapshot-dir /var/lib/tpmtop/pcrs" in unit
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze is not installed")
+    here = tmp_path / "tpmtop-pcrs-save.service"
+    here.write_text(unit.replace("/usr/local/bin/tpmtop", str(Path(sys.executable).with_name("tpmtop"))))
+    r = subprocess.run([tool, "verify", str(here)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -28,6 +28,9 @@ def add_pcrs_arguments(p: argparse.ArgumentParser) -> None:
                    help="save this boot's PCRs and events as a snapshot (default: tpmtop's data directory)")
     p.add_argument("--diff", nargs="?", const="", metavar="SNAPSHOT",
                    help="compare this boot with a saved snapshot (default: the newest saved one)")
+    p.add_argument("--snapshot-dir", metavar="DIR",
+                   help="where --save writes and --diff looks (default: $XDG_DATA_HOME/tpmtop/pcrs, "
+                        "~/.local/share/tpmtop/pcrs; the systemd unit in contrib/ uses /var/lib/tpmtop/pcrs)")
 
 
 def run_pcrs(args) -> int:
@@ -55,10 +58,10 @@ def run_pcrs(args) -> int:
     doc = report.to_json(result, log, log_path if log else None, ima_list, rep, tpm_vals, tpm_info,
                          with_events=True)
     if args.save is not None:
-        path = snapshot.save(doc, _snapshot_dir(), args.save or None)
+        path = snapshot.save(doc, _snapshot_dir(args), args.save or None)
         notice(f"saved this boot's PCRs and {len(doc.get('events', []))} events to {path}")
     if args.diff is not None:
-        old_path = args.diff or snapshot.latest(_snapshot_dir())
+        old_path = args.diff or snapshot.latest(_snapshot_dir(args))
         diff = snapshot.diff(snapshot.load(old_path), doc)
         if args.json:
             print_json({"schema": report.SCHEMA, "diff": diff, "snapshot": str(old_path)})
@@ -74,10 +77,12 @@ def run_pcrs(args) -> int:
     return 0
 
 
-def _snapshot_dir():
+def _snapshot_dir(args):
+    from pathlib import Path
+
     from tpmtop.sources.export_file import data_dir
 
-    return data_dir() / "pcrs"
+    return Path(args.snapshot_dir) if args.snapshot_dir else data_dir() / "pcrs"
 
 
 def _read_log(path: str, explicit: bool):
