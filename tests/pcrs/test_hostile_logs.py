@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import threading
 
@@ -175,3 +176,26 @@ def test_any_edit_of_a_real_log_parses_or_is_refused(junk, at, cut):
     for ev in log.events:
         events.describe(ev.type, ev.data)  # never raises
     replay.replay(log)
+
+
+def test_a_long_replay_shows_progress_on_a_terminal_only(tmp_path):
+    """A 150,000-event log (benchmarks/pcrs_replay.py's shape) and a 50,000-entry IMA list take
+    well over a second: a progress bar on a terminal; piped, none."""
+    import sys
+
+    sys.path.insert(0, str(PCR_FIXTURES.parents[2] / "benchmarks"))
+    import random
+
+    from pcrs_replay import write_ima, write_log  # benchmarks/pcrs_replay.py
+
+    from tests.helpers.processes import run_on_pty
+
+    log, imalist = tmp_path / "log", tmp_path / "ima"
+    rng = random.Random(1)
+    write_log(str(log), 150_000, rng)
+    write_ima(str(imalist), 50_000, rng)
+    status, term, out = run_on_pty("pcrs", "--no-tpm", "--json", "--eventlog", str(log), "--ima", str(imalist))
+    assert status == 0 and json.loads(out)["eventlog"]["events"] == 150_000
+    assert re.search(r"(reading the event log|reading IMA's list|replaying)", term), term
+    piped = _pcrs(log, "--json", "--ima", str(imalist))
+    assert piped.returncode == 0 and piped.stderr == ""

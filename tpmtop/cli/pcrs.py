@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 from tpmtop.cli.common import notice, print_json, tpm_from_args
 
@@ -33,7 +34,42 @@ def add_pcrs_arguments(p: argparse.ArgumentParser) -> None:
                         "~/.local/share/tpmtop/pcrs; the systemd unit in contrib/ uses /var/lib/tpmtop/pcrs)")
 
 
+class _Late:
+    """The progress of reading and replaying, drawn (on a terminal) only once the job has
+    taken a second: a firmware log of a few hundred events is done before a bar could show."""
+
+    def __init__(self, after_s: float = 1.0):
+        import time
+
+        self._clock = time.monotonic
+        self.t0 = self._clock()
+        self.after_s = after_s
+        self.bar: Any = None
+
+    def __call__(self, stage: str, done: int, total: int | None) -> None:
+        if self.bar is None:
+            if self._clock() - self.t0 < self.after_s:
+                return
+            from tpmtop.cli.progress import Bar
+
+            self.bar = Bar(stage, total, "records")
+        self.bar.describe(stage)
+        self.bar(done, total)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def run_pcrs(args) -> int:
+    late = _Late()
+    try:
+        return _run(args, late)
+    finally:
+        late.close()
+
+
+def _run(args, late) -> int:
     from tpmtop.pcrs import ima, replay, report, snapshot, verdict
 
     log_path = args.eventlog or DEFAULT_EVENTLOG
@@ -47,16 +83,18 @@ def run_pcrs(args) -> int:
         with tpm_from_args(args) as conn:
             tpm_vals = conn.call(read_all)
             tpm_info = {"tcti": conn.target.tcti, "simulated": conn.simulated}
-    log = _read_log(log_path, explicit=args.eventlog is not None)
+    log = _read_log(log_path, explicit=args.eventlog is not None, progress=late)
     ima_path = args.ima
     if ima_path is None and args.eventlog is None and os.access(DEFAULT_IMA, os.R_OK):
         ima_path = DEFAULT_IMA
-    ima_list = ima.read(ima_path) if ima_path else None
     banks = None if tpm_vals is None else list(dict.fromkeys(list(tpm_vals.allocated) + (log.banks if log else [])))
-    rep = replay.replay(log, ima_list, banks, tpm_vals.values if tpm_vals is not None else None)
+    ima_list = ima.read(ima_path, banks or (log.banks if log else None), late) if ima_path else None
+    rep = replay.replay(log, ima_list, banks, tpm_vals.values if tpm_vals is not None else None, late)
+    late.close()
     result = verdict.compare(log, ima_list, rep, tpm_vals)
+    # every event decoded only where it is kept or shown (50,000 of them cost a second)
     doc = report.to_json(result, log, log_path if log else None, ima_list, rep, tpm_vals, tpm_info,
-                         with_events=True)
+                         with_events=args.events or args.save is not None or args.diff is not None)
     if args.save is not None:
         path = snapshot.save(doc, _snapshot_dir(args), args.save or None)
         notice(f"saved this boot's PCRs and {len(doc.get('events', []))} events to {path}")
@@ -85,7 +123,7 @@ def _snapshot_dir(args):
     return Path(args.snapshot_dir) if args.snapshot_dir else data_dir() / "pcrs"
 
 
-def _read_log(path: str, explicit: bool):
+def _read_log(path: str, explicit: bool, progress=None):
     from tpmtop.pcrs import eventlog
 
     if not explicit and not os.path.exists(path):
@@ -93,7 +131,7 @@ def _read_log(path: str, explicit: bool):
                "PCRs only")
         return None
     try:
-        return eventlog.parse_file(path)
+        return eventlog.parse_file(path, progress)
     except eventlog.EventLogError as e:
         if not explicit and "permission denied" in str(e):
             notice(f"{e}: PCRs only")

@@ -16,10 +16,11 @@ import hashlib
 import os
 import re
 import struct
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from tpmtop.pcrs.eventlog import ALGORITHMS, MAX_EVENT_BYTES, EventLogError
+from tpmtop.pcrs.eventlog import ALGORITHMS, MAX_EVENT_BYTES, PROGRESS_EVERY, EventLogError, layout_of
 
 MAX_ENTRIES = 5_000_000
 def _supported(name: str) -> bool:
@@ -37,10 +38,17 @@ _BY_HEX_LEN = {2 * size: name for name, size in reversed(list(_DIGEST_SIZES.item
 @dataclass(slots=True)
 class ImaEntry:
     pcr: int
-    digests: dict[str, bytes]  # bank -> what the kernel extended (a violation: all-ones)
+    # what the kernel extended (a violation: all-ones), concatenated, and where each bank's
+    # lies (one layout shared by every entry of a list: see tpmtop.pcrs.eventlog.Event)
+    layout: tuple[tuple[str, int, int], ...]
+    raw: bytes
     template: str
     path: str
     violation: bool = False
+
+    @property
+    def digests(self) -> dict[str, bytes]:
+        return {b: self.raw[s:e] for b, s, e in self.layout}
 
 
 @dataclass
@@ -57,7 +65,10 @@ def _bank_from_name(path: str) -> str | None:
     return m.group(1) if m else None
 
 
-def read(path: str) -> ImaList:
+def read(path: str, banks: list[str] | None = None, progress=None) -> ImaList:
+    """``banks``: the banks to compute from a binary list's template data (default: every
+    bank hashlib has); each costs one hash per entry. ``progress(stage, done, None)``: called
+    every few thousand entries."""
     try:
         with open(path, "rb") as f:
             head = f.read(4)
@@ -65,7 +76,7 @@ def read(path: str) -> ImaList:
             binary = len(head) == 4 and not head[:1].isdigit()
             if not f.seekable():
                 raise EventLogError(f"{path}: IMA's list must be a file tpmtop can read twice")
-            return _read_binary(f, path) if binary else _read_ascii(f, path)
+            return _read_binary(f, path, banks, progress) if binary else _read_ascii(f, path, progress)
     except FileNotFoundError:
         raise EventLogError(f"{path}: no such file") from None
     except PermissionError:
@@ -74,10 +85,13 @@ def read(path: str) -> ImaList:
         raise EventLogError(f"{path}: is a directory, not IMA's list") from None
 
 
-def _read_ascii(f, path: str) -> ImaList:
+def _read_ascii(f, path: str, progress=None) -> ImaList:
     out = ImaList(path)
     named = _bank_from_name(path)
+    shared: tuple[tuple[str, int, int], ...] = ()
     for lineno, raw in enumerate(_lines(f), 1):
+        if progress is not None and not lineno % PROGRESS_EVERY:
+            progress("reading IMA's list", lineno, None)
         if len(out.entries) >= MAX_ENTRIES:
             out.stop_offset, out.stop_reason = lineno, f"stopped after {MAX_ENTRIES} entries (tpmtop's bound)"
             break
@@ -99,7 +113,12 @@ def _read_ascii(f, path: str) -> ImaList:
             digest = b"\xff" * len(digest)
         if not out.banks:
             out.banks = [bank]
-        out.entries.append(ImaEntry(pcr, {bank: digest}, template, hint, violation))
+            shared = layout_of((bank,), (len(digest),))
+        elif bank != out.banks[0]:
+            out.stop_offset = lineno
+            out.stop_reason = f"line {lineno} has a {bank} hash, the lines before {out.banks[0]}"
+            break
+        out.entries.append(ImaEntry(pcr, shared, digest, sys.intern(template), hint, violation))
     return out
 
 
@@ -111,8 +130,14 @@ def _lines(f) -> Iterator[str]:
         yield line.decode("utf-8", errors="replace").rstrip("\n")
 
 
-def _read_binary(f, path: str) -> ImaList:
-    out = ImaList(path, banks=list(_DIGEST_SIZES))
+def _read_binary(f, path: str, banks: list[str] | None, progress=None) -> ImaList:
+    sizes = {b: n for b, n in _DIGEST_SIZES.items() if banks is None or b in banks or b == "sha1"}
+    out = ImaList(path, banks=list(sizes))
+    all_banks = tuple(sizes)
+    all_layout = layout_of(all_banks, tuple(sizes.values()))
+    sha1_layout = layout_of(("sha1",), (20,))
+    total = sum(sizes.values())
+    ctors = {b: getattr(hashlib, b, None) or (lambda d, _n=b: hashlib.new(_n, d)) for b in all_banks}
     off = 0
     u32 = struct.Struct("<I").unpack
     while True:
@@ -120,6 +145,8 @@ def _read_binary(f, path: str) -> ImaList:
             out.stop_offset, out.stop_reason = off, f"stopped after {MAX_ENTRIES} entries (tpmtop's bound)"
             break
         start = off
+        if progress is not None and not len(out.entries) % PROGRESS_EVERY:
+            progress("reading IMA's list", len(out.entries), None)
         head = f.read(24)
         if not head:
             break
@@ -141,15 +168,14 @@ def _read_binary(f, path: str) -> ImaList:
             break
         off = start + 24 + 4 + nlen + 4 + dlen
         violation = not any(sha1)
-        digests: dict[str, bytes] = {}
-        for bank, size in _DIGEST_SIZES.items():
-            if violation:
-                digests[bank] = b"\xff" * size
-            elif bank == "sha1":
-                digests[bank] = sha1
-            elif name != "ima":  # the ima-ng family: the bank's hash of the template data
-                digests[bank] = hashlib.new(bank, tdata).digest()
-        out.entries.append(ImaEntry(pcr, digests, name, _hint(name, tdata), violation))
+        if violation:
+            raw, lay = b"\xff" * total, all_layout
+        elif name == "ima":  # the legacy template: SHA-1 alone
+            raw, lay = sha1, sha1_layout
+        else:  # the ima-ng family: the bank's hash of the template data
+            raw = b"".join(sha1 if b == "sha1" else ctors[b](tdata).digest() for b in all_banks)
+            lay = all_layout
+        out.entries.append(ImaEntry(pcr, lay, raw, sys.intern(name), _hint(name, tdata), violation))
     if any(e.template == "ima" for e in out.entries):
         out.banks = ["sha1"]
     return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from tpmtop.pcrs.eventlog import ALGORITHMS, EV_NO_ACTION, EventLog
+from tpmtop.pcrs.eventlog import ALGORITHMS, EV_NO_ACTION, PROGRESS_EVERY, EventLog
 from tpmtop.pcrs.ima import ImaList
 
 NUM_PCRS = 24
@@ -36,8 +36,6 @@ class Replay:
     # pcr -> the firmware events' indices (log order) that extended it; IMA's counted apart
     events_by_pcr: dict[int, list[int]] = field(default_factory=dict)
     ima_by_pcr: dict[int, int] = field(default_factory=dict)
-    # bank -> pcr -> the value after each extend (for "the TPM holds the value after event k")
-    steps: dict[str, dict[int, list[bytes]]] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # events not replayed, with why
     # (bank, pcr) -> why the replay cannot be complete there (IMA's list lacks the bank)
     incomplete: dict[tuple[str, int], str] = field(default_factory=dict)
@@ -53,7 +51,7 @@ class Replay:
 
 
 def replay(log: EventLog | None, ima: ImaList | None = None, banks: list[str] | None = None,
-           targets: dict[str, dict[int, bytes]] | None = None) -> Replay:
+           targets: dict[str, dict[int, bytes]] | None = None, progress=None) -> Replay:
     """Replay ``log`` (and then ``ima``) for ``banks`` (default: the log's own, or IMA's).
     ``targets``: the TPM's values (bank -> pcr -> value), looked for among IMA's prefixes."""
     if banks is None:
@@ -61,30 +59,35 @@ def replay(log: EventLog | None, ima: ImaList | None = None, banks: list[str] | 
     banks = [b for b in banks if b in DIGEST_SIZES and _hashable(b)]
     locality = log.startup_locality if log is not None else None
     r = Replay(banks, {b: [initial(b, p, locality) for p in range(NUM_PCRS)] for b in banks})
-    r.steps = {b: {} for b in banks}
     ctors = {b: _ctor(b) for b in banks}
+    total = (len(log.events) if log is not None else 0) + (len(ima.entries) if ima is not None else 0)
     if log is not None:
         for ev in log.events:
+            if progress is not None and not ev.index % PROGRESS_EVERY:
+                progress("replaying", ev.index, total)
             if ev.type == EV_NO_ACTION:
                 continue
             if ev.pcr >= NUM_PCRS:
                 r.skipped.append(f"event {ev.index} (byte {ev.offset}) names PCR {ev.pcr}: not replayed")
                 continue
             r.events_by_pcr.setdefault(ev.pcr, []).append(ev.index)
-            for b in banks:
-                d = ev.digests.get(b)
-                if d is None:
-                    continue
-                v = ctors[b](r.values[b][ev.pcr] + d).digest()
-                r.values[b][ev.pcr] = v
-                r.steps[b].setdefault(ev.pcr, []).append(v)
+            raw = ev.raw
+            for b, lo, hi in ev.layout:
+                ctor = ctors.get(b)
+                if ctor is not None:
+                    vals = r.values[b]
+                    vals[ev.pcr] = ctor(vals[ev.pcr] + raw[lo:hi]).digest()
     if ima is not None:
         targets = targets or {}
-        for e in ima.entries:
+        done = total - len(ima.entries)
+        for i, e in enumerate(ima.entries):
+            if progress is not None and not i % PROGRESS_EVERY:
+                progress("replaying", done + i, total)
             if e.pcr >= NUM_PCRS:
                 continue
             n = r.ima_by_pcr[e.pcr] = r.ima_by_pcr.get(e.pcr, 0) + 1
-            sha1 = e.digests.get("sha1")
+            digests = e.digests
+            sha1 = digests.get("sha1")
             for b in banks:
                 target = targets.get(b, {}).get(e.pcr)
                 if sha1 is not None and b != "sha1" and target is not None:
@@ -96,7 +99,7 @@ def replay(log: EventLog | None, ima: ImaList | None = None, banks: list[str] | 
                     pv = r.padded_values[key] = ctors[b](start + pad).digest()
                     if pv == target:
                         r.padded_match_at[key] = n
-                d = e.digests.get(b)
+                d = digests.get(b)
                 if d is not None:
                     v = r.values[b][e.pcr] = ctors[b](r.values[b][e.pcr] + d).digest()
                     if v == target:
@@ -104,6 +107,28 @@ def replay(log: EventLog | None, ima: ImaList | None = None, banks: list[str] | 
                 else:
                     r.incomplete.setdefault((b, e.pcr), f"IMA's list ({ima.source}) carries no {b} digests")
     return r
+
+
+def position(log: EventLog, bank: str, wanted: dict[int, bytes]) -> dict[int, tuple[int, int]]:
+    """For each PCR in ``wanted`` (pcr -> the TPM's value), whether the log's replay held that
+    value before its first event for the PCR or after one of them: pcr -> (k, n), the value
+    after k of the PCR's n events. One pass for one bank, made only when a mismatch asks."""
+    ctor = _ctor(bank)
+    cur = {p: initial(bank, p, log.startup_locality) for p in wanted}
+    count = dict.fromkeys(wanted, 0)
+    found = {p: 0 for p, v in wanted.items() if cur[p] == v}
+    for ev in log.events:
+        p = ev.pcr
+        if p not in cur or ev.type == EV_NO_ACTION:
+            continue
+        d = ev.digests.get(bank)
+        if d is None:
+            continue
+        cur[p] = ctor(cur[p] + d).digest()
+        count[p] += 1
+        if cur[p] == wanted[p]:
+            found[p] = count[p]
+    return {p: (k, count[p]) for p, k in found.items()}
 
 
 def _hashable(bank: str) -> bool:

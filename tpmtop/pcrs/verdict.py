@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from tpmtop.pcrs.eventlog import EventLog
 from tpmtop.pcrs.ima import ImaList
-from tpmtop.pcrs.replay import NUM_PCRS, Replay, initial
+from tpmtop.pcrs.replay import NUM_PCRS, Replay, initial, position
 from tpmtop.pcrs.tpmread import PcrValues
 
 FIRMWARE_PCRS = range(8)
@@ -93,6 +93,7 @@ def compare(log: EventLog | None, ima: ImaList | None, rep: Replay, tpm: PcrValu
     tpm_banks = list(tpm.allocated) if tpm is not None else []
     banks = list(dict.fromkeys(tpm_banks + rep.banks))
     locality = log.startup_locality if log is not None else None
+    prefixes: dict[str, dict[int, tuple[int, int]]] = {}
     for bank in banks:
         values = tpm.values.get(bank, {}) if tpm is not None else {}
         for pcr in range(NUM_PCRS):
@@ -123,9 +124,13 @@ def compare(log: EventLog | None, ima: ImaList | None, rep: Replay, tpm: PcrValu
                 res.reason = (f"the TPM's value is the replay up to IMA entry {k} of {nima}: the later "
                               f"{nima - k} were measured after the PCRs were read")
             elif actual != expected:
-                steps = [initial(bank, pcr, locality)] + rep.steps.get(bank, {}).get(pcr, [])
-                if nima == 0 and actual in steps:
-                    k = steps.index(actual)
+                if log is not None and bank not in prefixes:
+                    wanted = {p: v for p, v in values.items() if p < NUM_PCRS and v != rep.values[bank][p]}
+                    prefixes[bank] = position(log, bank, wanted)
+                at = prefixes.get(bank, {}).get(pcr) if log is not None else \
+                    ((0, 0) if actual == initial(bank, pcr, locality) else None)
+                if nima == 0 and at is not None:
+                    k = at[0]
                     res.status = PcrStatus.BEHIND
                     res.reason = (f"the TPM holds the value after {k} of the log's {nev} events for PCR {pcr}: "
                                   f"the last {nev - k} never reached it")
