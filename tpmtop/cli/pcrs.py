@@ -24,6 +24,8 @@ def add_pcrs_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-tpm", action="store_true", help="replay the log only; read no TPM")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout (schema tpmtop-pcrs/1)")
     p.add_argument("--events", action="store_true", help="list every event with its type and decoded data")
+    p.add_argument("--bank", action="append", metavar="BANK",
+                   help="show this bank only (sha1, sha256, …; repeat for more); --json keeps every bank")
     p.add_argument("--all", action="store_true", help="every PCR, not only those the log extends or that differ")
     p.add_argument("--save", nargs="?", const="", metavar="FILE",
                    help="save this boot's PCRs and events as a snapshot (default: tpmtop's data directory)")
@@ -111,7 +113,7 @@ def _run(args, late) -> int:
             doc.pop("events", None)
         print_json(doc)
     else:
-        print(report.text(result, log, log_path, ima_list, tpm_vals, args.all, args.events))
+        print(report.text(result, log, log_path, ima_list, tpm_vals, args.all, args.events, args.bank))
     return 0
 
 

@@ -91,6 +91,12 @@ def _ascii(raw: bytes) -> str:
     return bytes(raw).split(b"\0", 1)[0].decode("utf-8", errors="replace")
 
 
+def _is_text(raw: bytes) -> bool:
+    """Printable ASCII up to its NUL padding (a name, an action string), not binary data."""
+    b = bytes(raw).rstrip(b"\0")
+    return bool(b) and all(0x20 <= c < 0x7F for c in b)
+
+
 def _hex(raw: bytes, limit: int = 32) -> str:
     b = bytes(raw)
     return b[:limit].hex() + (f"… ({len(b)} bytes)" if len(b) > limit else "")
@@ -255,18 +261,16 @@ def _text_or_hex(data: bytes) -> str:
     b = bytes(data)
     if len(b) >= 2 and b[1::2].count(0) >= len(b) // 2 - 1 and b[0::2].isascii() and b[0]:
         return _utf16(b)  # UTF-16 (EV_S_CRTM_VERSION, some post codes)
-    txt = _ascii(b)
-    if b and txt.isprintable() and len(txt) >= max(1, len(b.rstrip(b"\0")) - 1):
-        return txt
+    if _is_text(b):
+        return _ascii(b)
     return _hex(b)
 
 
 def _tagged(data: bytes) -> str:
     tag, size = struct.unpack_from("<II", data)
     body = bytes(data[8:8 + size])
-    txt = _ascii(body)
-    if txt and txt.isprintable() and len(txt) >= len(body.rstrip(b"\0")):
-        return f"tag {tag:#x}: {txt}"  # the Linux EFI stub's tags name what they measure
+    if _is_text(body):
+        return f"tag {tag:#x}: {_ascii(body)}"  # the Linux EFI stub's tags name what they measure
     return f"tag {tag:#x}: {_hex(body)}"
 
 

@@ -51,7 +51,7 @@ def to_json(report: Report, log: EventLog | None, log_path: str | None, ima: Ima
 
 
 def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaList | None,
-         tpm: PcrValues | None, show_all: bool, show_events: bool) -> str:
+         tpm: PcrValues | None, show_all: bool, show_events: bool, banks: list[str] | None = None) -> str:
     lines: list[str] = []
     if log is not None:
         lines.append(f"event log  {safe(log_path)}: {log.format}, {len(log.events)} events, banks "
@@ -71,6 +71,8 @@ def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaLis
     header = f"{'PCR':>3}  {'bank':<7} {'status':<12} {'events':>6}  value"
     lines += [header, "-" * len(header)]
     for r in report.results:
+        if banks and r.bank not in banks:
+            continue
         interesting = r.events or r.ima or r.status not in (PcrStatus.MATCH, PcrStatus.NOT_READ)
         if not (show_all or interesting):
             continue
@@ -85,11 +87,13 @@ def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaLis
         lines.append("")
         lines.append("bank health")
         for h in report.health:
+            if banks and h.bank not in banks and h.bank != "*":
+                continue
             lines.append(f"  {h.bank:<7} {h.verdict.value:<19} {safe(h.detail)}")
-    banks = report.bank_matches()
-    if banks:
+    matches = {b: ok for b, ok in report.bank_matches().items() if not banks or b in banks}
+    if matches:
         lines.append("")
-        lines.append("replay " + "; ".join(f"{b}: {'matches' if ok else 'DOES NOT MATCH'}" for b, ok in banks.items()))
+        lines.append("replay " + "; ".join(f"{b}: {'matches' if ok else 'DOES NOT MATCH'}" for b, ok in matches.items()))
     if show_events and log is not None:
         lines.append("")
         lines.append(f"{'#':>4} {'PCR':>3}  {'type':<34} data")

@@ -11,6 +11,7 @@ from tpmtop.pcrs.eventlog import EventLog
 from tpmtop.pcrs.ima import ImaList
 from tpmtop.pcrs.replay import NUM_PCRS, Replay, initial, position
 from tpmtop.pcrs.tpmread import PcrValues
+from tpmtop.textsafe import counted
 
 FIRMWARE_PCRS = range(8)
 
@@ -132,11 +133,11 @@ def compare(log: EventLog | None, ima: ImaList | None, rep: Replay, tpm: PcrValu
                 if nima == 0 and at is not None:
                     k = at[0]
                     res.status = PcrStatus.BEHIND
-                    res.reason = (f"the TPM holds the value after {k} of the log's {nev} events for PCR {pcr}: "
-                                  f"the last {nev - k} never reached it")
+                    res.reason = (f"the TPM holds the value after {k} of the log's {counted(nev, 'event')} for "
+                                  f"PCR {pcr}: the last {nev - k} never reached it")
                 else:
                     res.status = PcrStatus.UNEXPLAINED
-                    what = f"{nev} event(s)" + (f" and {nima} IMA entries" if nima else "")
+                    what = counted(nev, "event") + (f" and {counted(nima, 'IMA entry', 'IMA entries')}" if nima else "")
                     res.reason = (f"no event explains this value: replaying {what} gives another; the PCR "
                                   f"was extended by something the log does not record"
                                   if nev or nima else
