@@ -272,4 +272,7 @@ def _spec_id(data: bytes, log: EventLog) -> dict[int, tuple[str, int]]:
 
 def parse_file(path: str, progress=None) -> EventLog:
     buf, more = read_bounded(path)
-    return parse(buf, more=more, progress=progress)
+    try:
+        return parse(buf, more=more, progress=progress)
+    except EventLogError as e:
+        raise EventLogError(f"{path}: {e}") from None

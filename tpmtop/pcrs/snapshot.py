@@ -138,7 +138,7 @@ def diff_text(d: dict, path: str) -> str:
         lines.append(f"PCR {e['pcr']}: " + (f"value changed ({banks})" if banks else "value unchanged"))
         for c in e["events"]:
             dig = c.get("digests") or {}
-            first = next(iter(sorted(dig.items())), None)
+            first = ("sha256", dig["sha256"]) if "sha256" in dig else next(iter(sorted(dig.items())), None)
             dtext = f" ({first[0]} {first[1][:16]}…)" if first else ""
             line = f"  {c['change']}: {c['type']} {safe(c.get('data') or '')}{dtext}"
             if c["change"] == "data changed":
