@@ -93,7 +93,8 @@ def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaLis
     matches = {b: ok for b, ok in report.bank_matches().items() if not banks or b in banks}
     if matches:
         lines.append("")
-        lines.append("replay " + "; ".join(f"{b}: {'matches' if ok else 'DOES NOT MATCH'}" for b, ok in matches.items()))
+        lines.append("replay " + "; ".join(f"{b}: {'matches' if ok else 'DOES NOT MATCH'}"
+                                           for b, ok in matches.items()))
     if show_events and log is not None:
         lines.append("")
         lines.append(f"{'#':>4} {'PCR':>3}  {'type':<34} data")
