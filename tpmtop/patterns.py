@@ -60,7 +60,10 @@ class Pattern:
                 "hint": self.hint, "origins": self.origins}
 
     def line(self) -> str:
-        return f"{self.title}: {self.count} times, {fmt_ms(self.lost_ns)} lost"
+        head = f"{self.title}: {self.count} times, {fmt_ms(self.lost_ns)} lost"
+        if self.kind == "pcr-changed" and self.hint:  # the extend behind it: the point of saying it
+            return f"{head}; the last: {self.hint}"
+        return head
 
 
 def fmt_ms(ns: int) -> str:

@@ -107,12 +107,14 @@ class Breakage:
                 + (f" on policy session 0x{self.session:08x}" if self.session is not None else ""))
         if self.policy_t_ns is None:
             return head + ": no PolicyPCR of it was seen, so tpmtop cannot say which extend came between"
-        sel = ",".join(map(str, self.selection))
-        parts = [f"{head}; PolicyPCR (PCR {sel}) by {self.policy_who}, "
+        sel = f"PCR {','.join(map(str, self.selection))}" if self.selection else "its PCRs not traced"
+        parts = [f"{head}; PolicyPCR ({sel}) by {self.policy_who}, "
                  f"{(self.t_ns - self.policy_t_ns) / 1e6:,.1f} ms before"]
         if self.in_selection:
             parts.append("extended in between: " + "; ".join(e.text(self.policy_t_ns) for e in self.in_selection))
-        if self.others:
+        if self.others and not self.selection:
+            parts.append("extended in between: " + "; ".join(e.text(self.policy_t_ns) for e in self.others))
+        elif self.others:
             parts.append("other PCRs extended in between (they move the same update counter): "
                          + "; ".join(e.text(self.policy_t_ns) for e in self.others))
         if not self.in_selection and not self.others:
@@ -152,6 +154,7 @@ class PcrChangeWatch:
     failures: int = 0
     counter: int | None = None  # the last pcrUpdateCounter a PCR_Read answered
     _last_policy_by_who: dict[str, int] = field(default_factory=dict)
+    _last_policy: int | None = None
     # perf_counter_ns -> wall clock, fixed once (the events' clock is perf_counter_ns)
     _wall0: float = field(default_factory=lambda: time.time() - time.perf_counter_ns() / 1e9)
 
@@ -162,7 +165,7 @@ class PcrChangeWatch:
         cc, rc = x.cc, x.rc
         if cc is None:
             return None
-        if rc == 0 or (rc is None and cc in EXTENDING and x.command is None):
+        if rc == 0 or (rc is None and x.command is None):  # the kernel view: answered, its code not traced
             self._succeeded(x)
             return None
         if rc == RC_PCR_CHANGED:
@@ -183,11 +186,14 @@ class PcrChangeWatch:
             session = _first_handle(x.command)
             pcrs = _policy_pcr_selection(x.command)
             if session is None:
-                return
+                if x.command is not None:
+                    return
+                session = -1 - len(self.policies)  # the kernel view: no bytes, no handle (a key of its own)
             if len(self.policies) >= KEEP_SESSIONS:
                 self.policies.pop(next(iter(self.policies)))
             self.policies[session] = _Policy(session, pcrs, x.t_ns, x.who, self.counter)
             self._last_policy_by_who[x.who] = session
+            self._last_policy = session
         elif cc in (CC_POLICY_RESTART, CC_FLUSH_CONTEXT):
             # the session's policy starts over, or the session is gone; PolicyRestart's handle
             # and FlushContext's one parameter sit at the same offset
@@ -201,8 +207,9 @@ class PcrChangeWatch:
         sessions = _sessions(x.command) or x.sessions
         pol = next((self.policies[s] for s in sessions if s in self.policies), None)
         if pol is None and not sessions:
-            # the kernel view has no session handles: the same client's last PolicyPCR
-            s = self._last_policy_by_who.get(x.who)
+            # the kernel view has no session handles: the same client's last PolicyPCR, else
+            # the last one at all (tpm2-tools run each step as a process of its own)
+            s = self._last_policy_by_who.get(x.who, self._last_policy)
             pol = self.policies.get(s) if s is not None else None
         wall = self._wall(x.t_ns)
         short = names.cc_short(x.cc)
@@ -214,7 +221,7 @@ class PcrChangeWatch:
             inside = tuple(e for e in between if e.pcr in pol.pcrs)
             others = tuple(e for e in between if e.pcr not in pol.pcrs)
             after = self.counter if self.counter is not None and self.counter != pol.counter_before else None
-            b = Breakage(pol.session, short, x.who, x.pid, x.t_ns, wall, tuple(sorted(pol.pcrs)), pol.who,
+            b = Breakage(pol.session if pol.session >= 0 else None, short, x.who, x.pid, x.t_ns, wall, tuple(sorted(pol.pcrs)), pol.who,
                          pol.t_ns, inside, others, pol.counter_before, after)
         for pcr in b.pcrs or (None,):
             self.by_pcr[pcr] += 1
@@ -276,10 +283,14 @@ def exchange_of(e) -> Exchange:
     if isinstance(e, dict):
         cmd_hex, rsp_hex = e.get("command_hex"), e.get("response_hex")
         cc = names.CC_BY_NAME.get(e.get("command") or "")
+        who = e.get("client")
+        if not who and e.get("comm"):  # a kernel capture's event: the task, its pid, the kernel path
+            who = f"{e['comm']}-{e.get('pid')} · {e.get('path') or e.get('origin') or ''}"
+        pid = e.get("pid")
         return Exchange(int(e.get("t_ns") or 0), cc, e.get("rc"),
                         bytes.fromhex(cmd_hex) if isinstance(cmd_hex, str) else None,
                         bytes.fromhex(rsp_hex) if isinstance(rsp_hex, str) else None,
-                        str(e.get("client") or e.get("origin") or ""), None)
+                        str(who or e.get("origin") or ""), pid if isinstance(pid, int) else None)
     who = e.client or e.origin
     if e.note and e.origin == "kernel":
         who = f"kernel {e.client} ({e.note})" if e.client else f"kernel ({e.note})"
