@@ -60,6 +60,7 @@ def test_the_kernels_ima_extend_is_named_behind_a_0x128(tracers, tmp_path):
     assert t.stop(signal.SIGINT) == 130, t.why()
 
     [pat] = [p for p in detect(load_capture(out)["events"]) if p.kind == "pcr-changed"]
+    print(pat.hint)  # shown with -rA: what tpmtop said
     assert "Unseal by tpm2_unseal-" in pat.hint, pat.hint
     assert "extended in between: PCR_Extend of a PCR (not traced; IMA extends PCR 10) by " in pat.hint, pat.hint
     assert "policy session broken by a PCR extend" in t.stderr() and "PCR_Extend of a PCR" in t.stderr(), t.stderr()
