@@ -221,7 +221,8 @@ class PcrChangeWatch:
             inside = tuple(e for e in between if e.pcr in pol.pcrs)
             others = tuple(e for e in between if e.pcr not in pol.pcrs)
             after = self.counter if self.counter is not None and self.counter != pol.counter_before else None
-            b = Breakage(pol.session if pol.session >= 0 else None, short, x.who, x.pid, x.t_ns, wall, tuple(sorted(pol.pcrs)), pol.who,
+            session = pol.session if pol.session >= 0 else None  # < 0: a key for a handle not traced
+            b = Breakage(session, short, x.who, x.pid, x.t_ns, wall, tuple(sorted(pol.pcrs)), pol.who,
                          pol.t_ns, inside, others, pol.counter_before, after)
         for pcr in b.pcrs or (None,):
             self.by_pcr[pcr] += 1
