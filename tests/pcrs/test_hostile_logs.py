@@ -199,3 +199,13 @@ def test_a_long_replay_shows_progress_on_a_terminal_only(tmp_path):
     assert re.search(r"(reading the event log|reading IMA's list|replaying)", term), term
     piped = _pcrs(log, "--json", "--ima", str(imalist))
     assert piped.returncode == 0 and piped.stderr == ""
+
+
+@pytest.mark.skipif(os.path.exists("/sys/kernel/security/tpm0/binary_bios_measurements"),
+                    reason="this machine has a firmware event log")
+def test_no_log_and_no_tpm_is_exit_2_and_no_log_with_a_tpm_shows_the_pcrs_alone():
+    r = run_tpmtop("pcrs", "--no-tpm")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nothing to replay or compare" in r.stderr
+    r = run_tpmtop("pcrs", "--sim")
+    assert r.returncode == 0, r.stderr
+    assert "the TPM's PCRs alone" in r.stdout and "DOES NOT MATCH" not in r.stdout

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from tpmtop.cli.common import notice, print_json, tpm_from_args
+from tpmtop.errors import UsageError
 
 DEFAULT_EVENTLOG = "/sys/kernel/security/tpm0/binary_bios_measurements"
 DEFAULT_IMA = "/sys/kernel/security/ima/binary_runtime_measurements"
@@ -85,12 +86,15 @@ def _run(args, late) -> int:
         with tpm_from_args(args) as conn:
             tpm_vals = conn.call(read_all)
             tpm_info = {"tcti": conn.target.tcti, "simulated": conn.simulated}
-    log = _read_log(log_path, explicit=args.eventlog is not None, progress=late)
+    log = _read_log(log_path, explicit=args.eventlog is not None, progress=late, quiet=args.no_tpm)
     ima_path = args.ima
     if ima_path is None and args.eventlog is None and os.access(DEFAULT_IMA, os.R_OK):
         ima_path = DEFAULT_IMA
     banks = None if tpm_vals is None else list(dict.fromkeys(list(tpm_vals.allocated) + (log.banks if log else [])))
     ima_list = ima.read(ima_path, banks or (log.banks if log else None), late) if ima_path else None
+    if tpm_vals is None and log is None and ima_list is None:
+        raise UsageError(f"--no-tpm and no event log at {log_path}: nothing to replay or compare "
+                         "(--eventlog FILE, --ima FILE)")
     rep = replay.replay(log, ima_list, banks, tpm_vals.values if tpm_vals is not None else None, late)
     late.close()
     result = verdict.compare(log, ima_list, rep, tpm_vals)
@@ -125,10 +129,12 @@ def _snapshot_dir(args):
     return Path(args.snapshot_dir) if args.snapshot_dir else data_dir() / "pcrs"
 
 
-def _read_log(path: str, explicit: bool, progress=None):
+def _read_log(path: str, explicit: bool, progress=None, quiet: bool = False):
     from tpmtop.pcrs import eventlog
 
     if not explicit and not os.path.exists(path):
+        if quiet:  # --no-tpm: the one line that follows says there is nothing to do
+            return None
         notice(f"no firmware event log at {path} (no TPM driver, no securityfs, or the firmware gave none): "
                "PCRs only")
         return None
@@ -136,6 +142,7 @@ def _read_log(path: str, explicit: bool, progress=None):
         return eventlog.parse_file(path, progress)
     except eventlog.EventLogError as e:
         if not explicit and "permission denied" in str(e):
-            notice(f"{e}: PCRs only")
+            if not quiet:
+                notice(f"{e}: PCRs only")
             return None
         raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tpmtop.pcrs.eventlog import EventLog
 from tpmtop.pcrs.events import describe, type_name
 from tpmtop.pcrs.ima import ImaList
-from tpmtop.pcrs.replay import Replay
+from tpmtop.pcrs.replay import Replay, initial
 from tpmtop.pcrs.tpmread import PcrValues
 from tpmtop.pcrs.verdict import PcrStatus, Report
 from tpmtop.textsafe import safe
@@ -70,8 +70,16 @@ def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaLis
     lines.append("")
     header = f"{'PCR':>3}  {'bank':<7} {'status':<12} {'events':>6}  value"
     lines += [header, "-" * len(header)]
+    nothing = log is None and ima is None  # the TPM's values alone
+    if nothing:
+        lines.insert(0, "no event log and no IMA list: the TPM's PCRs alone (those not at their start value; "
+                        "--all for every one)")
     for r in report.results:
         if banks and r.bank not in banks:
+            continue
+        if nothing:
+            if show_all or (r.tpm is not None and r.tpm != initial(r.bank, r.pcr)):
+                lines.append(f"{r.pcr:>3}  {r.bank:<7} {'-':<12} {'':>6}  {r.tpm.hex() if r.tpm else '-'}")
             continue
         interesting = r.events or r.ima or r.status not in (PcrStatus.MATCH, PcrStatus.NOT_READ)
         if not (show_all or interesting):
@@ -90,7 +98,7 @@ def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaLis
             if banks and h.bank not in banks and h.bank != "*":
                 continue
             lines.append(f"  {h.bank:<7} {h.verdict.value:<19} {safe(h.detail)}")
-    matches = {b: ok for b, ok in report.bank_matches().items() if not banks or b in banks}
+    matches = {b: ok for b, ok in report.bank_matches().items() if (not banks or b in banks) and not nothing}
     if matches:
         lines.append("")
         lines.append("replay " + "; ".join(f"{b}: {'matches' if ok else 'DOES NOT MATCH'}"
