@@ -17,7 +17,9 @@
 # Environment: KERNELS (default "6.1 6.12"), KERNEL_VM_PYTHON (the interpreter the guest runs
 # pytest with; default .venv/bin/python), KERNEL_VM_CPUS (2), KERNEL_VM_MEM (1536, MiB),
 # KERNEL_VM_TIMEOUT (seconds one guest may run, 900), KERNEL_VM_APPEND (more kernel parameters),
-# KERNEL_VM_BOOT_PROBES (1: boot with tpmtop's boot-time probes, `tpmtop kernel --boot-cmdline`; 0: without).
+# KERNEL_VM_BOOT_PROBES (1: boot with tpmtop's boot-time probes, `tpmtop kernel --boot-cmdline`; 0: without),
+# KERNEL_VM_FIRMWARE (seabios: qemu's default; ovmf: Debian's OVMF, UEFI, with a private copy of
+# its variable store — each measures the boot into the swtpm and leaves a TCG event log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd -P)
@@ -62,10 +64,16 @@ command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 command -v swtpm >/dev/null || need+=(swtpm)
 command -v tpm2_getrandom >/dev/null || need+=(tpm2-tools)
+FIRMWARE=${KERNEL_VM_FIRMWARE:-seabios}
+case $FIRMWARE in
+    seabios) ;;
+    ovmf) [ -f /usr/share/OVMF/OVMF_CODE_4M.fd ] || need+=(ovmf) ;;
+    *) die "KERNEL_VM_FIRMWARE must be seabios or ovmf, not $FIRMWARE" ;;
+esac
 if ((${#need[@]})); then
     note "installing ${need[*]} (Debian, no recommends)"
     apt_update_once
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends "${need[@]}" >/dev/null 2>&1 \
         || die "could not install ${need[*]} with apt-get"
 fi
 BUSYBOX=/bin/busybox
@@ -224,9 +232,16 @@ EOF
     for _ in $(seq 50); do [ -S "$RUN/swtpm.sock" ] && break; kill -0 $SWTPM_PID 2>/dev/null || break; sleep 0.1; done
     [ -S "$RUN/swtpm.sock" ] || die "swtpm did not start (see $RUN/swtpm.log)"
 
-    note "booting $kver ($ACCEL_NAME, $CPUS vCPUs, $MEM MiB): ${cmd:0:120}"
+    # UEFI: OVMF's code read-only, and a private copy of its variable store for this guest
+    local fw=()
+    if [ "$FIRMWARE" = ovmf ]; then
+        cp /usr/share/OVMF/OVMF_VARS_4M.fd "$RUN/ovmf-vars.fd" || die "cannot copy OVMF's variable store"
+        fw=(-drive if=pflash,format=raw,unit=0,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd
+            -drive if=pflash,format=raw,unit=1,file="$RUN/ovmf-vars.fd")
+    fi
+    note "booting $kver ($ACCEL_NAME, $FIRMWARE, $CPUS vCPUs, $MEM MiB): ${cmd:0:120}"
     started=$(date +%s.%N)
-    qemu-system-x86_64 "${ACCEL[@]}" -smp "$CPUS" -m "$MEM" \
+    qemu-system-x86_64 "${ACCEL[@]}" "${fw[@]}" -smp "$CPUS" -m "$MEM" \
         -nographic -no-reboot -monitor none -serial "file:$RUN/console.log" \
         -kernel "$vmlinuz" -initrd "$initrd" \
         -append "console=ttyS0 loglevel=4 ima_policy=tcb panic=-1 rdinit=/init $append" \

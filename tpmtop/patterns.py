@@ -8,7 +8,10 @@ The patterns users meet (systemd issues, kernel threads):
   handles), also TPM_RC_SESSION_HANDLES 0x905;
 - ``context-gap``: TPM_RC_CONTEXT_GAP 0x901 (a long-saved session blocks context saves);
 - ``session-churn``: sessions started over and over (StartAuthSession many times: the
-  Linux 6.10 per-extend session, or a client that never keeps one).
+  Linux 6.10 per-extend session, or a client that never keeps one);
+- ``pcr-changed``: a policy session failed with TPM_RC_PCR_CHANGED 0x128, with the extend(s)
+  that came between its PolicyPCR and the failing command when the events show them
+  (:mod:`tpmtop.pcrs.attribution`: events with command bytes, or the kernel's extends).
 
 "Time lost" is the wire time of the commands in the pattern (what the TPM spent answering
 them); for session churn, of the StartAuthSession commands (the set-up a kept session
@@ -21,19 +24,25 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tpmtop.pcrs import attribution
 from tpmtop.tpm import names
 
 REPEAT_MIN = 3  # the same (command, rc) failing this often is a pattern, not an accident
 CHURN_MIN = 10  # sessions started before "re-created many times" is worth saying
 CC_START_AUTH_SESSION = 0x176
 
+# the commands the PCR_CHANGED watch follows (by the names events and captures carry)
+_WATCHED = frozenset(names.cc_name(cc) for cc in (attribution.CC_POLICY_PCR, attribution.CC_POLICY_RESTART,
+                                                  attribution.CC_PCR_EXTEND, attribution.CC_PCR_EVENT,
+                                                  attribution.CC_PCR_RESET, attribution.CC_PCR_READ,
+                                                  attribution.CC_FLUSH_CONTEXT))
 _SLOT_RCS = {0x902: "TPM_RC_OBJECT_MEMORY", 0x903: "TPM_RC_SESSION_MEMORY", 0x905: "TPM_RC_SESSION_HANDLES"}
 _GAP_RC = 0x901
 
 
 @dataclass
 class Pattern:
-    kind: str  # repeated-failure | slots-full | context-gap | session-churn
+    kind: str  # repeated-failure | slots-full | context-gap | session-churn | pcr-changed
     title: str
     count: int
     lost_ns: int
@@ -51,7 +60,10 @@ class Pattern:
                 "hint": self.hint, "origins": self.origins}
 
     def line(self) -> str:
-        return f"{self.title}: {self.count} times, {fmt_ms(self.lost_ns)} lost"
+        head = f"{self.title}: {self.count} times, {fmt_ms(self.lost_ns)} lost"
+        if self.kind == "pcr-changed" and self.hint:  # the extend behind it: the point of saying it
+            return f"{head}; the last: {self.hint}"
+        return head
 
 
 def fmt_ms(ns: int) -> str:
@@ -102,6 +114,8 @@ class Detector:
         self.slots: dict[int, _Acc] = {}
         self.gap = _Acc()
         self.starts = _Acc()
+        self.pcr_changed = _Acc()
+        self.pcr_watch = attribution.PcrChangeWatch()
         self.seen = 0
         self._sas = names.cc_name(CC_START_AUTH_SESSION)
 
@@ -111,6 +125,10 @@ class Detector:
             if (e.get("expected") if isinstance(e, dict) else getattr(e, "expected", False)):
                 continue  # a TPM error its sender expects (the resource manager's 0x910): no pattern
             cmd, rc, t, w, origin = _fields(e)
+            if rc == attribution.RC_PCR_CHANGED or cmd in _WATCHED:
+                self.pcr_watch.feed(attribution.exchange_of(e))
+                if rc == attribution.RC_PCR_CHANGED:
+                    self.pcr_changed.add(t, w, origin)
             # tpmtop's own per-command and saved workloads start sessions on purpose: that is
             # the strategy being measured, not a failure pattern.
             if cmd == self._sas and rc == 0 and origin != "workload":
@@ -141,6 +159,13 @@ class Detector:
             short = cmd.removeprefix("TPM2_CC_")
             out.append(Pattern("repeated-failure", f"{short} failing with 0x{rc:x} ({names.rc_text(rc)})",
                                a.count, a.lost, a.first, a.last, cmd, rc, names.rc_hint(rc), sorted(a.origins)))
+        pc = self.pcr_changed
+        if pc.count:
+            last = self.pcr_watch.breakages[-1] if self.pcr_watch.breakages else None
+            out.append(Pattern("pcr-changed", "policy session broken by a PCR extend (TPM_RC_PCR_CHANGED 0x128)",
+                               pc.count, pc.lost, pc.first, pc.last, None, attribution.RC_PCR_CHANGED,
+                               last.text() if last is not None else names.rc_hint(attribution.RC_PCR_CHANGED),
+                               sorted(pc.origins)))
         st = self.starts
         if st.count >= self.churn_min:
             out.append(Pattern("session-churn", "session re-created many times (StartAuthSession)", st.count,

@@ -4,53 +4,13 @@ of the kind when stderr is piped. The TPM is a real swtpm (``--sim``)."""
 
 from __future__ import annotations
 
-import os
-import pty
 import re
-import select
-import subprocess
-import time
 
 import pytest
 
-from tests.helpers.paths import REPO
-from tests.helpers.processes import TPMTOP, run_tpmtop
+from tests.helpers.processes import run_on_pty, run_tpmtop
 
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def run_on_pty(*args: str, timeout: float = 300) -> tuple[int, str, str]:
-    """tpmtop with stderr on a pseudo-terminal (stdout piped): (status, terminal text, stdout)."""
-    master, slave = pty.openpty()
-    env = dict(os.environ, COLUMNS="120")
-    env.pop("TPM2TOOLS_TCTI", None)
-    p = subprocess.Popen(TPMTOP + list(args), stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL,
-                         cwd=REPO, env=env)
-    os.close(slave)
-    seen = b""
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            r, _, _ = select.select([master], [], [], 0.2)
-            if r:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # the child closed its end
-                    break
-                if not chunk:
-                    break
-                seen += chunk
-            elif p.poll() is not None:
-                break
-        out = p.stdout.read().decode()
-        status = p.wait(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        p.stdout.close()
-        os.close(master)
-    return status, ANSI.sub(b"", seen).decode("utf-8", "replace"), out
 
 
 @pytest.fixture(scope="module")

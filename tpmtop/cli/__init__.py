@@ -44,6 +44,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                  "serve /metrics to Prometheus: the kernel's TPM traffic and the boot facts, passively"),
     "lab": ("tpmtop.cli.lab",
             "boot real kernels under qemu with a (chip-shaped) TPM served by tpmtop: HMAC on vs off, measured"),
+    "pcrs": ("tpmtop.cli.pcrs",
+             "the boot's event log and IMA's list replayed against the TPM's PCRs; bank health; boot-to-boot diff"),
     "clients": ("tpmtop.cli.proxy", "which processes hold /dev/tpm0 or /dev/tpmrm0 open; is tpm2-abrmd running"),
 }
 

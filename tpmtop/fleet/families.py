@@ -56,6 +56,7 @@ class Pattern(enum.StrEnum):
     SLOTS_FULL = "slots-full"  # TPM_RC_OBJECT_MEMORY 0x902, SESSION_MEMORY 0x903, SESSION_HANDLES 0x905
     CONTEXT_GAP = "context-gap"  # TPM_RC_CONTEXT_GAP 0x901
     SESSION_CHURN = "session-churn"  # sessions started over and over
+    PCR_CHANGED = "pcr-changed"  # a policy session failed with TPM_RC_PCR_CHANGED 0x128
 
 
 class SlotKind(enum.StrEnum):
@@ -98,6 +99,10 @@ FAMILIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
      "Kernel TPM commands inside a failure pattern (retry loop, full slots, context gap, session churn)."),
     (name("kernel_pattern_lost_seconds_total"), "counter", ("pattern",),
      "TPM time spent on the commands of a failure pattern."),
+    (name("kernel_pcr_changed_total"), "counter", ("pcr",),
+     "Commands that failed with TPM_RC_PCR_CHANGED (0x128), by the PCR whose extend came between the session's "
+     "PolicyPCR and the command (\"unknown\" when the trace does not show which PCR: the kernel view has no "
+     "command bytes)."),
     (name("kernel_trace_lost_events_total"), "counter", (),
      "Trace events the kernel dropped (its ring buffer was full): commands may be missing."),
     (name("kernel_trace_up"), "gauge", (),
@@ -120,6 +125,9 @@ FAMILIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     (name("tpm_slots_available"), "gauge", ("kind",),
      "Free TPM slots (TPM2_PT_HR_*_AVAIL), read with --probe."),
     (name("tpm_probe_success"), "gauge", (), "1 when the last --probe read the TPM, 0 when it failed."),
+    (name("pcr_replay_matches"), "gauge", ("bank",),
+     "1 when the boot's event log (and IMA's list) replays to every PCR of the bank the TPM holds, 0 when not; "
+     "read with --probe (PCR_Read), absent without a readable event log."),
     # -- the exporter itself (plus prometheus_client's process_* families) --------------------------
     (name("exporter_info"), "gauge", ("version", "source"), "tpmtop's version and what feeds it (value 1)."),
 )

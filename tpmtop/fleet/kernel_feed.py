@@ -156,6 +156,7 @@ class KernelMetrics(Collector):
         with self.lock:
             mode = self.accounts.mode()[0] or SessionMode.UNKNOWN.value
             pats = self.detector.patterns()
+            by_pcr = dict(self.detector.pcr_watch.by_pcr)
             lost = self.parser.lost
         g = GaugeMetricFamily(fam.name("kernel_session_mode"), fam.HELP[fam.name("kernel_session_mode")],
                               labels=("mode",))
@@ -172,6 +173,11 @@ class KernelMetrics(Collector):
             secs.add_metric((kind.value,), sum(p.lost_ns for p in mine) / 1e9)
         yield cmds
         yield secs
+        changed = CounterMetricFamily(fam.name("kernel_pcr_changed"), fam.HELP[fam.name("kernel_pcr_changed_total")],
+                                      labels=("pcr",))
+        for pcr, n in sorted(by_pcr.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+            changed.add_metric(("unknown" if pcr is None else str(pcr),), n)
+        yield changed
         yield CounterMetricFamily(fam.name("kernel_trace_lost_events"),
                                   fam.HELP[fam.name("kernel_trace_lost_events_total")], value=lost)
         yield GaugeMetricFamily(fam.name("kernel_trace_up"), fam.HELP[fam.name("kernel_trace_up")],

@@ -1,4 +1,6 @@
-"""``tpmtop exporter --probe``: the TPM's identity and free slots, read with GetCapability only.
+"""``tpmtop exporter --probe``: the TPM's identity and free slots, read with GetCapability; and,
+where the firmware's event log is readable, the PCRs (PCR_Read) to say per bank whether the log
+replays to them (:mod:`tpmtop.pcrs.live`).
 
 Off by default, because the exporter is passive: on Linux 6.12+ any command a user-space
 program sends through /dev/tpm0 or /dev/tpmrm0 ends the HMAC session the kernel keeps, and
@@ -39,6 +41,7 @@ class TpmProbe(Collector):
         self.identified = False
         self.lock = threading.Lock()
         self.slots: dict[SlotKind, int] = {}
+        self.replay: dict[str, bool] | None = None  # bank -> the event log replays to its PCRs
         self.ok: bool | None = None
         self.error: str | None = None
         self._said: str | None = None
@@ -58,8 +61,11 @@ class TpmProbe(Collector):
 
     def read_once(self) -> bool:
         """One probe: GetCapability only. True when the TPM answered."""
+        from tpmtop.pcrs.live import log_readable, replay_matches
+        from tpmtop.pcrs.tpmread import read_all
         from tpmtop.tpm.identity import read_identity, read_variable
 
+        root = getattr(self.args, "root", "/") or "/"
         try:
             if self.conn is None:
                 self.conn = self._open()
@@ -70,6 +76,8 @@ class TpmProbe(Collector):
                         self.facts.tpm_identity = {"manufacturer": ident.manufacturer, "firmware": ident.firmware}
                 self.identified = True
             var = self.conn.call(read_variable, origin=Origin.EXPORTER)
+            # PCR_Read (read-only, no authorization) only where an event log can explain the values
+            tpm_pcrs = self.conn.call(read_all, origin=Origin.EXPORTER) if log_readable(root) else None
         except Exception as e:  # a TPM that went away: said once, tried again next time
             self._fail(str(e) or type(e).__name__)
             return False
@@ -80,8 +88,10 @@ class TpmProbe(Collector):
             if self.conn is not None and not getattr(self.args, "sim", False) and not self.keep_open:
                 self.conn.close()
                 self.conn = None
+        matches = replay_matches(tpm_pcrs, root) if tpm_pcrs is not None else None
         with self.lock:
             self.slots = {k: var[p] for k, p in _SLOT_PROPS.items() if p in var}
+            self.replay = matches
             self.ok, self.error = True, None
         return True
 
@@ -124,7 +134,7 @@ class TpmProbe(Collector):
 
     def collect(self):
         with self.lock:
-            ok, slots = self.ok, dict(self.slots)
+            ok, slots, replay = self.ok, dict(self.slots), self.replay
         if ok is None:
             return
         n = fam.name("tpm_slots_available")
@@ -135,3 +145,9 @@ class TpmProbe(Collector):
         yield g
         yield GaugeMetricFamily(fam.name("tpm_probe_success"), fam.HELP[fam.name("tpm_probe_success")],
                                 value=1.0 if ok else 0.0)
+        if replay:
+            n = fam.name("pcr_replay_matches")
+            r = GaugeMetricFamily(n, fam.HELP[n], labels=("bank",))
+            for bank, matches in sorted(replay.items()):
+                r.add_metric((bank,), 1.0 if matches else 0.0)
+            yield r

@@ -23,6 +23,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tpmtop.pcrs.attribution import Exchange, PcrChangeWatch
 from tpmtop.proxy.latency import CompactLatency
 from tpmtop.tpm import names, wire
 from tpmtop.tpm.names import HandleType
@@ -252,6 +253,7 @@ class Accounts:
         self.departed = 0
         self.queue_max = 0  # the most clients that ever waited for their turn at once
         self._next = 1
+        self.pcr_watch = PcrChangeWatch()  # names the extend behind a 0x128 (tpmtop.pcrs.attribution)
 
     def client_for(self, peer, protocol: str, shared_key: bool = True) -> ClientStats:
         """The client of a new connection: a live process already seen is the same client."""
@@ -278,6 +280,10 @@ class Accounts:
         cc, rc = info.cc, r.rc
         notes: list[str] = []
         with self._lock:
+            broke = self.pcr_watch.feed(Exchange(time.perf_counter_ns(), cc, rc, cmd, rsp,
+                                                 f"{c.name} (pid {c.peer.pid}, client {c.id})", c.peer.pid))
+            if broke is not None:
+                notes.append(broke.text())
             c.commands += 1
             c.wire_ns_total += wire_ns
             h = c.per_cc.get(cc)

@@ -81,11 +81,18 @@ def capture(conn, accounts: Accounts, with_events: bool, extra: dict | None = No
 
     events = conn.recorder.events() if with_events else None
     cap = build_capture(conn, [], events=events, extra={"minor": CAPTURE_MINOR, "clients": clients_json(accounts),
-                                                       "programs": programs_json(accounts), **(extra or {})})
+                                                       "programs": programs_json(accounts),
+                                                       **_pcr_changed(accounts), **(extra or {})})
     cap["runs"] = client_runs(accounts)
     if "events" in cap:
         label_events(cap["events"], events or [])
     return cap
+
+
+def _pcr_changed(accounts: Accounts) -> dict:
+    """The 0x128 failures with the extends that caused them (capture minor 1, optional)."""
+    broke = list(accounts.pcr_watch.breakages)
+    return {"pcr_changed": [b.to_json() for b in broke]} if broke else {}
 
 
 def _us(ns: float) -> str:
@@ -139,6 +146,7 @@ def run_table(accounts: Accounts, wall_ns: int, table) -> str:
         out.append(f"LEAK: {safe(c.name)} (pid {c.peer.pid}) left {h.text()}")
     if not leaks:
         out.append("left nothing loaded")
+    out += [safe(b.text()) for b in accounts.pcr_watch.breakages]
     return "\n".join(out)
 
 

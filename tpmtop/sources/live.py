@@ -32,8 +32,15 @@ if TYPE_CHECKING:
     from tpmtop.tpm.handles import HandleEntry
 
 
+# The PCRs panel's reading: PCRs change on extends only, and each reading is ~3 PCR_Reads per
+# bank in the stream; 10 s keeps it current without crowding the workload's commands.
+PCRS_REFRESH_S = 10.0
+
+
 class LiveSource(WorkloadDriver, SourceBase):
     """A TPM: polled for handles and slots, driven by a workload, recorded command by command."""
+
+    pcrs_root = "/"  # where securityfs' event log and IMA list are read (a test's tree)
 
     def __init__(self, conn: TpmConnection, *, read_only: bool = False, poll_interval: float | None = None,
                  rate: float = DEFAULT_RATE, start_running: bool | None = None, engine: str = Engine.NATIVE,
@@ -97,7 +104,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         ro = self.read_only
         return Capabilities(SourceKind.LIVE, live=True, handles=True, timings=True, workload=True, changes_tpm=not ro,
                             selects_runs=not ro, export=True, sysfs=self.kernel_device,
-                            clients=self.proxy is not None or self.kernel_device,
+                            clients=self.proxy is not None or self.kernel_device, pcrs=True,
                             why_not="--read-only: tpmtop sends nothing that changes the TPM" if ro else "")
 
     def state(self) -> str:
@@ -181,6 +188,29 @@ class LiveSource(WorkloadDriver, SourceBase):
     def barrier(self) -> None:
         """Return once every job queued before it (an operation in flight) has finished."""
         self.conn.owner.call(lambda: None)
+
+    # -- the PCRs panel ----------------------------------------------------------------------------
+    def pcr_report(self) -> Any:
+        """The latest PCR snapshot (tpmtop.pcrs.live), read again in the background at most
+        every PCRS_REFRESH_S: 3 PCR_Reads per bank on the owner thread (read-only, no
+        authorization), and the event log parsed, never on the screen's thread."""
+        now = time.monotonic()
+        stale = now - getattr(self, "_pcrs_at", -PCRS_REFRESH_S) >= PCRS_REFRESH_S
+        if stale and not getattr(self, "_pcrs_busy", False) and not self.stopping.is_set():
+            self._pcrs_busy, self._pcrs_at = True, now
+            threading.Thread(target=self._read_pcrs, name="tpmtop-pcrs", daemon=True).start()
+        return getattr(self, "_pcrs", None)
+
+    def _read_pcrs(self) -> None:
+        from tpmtop.pcrs.live import snapshot
+        from tpmtop.pcrs.tpmread import read_all
+
+        try:
+            self._pcrs = snapshot(self.run_on_owner(read_all, origin=Origin.POLL), self.pcrs_root)
+        except Exception:  # a lost TPM says so in the header; the panel keeps its last reading
+            pass
+        finally:
+            self._pcrs_busy = False
 
     # -- polling (a worker thread) -------------------------------------------------------------
     def poll(self) -> PollResult:

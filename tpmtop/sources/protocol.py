@@ -60,6 +60,7 @@ class Capabilities:
     export: bool = False  # x writes a capture
     sysfs: bool = False  # a kernel worth reading (System panel): --passive, or a TPM device node
     clients: bool = False  # who else uses the TPM: a proxy's clients, or a device's holders (Clients)
+    pcrs: bool = False  # the TPM's PCRs can be read (PCR_Read) beside the boot's event log (PCRs)
     why_not: str = ""  # said when a key is refused: "replay shows a capture: nothing to change"
 
 
@@ -157,6 +158,7 @@ class Source(Protocol):
     def inspect(self, handle: int, kind: str, ours: bool,
                 created_by: str | None = None) -> tuple[str, list[tuple[str, str]]]: ...
     def reset_stats(self) -> None: ...
+    def pcr_report(self) -> Any: ...
     def close(self) -> None: ...
 
 
@@ -228,6 +230,11 @@ class SourceBase:
     def events(self) -> list[dict[str, Any]]:
         """A saved capture's events (replay): what the failure patterns read once."""
         return []
+
+    def pcr_report(self) -> Any:
+        """The latest :class:`tpmtop.pcrs.live.PcrSnapshot` (PCRs beside the event log's
+        replay), or None: a source with ``caps.pcrs`` reads it in the background."""
+        return None
 
     def stream_rows(self) -> list[StreamRow]:
         """A saved capture's whole stream (replay); live sources stream from the recorder."""

@@ -21,9 +21,11 @@ from tpmtop.tui.widgets.handles import HandlesPanel
 from tpmtop.tui.widgets.latency import LatencyPanel
 from tpmtop.tui.widgets.modes import ModesPanel
 from tpmtop.tui.widgets.panel import Panel
+from tpmtop.tui.widgets.pcrs import PcrsPanel
 from tpmtop.tui.widgets.resources import ResourcesPanel
 from tpmtop.tui.widgets.stream import StreamPanel
 from tpmtop.tui.widgets.system import SystemPanel
+from tpmtop.viewmodel.rows import pcrs
 
 
 class Group(StrEnum):
@@ -70,6 +72,10 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec("7", "clients", "Clients", lambda c: c.clients, Group.LEFT, ClientsPanel,
               "Clients: with --listen, the programs using the TPM through tpmtop's proxy (tpmtop's workload one "
               "of them); on a device, the processes holding it open."),
+    PanelSpec("8", "pcrs", "PCRs", lambda c: c.pcrs, Group.LEFT, PcrsPanel,
+              "PCRs: whether the boot's event log (and IMA's list) replays to each bank's PCRs, read every 10 s "
+              "with PCR_Read; the PCRs that do not match and why; bank-health verdicts (tpmtop pcrs).",
+              rows=pcrs.part),
 )
 BY_ID = {p.id: p for p in PANELS}
 # Containers of the full-size layout, and the groups each holds (shown when one of its panels is).

@@ -1,0 +1,54 @@
+"""`tpmtop pcrs --json` is what tpmtop/schema/pcrs-1.json says, and the schema's closed sets
+are the enums tpmtop derives its verdicts from."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import jsonschema
+import pytest
+
+from tests.helpers.pcrs import PCR_FIXTURES
+from tests.helpers.processes import TcpSwtpm, run_tpmtop
+from tpmtop.pcrs.verdict import Health, PcrStatus
+
+
+def _schema() -> dict:
+    return json.loads(resources.files("tpmtop").joinpath("schema/pcrs-1.json").read_text("utf-8"))
+
+
+def test_schema_sets_are_the_enums():
+    s = _schema()["$defs"]
+    assert s["status"]["enum"] == [m.value for m in PcrStatus]
+    assert s["verdict"]["enum"] == [m.value for m in Health]
+
+
+@pytest.mark.parametrize("args", [
+    ("--eventlog", str(PCR_FIXTURES / "ovmf" / "binary_bios_measurements"), "--no-tpm", "--events"),
+    ("--eventlog", str(PCR_FIXTURES / "seabios" / "binary_bios_measurements"),
+     "--ima", str(PCR_FIXTURES / "seabios" / "ascii_runtime_measurements"), "--sim"),
+])
+def test_output_validates(args):
+    r = run_tpmtop("pcrs", "--json", *args)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    jsonschema.validate(doc, _schema())
+    assert doc["schema"] == "tpmtop-pcrs/1"
+
+
+def test_diff_output_validates(tmp_path):
+    env = {"XDG_DATA_HOME": str(tmp_path)}
+    log = str(PCR_FIXTURES / "ovmf" / "binary_bios_measurements")
+    sw = TcpSwtpm()
+    try:
+        assert run_tpmtop("pcrs", "-T", sw.tcti, "--eventlog", log, "--save", env=env).returncode == 0
+        r = run_tpmtop("pcrs", "-T", sw.tcti, "--eventlog", str(PCR_FIXTURES / "seabios" / "binary_bios_measurements"),
+                       "--diff", "--json", env=env)
+    finally:
+        sw.stop()
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    jsonschema.validate(doc, _schema())
+    changes = {c["change"] for p in doc["diff"]["pcrs"] for c in p["events"]}
+    assert {"added", "removed"} <= changes  # SeaBIOS' events are not OVMF's

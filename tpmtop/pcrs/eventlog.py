@@ -1,0 +1,278 @@
+"""The firmware's TCG event log, parsed within bounds and never aborted.
+
+Formats (TCG PC Client Platform Firmware Profile §10): the first record is a SHA-1 style
+TCG_PCR_EVENT; when its data is the ``Spec ID Event03`` structure the rest are crypto-agile
+TCG_PCR_EVENT2 records carrying one digest per bank, with the sizes that header lists.
+Without it the whole log is SHA-1 style (TPM 1.2 firmware). Integers little-endian.
+
+Bad input is a fact about the log, not an error: the parser stops at the first record it
+cannot read and says where (byte offset) and why; everything before is replayed. What is
+read is bounded (:data:`MAX_LOG_BYTES`, :data:`MAX_EVENT_BYTES`, :data:`MAX_EVENTS`), so a
+FIFO, /dev/zero or a record claiming 4 GiB costs at most that much memory. Only a log with no
+readable first record is refused (:class:`EventLogError`, exit 2 with the offset).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import struct
+from dataclasses import dataclass, field
+
+from tpmtop.errors import UsageError
+from tpmtop.pcrs.events import EventType
+
+EV_NO_ACTION = int(EventType.EV_NO_ACTION)
+SPEC_ID_SIGNATURE = b"Spec ID Event03\0"
+STARTUP_LOCALITY = b"StartupLocality\0"
+# TPM_ALG_ID -> (hashlib name, digest size) for the banks a log may carry
+ALGORITHMS = {0x0004: ("sha1", 20), 0x000B: ("sha256", 32), 0x000C: ("sha384", 48),
+              0x000D: ("sha512", 64), 0x0012: ("sm3_256", 32)}
+ALG_IDS = {name: alg for alg, (name, _) in ALGORITHMS.items()}
+
+# Real firmware logs are tens of KiB (OVMF here: see tests/fixtures/pcrs/README); the kernel's
+# own buffer is a few hundred KiB at most. 64 MiB holds any log a firmware writes and bounds a
+# FIFO or /dev/zero.
+MAX_LOG_BYTES = 64 << 20
+MAX_EVENT_BYTES = 16 << 20  # one event's data (a db variable with many certificates is ~10 KiB)
+MAX_EVENTS = 1_000_000
+MAX_BANKS = 16  # a Spec ID header listing more is not a header
+
+
+class EventLogError(UsageError):
+    """A log with no readable first record: exit 2, with the offset."""
+
+
+@dataclass(slots=True)
+class Event:
+    index: int  # 0-based record number, the Spec ID header included
+    offset: int  # byte offset of the record in the log
+    pcr: int
+    type: int
+    # the digests, concatenated in one bytes object, and where each bank's lies: (bank, start,
+    # end), one tuple shared by every event that carries the header's banks in its order (a
+    # dict of four bytes per event cost 50,000 events ~25 MB)
+    layout: tuple[tuple[str, int, int], ...]
+    raw: bytes
+    data: bytes
+
+    @property
+    def digests(self) -> dict[str, bytes]:
+        """bank -> digest"""
+        return {b: self.raw[s:e] for b, s, e in self.layout}
+
+    @property
+    def banks(self) -> tuple[str, ...]:
+        return tuple(b for b, _, _ in self.layout)
+
+
+def layout_of(banks: list[str] | tuple[str, ...], sizes: list[int] | tuple[int, ...],
+              gap: int = 0) -> tuple[tuple[str, int, int], ...]:
+    """(bank, start, end) of each digest in a concatenation; ``gap``: bytes before each (a
+    TCG_PCR_EVENT2's algorithm id)."""
+    out, p = [], 0
+    for b, n in zip(banks, sizes, strict=True):
+        out.append((b, p + gap, p + gap + n))
+        p += gap + n
+    return tuple(out)
+
+
+@dataclass
+class EventLog:
+    format: str  # "crypto-agile" or "sha1"
+    banks: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    startup_locality: int | None = None
+    stop_offset: int | None = None  # where reading stopped, when it did not reach the end
+    stop_reason: str | None = None
+    notes: list[str] = field(default_factory=list)  # quirks read past
+    size: int = 0
+
+    @property
+    def partial(self) -> bool:
+        return self.stop_reason is not None
+
+
+def read_bounded(path: str, limit: int = MAX_LOG_BYTES) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of ``path`` (a file, a FIFO, a device): (bytes, whether there
+    was more). A directory or a missing file is an EventLogError naming it."""
+    try:
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise EventLogError(f"{path}: is a directory, not an event log")
+        with open(path, "rb", buffering=0) as f:
+            chunks: list[bytes] = []
+            got = 0
+            while got <= limit:
+                b = f.read(min(1 << 20, limit + 1 - got))
+                if not b:
+                    break
+                chunks.append(b)
+                got += len(b)
+    except FileNotFoundError:
+        raise EventLogError(f"{path}: no such file") from None
+    except PermissionError:
+        raise EventLogError(f"{path}: permission denied (the firmware log is readable by root only)") from None
+    except OSError as e:
+        raise EventLogError(f"{path}: cannot read: {e.strerror}") from None
+    buf = b"".join(chunks)
+    return buf[:limit], len(buf) > limit
+
+
+class _Short(Exception):
+    """A record runs past the bytes read (truncated log, or an absurd size)."""
+
+
+PROGRESS_EVERY = 8192  # records between two progress callbacks
+
+
+def parse(buf: bytes, *, more: bool = False, max_events: int = MAX_EVENTS, progress=None) -> EventLog:
+    """Parse ``buf``; ``more``: the source had bytes past it (reading was bounded);
+    ``progress(stage, done, total)``: called every few thousand records."""
+    mv = memoryview(buf)
+    n = len(buf)
+    if n < 32:
+        raise EventLogError(f"offset 0: only {n} bytes, too short for a TCG event log")
+    pcr, etype = struct.unpack_from("<II", buf, 0)
+    size = struct.unpack_from("<I", buf, 28)[0]
+    if size > n - 32:
+        raise EventLogError(f"offset 28: the first event claims {size} bytes of data, the log has "
+                            f"{n - 32} after it: not a TCG event log")
+    if not any(mv[:32 + size]):
+        raise EventLogError("offset 0: the log begins with zero bytes: not a TCG event log")
+    data = bytes(mv[32:32 + size])
+    if etype == EV_NO_ACTION and data.startswith(SPEC_ID_SIGNATURE):
+        log = EventLog("crypto-agile")
+        sizes = _spec_id(data, log)
+    else:
+        log = EventLog("sha1", banks=["sha1"])
+        sizes = {}
+    log.size = n
+    sha1_layout = layout_of(("sha1",), (20,))
+    header_layout = layout_of(log.banks, [n for _, n in sizes.values()], gap=2) if sizes else sha1_layout
+    log.events.append(Event(0, 0, pcr, etype, () if sizes else sha1_layout, b"" if sizes else bytes(mv[8:28]), data))
+    off = 32 + size
+    unpack2 = struct.Struct("<II").unpack_from
+    unpack_u32 = struct.Struct("<I").unpack_from
+    unpack_u16 = struct.Struct("<H").unpack_from
+    agile = log.format == "crypto-agile"
+    while off < n:
+        if len(log.events) >= max_events:
+            log.stop_offset, log.stop_reason = off, f"stopped after {max_events} events (tpmtop's bound)"
+            break
+        start = off
+        if progress is not None and not len(log.events) % PROGRESS_EVERY:
+            progress("reading the event log", off, n)
+        try:
+            if off + 8 > n:
+                raise _Short(f"{n - off} bytes left, less than an event header")
+            pcr, etype = unpack2(buf, off)
+            off += 8
+            got: list[str] = []
+            lens: list[int] = []
+            dstart = 0
+            if agile:
+                if off + 4 > n:
+                    raise _Short("digest count runs past the end")
+                count = unpack_u32(buf, off)[0]
+                off += 4
+                dstart = off
+                if count > MAX_BANKS:
+                    raise ValueError(f"claims {count} digests (the header lists {len(sizes)} banks)")
+                for _ in range(count):
+                    if off + 2 > n:
+                        raise _Short("digest runs past the end")
+                    alg = unpack_u16(buf, off)[0]
+                    off += 2
+                    if alg not in sizes:
+                        raise ValueError(f"digest algorithm 0x{alg:04x} is not in the Spec ID header")
+                    name, dsize = sizes[alg]
+                    if off + dsize > n:
+                        raise _Short("digest runs past the end")
+                    got.append(name)
+                    lens.append(dsize)
+                    off += dsize
+            else:
+                if off + 20 > n:
+                    raise _Short("digest runs past the end")
+                got.append("sha1")
+                lens.append(20)
+                dstart = off
+                off += 20
+            if off + 4 > n:
+                raise _Short("event size runs past the end")
+            size = unpack_u32(buf, off)[0]
+            off += 4
+            if size > MAX_EVENT_BYTES:
+                raise ValueError(f"event data size {size} is past tpmtop's bound of {MAX_EVENT_BYTES} bytes")
+            if off + size > n:
+                raise _Short(f"event data ({size} bytes) runs past the end ({n - off} left)")
+            data = bytes(mv[off:off + size])
+            off += size
+        except _Short as e:
+            if not any(mv[start:]):
+                log.notes.append(f"{n - start} zero bytes of padding after the last event (byte {start})")
+                break
+            log.stop_offset, log.stop_reason = start, ("truncated: " if not more else "") + str(e)
+            if more:
+                log.stop_reason = f"the log is longer than tpmtop reads ({MAX_LOG_BYTES} bytes): {e}"
+            break
+        except ValueError as e:
+            log.stop_offset, log.stop_reason = start, str(e)
+            break
+        # the digests as they lie in the record (each after its 2-byte algorithm id): one slice
+        raw = bytes(mv[dstart:dstart + (sum(lens) + 2 * len(lens) if agile else 20)])
+        if pcr == 0 and etype == 0 and not size and not any(raw):
+            # an all-zero record: the rest of a fixed-size buffer the firmware did not fill
+            if not any(mv[start:]):
+                log.notes.append(f"{n - start} zero bytes of padding after the last event (byte {start})")
+                break
+        if etype == EV_NO_ACTION and data.startswith(STARTUP_LOCALITY) and len(data) >= 17:
+            log.startup_locality = data[16]
+        if not agile:
+            lay = sha1_layout
+        elif got == log.banks:
+            lay = header_layout  # shared
+        else:
+            lay = layout_of(got, lens, gap=2)
+        if agile and set(got) != set(log.banks):
+            log.notes.append(f"event {len(log.events)} (byte {start}) carries {sorted(got)}, "
+                             f"not every bank of the header")
+        log.events.append(Event(len(log.events), start, pcr, etype, lay, raw, data))
+    else:
+        if more:
+            log.stop_offset, log.stop_reason = n, f"the log is longer than tpmtop reads ({MAX_LOG_BYTES} bytes)"
+    return log
+
+
+def _spec_id(data: bytes, log: EventLog) -> dict[int, tuple[str, int]]:
+    """TCG_EfiSpecIdEvent: signature[16], platformClass u32, versions u8×3, uintnSize u8,
+    numberOfAlgorithms u32, {algorithmId u16, digestSize u16}…, vendorInfoSize u8, vendorInfo."""
+    p = 16 + 8
+    try:
+        nalg = struct.unpack_from("<I", data, p)[0]
+        p += 4
+        if not 0 < nalg <= MAX_BANKS:
+            raise EventLogError(f"offset 32: the Spec ID header lists {nalg} digest algorithms")
+        sizes: dict[int, tuple[str, int]] = {}
+        for _ in range(nalg):
+            alg, dsize = struct.unpack_from("<HH", data, p)
+            p += 4
+            name = ALGORITHMS.get(alg, (f"alg_0x{alg:04x}", dsize))[0]
+            if alg in ALGORITHMS and ALGORITHMS[alg][1] != dsize:
+                log.notes.append(f"the Spec ID header gives {name} a {dsize}-byte digest")
+            sizes[alg] = (name, dsize)
+            log.banks.append(name)
+        if p < len(data) and data[p]:
+            log.notes.append(f"the Spec ID header carries {data[p]} bytes of vendor information")
+    except struct.error:
+        raise EventLogError("offset 32: the Spec ID header is cut short") from None
+    return sizes
+
+
+def parse_file(path: str, progress=None) -> EventLog:
+    buf, more = read_bounded(path)
+    try:
+        return parse(buf, more=more, progress=progress)
+    except EventLogError as e:
+        raise EventLogError(f"{path}: {e}") from None

@@ -1,0 +1,76 @@
+"""One question for a daemon (``tpmtop exporter --probe``): per bank, does this boot's event
+log (and IMA's list) replay to the TPM's PCRs? The same parser, replay and verdicts as
+``tpmtop pcrs``, given a root directory (``/``, or a test's tree)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tpmtop.pcrs import eventlog, ima, replay, verdict
+from tpmtop.pcrs.tpmread import PcrValues
+
+EVENTLOG = "sys/kernel/security/tpm0/binary_bios_measurements"
+IMA_BINARY = "sys/kernel/security/ima/binary_runtime_measurements"
+
+
+def log_readable(root: str = "/") -> bool:
+    return os.access(os.path.join(root, EVENTLOG), os.R_OK)
+
+
+def replay_matches(tpm: PcrValues, root: str = "/") -> dict[str, bool] | None:
+    """bank -> whether every PCR matches; None when the root has no readable event log.
+    Read after ``tpm`` (IMA's list only grows: see :mod:`tpmtop.pcrs.replay`)."""
+    try:
+        log = eventlog.parse_file(os.path.join(root, EVENTLOG))
+    except eventlog.EventLogError:
+        return None
+    ima_list = None
+    ima_path = os.path.join(root, IMA_BINARY)
+    if os.access(ima_path, os.R_OK):
+        try:
+            ima_list = ima.read(ima_path)
+        except eventlog.EventLogError:
+            ima_list = None
+    banks = list(dict.fromkeys(list(tpm.allocated) + log.banks))
+    rep = replay.replay(log, ima_list, banks, tpm.values)
+    return verdict.compare(log, ima_list, rep, tpm).bank_matches()
+
+
+@dataclass(frozen=True)
+class PcrSnapshot:
+    """One reading for the dashboard's PCRs panel: plain, immutable."""
+
+    log_note: str  # what was replayed ("OVMF log: crypto-agile, 25 events …"), or why nothing was
+    update_counter: int
+    rows: tuple[tuple[int, str, str, int, str], ...]  # (pcr, bank, status, events, reason) worth a line
+    health: tuple[tuple[str, str, str], ...]  # (bank, verdict, detail)
+    banks: tuple[tuple[str, bool], ...]  # (bank, the replay matches every PCR)
+
+
+def snapshot(tpm: PcrValues, root: str = "/") -> PcrSnapshot:
+    """Compare ``tpm`` with the log (and IMA's list) under ``root``; without a readable log,
+    the PCR values alone with the reason."""
+    path = os.path.join(root, EVENTLOG)
+    try:
+        log = eventlog.parse_file(path)
+        note = (f"{path}: {log.format}, {len(log.events)} events"
+                + (f", PARTIAL at byte {log.stop_offset}" if log.partial else ""))
+    except eventlog.EventLogError as e:
+        log, note = None, f"no event log replayed ({e})"
+    ima_list = None
+    ima_path = os.path.join(root, IMA_BINARY)
+    if log is not None and os.access(ima_path, os.R_OK):
+        try:
+            ima_list = ima.read(ima_path, list(tpm.allocated))
+            note += f"; IMA: {len(ima_list.entries)} entries"
+        except eventlog.EventLogError:
+            ima_list = None
+    banks = list(dict.fromkeys(list(tpm.allocated) + (log.banks if log else [])))
+    rep = replay.replay(log, ima_list, banks, tpm.values)
+    rep_ok = verdict.compare(log, ima_list, rep, tpm)
+    rows = tuple((r.pcr, r.bank, r.status.value, r.events + r.ima, r.reason) for r in rep_ok.results
+                 if log is not None and (r.status is not verdict.PcrStatus.MATCH or r.events or r.ima))
+    return PcrSnapshot(note, tpm.update_counter, rows,
+                       tuple((h.bank, h.verdict.value, h.detail) for h in rep_ok.health),
+                       tuple(rep_ok.bank_matches().items()) if log is not None else ())

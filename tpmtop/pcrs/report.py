@@ -1,0 +1,111 @@
+"""``tpmtop pcrs`` as text and as JSON (schema: tpmtop/schema/pcrs-1.json)."""
+
+from __future__ import annotations
+
+from tpmtop.pcrs.eventlog import EventLog
+from tpmtop.pcrs.events import describe, type_name
+from tpmtop.pcrs.ima import ImaList
+from tpmtop.pcrs.replay import Replay, initial
+from tpmtop.pcrs.tpmread import PcrValues
+from tpmtop.pcrs.verdict import PcrStatus, Report
+from tpmtop.textsafe import safe
+
+SCHEMA = "tpmtop-pcrs/1"
+
+
+def log_json(log: EventLog | None, path: str | None) -> dict | None:
+    if log is None:
+        return None
+    return {"path": path, "format": log.format, "banks": log.banks, "events": len(log.events),
+            "bytes": log.size, "startup_locality": log.startup_locality,
+            "partial": log.partial, "stop_offset": log.stop_offset, "stop_reason": log.stop_reason,
+            "notes": log.notes}
+
+
+def events_json(log: EventLog) -> list[dict]:
+    return [{"index": e.index, "offset": e.offset, "pcr": e.pcr, "type": type_name(e.type),
+             "type_value": e.type, "digests": {b: d.hex() for b, d in e.digests.items()},
+             "data": describe(e.type, e.data)} for e in log.events]
+
+
+def ima_json(ima: ImaList | None) -> dict | None:
+    if ima is None:
+        return None
+    return {"path": ima.source, "entries": len(ima.entries), "banks": ima.banks,
+            "partial": ima.stop_reason is not None, "stop_offset": ima.stop_offset, "stop_reason": ima.stop_reason}
+
+
+def to_json(report: Report, log: EventLog | None, log_path: str | None, ima: ImaList | None, rep: Replay,
+            tpm: PcrValues | None, tpm_info: dict | None, with_events: bool) -> dict:
+    out = {"schema": SCHEMA, "tpm": tpm_info,
+           "update_counter": tpm.update_counter if tpm is not None else None,
+           "eventlog": log_json(log, log_path), "ima": ima_json(ima),
+           "replay": {b: {str(p): v.hex() for p, v in enumerate(vals)} for b, vals in rep.values.items()},
+           "pcrs": [r.to_json() for r in report.results],
+           "banks": {b: ok for b, ok in report.bank_matches().items()},
+           "health": [h.to_json() for h in report.health],
+           "skipped": rep.skipped}
+    if with_events and log is not None:
+        out["events"] = events_json(log)
+    return out
+
+
+def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaList | None,
+         tpm: PcrValues | None, show_all: bool, show_events: bool, banks: list[str] | None = None) -> str:
+    lines: list[str] = []
+    if log is not None:
+        lines.append(f"event log  {safe(log_path)}: {log.format}, {len(log.events)} events, banks "
+                     f"{', '.join(log.banks)}" + (f", StartupLocality {log.startup_locality}"
+                                                  if log.startup_locality is not None else ""))
+        if log.partial:
+            lines.append(f"           PARTIAL: read up to byte {log.stop_offset}: {safe(log.stop_reason)}")
+        for n in log.notes:
+            lines.append(f"           note: {safe(n)}")
+    if ima is not None:
+        lines.append(f"IMA        {safe(ima.source)}: {len(ima.entries)} entries, banks {', '.join(ima.banks)}"
+                     + (f" (PARTIAL at {ima.stop_offset}: {safe(ima.stop_reason)})" if ima.stop_reason else ""))
+    if tpm is not None:
+        lines.append(f"TPM        banks {', '.join(f'{b} ({len(p)} PCRs)' for b, p in tpm.allocated.items())}; "
+                     f"pcrUpdateCounter {tpm.update_counter}")
+    lines.append("")
+    header = f"{'PCR':>3}  {'bank':<7} {'status':<12} {'events':>6}  value"
+    lines += [header, "-" * len(header)]
+    nothing = log is None and ima is None  # the TPM's values alone
+    if nothing:
+        lines.insert(0, "no event log and no IMA list: the TPM's PCRs alone (those not at their start value; "
+                        "--all for every one)")
+    for r in report.results:
+        if banks and r.bank not in banks:
+            continue
+        if nothing:
+            if show_all or (r.tpm is not None and r.tpm != initial(r.bank, r.pcr)):
+                lines.append(f"{r.pcr:>3}  {r.bank:<7} {'-':<12} {'':>6}  {r.tpm.hex() if r.tpm else '-'}")
+            continue
+        interesting = r.events or r.ima or r.status not in (PcrStatus.MATCH, PcrStatus.NOT_READ)
+        if not (show_all or interesting):
+            continue
+        value = r.tpm if r.tpm is not None else r.replay
+        nev = f"{r.events}" + (f"+{r.ima}" if r.ima else "")
+        lines.append(f"{r.pcr:>3}  {r.bank:<7} {r.status.value:<12} {nev:>6}  {value.hex() if value else '-'}")
+        if r.status in (PcrStatus.UNEXPLAINED, PcrStatus.BEHIND, PcrStatus.NOT_REPLAYED):
+            if r.replay is not None and r.status is not PcrStatus.NOT_REPLAYED:
+                lines.append(f"{'':>3}  {'':<7} {'replay':<12} {'':>6}  {r.replay.hex()}")
+            lines.append(f"{'':>5}{safe(r.reason)}")
+    if report.health:
+        lines.append("")
+        lines.append("bank health")
+        for h in report.health:
+            if banks and h.bank not in banks and h.bank != "*":
+                continue
+            lines.append(f"  {h.bank:<7} {h.verdict.value:<19} {safe(h.detail)}")
+    matches = {b: ok for b, ok in report.bank_matches().items() if (not banks or b in banks) and not nothing}
+    if matches:
+        lines.append("")
+        lines.append("replay " + "; ".join(f"{b}: {'matches' if ok else 'DOES NOT MATCH'}"
+                                           for b, ok in matches.items()))
+    if show_events and log is not None:
+        lines.append("")
+        lines.append(f"{'#':>4} {'PCR':>3}  {'type':<34} data")
+        for e in log.events:
+            lines.append(f"{e.index:>4} {e.pcr:>3}  {type_name(e.type):<34} {safe(describe(e.type, e.data))}")
+    return "\n".join(lines)
