@@ -43,6 +43,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                  "serve /metrics to Prometheus: the kernel's TPM traffic and the boot facts, passively"),
     "lab": ("tpmtop.cli.lab",
             "boot real kernels under qemu with a (chip-shaped) TPM served by tpmtop: HMAC on vs off, measured"),
+    "health": ("tpmtop.cli.health",
+               "is the TPM locked out, and who did it? driver stalls, a TPM the kernel could not set up, IMA"),
     "clients": ("tpmtop.cli.proxy", "which processes hold /dev/tpm0 or /dev/tpmrm0 open; is tpm2-abrmd running"),
 }
 

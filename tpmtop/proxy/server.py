@@ -720,7 +720,7 @@ class ProxyServer:
             if 0 <= sent < len(data):
                 threading.Thread(target=self._send_rest, args=(sock, client, data[sent:]), daemon=True).start()
             for note in self.accounts.record(client, cmd, rsp, wire_ns):
-                self.log(note, LineKind.FOREIGN)
+                self.log(note, getattr(note, "kind", LineKind.FOREIGN))  # a ProxyLine keeps its kind
             if sent < 0:
                 self._went_away(sock, client, len(rsp))
 

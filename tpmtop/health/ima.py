@@ -1,0 +1,75 @@
+"""IMA's measurement list: how fast it grows (now and over the boot), the policy in force where
+it can be read, and the files measured most. Reads securityfs only (root).
+
+The list (``ascii_runtime_measurements``) names files, not processes: "top processes" needs the
+kernel view's per-task extends (``tpmtop kernel``); the share of TPM time likewise."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from tpmtop.boot.facts import IMA_DIR, SystemFacts
+from tpmtop.boot.rootfs import RootReader, Unavailable
+from tpmtop.health.verdicts import Kind, Level, Verdict, unknown
+from tpmtop.textsafe import safe
+
+LIST_READ_MAX = 8 << 20  # bytes of the list read for the top files (a long list is sampled from its start)
+TOP = 5
+
+
+def _count(r: RootReader) -> int:
+    return int(r.read_line(f"{IMA_DIR}/runtime_measurements_count"))
+
+
+def verdict(r: RootReader, sf: SystemFacts, sample_s: float = 1.0) -> Verdict:
+    f = sf.get("ima.measurements")
+    if f is None or not f.ok:
+        why = f.reason if f is not None else "IMA not read"
+        return unknown(Kind.IMA, f"needs root: {why}" if "permission" in (why or "") else why or "IMA unreadable")
+    n0 = int(f.value)
+    ev = [f"{IMA_DIR}/runtime_measurements_count: {n0}"]
+    data: list[tuple[str, object]] = [("measurements", n0)]
+    rate_boot = None
+    try:
+        up = float(r.read_line("/proc/uptime").split()[0])
+        rate_boot = n0 / up if up > 0 else None
+        ev.append(f"/proc/uptime: {up:.0f} s")
+    except (Unavailable, ValueError, IndexError):
+        pass
+    now = None
+    if r.live and sample_s > 0:
+        t0 = time.monotonic()
+        time.sleep(sample_s)
+        try:
+            now = (_count(r) - n0) / (time.monotonic() - t0)
+        except (Unavailable, ValueError):
+            now = None
+    data += [("per_s_boot", rate_boot), ("per_s_now", now)]
+    try:
+        policy = r.read_text(f"{IMA_DIR}/policy")
+        rules = [ln for ln in policy.splitlines() if ln.strip()]
+        ev.append(f"{IMA_DIR}/policy: {len(rules)} rules; first: {safe(rules[0]) if rules else '-'}")
+        data.append(("policy_rules", len(rules)))
+    except Unavailable as e:
+        hints = sf.value("ima.policy_hints") or {}
+        ev.append(f"policy: {e}" + (f"; command line: {hints}" if hints else ""))
+    try:
+        raw = r.read_bytes(f"{IMA_DIR}/ascii_runtime_measurements")[:LIST_READ_MAX]
+        paths: Counter[str] = Counter()
+        for line in raw.decode("utf-8", "replace").splitlines():
+            parts = line.split(" ", 4)
+            if len(parts) == 5:
+                paths[parts[4]] += 1
+        top = paths.most_common(TOP)
+        ev += [f"measured {k}×: {safe(p)}" for p, k in top]
+        data.append(("top_files", [{"path": p, "count": k} for p, k in top]))
+    except Unavailable as e:
+        ev.append(f"list: {e}")
+    rates = []
+    if now is not None:
+        rates.append(f"{now:.1f}/s now")
+    if rate_boot is not None:
+        rates.append(f"{rate_boot:.2f}/s over the boot")
+    return Verdict(Kind.IMA, Level.INFO, f"{n0} measurements" + (f" ({', '.join(rates)})" if rates else ""),
+                   tuple(ev), tuple(data))
