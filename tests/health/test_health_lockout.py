@@ -5,7 +5,6 @@ tpm2-tools sending wrong passwords through `tpmtop run` — so tpmtop sees who s
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 
@@ -23,33 +22,9 @@ MAX_TRIES = 4
 INTERVAL_S = 15
 
 
-def _tools(swtpm: TcpSwtpm, *argv: str, cwd, check: bool = True, stdin: str | None = None):
-    env = dict(os.environ, TPM2TOOLS_TCTI=swtpm.tcti, TSS2_LOG="all+NONE")
-    return subprocess.run(list(argv), cwd=cwd, env=env, capture_output=True, text=True, input=stdin,
-                          check=check, timeout=240)
-
-
 @pytest.fixture
-def da_swtpm(tmp_path):
-    """A swtpm with MAX_AUTH_FAIL 4 and a 15 s lockout interval, and a sealed object (password
-    "right", DA-protected: no noDA) saved as a context in tmp_path/s.ctx."""
-    s = TcpSwtpm()
-    try:
-        _tools(s, "tpm2_dictionarylockout", "-s", "-n", str(MAX_TRIES), "-t", str(INTERVAL_S), "-l", str(INTERVAL_S),
-               cwd=tmp_path)
-        _tools(s, "tpm2_createprimary", "-Q", "-c", "p.ctx", cwd=tmp_path)
-        _tools(s, "tpm2_flushcontext", "-t", cwd=tmp_path)
-        _tools(s, "tpm2_create", "-Q", "-C", "p.ctx", "-p", "right", "-i-", "-u", "s.pub", "-r", "s.priv",
-               cwd=tmp_path, stdin="sealed")
-        _tools(s, "tpm2_flushcontext", "-t", cwd=tmp_path)
-        _tools(s, "tpm2_load", "-Q", "-C", "p.ctx", "-u", "s.pub", "-r", "s.priv", "-c", "s.ctx", cwd=tmp_path)
-        _tools(s, "tpm2_flushcontext", "-t", cwd=tmp_path)
-        attrs = _tools(s, "tpm2_readpublic", "-c", "s.ctx", cwd=tmp_path).stdout
-        _tools(s, "tpm2_flushcontext", "-t", cwd=tmp_path)
-        assert "noda" not in attrs.lower()  # DA-protected: a wrong password counts
-        yield s
-    finally:
-        s.stop()
+def da_swtpm(da_swtpm_factory):
+    return da_swtpm_factory(MAX_TRIES, INTERVAL_S)
 
 
 def _health(swtpm: TcpSwtpm, *extra: str) -> tuple[int, dict]:
@@ -63,7 +38,7 @@ def _verdict(doc: dict, kind: str) -> dict:
 
 
 def _wrong_passwords(swtpm: TcpSwtpm, tmp_path, n: int, capture) -> subprocess.CompletedProcess:
-    ctx = tmp_path / "s.ctx"
+    ctx = swtpm.work / "s.ctx"
     loop = f"for i in $(seq {n}); do tpm2_unseal -c {ctx} -p wrong; tpm2_flushcontext -t; done"
     return run_tpmtop("-T", swtpm.tcti, "run", "--json", str(capture), "--", "sh", "-c", loop,
                       env={"TSS2_LOG": "all+NONE"})

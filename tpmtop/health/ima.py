@@ -58,11 +58,12 @@ def verdict(r: RootReader, sf: SystemFacts, sample_s: float = 1.0) -> Verdict:
         raw = r.read_bytes(f"{IMA_DIR}/ascii_runtime_measurements")[:LIST_READ_MAX]
         paths: Counter[str] = Counter()
         for line in raw.decode("utf-8", "replace").splitlines():
-            parts = line.split(" ", 4)
-            if len(parts) == 5:
+            parts = line.split(" ")  # PCR template-hash template algo:digest path [signature]
+            if len(parts) >= 5:
                 paths[parts[4]] += 1
-        top = paths.most_common(TOP)
-        ev += [f"measured {k}×: {safe(p)}" for p, k in top]
+        top = [(p, k) for p, k in paths.most_common(TOP) if k > 1]
+        ev += [f"measured {k}×: {safe(p)}" for p, k in top] or [
+            f"no file measured more than once in the {sum(paths.values())} entries read"]
         data.append(("top_files", [{"path": p, "count": k} for p, k in top]))
     except Unavailable as e:
         ev.append(f"list: {e}")

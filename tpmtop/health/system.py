@@ -184,8 +184,18 @@ def _tpm_irq_lines(r: RootReader) -> list[tuple[str, int]]:
     return out
 
 
+def _param_value(text: str) -> bool | None:
+    """tpm_tis.interrupts as sysfs shows it: a bool (Y/N, 6.4+) or an int (-1: "allowed unless a
+    DMI quirk turns them off", 6.1's default; 0 off; 1 on). None: allowed by default."""
+    t = text.strip()
+    if t == "-1":
+        return None
+    return cmdline_mod.truthy(t)
+
+
 def interrupts(inp: Inputs) -> Verdict:
-    """Interrupt-driven, or polling (forced, or because the interrupt did not fire)."""
+    """Interrupt-driven, or polling: forced (command line, or the driver's default), because
+    the interrupt did not fire (the driver's fallback), or because the TPM has no IRQ."""
     r, sf = inp.reader, inp.facts
     ev: list[str] = []
     try:
@@ -194,37 +204,46 @@ def interrupts(inp: Inputs) -> Verdict:
     except Unavailable as e:
         lines = []
         ev.append(str(e))
-    param = None
+    param: bool | None = None
+    raw = None
     try:
-        param = cmdline_mod.truthy(r.read_line(TIS_INTERRUPTS_PARAM))
-        ev.append(f"{TIS_INTERRUPTS_PARAM}: {'Y' if param else 'N'}")
+        raw = r.read_line(TIS_INTERRUPTS_PARAM)
+        param = _param_value(raw)
+        ev.append(f"{TIS_INTERRUPTS_PARAM}: {safe(raw)}" + (" (allowed unless a DMI quirk says no)" if raw == "-1"
+                                                             else ""))
     except Unavailable as e:
         ev.append(str(e))
     cmd = (sf.params or {}).get("tpm_tis.interrupts")
+    on_cmdline = cmd is not None and cmdline_mod.truthy(cmd[-1]) is False
     if cmd:
         ev.append(f"/proc/cmdline: tpm_tis.interrupts={cmd[-1]}")
-        if param is None:
+        if raw is None:
             param = cmdline_mod.truthy(cmd[-1])
     fell_back = _problems(sf, ("polling",))
     ev += [_p_line(p) for p in fell_back]
     irq_count = sum(n for _, n in lines)
-    data = (("mode", "unknown"), ("irq_count", irq_count if lines else None), ("param", param))
+
+    def v(level: Level, mode: str, text: str) -> Verdict:
+        return Verdict(Kind.INTERRUPTS, level, text, tuple(ev),
+                       (("mode", mode), ("irq_count", irq_count if lines else None), ("param", raw)))
+
     if fell_back:
-        return Verdict(Kind.INTERRUPTS, Level.WARN, "polling: the TPM interrupt did not fire and the driver "
-                       "fell back (slower commands)", tuple(ev), (("mode", "polling-fallback"),) + data[1:])
+        return v(Level.WARN, "polling-fallback", "polling: the TPM interrupt did not fire and the driver fell back "
+                 "(slower commands)")
     if lines and irq_count > 0:
-        return Verdict(Kind.INTERRUPTS, Level.OK, f"interrupt-driven: {irq_count} TPM interrupts",
-                       tuple(ev), (("mode", "interrupts"),) + data[1:])
+        return v(Level.OK, "interrupts", f"interrupt-driven: {irq_count} TPM interrupts")
+    if on_cmdline:
+        return v(Level.INFO, "polling-off-cmdline", "polling: interrupts turned off on the command line "
+                 "(tpm_tis.interrupts=0)")
     if param is False:
-        return Verdict(Kind.INTERRUPTS, Level.INFO, "polling: interrupts turned off (tpm_tis.interrupts=0)",
-                       tuple(ev), (("mode", "polling-forced"),) + data[1:])
+        return v(Level.INFO, "polling-off-default", "polling: tpm_tis.interrupts is off and not on the command "
+                 "line (the driver's default on this kernel)")
     if lines:
-        return Verdict(Kind.INTERRUPTS, Level.WARN, "an interrupt line is set up and never fired: the driver "
-                       "polls", tuple(ev), (("mode", "polling-silent-irq"),) + data[1:])
+        return v(Level.WARN, "polling-silent-irq", "an interrupt line is set up and never fired: the driver polls")
     if not r.exists("/dev/tpm0") and not sf.chips:
         return unknown(Kind.INTERRUPTS, "no TPM bound to a driver: nothing to judge")
-    return Verdict(Kind.INTERRUPTS, Level.INFO, "polling: the TPM has no interrupt line (none declared, or a "
-                   "CRB/SPI/I2C interface without one)", tuple(ev), (("mode", "polling-no-irq"),) + data[1:])
+    return v(Level.INFO, "polling-no-irq", "polling: interrupts allowed, but the TPM has no interrupt line "
+             "(the firmware declares none, or a CRB/SPI/I2C interface without one)")
 
 
 def _pm_marks(r: RootReader, sf: SystemFacts) -> list[tuple[float | None, str]]:
