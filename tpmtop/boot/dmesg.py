@@ -10,6 +10,7 @@ Messages as the kernel's TPM drivers print them (drivers/char/tpm/):
   to interference``, ``null key integrity check failed``, ``TPM: HMAC check failed``, and the
   auth-session warnings ``auth session is active`` / ``… is not active``,
   ``tpm2_start_auth_session: encryption is not active``, ``tpm session not filled correctly``;
+- ima_init.c: ``No TPM chip found, activating TPM-bypass!`` (IMA without a TPM);
 - timeouts: ``Operation Timed out``, ``tpm_try_transmit: send(): error -62``;
 - tpm_tis_core.c: ``invalid TPM_STS.x 0x%02x, dumping stack for forensics`` (0xff: the chip
   did not answer the bus read);
@@ -76,6 +77,7 @@ PROBLEMS = (
     ("transmit", re.compile(r"tpm_try_transmit: \w+\(\): error (?P<errno>-?\d+)")),
     ("suspend", re.compile(r"Ignoring error (?P<errno>-?\d+) while suspending")),
     ("selftest", re.compile(r"(?i)self ?test (?:failed|timed out)")),
+    ("ima-bypass", re.compile(r"No TPM chip found, activating TPM-bypass")),
 )
 KIND_TEXT = {
     "tpm-error": "the TPM answered a kernel command with an error",
@@ -91,6 +93,7 @@ KIND_TEXT = {
     "transmit": "sending a command to the TPM failed",
     "suspend": "an error on suspend",
     "selftest": "the TPM self test failed",
+    "ima-bypass": "IMA found no TPM: its measurements are extended into no PCR",
 }
 _CALLING = re.compile(r"^calling  (\S+?)\+0x[0-9a-f]+/0x[0-9a-f]+(?: \[\S+\])? @ \d+\s*$")
 _RETURNED = re.compile(

@@ -67,10 +67,15 @@ def verdict(r: RootReader, sf: SystemFacts, sample_s: float = 1.0) -> Verdict:
         data.append(("top_files", [{"path": p, "count": k} for p, k in top]))
     except Unavailable as e:
         ev.append(f"list: {e}")
+    bypass = [p for p in (sf.kernel_log.problems if sf.kernel_log else []) if p.kind == "ima-bypass"]
+    ev += [f"dmesg:{p.line}: {safe(p.text)}" for p in bypass]
     rates = []
     if now is not None:
         rates.append(f"{now:.1f}/s now")
     if rate_boot is not None:
         rates.append(f"{rate_boot:.2f}/s over the boot")
+    if bypass:
+        return Verdict(Kind.IMA, Level.WARN, f"{n0} measurements, extended into no PCR: IMA found no TPM "
+                       "(TPM-bypass), so no attestation can cover them", tuple(ev), tuple(data))
     return Verdict(Kind.IMA, Level.INFO, f"{n0} measurements" + (f" ({', '.join(rates)})" if rates else ""),
                    tuple(ev), tuple(data))

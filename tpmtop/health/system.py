@@ -93,7 +93,7 @@ def device(inp: Inputs) -> Verdict:
         return Verdict(Kind.DEVICE, Level.INFO, "no TPM: the firmware declares none and there is no /dev/tpm0",
                        tuple(ev), (("declared", declared), ("devices", devs)))
     # Declared, and no node: the lines that say why (the HMAC set-up bail-out, a failed probe).
-    why = _problems(sf, SETUP_KINDS + TIMEOUT_KINDS)
+    why = _problems(sf, SETUP_KINDS + TIMEOUT_KINDS + ("tpm-error", "ima-bypass"))
     lines = [_p_line(p) for p in why]
     if not lines and sf.kernel_log is not None:
         lines = [f"dmesg: {safe(t)}" for t in sf.kernel_log.tpm_lines
@@ -227,6 +227,8 @@ def interrupts(inp: Inputs) -> Verdict:
         return Verdict(Kind.INTERRUPTS, level, text, tuple(ev),
                        (("mode", mode), ("irq_count", irq_count if lines else None), ("param", raw)))
 
+    if not lines and not r.exists("/dev/tpm0") and not sf.chips:
+        return unknown(Kind.INTERRUPTS, "no TPM bound to a driver: nothing to judge")
     if fell_back:
         return v(Level.WARN, "polling-fallback", "polling: the TPM interrupt did not fire and the driver fell back "
                  "(slower commands)")
@@ -240,8 +242,6 @@ def interrupts(inp: Inputs) -> Verdict:
                  "line (the driver's default on this kernel)")
     if lines:
         return v(Level.WARN, "polling-silent-irq", "an interrupt line is set up and never fired: the driver polls")
-    if not r.exists("/dev/tpm0") and not sf.chips:
-        return unknown(Kind.INTERRUPTS, "no TPM bound to a driver: nothing to judge")
     return v(Level.INFO, "polling-no-irq", "polling: interrupts allowed, but the TPM has no interrupt line "
              "(the firmware declares none, or a CRB/SPI/I2C interface without one)")
 
