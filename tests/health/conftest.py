@@ -51,3 +51,15 @@ def da_swtpm_factory(tmp_path):
     finally:
         for s in started:
             s.stop()
+
+
+def check_schema(doc: dict) -> dict:
+    """``tpmtop health --json`` as its published schema (tpmtop/schema/health-1.json) says."""
+    import json
+    from importlib import resources
+
+    import jsonschema
+
+    schema = json.loads(resources.files("tpmtop").joinpath("schema/health-1.json").read_text())
+    jsonschema.validate(doc, schema)
+    return doc

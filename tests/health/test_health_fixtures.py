@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.health.conftest import check_schema
 from tests.helpers.paths import REPO
 from tests.helpers.processes import run_tpmtop
 
@@ -18,7 +19,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "health"
 def health(root: Path) -> tuple[int, dict[str, dict]]:
     r = run_tpmtop("health", "--root", str(root), "--ima-sample", "0", "--json")
     assert r.returncode in (0, 1), r.stderr
-    doc = json.loads(r.stdout)
+    doc = check_schema(json.loads(r.stdout))
     return r.returncode, {v["kind"]: v for v in doc["verdicts"]}
 
 

@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from tests.health.conftest import check_schema
 from tests.helpers.processes import TcpSwtpm, run_tpmtop, wait_until
 from tpmtop.tpm.rcformat import Where, decode, is_auth_failure
 
@@ -30,7 +31,7 @@ def da_swtpm(da_swtpm_factory):
 def _health(swtpm: TcpSwtpm, *extra: str) -> tuple[int, dict]:
     r = run_tpmtop("health", "-T", swtpm.tcti, "--json", *extra)
     assert r.returncode in (0, 1), r.stderr
-    return r.returncode, json.loads(r.stdout)
+    return r.returncode, check_schema(json.loads(r.stdout))
 
 
 def _verdict(doc: dict, kind: str) -> dict:

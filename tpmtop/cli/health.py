@@ -52,7 +52,11 @@ def run_health(args) -> int:
     notes = []
     read = None
     reason = None
-    if target.source == "fallback":
+    saved_tree = args.root is not None and os.path.realpath(args.root) != "/"
+    if saved_tree and target.source in ("fallback", "default"):
+        # a saved tree is another machine's (or another boot's): this machine's TPM says nothing of it
+        reason = "not asked: --root judges a saved system; -T or --sim asks a TPM as well"
+    elif target.source == "fallback":
         # health asks the TPM this machine has; a private simulator would say nothing about it
         reason = f"no TPM to ask: {tcti_mod.DEFAULT_DEVICE} absent"
         if target.note and "permission" in target.note:
