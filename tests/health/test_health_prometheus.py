@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.exporter.test_exporter_prometheus import PROMETHEUS, WAIT, Prometheus
-from tests.health.conftest import tools
+from tests.helpers.da import tools
 from tests.helpers.exporter import Exporter
 
 pytestmark = [pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus package is not installed"),

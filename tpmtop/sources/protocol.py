@@ -60,6 +60,7 @@ class Capabilities:
     export: bool = False  # x writes a capture
     sysfs: bool = False  # a kernel worth reading (System panel): --passive, or a TPM device node
     clients: bool = False  # who else uses the TPM: a proxy's clients, or a device's holders (Clients)
+    health: bool = False  # a TPM whose lockout state the polls read, or a kernel worth judging (Health)
     why_not: str = ""  # said when a key is refused: "replay shows a capture: nothing to change"
 
 
@@ -145,6 +146,7 @@ class Source(Protocol):
     def lost(self, error: str) -> None: ...
     def slot_freed(self) -> None: ...
     def workload_loop(self, cancelled: Callable[[], bool]) -> None: ...
+    def da_properties(self) -> dict[str, int] | None: ...
     def set_running(self, running: bool) -> None: ...
     def set_rate_step(self, direction: int) -> float: ...
     def hold_for_ui(self, why: UiHold = UiHold.KEY) -> None: ...
@@ -253,6 +255,11 @@ class SourceBase:
 
     def workload_loop(self, cancelled: Callable[[], bool]) -> None:
         pass
+
+    def da_properties(self) -> dict[str, int] | None:
+        """The TPM's variable properties as its latest poll read them (the dictionary-attack
+        state among them: the Health panel), or None: no TPM polled. No command of its own."""
+        return None
 
     def set_running(self, running: bool) -> None:
         pass

@@ -18,12 +18,14 @@ from typing import Any
 from tpmtop.sources.protocol import Capabilities, Source
 from tpmtop.tui.widgets.clients import ClientsPanel
 from tpmtop.tui.widgets.handles import HandlesPanel
+from tpmtop.tui.widgets.health import HealthPanel
 from tpmtop.tui.widgets.latency import LatencyPanel
 from tpmtop.tui.widgets.modes import ModesPanel
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.resources import ResourcesPanel
 from tpmtop.tui.widgets.stream import StreamPanel
 from tpmtop.tui.widgets.system import SystemPanel
+from tpmtop.viewmodel.rows import health
 
 
 class Group(StrEnum):
@@ -70,6 +72,10 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec("7", "clients", "Clients", lambda c: c.clients, Group.LEFT, ClientsPanel,
               "Clients: with --listen, the programs using the TPM through tpmtop's proxy (tpmtop's workload one "
               "of them); on a device, the processes holding it open."),
+    PanelSpec("8", "health", "Health", lambda c: c.health, Group.LEFT, HealthPanel,
+              "Health: tpmtop health's verdicts — the TPM's dictionary-attack counter (from the handle poll, no "
+              "command of its own) and who sent wrong passwords through the proxy; the driver, set-up and IMA "
+              "from sysfs and dmesg (read every 30 s).", rows=health.part),
 )
 BY_ID = {p.id: p for p in PANELS}
 # Containers of the full-size layout, and the groups each holds (shown when one of its panels is).
