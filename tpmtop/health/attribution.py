@@ -109,6 +109,8 @@ class AuthFailureLog:
         many. Events when the capture kept them; else the per-client error counts of a proxy
         capture written without --events (who and how many, not when)."""
         clients = {c.get("id"): c for c in cap.get("clients") or [] if isinstance(c, dict)}
+        # a kernel capture names the task on its operations (an event's op_seq), not its events
+        tasks = {o.get("op_seq"): o for o in cap.get("ops") or [] if isinstance(o, dict) and "comm" in o}
         origin_default = "run" if isinstance(cap.get("command"), dict) else "proxy"
         n = 0
         events = cap.get("events")
@@ -116,7 +118,7 @@ class AuthFailureLog:
             for e in events:
                 if not isinstance(e, dict) or not is_auth_failure(e.get("rc")):
                     continue
-                who = _who_of_event(e, clients, origin_default)
+                who = _who_of_event(e, clients, tasks, origin_default)
                 cmd = str(e.get("command", "?")).removeprefix("TPM2_CC_")
                 if self.observe(cmd, e["rc"], who, e.get("t_ns")) is not None:
                     n += 1
@@ -131,12 +133,15 @@ class AuthFailureLog:
         return n
 
 
-def _who_of_event(e: dict, clients: dict, origin_default: str) -> Who:
+def _who_of_event(e: dict, clients: dict, tasks: dict, origin_default: str) -> Who:
     c = clients.get(e.get("client"))
     if c is not None:
         return Who(str(c.get("name") or "?"), c.get("pid"), origin_default)
-    if e.get("comm") is not None or e.get("pid") is not None:  # the kernel view: the task
-        return Who(str(e.get("comm") or "?"), e.get("pid"), "kernel")
+    if e.get("origin") == "kernel":
+        t = tasks.get(e.get("op_seq"))
+        if t is not None:
+            return Who(str(t.get("comm") or "?"), t.get("pid"), "kernel")
+        return Who("a task the kernel trace did not name", None, "kernel")
     return Who(f"unknown sender ({e.get('origin', '?')})", None, str(e.get("origin") or "?"))
 
 
