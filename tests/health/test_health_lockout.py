@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from tests.health.conftest import check_schema
-from tests.helpers.processes import TcpSwtpm, run_tpmtop, wait_until
+from tests.helpers.processes import TPMTOP, TcpSwtpm, run_tpmtop, wait_until
 from tpmtop.tpm.rcformat import Where, decode, is_auth_failure
 
 pytestmark = pytest.mark.skipif(shutil.which("tpm2_unseal") is None, reason="tpm2-tools not installed")
@@ -72,6 +72,15 @@ def test_wrong_passwords_are_counted_named_and_forgiven(da_swtpm, tmp_path):
     # and the capture says tpmtop's own commands (no client) never failed an authorization
     events = json.loads(cap.read_text())["events"]
     assert not [e for e in events if "client" not in e and is_auth_failure(e["rc"])]
+
+    # tpmtop health itself, run through a proxy so its traffic is seen: GetCapability only, and
+    # the counter it reads is the one it leaves
+    own = tmp_path / "own.json"
+    r = run_tpmtop("-T", da_swtpm.tcti, "run", "--json", str(own), "--", *TPMTOP, "health", "--json")
+    assert r.returncode == 1, r.stderr  # run's status is the command's: health found a problem
+    assert _verdict(json.loads(r.stdout), "lockout")["data"]["counter"] == 3
+    sent = [e["command"] for e in json.loads(own.read_text())["events"] if "client" in e]
+    assert sent and set(sent) == {"TPM2_CC_GetCapability"}, sent
 
     # swtpm forgives one failure per interval: the counter falls, then health exits 0
     def forgiven():
