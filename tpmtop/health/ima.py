@@ -22,7 +22,9 @@ def _count(r: RootReader) -> int:
     return int(r.read_line(f"{IMA_DIR}/runtime_measurements_count"))
 
 
-def verdict(r: RootReader, sf: SystemFacts, sample_s: float = 1.0) -> Verdict:
+def verdict(r: RootReader, sf: SystemFacts, sample_s: float = 1.0, top_files: bool = True) -> Verdict:
+    """``sample_s``: seconds to watch the count (0: the boot's rate only); ``top_files``: read the
+    list itself (up to :data:`LIST_READ_MAX`) for the files measured most."""
     f = sf.get("ima.measurements")
     if f is None or not f.ok:
         why = f.reason if f is not None else "IMA not read"
@@ -55,6 +57,8 @@ def verdict(r: RootReader, sf: SystemFacts, sample_s: float = 1.0) -> Verdict:
         hints = sf.value("ima.policy_hints") or {}
         ev.append(f"policy: {e}" + (f"; command line: {hints}" if hints else ""))
     try:
+        if not top_files:
+            raise Unavailable("not read here (tpmtop health reads it)")
         raw = r.read_bytes(f"{IMA_DIR}/ascii_runtime_measurements")[:LIST_READ_MAX]
         paths: Counter[str] = Counter()
         for line in raw.decode("utf-8", "replace").splitlines():

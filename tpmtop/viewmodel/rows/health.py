@@ -2,7 +2,7 @@
 
 Lockout from the variable properties the source's handle poll reads anyway (no command of its
 own); who sent wrong passwords from its proxy's per-client response codes (``--listen``); the
-set-up, driver and IMA verdicts from its sysfs root, read again at most every
+set-up, driver and IMA verdicts (IMA's rate over the boot) from its sysfs root, read again at most every
 :data:`SYSTEM_EVERY_S` (they include a ``dmesg`` run; the journal is left to ``tpmtop health``).
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tpmtop.boot.facts import collect_health
 from tpmtop.boot.rootfs import RootReader
-from tpmtop.health import attribution, lockout, system
+from tpmtop.health import attribution, ima, lockout, system
 from tpmtop.health.verdicts import Kind, Level, Verdict, unknown
 from tpmtop.sources.protocol import Source
 from tpmtop.tpm.names import cc_short
@@ -52,7 +52,8 @@ def _system(root: str) -> list[Verdict]:
             return hit[1]
     reader = RootReader(root)
     facts = collect_health(reader, journal=False)
-    verdicts = system.verdicts(system.Inputs(reader, facts))
+    # IMA's rate over the boot only (no sampling sleep here) and not its list (megabytes)
+    verdicts = system.verdicts(system.Inputs(reader, facts)) + [ima.verdict(reader, facts, 0.0, top_files=False)]
     with _SYSTEM_LOCK:
         _SYSTEM[root] = (now, verdicts)
     return verdicts
