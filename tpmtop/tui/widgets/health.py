@@ -22,10 +22,13 @@ def health_markup(part: HealthPart) -> str:
         out.append(f"{_MARK[ln.level]} {escape(ln.kind.label):<13} {escape(ln.text)}")
         if ln.level.problem and ln.evidence:
             out.append(f"[dim]     {'':<13} {escape(ln.evidence)}[/]")
-    n = part.problems
-    out.append(f"[b $error]{n} problem(s)[/]: tpmtop health shows the evidence" if n else
-               "[$success]no problem found[/]")
     return "\n".join(out)
+
+
+def subtitle(part: HealthPart) -> str:
+    """The border's count (a line of its own cost a verdict its row beside Clients at 120×40)."""
+    n = part.problems
+    return f"{n} problem(s): tpmtop health has the evidence" if n else "no problem found"
 
 
 class HealthPanel(Panel):
@@ -45,3 +48,4 @@ class HealthPanel(Panel):
 
     def show_part(self, part: HealthPart) -> None:
         self._text.set(self.query_one("#health-text", Static), health_markup(part))
+        self.border_subtitle = subtitle(part)
