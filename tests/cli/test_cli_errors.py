@@ -108,6 +108,11 @@ CASES = [
     ("clients", ["--bogus"]),
     ("lab", ["--boots", "0"]),                             # issue 26: argument checks before any VM
     ("lab", ["--accel", "xen"]),
+    # health (issue 42)
+    ("health", ["--capture", "{d}/garbage.json", "--sim"]),  # not a capture
+    ("health", ["--root", "{d}/no-such-dir"]),
+    ("health", ["--ima-sample", "-1"]),
+    ("health", ["--sim", "-T", DEAD]),
 ]
 
 # Cases that exercise someone else's code and show a bug there (issue 8 lists them):

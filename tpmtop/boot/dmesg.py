@@ -10,7 +10,12 @@ Messages as the kernel's TPM drivers print them (drivers/char/tpm/):
   to interference``, ``null key integrity check failed``, ``TPM: HMAC check failed``, and the
   auth-session warnings ``auth session is active`` / ``… is not active``,
   ``tpm2_start_auth_session: encryption is not active``, ``tpm session not filled correctly``;
-- timeouts: ``Operation Timed out``, ``tpm_try_transmit: send(): error -62``.
+- ima_init.c: ``No TPM chip found, activating TPM-bypass!`` (IMA without a TPM);
+- timeouts: ``Operation Timed out``, ``tpm_try_transmit: send(): error -62``;
+- tpm_tis_core.c: ``invalid TPM_STS.x 0x%02x, dumping stack for forensics`` (0xff: the chip
+  did not answer the bus read);
+- tpm2-sessions.c after the Dec 2025 fix "tpm2-sessions: address out-of-range indexing":
+  ``session state malformed``, ``invalid handle 0x%08x``, ``could not find HMAC session``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ WARNINGS = (
     "NULL name has changed",
     "null key integrity check failed",
     "HMAC check failed",
+    "session state malformed",
+    "could not find HMAC session",
+    "invalid TPM_STS",
     "disabling TPM",
     "TPM interrupt not working",
     "A TPM error",
@@ -60,6 +68,9 @@ PROBLEMS = (
     ("null-key", re.compile(r"(?i)null key integrity (?:check )?fail")),
     ("null-key", re.compile(r"NULL Seed name comparison failed")),
     ("hmac", re.compile(r"HMAC check failed")),
+    ("session-state", re.compile(r"session state malformed|could not find HMAC session|"
+                                 r"invalid handle 0x[0-9A-Fa-f]+")),
+    ("tpm-sts", re.compile(r"invalid TPM_STS\.x 0x(?P<sts>[0-9A-Fa-f]+)")),
     ("auth-session", re.compile(r"auth session is (?:not )?active|encryption is not active|"
                                 r"tpm session not filled correctly|TPM: too many handles")),
     ("polling", re.compile(r"TPM interrupt not working, polling instead")),
@@ -67,6 +78,7 @@ PROBLEMS = (
     ("transmit", re.compile(r"tpm_try_transmit: \w+\(\): error (?P<errno>-?\d+)")),
     ("suspend", re.compile(r"Ignoring error (?P<errno>-?\d+) while suspending")),
     ("selftest", re.compile(r"(?i)self ?test (?:failed|timed out)")),
+    ("ima-bypass", re.compile(r"No TPM chip found, activating TPM-bypass")),
 )
 KIND_TEXT = {
     "tpm-error": "the TPM answered a kernel command with an error",
@@ -75,11 +87,14 @@ KIND_TEXT = {
     "null-key": "the null primary's integrity check failed",
     "hmac": "a response HMAC did not verify",
     "auth-session": "an authorization session failed",
+    "session-state": "the kernel's HMAC session bookkeeping failed (tpm2-sessions)",
+    "tpm-sts": "the TPM's status register read back invalid (0xff: the chip did not answer)",
     "polling": "no TPM interrupt: the driver polls (slower commands)",
     "timeout": "a TPM command timed out",
     "transmit": "sending a command to the TPM failed",
     "suspend": "an error on suspend",
     "selftest": "the TPM self test failed",
+    "ima-bypass": "IMA found no TPM: its measurements are extended into no PCR",
 }
 _CALLING = re.compile(r"^calling  (\S+?)\+0x[0-9a-f]+/0x[0-9a-f]+(?: \[\S+\])? @ \d+\s*$")
 _RETURNED = re.compile(

@@ -149,6 +149,24 @@ def collect(reader: RootReader) -> SystemFacts:
     return sf
 
 
+def collect_health(reader: RootReader, journal: bool = True) -> SystemFacts:
+    """What ``tpmtop health`` judges: the kernel log, release and build, command line, the TPM
+    in sysfs, IMA and (``journal``) the journal; no systemd-analyze, no event log."""
+    sf = SystemFacts(reader.shown_root if not reader.live else "/")
+    if reader.live and not sys.platform.startswith("linux"):
+        sf.add(Fact("kernel.release", None, None, f"not Linux ({sys.platform}): no kernel facts to read"))
+        return sf
+    _kernel_log(sf, reader)
+    _release(sf, reader)
+    _config(sf, reader)
+    _cmdline(sf, reader)
+    _tpm(sf, reader)
+    _ima(sf, reader)
+    if journal:
+        _journal(sf, reader)
+    return sf
+
+
 def collect_kernelfs(reader: RootReader) -> SystemFacts:
     """Only what sysfs, securityfs and /proc say, cheap enough to poll (the dashboard's
     ``--passive``): release, TPM chip and HMAC build, the PCR-integrity opt-out, IMA counts."""

@@ -46,6 +46,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
             "boot real kernels under qemu with a (chip-shaped) TPM served by tpmtop: HMAC on vs off, measured"),
     "pcrs": ("tpmtop.cli.pcrs",
              "the boot's event log and IMA's list replayed against the TPM's PCRs; bank health; boot-to-boot diff"),
+    "health": ("tpmtop.cli.health",
+               "is the TPM locked out, and who did it? driver stalls, a TPM the kernel could not set up, IMA"),
     "clients": ("tpmtop.cli.proxy", "which processes hold /dev/tpm0 or /dev/tpmrm0 open; is tpm2-abrmd running"),
 }
 

@@ -337,7 +337,7 @@ def _quiet_log(text: str) -> None:
     # `tpmtop run` reports in its table; only cut connections and faults are worth a line now
     from tpmtop.proxy.lines import LineKind, kind_of
 
-    if kind_of(text) in (LineKind.DROPPED, LineKind.FAULT):
+    if kind_of(text) in (LineKind.DROPPED, LineKind.FAULT, LineKind.AUTH):
         _log(text)
 
 

@@ -128,6 +128,17 @@ FAMILIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     (name("pcr_replay_matches"), "gauge", ("bank",),
      "1 when the boot's event log (and IMA's list) replays to every PCR of the bank the TPM holds, 0 when not; "
      "read with --probe (PCR_Read), absent without a readable event log."),
+    # -- --probe: the dictionary-attack state (GetCapability, no authorization; tpmtop health) ----
+    (name("tpm_da_lockout_counter"), "gauge", (),
+     "Authorization failures the TPM currently counts towards lockout (TPM2_PT_LOCKOUT_COUNTER), with --probe."),
+    (name("tpm_da_max_auth_fail"), "gauge", (),
+     "Failures at which the TPM locks out (TPM2_PT_MAX_AUTH_FAIL), with --probe."),
+    (name("tpm_da_lockout_interval_seconds"), "gauge", (),
+     "Seconds after which the TPM forgives one counted failure (TPM2_PT_LOCKOUT_INTERVAL), with --probe."),
+    (name("tpm_da_lockout_recovery_seconds"), "gauge", (),
+     "Seconds the lockout hierarchy waits after a failed lockout authorization (TPM2_PT_LOCKOUT_RECOVERY)."),
+    (name("tpm_da_in_lockout"), "gauge", (),
+     "1 while the TPM is in dictionary-attack lockout (TPMA_PERMANENT inLockout), 0 when not; with --probe."),
     # -- the exporter itself (plus prometheus_client's process_* families) --------------------------
     (name("exporter_info"), "gauge", ("version", "source"), "tpmtop's version and what feeds it (value 1)."),
 )

@@ -7,7 +7,9 @@ program sends through /dev/tpm0 or /dev/tpmrm0 ends the HMAC session the kernel 
 the kernel's next PCR extend pays a full set-up again (the observer effect, domain notes §5).
 With --probe the exporter sends, every interval, TPM2_GetCapability(TPM_PROPERTIES) for the
 variable properties (HR_*_AVAIL), and once the fixed ones (manufacturer, firmware): read-only
-commands that change nothing in the TPM, whether --read-only was given or not. Its own
+commands that change nothing in the TPM, whether --read-only was given or not. The same
+variable properties carry the dictionary-attack state (``tpmtop_tpm_da_*``, as ``tpmtop health``
+reads it): no authorization, nothing that could count as a failure. Its own
 commands show in the kernel metrics under ``path="tpmtop"``. Layer: fleet; no Textual.
 """
 
@@ -25,6 +27,7 @@ from tpmtop.fleet.families import SlotKind
 from tpmtop.tpm.exchange import Origin
 
 if TYPE_CHECKING:
+    from tpmtop.health.lockout import DaState
     from tpmtop.tpm.connection import TpmConnection
 
 _SLOT_PROPS = {SlotKind.TRANSIENT: "HR_TRANSIENT_AVAIL", SlotKind.LOADED_SESSION: "HR_LOADED_AVAIL",
@@ -42,6 +45,7 @@ class TpmProbe(Collector):
         self.lock = threading.Lock()
         self.slots: dict[SlotKind, int] = {}
         self.replay: dict[str, bool] | None = None  # bank -> the event log replays to its PCRs
+        self.da: DaState | None = None
         self.ok: bool | None = None
         self.error: str | None = None
         self._said: str | None = None
@@ -88,10 +92,17 @@ class TpmProbe(Collector):
             if self.conn is not None and not getattr(self.args, "sim", False) and not self.keep_open:
                 self.conn.close()
                 self.conn = None
+        from tpmtop.health.lockout import DaState
+
+        try:
+            da: DaState | None = DaState.from_properties(var)
+        except KeyError:  # a TPM that does not report them: no DA gauges rather than wrong ones
+            da = None
         matches = replay_matches(tpm_pcrs, root) if tpm_pcrs is not None else None
         with self.lock:
             self.slots = {k: var[p] for k, p in _SLOT_PROPS.items() if p in var}
             self.replay = matches
+            self.da = da
             self.ok, self.error = True, None
         return True
 
@@ -99,7 +110,7 @@ class TpmProbe(Collector):
         from tpmtop.textsafe import safe
 
         with self.lock:
-            self.ok, self.error, self.slots = False, why, {}
+            self.ok, self.error, self.slots, self.da = False, why, {}, None
         if self.conn is not None:
             try:
                 self.conn.close()
@@ -134,9 +145,15 @@ class TpmProbe(Collector):
 
     def collect(self):
         with self.lock:
-            ok, slots, replay = self.ok, dict(self.slots), self.replay
+            ok, slots, replay, da = self.ok, dict(self.slots), self.replay, self.da
         if ok is None:
             return
+        if da is not None:
+            for short, v in (("tpm_da_lockout_counter", da.counter), ("tpm_da_max_auth_fail", da.max_tries),
+                             ("tpm_da_lockout_interval_seconds", da.interval_s),
+                             ("tpm_da_lockout_recovery_seconds", da.recovery_s),
+                             ("tpm_da_in_lockout", 1 if da.in_lockout else 0)):
+                yield GaugeMetricFamily(fam.name(short), fam.HELP[fam.name(short)], value=float(v))
         n = fam.name("tpm_slots_available")
         g = GaugeMetricFamily(n, fam.HELP[n], labels=("kind",))
         for k in SlotKind:

@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING
 
 from tpmtop.pcrs.attribution import Exchange, PcrChangeWatch
 from tpmtop.proxy.latency import CompactLatency
+from tpmtop.proxy.lines import LineKind, ProxyLine
 from tpmtop.tpm import names, wire
 from tpmtop.tpm.names import HandleType
+from tpmtop.tpm.rcformat import auth_failure_text
 
 if TYPE_CHECKING:
     from tpmtop.proxy.peers import Peer
@@ -298,6 +300,10 @@ class Accounts:
             if rc != 0:
                 c.errors += 1
                 c.error_codes[(cc, rc)] = c.error_codes.get((cc, rc), 0) + 1
+                wrong = auth_failure_text(rc)
+                if wrong:  # who caused it, as it happens (tpmtop health counts and names them too)
+                    notes.append(ProxyLine(f"client {c.id} {c.name} (pid {c.peer.pid}): {names.cc_short(cc)} "
+                                           f"{wrong}", LineKind.AUTH))
                 return notes
             for sh, attrs in info.sessions:
                 if sh != TPM_RS_PW and not attrs & 0x01:  # without continueSession the TPM ends it

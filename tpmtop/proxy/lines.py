@@ -12,9 +12,10 @@ class LineKind(enum.Enum):
     DROPPED = "dropped"  # a connection refused or cut (access, limit, framing, idle, gone)
     FOREIGN = "foreign"  # a client touched what another created (flush), or cleared the TPM
     FAULT = "fault"  # the TPM failed, was lost, came back; or the proxy itself failed
+    AUTH = "auth"  # a client sent a wrong password: TPM_RC_AUTH_FAIL counts towards DA lockout
 
 
-WORTH_A_LOOK = frozenset({LineKind.LEAK, LineKind.DROPPED, LineKind.FOREIGN, LineKind.FAULT})
+WORTH_A_LOOK = frozenset({LineKind.LEAK, LineKind.DROPPED, LineKind.FOREIGN, LineKind.FAULT, LineKind.AUTH})
 
 
 class ProxyLine(str):

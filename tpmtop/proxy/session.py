@@ -108,7 +108,7 @@ class Session(ServerState):
             if 0 <= sent < len(data):
                 threading.Thread(target=self._send_rest, args=(sock, client, data[sent:]), daemon=True).start()
             for note in self.accounts.record(client, cmd, rsp, wire_ns):
-                self.log(note, LineKind.FOREIGN)
+                self.log(note, getattr(note, "kind", LineKind.FOREIGN))
             if sent < 0:
                 self._went_away(sock, client, len(rsp))
 

@@ -51,6 +51,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         super().__init__()
         self.conn = conn
         self.proxy = proxy
+        self._last_var: dict[str, int] | None = None  # the latest poll's variable properties (Health)
         self.proxy_log = proxy_log if proxy_log is not None else []
         self.recorder: Recorder = cast("Recorder", conn.recorder)  # open_tpm always attaches one
         self.read_only = read_only
@@ -104,7 +105,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         ro = self.read_only
         return Capabilities(SourceKind.LIVE, live=True, handles=True, timings=True, workload=True, changes_tpm=not ro,
                             selects_runs=not ro, export=True, sysfs=self.kernel_device,
-                            clients=self.proxy is not None or self.kernel_device, pcrs=True,
+                            clients=self.proxy is not None or self.kernel_device, pcrs=True, health=True,
                             why_not="--read-only: tpmtop sends nothing that changes the TPM" if ro else "")
 
     def state(self) -> str:
@@ -224,7 +225,11 @@ class LiveSource(WorkloadDriver, SourceBase):
             return list_handles(t, self.recorder.owned_handles()), read_variable(t), self.recorder.total
 
         entries, var, seq = self.run_on_owner(job, origin=Origin.POLL)
+        self._last_var = var
         return PollResult(entries, var, time.monotonic(), seq)
+
+    def da_properties(self) -> dict[str, int] | None:
+        return self._last_var
 
     def reconnect(self) -> None:
         if self.stopping.is_set():

@@ -15,7 +15,7 @@ from tpmtop.sources.sysfs import Sysfs
 class PassiveSource(SourceBase):
     """``--passive``: no TPM connection at all, only :class:`Sysfs`."""
 
-    caps = Capabilities(SourceKind.PASSIVE, sysfs=True,
+    caps = Capabilities(SourceKind.PASSIVE, sysfs=True, health=True,
                         why_not="--passive sends nothing to the TPM: only sysfs and securityfs are read")
 
     mode = UNSET

@@ -61,6 +61,7 @@ class Capabilities:
     sysfs: bool = False  # a kernel worth reading (System panel): --passive, or a TPM device node
     clients: bool = False  # who else uses the TPM: a proxy's clients, or a device's holders (Clients)
     pcrs: bool = False  # the TPM's PCRs can be read (PCR_Read) beside the boot's event log (PCRs)
+    health: bool = False  # a TPM whose lockout state the polls read, or a kernel worth judging (Health)
     why_not: str = ""  # said when a key is refused: "replay shows a capture: nothing to change"
 
 
@@ -148,6 +149,7 @@ class Source(Protocol):
     def lost(self, error: str) -> None: ...
     def slot_freed(self) -> None: ...
     def workload_loop(self, cancelled: Callable[[], bool]) -> None: ...
+    def da_properties(self) -> dict[str, int] | None: ...
     def set_running(self, running: bool) -> None: ...
     def set_rate_step(self, direction: int) -> float: ...
     def hold_for_ui(self, why: UiHold = UiHold.KEY) -> None: ...
@@ -263,6 +265,11 @@ class SourceBase:
 
     def workload_loop(self, cancelled: Callable[[], bool]) -> None:
         pass
+
+    def da_properties(self) -> dict[str, int] | None:
+        """The TPM's variable properties as its latest poll read them (the dictionary-attack
+        state among them: the Health panel), or None: no TPM polled. No command of its own."""
+        return None
 
     def set_running(self, running: bool) -> None:
         pass

@@ -18,6 +18,7 @@ from typing import Any
 from tpmtop.sources.protocol import Capabilities, Source
 from tpmtop.tui.widgets.clients import ClientsPanel
 from tpmtop.tui.widgets.handles import HandlesPanel
+from tpmtop.tui.widgets.health import HealthPanel
 from tpmtop.tui.widgets.latency import LatencyPanel
 from tpmtop.tui.widgets.modes import ModesPanel
 from tpmtop.tui.widgets.panel import Panel
@@ -25,7 +26,7 @@ from tpmtop.tui.widgets.pcrs import PcrsPanel
 from tpmtop.tui.widgets.resources import ResourcesPanel
 from tpmtop.tui.widgets.stream import StreamPanel
 from tpmtop.tui.widgets.system import SystemPanel
-from tpmtop.viewmodel.rows import pcrs
+from tpmtop.viewmodel.rows import health, pcrs
 
 
 class Group(StrEnum):
@@ -76,6 +77,10 @@ PANELS: tuple[PanelSpec, ...] = (
               "PCRs: whether the boot's event log (and IMA's list) replays to each bank's PCRs, read every 10 s "
               "with PCR_Read; the PCRs that do not match and why; bank-health verdicts (tpmtop pcrs).",
               rows=pcrs.part),
+    PanelSpec("9", "health", "Health", lambda c: c.health, Group.LEFT, HealthPanel,
+              "Health: tpmtop health's verdicts — the TPM's dictionary-attack counter (from the handle poll, no "
+              "command of its own) and who sent wrong passwords through the proxy; the driver, set-up and IMA "
+              "from sysfs and dmesg (read every 30 s).", rows=health.part),
 )
 BY_ID = {p.id: p for p in PANELS}
 # Containers of the full-size layout, and the groups each holds (shown when one of its panels is).

@@ -1,1 +1,2 @@
-"""Rows modules of table-added panels: ``part(source) -> immutable plain data`` (docs/extending.md)."""
+"""Rows modules of the panels added through the panel table (tpmtop/tui/panels.py): each a
+``part(source)`` that returns immutable plain data for its widget's ``show_part``."""

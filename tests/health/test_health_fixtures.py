@@ -1,0 +1,124 @@
+"""`tpmtop health --root` on trees saved from real Debian guests (tests/fixtures/health/README.md
+says how each was made): the set-up and driver verdicts, as a user runs the command."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.health.conftest import check_schema
+from tests.helpers.paths import REPO
+from tests.helpers.processes import run_tpmtop
+
+FIXTURES = REPO / "tests" / "fixtures" / "health"
+
+
+def health(root: Path) -> tuple[int, dict[str, dict]]:
+    r = run_tpmtop("health", "--root", str(root), "--ima-sample", "0", "--json")
+    assert r.returncode in (0, 1), r.stderr
+    doc = check_schema(json.loads(r.stdout))
+    return r.returncode, {v["kind"]: v for v in doc["verdicts"]}
+
+
+@pytest.mark.parametrize("series", ["6.1", "6.12"])
+def test_interrupts_verdict_differs_with_tpm_tis_interrupts_0(series):
+    _, default = health(FIXTURES / f"debian-{series}-default")
+    _, polling = health(FIXTURES / f"debian-{series}-polling")
+    d, p = default["interrupts"], polling["interrupts"]
+    assert d["data"]["mode"] != p["data"]["mode"], (d, p)
+    assert p["data"]["mode"] == "polling-off-cmdline"
+    assert "/proc/cmdline: tpm_tis.interrupts=0" in p["evidence"]
+    # what each default is: 6.1 allows interrupts (-1) and qemu's TIS declares no IRQ; 6.12's is N
+    assert d["data"]["mode"] == {"6.1": "polling-no-irq", "6.12": "polling-off-default"}[series]
+    assert d["data"]["param"] == {"6.1": "-1", "6.12": "N"}[series]
+
+
+def test_interrupts_allowed_without_an_irq_is_said_as_such():
+    _, v = health(FIXTURES / "debian-6.12-irq-on")
+    assert v["interrupts"]["data"]["mode"] == "polling-no-irq"
+    assert v["interrupts"]["data"]["param"] == "Y"
+
+
+@pytest.mark.parametrize("tree", ["debian-6.1-default", "debian-6.12-default", "debian-6.12-polling"])
+def test_the_hwrng_line_names_tpm_rng_0(tree):
+    status, v = health(FIXTURES / tree)
+    hw = v["hwrng"]
+    assert hw["data"]["current"] == "tpm-rng-0" and hw["data"]["tpm"] is True
+    assert "tpm-rng-0" in hw["text"]
+    assert v["device"]["level"] == "ok" and "ACPI TPM2" in v["device"]["text"]
+    assert status == 0  # a healthy guest
+
+
+def test_a_declared_tpm_without_dev_tpm0_is_explained_by_its_dmesg_lines():
+    status, v = health(FIXTURES / "debian-6.12-dead-tpm")
+    dev = v["device"]
+    assert status == 1 and dev["level"] == "fail"
+    assert any("ACPI TPM2 table" in e for e in dev["evidence"])
+    assert any("A TPM error (9) occurred attempting to determine the timeouts" in e for e in dev["evidence"])
+    assert v["ima"]["level"] == "warn" and "TPM-bypass" in v["ima"]["text"]
+    assert v["hwrng"]["data"]["current"] == "none"
+    assert v["interrupts"]["level"] == "unknown"  # no TPM bound: nothing to judge
+
+
+def _edited_copy(tmp_path: Path, tree: str, after: str, lines: list[str], drop_tpm: bool = False) -> Path:
+    """A copy of a real guest's tree with ``lines`` (the kernel's wording, time-stamped after the
+    line containing ``after``) inserted into its kernel log: messages these Debian kernels never
+    print (CONFIG_TCG_TPM2_HMAC off) in the place a kernel that has it prints them."""
+    root = tmp_path / tree
+    shutil.copytree(FIXTURES / tree, root)
+    log = root / "run" / "tpmtop" / "dmesg.txt"
+    out = []
+    for ln in log.read_text().splitlines():
+        out.append(ln)
+        if after in ln:
+            t = float(ln[1:ln.index("]")])
+            out += [f"[{t + 0.0001 * (i + 1):12.6f}] {x}" for i, x in enumerate(lines)]
+    log.write_text("\n".join(out) + "\n")
+    if drop_tpm:
+        for p in ("dev/tpm0", "dev/tpmrm0"):
+            (root / p).unlink()
+        shutil.rmtree(root / "sys" / "class" / "tpm" / "tpm0")
+    return root
+
+
+HMAC_ERA = [
+    "tpm tpm0: NULL name has changed, disabling TPM due to interference",
+    "tpm tpm0: null key integrity check failed",
+    "tpm tpm0: TPM: HMAC check failed",
+    "tpm tpm0: session state malformed",
+    "tpm tpm0: invalid handle 0x80000001",
+    "tpm tpm0: could not find HMAC session",
+]
+
+
+def test_hmac_era_messages_are_recognised_and_explain_a_missing_device(tmp_path):
+    root = _edited_copy(tmp_path, "debian-6.12-default", "tpm_tis MSFT0101:00: 2.0 TPM", HMAC_ERA, drop_tpm=True)
+    status, v = health(root)
+    msgs = v["hmac-messages"]
+    assert status == 1 and msgs["level"] == "fail"
+    assert set(msgs["data"]["kinds"]) == {"interference", "null-key", "hmac", "session-state"}
+    for line in HMAC_ERA:  # each one quoted, with its line in the log
+        assert any(line in e and e.startswith("dmesg:") for e in msgs["evidence"]), line
+    dev = v["device"]
+    assert dev["level"] == "fail"
+    assert any("NULL name has changed" in e for e in dev["evidence"])
+
+
+def test_timeouts_after_a_resume_are_marked(tmp_path):
+    root = _edited_copy(tmp_path, "debian-6.12-default", "tpm_tis MSFT0101:00: 2.0 TPM", [
+        "PM: suspend entry (deep)", "PM: suspend exit", "tpm tpm0: Operation Timed out",
+        "tpm tpm0: invalid TPM_STS.x 0xff, dumping stack for forensics",
+        "tpm tpm0: tpm_try_transmit: send(): error -62"])
+    status, v = health(root)
+    to = v["timeouts"]
+    assert status == 1 and to["level"] == "warn"
+    assert to["data"] == {"count": 3, "after_resume": 3}
+    assert any("invalid TPM_STS.x 0xff" in e and "after `suspend exit`" in e for e in to["evidence"])
+
+
+def test_a_clean_real_log_has_no_timeouts_nor_hmac_messages():
+    _, v = health(FIXTURES / "debian-6.12-default")
+    assert v["timeouts"]["level"] == "ok" and v["hmac-messages"]["level"] == "ok"
