@@ -57,8 +57,8 @@ async def live_ratio(src, pilot, rate: float, seconds: float) -> tuple[float | N
     runs and `none` is the baseline the workload interleaves by itself (what a user who
     pressed no key reads), both over the same ``2 × seconds``."""
     from tpmtop.sessions.modes import MODES
-    from tpmtop.sources.rows.modes import comparison
     from tpmtop.sources.runs import runs_from_accounts
+    from tpmtop.viewmodel.rows.modes import comparison
 
     src.rate = rate
     src.choose(mode="per-command")

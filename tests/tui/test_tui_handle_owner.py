@@ -15,11 +15,11 @@ import pytest
 from tests.helpers.processes import free_port_pair
 from tests.helpers.tui import SIZE, app_for, main_screen, until
 from tpmtop.proxy.server import ProxyServer
-from tpmtop.sources.rows.handles import HandleOwner
 from tpmtop.tui import messages as m
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tpmtop.tui.screens.inspect import InspectScreen
 from tpmtop.tui.widgets.handles import HandlesPanel
+from tpmtop.viewmodel.rows.handles import HandleOwner
 
 pytestmark = pytest.mark.skipif(shutil.which("tpm2_createprimary") is None, reason="tpm2-tools not installed")
 
@@ -119,8 +119,8 @@ class TestOtherProgramsHandles:
 def test_the_book_names_each_handles_creator_and_keeps_it_when_the_handle_goes():
     """The owner comes from what tpmtop created and what the proxy's clients hold, never from a
     label; a handle neither made is "unknown"; a row that just went away keeps its owner."""
-    from tpmtop.sources.rows.handles import HandleBook, HandleState
     from tpmtop.tpm.handles import HandleEntry, HandleKind
+    from tpmtop.viewmodel.rows.handles import HandleBook, HandleState
 
     t = [0.0]
     book = HandleBook(clock=lambda: t[0])

@@ -359,7 +359,7 @@ class TestLatency:
 
         from rich.cells import cell_len
 
-        from tpmtop.sources.rows.histogram import FINE_PER_DECADE, fit, fmt_axis
+        from tpmtop.viewmodel.rows.histogram import FINE_PER_DECADE, fit, fmt_axis
 
         src = live(start_running=True, rate=0, mode="none")
         app = app_for(src, tmp_path)

@@ -131,7 +131,7 @@ class LiveSource(WorkloadDriver, SourceBase):
     def timings(self, runs: list[RunView] | None = None) -> TimingsView:
         """The current (engine, mode, op) run: its operation rows and its commands, as replay
         shows a capture's run — never commands of other modes beside this mode's operations."""
-        from tpmtop.sources.rows.latency import command_rows_live, command_rows_run, op_rows
+        from tpmtop.viewmodel.rows.latency import command_rows_live, command_rows_run, op_rows
 
         runs = self.runs() if runs is None else runs
         current = next((r for r in runs if r.key == (self.engine, self.mode, self.op)), None)

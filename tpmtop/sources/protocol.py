@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from tpmtop.sources.rows.latency import CommandRow, ErrorBook
-from tpmtop.sources.rows.stream import StreamRow
 from tpmtop.sources.runs import RunView
 from tpmtop.sources.timeline import OpsTimeline
+from tpmtop.viewmodel.rows.latency import CommandRow, ErrorBook
+from tpmtop.viewmodel.rows.stream import StreamRow
 
 if TYPE_CHECKING:
     from tpmtop.recorder import Recorder

@@ -4,7 +4,7 @@ screen, the command palette and what a source can show (:mod:`tpmtop.tui.availab
 read :data:`PANELS`, so a panel cannot be half-added (``tests/unit/test_registries.py``).
 
 A panel is a widget (:mod:`tpmtop.tui.widgets`) that draws its part of the view-model's frame,
-and a rows module (:mod:`tpmtop.sources.rows`) that builds that part; a new panel passes its
+and a rows module (:mod:`tpmtop.viewmodel.rows`) that builds that part; a new panel passes its
 builder as ``rows`` here and finds its part in ``Frame.parts`` (docs/extending.md).
 """
 

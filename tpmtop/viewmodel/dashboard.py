@@ -18,17 +18,17 @@ from typing import Any
 from tpmtop.sessions.modes import MODES, Engine
 from tpmtop.sources.meters import CpuMeter, RateMeter
 from tpmtop.sources.protocol import UNSET, Source, SourceKind
-from tpmtop.sources.rows.handles import HandleBook, HandleState
-from tpmtop.sources.rows.latency import ErrorBook
-from tpmtop.sources.rows.modes import PER_MODE_WHAT, comparison, headline, projection_summary
-from tpmtop.sources.rows.resources import ContextGapTracker, Gauge, GaugeLevel, SlotPeaks, gauges
-from tpmtop.sources.rows.stream import event_matches, failed, mark_row, merge_marks, stream_row
 from tpmtop.sources.runs import boot_components, boot_per_mode
 from tpmtop.textsafe import counted
 from tpmtop.tpm.exchange import Origin
 from tpmtop.tpm.handles import HandleKind
 from tpmtop.viewmodel.alerts import PatternAlerts
 from tpmtop.viewmodel.frame import ClientsView, Frame, HandlesView, HeaderView, Notice, Severity, StatsView, StreamPart
+from tpmtop.viewmodel.rows.handles import HandleBook, HandleState
+from tpmtop.viewmodel.rows.latency import ErrorBook
+from tpmtop.viewmodel.rows.modes import PER_MODE_WHAT, comparison, headline, projection_summary
+from tpmtop.viewmodel.rows.resources import ContextGapTracker, Gauge, GaugeLevel, SlotPeaks, gauges
+from tpmtop.viewmodel.rows.stream import event_matches, failed, mark_row, merge_marks, stream_row
 
 STREAM_INGEST = 500  # with a filter: newest events searched per refresh
 STREAM_ROWS = 120  # newest events turned into rows per refresh; older ones are only counted

@@ -11,12 +11,12 @@ from enum import StrEnum
 from typing import Any
 
 from tpmtop.sources.protocol import HeaderInfo, TimingsView
-from tpmtop.sources.rows.handles import HandleRow
-from tpmtop.sources.rows.latency import ErrorBook
-from tpmtop.sources.rows.modes import CompareRow
-from tpmtop.sources.rows.resources import Gauge
-from tpmtop.sources.rows.stream import StreamRow
 from tpmtop.sources.timeline import TimelinePoint
+from tpmtop.viewmodel.rows.handles import HandleRow
+from tpmtop.viewmodel.rows.latency import ErrorBook
+from tpmtop.viewmodel.rows.modes import CompareRow
+from tpmtop.viewmodel.rows.resources import Gauge
+from tpmtop.viewmodel.rows.stream import StreamRow
 
 
 class Severity(StrEnum):

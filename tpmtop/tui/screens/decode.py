@@ -13,8 +13,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tpmtop.sources.rows.stream import StreamRow, command_bytes, decode_history
 from tpmtop.tui.widgets.backdrop import TintedBelow
+from tpmtop.viewmodel.rows.stream import StreamRow, command_bytes, decode_history
 
 
 def buffers_for(source, row: StreamRow) -> tuple[bytes | None, bytes | None, str]:

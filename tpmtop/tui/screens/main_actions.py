@@ -105,8 +105,8 @@ class MainActions(TpmWorkers):
         return self.query_one(HandlesPanel).selected
 
     def action_flush_selected(self) -> None:
-        from tpmtop.sources.rows.handles import HandleState
         from tpmtop.tui.screens.confirm import ConfirmScreen
+        from tpmtop.viewmodel.rows.handles import HandleState
 
         row = self.query_one(HandlesPanel).selected_row()
         if row is None or row.state is HandleState.GONE:
@@ -124,8 +124,8 @@ class MainActions(TpmWorkers):
             if yes:
                 self.flush_handles([row.handle])
 
-        from tpmtop.sources.rows.handles import HandleOwner
         from tpmtop.textsafe import safe
+        from tpmtop.viewmodel.rows.handles import HandleOwner
 
         holder = (f"created by {safe(row.created_by)}, through tpmtop's proxy" if row.owner is HandleOwner.CLIENT
                   else "held by another program (or the kernel): tpmtop did not see it created")
@@ -135,8 +135,8 @@ class MainActions(TpmWorkers):
             "command."), answered)
 
     def action_inspect_selected(self) -> None:
-        from tpmtop.sources.rows.handles import HandleOwner, HandleState
         from tpmtop.textsafe import safe
+        from tpmtop.viewmodel.rows.handles import HandleOwner, HandleState
 
         row = self.query_one(HandlesPanel).selected_row()
         if row is None or row.state is HandleState.GONE:

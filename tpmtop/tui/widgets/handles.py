@@ -7,12 +7,12 @@ import math
 from textual.app import ComposeResult
 from textual.content import Content
 
-from tpmtop.sources.numbers import fmt_age
-from tpmtop.sources.rows.handles import HandleRow, HandleState
 from tpmtop.textsafe import counted, safe
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
 from tpmtop.viewmodel.frame import Frame
+from tpmtop.viewmodel.numbers import fmt_age
+from tpmtop.viewmodel.rows.handles import HandleRow, HandleState
 
 # (key, header, width, priority): a narrow panel drops the highest numbers first.
 COLUMNS = (("handle", "handle", 10, 0), ("kind", "kind", 7, 1), ("by", "created by", 18, 2), ("age", "age", 6, 3),

@@ -13,13 +13,13 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Sparkline
 
-from tpmtop.sources.numbers import fmt_us
-from tpmtop.sources.rows.histogram import CAPTURE_PER_DECADE, FINE_PER_DECADE, histogram_lines
-from tpmtop.sources.rows.latency import CommandRow
 from tpmtop.tui.widgets.backdrop import Row
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
 from tpmtop.viewmodel.frame import Frame
+from tpmtop.viewmodel.numbers import fmt_us
+from tpmtop.viewmodel.rows.histogram import CAPTURE_PER_DECADE, FINE_PER_DECADE, histogram_lines
+from tpmtop.viewmodel.rows.latency import CommandRow
 
 # (key, header, width, priority): a narrow panel drops the highest numbers first.
 COLUMNS = (("name", "command", 21, 0), ("count", "count", 7, 1), ("errors", "errors", 6, 4),
@@ -31,7 +31,7 @@ HIST_EVERY_S = 2.0
 
 class HistogramView(Widget):
     """The selected row's histogram, laid out at draw time for the size it has now
-    (tpmtop.sources.rows.histogram): a resize — the sparkline beside it appearing, a terminal
+    (tpmtop.viewmodel.rows.histogram): a resize — the sparkline beside it appearing, a terminal
     made smaller — can never leave bars laid out for another width wrapping onto the next line."""
 
     def __init__(self, **kw) -> None:
@@ -78,7 +78,7 @@ class LatencyPanel(Panel):
 
     run_label = ""
 
-    errors = None  # tpmtop.sources.rows.latency.ErrorBook: which response codes a command got
+    errors = None  # tpmtop.viewmodel.rows.latency.ErrorBook: which response codes a command got
 
     def show_frame(self, frame: Frame) -> None:
         if frame.stats is not None:

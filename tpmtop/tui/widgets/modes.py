@@ -8,10 +8,10 @@ from textual.content import Content
 from textual.widgets import Static
 
 from tpmtop.sessions.modes import MODE_INFO, Mode
-from tpmtop.sources.numbers import fmt_duration
-from tpmtop.sources.rows.modes import CompareRow, baseline_note, fmt_ratio
 from tpmtop.tui.widgets.panel import Panel, QuietStatic
 from tpmtop.viewmodel.frame import Frame
+from tpmtop.viewmodel.numbers import fmt_duration
+from tpmtop.viewmodel.rows.modes import CompareRow, baseline_note, fmt_ratio
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 GAP = "\u00a0"  # a no-break space: wrapping drops leading plain spaces, and the cells must line up

@@ -5,9 +5,9 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from tpmtop.sources.rows.resources import Gauge, GaugeLevel
 from tpmtop.tui.widgets.panel import Panel, QuietStatic
 from tpmtop.viewmodel.frame import Frame
+from tpmtop.viewmodel.rows.resources import Gauge, GaugeLevel
 
 BAR = 20
 

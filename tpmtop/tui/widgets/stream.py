@@ -17,10 +17,10 @@ from textual.content import Content
 from textual.message import Message
 from textual.widget import Widget
 
-from tpmtop.sources.rows.stream import LazyStreamRows, StreamRow
 from tpmtop.textsafe import safe
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.viewmodel.frame import Frame
+from tpmtop.viewmodel.rows.stream import LazyStreamRows, StreamRow
 
 _decoder_warming = threading.Event()
 

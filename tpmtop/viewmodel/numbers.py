@@ -63,7 +63,7 @@ def summary_of(h: Any) -> dict[str, Any]:
 
 class LiveBuckets:
     """``h``'s buckets, read when called: ``f()`` at a capture's 4 per decade, ``f(n)`` at n
-    (the Latency panel's histogram reads live ones finer, tpmtop.sources.rows.histogram);
+    (the Latency panel's histogram reads live ones finer, tpmtop.viewmodel.rows.histogram);
     ``f.summary()`` the same histogram's summary now (its max must agree with the buckets)."""
 
     __slots__ = ("_h",)
