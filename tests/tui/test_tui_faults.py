@@ -24,7 +24,7 @@ def _ops(src) -> int:
 
 
 def _notices(app) -> list[str]:
-    return [f"{n.title}: {n.message}" for n in app._notifications]
+    return [f"{n.title}: {n.text}" for n in app.message_log.items]
 
 
 async def _leak_objects(src, n: int) -> list[int]:

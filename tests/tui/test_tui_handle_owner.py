@@ -88,8 +88,8 @@ class TestOtherProgramsHandles:
                 flushed = next(x for x in seen if isinstance(x, m.HandlesFlushed)).handles
                 assert h not in flushed
                 assert h in await _transient(port)  # the client's object is still loaded
-                await until(pilot, lambda: any("did not create" in n.message and "left" in n.message
-                                               for n in app._notifications), timeout=30, what="the 'left' notice")
+                await until(pilot, lambda: any("did not create" in n.text and "left" in n.text
+                                               for n in app.message_log.items), timeout=30, what="the 'left' notice")
 
                 # f on the client's handle asks; Escape leaves it loaded, y flushes it
                 await until(pilot, lambda: key in panel._rows and panel._rows[key].owner is HandleOwner.CLIENT,

@@ -13,7 +13,6 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tpmtop.tui.widgets.backdrop import TintedBelow
 from tpmtop.viewmodel.rows.stream import StreamRow, command_bytes, decode_history
 
 
@@ -22,7 +21,7 @@ def buffers_for(source, row: StreamRow) -> tuple[bytes | None, bytes | None, str
     return command_bytes(source, row)
 
 
-class DecodeScreen(TintedBelow, ModalScreen):
+class DecodeScreen(ModalScreen):
     DEFAULT_CSS = """
     DecodeScreen { align: center middle; }
     DecodeScreen > Vertical { width: 96%; height: 92%; border: round $accent; background: $surface; }

@@ -24,7 +24,7 @@ from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS
 from tpmtop.tui.panels import CONTAINERS, PANELS, Group, available
 from tpmtop.tui.screens.main_actions import MainActions
-from tpmtop.tui.settled import SETTLE_ROUNDS, look_again_after_frame, screen_settled
+from tpmtop.tui.settled import after_frame
 from tpmtop.tui.widgets.backdrop import BackdropScreen, Column, Row
 from tpmtop.tui.widgets.footer import KeyBar
 from tpmtop.tui.widgets.header import StatusHeader
@@ -244,13 +244,9 @@ class MainScreen(MainActions, BackdropScreen):
             self.compute_stats(width)
         if self.caps.workload:
             # after the frame this refresh drew (queued behind what it queued itself)
-            self.call_next(self.call_after_refresh, self._tick_drawn, 0)
+            self.call_next(self.call_after_refresh, after_frame, self, self._tick_drawn)
 
-    def _tick_drawn(self, rounds: int) -> None:
-        if rounds < SETTLE_ROUNDS and self.app.screen is self and not screen_settled(self):
-            # a widget has not repainted yet: the frame so far does not hold the new values
-            look_again_after_frame(self, self._tick_drawn, rounds + 1)
-            return
+    def _tick_drawn(self) -> None:
         self.source.release_for_ui(UiHold.REFRESH)
 
     def show(self, frame: Frame) -> None:

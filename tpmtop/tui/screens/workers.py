@@ -109,14 +109,8 @@ class TpmWorkers(_Base):
     @work(thread=True, exclusive=True, exit_on_error=False, group="export", description="export a capture")
     def export_capture(self, target: Path) -> None:
         """``target``: the file named to the user when the key was pressed."""
-        from tpmtop import gcpause
         from tpmtop.sources.export_file import export_capture, release_target
 
-        # A capture of 20,000 events is a few hundred thousand new dicts and lists, none in a
-        # cycle. Their allocations trigger cyclic collections, which hold the GIL while they
-        # walk them: in benchmarks/ui_load.py the UI thread then spent up to 0.9 s of CPU on
-        # the x key and the next one. Reference counting frees all of it; no collection needed.
-        gcpause.pause()
         try:
             path = export_capture(self.source.capture(), target)
         except Exception as e:  # noqa: BLE001
@@ -124,5 +118,3 @@ class TpmWorkers(_Base):
             self.post_message(m.ActionFailed("export", str(e)))
         else:
             self.post_message(m.CaptureExported(path))
-        finally:
-            gcpause.resume()

@@ -1,8 +1,8 @@
 """The dashboard's messages: one line of their own above the footer, and every message of the
 sitting a key away (``l``). Toasts covered numbers — Handles and Latency's first rows, the p50
 column in replay, three of them the whole left column, a ``T`` toast the Boot report — so
-none is shown: the app keeps Textual's notifications (their expiry, their severity) and draws
-them here instead (``tpmtop.tui.app.TpmtopApp._refresh_notifications``)."""
+none is shown: the app's ``notify`` (``tpmtop.tui.app.TpmtopApp.notify``) logs each message
+with its severity and time-out and draws it here instead."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class LoggedMessage:
     severity: str = "information"
     markup: bool = True
     t: float = field(default_factory=time.time)
-    identity: str = ""  # the Textual notification it came with (its time-out says when it dims)
+    fresh_until: float = 0.0  # time.monotonic() when it dims (its time-out)
 
     def content(self, *, dim: bool = False, clock: bool = False) -> Content:
         """One line: a severity mark, the title, the text (newlines folded: one message, one line)."""
@@ -74,7 +74,7 @@ class MessageLine(Horizontal):
         yield Static("", id="message-hint")
 
     def on_mount(self) -> None:
-        refresh = getattr(self.app, "_refresh_notifications", None)
+        refresh = getattr(self.app, "show_messages", None)
         if refresh is not None:
             self.call_after_refresh(refresh)  # what was said before this screen existed
 
