@@ -296,18 +296,18 @@ async def test_a_refresh_draws_between_operations(live, tmp_path, monkeypatch):
     import time
 
     import tpmtop.sources.live_workload as lw
-    import tpmtop.tui.screens.main as main_module
+    import tpmtop.tui.screens.refresh as refresh_module
     from tpmtop.tpm.exchange import Origin
 
     monkeypatch.setattr(lw, "UI_HOLD_MAX_S", {UiHold.KEY: 60.0, UiHold.REFRESH: 60.0})
-    monkeypatch.setattr(main_module, "QUIET_WAIT_MAX_S", 60.0)
+    monkeypatch.setattr(refresh_module, "QUIET_WAIT_MAX_S", 60.0)
     src = live(start_running=True, rate=0, mode="per-command")
     app = app_for(src, tmp_path)
     windows: list[list[int]] = []  # [start, end] of each refresh, perf_counter_ns
     async with app.run_test(size=SIZE) as pilot:
         main = main_screen(app)
         await until(pilot, lambda: sum(a.ops for a in src.accounts().values()) > 20, what="the workload running")
-        draw, release = main._draw_tick, src.release_for_ui
+        draw, release = main.clock.draw, src.release_for_ui
 
         def drawing() -> None:
             windows.append([time.perf_counter_ns(), 0])
@@ -318,7 +318,7 @@ async def test_a_refresh_draws_between_operations(live, tmp_path, monkeypatch):
                 windows[-1][1] = time.perf_counter_ns()
             release(why)
 
-        monkeypatch.setattr(main, "_draw_tick", drawing)
+        monkeypatch.setattr(main.clock, "draw", drawing)
         monkeypatch.setattr(src, "release_for_ui", released)
         first = src.recorder.events()[-1].seq
         await until(pilot, lambda: sum(1 for w in windows if w[1]) >= 10, what="ten refreshes drawn")

@@ -122,3 +122,14 @@ def test_each_compat_hook_is_checked_at_start_up_and_holds():
     for hook in compat.HOOKS:
         module = importlib.import_module(hook.module)
         assert hook.check(module), hook
+
+
+def test_the_main_screen_is_one_class_under_250_lines_without_mixins():
+    """Issue 39: MainScreen's keys, workers and refresh are collaborators, not a mixin chain."""
+    from tpmtop.tui.screens.main import MainScreen
+    from tpmtop.tui.widgets.backdrop import BackdropScreen
+
+    lines, _ = inspect.getsourcelines(MainScreen)
+    assert len(lines) < 250
+    ours = [c for c in MainScreen.__mro__[1:] if c.__module__.startswith("tpmtop.")]
+    assert ours == [BackdropScreen, *[c for c in BackdropScreen.__mro__[1:] if c.__module__.startswith("tpmtop.")]]

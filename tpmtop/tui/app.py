@@ -15,7 +15,8 @@ from textual.theme import Theme
 
 from tpmtop.tui.actions import palette_entries
 from tpmtop.tui.screens.main import MainScreen
-from tpmtop.tui.settled import after_frame
+from tpmtop.tui.screens.refresh import REFRESH_S
+from tpmtop.tui.settled import when_settled
 from tpmtop.tui.themes import DEFAULT_THEME, VARIABLE_DEFAULTS, load_themes, remember_theme, remembered_theme
 from tpmtop.tui.widgets.messages import LoggedMessage, MessageLine, MessageLog
 
@@ -27,8 +28,11 @@ class TpmtopApp(App):
     TITLE = "tpmtop"
 
     def __init__(self, source, *, theme: str | None = None, remember: bool = True, export_dir: str | None = None,
-                 themes=None, boot_root: str = "/", notices: list[str] | None = None) -> None:
+                 themes=None, boot_root: str = "/", notices: list[str] | None = None,
+                 refresh_s: float = REFRESH_S) -> None:
+        """``refresh_s``: the screen's refresh interval to start with ([ and ] change it)."""
         super().__init__()
+        self.refresh_s = refresh_s
         self.startup_notices = list(notices or [])  # said once the screen is up (what tpmtop cannot show here)
         self.source = source
         self.boot_root = boot_root  # the Boot screen's --root; tests point it at a fixture tree
@@ -116,9 +120,9 @@ class TpmtopApp(App):
     def _release_after_frame(self, event: events.Key) -> None:
         """Release the workload after the screen update that draws the key's effect: queued
         behind what the action queued itself (a theme's restyle is a call_next), then after
-        the refresh that follows, then after one more frame (what the action mounted composes
-        and takes the focus in messages of its own)."""
-        self.call_next(self.call_after_refresh, after_frame, self, self._key_drawn, event)
+        the refresh that follows, then once the screen stops changing shape (what the action
+        mounted composes and takes the focus in messages of its own)."""
+        self.call_next(self.call_after_refresh, when_settled, self, self._key_drawn, event)
 
     def _key_drawn(self, event: events.Key) -> None:
         if event is not self._held_for:
@@ -130,7 +134,7 @@ class TpmtopApp(App):
         return dict(VARIABLE_DEFAULTS)
 
     def on_mount(self) -> None:
-        self.push_screen(MainScreen(self.source, self.export_dir))
+        self.push_screen(MainScreen(self.source, self.export_dir, self.refresh_s))
         for n in self.startup_notices:
             self.notify(n, title="tpmtop", severity="warning", timeout=12)
         for n in self.theme_notices:
