@@ -11,7 +11,7 @@ from textual.widgets import DataTable
 
 from tests.helpers.processes import wait_until
 from tests.helpers.tui import SIZE, app_for, main_screen, until
-from tpmtop.sources.protocol import UiHold
+from tpmtop.sources.gate import UiHold
 from tpmtop.tui import messages as m
 from tpmtop.tui.screens.help import HelpScreen
 
@@ -90,11 +90,11 @@ async def test_tables_follow_a_mode_change_from_the_stats_worker(live, tmp_path)
 
 async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path, monkeypatch):
     """The workload shares the process and its GIL with the dashboard: while a key is handled
-    its thread waits between operations (sources' hold_for_ui), and runs again once the key's
+    its thread waits between operations (tpmtop.sources.gate), and runs again once the key's
     screen is drawn. The hold's cap is raised here so that only the release can end it."""
     import threading
 
-    import tpmtop.sources.live_workload as lw
+    import tpmtop.sources.gate as lw
 
     monkeypatch.setattr(lw, "UI_HOLD_MAX_S", {UiHold.KEY: 60.0, UiHold.REFRESH: 60.0})
     src = live(start_running=True, rate=0, mode="none")
@@ -105,9 +105,9 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
             waiting.set()
             return super().wait(timeout)
 
-    src.ui_idle = Watched()
-    src.ui_idle.set()
-    release = src.release_for_ui
+    src.gate.idle = Watched()
+    src.gate.idle.set()
+    release = src.gate.release
     app = app_for(src, tmp_path)
 
     def ops() -> int:
@@ -116,18 +116,18 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: ops() > 20, what="the workload running")
         # Held by hand: the loop stops between operations and stays stopped.
-        src.hold_for_ui()
+        src.gate.hold()
         await until(pilot, waiting.is_set, what="the workload waiting")
         held = ops()
         await pilot.pause(0.3)
         assert ops() == held
-        src.release_for_ui()
+        src.gate.release()
         await until(pilot, lambda: ops() > held, what="the workload running again")
         # A key: held when it arrives, released after the screen that draws it.
         calls: list[str] = []
-        hold = src.hold_for_ui
-        monkeypatch.setattr(src, "hold_for_ui", lambda why=UiHold.KEY: (calls.append(f"hold {why}"), hold(why)))
-        monkeypatch.setattr(src, "release_for_ui",
+        hold = src.gate.hold
+        monkeypatch.setattr(src.gate, "hold", lambda why=UiHold.KEY: (calls.append(f"hold {why}"), hold(why)))
+        monkeypatch.setattr(src.gate, "release",
                             lambda why=UiHold.KEY: (calls.append(f"release {why}"), release(why)))
         frozen = screen_frozen(app)
         await pilot.press("s")
@@ -136,7 +136,7 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
 
         await until(pilot, lambda: key_calls() == ["hold key", "release key"],
                     what=f"the key's hold and release: {calls}")
-        assert screen_frozen(app) != frozen and UiHold.KEY not in src._ui_holds
+        assert screen_frozen(app) != frozen and UiHold.KEY not in src.gate.holds
         after = ops()
         await until(pilot, lambda: ops() > after, what="the workload running after the key")
         # t's restyle runs after the key's handler: the release waits for the frame that draws it.
@@ -156,7 +156,7 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
                 at_release.append(any(t != before for t in drawn))
             release(why)
 
-        monkeypatch.setattr(src, "release_for_ui", theme_drawn)
+        monkeypatch.setattr(src.gate, "release", theme_drawn)
         await pilot.press("t")
         await until(pilot, lambda: at_release, what="t's release")
         assert at_release[0], "the workload was released before t's new theme was drawn"
@@ -178,7 +178,7 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
                 at_release.append(any(shown))
             release(why)
 
-        monkeypatch.setattr(src, "release_for_ui", filter_drawn)
+        monkeypatch.setattr(src.gate, "release", filter_drawn)
         await pilot.press("slash")
         await until(pilot, lambda: at_release, what="/'s release")
         assert at_release[0], "the workload was released before the filter line was drawn with its focus"
@@ -200,14 +200,14 @@ async def test_a_refresh_due_while_a_key_is_drawn_gives_way_to_it_once(live, tmp
     async with app.run_test(size=SIZE) as pilot:
         main = main_screen(app)
         in_flight: list[tuple[str, bool]] = []
-        hold, release = src.hold_for_ui, src.release_for_ui
+        hold, release = src.gate.hold, src.gate.release
 
         def note(what: str, why: UiHold) -> None:
             if why is UiHold.KEY:  # the refreshes hold and release the workload too
                 in_flight.append((what, app.key_in_flight()))
 
-        monkeypatch.setattr(src, "hold_for_ui", lambda why=UiHold.KEY: (note("hold", why), hold(why)))
-        monkeypatch.setattr(src, "release_for_ui", lambda why=UiHold.KEY: (note("release", why), release(why)))
+        monkeypatch.setattr(src.gate, "hold", lambda why=UiHold.KEY: (note("hold", why), hold(why)))
+        monkeypatch.setattr(src.gate, "release", lambda why=UiHold.KEY: (note("release", why), release(why)))
         await pilot.press("s")
         await until(pilot, lambda: len(in_flight) == 2, what=f"the key's hold and release: {in_flight}")
         assert in_flight == [("hold", True), ("release", False)]
@@ -216,7 +216,7 @@ async def test_a_refresh_due_while_a_key_is_drawn_gives_way_to_it_once(live, tmp
         # Paused: a tick then draws at once (one due during an operation waits for its end:
         # test_a_refresh_draws_between_operations).
         src.set_running(False)
-        await until(pilot, lambda: not src.workload_busy(), what="the workload paused")
+        await until(pilot, lambda: not src.gate.busy, what="the workload paused")
         refreshed: list[int] = []
         dash_tick = main.dash.tick
         monkeypatch.setattr(main.dash, "tick", lambda *a, **kw: (refreshed.append(1), dash_tick(*a, **kw))[1])
@@ -251,7 +251,7 @@ def test_the_workload_waits_for_every_hold_and_no_longer_than_its_time(live, mon
     import threading
     import time
 
-    import tpmtop.sources.live_workload as lw
+    import tpmtop.sources.gate as lw
 
     monkeypatch.setattr(lw, "UI_HOLD_MAX_S", {UiHold.KEY: 60.0, UiHold.REFRESH: 60.0})
     src = live(start_running=True, rate=0, mode="none")
@@ -264,21 +264,21 @@ def test_the_workload_waits_for_every_hold_and_no_longer_than_its_time(live, mon
     loop.start()
     try:
         wait_until(lambda: ops() > 20, "the workload running")
-        src.hold_for_ui(UiHold.KEY)
-        src.hold_for_ui(UiHold.REFRESH)
-        wait_until(lambda: not src.workload_busy(), "the burst under way to end")
+        src.gate.hold(UiHold.KEY)
+        src.gate.hold(UiHold.REFRESH)
+        wait_until(lambda: not src.gate.busy, "the burst under way to end")
         held = ops()
         time.sleep(0.3)
         assert ops() == held, "an operation started while held"
-        src.release_for_ui(UiHold.KEY)
+        src.gate.release(UiHold.KEY)
         time.sleep(0.3)
         assert ops() == held, "an operation started while the refresh still held the workload"
-        src.release_for_ui(UiHold.REFRESH)
+        src.gate.release(UiHold.REFRESH)
         wait_until(lambda: ops() > held, "the workload running again")
         # Never released: it runs again once the hold's time is up.
         monkeypatch.setattr(lw, "UI_HOLD_MAX_S", {UiHold.KEY: 60.0, UiHold.REFRESH: 0.2})
-        src.hold_for_ui(UiHold.REFRESH)
-        wait_until(lambda: not src.workload_busy(), "the burst under way to end")
+        src.gate.hold(UiHold.REFRESH)
+        wait_until(lambda: not src.gate.busy, "the burst under way to end")
         held = ops()
         wait_until(lambda: ops() > held + 50, "the workload running after the hold's time")
     finally:
@@ -295,7 +295,7 @@ async def test_a_refresh_draws_between_operations(live, tmp_path, monkeypatch):
     the middle of a burst; the waits' caps are raised so that only the releases end them."""
     import time
 
-    import tpmtop.sources.live_workload as lw
+    import tpmtop.sources.gate as lw
     import tpmtop.tui.screens.refresh as refresh_module
     from tpmtop.tpm.exchange import Origin
 
@@ -307,7 +307,7 @@ async def test_a_refresh_draws_between_operations(live, tmp_path, monkeypatch):
     async with app.run_test(size=SIZE) as pilot:
         main = main_screen(app)
         await until(pilot, lambda: sum(a.ops for a in src.accounts().values()) > 20, what="the workload running")
-        draw, release = main.clock.draw, src.release_for_ui
+        draw, release = main.clock.draw, src.gate.release
 
         def drawing() -> None:
             windows.append([time.perf_counter_ns(), 0])
@@ -319,7 +319,7 @@ async def test_a_refresh_draws_between_operations(live, tmp_path, monkeypatch):
             release(why)
 
         monkeypatch.setattr(main.clock, "draw", drawing)
-        monkeypatch.setattr(src, "release_for_ui", released)
+        monkeypatch.setattr(src.gate, "release", released)
         first = src.recorder.events()[-1].seq
         await until(pilot, lambda: sum(1 for w in windows if w[1]) >= 10, what="ten refreshes drawn")
         done = [w for w in windows if w[1]]

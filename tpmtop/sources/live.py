@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tpmtop.errors import TpmConnectionError, TpmtopError, UsageError
 from tpmtop.sessions.modes import ENGINES, MODES, OPS, Engine, Mode, Op
+from tpmtop.sources.gate import UiGate
 from tpmtop.sources.live_workload import PauseCause, WorkloadDriver
 from tpmtop.sources.pacing import DEFAULT_RATE, baseline_pacing_json, burst_size, pacing_json
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, PollResult, SourceBase, SourceKind, TimingsView
@@ -69,10 +70,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.last_error: str | None = None
         self.stopping = threading.Event()
         self.resume = threading.Event()
-        self.ui_idle = threading.Event()  # cleared while the dashboard draws (hold_for_ui)
-        self.ui_idle.set()
-        self._ui_holds = {}
-        self._in_burst = False
+        self.gate = UiGate()  # the dashboard holds the workload here while it draws
         if self.running:
             self.resume.set()
         self.identity = None
@@ -329,7 +327,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.running = False
         self.stopping.set()
         self.resume.set()  # wake a paused loop so it sees `stopping`
-        self.ui_idle.set()  # and one waiting for the screen (hold_for_ui)
+        self.gate.open()  # and one waiting for the screen
 
         def job() -> None:  # queued behind an operation in flight, which finishes first
             w, self.workload = self.workload, None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from tpmtop.sources.gate import UiGate
 from tpmtop.sources.runs import RunView
 from tpmtop.sources.timeline import OpsTimeline
 from tpmtop.viewmodel.rows.latency import CommandRow, ErrorBook
@@ -28,14 +29,6 @@ if TYPE_CHECKING:
 
 
 UNSET = "-"  # no engine, mode or op: a source without runs (passive, an empty capture); shown as is
-
-
-class UiHold(StrEnum):
-    """What the dashboard holds a source's workload for, between two of its operations: a key's
-    screen, or a refresh's frame. Each is released on its own; the workload waits for both."""
-
-    KEY = "key"
-    REFRESH = "refresh"
 
 
 class SourceKind(StrEnum):
@@ -129,6 +122,7 @@ class Source(Protocol):
     sysfs: Sysfs | None
     proxy: Any  # tpmtop.proxy.server.ProxyServer with --listen
     proxy_log: list[str]
+    gate: UiGate | None  # a workload's: the dashboard holds it there while it draws (None: no workload)
 
     def ready(self) -> bool: ...
     def header(self) -> HeaderInfo: ...
@@ -147,9 +141,6 @@ class Source(Protocol):
     def workload_loop(self, cancelled: Callable[[], bool]) -> None: ...
     def set_running(self, running: bool) -> None: ...
     def set_rate_step(self, direction: int) -> float: ...
-    def hold_for_ui(self, why: UiHold = UiHold.KEY) -> None: ...
-    def release_for_ui(self, why: UiHold = UiHold.KEY) -> None: ...
-    def workload_busy(self) -> bool: ...
     def flush(self, handle: int) -> None: ...
     def flush_ours(self) -> list[int]: ...
     def inspect(self, handle: int, kind: str, ours: bool,
@@ -174,6 +165,7 @@ class SourceBase:
     pause_reason: str | None = None
     sysfs: Sysfs | None = None
     proxy: Any = None
+    gate: UiGate | None = None
 
     def __init__(self) -> None:
         self.errors = ErrorBook()
@@ -206,17 +198,6 @@ class SourceBase:
         return TimingsView()
 
     def choose(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> bool:
-        return False
-
-    def hold_for_ui(self, why: UiHold = UiHold.KEY) -> None:
-        """A key was pressed, or a refresh is due: a source with a workload of its own lets the
-        screen draw first."""
-
-    def release_for_ui(self, why: UiHold = UiHold.KEY) -> None:
-        """The key's screen, or the refresh's frame, is drawn."""
-
-    def workload_busy(self) -> bool:
-        """An operation of the workload is under way now (a refresh waits for its end)."""
         return False
 
     def values(self, what: str) -> list[str]:

@@ -13,6 +13,7 @@ from textual.filter import LineFilter, Monochrome, NoColor
 from textual.notifications import SeverityLevel
 from textual.theme import Theme
 
+from tpmtop.sources.gate import UiHold
 from tpmtop.tui.actions import palette_entries
 from tpmtop.tui.screens.main import MainScreen
 from tpmtop.tui.screens.refresh import REFRESH_S
@@ -84,7 +85,7 @@ class TpmtopApp(App):
         if left > 0:
             self.set_timer(max(0.05, left), self.show_messages)
 
-    # -- a key holds the workload until its screen is drawn (sources' hold_for_ui) -------------
+    # -- a key holds the workload until its screen is drawn (tpmtop.sources.gate) --------------
     _held_for: events.Key | None = None  # the key being handled
     _key_at = 0.0  # when the last key came (time.monotonic)
 
@@ -107,7 +108,8 @@ class TpmtopApp(App):
         self._held_for = event
         self._key_at = time.monotonic()
         # The workload's thread waits while the key is handled and its screen drawn.
-        self.source.hold_for_ui()
+        if self.source.gate is not None:
+            self.source.gate.hold(UiHold.KEY)
         try:
             await super().on_event(event)
         finally:
@@ -128,7 +130,8 @@ class TpmtopApp(App):
         if event is not self._held_for:
             return  # a newer key holds, or this one was released already
         self._held_for = None
-        self.source.release_for_ui()
+        if self.source.gate is not None:
+            self.source.gate.release(UiHold.KEY)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(VARIABLE_DEFAULTS)

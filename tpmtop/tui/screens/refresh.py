@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from textual.timer import Timer
 
-from tpmtop.sources.protocol import UiHold
+from tpmtop.sources.gate import UiHold
 from tpmtop.tui import messages as m
 from tpmtop.tui.settled import after_frame
 from tpmtop.viewmodel.frame import Frame
@@ -52,7 +52,7 @@ class RefreshClock:
 
     def tick(self) -> None:
         """The interval's refresh. With a workload running it waits for the end of the operation
-        under way, then draws while the workload waits (sources' hold_for_ui): an operation
+        under way, then draws while the workload waits (tpmtop.sources.gate): an operation
         that ran meanwhile waited for the GIL after each round trip, and the refresh's
         milliseconds showed in the Latency panel as the TPM's own tail (op p99 5.4-9.0 ms
         against 1.1-2.3 ms without the dashboard; benchmarks/refresh_tail.py)."""
@@ -66,22 +66,23 @@ class RefreshClock:
             self._skipped = True
             return
         self._skipped = False
-        if screen.caps.workload:
-            screen.source.hold_for_ui(UiHold.REFRESH)  # a burst under way stops after this operation
-            if screen.source.workload_busy():
+        gate = screen.source.gate
+        if gate is not None:
+            gate.hold(UiHold.REFRESH)  # a burst under way stops after this operation
+            if gate.busy:
                 self._quiet_since = time.monotonic()
                 screen.set_timer(QUIET_POLL_S, self._tick_when_quiet)
                 return
         self.draw()
 
     def _tick_when_quiet(self) -> None:
-        screen = self.screen
-        if screen.source.workload_busy() and time.monotonic() - (self._quiet_since or 0.0) < QUIET_WAIT_MAX_S:
+        screen, gate = self.screen, self.screen.source.gate
+        if gate is not None and gate.busy and time.monotonic() - (self._quiet_since or 0.0) < QUIET_WAIT_MAX_S:
             screen.set_timer(QUIET_POLL_S, self._tick_when_quiet)
             return
         self._quiet_since = None
         if screen.app.screen is not screen:
-            screen.source.release_for_ui(UiHold.REFRESH)
+            self._drawn()
             return
         self.draw()
 
@@ -91,12 +92,14 @@ class RefreshClock:
         for message in waiting:
             self._apply(message)
         screen.draw_tick()
-        if screen.caps.workload:
+        if screen.source.gate is not None:
             # after the frame this refresh drew (queued behind what it queued itself)
             screen.call_next(screen.call_after_refresh, after_frame, screen, self._drawn)
 
     def _drawn(self) -> None:
-        self.screen.source.release_for_ui(UiHold.REFRESH)
+        gate = self.screen.source.gate
+        if gate is not None:
+            gate.release(UiHold.REFRESH)
 
     # Where there are ticks, a worker's result waits for the next one (a refresh interval at
     # most): drawn at once, it was a frame of its own in the middle of the workload's
