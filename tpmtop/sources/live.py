@@ -70,7 +70,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.last_error: str | None = None
         self.stopping = threading.Event()
         self.resume = threading.Event()
-        self.gate = UiGate()  # the dashboard holds the workload here while it draws
+        self.workload_gate = UiGate()  # the dashboard holds the workload here while it draws
         if self.running:
             self.resume.set()
         self.identity = None
@@ -89,6 +89,10 @@ class LiveSource(WorkloadDriver, SourceBase):
         self._closed = False
 
     # -- what the dashboard reads (tpmtop.sources.protocol.Source) ------------------------------
+    @property
+    def gate(self) -> UiGate:
+        return self.workload_gate
+
     @property
     def caps(self) -> Capabilities:
         ro = self.read_only
@@ -327,7 +331,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.running = False
         self.stopping.set()
         self.resume.set()  # wake a paused loop so it sees `stopping`
-        self.gate.open()  # and one waiting for the screen
+        self.workload_gate.open()  # and one waiting for the screen
 
         def job() -> None:  # queued behind an operation in flight, which finishes first
             w, self.workload = self.workload, None

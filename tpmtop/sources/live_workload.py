@@ -61,7 +61,7 @@ class WorkloadDriver:
     boundaries: list[tuple[float, str]]
     stopping: threading.Event
     resume: threading.Event
-    gate: UiGate  # the dashboard's holds between two operations (tpmtop.sources.gate)
+    workload_gate: UiGate  # the dashboard's holds between two operations (tpmtop.sources.gate)
     timeline: OpsTimeline
     rates_run: dict[tuple[str, str, str], set[float]]
     # (engine, op) -> `none` operations run as the interleaved baseline (the Modes panel says so)
@@ -90,7 +90,7 @@ class WorkloadDriver:
                 self.resume.wait(0.2)
                 next_t = time.perf_counter()
                 continue
-            self.gate.wait(self.stopping)
+            self.workload_gate.wait(self.stopping)
             if self.stopping.is_set():
                 break
             rate = self.rate
@@ -117,7 +117,7 @@ class WorkloadDriver:
             n -= done
             if not held or self.stopping.is_set():
                 return
-            self.gate.wait(self.stopping)
+            self.workload_gate.wait(self.stopping)
             if not self.running or not self.connected:
                 return
 
@@ -169,9 +169,9 @@ class WorkloadDriver:
         # Busy first, then the hold: a refresh holds first, then reads busy. Whichever of the
         # two threads comes second sees the other (the GIL orders them), so no operation
         # starts once a refresh has found the workload idle.
-        self.gate.busy = True
-        if self.gate.held():
-            self.gate.busy = False
+        self.workload_gate.busy = True
+        if self.workload_gate.held():
+            self.workload_gate.busy = False
             return 0, True
         try:
             while done < n and not self.stopping.is_set():
@@ -182,12 +182,12 @@ class WorkloadDriver:
                 self._mode_s += now() - t0
                 if self._baseline_due() and not self._baseline_one():
                     break
-                if self.gate.held():
+                if self.workload_gate.held():
                     return done, True
                 if now() >= deadline:
                     break
         finally:
-            self.gate.busy = False
+            self.workload_gate.busy = False
         return done, False
 
     def _baseline_due(self) -> bool:

@@ -105,7 +105,6 @@ class Source(Protocol):
     engine: str
     op: str
     errors: ErrorBook  # response codes known from the source itself (a capture's); live ones the view-model counts
-    recorder: Recorder | None  # live and kernel: the commands as they happen
     connected: bool
     running: bool
     read_only: bool
@@ -122,7 +121,11 @@ class Source(Protocol):
     sysfs: Sysfs | None
     proxy: Any  # tpmtop.proxy.server.ProxyServer with --listen
     proxy_log: list[str]
-    gate: UiGate | None  # a workload's: the dashboard holds it there while it draws (None: no workload)
+
+    @property
+    def recorder(self) -> Recorder | None: ...  # live and kernel: the commands as they happen
+    @property
+    def gate(self) -> UiGate | None: ...  # a workload's: the dashboard holds it while it draws (None: none)
 
     def ready(self) -> bool: ...
     def header(self) -> HeaderInfo: ...
@@ -165,7 +168,6 @@ class SourceBase:
     pause_reason: str | None = None
     sysfs: Sysfs | None = None
     proxy: Any = None
-    gate: UiGate | None = None
 
     def __init__(self) -> None:
         self.errors = ErrorBook()
@@ -178,6 +180,11 @@ class SourceBase:
     @property
     def caps(self) -> Capabilities:
         raise NotImplementedError  # each source says what it can do
+
+    @property
+    def gate(self) -> UiGate | None:
+        """Where the dashboard holds this source's workload while it draws (tpmtop.sources.gate)."""
+        return None
 
     def ready(self) -> bool:
         """Something to export yet (the TPM answered, the kernel sent a command)."""

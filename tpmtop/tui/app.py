@@ -4,32 +4,43 @@ the dashboard lives in ``screens/main.py`` and its panels in ``widgets/``."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import partial
+from typing import Any
 
 from textual import events
 from textual.app import App, SystemCommand
 from textual.filter import LineFilter, Monochrome, NoColor
 from textual.notifications import SeverityLevel
+from textual.screen import Screen
 from textual.theme import Theme
 
 from tpmtop.sources.gate import UiHold
+from tpmtop.sources.protocol import Source
 from tpmtop.tui.actions import palette_entries
 from tpmtop.tui.screens.main import MainScreen
 from tpmtop.tui.screens.refresh import REFRESH_S
 from tpmtop.tui.settled import when_settled
-from tpmtop.tui.themes import DEFAULT_THEME, VARIABLE_DEFAULTS, load_themes, remember_theme, remembered_theme
+from tpmtop.tui.themes import (
+    DEFAULT_THEME,
+    VARIABLE_DEFAULTS,
+    LoadedThemes,
+    load_themes,
+    remember_theme,
+    remembered_theme,
+)
 from tpmtop.tui.widgets.messages import LoggedMessage, MessageLine, MessageLog
 
 KEY_HOLD_MAX_S = 1.0  # past this a key no longer counts as in flight (a refresh stops giving way)
 
 
-class TpmtopApp(App):
+class TpmtopApp(App[None]):
     CSS_PATH = "tpmtop.tcss"
     TITLE = "tpmtop"
 
-    def __init__(self, source, *, theme: str | None = None, remember: bool = True, export_dir: str | None = None,
-                 themes=None, boot_root: str = "/", notices: list[str] | None = None,
+    def __init__(self, source: Source, *, theme: str | None = None, remember: bool = True,
+                 export_dir: str | None = None, themes: LoadedThemes | None = None, boot_root: str = "/",
+                 notices: list[str] | None = None,
                  refresh_s: float = REFRESH_S) -> None:
         """``refresh_s``: the screen's refresh interval to start with ([ and ] change it)."""
         super().__init__()
@@ -156,7 +167,7 @@ class TpmtopApp(App):
         self.theme = names[(i + 1) % len(names)]
         self.notify(f"theme {self.theme}", timeout=2)
 
-    def get_system_commands(self, screen):
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         # Textual's own entries, minus its Quit (ours flushes and says so) and its Theme
         # chooser (20+ built-in themes beside tpmtop's four: "theme: Use …" below).
         for c in super().get_system_commands(screen):

@@ -16,6 +16,7 @@ from typing import Any
 
 from textual.app import App
 from textual.message_pump import MessagePump
+from textual.widget import Widget
 
 SETTLE_POLL_S = 0.002
 
@@ -34,7 +35,8 @@ def _shape(app: App[Any]) -> tuple[object, ...]:
     """What a key's action changes over several messages: the widgets mounted (a filter line,
     then its input) and the focus (given once the input is there)."""
     nodes = app.screen.walk_children(with_self=True)
-    return (id(app.screen), id(app.focused), tuple((id(n), n.is_mounted, n.display) for n in nodes))
+    return (id(app.screen), id(app.focused),
+            tuple((id(n), isinstance(n, Widget) and n.is_mounted, n.display) for n in nodes))
 
 
 def when_settled(app: App[Any], callback: Callable[..., Any], *args: Any, rounds: int = SETTLE_ROUNDS,

@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from tpmtop.sources.protocol import HeaderInfo, TimingsView
-from tpmtop.sources.timeline import TimelinePoint
+from tpmtop.sources.timeline import TimelinePoint as TimelinePoint  # a part of StatsView: the widgets take it from here
 from tpmtop.viewmodel.rows.handles import HandleRow
 from tpmtop.viewmodel.rows.latency import ErrorBook
 from tpmtop.viewmodel.rows.modes import CompareRow

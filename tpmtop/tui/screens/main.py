@@ -59,7 +59,6 @@ class MainScreen(BackdropScreen):
         self.active_panel = "latency" if "latency" in self.panels else self.panels[0]
         self.compact = False
         self._retry_armed = False
-        self._sysfs_reads = 0
 
     def __getattr__(self, name: str) -> Any:
         """Textual looks a binding's action up as ``action_<name>`` on the screen: the key
@@ -176,7 +175,10 @@ class MainScreen(BackdropScreen):
         self.clock.tick()
 
     def draw_tick(self) -> None:
-        """A refresh's frame (the clock chose when)."""
+        """A refresh's frame (the clock chose when); none once the app is closing (its
+        widgets are being removed while a refresh waited for the workload's gap)."""
+        if not self.app.is_running or not self.query(StreamPanel):
+            return
         stream = self.query_one(StreamPanel)
         width = self.query_one(ModesPanel).content_size.width
         self.show(self.dash.tick(stream_filter=None if stream.frozen else stream.needle, modes_width=width,
@@ -265,10 +267,7 @@ class MainScreen(BackdropScreen):
     def on_sysfs_read(self, message: m.SysfsRead) -> None:
         rate = self.dash.on_sysfs(message.snapshot)
         self.query_one(SystemPanel).show(message.snapshot, rate)
-        self._sysfs_reads += 1
-        interval = 5.0 if self.caps.handles else 1.0  # beside a live TPM, sysfs is secondary
-        # PCR files make the kernel send PCR_Read: every 5th reading only.
-        self.set_timer(interval, lambda: self.jobs.read_sysfs(self._sysfs_reads % 5 == 0))
+        self.jobs.read_sysfs_later(beside_tpm=self.caps.handles)
 
     def on_handles_flushed(self, message: m.HandlesFlushed) -> None:
         self.show(self.dash.on_flushed(message.handles, message.only_ours))

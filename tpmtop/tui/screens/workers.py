@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from textual.message import Message
 from textual.screen import Screen
 from textual.worker import get_current_worker
 
@@ -31,12 +32,13 @@ class TpmWorkers:
         self.screen = screen
         self.dash = dash
         self.export_dir = export_dir  # None: tpmtop's data directory (tpmtop.sources.export_file)
+        self._sysfs_reads = 0
 
     @property
     def source(self) -> Source:
         return self.dash.source
 
-    def post_message(self, message: m.Message) -> None:
+    def post_message(self, message: Message) -> None:
         self.screen.post_message(message)
 
     def _start(self, work: Callable[[], None], group: str, description: str, exclusive: bool = True) -> None:
@@ -58,6 +60,13 @@ class TpmWorkers:
 
     def read_sysfs(self, with_pcrs: bool) -> None:
         self._start(lambda: self._read_sysfs(with_pcrs), "sysfs", "read sysfs")
+
+    def read_sysfs_later(self, beside_tpm: bool) -> None:
+        """The next sysfs reading: every 5 s beside a live TPM (secondary there), else every
+        second; PCR files make the kernel send PCR_Read, so every 5th reading only reads them."""
+        self._sysfs_reads += 1
+        with_pcrs = self._sysfs_reads % 5 == 0
+        self.screen.set_timer(5.0 if beside_tpm else 1.0, lambda: self.read_sysfs(with_pcrs))
 
     def flush_handles(self, handles: list[int] | None) -> None:
         self._start(lambda: self._flush_handles(handles), "user", "flush handles")

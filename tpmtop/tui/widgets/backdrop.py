@@ -51,7 +51,7 @@ class Backdrop(Widget):
         """True where the rows inside differ: Textual renders each then."""
         styles = self.styles
         # A keyline draws between the children; a hatch repeats one character, alike on every row.
-        return styles.keyline[0] != "none" or not self.is_container
+        return str(styles.keyline[0]) != "none" or not self.is_container
 
 
 class Column(Vertical, Backdrop):

@@ -38,7 +38,7 @@ class HandlesPanel(Panel):
     def selected_row(self) -> HandleRow | None:
         return self._rows.get(self.table.selected_key or "")
 
-    _rows: dict = {}
+    _rows: dict[str, HandleRow] = {}
 
     def show_frame(self, frame: Frame) -> None:
         if frame.handles is not None:

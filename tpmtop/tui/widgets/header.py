@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from textual.content import Content
 from textual.markup import escape as e
@@ -28,7 +29,7 @@ def fit(parts: list[tuple[str, float] | tuple[str, float, str]], width: int, sep
     order, dropping the highest ranks first: a narrow terminal loses the least telling words
     whole instead of cutting the line's end to "p…" (issue 24: "TPM period 2" pushed the poll
     interval off). Rank 0 is never dropped (the line is then cut with an ellipsis)."""
-    kept = [(p[0], p[1], p[2] if len(p) > 2 else sep) for p in parts if p[0]]  # type: ignore[misc]
+    kept = [(p[0], p[1], p[2] if len(p) > 2 else sep) for p in parts if p[0]]
 
     def joined(items: list[tuple[str, float, str]]) -> str:
         return "".join((s if i else "") + m for i, (m, _, s) in enumerate(items))
@@ -83,7 +84,7 @@ class StatusHeader(Static):
 
     _last = ""
 
-    _args: dict | None = None
+    _args: dict[str, Any] | None = None
 
     def on_resize(self) -> None:
         if self._args is not None:  # refit now: a replay sends no further frame

@@ -9,8 +9,9 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
@@ -110,7 +111,7 @@ class MessageLogScreen(ModalScreen[None]):
         self.query_one("#messages-box").scroll_end(animate=False)
 
 
-def open_log(app) -> None:
+def open_log(app: App[Any]) -> None:
     """``l``, from any screen that shows a message line."""
     log = getattr(app, "message_log", None)
     app.push_screen(MessageLogScreen(list(log.items) if log is not None else []))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual.content import Content
 from textual.widgets import Static
 
 from tpmtop.tui.widgets.backdrop import Column
@@ -18,7 +19,7 @@ class Panel(Column):
     title = ""
     has_content = True  # False: nothing to show now (the layout hides it, as Clients without holders)
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(classes="panel", **kw)
         self.border_title = self.title
 
@@ -43,9 +44,9 @@ class QuietStatic:
 
     def __init__(self) -> None:
         self.markup: object = ""
-        self.shape: tuple | None = None
+        self.shape: tuple[int, tuple[int, ...]] | None = None
 
-    def set(self, static: Static, markup) -> None:
+    def set(self, static: Static, markup: str | Content) -> None:
         """``markup``: our own markup text, or a Content built with markup variables (which
         is how text from elsewhere — a task's name, a capture — is shown: never parsed)."""
         from textual.content import Content

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.widgets import Static
 
@@ -16,7 +18,7 @@ class ResourcesPanel(Panel):
     title = "Resources"
     can_focus = True  # nothing inside takes the focus: its key and Tab land on the panel itself
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._text = QuietStatic()  # every poll and tick re-sends mostly the same gauges
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import textwrap
 import threading
+from typing import Any
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
@@ -89,13 +91,13 @@ class StreamView(Widget, can_focus=True):
         if row is not None and row.origin != "mark":
             self.post_message(self.DecodeRequested(row))
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
-        self.rows: list[StreamRow] = []
+        self.rows: list[StreamRow] | LazyStreamRows = []
         self.back = 0  # rows scrolled back from the newest
         self.empty_text = EMPTY_TEXT  # the source's word for an empty stream (Source.stream_note)
 
-    def set_rows(self, rows) -> None:
+    def set_rows(self, rows: list[StreamRow] | LazyStreamRows) -> None:
         """``rows``: a list of StreamRow, or anything with len() and slicing (LazyStreamRows)."""
         self.rows = rows
         self.back = max(0, min(self.back, len(rows) - 1))  # a shorter (filtered) list stays in view
@@ -108,10 +110,10 @@ class StreamView(Widget, can_focus=True):
         self.back = max(0, min(len(self.rows) - 1, self.back + n))
         self.refresh()
 
-    def on_mouse_scroll_up(self, event) -> None:
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
         self.action_scroll_back(3)
 
-    def on_mouse_scroll_down(self, event) -> None:
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
         self.action_scroll_back(-3)
 
     def render(self) -> Content:
@@ -153,12 +155,12 @@ class StreamView(Widget, can_focus=True):
 class StreamPanel(Panel):
     title = "Command stream"
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.frozen = False
         self.needle = ""
         self.buffer: list[StreamRow] = []  # the latest rows, unfiltered
-        self.snapshot: tuple[list, int] | None = None  # frozen: (events and marks, t0_ns)
+        self.snapshot: tuple[list[Any], int] | None = None  # frozen: (events and marks, t0_ns)
 
     def compose(self) -> ComposeResult:
         yield StreamView(id="stream-view")
@@ -214,7 +216,7 @@ class StreamPanel(Panel):
             bits.append(f"filter '{self.needle}'")
         self.border_subtitle = " · ".join(bits)
 
-    def toggle(self, snapshot: tuple[list, int] | None = None) -> bool:
+    def toggle(self, snapshot: tuple[list[Any], int] | None = None) -> bool:
         """Frozen: nothing is ingested and ↑/↓ scroll back — through ``snapshot`` (every
         event the recorder kept, and the marks) when given; unfrozen: follow the newest."""
         self.frozen = not self.frozen

@@ -7,11 +7,12 @@ from textual.content import Content
 from textual.markup import escape
 from textual.widgets import Static
 
+from tpmtop.sources.sysfs import SysfsSnapshot
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.viewmodel.frame import Frame
 
 
-def system_markup(s, ima_rate: float | None) -> str:
+def system_markup(s: SysfsSnapshot, ima_rate: float | None) -> str:
     yn = {True: "[$success]yes[/]", False: "no", None: "?"}
     lines = [f"kernel {escape(s.kernel)}   TPM {escape(s.tpm_version or '-')}   "
              f"HMAC sessions compiled in {yn[s.hmac_compiled]}   "
@@ -35,5 +36,5 @@ class SystemPanel(Panel):
     def show_frame(self, frame: Frame) -> None:
         pass  # sysfs is read by its own worker on its own clock: the screen hands each reading over
 
-    def show(self, snapshot, ima_rate: float | None) -> None:
+    def show(self, snapshot: SysfsSnapshot, ima_rate: float | None) -> None:
         self.query_one("#sysfs", Static).update(Content.from_markup(system_markup(snapshot, ima_rate)))

@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable
+from typing import Any
 
+from textual import events
 from textual.widgets import DataTable
 
 CELL_PAD = 2  # DataTable's cell_padding (1) on each side
@@ -20,7 +22,7 @@ _UNITS = {"ms": 1e3, "s": 1e6, "µs": 1.0, "": 1.0}
 _AGE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
-def sort_value(cell) -> tuple:
+def sort_value(cell: object) -> tuple[int, float, str]:
     """A cell as shown ("1,410", "150 ms", "1m02s", "tpmtop", "") as a sortable value:
     numbers (with their unit) before text, blanks last."""
     text = str(cell).strip()
@@ -36,12 +38,16 @@ def sort_value(cell) -> tuple:
     return (1, math.inf, text.lower())
 
 
-class KeyedTable(DataTable):
+Cells = tuple[Any, ...]  # a row's cells: text, Rich Text or Content
+
+
+class KeyedTable(DataTable[Any]):
     DEFAULT_CSS = """
     KeyedTable { height: 1fr; overflow-x: hidden; }
     """
 
-    def __init__(self, columns: Iterable[tuple], grow_to: int = 0, grow_priority: float = 0.0, **kw):
+    def __init__(self, columns: Iterable[tuple[Any, ...]], grow_to: int = 0, grow_priority: float = 0.0,
+                 **kw: Any) -> None:
         """``columns``: (key, label, width[, priority]); lower priority numbers stay longest,
         the first column always stays. Cells passed to :meth:`sync` cover every column.
         ``grow_to``: the first column (the names) widens up to that, as far as its longest
@@ -52,8 +58,8 @@ class KeyedTable(DataTable):
         self._shown: list[int] = list(range(len(self._all)))
         self._grow_to, self._grow_priority = grow_to, grow_priority
         self._first_w = self._want_w = self._all[0][2] if self._all else 0
-        self._shadow: dict[str, tuple] = {}
-        self._rows: list[tuple[str, tuple]] = []
+        self._shadow: dict[str, Cells] = {}
+        self._rows: list[tuple[str, Cells]] = []
         self._order: Callable[[str], object] | None = None
         self.sort_column: str | None = None  # None: the panel's own order
         self.needle = ""  # only rows with a cell containing it (case-insensitive); pinned rows stay
@@ -68,7 +74,7 @@ class KeyedTable(DataTable):
         self.sort_column = choices[(i + step) % len(choices)]
         self._resort()
         self._mark_sorted()
-        return dict((k, label) for k, label, *_ in self._all).get(self.sort_column or "", "its own order")
+        return str(dict((k, label) for k, label, *_ in self._all).get(self.sort_column or "", "its own order"))
 
     SORTED_MARK = "▼"
 
@@ -96,7 +102,7 @@ class KeyedTable(DataTable):
         else:
             ci = self.shown_columns.index(col)
 
-            def rank(key: str) -> tuple:
+            def rank(key: str) -> tuple[bool, int, float, str]:
                 kind, number, text = sort_value(self._shadow[key][ci])
                 return (not (self.pinned and key.startswith(self.pinned)), kind, -number if kind == 0 else 0, text)
 
@@ -115,7 +121,7 @@ class KeyedTable(DataTable):
         self.sort(key=lambda values: place.get(str(values[0]), len(place)))
 
     @property
-    def _columns(self) -> list[tuple]:
+    def _columns(self) -> list[tuple[Any, ...]]:
         return [self._all[i][:2] + (self._first_w,) if i == 0 else self._all[i][:3] for i in self._shown]
 
     @property
@@ -125,7 +131,7 @@ class KeyedTable(DataTable):
     def on_mount(self) -> None:
         self._fit(self.size.width)
 
-    def on_resize(self, event) -> None:
+    def on_resize(self, event: events.Resize) -> None:
         if self._fit(event.size.width):
             self._rebuild()
 
@@ -176,7 +182,7 @@ class KeyedTable(DataTable):
         except Exception:
             return None
 
-    def sync(self, rows: list[tuple[str, tuple]], order: Callable[[str], object] | None = None) -> bool:
+    def sync(self, rows: list[tuple[str, Cells]], order: Callable[[str], Any] | None = None) -> bool:
         """Make the table show ``rows`` [(key, cells)]; returns True if rows came or went.
         ``order`` ranks a row by the plain text of its first cell."""
         self._rows, self._order = rows, order
