@@ -18,6 +18,7 @@ from textual.theme import Theme
 from tpmtop.sources.gate import UiHold
 from tpmtop.sources.protocol import Source
 from tpmtop.tui.actions import palette_entries
+from tpmtop.tui.compat import check_hooks
 from tpmtop.tui.screens.main import MainScreen
 from tpmtop.tui.screens.refresh import REFRESH_S
 from tpmtop.tui.settled import when_settled
@@ -46,6 +47,8 @@ class TpmtopApp(App[None]):
         super().__init__()
         self.refresh_s = refresh_s
         self.startup_notices = list(notices or [])  # said once the screen is up (what tpmtop cannot show here)
+        # A Textual hook tpmtop relies on that this Textual changed (tui/compat.py; none today).
+        self.startup_notices += [f"this Textual changed what tpmtop uses: {why}" for why in check_hooks()]
         self.source = source
         self.boot_root = boot_root  # the Boot screen's --root; tests point it at a fixture tree
         self.export_dir = export_dir  # None: tpmtop's data directory
