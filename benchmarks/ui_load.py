@@ -365,7 +365,6 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
     from tpmtop.sources.live import DEFAULT_RATE, LiveSource
     from tpmtop.tui.app import TpmtopApp
     from tpmtop.tui.screens.main import MainScreen
-
     from tpmtop.tui.screens.refresh import RefreshClock
 
     ticks: list[float] = []

@@ -56,7 +56,7 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec("3", "latency", "Latency", lambda c: c.timings, Group.RIGHT, LatencyPanel,
               "Latency: the current run's operation (total, wire, host) and its commands; [b]errors[/] counts "
               "failed commands, and the selected row's response codes are decoded above its histogram. "
-              "6-digit µs values are shown in ms."),
+              "Every time column is in µs."),
     PanelSpec("4", "modes", "Modes", lambda c: c.timings, Group.BOTTOM, ModesPanel,
               "Modes: the running mode's ratio to `none` first (live, [b]none*[/] is measured in short bursts "
               "between the mode's own operations: no key needed); then each (engine, mode) run's operation p50, "

@@ -26,7 +26,7 @@ from tpmtop.viewmodel.alerts import PatternAlerts
 from tpmtop.viewmodel.frame import ClientsView, Frame, HandlesView, HeaderView, Notice, Severity, StatsView, StreamPart
 from tpmtop.viewmodel.rows.handles import HandleBook, HandleState
 from tpmtop.viewmodel.rows.latency import ErrorBook
-from tpmtop.viewmodel.rows.modes import PER_MODE_WHAT, comparison, headline, projection_summary
+from tpmtop.viewmodel.rows.modes import PER_MODE_WHAT, comparison, headline, projection_summary, vs_none
 from tpmtop.viewmodel.rows.resources import ContextGapTracker, Gauge, GaugeLevel, SlotPeaks, gauges
 from tpmtop.viewmodel.rows.stream import event_matches, failed, mark_row, merge_marks, stream_row
 
@@ -74,6 +74,7 @@ class Dashboard:
         self._last_slow = 0.0
         self._notified_error: str | None = None
         self._stats_dirty = True
+        self._vs_none = ""  # the running mode's ratio to `none`, from the last statistics (the header says it)
         self.stats_due = False  # tick(stats_elsewhere=True): the tables' percentiles are to be computed
         self.generation = 0  # +1 when a key changes what the tables show: older stats are dropped
         self._last_runs: list[Any] | None = None  # as the tables last showed them (the projection's too)
@@ -205,7 +206,8 @@ class Dashboard:
     # -- the parts -----------------------------------------------------------------------------
     def header(self) -> HeaderView:
         live = self.caps.live
-        return HeaderView(self.source.header(), self._ops_per_s if live else None, self.cpu.text() if live else "")
+        return HeaderView(self.source.header(), self._ops_per_s if live else None, self.cpu.text() if live else "",
+                          self._vs_none)
 
     def stats(self, modes_width: int) -> StatsView | None:
         src = self.source
@@ -230,6 +232,7 @@ class Dashboard:
             errors = self.run_errors.get((src.engine, src.mode, src.op)) or ErrorBook()
         rows = comparison(runs, src.op, MODES, src.baseline_ops)
         current = (src.engine, src.mode)
+        self._vs_none = vs_none(rows, current)  # the header says it too: on the first screen at 80×24
         return StatsView(view, errors, rows, src.op, current, boot, series,
                          headline(rows, current, self.caps.workload and not src.read_only))
 
@@ -367,6 +370,7 @@ class Dashboard:
         percentile now would hold the key's screen update back)."""
         self._stats_dirty = True
         self._last_slow = 0.0
+        self._vs_none = ""  # of the run shown before: said again once this one's is computed
         self.generation += 1
 
     def toggle_workload(self) -> bool:

@@ -43,6 +43,7 @@ class HeaderView:
     info: HeaderInfo
     ops_per_s: float | None
     cpu: str = ""
+    vs_none: str = ""  # the running mode's ratio to `none`, as the Modes panel says it ("×44.4 vs none")
 
 
 @dataclass(frozen=True)

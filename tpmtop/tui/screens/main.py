@@ -197,7 +197,7 @@ class MainScreen(BackdropScreen):
             self.query_one(StatusHeader).show(
                 state=h.state, identity=h.identity, tcti=h.tcti, simulated=h.simulated, engine=h.engine,
                 mode=h.mode, op=h.op, ops_per_s=frame.header.ops_per_s, rate=h.rate, extra=extra,
-                profile=h.profile, marker=h.marker, cpu=frame.header.cpu)
+                profile=h.profile, marker=h.marker, cpu=frame.header.cpu, vs_none=frame.header.vs_none)
         for p in PANELS:
             self.query_one(f"#{p.id}", Panel).show_frame(frame)
         if frame.clients is not None:

@@ -54,9 +54,10 @@ class StatusHeader(Static):
 
     def show(self, *, state: str, identity: str, tcti: str, simulated: bool, engine: str, mode: str,
              op: str, ops_per_s: float | None, rate: str = "", extra: str = "", profile: str | None = None,
-             marker: str = "", cpu: str = "") -> None:
+             marker: str = "", cpu: str = "", vs_none: str = "") -> None:
         self._args = dict(state=state, identity=identity, tcti=tcti, simulated=simulated, engine=engine, mode=mode,
-                          op=op, ops_per_s=ops_per_s, rate=rate, extra=extra, profile=profile, marker=marker, cpu=cpu)
+                          op=op, ops_per_s=ops_per_s, rate=rate, extra=extra, profile=profile, marker=marker, cpu=cpu,
+                          vs_none=vs_none)
         width = self.content_size.width
         # Rank: 0 always shown, then the lower the more telling (a narrow terminal drops the rest).
         line1 = fit([("[b]tpmtop[/]", 0), (STATES.get(state, e(state)), 0),
@@ -66,8 +67,11 @@ class StatusHeader(Static):
                                            f"[b $warning]profile {e(profile)}[/]" if profile else "") if x), 1)],
                     width)
         ops = f"[b]{ops_per_s:,.1f} ops/s[/]" if ops_per_s is not None else ""
-        bits: list[tuple[str, float] | tuple[str, float, str]] = [(f"[b $warning]{e(marker)}[/]" if marker else "", 0),
-                (f"engine [b]{e(engine)}[/]", 1), (f"mode [b]{e(mode)}[/]", 0), (f"op [b]{e(op)}[/]", 1),
+        bits: list[tuple[str, float] | tuple[str, float, str]] = [
+                (f"[b $warning]{e(marker)}[/]" if marker else "", 0),
+                (f"engine [b]{e(engine)}[/]", 1), (f"mode [b]{e(mode)}[/]", 0),
+                # the running mode's ratio to `none` (the Modes panel's first line): on the first screen
+                (f"[b $accent]{e(vs_none)}[/]" if vs_none else "", 0.5, " "), (f"op [b]{e(op)}[/]", 1),
                 (ops, 2.5), (e(cpu) if cpu else "", 5)]
         bits += [(e(r), 3, "  ") if i == 0 else (e(r), 6, ", ") for i, r in enumerate(rate.split(", ")) if r]
         # extra: the source's own words, most telling first ("retrying: why", a kernel's counts joined

@@ -36,7 +36,7 @@ def _warm_decoder() -> None:
 # (header, width); the last column takes the rest of the line: the handles a command names
 # (a FlushContext's target, a PCR) and then its sessions (handle:attributes, what shows an
 # HMAC session on the wire), so neither is dropped whole on a narrow panel.
-COLUMNS = (("t s", 8), ("origin", 8), ("command", 16), ("µs", 7), ("rc", 6))
+COLUMNS = (("t s", 8), ("origin", 8), ("command", 16), ("µs", 9), ("rc", 6))
 RC_WIDE = 22  # the rc column's width when the line has room for the response code's name
 LAST = "handles · sessions"
 KEEP = 2000  # rows kept while following; frozen, the whole recorder ring is browsable

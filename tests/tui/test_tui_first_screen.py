@@ -1,0 +1,58 @@
+"""Issue 38's dashboard items: what the first screen says, and that every number is printed in
+the unit its header names. Real swtpm, nothing mocked."""
+
+from __future__ import annotations
+
+import re
+
+from textual.app import App, ComposeResult
+
+from tests.helpers.tui import app_for, header_text, main_screen, until
+from tpmtop.tui.widgets.latency import LatencyPanel
+from tpmtop.viewmodel.rows.latency import CommandRow
+
+
+async def test_the_running_modes_ratio_to_none_is_on_the_first_screen_at_80x24(live, tmp_path):
+    """At 80×24 only one panel shows (Latency, not Modes): the header says "per-command ×N vs
+    none" with no key pressed, the same number the Modes panel says."""
+    src = live(start_running=True, rate=100, mode="per-command")
+    app = app_for(src, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: "vs none" in header_text(app), timeout=60, what="'vs none' in the header")
+        head = re.search(r"(×[\d.,]+) vs none", header_text(app))
+        assert head is not None and "per-command" in header_text(app)
+        assert main_screen(app).query_one("#modes").display is False  # not on screen: the header carries it
+        bars = main_screen(app).query_one("#modes").query_one("#bars")
+
+        def same_number() -> bool:
+            # both from one computation of this run's statistics; drawn at the next tick each
+            ratio = re.search(r"(×[\d.,]+) vs none", header_text(app))
+            return ratio is not None and f"per-command {ratio.group(1)} vs none" in str(bars.render()).splitlines()[0]
+
+        await until(pilot, same_number, what="the header's ratio and the Modes panel's first line to agree")
+
+
+class _Latency(App[None]):
+    def compose(self) -> ComposeResult:
+        yield LatencyPanel(id="latency")
+
+
+async def test_latency_columns_headed_us_print_microseconds():
+    """A max of 167,000 µs printed "167 ms" under "max µs": every time cell is in µs, whole."""
+    app = _Latency()
+    row = CommandRow("cc:1", "PCR_Extend", {"count": 3, "p50": 850.0, "p90": 900.0, "p99": 120_500.0,
+                                            "max": 167_000.0, "mean": 0.0}, last_us=1_520_000.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        panel = app.query_one(LatencyPanel)
+        panel.show([row])
+        await pilot.pause()
+        table = panel.table
+        cells = [str(c) for c in table.get_row_at(0)]
+        headers = [str(c.label) for c in table.ordered_columns]
+        for header, cell in zip(headers, cells, strict=True):
+            if header.endswith("µs") and cell:
+                assert re.fullmatch(r"[\d,]+(\.\d)?", cell), (header, cell)
+        shown = dict(zip(headers, cells, strict=True))
+        assert shown["max µs"] == "167,000" and shown["p99 µs"] == "120,500"
+        if "last µs" in shown:
+            assert shown["last µs"] == "1,520,000"
