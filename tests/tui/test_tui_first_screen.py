@@ -56,3 +56,24 @@ async def test_latency_columns_headed_us_print_microseconds():
         assert shown["max µs"] == "167,000" and shown["p99 µs"] == "120,500"
         if "last µs" in shown:
             assert shown["last µs"] == "1,520,000"
+
+
+async def test_home_on_the_frozen_stream_shows_the_oldest_page_whole_at_80x24(live, tmp_path):
+    """s then Home showed the oldest command alone above blank lines: the view is the first
+    page, every line a command, the oldest on top."""
+    src = live(start_running=True, rate=0, mode="none")
+    app = app_for(src, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: src.recorder.total > 200, what="200 commands")
+        await pilot.press("5", "space")
+        src.barrier()
+        view = main_screen(app).query_one("#stream-view")
+        await pilot.press("s")
+        view.focus()
+        await pilot.press("home")
+        await pilot.pause()
+        lines = str(view.render()).splitlines()[1:]  # under the header line
+        page = view.size.height - 1
+        assert len(view.rows) > page > 5
+        assert len(lines) == page and all(line.strip() for line in lines), lines
+        assert lines[0].split()[0] == view.rows[0].t.strip()  # the oldest kept, on top

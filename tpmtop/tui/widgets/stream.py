@@ -127,9 +127,13 @@ class StreamView(Widget, can_focus=True):
         rest = max(8, self.size.width - sum(w + 1 for w in widths.values()))
         header = " ".join(_fit(h, w, right=h == "µs") for h, w in widths.items()) + " " + _fit(LAST, rest)
         end = len(self.rows) - self.back
-        shown = self.rows[max(0, end - (height - 1)):end]
+        # The page ending at the selected row; scrolled back to the oldest (Home), the first page
+        # whole with the selected row in it, not one row above blank lines.
+        start = max(0, end - (height - 1))
+        shown = self.rows[start:start + height - 1]
+        selected = end - 1 - start  # its place among the shown rows
         lines = [Content.from_markup("[b $foreground-muted]$h[/]", h=header)]
-        for r in shown:
+        for i, r in enumerate(shown):
             t = _fit(safe(r.t), widths["t s"], right=True)
             if r.origin == "mark":  # a boundary: one line across every column
                 lines.append(Content.from_markup("$t [b $warning]── $m ──[/]", t=t, m=safe(r.command)))
@@ -141,7 +145,7 @@ class StreamView(Widget, can_focus=True):
             origin = "$origin" if r.origin == "workload" else "[dim]$origin[/]"
             rc = "$rc" if r.ok else "[$error]$rc[/]"
             line = f"$t {origin} $cmd $us {rc} $last"
-            if self.has_focus and r is shown[-1]:  # what Enter decodes
+            if self.has_focus and i == selected:  # what Enter decodes
                 line = f"[reverse]{line}[/]"
             lines.append(Content.from_markup(line, **fields))
         if not shown:
