@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from textual.app import App, ComposeResult
 
 from tests.helpers.tui import app_for, header_text, main_screen, until
 from tpmtop.tui.widgets.latency import LatencyPanel
 from tpmtop.viewmodel.rows.latency import CommandRow
+from tpmtop.viewmodel.rows.stream import StreamRow
 
 
 async def test_the_running_modes_ratio_to_none_is_on_the_first_screen_at_80x24(live, tmp_path):
@@ -77,3 +79,32 @@ async def test_home_on_the_frozen_stream_shows_the_oldest_page_whole_at_80x24(li
         assert len(view.rows) > page > 5
         assert len(lines) == page and all(line.strip() for line in lines), lines
         assert lines[0].split()[0] == view.rows[0].t.strip()  # the oldest kept, on top
+
+
+class _Stream(App[None]):
+    def compose(self) -> ComposeResult:
+        from tpmtop.tui.widgets.stream import StreamView
+
+        yield StreamView(id="stream-view")
+
+
+def _rows() -> list[StreamRow]:
+    return [StreamRow(str(i), f"{i:.3f}", "workload", "PCR_Extend", "00000010", "02000000:01",
+                      "0x918 TPM_RC_SESSION_HANDLE" if i == 3 else "ok", "4,275", i != 3) for i in range(1, 6)]
+
+
+# The stream view's width on the dashboard: the whole width at 80×24 (one panel), the bottom
+# row's right-hand panel at 120×40 (72 columns with its border).
+@pytest.mark.parametrize("width", [78, 70])
+async def test_the_stream_shows_each_handle_and_response_code_whole(width):
+    """The session column read "020000…" and the rc column "0x918…": a handle is shown whole, and
+    a response code keeps its number whole where its name does not fit."""
+    app = _Stream()
+    async with app.run_test(size=(width, 12)) as pilot:
+        view = app.query_one("#stream-view")
+        view.set_rows(_rows())
+        await pilot.pause()
+        text = str(view.render())
+        assert "…" not in text, text
+        assert "02000000" in text and "00000010" in text
+        assert "0x918" in text.splitlines()[3]

@@ -36,10 +36,26 @@ def _warm_decoder() -> None:
 # (header, width); the last column takes the rest of the line: the handles a command names
 # (a FlushContext's target, a PCR) and then its sessions (handle:attributes, what shows an
 # HMAC session on the wire), so neither is dropped whole on a narrow panel.
-COLUMNS = (("t s", 8), ("origin", 8), ("command", 16), ("µs", 9), ("rc", 6))
+COLUMNS = (("t s", 8), ("origin", 8), ("command", 16), ("µs", 7), ("rc", 6))
 RC_WIDE = 22  # the rc column's width when the line has room for the response code's name
 LAST = "handles · sessions"
 KEEP = 2000  # rows kept while following; frozen, the whole recorder ring is browsable
+
+
+def _rc_text(rc: str, width: int) -> str:
+    """The response code whole: its name goes where the column is too narrow for it
+    ("0x918 TPM_RC_…" was cut to "0x918…"; the decode view, Enter, names it)."""
+    return rc if len(rc) <= width else rc.split(" ", 1)[0]
+
+
+def _handles_text(handles: str, sessions: str, width: int) -> str:
+    """The handles a command names, then its sessions: each handle whole. Where the line is too
+    narrow for the sessions' attributes and the separator ("00000010 · 02000000:01" was cut to
+    "00000010 · 020000…"), the handles alone, space-separated."""
+    full = " · ".join(x for x in (handles, sessions) if x)
+    if len(full) <= width:
+        return full
+    return " ".join([*handles.split(), *(s.split(":", 1)[0] for s in sessions.split())])
 
 
 def _fit(text: str, width: int, right: bool = False) -> str:
@@ -121,26 +137,29 @@ class StreamView(Widget, can_focus=True):
         # never parsed. A row's text can be anyone's (a task named "x[" under the kernel probes,
         # a replayed capture), and a cut "[" once paired with the next line's tag: MarkupError.
         height = max(1, self.size.height)
-        widths = dict(COLUMNS)
-        if self.size.width >= 110:
-            widths["rc"] = RC_WIDE
-        rest = max(8, self.size.width - sum(w + 1 for w in widths.values()))
-        header = " ".join(_fit(h, w, right=h == "µs") for h, w in widths.items()) + " " + _fit(LAST, rest)
         end = len(self.rows) - self.back
         # The page ending at the selected row; scrolled back to the oldest (Home), the first page
         # whole with the selected row in it, not one row above blank lines.
         start = max(0, end - (height - 1))
         shown = self.rows[start:start + height - 1]
         selected = end - 1 - start  # its place among the shown rows
+        widths = dict(COLUMNS)
+        # µs whole ("1,520,000" for a command over a second), the column no wider than the page needs
+        widths["µs"] = max([widths["µs"], *(len(r.us) for r in shown)])
+        if self.size.width >= 110:
+            widths["rc"] = RC_WIDE
+        rest = max(8, self.size.width - sum(w + 1 for w in widths.values()))
+        header = " ".join(_fit(h, w, right=h == "µs") for h, w in widths.items()) + " " + _fit(LAST if rest >= len(LAST) else "handles sessions", rest)
         lines = [Content.from_markup("[b $foreground-muted]$h[/]", h=header)]
         for i, r in enumerate(shown):
             t = _fit(safe(r.t), widths["t s"], right=True)
             if r.origin == "mark":  # a boundary: one line across every column
                 lines.append(Content.from_markup("$t [b $warning]── $m ──[/]", t=t, m=safe(r.command)))
                 continue
-            last = " · ".join(x for x in (r.handles, r.sessions) if x)
+            last = _handles_text(r.handles, r.sessions, rest)
             fields = {"t": t, "origin": _fit(safe(r.origin), 8), "cmd": _fit(safe(r.command), widths["command"]),
-                      "us": _fit(safe(r.us), widths["µs"], right=True), "rc": _fit(safe(r.rc), widths["rc"]),
+                      "us": _fit(safe(r.us), widths["µs"], right=True), "rc": _fit(safe(_rc_text(r.rc, widths["rc"])),
+                                                                                   widths["rc"]),
                       "last": _fit(safe(last), rest)}
             origin = "$origin" if r.origin == "workload" else "[dim]$origin[/]"
             rc = "$rc" if r.ok else "[$error]$rc[/]"
