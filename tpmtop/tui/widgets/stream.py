@@ -149,7 +149,8 @@ class StreamView(Widget, can_focus=True):
         if self.size.width >= 110:
             widths["rc"] = RC_WIDE
         rest = max(8, self.size.width - sum(w + 1 for w in widths.values()))
-        header = " ".join(_fit(h, w, right=h == "µs") for h, w in widths.items()) + " " + _fit(LAST if rest >= len(LAST) else "handles sessions", rest)
+        last_header = LAST if rest >= len(LAST) else "handles sessions"
+        header = " ".join(_fit(h, w, right=h == "µs") for h, w in widths.items()) + " " + _fit(last_header, rest)
         lines = [Content.from_markup("[b $foreground-muted]$h[/]", h=header)]
         for i, r in enumerate(shown):
             t = _fit(safe(r.t), widths["t s"], right=True)
