@@ -10,9 +10,13 @@ EMPTY = {"count": 0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0, "mean": 0.0
 
 def fmt_us(us: float | None) -> str:
     """Microseconds for a cell under a "µs" header, in µs whatever the size (a column headed µs
-    that printed "167 ms" mixed units): 87.4, 4,321, 1,520,000. Blank for no data."""
+    that printed "167 ms" mixed units): 87.4, 4,321, 167,000; from a second on without the
+    thousands' commas, so that up to ten seconds fit the tables' 7-wide columns: 1520000.
+    Blank for no data."""
     if us is None:
         return ""
+    if us >= 1_000_000:
+        return f"{us:.0f}"
     if us >= 1000:
         return f"{us:,.0f}"
     return f"{us:.1f}"

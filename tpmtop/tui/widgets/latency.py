@@ -24,10 +24,10 @@ from tpmtop.viewmodel.rows.histogram import CAPTURE_PER_DECADE, FINE_PER_DECADE,
 from tpmtop.viewmodel.rows.latency import CommandRow, ErrorBook
 
 # (key, header, width, priority): a narrow panel drops the highest numbers first.
-# µs cells are µs whatever their size (9 wide: up to 9,999,999 µs), as their headers say.
+# µs cells are µs whatever their size, as their headers say (7 wide: up to 9999999 µs, fmt_us).
 COLUMNS = (("name", "command", 21, 0), ("count", "count", 7, 1), ("errors", "errors", 6, 4),
-           ("p50", "p50 µs", 9, 2), ("p90", "p90 µs", 9, 7), ("p99", "p99 µs", 9, 3), ("max", "max µs", 9, 5),
-           ("last", "last µs", 9, 6))
+           ("p50", "p50 µs", 7, 2), ("p90", "p90 µs", 7, 7), ("p99", "p99 µs", 7, 3), ("max", "max µs", 7, 5),
+           ("last", "last µs", 7, 6))
 NAME_GROW_TO = 32  # "SetCommandCodeAuditStatus · user": the longest command name with a path
 HIST_EVERY_S = 2.0
 

@@ -144,7 +144,7 @@ class StreamView(Widget, can_focus=True):
         shown = self.rows[start:start + height - 1]
         selected = end - 1 - start  # its place among the shown rows
         widths = dict(COLUMNS)
-        # µs whole ("1,520,000" for a command over a second), the column no wider than the page needs
+        # µs whole ("12345678" for a command over ten seconds), the column no wider than the page needs
         widths["µs"] = max([widths["µs"], *(len(r.us) for r in shown)])
         if self.size.width >= 110:
             widths["rc"] = RC_WIDE
