@@ -83,3 +83,18 @@ def test_the_documented_panel_walk_adds_a_panel_in_three_files(tmp_path):
     assert seen["compact"] == {"active": "runs", "tab": "8 Runs", "shown": True}  # key 8, its tab
     assert seen["help"]
     assert seen["palette"] == ["panel: Show runs"]
+
+
+def test_every_built_in_panel_draws_its_part_through_show_part():
+    """One path for every panel: the frame's part under the panel's id, drawn by show_part; no
+    built-in panel reads the frame itself."""
+    from tpmtop.tui.panels import PANELS
+    from tpmtop.tui.widgets.panel import Panel
+    from tpmtop.viewmodel.frame import Frame, HandlesView
+
+    assert len(PANELS) >= 7
+    for p in PANELS:
+        assert p.widget.show_part is not Panel.show_part, p.id
+        assert p.widget.show_frame is Panel.show_frame, p.id
+    frame = Frame(handles=HandlesView([], []))
+    assert set(frame.parts) == {"handles", "resources"}  # a typed part is found under its panel's id

@@ -93,5 +93,13 @@ class Frame:
     stats: StatsView | None = None
     handles: HandlesView | None = None
     clients: ClientsView | None = None
-    parts: Mapping[str, Any] = field(default_factory=dict)  # panels added by the panel table (tui/panels.py)
+    parts: Mapping[str, Any] = field(default_factory=dict)  # each panel's part, by the panel's id
     notices: tuple[Notice, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Every panel finds its part in ``parts`` under its id, the built-in ones too: the
+        typed fields above are how the view-model builds them (their state outlives a frame),
+        ``parts`` is the one place a panel reads (tpmtop.tui.widgets.panel.Panel.show_frame)."""
+        built_in = {"handles": self.handles, "resources": self.handles.gauges if self.handles is not None else None,
+                    "latency": self.stats, "modes": self.stats, "stream": self.stream, "clients": self.clients}
+        object.__setattr__(self, "parts", {**{k: v for k, v in built_in.items() if v is not None}, **self.parts})

@@ -29,7 +29,6 @@ from tpmtop.tui.widgets.messages import MessageLine
 from tpmtop.tui.widgets.modes import ModesPanel
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.stream import StreamPanel, StreamView
-from tpmtop.tui.widgets.system import SystemPanel
 from tpmtop.viewmodel.dashboard import Dashboard
 from tpmtop.viewmodel.frame import Frame
 
@@ -266,7 +265,7 @@ class MainScreen(BackdropScreen):
 
     def on_sysfs_read(self, message: m.SysfsRead) -> None:
         rate = self.dash.on_sysfs(message.snapshot)
-        self.query_one(SystemPanel).show(message.snapshot, rate)
+        self.show(Frame(parts={"system": (message.snapshot, rate)}))
         self.jobs.read_sysfs_later(beside_tpm=self.caps.handles)
 
     def on_handles_flushed(self, message: m.HandlesFlushed) -> None:

@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Static
 
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
-from tpmtop.viewmodel.frame import Frame
+from tpmtop.viewmodel.frame import ClientsView
 
 # The view-model's cells, in this order (tpmtop.viewmodel: ClientsView.proxy_rows).
 COLUMNS = (("pid", 7), ("name", 22), ("cmds", 7), ("err", 4), ("p50 µs", 9), ("p99 µs", 9), ("held", 5), ("leaked", 6))
@@ -68,10 +68,7 @@ class ClientsPanel(Panel):
 
     has_content = False  # until a proxy's clients, or a device's holders, are there to show
 
-    def show_frame(self, frame: Frame) -> None:
-        c = frame.clients
-        if c is None:
-            return
+    def show_part(self, c: ClientsView) -> None:
         if c.proxy_rows is not None:
             self.show_clients(c.proxy_rows, c.detail)
         elif c.holders is not None:

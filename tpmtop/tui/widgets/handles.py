@@ -10,7 +10,7 @@ from textual.content import Content
 from tpmtop.textsafe import counted, safe
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
-from tpmtop.viewmodel.frame import Frame
+from tpmtop.viewmodel.frame import HandlesView
 from tpmtop.viewmodel.numbers import fmt_age
 from tpmtop.viewmodel.rows.handles import HandleRow, HandleState
 
@@ -40,9 +40,8 @@ class HandlesPanel(Panel):
 
     _rows: dict[str, HandleRow] = {}
 
-    def show_frame(self, frame: Frame) -> None:
-        if frame.handles is not None:
-            self.show(frame.handles.rows)
+    def show_part(self, part: HandlesView) -> None:
+        self.show(part.rows)
 
     def show(self, rows: list[HandleRow]) -> None:
         self._rows = {r.key: r for r in rows}

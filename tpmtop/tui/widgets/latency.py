@@ -18,7 +18,7 @@ from textual.widgets import DataTable, Sparkline
 from tpmtop.tui.widgets.backdrop import Row
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
-from tpmtop.viewmodel.frame import Frame
+from tpmtop.viewmodel.frame import StatsView
 from tpmtop.viewmodel.numbers import fmt_us
 from tpmtop.viewmodel.rows.histogram import CAPTURE_PER_DECADE, FINE_PER_DECADE, histogram_lines
 from tpmtop.viewmodel.rows.latency import CommandRow, ErrorBook
@@ -84,10 +84,9 @@ class LatencyPanel(Panel):
 
     errors = None  # tpmtop.viewmodel.rows.latency.ErrorBook: which response codes a command got
 
-    def show_frame(self, frame: Frame) -> None:
-        if frame.stats is not None:
-            t = frame.stats.timings
-            self.show(t.rows, t.subtitle, t.run_label, frame.stats.errors)
+    def show_part(self, part: StatsView) -> None:
+        t = part.timings
+        self.show(t.rows, t.subtitle, t.run_label, part.errors)
 
     def show(self, rows: list[CommandRow], subtitle: str = "", run_label: str = "",
              errors: ErrorBook | None = None) -> None:

@@ -12,7 +12,7 @@ from textual.widgets import Static
 
 from tpmtop.sessions.modes import MODE_INFO, Mode
 from tpmtop.tui.widgets.panel import Panel, QuietStatic
-from tpmtop.viewmodel.frame import Frame, TimelinePoint
+from tpmtop.viewmodel.frame import StatsView, TimelinePoint
 from tpmtop.viewmodel.numbers import fmt_duration
 from tpmtop.viewmodel.rows.modes import CompareRow, baseline_note, fmt_ratio
 
@@ -66,11 +66,9 @@ class ModesPanel(Panel):
         if self._last is not None:
             self.show(*self._last)
 
-    def show_frame(self, frame: Frame) -> None:
-        st = frame.stats
-        if st is not None:
-            self.show(st.compare, st.op, st.current, st.boot, st.series, st.timings.modes_lines, st.headline)
-            self.border_subtitle = st.timings.modes_note
+    def show_part(self, st: StatsView) -> None:
+        self.show(st.compare, st.op, st.current, st.boot, st.series, st.timings.modes_lines, st.headline)
+        self.border_subtitle = st.timings.modes_note
 
     def show(self, rows: list[CompareRow], op: str, current: tuple[str, str], boot: str = "",
              series: list[TimelinePoint | None] | None = None, notes: list[str] | None = None,

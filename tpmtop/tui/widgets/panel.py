@@ -24,14 +24,14 @@ class Panel(Column):
         self.border_title = self.title
 
     def show_frame(self, frame: Frame) -> None:
-        """Draw this panel's part of ``frame`` (``None`` parts did not change). A panel added
-        by the table gets its part from ``frame.parts`` under its id."""
+        """Draw this panel's part of ``frame``: ``frame.parts`` under the panel's id, the
+        built-in panels' as the table's (absent: it did not change)."""
         part = frame.parts.get(self.id or "")
         if part is not None:
             self.show_part(part)
 
     def show_part(self, part: Any) -> None:
-        """A table-added panel's part (what its rows builder returned)."""
+        """Draw the part (what the panel's rows builder, or the view-model, gave)."""
         raise NotImplementedError
 
 

@@ -8,7 +8,6 @@ from textual.app import ComposeResult
 from textual.widgets import Static
 
 from tpmtop.tui.widgets.panel import Panel, QuietStatic
-from tpmtop.viewmodel.frame import Frame
 from tpmtop.viewmodel.rows.resources import Gauge, GaugeLevel
 
 BAR = 20
@@ -25,9 +24,8 @@ class ResourcesPanel(Panel):
     def compose(self) -> ComposeResult:
         yield Static("waiting for the first poll…", id="gauges")
 
-    def show_frame(self, frame: Frame) -> None:
-        if frame.handles is not None and frame.handles.gauges is not None:
-            self.show(frame.handles.gauges)
+    def show_part(self, part: list[Gauge]) -> None:
+        self.show(part)
 
     def show(self, gauges: list[Gauge]) -> None:
         lines = []

@@ -21,7 +21,7 @@ from textual.widget import Widget
 
 from tpmtop.textsafe import safe
 from tpmtop.tui.widgets.panel import Panel
-from tpmtop.viewmodel.frame import Frame
+from tpmtop.viewmodel.frame import StreamPart
 from tpmtop.viewmodel.rows.stream import LazyStreamRows, StreamRow
 
 _decoder_warming = threading.Event()
@@ -193,19 +193,17 @@ class StreamPanel(Panel):
     def view(self) -> StreamView:
         return self.query_one(StreamView)
 
-    def show_frame(self, frame: Frame) -> None:
-        part = frame.stream
-        if part is not None:
-            if part.replace and not self.frozen:
-                self.buffer = []
-                if not part.rows:
-                    self._render_rows()
-            self.add(part.rows, keep=None if part.keep_all else KEEP)
-            if part.empty_note:
-                self.border_subtitle = part.empty_note
-            if not part.rows:  # said in the body too, where "no commands yet" would stand
-                self.view.empty_text = part.empty_note or EMPTY_TEXT
-                self.view.refresh()
+    def show_part(self, part: StreamPart) -> None:
+        if part.replace and not self.frozen:
+            self.buffer = []
+            if not part.rows:
+                self._render_rows()
+        self.add(part.rows, keep=None if part.keep_all else KEEP)
+        if part.empty_note:
+            self.border_subtitle = part.empty_note
+        if not part.rows:  # said in the body too, where "no commands yet" would stand
+            self.view.empty_text = part.empty_note or EMPTY_TEXT
+            self.view.refresh()
 
     def add(self, rows: list[StreamRow], keep: int | None = KEEP) -> None:
         if self.frozen or not rows:
