@@ -49,9 +49,19 @@ def copy_tree(w: Widget) -> Widget:
         return Sparkline(list(w.data or []), **kw)
     children = [c for c in w.children if not (c.id or "").startswith("textual-")]
     if children and not isinstance(w, Static):
-        box: Widget = Horizontal(**kw) if w.styles.layout and w.styles.layout.name == "horizontal" else Vertical(**kw)
+        horizontal = w.styles.layout is not None and w.styles.layout.name == "horizontal"
+        box: Widget = (_FocusableRow if horizontal else _FocusableColumn)(**kw) if w.can_focus else \
+            Horizontal(**kw) if horizontal else Vertical(**kw)
         return _Box(box, [copy_tree(c) for c in children])  # type: ignore[return-value]
     return Static(w.render(), **kw)
+
+
+class _FocusableColumn(Vertical, can_focus=True):
+    """A container the dashboard lets take the focus (a panel with nothing focusable inside)."""
+
+
+class _FocusableRow(Horizontal, can_focus=True):
+    pass
 
 
 class _Box:
