@@ -53,7 +53,7 @@ def copy_tree(w: Widget) -> Widget:
         box: Widget = (_FocusableRow if horizontal else _FocusableColumn)(**kw) if w.can_focus else \
             Horizontal(**kw) if horizontal else Vertical(**kw)
         return _Box(box, [copy_tree(c) for c in children])  # type: ignore[return-value]
-    return Static(w.render(), **kw)
+    return (_FocusableStatic if w.can_focus else Static)(w.render(), **kw)
 
 
 class _FocusableColumn(Vertical, can_focus=True):
@@ -62,6 +62,10 @@ class _FocusableColumn(Vertical, can_focus=True):
 
 class _FocusableRow(Horizontal, can_focus=True):
     pass
+
+
+class _FocusableStatic(Static, can_focus=True):
+    """A leaf the dashboard lets take the focus (the stream's view)."""
 
 
 class _Box:
