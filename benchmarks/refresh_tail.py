@@ -73,13 +73,11 @@ async def _alone(seconds: float) -> tuple:
 
 
 async def _dashboard(seconds: float, refresh: float) -> tuple:
-    import tpmtop.tui.screens.main as screen
     from tpmtop.tui.app import TpmtopApp
 
-    screen.REFRESH_S = refresh
     src = LiveSource(open_tpm(sim=True), start_running=True, rate=DEFAULT_RATE, mode=Mode.PER_COMMAND)
     try:
-        app = TpmtopApp(src, theme="dark", remember=False)
+        app = TpmtopApp(src, theme="dark", remember=False, refresh_s=refresh)
         async with app.run_test(size=(120, 40)) as pilot:
             return await _window(src, pilot.pause, seconds)
     finally:

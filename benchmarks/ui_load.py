@@ -29,7 +29,12 @@ swtpm with the workload unpaced (``rate 0``) and reports:
   default pacing and at max rate (unpaced). Paced operations
   must not pay the host's wake-up (issue #15 item 1): the two must agree within 20 %.
 
-The last line reads ``slowest key: <K> <X> ms; live ratio at default pacing / max rate: x<A> / x<B>``.
+- **against Textual's floor**: every key again with the workload paused, then the same keys on
+  a plain Textual app with the same widget tree (benchmarks/textual_floor.py), same Textual,
+  same run; the ratio of the p95s (all keys' times together, and per key).
+
+The line before last reads ``slowest key under the workload: <K> <X> ms; live ratio …``; the last
+``keys: tpmtop/textual-floor p95 ×<R>, worst <key> ×<W>``.
 """
 
 from __future__ import annotations
@@ -57,8 +62,8 @@ async def live_ratio(src, pilot, rate: float, seconds: float) -> tuple[float | N
     runs and `none` is the baseline the workload interleaves by itself (what a user who
     pressed no key reads), both over the same ``2 × seconds``."""
     from tpmtop.sessions.modes import MODES
-    from tpmtop.sources.rows.modes import comparison
     from tpmtop.sources.runs import runs_from_accounts
+    from tpmtop.viewmodel.rows.modes import comparison
 
     src.rate = rate
     src.choose(mode="per-command")
@@ -249,7 +254,7 @@ async def time_keys(app, main, src, pilot, presses: int, export_dir: str, only: 
                     if isinstance(app.focused, Input):
                         await pilot.press(close)
             if times:
-                out[label] = {"worst_ms": round(max(times) * 1000, 1),
+                out[label] = {"times_ms": [round(t * 1000, 2) for t in times], "worst_ms": round(max(times) * 1000, 1),
                               "median_ms": round(statistics.median(times) * 1000, 1), "presses": len(times),
                               "ui_cpu_median_ms": round(statistics.median(cpus) * 1000, 1),
                               "ui_cpu_worst_ms": round(max(cpus) * 1000, 1)}
@@ -265,6 +270,93 @@ async def time_keys(app, main, src, pilot, presses: int, export_dir: str, only: 
     return out
 
 
+async def time_floor_keys(floor, pilot, presses: int, only: set[str] | None = None) -> dict:
+    """The same keys on Textual's floor (benchmarks/textual_floor.py), timed as :func:`time_keys`
+    times them: from the key event reaching the app to the first screen update that draws it."""
+    from textual import events
+    from textual.app import App
+    from textual.widgets import Input
+    from textual.widgets._toast import Toast
+
+    stamps: list[tuple[float, object]] = []
+    probe: list = [lambda screen: None]
+    orig_display = App._display
+
+    def display(self, screen, renderable):
+        if renderable is not None:
+            renderable.render_segments(self.console)
+            stamps.append((time.perf_counter(), probe[0](screen)))
+        return orig_display(self, screen, renderable)
+
+    main = floor.main
+
+    def restyled(screen):
+        return floor.theme if screen._css_update_count == floor._css_update_count else PENDING
+
+    def toasts(screen):
+        return len([t for t in screen.query(Toast) if t.region.area])
+
+    state = lambda s: main.state  # noqa: E731
+    keys = [(label, key, char, state) for label, key, char in (
+        ("space", "space", " "), ("m", "m", "m"), ("e", "e", "e"), ("o", "o", "o"), ("+", "plus", "+"),
+        ("-", "minus", "-"), ("s", "s", "s"), ("r", "r", "r"), (">", "greater_than_sign", ">"))]
+    keys += [("t", "t", "t", restyled), ("x", "x", "x", toasts), ("T", "T", "T", toasts),
+             ("tab", "tab", "\t", lambda s: floor.focused),
+             ("/", "slash", "/", lambda s: isinstance(floor.focused, Input))]
+    keys += [(k, kk, c, lambda s: type(s).__name__) for k, kk, c in
+             (("?", "question_mark", "?"), ("p", "p", "p"), ("b", "b", "b"), ("i", "i", "i"))]
+    keys += [(p, p, p, lambda s: floor.focused) for p in "1234567"]
+    out: dict = {}
+    App._display = display
+    try:
+        for label, key, char, probe_fn in keys:
+            if only and label not in only:
+                continue
+            times: list[float] = []
+            for _ in range(presses):
+                floor.clear_notifications()
+                for box in floor.query(Input):
+                    await box.remove()
+                if label in "1234567" or label == "tab":
+                    floor.set_focus(None)
+                await pilot.pause(0.15)
+                before = probe_fn(floor.screen)
+                probe[0] = probe_fn
+                n = len(stamps)
+                k0 = time.perf_counter()
+                floor.post_message(events.Key(key, char))
+                shown = None
+                while shown is None and time.perf_counter() - k0 < 10:
+                    shown = next((t for t, v in stamps[n:] if v is not PENDING and v != before), None)
+                    await asyncio.sleep(0.001)
+                times.append((shown if shown else time.perf_counter()) - k0)
+                if floor.screen is not main:
+                    floor.pop_screen()
+                    while floor.screen is not main:
+                        await asyncio.sleep(0.005)
+            if times:
+                out[label] = {"times_ms": [round(t * 1000, 2) for t in times], "worst_ms": round(max(times) * 1000, 1),
+                              "median_ms": round(statistics.median(times) * 1000, 1), "presses": len(times)}
+    finally:
+        App._display = orig_display
+    return out
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def floor_ratio(ours: dict, floor: dict) -> tuple[float, str, float, dict]:
+    """(p95 of every tpmtop key time / p95 of every floor key time, the key with the worst ratio
+    of its own p95s, that ratio, each key's ratio), over the keys both timed."""
+    both = [k for k in ours if k in floor]
+    per_key = {k: p95(ours[k]["times_ms"]) / p95(floor[k]["times_ms"]) for k in both}
+    total = p95([t for k in both for t in ours[k]["times_ms"]]) / p95([t for k in both for t in floor[k]["times_ms"]])
+    worst = max(per_key, key=lambda k: per_key[k])
+    return total, worst, per_key[worst], per_key
+
+
 async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_seconds: float = 1.5,
               ratio_rounds: int = 5, profile: str | None = None, only: set[str] | None = None) -> dict:
     import psutil
@@ -273,16 +365,17 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
     from tpmtop.sources.live import DEFAULT_RATE, LiveSource
     from tpmtop.tui.app import TpmtopApp
     from tpmtop.tui.screens.main import MainScreen
+    from tpmtop.tui.screens.refresh import RefreshClock
 
     ticks: list[float] = []
-    orig_tick = MainScreen.tick
+    orig_tick = RefreshClock.tick
 
     def timed_tick(self):
         t0 = time.perf_counter()
         orig_tick(self)
         ticks.append(time.perf_counter() - t0)
 
-    MainScreen.tick = timed_tick
+    RefreshClock.tick = timed_tick
     # The once-a-second tables, on the stats worker: Python holding the GIL against the keys
     # and the workload (its thread's CPU time per call).
     from tpmtop.viewmodel.dashboard import Dashboard
@@ -383,10 +476,21 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             cpu = (c1.user - c0.user + c1.system - c0.system) / (w1 - w0)
             out["cpu_paused_pct_of_one_core"] = round(cpu * 100, 2)
             out["poll_interval_s"] = src.poll_interval
+            # Against Textual's floor: the keys again with the workload paused (the floor has
+            # none), then the same keys on a plain Textual app with this screen's widget tree.
+            out["keys_paused"] = await time_keys(app, main, src, pilot, presses, export_dir, only)
+            if not src.running:
+                await pilot.press("space")  # what the paused pass's space left running is stopped again
+            from textual_floor import floor_app
+
+            floor = floor_app(main, app)
     finally:
-        MainScreen.tick = orig_tick
+        RefreshClock.tick = orig_tick
         Dashboard.stats = orig_stats
         src.close()
+    async with floor.run_test(size=(140, 44), notifications=True) as pilot:
+        await pilot.pause(1.0)
+        out["keys_floor"] = await time_floor_keys(floor, pilot, presses, only)
     return out
 
 
@@ -422,10 +526,14 @@ def main() -> int:
     keys = r["keys"]
     slowest = max(keys, key=lambda k: keys[k]["worst_ms"])
     a, b = r["ratio_default"], r["ratio_max"]
-    last = (f"slowest key: {slowest} {keys[slowest]['worst_ms']:.0f} ms; "
-            f"live ratio at default pacing / max rate: x{a} / x{b}")
+    total, worst, worst_ratio, per_key = floor_ratio(r["keys_paused"], r["keys_floor"])
+    r["floor_ratio_p95"], r["floor_worst"], r["floor_ratio_per_key"] = total, [worst, worst_ratio], per_key
+    first_line = (f"slowest key under the workload: {slowest} {keys[slowest]['worst_ms']:.0f} ms; "
+                  f"live ratio at default pacing / max rate: x{a} / x{b}")
+    last = f"keys: tpmtop/textual-floor p95 ×{total:.2f}, worst {worst} ×{worst_ratio:.2f}"
     if args.json:
         print(json.dumps(r, indent=2))
+        print(first_line)
         print(last)
         return 0
     print(f"machine: {r['machine']}")
@@ -457,6 +565,13 @@ def main() -> int:
               "  ".join(f"{m} p50 {v['p50_us']} µs ({v['ops']} ops)" for m, v in d.items()))
     verdict = "within 20 %" if a and b and abs(a - b) / b <= 0.2 else "NOT within 20 %"
     print(f"(default pacing {r['default_rate']:g} ops/s in bursts; {verdict})")
+    print(first_line)
+    print(f"against Textual's floor (benchmarks/textual_floor.py: a plain Textual app with this screen's widget "
+          f"tree, the same visible change per key), workload paused, {args.presses} presses each, ms:")
+    print(f"  {'key':<6}{'tpmtop p95':>11}{'floor p95':>11}{'ratio':>8}")
+    for k, ratio in per_key.items():
+        print(f"  {k:<6}{p95(r['keys_paused'][k]['times_ms']):>11.1f}{p95(r['keys_floor'][k]['times_ms']):>11.1f}"
+              f"{ratio:>8.2f}")
     print(last)
     return 0
 

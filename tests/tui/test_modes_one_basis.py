@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 
-from tpmtop.sources.rows.modes import projection_of
 from tpmtop.viewmodel.dashboard import Dashboard
+from tpmtop.viewmodel.rows.modes import projection_of
 
 
 def _run(src, dash, mode: str, ops: int) -> None:

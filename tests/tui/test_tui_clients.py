@@ -47,8 +47,8 @@ class TestClientsPanel:
                             timeout=30, what="its per-command latencies")
                 # T hands this TPM to other tools: the proxy's TCTI string, the one the tool used
                 await pilot.press("T")
-                await until(pilot, lambda: any(f"-T swtpm:host=127.0.0.1,port={port}" in n.message
-                                               for n in app._notifications), timeout=30, what="the TCTI notice")
+                await until(pilot, lambda: any(f"-T swtpm:host=127.0.0.1,port={port}" in n.text
+                                               for n in app.message_log.items), timeout=30, what="the TCTI notice")
             evs = [e for e in src.recorder.events() if e.client is not None]
             assert "TPM2_CC_GetRandom" in {e.name for e in evs}
             assert all(e.engine is None and e.origin == "proxy" for e in evs)  # never the workload's labels
@@ -76,9 +76,9 @@ class TestClientsPanel:
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                 _, err = await asyncio.wait_for(proc.communicate(), 60)
                 assert proc.returncode == 0, err
-                await until(pilot, lambda: any("LEAK: left" in n.message for n in app._notifications),
+                await until(pilot, lambda: any("LEAK: left" in n.text for n in app.message_log.items),
                             timeout=60, what="the leak notice")
-                assert not any(decoy in n.message for n in app._notifications)
+                assert not any(decoy in n.text for n in app.message_log.items)
             leaks = [line for line in log if "LEAK: left" in line]
             assert leaks and all(line.kind is LineKind.LEAK for line in leaks)
         finally:

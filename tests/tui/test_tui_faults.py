@@ -12,11 +12,11 @@ import pytest
 from tests.helpers.tui import SIZE, app_for, header_text, main_screen, until
 from tpmtop.errors import UsageError
 from tpmtop.sessions.native import NativeEngine
-from tpmtop.sources.numbers import summary_of
 from tpmtop.tpm.handles import list_handles
 from tpmtop.tui import messages as m
 from tpmtop.tui.actions import ACTIONS, palette_entries
 from tpmtop.tui.screens.confirm import ConfirmScreen
+from tpmtop.viewmodel.numbers import summary_of
 
 
 def _ops(src) -> int:
@@ -24,7 +24,7 @@ def _ops(src) -> int:
 
 
 def _notices(app) -> list[str]:
-    return [f"{n.title}: {n.message}" for n in app._notifications]
+    return [f"{n.title}: {n.text}" for n in app.message_log.items]
 
 
 async def _leak_objects(src, n: int) -> list[int]:

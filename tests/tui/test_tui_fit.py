@@ -94,7 +94,7 @@ def _filtered_segments(app):
     background = Color(0, 0, 0)
     for strip in app.screen._compositor.render_strips():
         segments = list(strip)
-        for f in app._filters:
+        for f in app.get_line_filters():
             segments = f.apply(segments, background)
         yield from segments
 

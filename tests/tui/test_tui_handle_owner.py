@@ -15,11 +15,11 @@ import pytest
 from tests.helpers.processes import free_port_pair
 from tests.helpers.tui import SIZE, app_for, main_screen, until
 from tpmtop.proxy.server import ProxyServer
-from tpmtop.sources.rows.handles import HandleOwner
 from tpmtop.tui import messages as m
 from tpmtop.tui.screens.confirm import ConfirmScreen
 from tpmtop.tui.screens.inspect import InspectScreen
 from tpmtop.tui.widgets.handles import HandlesPanel
+from tpmtop.viewmodel.rows.handles import HandleOwner
 
 pytestmark = pytest.mark.skipif(shutil.which("tpm2_createprimary") is None, reason="tpm2-tools not installed")
 
@@ -88,8 +88,8 @@ class TestOtherProgramsHandles:
                 flushed = next(x for x in seen if isinstance(x, m.HandlesFlushed)).handles
                 assert h not in flushed
                 assert h in await _transient(port)  # the client's object is still loaded
-                await until(pilot, lambda: any("did not create" in n.message and "left" in n.message
-                                               for n in app._notifications), timeout=30, what="the 'left' notice")
+                await until(pilot, lambda: any("did not create" in n.text and "left" in n.text
+                                               for n in app.message_log.items), timeout=30, what="the 'left' notice")
 
                 # f on the client's handle asks; Escape leaves it loaded, y flushes it
                 await until(pilot, lambda: key in panel._rows and panel._rows[key].owner is HandleOwner.CLIENT,
@@ -119,8 +119,8 @@ class TestOtherProgramsHandles:
 def test_the_book_names_each_handles_creator_and_keeps_it_when_the_handle_goes():
     """The owner comes from what tpmtop created and what the proxy's clients hold, never from a
     label; a handle neither made is "unknown"; a row that just went away keeps its owner."""
-    from tpmtop.sources.rows.handles import HandleBook, HandleState
     from tpmtop.tpm.handles import HandleEntry, HandleKind
+    from tpmtop.viewmodel.rows.handles import HandleBook, HandleState
 
     t = [0.0]
     book = HandleBook(clock=lambda: t[0])

@@ -393,7 +393,7 @@ class TestKernelDashboardHonesty:
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("x")
             await pilot.pause(0.3)
-            assert any("no kernel command seen" in n.message for n in app._notifications)
+            assert any("no kernel command seen" in n.text for n in app.message_log.items)
             assert not list(tmp_path.glob("tpmtop-*.json"))
 
 

@@ -359,7 +359,7 @@ class TestLatency:
 
         from rich.cells import cell_len
 
-        from tpmtop.sources.rows.histogram import FINE_PER_DECADE, fit, fmt_axis
+        from tpmtop.viewmodel.rows.histogram import FINE_PER_DECADE, fit, fmt_axis
 
         src = live(start_running=True, rate=0, mode="none")
         app = app_for(src, tmp_path)
@@ -487,16 +487,16 @@ class TestHandles:
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: src.identity is not None, what="first poll")
             await pilot.press("f")
-            await until(pilot, lambda: any("select a handle" in n.message for n in app._notifications),
+            await until(pilot, lambda: any("select a handle" in n.text for n in app.message_log.items),
                         what="f explained")
             await pilot.press("T")  # the TCTI for tpm2-tools: a private swtpm cannot be shared, says how to
-            await until(pilot, lambda: any("socket pair" in n.message and "-T swtpm:" in n.message
-                                           for n in app._notifications), what="TCTI explained")
+            await until(pilot, lambda: any("socket pair" in n.text and "-T swtpm:" in n.text
+                                           for n in app.message_log.items), what="TCTI explained")
         cap = load(FIXTURE)
         rapp = TpmtopApp(ReplaySource(cap, FIXTURE), theme="dark", remember=False)
         async with rapp.run_test(size=SIZE) as pilot:
             await pilot.press("space")
-            await until(pilot, lambda: any("saved capture" in n.message for n in rapp._notifications),
+            await until(pilot, lambda: any("saved capture" in n.text for n in rapp.message_log.items),
                         what="space in replay explained")
 
     async def test_enter_on_a_handle_shows_what_the_tpm_says(self, live, tmp_path):

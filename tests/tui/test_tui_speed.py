@@ -1,6 +1,6 @@
 """What keeps keys quick under load (issue 24 item 8; the timings are benchmarks/ui_load.py's,
-not asserted here): a theme's styles are parsed once and reused, the help is built once, the
-tables' percentiles come from a worker. Each test checks the behaviour the user sees stays
+not asserted here): the help is built once, the tables' percentiles come from a worker, a key
+holds the workload until its screen is drawn. Each test checks the behaviour the user sees stays
 right. Real swtpm, nothing mocked."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from textual.widgets import DataTable
 
 from tests.helpers.processes import wait_until
 from tests.helpers.tui import SIZE, app_for, main_screen, until
-from tpmtop.sources.protocol import UiHold
+from tpmtop.sources.gate import UiHold
 from tpmtop.tui import messages as m
 from tpmtop.tui.screens.help import HelpScreen
 
@@ -30,41 +30,24 @@ def fresh_rules(app) -> list[tuple]:
     return described(ss.rules)
 
 
-async def test_t_applies_each_theme_as_textual_parses_it_and_parses_it_once(live, tmp_path, monkeypatch):
+async def test_t_applies_each_theme_as_textual_parses_it(live, tmp_path):
     src = live(start_running=True, rate=0, mode="none")
     app = app_for(src, tmp_path)
-    parsed: list[str] = []
-    orig = Stylesheet._parse_rules
-
-    checking = [False]  # fresh_rules() parses too: not counted
-
-    def counting(self, css, read_from, *a, **kw):
-        if not checking[0]:
-            parsed.append(str(read_from))
-        return orig(self, css, read_from, *a, **kw)
-
     async with app.run_test(size=SIZE) as pilot:
         names = list(app.tpmtop_themes)
         await until(pilot, lambda: main_screen(app).query_one("#latency-table", DataTable).row_count > 0,
                     what="latency rows")
-        monkeypatch.setattr(Stylesheet, "_parse_rules", counting)
-        for lap in range(2):
-            if lap == 1:
-                parsed.clear()
+        for _ in range(2):
             for _ in names:
                 before = app.theme
                 await pilot.press("t")
                 await until(pilot, lambda b=before: app.theme != b and
                             app.screen._css_update_count == app._css_update_count, what="the theme applied")
-                checking[0] = True
                 assert described(app.stylesheet.rules) == fresh_rules(app)
-                checking[0] = False
                 # What the user sees: the tables take the theme's surface colour.
                 table = main_screen(app).query_one("#latency-table", DataTable)
                 assert table.styles.background == Color.parse(app.get_css_variables()["surface"])
         assert app.theme == names[0]
-        # The second lap: every theme was seen, nothing is parsed again.
-        assert parsed == []
 
 
 async def test_help_is_built_once_and_opens_at_the_top_each_time(live, tmp_path):
@@ -107,11 +90,11 @@ async def test_tables_follow_a_mode_change_from_the_stats_worker(live, tmp_path)
 
 async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path, monkeypatch):
     """The workload shares the process and its GIL with the dashboard: while a key is handled
-    its thread waits between operations (sources' hold_for_ui), and runs again once the key's
+    its thread waits between operations (tpmtop.sources.gate), and runs again once the key's
     screen is drawn. The hold's cap is raised here so that only the release can end it."""
     import threading
 
-    import tpmtop.sources.live_workload as lw
+    import tpmtop.sources.gate as lw
 
     monkeypatch.setattr(lw, "UI_HOLD_MAX_S", {UiHold.KEY: 60.0, UiHold.REFRESH: 60.0})
     src = live(start_running=True, rate=0, mode="none")
@@ -122,9 +105,9 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
             waiting.set()
             return super().wait(timeout)
 
-    src.ui_idle = Watched()
-    src.ui_idle.set()
-    release = src.release_for_ui
+    src.gate.idle = Watched()
+    src.gate.idle.set()
+    release = src.gate.release
     app = app_for(src, tmp_path)
 
     def ops() -> int:
@@ -133,18 +116,18 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: ops() > 20, what="the workload running")
         # Held by hand: the loop stops between operations and stays stopped.
-        src.hold_for_ui()
+        src.gate.hold()
         await until(pilot, waiting.is_set, what="the workload waiting")
         held = ops()
         await pilot.pause(0.3)
         assert ops() == held
-        src.release_for_ui()
+        src.gate.release()
         await until(pilot, lambda: ops() > held, what="the workload running again")
         # A key: held when it arrives, released after the screen that draws it.
         calls: list[str] = []
-        hold = src.hold_for_ui
-        monkeypatch.setattr(src, "hold_for_ui", lambda why=UiHold.KEY: (calls.append(f"hold {why}"), hold(why)))
-        monkeypatch.setattr(src, "release_for_ui",
+        hold = src.gate.hold
+        monkeypatch.setattr(src.gate, "hold", lambda why=UiHold.KEY: (calls.append(f"hold {why}"), hold(why)))
+        monkeypatch.setattr(src.gate, "release",
                             lambda why=UiHold.KEY: (calls.append(f"release {why}"), release(why)))
         frozen = screen_frozen(app)
         await pilot.press("s")
@@ -153,7 +136,7 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
 
         await until(pilot, lambda: key_calls() == ["hold key", "release key"],
                     what=f"the key's hold and release: {calls}")
-        assert screen_frozen(app) != frozen and UiHold.KEY not in src._ui_holds
+        assert screen_frozen(app) != frozen and UiHold.KEY not in src.gate.holds
         after = ops()
         await until(pilot, lambda: ops() > after, what="the workload running after the key")
         # t's restyle runs after the key's handler: the release waits for the frame that draws it.
@@ -173,7 +156,7 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
                 at_release.append(any(t != before for t in drawn))
             release(why)
 
-        monkeypatch.setattr(src, "release_for_ui", theme_drawn)
+        monkeypatch.setattr(src.gate, "release", theme_drawn)
         await pilot.press("t")
         await until(pilot, lambda: at_release, what="t's release")
         assert at_release[0], "the workload was released before t's new theme was drawn"
@@ -195,7 +178,7 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
                 at_release.append(any(shown))
             release(why)
 
-        monkeypatch.setattr(src, "release_for_ui", filter_drawn)
+        monkeypatch.setattr(src.gate, "release", filter_drawn)
         await pilot.press("slash")
         await until(pilot, lambda: at_release, what="/'s release")
         assert at_release[0], "the workload was released before the filter line was drawn with its focus"
@@ -205,48 +188,6 @@ def screen_frozen(app) -> bool:
     from tpmtop.tui.widgets.stream import StreamPanel
 
     return main_screen(app).query_one(StreamPanel).frozen
-
-
-async def test_a_key_pauses_the_cyclic_collector_until_its_screen_is_drawn(tmp_path):
-    """From a key's arrival to the frame that draws it no cyclic collection starts (t's restyle
-    and repaint triggered dozens, and a full one in a quarter of presses); after the frame, and
-    after the app ends, the collector is on again."""
-    import gc
-
-    from textual import events
-
-    from tests.helpers.paths import TESTS
-    from tpmtop.sources.replay import ReplaySource, load
-    from tpmtop.tui.app import TpmtopApp
-
-    fixture = TESTS / "tui_fixtures" / "slb9670-extend.json"
-
-    assert gc.isenabled()
-    app = TpmtopApp(ReplaySource(load(fixture), fixture), theme="dark", remember=False)
-    seen: list[tuple[str, bool]] = []
-    orig = TpmtopApp._display
-
-    def display(self, screen, renderable):  # each screen update: the theme it draws, collector state
-        if renderable is not None:
-            seen.append((self.theme, gc.isenabled()))
-        return orig(self, screen, renderable)
-
-    TpmtopApp._display = display
-    try:
-        async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: main_screen(app).is_mounted, what="the main screen")
-            await pilot.pause(0.2)
-            before = app.theme
-            n = len(seen)
-            app.post_message(events.Key("t", "t"))
-            await until(pilot, lambda: any(th != before for th, _ in seen[n:]), what="the new theme drawn")
-            first = next(i for i in range(n, len(seen)) if seen[i][0] != before)
-            assert seen[first][1] is False, "the collector was on while the key's screen was drawn"
-            await until(pilot, gc.isenabled, what="the collector back on after the frame")
-            app.post_message(events.Key("t", "t"))  # the app ends before this key's frame
-        assert gc.isenabled(), "a key's pause outlived the app"
-    finally:
-        TpmtopApp._display = orig
 
 
 async def test_a_refresh_due_while_a_key_is_drawn_gives_way_to_it_once(live, tmp_path, monkeypatch):
@@ -259,14 +200,14 @@ async def test_a_refresh_due_while_a_key_is_drawn_gives_way_to_it_once(live, tmp
     async with app.run_test(size=SIZE) as pilot:
         main = main_screen(app)
         in_flight: list[tuple[str, bool]] = []
-        hold, release = src.hold_for_ui, src.release_for_ui
+        hold, release = src.gate.hold, src.gate.release
 
         def note(what: str, why: UiHold) -> None:
             if why is UiHold.KEY:  # the refreshes hold and release the workload too
                 in_flight.append((what, app.key_in_flight()))
 
-        monkeypatch.setattr(src, "hold_for_ui", lambda why=UiHold.KEY: (note("hold", why), hold(why)))
-        monkeypatch.setattr(src, "release_for_ui", lambda why=UiHold.KEY: (note("release", why), release(why)))
+        monkeypatch.setattr(src.gate, "hold", lambda why=UiHold.KEY: (note("hold", why), hold(why)))
+        monkeypatch.setattr(src.gate, "release", lambda why=UiHold.KEY: (note("release", why), release(why)))
         await pilot.press("s")
         await until(pilot, lambda: len(in_flight) == 2, what=f"the key's hold and release: {in_flight}")
         assert in_flight == [("hold", True), ("release", False)]
@@ -275,7 +216,7 @@ async def test_a_refresh_due_while_a_key_is_drawn_gives_way_to_it_once(live, tmp
         # Paused: a tick then draws at once (one due during an operation waits for its end:
         # test_a_refresh_draws_between_operations).
         src.set_running(False)
-        await until(pilot, lambda: not src.workload_busy(), what="the workload paused")
+        await until(pilot, lambda: not src.gate.busy, what="the workload paused")
         refreshed: list[int] = []
         dash_tick = main.dash.tick
         monkeypatch.setattr(main.dash, "tick", lambda *a, **kw: (refreshed.append(1), dash_tick(*a, **kw))[1])
@@ -310,7 +251,7 @@ def test_the_workload_waits_for_every_hold_and_no_longer_than_its_time(live, mon
     import threading
     import time
 
-    import tpmtop.sources.live_workload as lw
+    import tpmtop.sources.gate as lw
 
     monkeypatch.setattr(lw, "UI_HOLD_MAX_S", {UiHold.KEY: 60.0, UiHold.REFRESH: 60.0})
     src = live(start_running=True, rate=0, mode="none")
@@ -323,21 +264,21 @@ def test_the_workload_waits_for_every_hold_and_no_longer_than_its_time(live, mon
     loop.start()
     try:
         wait_until(lambda: ops() > 20, "the workload running")
-        src.hold_for_ui(UiHold.KEY)
-        src.hold_for_ui(UiHold.REFRESH)
-        wait_until(lambda: not src.workload_busy(), "the burst under way to end")
+        src.gate.hold(UiHold.KEY)
+        src.gate.hold(UiHold.REFRESH)
+        wait_until(lambda: not src.gate.busy, "the burst under way to end")
         held = ops()
         time.sleep(0.3)
         assert ops() == held, "an operation started while held"
-        src.release_for_ui(UiHold.KEY)
+        src.gate.release(UiHold.KEY)
         time.sleep(0.3)
         assert ops() == held, "an operation started while the refresh still held the workload"
-        src.release_for_ui(UiHold.REFRESH)
+        src.gate.release(UiHold.REFRESH)
         wait_until(lambda: ops() > held, "the workload running again")
         # Never released: it runs again once the hold's time is up.
         monkeypatch.setattr(lw, "UI_HOLD_MAX_S", {UiHold.KEY: 60.0, UiHold.REFRESH: 0.2})
-        src.hold_for_ui(UiHold.REFRESH)
-        wait_until(lambda: not src.workload_busy(), "the burst under way to end")
+        src.gate.hold(UiHold.REFRESH)
+        wait_until(lambda: not src.gate.busy, "the burst under way to end")
         held = ops()
         wait_until(lambda: ops() > held + 50, "the workload running after the hold's time")
     finally:
@@ -354,19 +295,19 @@ async def test_a_refresh_draws_between_operations(live, tmp_path, monkeypatch):
     the middle of a burst; the waits' caps are raised so that only the releases end them."""
     import time
 
-    import tpmtop.sources.live_workload as lw
-    import tpmtop.tui.screens.main as main_module
+    import tpmtop.sources.gate as lw
+    import tpmtop.tui.screens.refresh as refresh_module
     from tpmtop.tpm.exchange import Origin
 
     monkeypatch.setattr(lw, "UI_HOLD_MAX_S", {UiHold.KEY: 60.0, UiHold.REFRESH: 60.0})
-    monkeypatch.setattr(main_module, "QUIET_WAIT_MAX_S", 60.0)
+    monkeypatch.setattr(refresh_module, "QUIET_WAIT_MAX_S", 60.0)
     src = live(start_running=True, rate=0, mode="per-command")
     app = app_for(src, tmp_path)
     windows: list[list[int]] = []  # [start, end] of each refresh, perf_counter_ns
     async with app.run_test(size=SIZE) as pilot:
         main = main_screen(app)
         await until(pilot, lambda: sum(a.ops for a in src.accounts().values()) > 20, what="the workload running")
-        draw, release = main._draw_tick, src.release_for_ui
+        draw, release = main.clock.draw, src.gate.release
 
         def drawing() -> None:
             windows.append([time.perf_counter_ns(), 0])
@@ -377,8 +318,8 @@ async def test_a_refresh_draws_between_operations(live, tmp_path, monkeypatch):
                 windows[-1][1] = time.perf_counter_ns()
             release(why)
 
-        monkeypatch.setattr(main, "_draw_tick", drawing)
-        monkeypatch.setattr(src, "release_for_ui", released)
+        monkeypatch.setattr(main.clock, "draw", drawing)
+        monkeypatch.setattr(src.gate, "release", released)
         first = src.recorder.events()[-1].seq
         await until(pilot, lambda: sum(1 for w in windows if w[1]) >= 10, what="ten refreshes drawn")
         done = [w for w in windows if w[1]]

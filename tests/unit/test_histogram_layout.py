@@ -1,4 +1,4 @@
-"""The Latency panel's histogram layout (tpmtop.sources.rows.histogram) on real histograms:
+"""The Latency panel's histogram layout (tpmtop.viewmodel.rows.histogram) on real histograms:
 the whole range from the lowest populated bucket to the highest, the finest resolution that
 fits, one unit, never wider than asked."""
 
@@ -8,8 +8,8 @@ import random
 
 from textual.content import Content
 
-from tpmtop.sources.rows.histogram import CAPTURE_PER_DECADE, FINE_PER_DECADE, fit, histogram_lines
 from tpmtop.stats import LatencyHistogram
+from tpmtop.viewmodel.rows.histogram import CAPTURE_PER_DECADE, FINE_PER_DECADE, fit, histogram_lines
 
 
 def recorded(values_us: list[float]) -> LatencyHistogram:

@@ -1,11 +1,11 @@
-"""The Modes panel's rows and lines (tpmtop.sources.rows.modes), from runs as a live workload
+"""The Modes panel's rows and lines (tpmtop.viewmodel.rows.modes), from runs as a live workload
 or a capture gives them: the headline, the interleaved baseline's label, the boot line."""
 
 from __future__ import annotations
 
 from tpmtop.sessions.modes import MODES
-from tpmtop.sources.rows.modes import baseline_note, comparison, headline, projection_of, projection_summary
 from tpmtop.sources.runs import RunView
+from tpmtop.viewmodel.rows.modes import baseline_note, comparison, headline, projection_of, projection_summary
 
 
 def run(mode: str, p50: float, ops: int = 100, engine: str = "native") -> RunView:

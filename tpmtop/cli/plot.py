@@ -42,7 +42,7 @@ class Series:
 def _filled(buckets: list[list[float]], per_decade: int) -> tuple[list[float], list[int]]:
     """Every bucket from one below the lowest filled to the highest, empty ones as 0: a line
     over a gap must drop to zero, not bridge it."""
-    from tpmtop.sources.rows.histogram import bucket_index
+    from tpmtop.viewmodel.rows.histogram import bucket_index
 
     ks = {bucket_index(b, per_decade): int(c) for b, c in buckets if b > 0}
     lo, hi = min(ks) - 1, max(ks)

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tpmtop.sources.numbers import buckets_of, summary_of
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase, SourceKind, TimingsView
-from tpmtop.sources.rows.latency import CommandRow, op_rows
 from tpmtop.sources.runs import RunView, run_from_account
 from tpmtop.sources.sysfs import Sysfs
 from tpmtop.textsafe import counted
+from tpmtop.viewmodel.numbers import buckets_of, summary_of
+from tpmtop.viewmodel.rows.latency import CommandRow, op_rows
 
 if TYPE_CHECKING:
     from tpmtop.kernel.tap import KernelTap

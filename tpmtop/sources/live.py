@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from tpmtop.errors import TpmConnectionError, TpmtopError, UsageError
 from tpmtop.sessions.modes import ENGINES, MODES, OPS, Engine, Mode, Op
+from tpmtop.sources.gate import UiGate
 from tpmtop.sources.live_workload import PauseCause, WorkloadDriver
 from tpmtop.sources.pacing import DEFAULT_RATE, baseline_pacing_json, burst_size, pacing_json
 from tpmtop.sources.protocol import Capabilities, HeaderInfo, PollResult, SourceBase, SourceKind, TimingsView
@@ -78,10 +79,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.last_error: str | None = None
         self.stopping = threading.Event()
         self.resume = threading.Event()
-        self.ui_idle = threading.Event()  # cleared while the dashboard draws (hold_for_ui)
-        self.ui_idle.set()
-        self._ui_holds = {}
-        self._in_burst = False
+        self.workload_gate = UiGate()  # the dashboard holds the workload here while it draws
         if self.running:
             self.resume.set()
         self.identity = None
@@ -100,6 +98,10 @@ class LiveSource(WorkloadDriver, SourceBase):
         self._closed = False
 
     # -- what the dashboard reads (tpmtop.sources.protocol.Source) ------------------------------
+    @property
+    def gate(self) -> UiGate:
+        return self.workload_gate
+
     @property
     def caps(self) -> Capabilities:
         ro = self.read_only
@@ -141,7 +143,7 @@ class LiveSource(WorkloadDriver, SourceBase):
     def timings(self, runs: list[RunView] | None = None) -> TimingsView:
         """The current (engine, mode, op) run: its operation rows and its commands, as replay
         shows a capture's run — never commands of other modes beside this mode's operations."""
-        from tpmtop.sources.rows.latency import command_rows_live, command_rows_run, op_rows
+        from tpmtop.viewmodel.rows.latency import command_rows_live, command_rows_run, op_rows
 
         runs = self.runs() if runs is None else runs
         current = next((r for r in runs if r.key == (self.engine, self.mode, self.op)), None)
@@ -368,7 +370,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.running = False
         self.stopping.set()
         self.resume.set()  # wake a paused loop so it sees `stopping`
-        self.ui_idle.set()  # and one waiting for the screen (hold_for_ui)
+        self.workload_gate.open()  # and one waiting for the screen
 
         def job() -> None:  # queued behind an operation in flight, which finishes first
             w, self.workload = self.workload, None

@@ -16,8 +16,8 @@ from tpm2_pytss.constants import TPM2_RC
 from tpmtop.errors import NullNameChanged, TpmConnectionError, TpmError, TpmtopError
 from tpmtop.sessions.modes import Mode
 from tpmtop.sources import pacing
+from tpmtop.sources.gate import UiGate
 from tpmtop.sources.pacing import BURST_JOB_S, RATES, burst_size, pacing_json
-from tpmtop.sources.protocol import UiHold
 from tpmtop.sources.timeline import OpsTimeline
 from tpmtop.tpm.exchange import Origin
 
@@ -37,9 +37,6 @@ class PauseCause(StrEnum):
 
 
 
-# A key's screen is drawn within this on a loaded machine, and a refresh's frame within the
-# other; past it the workload runs again even if the dashboard never said it was done (hold_for_ui).
-UI_HOLD_MAX_S = {UiHold.KEY: 0.25, UiHold.REFRESH: 0.1}
 
 
 class WorkloadDriver:
@@ -64,9 +61,7 @@ class WorkloadDriver:
     boundaries: list[tuple[float, str]]
     stopping: threading.Event
     resume: threading.Event
-    ui_idle: threading.Event
-    _ui_holds: dict[UiHold, float]  # what holds the workload, and until when (time.perf_counter)
-    _in_burst: bool
+    workload_gate: UiGate  # the dashboard's holds between two operations (tpmtop.sources.gate)
     timeline: OpsTimeline
     rates_run: dict[tuple[str, str, str], set[float]]
     # (engine, op) -> `none` operations run as the interleaved baseline (the Modes panel says so)
@@ -79,45 +74,6 @@ class WorkloadDriver:
         raise NotImplementedError
 
     # -- the workload (its own worker thread) ---------------------------------------------------
-    def hold_for_ui(self, why: UiHold = UiHold.KEY) -> None:
-        """The next operation waits until :meth:`release_for_ui` (the screen is drawn), at most
-        UI_HOLD_MAX_S. The workload and the dashboard share one process and its GIL:
-
-        - a key: unpaced, the workload's thread takes the GIL back after each of its round
-          trips, so a key's few milliseconds of Python took 3-5 times as long on the clock
-          (benchmarks/ui_load.py);
-        - a refresh: the other way round, an operation under way while the dashboard draws waits
-          for the GIL after each of its round trips, and the refresh's milliseconds land in the
-          operation's time, which the dashboard then shows as the TPM's tail. The refresh waits
-          for the operation under way (:meth:`workload_busy`), then draws while the workload
-          waits.
-
-        An operation under way is finished and timed as usual: only the gap between two
-        operations grows, and what is measured is each operation. Called on the UI thread only."""
-        self._ui_holds[why] = time.perf_counter() + UI_HOLD_MAX_S[why]
-        self.ui_idle.clear()
-
-    def release_for_ui(self, why: UiHold = UiHold.KEY) -> None:
-        self._ui_holds.pop(why, None)
-        if not self._ui_holds:
-            self.ui_idle.set()
-
-    def workload_busy(self) -> bool:
-        return self._in_burst
-
-    def _ui_held(self) -> bool:
-        """A hold that has not run out (one the dashboard never released ends at its time)."""
-        if self.ui_idle.is_set():
-            return False
-        now = time.perf_counter()
-        return any(until > now for until in list(self._ui_holds.values()))
-
-    def _wait_for_ui(self) -> None:
-        while self._ui_held() and not self.stopping.is_set():
-            left = max(list(self._ui_holds.values()), default=0.0) - time.perf_counter()
-            if left > 0:
-                self.ui_idle.wait(left)
-
     def workload_loop(self, cancelled: Callable[[], bool]) -> None:
         """Run operations until ``cancelled()`` or stopping, ``self.rate`` per second on average,
         in bursts (:func:`burst_size`). Errors are reported through state (``workload_error``)
@@ -134,7 +90,7 @@ class WorkloadDriver:
                 self.resume.wait(0.2)
                 next_t = time.perf_counter()
                 continue
-            self._wait_for_ui()
+            self.workload_gate.wait(self.stopping)
             if self.stopping.is_set():
                 break
             rate = self.rate
@@ -161,7 +117,7 @@ class WorkloadDriver:
             n -= done
             if not held or self.stopping.is_set():
                 return
-            self._wait_for_ui()
+            self.workload_gate.wait(self.stopping)
             if not self.running or not self.connected:
                 return
 
@@ -174,7 +130,7 @@ class WorkloadDriver:
         no thread hand-off between them, so each runs warm. A job ends after BURST_JOB_S even
         if the burst is not done, so a poll or a key's action never waits behind a slow chip's
         whole burst (slb9670: 150 ms per operation). Returns how many ran, and whether the
-        dashboard's hold (hold_for_ui) ended the job."""
+        dashboard's hold (tpmtop.sources.gate) ended the job."""
         if self.read_only:
             return 0, False
         try:
@@ -213,9 +169,9 @@ class WorkloadDriver:
         # Busy first, then the hold: a refresh holds first, then reads busy. Whichever of the
         # two threads comes second sees the other (the GIL orders them), so no operation
         # starts once a refresh has found the workload idle.
-        self._in_burst = True
-        if self._ui_held():
-            self._in_burst = False
+        self.workload_gate.busy = True
+        if self.workload_gate.held():
+            self.workload_gate.busy = False
             return 0, True
         try:
             while done < n and not self.stopping.is_set():
@@ -226,12 +182,12 @@ class WorkloadDriver:
                 self._mode_s += now() - t0
                 if self._baseline_due() and not self._baseline_one():
                     break
-                if self._ui_held():
+                if self.workload_gate.held():
                     return done, True
                 if now() >= deadline:
                     break
         finally:
-            self._in_burst = False
+            self.workload_gate.busy = False
         return done, False
 
     def _baseline_due(self) -> bool:

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from tpmtop.sources.rows.latency import CommandRow, ErrorBook
-from tpmtop.sources.rows.stream import StreamRow
+from tpmtop.sources.gate import UiGate
 from tpmtop.sources.runs import RunView
 from tpmtop.sources.timeline import OpsTimeline
+from tpmtop.viewmodel.rows.latency import CommandRow, ErrorBook
+from tpmtop.viewmodel.rows.stream import StreamRow
 
 if TYPE_CHECKING:
     from tpmtop.recorder import Recorder
@@ -28,14 +29,6 @@ if TYPE_CHECKING:
 
 
 UNSET = "-"  # no engine, mode or op: a source without runs (passive, an empty capture); shown as is
-
-
-class UiHold(StrEnum):
-    """What the dashboard holds a source's workload for, between two of its operations: a key's
-    screen, or a refresh's frame. Each is released on its own; the workload waits for both."""
-
-    KEY = "key"
-    REFRESH = "refresh"
 
 
 class SourceKind(StrEnum):
@@ -115,7 +108,6 @@ class Source(Protocol):
     engine: str
     op: str
     errors: ErrorBook  # response codes known from the source itself (a capture's); live ones the view-model counts
-    recorder: Recorder | None  # live and kernel: the commands as they happen
     connected: bool
     running: bool
     read_only: bool
@@ -133,6 +125,11 @@ class Source(Protocol):
     sysfs: Sysfs | None
     proxy: Any  # tpmtop.proxy.server.ProxyServer with --listen
     proxy_log: list[str]
+
+    @property
+    def recorder(self) -> Recorder | None: ...  # live and kernel: the commands as they happen
+    @property
+    def gate(self) -> UiGate | None: ...  # a workload's: the dashboard holds it while it draws (None: none)
 
     def ready(self) -> bool: ...
     def header(self) -> HeaderInfo: ...
@@ -152,9 +149,6 @@ class Source(Protocol):
     def da_properties(self) -> dict[str, int] | None: ...
     def set_running(self, running: bool) -> None: ...
     def set_rate_step(self, direction: int) -> float: ...
-    def hold_for_ui(self, why: UiHold = UiHold.KEY) -> None: ...
-    def release_for_ui(self, why: UiHold = UiHold.KEY) -> None: ...
-    def workload_busy(self) -> bool: ...
     def flush(self, handle: int) -> None: ...
     def flush_ours(self) -> list[int]: ...
     def inspect(self, handle: int, kind: str, ours: bool,
@@ -194,6 +188,11 @@ class SourceBase:
     def caps(self) -> Capabilities:
         raise NotImplementedError  # each source says what it can do
 
+    @property
+    def gate(self) -> UiGate | None:
+        """Where the dashboard holds this source's workload while it draws (tpmtop.sources.gate)."""
+        return None
+
     def ready(self) -> bool:
         """Something to export yet (the TPM answered, the kernel sent a command)."""
         return self.identity is not None
@@ -213,17 +212,6 @@ class SourceBase:
         return TimingsView()
 
     def choose(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> bool:
-        return False
-
-    def hold_for_ui(self, why: UiHold = UiHold.KEY) -> None:
-        """A key was pressed, or a refresh is due: a source with a workload of its own lets the
-        screen draw first."""
-
-    def release_for_ui(self, why: UiHold = UiHold.KEY) -> None:
-        """The key's screen, or the refresh's frame, is drawn."""
-
-    def workload_busy(self) -> bool:
-        """An operation of the workload is under way now (a refresh waits for its end)."""
         return False
 
     def values(self, what: str) -> list[str]:

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tpmtop.sources.protocol import UNSET, Capabilities, HeaderInfo, SourceBase, SourceKind, TimingsView
-from tpmtop.sources.rows.latency import command_rows_run, op_rows
-from tpmtop.sources.rows.stream import MAX_STREAM_ROWS, StreamRow, rc_not_traced, stream_row_from_dict
 from tpmtop.sources.runs import RunView, run_from_capture
+from tpmtop.viewmodel.rows.latency import command_rows_run, op_rows
+from tpmtop.viewmodel.rows.stream import MAX_STREAM_ROWS, StreamRow, rc_not_traced, stream_row_from_dict
 
 if TYPE_CHECKING:
     from tpmtop.capture import CaptureReader

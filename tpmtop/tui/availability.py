@@ -7,7 +7,9 @@ here instead of another branch in the screen. No widget is touched here.
 
 from __future__ import annotations
 
-from tpmtop.sources.protocol import Capabilities, SourceKind
+from typing import Protocol
+
+from tpmtop.sources.protocol import Capabilities, Source, SourceKind
 from tpmtop.tui.actions import ACTIONS
 
 SELECTS_RUN = {"next_mode", "next_engine", "next_op", "set_mode", "set_engine", "set_op"}
@@ -17,7 +19,11 @@ KEY_ACTIONS.update({"plus": "rate(1)", "minus": "rate(-1)"})
 # Which panels a source can fill: each panel's own `needs` (tpmtop.tui.panels.PANELS).
 
 
-def allowed(action: str, caps: Capabilities, src, screen) -> bool | None:
+class HasSelection(Protocol):
+    def selected_handle(self) -> int | None: ...
+
+
+def allowed(action: str, caps: Capabilities, src: Source, screen: HasSelection) -> bool | None:
     """check_action's answer, from the source's capabilities and state."""
     if action in SELECTS_RUN:
         if caps.selects_runs:
@@ -52,7 +58,7 @@ def allowed(action: str, caps: Capabilities, src, screen) -> bool | None:
     return True
 
 
-def refused_why(action: str, caps: Capabilities, src) -> str:
+def refused_why(action: str, caps: Capabilities, src: Source) -> str:
     if action == "export" and caps.export:  # allowed here, only not yet
         return ("nothing to export yet: no kernel command seen" if caps.kind is SourceKind.KERNEL
                 else "nothing to export yet: the TPM has not answered")

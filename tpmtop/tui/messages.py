@@ -6,9 +6,13 @@ from pathlib import Path
 
 from textual.message import Message
 
+from tpmtop.sources.protocol import PollResult
+from tpmtop.sources.sysfs import SysfsSnapshot
+from tpmtop.viewmodel.frame import StatsView
+
 
 class PollDone(Message):
-    def __init__(self, result) -> None:
+    def __init__(self, result: PollResult) -> None:
         super().__init__()
         self.result = result
 
@@ -32,14 +36,14 @@ class Reconnected(Message):
 class StatsReady(Message):
     """The tables' percentiles, computed off the UI thread (a tpmtop.viewmodel.frame.StatsView)."""
 
-    def __init__(self, view, generation: int) -> None:
+    def __init__(self, view: StatsView, generation: int) -> None:
         super().__init__()
         self.view = view
         self.generation = generation  # the view-model's when the computation started
 
 
 class SysfsRead(Message):
-    def __init__(self, snapshot) -> None:
+    def __init__(self, snapshot: SysfsSnapshot) -> None:
         super().__init__()
         self.snapshot = snapshot
 

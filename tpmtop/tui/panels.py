@@ -4,7 +4,7 @@ screen, the command palette and what a source can show (:mod:`tpmtop.tui.availab
 read :data:`PANELS`, so a panel cannot be half-added (``tests/unit/test_registries.py``).
 
 A panel is a widget (:mod:`tpmtop.tui.widgets`) that draws its part of the view-model's frame,
-and a rows module (:mod:`tpmtop.sources.rows`) that builds that part; a new panel passes its
+and a rows module (:mod:`tpmtop.viewmodel.rows`) that builds that part; a new panel passes its
 builder as ``rows`` here and finds its part in ``Frame.parts`` (docs/extending.md).
 """
 
@@ -59,7 +59,7 @@ PANELS: tuple[PanelSpec, ...] = (
     PanelSpec("3", "latency", "Latency", lambda c: c.timings, Group.RIGHT, LatencyPanel,
               "Latency: the current run's operation (total, wire, host) and its commands; [b]errors[/] counts "
               "failed commands, and the selected row's response codes are decoded above its histogram. "
-              "6-digit µs values are shown in ms."),
+              "Every time column is in µs."),
     PanelSpec("4", "modes", "Modes", lambda c: c.timings, Group.BOTTOM, ModesPanel,
               "Modes: the running mode's ratio to `none` first (live, [b]none*[/] is measured in short bursts "
               "between the mode's own operations: no key needed); then each (engine, mode) run's operation p50, "

@@ -22,7 +22,10 @@ from dataclasses import dataclass, field
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from textual.theme import Theme
 
 DEFAULT_THEME = "dark"
 
@@ -62,7 +65,7 @@ class ThemeError(ValueError):
 
 @dataclass
 class LoadedThemes:
-    themes: list  # textual.theme.Theme, in file-name order, the default first
+    themes: list[Theme]  # textual.theme.Theme, in file-name order, the default first
     notices: list[str] = field(default_factory=list)
 
     @property
@@ -70,7 +73,7 @@ class LoadedThemes:
         return [t.name for t in self.themes]
 
 
-def theme_from_dict(data: dict, fallback_name: str):
+def theme_from_dict(data: dict[str, Any], fallback_name: str) -> Theme:
     from textual.color import Color, ColorParseError
     from textual.theme import Theme
 

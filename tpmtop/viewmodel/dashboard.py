@@ -18,17 +18,17 @@ from typing import Any
 from tpmtop.sessions.modes import MODES, Engine
 from tpmtop.sources.meters import CpuMeter, RateMeter
 from tpmtop.sources.protocol import UNSET, Source, SourceKind
-from tpmtop.sources.rows.handles import HandleBook, HandleState
-from tpmtop.sources.rows.latency import ErrorBook
-from tpmtop.sources.rows.modes import PER_MODE_WHAT, comparison, headline, projection_summary
-from tpmtop.sources.rows.resources import ContextGapTracker, Gauge, GaugeLevel, SlotPeaks, gauges
-from tpmtop.sources.rows.stream import event_matches, failed, mark_row, merge_marks, stream_row
 from tpmtop.sources.runs import boot_components, boot_per_mode
 from tpmtop.textsafe import counted
 from tpmtop.tpm.exchange import Origin
 from tpmtop.tpm.handles import HandleKind
 from tpmtop.viewmodel.alerts import PatternAlerts
 from tpmtop.viewmodel.frame import ClientsView, Frame, HandlesView, HeaderView, Notice, Severity, StatsView, StreamPart
+from tpmtop.viewmodel.rows.handles import HandleBook, HandleState
+from tpmtop.viewmodel.rows.latency import ErrorBook
+from tpmtop.viewmodel.rows.modes import PER_MODE_WHAT, comparison, headline, projection_summary, vs_none
+from tpmtop.viewmodel.rows.resources import ContextGapTracker, Gauge, GaugeLevel, SlotPeaks, gauges
+from tpmtop.viewmodel.rows.stream import event_matches, failed, mark_row, merge_marks, stream_row
 
 STREAM_INGEST = 500  # with a filter: newest events searched per refresh
 STREAM_ROWS = 120  # newest events turned into rows per refresh; older ones are only counted
@@ -74,6 +74,7 @@ class Dashboard:
         self._last_slow = 0.0
         self._notified_error: str | None = None
         self._stats_dirty = True
+        self._vs_none = ""  # the running mode's ratio to `none`, from the last statistics (the header says it)
         self.stats_due = False  # tick(stats_elsewhere=True): the tables' percentiles are to be computed
         self.generation = 0  # +1 when a key changes what the tables show: older stats are dropped
         self._last_runs: list[Any] | None = None  # as the tables last showed them (the projection's too)
@@ -212,7 +213,8 @@ class Dashboard:
     # -- the parts -----------------------------------------------------------------------------
     def header(self) -> HeaderView:
         live = self.caps.live
-        return HeaderView(self.source.header(), self._ops_per_s if live else None, self.cpu.text() if live else "")
+        return HeaderView(self.source.header(), self._ops_per_s if live else None, self.cpu.text() if live else "",
+                          self._vs_none)
 
     def stats(self, modes_width: int) -> StatsView | None:
         src = self.source
@@ -237,6 +239,7 @@ class Dashboard:
             errors = self.run_errors.get((src.engine, src.mode, src.op)) or ErrorBook()
         rows = comparison(runs, src.op, MODES, src.baseline_ops)
         current = (src.engine, src.mode)
+        self._vs_none = vs_none(rows, current)  # the header says it too: on the first screen at 80×24
         return StatsView(view, errors, rows, src.op, current, boot, series,
                          headline(rows, current, self.caps.workload and not src.read_only))
 
@@ -374,6 +377,7 @@ class Dashboard:
         percentile now would hold the key's screen update back)."""
         self._stats_dirty = True
         self._last_slow = 0.0
+        self._vs_none = ""  # of the run shown before: said again once this one's is computed
         self.generation += 1
 
     def toggle_workload(self) -> bool:

@@ -11,12 +11,12 @@ from enum import StrEnum
 from typing import Any
 
 from tpmtop.sources.protocol import HeaderInfo, TimingsView
-from tpmtop.sources.rows.handles import HandleRow
-from tpmtop.sources.rows.latency import ErrorBook
-from tpmtop.sources.rows.modes import CompareRow
-from tpmtop.sources.rows.resources import Gauge
-from tpmtop.sources.rows.stream import StreamRow
-from tpmtop.sources.timeline import TimelinePoint
+from tpmtop.sources.timeline import TimelinePoint as TimelinePoint  # a part of StatsView: the widgets take it from here
+from tpmtop.viewmodel.rows.handles import HandleRow
+from tpmtop.viewmodel.rows.latency import ErrorBook
+from tpmtop.viewmodel.rows.modes import CompareRow
+from tpmtop.viewmodel.rows.resources import Gauge
+from tpmtop.viewmodel.rows.stream import StreamRow
 
 
 class Severity(StrEnum):
@@ -43,6 +43,7 @@ class HeaderView:
     info: HeaderInfo
     ops_per_s: float | None
     cpu: str = ""
+    vs_none: str = ""  # the running mode's ratio to `none`, as the Modes panel says it ("×44.4 vs none")
 
 
 @dataclass(frozen=True)
@@ -92,5 +93,13 @@ class Frame:
     stats: StatsView | None = None
     handles: HandlesView | None = None
     clients: ClientsView | None = None
-    parts: Mapping[str, Any] = field(default_factory=dict)  # panels added by the panel table (tui/panels.py)
+    parts: Mapping[str, Any] = field(default_factory=dict)  # each panel's part, by the panel's id
     notices: tuple[Notice, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Every panel finds its part in ``parts`` under its id, the built-in ones too: the
+        typed fields above are how the view-model builds them (their state outlives a frame),
+        ``parts`` is the one place a panel reads (tpmtop.tui.widgets.panel.Panel.show_frame)."""
+        built_in = {"handles": self.handles, "resources": self.handles.gauges if self.handles is not None else None,
+                    "latency": self.stats, "modes": self.stats, "stream": self.stream, "clients": self.clients}
+        object.__setattr__(self, "parts", {**{k: v for k, v in built_in.items() if v is not None}, **self.parts})

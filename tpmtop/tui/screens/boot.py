@@ -104,7 +104,7 @@ class BootScreen(Screen[None]):
         yield Footer()
 
     def on_screen_resume(self) -> None:
-        self.app.call_later(getattr(self.app, "_refresh_notifications", lambda: None))
+        self.app.call_later(getattr(self.app, "show_messages", lambda: None))
 
     def on_mount(self) -> None:
         self.query_one("#boot-scroll").focus()  # arrows and page keys scroll the report

@@ -8,10 +8,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from tpmtop.tui.widgets.backdrop import TintedBelow
 
-
-class ConfirmScreen(TintedBelow, ModalScreen[bool]):
+class ConfirmScreen(ModalScreen[bool]):
     BINDINGS = [
         Binding("y", "answer(True)", "Yes", id="confirm-yes", tooltip="Do it"),
         Binding("n,escape", "answer(False)", "No", id="confirm-no", tooltip="Leave it alone"),

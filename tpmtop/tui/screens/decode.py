@@ -13,16 +13,16 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tpmtop.sources.rows.stream import StreamRow, command_bytes, decode_history
-from tpmtop.tui.widgets.backdrop import TintedBelow
+from tpmtop.sources.protocol import Source
+from tpmtop.viewmodel.rows.stream import StreamRow, command_bytes, decode_history
 
 
-def buffers_for(source, row: StreamRow) -> tuple[bytes | None, bytes | None, str]:
+def buffers_for(source: Source, row: StreamRow) -> tuple[bytes | None, bytes | None, str]:
     """(command, response, why not) for a stream row of a live or replay source."""
     return command_bytes(source, row)
 
 
-class DecodeScreen(TintedBelow, ModalScreen):
+class DecodeScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     DecodeScreen { align: center middle; }
     DecodeScreen > Vertical { width: 96%; height: 92%; border: round $accent; background: $surface; }
@@ -35,7 +35,7 @@ class DecodeScreen(TintedBelow, ModalScreen):
         Binding("x", "toggle_hex", "Hex", id="decode-hex", tooltip="Show or hide the hex view"),
     ]
 
-    def __init__(self, source, row: StreamRow) -> None:
+    def __init__(self, source: Source, row: StreamRow) -> None:
         super().__init__()
         self.row = row
         self.command, self.response, self.why = buffers_for(source, row)

@@ -12,7 +12,6 @@ from textual.widgets import Static
 
 from tpmtop.tui.actions import ACTIONS
 from tpmtop.tui.panels import PANELS
-from tpmtop.tui.widgets.backdrop import TintedBelow
 
 KEY_NAMES = {"space": "space", "plus": "+", "minus": "-", "slash": "/", "question_mark,f1": "? F1",
              "greater_than_sign": ">", "less_than_sign": "<", "left_square_bracket": "[",
@@ -62,7 +61,7 @@ def help_markup(width: int = 96, hidden: frozenset[str] = frozenset(), why_hidde
     return "\n".join(lines)
 
 
-class HelpScreen(TintedBelow, ModalScreen[None]):
+class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close", id="help-close",
                         tooltip="Back to the dashboard")]
 

@@ -10,10 +10,8 @@ from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tpmtop.tui.widgets.backdrop import TintedBelow
 
-
-class InspectScreen(TintedBelow, ModalScreen[None]):
+class InspectScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,enter", "app.pop_screen", "Close", id="inspect-close",
                         tooltip="Back to the dashboard")]
 

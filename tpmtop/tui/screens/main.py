@@ -9,88 +9,66 @@ up. Polls are one-shot timers re-armed after each poll. Below 110×32 the panels
 
 from __future__ import annotations
 
-import time
+from typing import Any
 
 from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.events import Resize
-from textual.reactive import Reactive
-from textual.timer import Timer
-from textual.widget import Widget
-from textual.widgets import Static, Tab, Tabs
+from textual.events import Key, Resize
+from textual.widgets import DataTable, Static, Tab, Tabs
 
-from tpmtop.sources.protocol import Capabilities, Source, UiHold
+from tpmtop.sources.protocol import Capabilities, Source
 from tpmtop.tui import messages as m
-from tpmtop.tui.actions import ACTIONS
+from tpmtop.tui.availability import KEY_ACTIONS, allowed, refused_why
 from tpmtop.tui.panels import CONTAINERS, PANELS, Group, available
-from tpmtop.tui.screens.main_actions import MainActions
-from tpmtop.tui.settled import SETTLE_ROUNDS, look_again_after_frame, screen_settled
+from tpmtop.tui.screens.main_actions import KeyActions, main_bindings
+from tpmtop.tui.screens.refresh import REFRESH_S, RefreshClock
+from tpmtop.tui.screens.workers import TpmWorkers
 from tpmtop.tui.widgets.backdrop import BackdropScreen, Column, Row
 from tpmtop.tui.widgets.footer import KeyBar
 from tpmtop.tui.widgets.header import StatusHeader
 from tpmtop.tui.widgets.messages import MessageLine
 from tpmtop.tui.widgets.modes import ModesPanel
 from tpmtop.tui.widgets.panel import Panel
-from tpmtop.tui.widgets.stream import StreamPanel
-from tpmtop.tui.widgets.system import SystemPanel
+from tpmtop.tui.widgets.stream import StreamPanel, StreamView
 from tpmtop.viewmodel.dashboard import Dashboard
 from tpmtop.viewmodel.frame import Frame
 
-REFRESH_S = 0.2  # ≤ 10 refreshes a second, as the issue asks; 5 keeps a paused dashboard idle
-REFRESH_STEPS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)  # [ and ] move along these (htop's delay, live)
 RETRY_S = 2.0
-# A refresh due while the workload's operation is under way looks again this often for its end,
-# and draws anyway after the longest (a slow chip's operation takes 150 ms: tpmtop.profiles).
-QUIET_POLL_S = 0.002
-QUIET_WAIT_MAX_S = 0.05
 COMPACT_W, COMPACT_H = 110, 32
 NARROW_W = 120  # below: the footer shows only the essential keys
 
 OBSERVER = ("[b $warning]Observer effect[/]: on Linux 6.12+ each command tpmtop sends to /dev/tpmrm0 "
             "ends the kernel's kept HMAC session, so the kernel's next PCR extend pays the whole "
             "session setup again. Polling every {interval:g} s; [b]--passive[/] sends nothing.")
-KEY_DISPLAY = {"question_mark,f1": "?", "plus": "+", "minus": "-", "slash": "/", "greater_than_sign": ">",
-               "less_than_sign": "<", "left_square_bracket": "[", "right_square_bracket": "]", "q,f10": "q"}
+class MainScreen(BackdropScreen):
+    """Places the panels and hands each its part of a frame. Its keys' actions are
+    :class:`KeyActions`' (found by :meth:`__getattr__`), its workers :class:`TpmWorkers`' (``jobs``)', its
+    refresh :class:`RefreshClock`'s: collaborators, not mixins."""
 
+    BINDINGS = main_bindings()
 
-def _bindings() -> list[Binding | tuple[str, str] | tuple[str, str, str]]:
-    out: list[Binding | tuple[str, str] | tuple[str, str, str]] = [
-        Binding(a.key, a.action, a.label, show=a.show, tooltip=a.help, id=a.id, key_display=KEY_DISPLAY.get(a.key))
-        for a in ACTIONS]
-    out += [Binding(p.key, f"show_panel('{p.id}')", p.title, show=False, id=f"panel-{p.id}",
-                    tooltip=f"Show the {p.title} panel") for p in PANELS]
-    # Tab did nothing below 110×32 (one panel shown, nothing else to focus): there it turns the tab.
-    out += [Binding("tab", "next_panel(1)", "Next panel", show=False, id="next-panel",
-                    tooltip="The next panel (a tab below 110×32)"),
-            Binding("shift+tab", "next_panel(-1)", "Previous panel", show=False, id="previous-panel",
-                    tooltip="The previous panel")]
-    return out
-
-
-class MainScreen(MainActions, BackdropScreen):
-    BINDINGS = _bindings()
-    # Textual repaints the whole screen on every focus change (its `focused` repaints); the
-    # widgets whose looks depend on the focus (the focused panel's border, a table's cursor) are
-    # restyled and refreshed by the focus change itself. A full repaint is ~20 ms of Python at
-    # 140x44: each of 1-7 and Tab cost that twice over under load (benchmarks/ui_load.py).
-    focused: Reactive[Widget | None] = Reactive(None, repaint=False)
-
-    def __init__(self, source: Source, export_dir: str | None = None) -> None:
+    def __init__(self, source: Source, export_dir: str | None = None, refresh_s: float = REFRESH_S) -> None:
         super().__init__()
         self.dash = Dashboard(source, {p.id: p.rows for p in PANELS if p.rows is not None})
-        self.export_dir = export_dir
+        self.jobs = TpmWorkers(self, self.dash, export_dir)
+        self.actions = KeyActions(self)
+        self.clock = RefreshClock(self, refresh_s)
         self.panels = available(source.caps)
         # At 80×24 one panel shows at a time: start on the timings (an empty Handles table
         # is a poor first screen), then what the source has.
         self.active_panel = "latency" if "latency" in self.panels else self.panels[0]
         self.compact = False
         self._retry_armed = False
-        self._sysfs_reads = 0
-        self.refresh_s = REFRESH_S
-        self._tick_timer: Timer | None = None
-        self._tick_skipped = False  # the last tick gave way to a key (tick)
-        self._quiet_since: float | None = None  # a refresh waits for the workload's gap since then
-        self._waiting: list[m.PollDone | m.StatsReady] = []  # worker results, drawn by the next tick
+
+    def __getattr__(self, name: str) -> Any:
+        """Textual looks a binding's action up as ``action_<name>`` on the screen: the key
+        actions are :class:`KeyActions`'."""
+        if name.startswith("action_"):
+            return getattr(self.actions, name)
+        raise AttributeError(name)
+
+    @property
+    def refresh_s(self) -> float:
+        return self.clock.refresh_s
 
     @property
     def source(self) -> Source:
@@ -132,13 +110,13 @@ class MainScreen(MainActions, BackdropScreen):
         self.query_one(StatusHeader).tooltip = src.header().tooltip
         self.set_class(self.panels == ["system"], "-sysfs-only")
         if caps.handles:
-            self.poll_tpm()
+            self.jobs.poll_tpm()
         if caps.workload:
-            self.run_workload()
+            self.jobs.run_workload()
         if caps.live:
-            self._tick_timer = self.set_interval(self.refresh_s, self.tick)
+            self.clock.start()
         if caps.sysfs:
-            self.read_sysfs(True)
+            self.jobs.read_sysfs(True)
         self._focus_panel(self.active_panel)
         self._apply_layout()
         self.refresh_all()
@@ -187,71 +165,28 @@ class MainScreen(MainActions, BackdropScreen):
 
     def set_refresh(self, step: int) -> float:
         """[ / ]: the screen's refresh interval, one step longer (1) or shorter (-1)."""
-        i = min(range(len(REFRESH_STEPS)), key=lambda k: abs(REFRESH_STEPS[k] - self.refresh_s))
-        self.refresh_s = REFRESH_STEPS[max(0, min(len(REFRESH_STEPS) - 1, i + step))]
-        if self._tick_timer is not None:
-            self._tick_timer.stop()
-            self._tick_timer = self.set_interval(self.refresh_s, self.tick)
+        seconds = self.clock.step(step)
         if self.caps.live:
             self.show(self.dash.tick_header())
-        return self.refresh_s
+        return seconds
 
-    # -- frames ---------------------------------------------------------------------------------
     def tick(self) -> None:
-        """The interval's refresh. With a workload running it waits for the end of the operation
-        under way, then draws while the workload waits (sources' hold_for_ui): an operation
-        that ran meanwhile waited for the GIL after each round trip, and the refresh's
-        milliseconds showed in the Latency panel as the TPM's own tail (op p99 5.4-9.0 ms
-        against 1.1-2.3 ms without the dashboard; benchmarks/refresh_tail.py)."""
-        if self.app.screen is not self or self._quiet_since is not None:
-            return  # a modal is up (nothing visible to refresh), or this refresh already waits
-        if not self._tick_skipped and self._key_in_flight():
-            # A key's screen is being drawn: this refresh (5 ms of the UI thread, up to 20 under
-            # load) waits for the next tick rather than add to it. Once: keys held down repeat.
-            self._tick_skipped = True
-            return
-        self._tick_skipped = False
-        if self.caps.workload:
-            self.source.hold_for_ui(UiHold.REFRESH)  # a burst under way stops after this operation
-            if self.source.workload_busy():
-                self._quiet_since = time.monotonic()
-                self.set_timer(QUIET_POLL_S, self._tick_when_quiet)
-                return
-        self._draw_tick()
+        self.clock.tick()
 
-    def _tick_when_quiet(self) -> None:
-        if self.source.workload_busy() and time.monotonic() - (self._quiet_since or 0.0) < QUIET_WAIT_MAX_S:
-            self.set_timer(QUIET_POLL_S, self._tick_when_quiet)
+    def draw_tick(self) -> None:
+        """A refresh's frame (the clock chose when); none once the app is closing (its
+        widgets are being removed while a refresh waited for the workload's gap)."""
+        if not self.app.is_running or not self.query(StreamPanel):
             return
-        self._quiet_since = None
-        if self.app.screen is not self:
-            self.source.release_for_ui(UiHold.REFRESH)
-            return
-        self._draw_tick()
-
-    def _draw_tick(self) -> None:
-        waiting, self._waiting = self._waiting, []
-        for message in waiting:
-            self._apply(message)
         stream = self.query_one(StreamPanel)
         width = self.query_one(ModesPanel).content_size.width
         self.show(self.dash.tick(stream_filter=None if stream.frozen else stream.needle, modes_width=width,
                                  compact=self.compact, stats_elsewhere=True))
-        if self.dash.stats_due and not self.workers_in_group("stats"):
+        if self.dash.stats_due and not self.jobs.running("stats"):
             # Percentiles of every histogram: up to ~100 ms of Python under load, on a worker
             # so that a key pressed meanwhile is handled at once (benchmarks/ui_load.py).
             self.dash.stats_due = False
-            self.compute_stats(width)
-        if self.caps.workload:
-            # after the frame this refresh drew (queued behind what it queued itself)
-            self.call_next(self.call_after_refresh, self._tick_drawn, 0)
-
-    def _tick_drawn(self, rounds: int) -> None:
-        if rounds < SETTLE_ROUNDS and self.app.screen is self and not screen_settled(self):
-            # a widget has not repainted yet: the frame so far does not hold the new values
-            look_again_after_frame(self, self._tick_drawn, rounds + 1)
-            return
-        self.source.release_for_ui(UiHold.REFRESH)
+            self.jobs.compute_stats(width)
 
     def show(self, frame: Frame) -> None:
         """Each panel draws its part; the header and the notices are the screen's."""
@@ -261,7 +196,8 @@ class MainScreen(MainActions, BackdropScreen):
             self.query_one(StatusHeader).show(
                 state=h.state, identity=h.identity, tcti=h.tcti, simulated=h.simulated, engine=h.engine,
                 mode=h.mode, op=h.op, ops_per_s=frame.header.ops_per_s, rate=h.rate, extra=extra,
-                profile=h.profile, marker=h.marker, cpu=frame.header.cpu, simulated_reason=h.simulated_reason)
+                profile=h.profile, marker=h.marker, cpu=frame.header.cpu, simulated_reason=h.simulated_reason,
+                vs_none=frame.header.vs_none)
         for p in PANELS:
             self.query_one(f"#{p.id}", Panel).show_frame(frame)
         if frame.clients is not None:
@@ -272,75 +208,75 @@ class MainScreen(MainActions, BackdropScreen):
     def refresh_all(self) -> None:
         self.show(self.dash.first(self.query_one(ModesPanel).content_size.width))
 
-    def _key_in_flight(self) -> bool:
-        in_flight = getattr(self.app, "key_in_flight", None)
-        return in_flight is not None and bool(in_flight())
+    # -- keys: refused ones say why (tpmtop.tui.availability) -------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Textual 8: False hides the binding, None shows it disabled. A key refused here is
+        # explained by on_key (a notification), never ignored silently.
+        return allowed(action, self.caps, self.dash.source, self.actions)
+
+    def on_key(self, event: Key) -> None:
+        """A key whose action makes no sense here says why instead of doing nothing."""
+        binding = KEY_ACTIONS.get(event.key)
+        if binding is None or self.app.screen is not self:
+            return
+        name = binding.split("(")[0]
+        if allowed(name, self.caps, self.dash.source, self.actions):
+            return
+        event.stop()
+        self.notify(refused_why(name, self.caps, self.dash.source), title="not available", severity="warning",
+                    timeout=4)
+
+    def on_stream_view_decode_requested(self, event: StreamView.DecodeRequested) -> None:
+        self.actions.decode_requested(event)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "handles-table":  # Enter on a handle: inspect it
+            self.actions.action_inspect_selected()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "handles-table":
+            self.refresh_bindings()
 
     # -- worker results ---------------------------------------------------------------------------
-    # Where there are ticks, a result waits for the next one (a refresh interval at most):
-    # drawn at once, it was a frame of its own in the middle of the workload's operations (see
-    # tick), or landed in a key's frame (updating its tables is ~2 ms of the UI thread under
-    # two busy loops).
     def on_poll_done(self, message: m.PollDone) -> None:
-        self.set_timer(self.source.poll_interval, self.poll_tpm)
-        self._apply_or_wait(message)
+        self.set_timer(self.source.poll_interval, self.jobs.poll_tpm)
+        self.clock.apply_or_wait(message)
 
     def on_stats_ready(self, message: m.StatsReady) -> None:
-        self._apply_or_wait(message)
-
-    def _apply_or_wait(self, message: m.PollDone | m.StatsReady) -> None:
-        if self._tick_timer is not None and self.app.screen is self:
-            self._waiting.append(message)
-        else:
-            self._apply(message)
-
-    def _apply(self, message: m.PollDone | m.StatsReady) -> None:
-        if isinstance(message, m.PollDone):
-            self.show(self.dash.on_poll(message.result))
-        elif message.generation == self.dash.generation:  # else a key changed the run meanwhile
-            self.show(Frame(self.dash.header(), stats=message.view))
-        else:
-            self.dash.changed()
+        self.clock.apply_or_wait(message)
 
     def on_poll_failed(self, message: m.PollFailed) -> None:
         self.notify(message.error, title="poll failed", severity="warning", timeout=5)
-        self.set_timer(max(self.source.poll_interval, RETRY_S), self.poll_tpm)
+        self.set_timer(max(self.source.poll_interval, RETRY_S), self.jobs.poll_tpm)
 
     def on_disconnected(self, message: m.Disconnected) -> None:
         self.show(self.dash.on_lost(message.error))
         # Both the poller and the workload may report the same loss: re-arm the poller once.
-        if not self.workers_in_group("poll") and not self._retry_armed:
+        if not self.jobs.running("poll") and not self._retry_armed:
             self._retry_armed = True
             self.set_timer(RETRY_S, self._retry)
 
     def _retry(self) -> None:
         self._retry_armed = False
-        self.poll_tpm()
-
-    def workers_in_group(self, group: str) -> bool:
-        return any(w.group == group and not w.is_finished for w in self.app.workers)
+        self.jobs.poll_tpm()
 
     def on_reconnected(self, message: m.Reconnected) -> None:
         self.show(self.dash.on_reconnected())
-        self.run_workload()
+        self.jobs.run_workload()
 
     def on_sysfs_read(self, message: m.SysfsRead) -> None:
         rate = self.dash.on_sysfs(message.snapshot)
-        self.query_one(SystemPanel).show(message.snapshot, rate)
-        self._sysfs_reads += 1
-        interval = 5.0 if self.caps.handles else 1.0  # beside a live TPM, sysfs is secondary
-        # PCR files make the kernel send PCR_Read: every 5th reading only.
-        self.set_timer(interval, lambda: self.read_sysfs(self._sysfs_reads % 5 == 0))
+        self.show(Frame(parts={"system": (message.snapshot, rate)}))
+        self.jobs.read_sysfs_later(beside_tpm=self.caps.handles)
 
     def on_handles_flushed(self, message: m.HandlesFlushed) -> None:
         self.show(self.dash.on_flushed(message.handles, message.only_ours))
-        self.poll_tpm()  # confirm from the TPM's own list
+        self.jobs.poll_tpm()  # confirm from the TPM's own list
 
     def on_action_failed(self, message: m.ActionFailed) -> None:
         self.notify(message.error, title=f"{message.what} failed", severity="error", timeout=8)
 
     def on_capture_exported(self, message: m.CaptureExported) -> None:
-        self.last_export = message.path
         exported = getattr(self.app, "exported", None)
         if isinstance(exported, list):
             exported.append(str(message.path))

@@ -17,8 +17,6 @@ from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from tpmtop.tui.widgets.backdrop import TintedBelow
-
 MISSING_LIVE = "not measured yet (run that mode)"
 INDENT = 13  # the arithmetic's column, under the formula
 
@@ -69,7 +67,7 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
     return "\n".join(lines)
 
 
-class ProjectionScreen(TintedBelow, ModalScreen[int | None]):
+class ProjectionScreen(ModalScreen[int | None]):
     BINDINGS = [Binding("escape,q,p", "close", "Close", id="projection-close", tooltip="Back to the dashboard")]
 
     def __init__(self, components_us: dict[str, float], n: int, n_source: str, where: str,

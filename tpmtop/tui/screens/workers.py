@@ -7,9 +7,11 @@ even when the TPM answers slower than the poll interval.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from textual import work
+from textual.message import Message
+from textual.screen import Screen
 from textual.worker import get_current_worker
 
 from tpmtop.errors import TpmConnectionError
@@ -18,29 +20,64 @@ from tpmtop.tui import messages as m
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from textual.screen import Screen
-
     from tpmtop.sources.protocol import Source
     from tpmtop.viewmodel.dashboard import Dashboard
 
-    _Base = Screen[Any]
-else:
-    _Base = object
 
+class TpmWorkers:
+    """The main screen's workers (a collaborator, not a mixin): each starts a thread worker
+    on ``screen`` and posts its messages to it."""
 
-class TpmWorkers(_Base):
-    """Mixed into :class:`~tpmtop.tui.screens.main.MainScreen`, which provides ``source``
-    (the view-model's) and ``export_dir``."""
+    def __init__(self, screen: Screen[Any], dash: Dashboard, export_dir: str | None) -> None:
+        self.screen = screen
+        self.dash = dash
+        self.export_dir = export_dir  # None: tpmtop's data directory (tpmtop.sources.export_file)
+        self._sysfs_reads = 0
 
-    export_dir: str | None  # None: tpmtop's data directory (tpmtop.sources.export_file)
-    dash: Dashboard
+    @property
+    def source(self) -> Source:
+        return self.dash.source
 
-    if TYPE_CHECKING:
-        @property
-        def source(self) -> Source: ...
+    def post_message(self, message: Message) -> None:
+        self.screen.post_message(message)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="poll", description="poll the TPM")
+    def _start(self, work: Callable[[], None], group: str, description: str, exclusive: bool = True) -> None:
+        self.screen.run_worker(work, thread=True, exclusive=exclusive, exit_on_error=False, group=group,
+                               description=description)
+
+    def running(self, group: str) -> bool:
+        return any(w.group == group and not w.is_finished for w in self.screen.app.workers)
+
     def poll_tpm(self) -> None:
+        self._start(self._poll_tpm, "poll", "poll the TPM")
+
+    def compute_stats(self, modes_width: int) -> None:
+        self._start(lambda: self._compute_stats(modes_width), "stats", "compute the tables' percentiles",
+                    exclusive=False)
+
+    def run_workload(self) -> None:
+        self._start(self._run_workload, "workload", "run the workload")
+
+    def read_sysfs(self, with_pcrs: bool) -> None:
+        self._start(lambda: self._read_sysfs(with_pcrs), "sysfs", "read sysfs")
+
+    def read_sysfs_later(self, beside_tpm: bool) -> None:
+        """The next sysfs reading: every 5 s beside a live TPM (secondary there), else every
+        second; PCR files make the kernel send PCR_Read, so every 5th reading only reads them."""
+        self._sysfs_reads += 1
+        with_pcrs = self._sysfs_reads % 5 == 0
+        self.screen.set_timer(5.0 if beside_tpm else 1.0, lambda: self.read_sysfs(with_pcrs))
+
+    def flush_handles(self, handles: list[int] | None) -> None:
+        self._start(lambda: self._flush_handles(handles), "user", "flush handles")
+
+    def inspect_handle(self, handle: int, kind: str, ours: bool, created_by: str | None = None) -> None:
+        self._start(lambda: self._inspect_handle(handle, kind, ours, created_by), "inspect", "inspect a handle")
+
+    def export_capture(self, target: Path) -> None:
+        self._start(lambda: self._export_capture(target), "export", "export a capture")
+
+    def _poll_tpm(self) -> None:
         src = self.source
         try:
             if not src.connected:
@@ -52,24 +89,21 @@ class TpmWorkers(_Base):
         except Exception as e:  # noqa: BLE001 - one failed poll must not end the dashboard
             self.post_message(m.PollFailed(f"{type(e).__name__}: {e}"))
 
-    @work(thread=True, exit_on_error=False, group="stats", description="compute the tables' percentiles")
-    def compute_stats(self, modes_width: int) -> None:
+    def _compute_stats(self, modes_width: int) -> None:
         """The view-model's once-a-second tables; only the screen's tick starts it, one at a time."""
         generation = self.dash.generation
         view = self.dash.stats(modes_width)
         if view is not None:
             self.post_message(m.StatsReady(view, generation))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="workload", description="run the workload")
-    def run_workload(self) -> None:
+    def _run_workload(self) -> None:
         worker = get_current_worker()
         try:
             self.source.workload_loop(lambda: worker.is_cancelled)
         except TpmConnectionError as e:
             self.post_message(m.Disconnected(str(e)))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="sysfs", description="read sysfs")
-    def read_sysfs(self, with_pcrs: bool) -> None:
+    def _read_sysfs(self, with_pcrs: bool) -> None:
         try:
             sysfs = self.source.sysfs
             if sysfs is not None:
@@ -77,8 +111,7 @@ class TpmWorkers(_Base):
         except Exception as e:  # noqa: BLE001
             self.post_message(m.PollFailed(f"sysfs: {e}"))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="user", description="flush handles")
-    def flush_handles(self, handles: list[int] | None) -> None:
+    def _flush_handles(self, handles: list[int] | None) -> None:
         """``None``: every handle tpmtop created."""
         src = self.source
         try:
@@ -95,8 +128,7 @@ class TpmWorkers(_Base):
         else:
             self.post_message(m.HandlesFlushed(done, only_ours=handles is None))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="inspect", description="inspect a handle")
-    def inspect_handle(self, handle: int, kind: str, ours: bool, created_by: str | None = None) -> None:
+    def _inspect_handle(self, handle: int, kind: str, ours: bool, created_by: str | None = None) -> None:
         try:
             title, rows = self.source.inspect(handle, kind, ours, created_by)
         except TpmConnectionError as e:
@@ -106,17 +138,10 @@ class TpmWorkers(_Base):
         else:
             self.post_message(m.HandleInspected(title, rows))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="export", description="export a capture")
-    def export_capture(self, target: Path) -> None:
+    def _export_capture(self, target: Path) -> None:
         """``target``: the file named to the user when the key was pressed."""
-        from tpmtop import gcpause
         from tpmtop.sources.export_file import export_capture, release_target
 
-        # A capture of 20,000 events is a few hundred thousand new dicts and lists, none in a
-        # cycle. Their allocations trigger cyclic collections, which hold the GIL while they
-        # walk them: in benchmarks/ui_load.py the UI thread then spent up to 0.9 s of CPU on
-        # the x key and the next one. Reference counting frees all of it; no collection needed.
-        gcpause.pause()
         try:
             path = export_capture(self.source.capture(), target)
         except Exception as e:  # noqa: BLE001
@@ -124,5 +149,3 @@ class TpmWorkers(_Base):
             self.post_message(m.ActionFailed("export", str(e)))
         else:
             self.post_message(m.CaptureExported(path))
-        finally:
-            gcpause.resume()

@@ -12,15 +12,8 @@ each, 2.6 ms, and the frame 19.7 ms: a row repeated is also cut into the frame's
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from rich.console import RenderableType
-from rich.segment import Segment
-from rich.style import Style
-from textual.color import Color
 from textual.containers import Horizontal, Vertical
 from textual.geometry import Region
-from textual.renderables.background_screen import BackgroundScreen
 from textual.screen import Screen
 from textual.strip import Strip
 from textual.widget import Widget
@@ -58,7 +51,7 @@ class Backdrop(Widget):
         """True where the rows inside differ: Textual renders each then."""
         styles = self.styles
         # A keyline draws between the children; a hatch repeats one character, alike on every row.
-        return styles.keyline[0] != "none" or not self.is_container
+        return str(styles.keyline[0]) != "none" or not self.is_container
 
 
 class Column(Vertical, Backdrop):
@@ -75,33 +68,3 @@ class BackdropScreen(Screen[None], Backdrop):
     def _draws_inside(self) -> bool:
         # A translucent screen draws the screen below it.
         return self.styles.background.a < 1 or super()._draws_inside()
-
-
-class _Tint(BackgroundScreen):
-    """Textual's tint of the screen below a translucent one, worked out once per style: a
-    frame has a few dozen styles in ~600 segments (140×44), and tinting each segment was a
-    fifth of the UI thread's time to open the projection screen (p)."""
-
-    @classmethod
-    def process_segments(cls, segments: Iterable[Segment], color: Color) -> Iterable[Segment]:
-        tinted: dict[Style | None, Style | None] = {}
-        tint = BackgroundScreen.process_segments
-        for segment in segments:
-            text, style, control = segment
-            if control:
-                yield segment
-                continue
-            if style not in tinted:
-                tinted[style] = next(iter(tint([Segment(" ", style)], color))).style
-            yield Segment(text, tinted[style])
-
-
-class TintedBelow:
-    """Mixed into a modal screen (before ModalScreen): the screen below it, tinted by this
-    one's translucent background, as Textual draws it, each style tinted once."""
-
-    def render(self) -> RenderableType:
-        below = super().render()  # type: ignore[misc]
-        if type(below) is BackgroundScreen:
-            return _Tint(below.screen, below.color)
-        return below

@@ -4,13 +4,16 @@ workload, one client among them); without the proxy, the processes holding /dev/
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.markup import escape
 from textual.widgets import DataTable, Static
 
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
-from tpmtop.viewmodel.frame import Frame
+from tpmtop.viewmodel.frame import ClientsView
 
 # The view-model's cells, in this order (tpmtop.viewmodel: ClientsView.proxy_rows).
 COLUMNS = (("pid", 7), ("name", 22), ("cmds", 7), ("err", 4), ("p50 µs", 9), ("p99 µs", 9), ("held", 5), ("leaked", 6))
@@ -22,7 +25,8 @@ PROXY_SHOWN = ((1, 0), (2, 1), (3, 1), (7, 2), (6, 3), (0, 4), (4, 5), (5, 6))  
 HOLDER_SHOWN = ((1, 0), (0, 1), (2, 2), (3, 3), (4, 4))
 
 
-def _table_columns(columns, shown) -> list[tuple[str, str, int, int]]:
+def _table_columns(columns: Sequence[tuple[str, int]],
+                   shown: Iterable[tuple[int, int]]) -> list[tuple[str, str, int, int]]:
     return [(columns[i][0], columns[i][0], columns[i][1] if i != 1 else 14, rank) for i, rank in shown]
 
 
@@ -34,11 +38,11 @@ class ClientsPanel(Panel):
     ClientsPanel #clients-detail { height: auto; max-height: 6; }
     """
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._mode: str | None = None
         self._cells: dict[str, list[str]] = {}  # row key -> the view-model's cells (COLUMNS order)
-        self.detail_for = None  # key -> text, set by show()
+        self.detail_for: Callable[[str], str] | None = None  # key -> text, set by show()
 
     def compose(self) -> ComposeResult:
         yield KeyedTable(_table_columns(COLUMNS, PROXY_SHOWN), grow_to=22, id="clients-table")
@@ -64,24 +68,21 @@ class ClientsPanel(Panel):
 
     has_content = False  # until a proxy's clients, or a device's holders, are there to show
 
-    def show_frame(self, frame: Frame) -> None:
-        c = frame.clients
-        if c is None:
-            return
+    def show_part(self, c: ClientsView) -> None:
         if c.proxy_rows is not None:
             self.show_clients(c.proxy_rows, c.detail)
         elif c.holders is not None:
             self.show_holders(c.holders)
         self.has_content = c.shown
 
-    def show_clients(self, rows: list[tuple[str, list[str]]], detail) -> None:
+    def show_clients(self, rows: list[tuple[str, list[str]]], detail: Callable[[str], str] | None) -> None:
         self._columns("proxy")
         self.detail_for = detail
         self._rows(rows)
         self.border_subtitle = f"{sum(1 for k, c in rows if not c[1].endswith('(left)'))} connected"
         self._show_detail()
 
-    def show_holders(self, info: dict) -> None:
+    def show_holders(self, info: dict[str, Any]) -> None:
         self._columns("holders")
         rows = [(f"h{h['pid']}-{h['fd']}", [str(h["pid"]), h["name"], h["user"] or "?", h["device"], h["since"]])
                 for h in info["holders"]]

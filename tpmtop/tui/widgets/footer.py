@@ -13,10 +13,11 @@ shows its binding's tooltip, as on Footer's.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from rich.text import Text
 from textual import events
+from textual.screen import Screen
 from textual.widget import Widget
 
 from tpmtop.tui.actions import OPTIONAL_IN_FOOTER
@@ -77,7 +78,7 @@ class KeyBar(Widget, can_focus=False):
     def on_unmount(self) -> None:
         self.screen.bindings_updated_signal.unsubscribe(self)
 
-    def _bindings_changed(self, screen) -> None:
+    def _bindings_changed(self, screen: Screen[Any]) -> None:
         if screen is not self.screen or not screen.app.app_focus:
             return  # Footer's rule: an app without focus keeps what it shows
         app = self.app

@@ -7,12 +7,12 @@ import math
 from textual.app import ComposeResult
 from textual.content import Content
 
-from tpmtop.sources.numbers import fmt_age
-from tpmtop.sources.rows.handles import HandleRow, HandleState
 from tpmtop.textsafe import counted, safe
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
-from tpmtop.viewmodel.frame import Frame
+from tpmtop.viewmodel.frame import HandlesView
+from tpmtop.viewmodel.numbers import fmt_age
+from tpmtop.viewmodel.rows.handles import HandleRow, HandleState
 
 # (key, header, width, priority): a narrow panel drops the highest numbers first.
 COLUMNS = (("handle", "handle", 10, 0), ("kind", "kind", 7, 1), ("by", "created by", 18, 2), ("age", "age", 6, 3),
@@ -38,11 +38,10 @@ class HandlesPanel(Panel):
     def selected_row(self) -> HandleRow | None:
         return self._rows.get(self.table.selected_key or "")
 
-    _rows: dict = {}
+    _rows: dict[str, HandleRow] = {}
 
-    def show_frame(self, frame: Frame) -> None:
-        if frame.handles is not None:
-            self.show(frame.handles.rows)
+    def show_part(self, part: HandlesView) -> None:
+        self.show(part.rows)
 
     def show(self, rows: list[HandleRow]) -> None:
         self._rows = {r.key: r for r in rows}

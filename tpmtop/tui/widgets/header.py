@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from textual.content import Content
 from textual.markup import escape as e
@@ -28,7 +29,7 @@ def fit(parts: list[tuple[str, float] | tuple[str, float, str]], width: int, sep
     order, dropping the highest ranks first: a narrow terminal loses the least telling words
     whole instead of cutting the line's end to "p…" (issue 24: "TPM period 2" pushed the poll
     interval off). Rank 0 is never dropped (the line is then cut with an ellipsis)."""
-    kept = [(p[0], p[1], p[2] if len(p) > 2 else sep) for p in parts if p[0]]  # type: ignore[misc]
+    kept = [(p[0], p[1], p[2] if len(p) > 2 else sep) for p in parts if p[0]]
 
     def joined(items: list[tuple[str, float, str]]) -> str:
         return "".join((s if i else "") + m for i, (m, _, s) in enumerate(items))
@@ -53,10 +54,11 @@ class StatusHeader(Static):
 
     def show(self, *, state: str, identity: str, tcti: str, simulated: bool, engine: str, mode: str,
              op: str, ops_per_s: float | None, rate: str = "", extra: str = "", profile: str | None = None,
-             marker: str = "", cpu: str = "", simulated_reason: str | None = None) -> None:
+             marker: str = "", cpu: str = "", simulated_reason: str | None = None,
+             vs_none: str = "") -> None:
         self._args = dict(state=state, identity=identity, tcti=tcti, simulated=simulated, engine=engine, mode=mode,
                           op=op, ops_per_s=ops_per_s, rate=rate, extra=extra, profile=profile, marker=marker, cpu=cpu,
-                          simulated_reason=simulated_reason)
+                          simulated_reason=simulated_reason, vs_none=vs_none)
         # a fallback's reason beside the word (not "--sim was given": the user asked for it)
         # (its first clause: "no /dev/tpmrm0"; the first frame's message has the whole line)
         why = (f" ({e(simulated_reason.split(':')[0].split(', ')[0].split('; ')[0])})"
@@ -71,8 +73,11 @@ class StatusHeader(Static):
                       0 if why else 1)],
                     width)
         ops = f"[b]{ops_per_s:,.1f} ops/s[/]" if ops_per_s is not None else ""
-        bits: list[tuple[str, float] | tuple[str, float, str]] = [(f"[b $warning]{e(marker)}[/]" if marker else "", 0),
-                (f"engine [b]{e(engine)}[/]", 1), (f"mode [b]{e(mode)}[/]", 0), (f"op [b]{e(op)}[/]", 1),
+        bits: list[tuple[str, float] | tuple[str, float, str]] = [
+                (f"[b $warning]{e(marker)}[/]" if marker else "", 0),
+                (f"engine [b]{e(engine)}[/]", 1), (f"mode [b]{e(mode)}[/]", 0),
+                # the running mode's ratio to `none` (the Modes panel's first line): on the first screen
+                (f"[b $accent]{e(vs_none)}[/]" if vs_none else "", 0.5, " "), (f"op [b]{e(op)}[/]", 1),
                 (ops, 2.5), (e(cpu) if cpu else "", 5)]
         bits += [(e(r), 3, "  ") if i == 0 else (e(r), 6, ", ") for i, r in enumerate(rate.split(", ")) if r]
         # extra: the source's own words, most telling first ("retrying: why", a kernel's counts joined
@@ -89,7 +94,7 @@ class StatusHeader(Static):
 
     _last = ""
 
-    _args: dict | None = None
+    _args: dict[str, Any] | None = None
 
     def on_resize(self) -> None:
         if self._args is not None:  # refit now: a replay sends no further frame

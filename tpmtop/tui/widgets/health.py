@@ -3,6 +3,8 @@ line of its evidence under a warning or failure)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.markup import escape
 from textual.widgets import Static
@@ -39,7 +41,7 @@ class HealthPanel(Panel):
     title = "Health · lockout, driver, set-up, IMA"
     can_focus = True  # nothing inside takes the focus: its key and Tab land on the panel itself
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._text = QuietStatic()
 

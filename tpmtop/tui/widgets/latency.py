@@ -4,6 +4,8 @@ row a logarithmic histogram and a sparkline of recent values."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 from textual import work
 from textual.app import ComposeResult
@@ -11,17 +13,18 @@ from textual.content import Content
 from textual.markup import escape
 from textual.message import Message
 from textual.widget import Widget
-from textual.widgets import Sparkline
+from textual.widgets import DataTable, Sparkline
 
-from tpmtop.sources.numbers import fmt_us
-from tpmtop.sources.rows.histogram import CAPTURE_PER_DECADE, FINE_PER_DECADE, histogram_lines
-from tpmtop.sources.rows.latency import CommandRow
 from tpmtop.tui.widgets.backdrop import Row
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
-from tpmtop.viewmodel.frame import Frame
+from tpmtop.viewmodel.frame import StatsView
+from tpmtop.viewmodel.numbers import fmt_us
+from tpmtop.viewmodel.rows.histogram import CAPTURE_PER_DECADE, FINE_PER_DECADE, histogram_lines
+from tpmtop.viewmodel.rows.latency import CommandRow, ErrorBook
 
 # (key, header, width, priority): a narrow panel drops the highest numbers first.
+# µs cells are µs whatever their size, as their headers say (7 wide: up to 9999999 µs, fmt_us).
 COLUMNS = (("name", "command", 21, 0), ("count", "count", 7, 1), ("errors", "errors", 6, 4),
            ("p50", "p50 µs", 7, 2), ("p90", "p90 µs", 7, 7), ("p99", "p99 µs", 7, 3), ("max", "max µs", 7, 5),
            ("last", "last µs", 7, 6))
@@ -31,15 +34,16 @@ HIST_EVERY_S = 2.0
 
 class HistogramView(Widget):
     """The selected row's histogram, laid out at draw time for the size it has now
-    (tpmtop.sources.rows.histogram): a resize — the sparkline beside it appearing, a terminal
+    (tpmtop.viewmodel.rows.histogram): a resize — the sparkline beside it appearing, a terminal
     made smaller — can never leave bars laid out for another width wrapping onto the next line."""
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._title: tuple[str, str] = ("", "")
-        self._data: tuple[list, int, dict] | None = None  # (buckets, per decade, summary); None: title only
+        # (buckets, per decade, summary); None: title only
+        self._data: tuple[list[Any], int, dict[str, Any]] | None = None
 
-    def show(self, title: str, data: tuple[list, int, dict] | None, tail: str = "") -> None:
+    def show(self, title: str, data: tuple[list[Any], int, dict[str, Any]] | None, tail: str = "") -> None:
         """``title`` and ``tail`` (markup) go either side of the slowest sample, which is said
         in the axis' unit."""
         if (title, tail) == self._title and data == self._data:
@@ -73,19 +77,19 @@ class LatencyPanel(Panel):
     def table(self) -> KeyedTable:
         return self.query_one(KeyedTable)
 
-    _rows: dict = {}
-    _order: dict = {}
+    _rows: dict[str, CommandRow] = {}
+    _order: dict[str, int] = {}
 
     run_label = ""
 
-    errors = None  # tpmtop.sources.rows.latency.ErrorBook: which response codes a command got
+    errors = None  # tpmtop.viewmodel.rows.latency.ErrorBook: which response codes a command got
 
-    def show_frame(self, frame: Frame) -> None:
-        if frame.stats is not None:
-            t = frame.stats.timings
-            self.show(t.rows, t.subtitle, t.run_label, frame.stats.errors)
+    def show_part(self, part: StatsView) -> None:
+        t = part.timings
+        self.show(t.rows, t.subtitle, t.run_label, part.errors)
 
-    def show(self, rows: list[CommandRow], subtitle: str = "", run_label: str = "", errors=None) -> None:
+    def show(self, rows: list[CommandRow], subtitle: str = "", run_label: str = "",
+             errors: ErrorBook | None = None) -> None:
         self.run_label = run_label
         self.errors = errors
         self._rows = {r.key: r for r in rows}
@@ -141,7 +145,7 @@ class LatencyPanel(Panel):
     _hist_t = 0.0
 
     class HistogramReady(Message):
-        def __init__(self, key: str, title: str, tail: str, buckets: list, summary: dict) -> None:
+        def __init__(self, key: str, title: str, tail: str, buckets: list[Any], summary: dict[str, Any]) -> None:
             super().__init__()
             self.key = key
             self.title = title
@@ -150,7 +154,8 @@ class LatencyPanel(Panel):
             self.summary = summary
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="histogram", description="histogram")
-    def compute_histogram(self, key, buckets, summary, title, tail) -> None:
+    def compute_histogram(self, key: str, buckets: Callable[[int], list[Any]], summary: dict[str, Any], title: str,
+                          tail: str) -> None:
         # The title's max comes from the same moment as the buckets (the row's summary is the
         # last refresh's: a slower sample since would sit in a bucket above the max said)
         now = getattr(buckets, "summary", None)
@@ -169,5 +174,5 @@ class LatencyPanel(Panel):
             self.query_one(HistogramView).show(message.title, (message.buckets, FINE_PER_DECADE, message.summary),
                                                message.tail)
 
-    def on_data_table_row_highlighted(self, event) -> None:
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.show_detail(force=True)

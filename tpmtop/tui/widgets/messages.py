@@ -1,16 +1,17 @@
 """The dashboard's messages: one line of their own above the footer, and every message of the
 sitting a key away (``l``). Toasts covered numbers — Handles and Latency's first rows, the p50
 column in replay, three of them the whole left column, a ``T`` toast the Boot report — so
-none is shown: the app keeps Textual's notifications (their expiry, their severity) and draws
-them here instead (``tpmtop.tui.app.TpmtopApp._refresh_notifications``)."""
+none is shown: the app's ``notify`` (``tpmtop.tui.app.TpmtopApp.notify``) logs each message
+with its severity and time-out and draws it here instead."""
 
 from __future__ import annotations
 
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
@@ -30,7 +31,7 @@ class LoggedMessage:
     severity: str = "information"
     markup: bool = True
     t: float = field(default_factory=time.time)
-    identity: str = ""  # the Textual notification it came with (its time-out says when it dims)
+    fresh_until: float = 0.0  # time.monotonic() when it dims (its time-out)
 
     def content(self, *, dim: bool = False, clock: bool = False) -> Content:
         """One line: a severity mark, the title, the text (newlines folded: one message, one line)."""
@@ -74,7 +75,7 @@ class MessageLine(Horizontal):
         yield Static("", id="message-hint")
 
     def on_mount(self) -> None:
-        refresh = getattr(self.app, "_refresh_notifications", None)
+        refresh = getattr(self.app, "show_messages", None)
         if refresh is not None:
             self.call_after_refresh(refresh)  # what was said before this screen existed
 
@@ -110,7 +111,7 @@ class MessageLogScreen(ModalScreen[None]):
         self.query_one("#messages-box").scroll_end(animate=False)
 
 
-def open_log(app) -> None:
+def open_log(app: App[Any]) -> None:
     """``l``, from any screen that shows a message line."""
     log = getattr(app, "message_log", None)
     app.push_screen(MessageLogScreen(list(log.items) if log is not None else []))

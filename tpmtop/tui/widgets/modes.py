@@ -3,15 +3,18 @@ its ratio to `none` of the same engine."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from textual import events
 from textual.app import ComposeResult
 from textual.content import Content
 from textual.widgets import Static
 
 from tpmtop.sessions.modes import MODE_INFO, Mode
-from tpmtop.sources.numbers import fmt_duration
-from tpmtop.sources.rows.modes import CompareRow, baseline_note, fmt_ratio
 from tpmtop.tui.widgets.panel import Panel, QuietStatic
-from tpmtop.viewmodel.frame import Frame
+from tpmtop.viewmodel.frame import StatsView, TimelinePoint
+from tpmtop.viewmodel.numbers import fmt_duration
+from tpmtop.viewmodel.rows.modes import CompareRow, baseline_note, fmt_ratio
 
 BLOCKS = "▁▂▃▄▅▆▇█"
 GAP = "\u00a0"  # a no-break space: wrapping drops leading plain spaces, and the cells must line up
@@ -23,7 +26,7 @@ def mode_tone(mode: str) -> str:
     return MODE_INFO[Mode(mode)].tone if mode in MODE_INFO else "bar-session"
 
 
-def timeline_markup(series: list, width: int) -> list[str]:
+def timeline_markup(series: list[TimelinePoint | None], width: int) -> list[str]:
     """Op p50 per second on a log scale, one cell per second (newest right), coloured by
     the mode that second ran; the mode's initial marks each switch on the line below."""
     import math
@@ -53,24 +56,23 @@ class ModesPanel(Panel):
     def compose(self) -> ComposeResult:
         yield Static("no operations yet", id="bars")
 
-    _last: tuple | None = None
+    _last: tuple[Any, ...] | None = None
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._text = QuietStatic()  # refreshed every second, mostly with the same text
 
-    def on_resize(self, event) -> None:
+    def on_resize(self, event: events.Resize) -> None:
         if self._last is not None:
             self.show(*self._last)
 
-    def show_frame(self, frame: Frame) -> None:
-        st = frame.stats
-        if st is not None:
-            self.show(st.compare, st.op, st.current, st.boot, st.series, st.timings.modes_lines, st.headline)
-            self.border_subtitle = st.timings.modes_note
+    def show_part(self, st: StatsView) -> None:
+        self.show(st.compare, st.op, st.current, st.boot, st.series, st.timings.modes_lines, st.headline)
+        self.border_subtitle = st.timings.modes_note
 
     def show(self, rows: list[CompareRow], op: str, current: tuple[str, str], boot: str = "",
-             series: list | None = None, notes: list[str] | None = None, headline: str = "") -> None:
+             series: list[TimelinePoint | None] | None = None, notes: list[str] | None = None,
+             headline: str = "") -> None:
         """``boot``: markup of the boot-cost projection for this sitting (screens/projection.py);
         ``series``: op p50 per second (model.timeline), drawn across mode switches; ``notes``:
         plain text under the bars (a kernel's session verdict, which quotes task names);

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual.content import Content
 from textual.widgets import Static
 
 from tpmtop.tui.widgets.backdrop import Column
@@ -18,19 +19,19 @@ class Panel(Column):
     title = ""
     has_content = True  # False: nothing to show now (the layout hides it, as Clients without holders)
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(classes="panel", **kw)
         self.border_title = self.title
 
     def show_frame(self, frame: Frame) -> None:
-        """Draw this panel's part of ``frame`` (``None`` parts did not change). A panel added
-        by the table gets its part from ``frame.parts`` under its id."""
+        """Draw this panel's part of ``frame``: ``frame.parts`` under the panel's id, the
+        built-in panels' as the table's (absent: it did not change)."""
         part = frame.parts.get(self.id or "")
         if part is not None:
             self.show_part(part)
 
     def show_part(self, part: Any) -> None:
-        """A table-added panel's part (what its rows builder returned)."""
+        """Draw the part (what the panel's rows builder, or the view-model, gave)."""
         raise NotImplementedError
 
 
@@ -43,9 +44,9 @@ class QuietStatic:
 
     def __init__(self) -> None:
         self.markup: object = ""
-        self.shape: tuple | None = None
+        self.shape: tuple[int, tuple[int, ...]] | None = None
 
-    def set(self, static: Static, markup) -> None:
+    def set(self, static: Static, markup: str | Content) -> None:
         """``markup``: our own markup text, or a Content built with markup variables (which
         is how text from elsewhere — a task's name, a capture — is shown: never parsed)."""
         from textual.content import Content

@@ -3,6 +3,9 @@ that do not match with why, and the bank-health verdicts (tpmtop pcrs, in the da
 
 from __future__ import annotations
 
+from typing import Any
+
+from textual.app import ComposeResult
 from textual.content import Content
 from textual.widgets import Static
 
@@ -17,11 +20,11 @@ class PcrsPanel(Panel):
     PcrsPanel #pcrs-text { height: auto; }
     """
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._quiet = QuietStatic()
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Static(id="pcrs-text")
 
     def show_part(self, part: PcrsPart) -> None:

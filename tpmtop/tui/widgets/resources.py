@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from tpmtop.sources.rows.resources import Gauge, GaugeLevel
 from tpmtop.tui.widgets.panel import Panel, QuietStatic
-from tpmtop.viewmodel.frame import Frame
+from tpmtop.viewmodel.rows.resources import Gauge, GaugeLevel
 
 BAR = 20
 
@@ -16,16 +17,15 @@ class ResourcesPanel(Panel):
     title = "Resources"
     can_focus = True  # nothing inside takes the focus: its key and Tab land on the panel itself
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._text = QuietStatic()  # every poll and tick re-sends mostly the same gauges
 
     def compose(self) -> ComposeResult:
         yield Static("waiting for the first poll…", id="gauges")
 
-    def show_frame(self, frame: Frame) -> None:
-        if frame.handles is not None and frame.handles.gauges is not None:
-            self.show(frame.handles.gauges)
+    def show_part(self, part: list[Gauge]) -> None:
+        self.show(part)
 
     def show(self, gauges: list[Gauge]) -> None:
         lines = []

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import textwrap
 import threading
+from typing import Any
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
 from textual.message import Message
 from textual.widget import Widget
 
-from tpmtop.sources.rows.stream import LazyStreamRows, StreamRow
 from tpmtop.textsafe import safe
 from tpmtop.tui.widgets.panel import Panel
-from tpmtop.viewmodel.frame import Frame
+from tpmtop.viewmodel.frame import StreamPart
+from tpmtop.viewmodel.rows.stream import LazyStreamRows, StreamRow
 
 _decoder_warming = threading.Event()
 
@@ -38,6 +40,22 @@ COLUMNS = (("t s", 8), ("origin", 8), ("command", 16), ("µs", 7), ("rc", 6))
 RC_WIDE = 22  # the rc column's width when the line has room for the response code's name
 LAST = "handles · sessions"
 KEEP = 2000  # rows kept while following; frozen, the whole recorder ring is browsable
+
+
+def _rc_text(rc: str, width: int) -> str:
+    """The response code whole: its name goes where the column is too narrow for it
+    ("0x918 TPM_RC_…" was cut to "0x918…"; the decode view, Enter, names it)."""
+    return rc if len(rc) <= width else rc.split(" ", 1)[0]
+
+
+def _handles_text(handles: str, sessions: str, width: int) -> str:
+    """The handles a command names, then its sessions: each handle whole. Where the line is too
+    narrow for the sessions' attributes and the separator ("00000010 · 02000000:01" was cut to
+    "00000010 · 020000…"), the handles alone, space-separated."""
+    full = " · ".join(x for x in (handles, sessions) if x)
+    if len(full) <= width:
+        return full
+    return " ".join([*handles.split(), *(s.split(":", 1)[0] for s in sessions.split())])
 
 
 def _fit(text: str, width: int, right: bool = False) -> str:
@@ -89,13 +107,13 @@ class StreamView(Widget, can_focus=True):
         if row is not None and row.origin != "mark":
             self.post_message(self.DecodeRequested(row))
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
-        self.rows: list[StreamRow] = []
+        self.rows: list[StreamRow] | LazyStreamRows = []
         self.back = 0  # rows scrolled back from the newest
         self.empty_text = EMPTY_TEXT  # the source's word for an empty stream (Source.stream_note)
 
-    def set_rows(self, rows) -> None:
+    def set_rows(self, rows: list[StreamRow] | LazyStreamRows) -> None:
         """``rows``: a list of StreamRow, or anything with len() and slicing (LazyStreamRows)."""
         self.rows = rows
         self.back = max(0, min(self.back, len(rows) - 1))  # a shorter (filtered) list stays in view
@@ -108,10 +126,10 @@ class StreamView(Widget, can_focus=True):
         self.back = max(0, min(len(self.rows) - 1, self.back + n))
         self.refresh()
 
-    def on_mouse_scroll_up(self, event) -> None:
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
         self.action_scroll_back(3)
 
-    def on_mouse_scroll_down(self, event) -> None:
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
         self.action_scroll_back(-3)
 
     def render(self) -> Content:
@@ -119,27 +137,35 @@ class StreamView(Widget, can_focus=True):
         # never parsed. A row's text can be anyone's (a task named "x[" under the kernel probes,
         # a replayed capture), and a cut "[" once paired with the next line's tag: MarkupError.
         height = max(1, self.size.height)
+        end = len(self.rows) - self.back
+        # The page ending at the selected row; scrolled back to the oldest (Home), the first page
+        # whole with the selected row in it, not one row above blank lines.
+        start = max(0, end - (height - 1))
+        shown = self.rows[start:start + height - 1]
+        selected = end - 1 - start  # its place among the shown rows
         widths = dict(COLUMNS)
+        # µs whole ("12345678" for a command over ten seconds), the column no wider than the page needs
+        widths["µs"] = max([widths["µs"], *(len(r.us) for r in shown)])
         if self.size.width >= 110:
             widths["rc"] = RC_WIDE
         rest = max(8, self.size.width - sum(w + 1 for w in widths.values()))
-        header = " ".join(_fit(h, w, right=h == "µs") for h, w in widths.items()) + " " + _fit(LAST, rest)
-        end = len(self.rows) - self.back
-        shown = self.rows[max(0, end - (height - 1)):end]
+        last_header = LAST if rest >= len(LAST) else "handles sessions"
+        header = " ".join(_fit(h, w, right=h == "µs") for h, w in widths.items()) + " " + _fit(last_header, rest)
         lines = [Content.from_markup("[b $foreground-muted]$h[/]", h=header)]
-        for r in shown:
+        for i, r in enumerate(shown):
             t = _fit(safe(r.t), widths["t s"], right=True)
             if r.origin == "mark":  # a boundary: one line across every column
                 lines.append(Content.from_markup("$t [b $warning]── $m ──[/]", t=t, m=safe(r.command)))
                 continue
-            last = " · ".join(x for x in (r.handles, r.sessions) if x)
+            last = _handles_text(r.handles, r.sessions, rest)
             fields = {"t": t, "origin": _fit(safe(r.origin), 8), "cmd": _fit(safe(r.command), widths["command"]),
-                      "us": _fit(safe(r.us), widths["µs"], right=True), "rc": _fit(safe(r.rc), widths["rc"]),
+                      "us": _fit(safe(r.us), widths["µs"], right=True), "rc": _fit(safe(_rc_text(r.rc, widths["rc"])),
+                                                                                   widths["rc"]),
                       "last": _fit(safe(last), rest)}
             origin = "$origin" if r.origin == "workload" else "[dim]$origin[/]"
             rc = "$rc" if r.ok else "[$error]$rc[/]"
             line = f"$t {origin} $cmd $us {rc} $last"
-            if self.has_focus and r is shown[-1]:  # what Enter decodes
+            if self.has_focus and i == selected:  # what Enter decodes
                 line = f"[reverse]{line}[/]"
             lines.append(Content.from_markup(line, **fields))
         if not shown:
@@ -153,12 +179,12 @@ class StreamView(Widget, can_focus=True):
 class StreamPanel(Panel):
     title = "Command stream"
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.frozen = False
         self.needle = ""
         self.buffer: list[StreamRow] = []  # the latest rows, unfiltered
-        self.snapshot: tuple[list, int] | None = None  # frozen: (events and marks, t0_ns)
+        self.snapshot: tuple[list[Any], int] | None = None  # frozen: (events and marks, t0_ns)
 
     def compose(self) -> ComposeResult:
         yield StreamView(id="stream-view")
@@ -167,19 +193,17 @@ class StreamPanel(Panel):
     def view(self) -> StreamView:
         return self.query_one(StreamView)
 
-    def show_frame(self, frame: Frame) -> None:
-        part = frame.stream
-        if part is not None:
-            if part.replace and not self.frozen:
-                self.buffer = []
-                if not part.rows:
-                    self._render_rows()
-            self.add(part.rows, keep=None if part.keep_all else KEEP)
-            if part.empty_note:
-                self.border_subtitle = part.empty_note
-            if not part.rows:  # said in the body too, where "no commands yet" would stand
-                self.view.empty_text = part.empty_note or EMPTY_TEXT
-                self.view.refresh()
+    def show_part(self, part: StreamPart) -> None:
+        if part.replace and not self.frozen:
+            self.buffer = []
+            if not part.rows:
+                self._render_rows()
+        self.add(part.rows, keep=None if part.keep_all else KEEP)
+        if part.empty_note:
+            self.border_subtitle = part.empty_note
+        if not part.rows:  # said in the body too, where "no commands yet" would stand
+            self.view.empty_text = part.empty_note or EMPTY_TEXT
+            self.view.refresh()
 
     def add(self, rows: list[StreamRow], keep: int | None = KEEP) -> None:
         if self.frozen or not rows:
@@ -214,7 +238,7 @@ class StreamPanel(Panel):
             bits.append(f"filter '{self.needle}'")
         self.border_subtitle = " · ".join(bits)
 
-    def toggle(self, snapshot: tuple[list, int] | None = None) -> bool:
+    def toggle(self, snapshot: tuple[list[Any], int] | None = None) -> bool:
         """Frozen: nothing is ingested and ↑/↓ scroll back — through ``snapshot`` (every
         event the recorder kept, and the marks) when given; unfrozen: follow the newest."""
         self.frozen = not self.frozen

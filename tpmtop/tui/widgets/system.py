@@ -7,11 +7,11 @@ from textual.content import Content
 from textual.markup import escape
 from textual.widgets import Static
 
+from tpmtop.sources.sysfs import SysfsSnapshot
 from tpmtop.tui.widgets.panel import Panel
-from tpmtop.viewmodel.frame import Frame
 
 
-def system_markup(s, ima_rate: float | None) -> str:
+def system_markup(s: SysfsSnapshot, ima_rate: float | None) -> str:
     yn = {True: "[$success]yes[/]", False: "no", None: "?"}
     lines = [f"kernel {escape(s.kernel)}   TPM {escape(s.tpm_version or '-')}   "
              f"HMAC sessions compiled in {yn[s.hmac_compiled]}   "
@@ -32,8 +32,9 @@ class SystemPanel(Panel):
     def compose(self) -> ComposeResult:
         yield Static("reading sysfs…", id="sysfs")
 
-    def show_frame(self, frame: Frame) -> None:
-        pass  # sysfs is read by its own worker on its own clock: the screen hands each reading over
+    def show_part(self, part: tuple[SysfsSnapshot, float | None]) -> None:
+        """A sysfs reading and the IMA rate (its own worker's clock: a frame of its own)."""
+        self.show(*part)
 
-    def show(self, snapshot, ima_rate: float | None) -> None:
+    def show(self, snapshot: SysfsSnapshot, ima_rate: float | None) -> None:
         self.query_one("#sysfs", Static).update(Content.from_markup(system_markup(snapshot, ima_rate)))

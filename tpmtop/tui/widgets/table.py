@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable
+from typing import Any
 
-from rich.segment import Segment
-from rich.style import Style
+from textual import events
 from textual.widgets import DataTable
 
 CELL_PAD = 2  # DataTable's cell_padding (1) on each side
@@ -22,7 +22,7 @@ _UNITS = {"ms": 1e3, "s": 1e6, "µs": 1.0, "": 1.0}
 _AGE = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
-def sort_value(cell) -> tuple:
+def sort_value(cell: object) -> tuple[int, float, str]:
     """A cell as shown ("1,410", "150 ms", "1m02s", "tpmtop", "") as a sortable value:
     numbers (with their unit) before text, blanks last."""
     text = str(cell).strip()
@@ -38,12 +38,16 @@ def sort_value(cell) -> tuple:
     return (1, math.inf, text.lower())
 
 
-class KeyedTable(DataTable):
+Cells = tuple[Any, ...]  # a row's cells: text, Rich Text or Content
+
+
+class KeyedTable(DataTable[Any]):
     DEFAULT_CSS = """
     KeyedTable { height: 1fr; overflow-x: hidden; }
     """
 
-    def __init__(self, columns: Iterable[tuple], grow_to: int = 0, grow_priority: float = 0.0, **kw):
+    def __init__(self, columns: Iterable[tuple[Any, ...]], grow_to: int = 0, grow_priority: float = 0.0,
+                 **kw: Any) -> None:
         """``columns``: (key, label, width[, priority]); lower priority numbers stay longest,
         the first column always stays. Cells passed to :meth:`sync` cover every column.
         ``grow_to``: the first column (the names) widens up to that, as far as its longest
@@ -54,56 +58,12 @@ class KeyedTable(DataTable):
         self._shown: list[int] = list(range(len(self._all)))
         self._grow_to, self._grow_priority = grow_to, grow_priority
         self._first_w = self._want_w = self._all[0][2] if self._all else 0
-        self._shadow: dict[str, tuple] = {}
-        self._rows: list[tuple[str, tuple]] = []
+        self._shadow: dict[str, Cells] = {}
+        self._rows: list[tuple[str, Cells]] = []
         self._order: Callable[[str], object] | None = None
         self.sort_column: str | None = None  # None: the panel's own order
         self.needle = ""  # only rows with a cell containing it (case-insensitive); pinned rows stay
         self.pinned = ""  # row keys starting with this stay on top whatever the sort
-        self._laid_out: dict[tuple, list[list[Segment]]] = {}
-
-    # A theme switch (``t``) changes every cell's style and nothing else, and DataTable lays each
-    # cell's text out again through Rich (~55 µs a cell: the latency table, ~60 cells, was a
-    # fifth of ``t``'s frame). A text cell off the cursor is laid out once, with no base style,
-    # and styled on each render: DataTable's pre-style is base + the cell's own (none off the
-    # cursor, no post-style) and Rich styles add associatively, so base + (laid-out style)
-    # gives the same segments. Also saves the layout of a cell whose text a tick re-sent.
-    _LAID_OUT_MAX = 4096  # cells; past it the cache starts again
-
-    def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
-                     cursor: bool = False, hover: bool = False) -> list[list[Segment]]:
-        key = None if cursor or hover or column_index < 0 else self._cell_key(row_index, column_index)
-        if key is None:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        key = (*key, width, self.cell_padding)
-        lines = self._laid_out.get(key)
-        if lines is None:
-            if len(self._laid_out) >= self._LAID_OUT_MAX:
-                self._laid_out.clear()
-            lines = self._laid_out[key] = super()._render_cell(row_index, column_index, Style.null(), width)
-        return [list(Segment.apply_style(line, base_style)) for line in lines]
-
-    def _cell_key(self, row_index: int, column_index: int) -> tuple | None:
-        """What a cell's layout depends on: its place (in the meta of its style), its height and
-        its text; None for a Content cell, whose styles may name the theme's variables."""
-        from rich.text import Text
-
-        if row_index < 0:
-            value: object = self.ordered_columns[column_index].label
-            height = self.header_height
-        else:
-            row_key = self._row_locations.get_key(row_index)
-            column_key = self._column_locations.get_key(column_index)
-            if row_key is None or column_key is None:
-                return None
-            value = self._data.get(row_key, {}).get(column_key)
-            height = self.rows[row_key].height
-        if isinstance(value, Text):
-            value = (value.plain, tuple(value.spans), value.style, value.justify, value.overflow, value.no_wrap,
-                     value.end)
-        elif not isinstance(value, str):
-            return None
-        return (row_index, column_index, height, value)
 
     def cycle_sort(self, step: int = 1) -> str:
         """Sort by the next (``step`` 1, ``>``) or previous (-1, ``<``) shown column, biggest
@@ -114,27 +74,21 @@ class KeyedTable(DataTable):
         self.sort_column = choices[(i + step) % len(choices)]
         self._resort()
         self._mark_sorted()
-        return dict((k, label) for k, label, *_ in self._all).get(self.sort_column or "", "its own order")
+        return str(dict((k, label) for k, label, *_ in self._all).get(self.sort_column or "", "its own order"))
 
     SORTED_MARK = "▼"
 
+    def _label(self, key: str, label: str) -> str:
+        return f"{label}{self.SORTED_MARK}" if key == self.sort_column else label
+
     def _mark_sorted(self) -> None:
-        """The sorted column's header ends with ▼ (a toast used to be the only place saying it)."""
-        from rich.text import Text
+        """The sorted column's header ends with ▼ (a toast used to be the only place saying it).
+        A header's label changes only through new columns: the table is built again."""
         from textual.widgets.data_table import ColumnKey
 
-        changed = False
-        for key, label, *_ in self._all:
-            col = self.columns.get(ColumnKey(key))
-            if col is None:
-                continue
-            want = f"{label}{self.SORTED_MARK}" if key == self.sort_column else label
-            if str(col.label) != want:
-                col.label = Text(want)
-                changed = True
-        if changed:
-            self._update_count += 1
-            self.refresh()
+        if any(str(col.label) != self._label(key, label) for key, label, *_ in self._all
+               if (col := self.columns.get(ColumnKey(key))) is not None):
+            self._rebuild()
 
     def _resort(self) -> None:
         if self.row_count < 2:
@@ -148,7 +102,7 @@ class KeyedTable(DataTable):
         else:
             ci = self.shown_columns.index(col)
 
-            def rank(key: str) -> tuple:
+            def rank(key: str) -> tuple[bool, int, float, str]:
                 kind, number, text = sort_value(self._shadow[key][ci])
                 return (not (self.pinned and key.startswith(self.pinned)), kind, -number if kind == 0 else 0, text)
 
@@ -157,17 +111,17 @@ class KeyedTable(DataTable):
             self.move_cursor(row=self.get_row_index(selected), animate=False)
 
     def _sort_by_keys(self, keys: list[str]) -> None:
-        """Put the rows in the order of ``keys`` (DataTable.sort only sees cell values; pinned
-        rows need their key). The same three steps as DataTable.sort."""
-        from textual._two_way_dict import TwoWayDict
-
-        by_value = {rk.value: rk for rk in self._data}
-        self._row_locations = TwoWayDict({by_value[k]: i for i, k in enumerate(keys) if k in by_value})
-        self._update_count += 1
-        self.refresh()
+        """Put the rows in the order of ``keys`` (pinned rows need their key, and DataTable.sort
+        sees only cell values): a row is found by the text of its first cell (a handle, a
+        command, a client: rows with the same first cell keep their order among themselves)."""
+        place: dict[str, int] = {}
+        for i, k in enumerate(keys):
+            if k in self._shadow:
+                place.setdefault(str(self._shadow[k][0]), i)
+        self.sort(key=lambda values: place.get(str(values[0]), len(place)))
 
     @property
-    def _columns(self) -> list[tuple]:
+    def _columns(self) -> list[tuple[Any, ...]]:
         return [self._all[i][:2] + (self._first_w,) if i == 0 else self._all[i][:3] for i in self._shown]
 
     @property
@@ -177,7 +131,7 @@ class KeyedTable(DataTable):
     def on_mount(self) -> None:
         self._fit(self.size.width)
 
-    def on_resize(self, event) -> None:
+    def on_resize(self, event: events.Resize) -> None:
         if self._fit(event.size.width):
             self._rebuild()
 
@@ -206,7 +160,7 @@ class KeyedTable(DataTable):
         self._shown, self._first_w = shown, first_w
         if not self.columns:
             for key, label, width in self._columns:
-                self.add_column(label, key=key, width=width)
+                self.add_column(self._label(key, label), key=key, width=width)
         return True
 
     def _rebuild(self) -> None:
@@ -214,8 +168,7 @@ class KeyedTable(DataTable):
         self.clear(columns=True)
         self._shadow.clear()
         for key, label, width in self._columns:
-            self.add_column(label, key=key, width=width)
-        self._mark_sorted()
+            self.add_column(self._label(key, label), key=key, width=width)
         self.sync(self._rows, self._order)
         if selected in self._shadow:
             self.move_cursor(row=self.get_row_index(selected), animate=False)
@@ -229,7 +182,7 @@ class KeyedTable(DataTable):
         except Exception:
             return None
 
-    def sync(self, rows: list[tuple[str, tuple]], order: Callable[[str], object] | None = None) -> bool:
+    def sync(self, rows: list[tuple[str, Cells]], order: Callable[[str], Any] | None = None) -> bool:
         """Make the table show ``rows`` [(key, cells)]; returns True if rows came or went.
         ``order`` ranks a row by the plain text of its first cell."""
         self._rows, self._order = rows, order

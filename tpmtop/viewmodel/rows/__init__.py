@@ -1,2 +1,3 @@
-"""Rows modules of the panels added through the panel table (tpmtop/tui/panels.py): each a
-``part(source)`` that returns immutable plain data for its widget's ``show_part``."""
+"""One module per dashboard panel: the plain data (rows, gauges) that panel shows, built the
+same way from a live source or a capture. The widget of the same name in
+:mod:`tpmtop.tui.widgets` only draws it. No Textual here."""

@@ -9,22 +9,28 @@ EMPTY = {"count": 0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0, "mean": 0.0
 
 
 def fmt_us(us: float | None) -> str:
-    """Microseconds for a table cell: 87.4, 4,321, 1.52 s. Blank for no data."""
+    """Microseconds for a cell under a "µs" header, in µs whatever the size (a column headed µs
+    that printed "167 ms" mixed units): 87.4, 4,321, 167,000; from a second on without the
+    thousands' commas, so that up to ten seconds fit the tables' 7-wide columns: 1520000.
+    Blank for no data."""
     if us is None:
         return ""
     if us >= 1_000_000:
-        return f"{us / 1e6:.2f} s"
-    if us >= 100_000:  # six digits of µs would touch a 7-wide column's border
-        return f"{us / 1000:.0f} ms"
+        return f"{us:.0f}"
     if us >= 1000:
         return f"{us:,.0f}"
     return f"{us:.1f}"
 
 
 def fmt_duration(us: float | None) -> str:
-    """:func:`fmt_us` with its unit: 87.4 µs, 4,321 µs, 151 ms, 1.52 s."""
-    text = fmt_us(us)
-    return text if not text or " " in text else f"{text} µs"
+    """A duration with its unit, for text (not a µs column): 87.4 µs, 4,321 µs, 151 ms, 1.52 s."""
+    if us is None:
+        return ""
+    if us >= 1_000_000:
+        return f"{us / 1e6:.2f} s"
+    if us >= 100_000:
+        return f"{us / 1000:.0f} ms"
+    return f"{fmt_us(us)} µs"
 
 
 def fmt_age(seconds: float) -> str:
@@ -63,7 +69,7 @@ def summary_of(h: Any) -> dict[str, Any]:
 
 class LiveBuckets:
     """``h``'s buckets, read when called: ``f()`` at a capture's 4 per decade, ``f(n)`` at n
-    (the Latency panel's histogram reads live ones finer, tpmtop.sources.rows.histogram);
+    (the Latency panel's histogram reads live ones finer, tpmtop.viewmodel.rows.histogram);
     ``f.summary()`` the same histogram's summary now (its max must agree with the buckets)."""
 
     __slots__ = ("_h",)

@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tpmtop.sources.numbers import EMPTY, buckets_of, summary_of
-from tpmtop.sources.rows.stream import failed, short_rc
 from tpmtop.sources.runs import RunView
 from tpmtop.tpm import names
 from tpmtop.tpm.exchange import Origin
+from tpmtop.viewmodel.numbers import EMPTY, buckets_of, summary_of
+from tpmtop.viewmodel.rows.stream import failed, short_rc
 
 if TYPE_CHECKING:
     from tpmtop.recorder import Event, Recorder

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tpmtop.sources.numbers import fmt_us
 from tpmtop.tpm import names
 from tpmtop.tpm.exchange import Origin
+from tpmtop.viewmodel.numbers import fmt_us
 
 if TYPE_CHECKING:
     from tpmtop.decode.plaintext import History

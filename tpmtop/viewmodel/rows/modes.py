@@ -58,12 +58,21 @@ def headline(rows: list[CompareRow], current: tuple[str, str], measuring: bool) 
     engine, mode = current
     if mode == "none":
         return f"[b]none[/] [dim]({engine})[/]: the baseline, no session" if measuring or rows else ""
-    row = next((r for r in rows if (r.engine, r.mode) == current), None)
-    if row is not None and row.ratio is not None:
-        return f"[b]{mode} {fmt_ratio(row.ratio)} vs none[/] [dim]({engine})[/]"
+    ratio = vs_none(rows, current)
+    if ratio:
+        return f"[b]{mode} {ratio}[/] [dim]({engine})[/]"
     if measuring:
         return f"[b]{mode}[/] vs none: [dim]measuring none…[/]"
     return ""
+
+
+def vs_none(rows: list[CompareRow], current: tuple[str, str]) -> str:
+    """The running mode's ratio to `none` ("×44.4 vs none"), the number the Modes panel's first
+    line and the header say; "" for `none` itself or before both are measured."""
+    row = next((r for r in rows if (r.engine, r.mode) == current), None)
+    if current[1] == "none" or row is None or row.ratio is None:
+        return ""
+    return f"{fmt_ratio(row.ratio)} vs none"
 
 
 PER_MODE_WHAT = "op p50 measured here"  # the projection's wording for the Modes panel's own p50s
