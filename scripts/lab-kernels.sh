@@ -61,6 +61,10 @@ LAB_OPTIONS="TCG_TPM TCG_TIS TCG_TIS_CORE IMA SECURITY SECURITYFS INTEGRITY KPRO
 FTRACE FUNCTION_TRACER DYNAMIC_FTRACE NET_9P NET_9P_VIRTIO 9P_FS VIRTIO_PCI HW_RANDOM_TPM
 IKCONFIG IKCONFIG_PROC DEVTMPFS TMPFS"
 
+# 6.12-percmd: the variant it starts from and the file it edits
+PERCMD_BASE=6.12-hmac
+PERCMD_FILE=drivers/char/tpm/tpm2-sessions.c
+
 # ---- packages -------------------------------------------------------------------------------
 need=()
 for c in flex bison bc; do command -v $c >/dev/null || need+=($c); done
@@ -160,6 +164,21 @@ variant_lock() {   # $1 variant, $2 fd, $3 the cache entry: 0 when the caller mu
     return 0
 }
 
+# --print of a kernel that is not there: one line on stderr when it is being built or its last
+# build did not finish (tpmtop lab says that line); nothing when no build was ever started.
+print_state() {   # $1 variant, $2 the cache entry
+    local lock=$LAB_CACHE/build/$1.lock base=$PERCMD_BASE
+    if [ -d "$2.tmp" ]; then
+        if [ -f "$lock" ] && ! flock -n "$lock" true; then
+            note "$1 is being built now (log: $2.tmp/build.log)"
+        else
+            note "the build of $1 did not finish (log: $2.tmp/build.log)"
+        fi
+    elif [[ $1 == *-percmd ]] && [ -f "$LAB_CACHE/build/$base.lock" ] && ! flock -n "$LAB_CACHE/build/$base.lock" true; then
+        note "$base, which $1 starts from, is being built now"
+    fi
+}
+
 cached() {   # $1 variant, $2 the cache entry
     [ -f "$2/bzImage" ] || return 1
     if ((PRINT)); then echo "$2/bzImage"; else note "$1: cached, $2/bzImage"; fi
@@ -170,7 +189,7 @@ build() {
     case $variant in *-percmd) build_percmd "$variant"; return ;; esac
     out=$LAB_CACHE/kernels/$variant-$(cache_key "$variant")
     cached "$variant" "$out" && return 0
-    ((PRINT)) && return 1
+    ((PRINT)) && { print_state "$variant" "$out"; return 1; }
     mkdir -p "$LAB_CACHE/build"
     # one build of a variant at a time (a second caller waits, then finds it cached)
     variant_lock "$variant" 8 "$out" || return 0
@@ -184,13 +203,11 @@ build() {
 }
 
 # 6.12-percmd: 6.12-hmac's objects, tpm2-sessions.c edited, an incremental make (see the header).
-PERCMD_BASE=6.12-hmac
-PERCMD_FILE=drivers/char/tpm/tpm2-sessions.c
 build_percmd() {
     local variant=$1 base=$PERCMD_BASE obj=$LAB_CACHE/build/$1 out base_out
     out=$LAB_CACHE/kernels/$variant-$(cache_key "$variant")
     cached "$variant" "$out" && return 0
-    ((PRINT)) && return 1
+    ((PRINT)) && { print_state "$variant" "$out"; return 1; }
     command -v unshare >/dev/null || die "$variant: needs unshare (util-linux) for its private mount namespace"
     mkdir -p "$LAB_CACHE/build"
     variant_lock "$variant" 7 "$out" || return 0
