@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 
 from tpmtop.errors import UsageError
-from tpmtop.lab import DEFAULT_KERNELS, analysis, kernels  # noqa: F401 - DEFAULT_KERNELS: the CLI's default
+from tpmtop.lab import DEFAULT_KERNELS, analysis, benchmark, kernels  # noqa: F401 - DEFAULT_KERNELS: the CLI's default
 from tpmtop.lab.guest import boot_once
 
 
@@ -101,6 +101,7 @@ class LabResult:
             "bench": self.bench,
             "bench_error": self.bench_error,
             "projections": [p.__dict__ | {"error": p.error} for p in self.projections],
+            "benchmark": {m: r.to_json() for m, r in benchmark.rows(self.boots).items()},
         }
 
 
