@@ -308,7 +308,9 @@ def boot_stats(
         setup_after=dict(st_ext.setup_after) if st_ext else {},
         extend_shapes=shapes,
         extend_command_ms=cmd_ms,
-        workload_extends_with_setup=sum(1 for op in work_ext if any(c.cc == CC_START_AUTH_SESSION for c in op.commands)),
+        workload_extends_with_setup=sum(
+            1 for op in work_ext if any(c.cc == CC_START_AUTH_SESSION for c in op.commands)
+        ),
     )
     cfg = b.mark_value("hmac_config", 0)
     if cfg and cfg != "unknown":

@@ -90,7 +90,9 @@ def resolve(name: str, *, root: str, python: str, cache: str) -> KernelSpec:
                 if name == "6.12-percmd"
                 else "about 45 min on a 2-core machine"
             )
-            raise UsageError(f"kernel {name} is not built: run `make lab-kernels` (scripts/lab-kernels.sh {name}; {cost})")
+            raise UsageError(
+                f"kernel {name} is not built: run `make lab-kernels` (scripts/lab-kernels.sh {name}; {cost})"
+            )
         release = None
         try:
             with open(os.path.join(os.path.dirname(image), "release")) as f:

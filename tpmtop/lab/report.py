@@ -139,7 +139,10 @@ def render(res: LabResult) -> str:
     for b in res.boots:
         L.append(f"  {b.kernel} #{b.index}: " + ", ".join(f"{k} {v}" for k, v in sorted(b.commands_at_boot.items())))
     L.append("")
-    L.append("Each workload extend's commands (sequence × extends; the FlushContext before a set-up ends a hwrng read's session):")
+    L.append(
+        "Each workload extend's commands (sequence × extends; a FlushContext before a set-up ends a hwrng "
+        "read's session):"
+    )
     for b in res.boots:
         shapes = "; ".join(f"{k} ×{v}" for k, v in b.extend_shapes.items()) or "none seen"
         L.append(f"  {b.kernel} #{b.index}: {shapes}")
