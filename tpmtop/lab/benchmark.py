@@ -181,6 +181,10 @@ def explain(rs: dict[str, Row], profile: str | None) -> list[str]:
             f"{kept.extends:,} extends here, at the guest's hwrng pace): its ratio depends on how many extends "
             "share one set-up, which the thread does not give."
         )
+    out.append(
+        "Host seconds are the emulated guest's pace and its kernel's configuration as much as HMAC's: compare them "
+        "only between kernels built alike (the lab's three 6.12s, not Debian's binary beside them)."
+    )
     if profile:
         out.append(
             f"The {profile} profile holds each command to that chip's published time, so the per-command row's "
