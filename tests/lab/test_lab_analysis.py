@@ -118,6 +118,12 @@ def test_the_benchmark_table_sets_each_session_mode_beside_the_threads_seconds_a
     assert "18 set-ups in 1,000 extends" in text
 
 
+def test_without_a_profile_the_table_sets_no_chip_arithmetic_against_the_thread():
+    text = "\n".join(benchmark.table(_three(), None))
+    assert "no profile: swtpm" in text and "neither says what a chip costs" in text
+    assert "went outside the TPM" not in text and "added to every kernel" not in text
+
+
 def test_the_benchmark_table_says_what_is_missing_instead_of_a_ratio_without_a_baseline():
     text = benchmark.table(_three()[1:], "slb9670")
     assert len(text) == 1 and "needs an HMAC-off kernel" in text[0]
