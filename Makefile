@@ -44,8 +44,9 @@ test-kernel-vm: bootstrap
 	KERNEL_VM_PYTHON=$(abspath $(PY)) scripts/kernel-vm.sh
 
 # The lab's kernels: Debian's linux-source-6.12 with a small guest config, CONFIG_TCG_TPM2_HMAC=y
-# and =n (scripts/lab-kernels.sh; root for the build packages; 59 min for one kernel on 2 shared cores at
-# nice 19; cached in /var/cache/tpmtop-lab by the config that made them).
+# (6.12-hmac), the same with 6.10/6.11's session per command (6.12-percmd: minutes, from 6.12-hmac's
+# objects) and =n (6.12-nohmac) (scripts/lab-kernels.sh; root for the build packages; 59 min for one
+# full kernel on 2 shared cores at nice 19; cached in /var/cache/tpmtop-lab by what made them).
 lab-kernels:
 	scripts/lab-kernels.sh
 

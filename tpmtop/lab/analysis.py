@@ -17,6 +17,7 @@ Layer: lab; no Textual.
 from __future__ import annotations
 
 import enum
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -81,6 +82,19 @@ class BootStats:
     capture_path: str | None = None
     hmac_config: str | None = None  # the guest's /proc/config.gz says (None: no IKCONFIG_PROC)
     probes: ProbeView | None = None  # the in-guest kprobe view, when the guest was traced
+    # the workload's extends by command sequence ("ContextLoad StartAuthSession FlushContext
+    # PCR_Extend" -> count), and each command's mean TPM ms inside them: what one extend costs
+    extend_shapes: dict = field(default_factory=dict)
+    extend_command_ms: dict = field(default_factory=dict)
+    workload_extends_with_setup: int = 0
+    retried_after: str | None = None  # the first attempt's failure when this boot is a retry
+
+    @property
+    def workload_extend_tpm_s(self) -> float | None:
+        """The workload's extends' TPM time, all of it (the benchmark's seconds for N)."""
+        if self.workload_extend_tpm_us is None:
+            return None
+        return self.workload_extend_tpm_us * self.workload_extends / 1e6
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -154,6 +168,48 @@ def operations(kcs: list[KernelCommand]) -> tuple[list[KernelOp], KernelAccounts
     return ops, acc
 
 
+SETUP_SHAPE = ("ContextLoad", "StartAuthSession", "FlushContext", "PCR_Extend")  # 6.10/6.11's extend (domain §2)
+
+
+def extend_shape(op: KernelOp) -> str:
+    """The operation's commands by name, in order: "ContextLoad StartAuthSession FlushContext
+    PCR_Extend" for a per-command extend, "PCR_Extend" on a kept session. A FlushContext of the
+    previous get_random's session that came before it is part of the sequence as the Assembler
+    sees it (the kernel sent it between the two operations)."""
+    return " ".join(names.cc_short(c.cc) for c in op.commands)
+
+
+def shapes_and_costs(ops: list[KernelOp]) -> tuple[dict[str, int], dict[str, float]]:
+    """(command sequence -> count, command name -> mean TPM ms inside these operations)."""
+    shapes = Counter(extend_shape(op) for op in ops)
+    sums: dict[str, list[float]] = {}
+    for op in ops:
+        for c in op.commands:
+            sums.setdefault(names.cc_short(c.cc), []).append(c.wire_ns / 1e6)
+    return dict(shapes.most_common()), {k: sum(v) / len(v) for k, v in sums.items()}
+
+
+INT3_OOPS = re.compile(r"Oops: int3\b")
+PANIC = re.compile(r"Kernel panic - not syncing|\bOops: ")
+
+
+def int3_oops(b: Boot) -> str | None:
+    """The console line of an ``Oops: int3`` (a kprobe's breakpoint hit while its instruction
+    was being patched, seen under multi-threaded TCG with the boot-time probes armed), or None."""
+    for _, line in b.console:
+        if INT3_OOPS.search(line):
+            return line.strip()
+    return None
+
+
+def panic_line(b: Boot) -> str | None:
+    """The guest kernel's first Oops or panic line on the console, or None."""
+    for _, line in b.console:
+        if PANIC.search(line):
+            return line.strip()
+    return None
+
+
 def _int(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None
@@ -208,13 +264,17 @@ def boot_stats(
             nulls += bool(info.handles) and info.handles[0] == TPM_RH_NULL
     mode, why = acc.mode()
     work_us = sorted(op.wire_ns / 1000 for op in work_ext)
-    ok = not b.timed_out and b.qemu_status == 0 and "workload-end" in b.marks and not b.problems
+    shapes, cmd_ms = shapes_and_costs(work_ext)
+    panic = panic_line(b)
+    ok = not b.timed_out and b.qemu_status == 0 and "workload-end" in b.marks and not b.problems and panic is None
     s = BootStats(
         kernel=b.kernel.name,
         index=b.index,
         release=b.marks.get("release", (0, None))[1] or b.release,
         ok=ok,
-        problems=list(b.problems) + ([] if "workload-end" in b.marks else ["the workload did not finish"]),
+        problems=list(b.problems)
+        + ([f"the guest kernel crashed: {panic}"] if panic else [])
+        + ([] if "workload-end" in b.marks else ["the workload did not finish"]),
         host_to_kernel_s=b.host_s("kernel"),
         host_to_init_s=b.host_s("init"),
         host_to_workload_end_s=b.host_s("workload-end"),
@@ -246,6 +306,11 @@ def boot_stats(
         workload_tpm_s=sum(kc.wire_ns for kc in in_work) / 1e9,
         extend_tpm_s=sum(op.wire_ns for op in ext) / 1e9,
         setup_after=dict(st_ext.setup_after) if st_ext else {},
+        extend_shapes=shapes,
+        extend_command_ms=cmd_ms,
+        workload_extends_with_setup=sum(
+            1 for op in work_ext if any(c.cc == CC_START_AUTH_SESSION for c in op.commands)
+        ),
     )
     cfg = b.mark_value("hmac_config", 0)
     if cfg and cfg != "unknown":

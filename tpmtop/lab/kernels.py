@@ -4,6 +4,9 @@
   from Debian's linux-source-6.12 with a small guest configuration that differs in one option,
   CONFIG_TCG_TPM2_HMAC; everything the guest needs is built in, so their initramfs has no
   modules.
+- ``6.12-percmd``: 6.12-hmac with ``scripts/lab-percmd-edit.sh`` applied, 6.10/6.11's session
+  per command (the forced continueSession of 6.12's lazy flush taken out), built by the same
+  script from 6.12-hmac's objects.
 - ``6.1`` / ``6.12``: Debian's binary kernels (``linux-image-*-amd64``, HMAC off), fetched and
   given an initramfs with their 9p/virtio modules by ``scripts/kernel-vm.sh --prepare``.
 - a path: any bzImage a user brings (a distribution's, a patched one). It must have the TPM
@@ -22,7 +25,13 @@ import subprocess
 from tpmtop.errors import TpmtopError, UsageError
 from tpmtop.lab.guest import KernelSpec
 
-BUILT = ("6.12-hmac", "6.12-nohmac")
+BUILT = ("6.12-percmd", "6.12-hmac", "6.12-nohmac")
+HMAC_BUILT = ("6.12-percmd", "6.12-hmac")
+NOTES = {
+    "6.12-hmac": "built from Debian's linux-source-6.12, the lab's small guest config",
+    "6.12-nohmac": "built from Debian's linux-source-6.12, the lab's small guest config",
+    "6.12-percmd": "6.12-hmac with scripts/lab-percmd-edit.sh: a session per HMAC command, as 6.10/6.11",
+}
 DEBIAN = ("6.1", "6.12")
 BUSYBOX = "/bin/busybox"
 
@@ -73,9 +82,16 @@ def resolve(name: str, *, root: str, python: str, cache: str) -> KernelSpec:
         p = subprocess.run([script, "--print", name], cwd=root, capture_output=True, text=True)
         image = p.stdout.strip()
         if p.returncode != 0 or not image:
+            state = (p.stderr.strip().splitlines() or [""])[-1].removeprefix("lab-kernels: ")
+            if state:  # being built, or its build failed: a system state, not a usage error
+                raise TpmtopError(f"kernel {name} is not built: {state}")
+            cost = (
+                "minutes once 6.12-hmac is built, which it builds first"
+                if name == "6.12-percmd"
+                else "about 45 min on a 2-core machine"
+            )
             raise UsageError(
-                f"kernel {name} is not built: run `make lab-kernels` (scripts/lab-kernels.sh {name}; "
-                "about 45 min on a 2-core machine)"
+                f"kernel {name} is not built: run `make lab-kernels` (scripts/lab-kernels.sh {name}; {cost})"
             )
         release = None
         try:
@@ -87,9 +103,9 @@ def resolve(name: str, *, root: str, python: str, cache: str) -> KernelSpec:
             name,
             image,
             built_initrd(root, python, cache),
-            hmac_built=name.endswith("-hmac"),
+            hmac_built=name in HMAC_BUILT,
             release=release,
-            note="built from Debian's linux-source-6.12, the lab's small guest config",
+            note=NOTES[name],
         )
     if name in DEBIAN:
         out = _script(

@@ -6,6 +6,7 @@ here. Layer: lab; no Textual.
 
 from __future__ import annotations
 
+from tpmtop.lab import benchmark
 from tpmtop.lab.analysis import BootStats
 from tpmtop.lab.run import LabResult
 from tpmtop.textsafe import safe
@@ -138,6 +139,14 @@ def render(res: LabResult) -> str:
     for b in res.boots:
         L.append(f"  {b.kernel} #{b.index}: " + ", ".join(f"{k} {v}" for k, v in sorted(b.commands_at_boot.items())))
     L.append("")
+    L.append(
+        "Each workload extend's commands (sequence × extends; a FlushContext before a set-up ends a hwrng "
+        "read's session):"
+    )
+    for b in res.boots:
+        shapes = "; ".join(f"{k} ×{v}" for k, v in b.extend_shapes.items()) or "none seen"
+        L.append(f"  {b.kernel} #{b.index}: {shapes}")
+    L.append("")
     traced = [b for b in res.boots if b.probes is not None]
     if traced:
         L.append(
@@ -161,7 +170,8 @@ def render(res: LabResult) -> str:
         L.append(f"HMAC on / HMAC off, per-extend TPM time (baseline {res.baseline}):")
         for b, ref, r in rs:
             L.append(
-                f"  {b.kernel} #{b.index}: {per_extend_ms(b):.2f} ms / {per_extend_ms(ref):.2f} ms = {r:.2f}× "
+                f"  {b.kernel} #{b.index} ({b.mode or '?'}): {per_extend_ms(b):.2f} ms / {per_extend_ms(ref):.2f} ms "
+                f"= {r:.2f}× "
                 f"({b.extends} vs {ref.extends} extends; {b.extends_with_setup} of the HMAC kernel's extends "
                 "set up a session)"
             )
@@ -174,6 +184,12 @@ def render(res: LabResult) -> str:
             f"{bn['reuse_wire_us']['p50'] / 1000:.2f} / {bn['none_wire_us']['p50'] / 1000:.2f} ms (p50) = "
             f"{bn['ratio_p50']:.2f}×; means {bn['ratio_mean']:.2f}×"
         )
+        if "per_command_wire_us" in bn:
+            L.append(
+                f"  bench: per-command/none TPM time per extend = {bn['per_command_wire_us']['p50'] / 1000:.2f} / "
+                f"{bn['none_wire_us']['p50'] / 1000:.2f} ms (p50) = {bn['per_command_ratio_p50']:.2f}×; means "
+                f"{bn['per_command_ratio_mean']:.2f}×"
+            )
         L.append(
             "  The bench's reuse run keeps one session for every extend (its set-up is outside the counted "
             "operations); the kernel's is ended and set up again as the table's set-up count says, and each "
@@ -192,6 +208,7 @@ def render(res: LabResult) -> str:
             rows.append(
                 [
                     f"{p.kernel} #{p.index}",
+                    p.mode,
                     p.baseline,
                     str(p.extends),
                     _f(p.projected_extra_s, "{:.3f}"),
@@ -204,6 +221,7 @@ def render(res: LabResult) -> str:
         L += _table(
             [
                 "HMAC boot",
+                "projected as",
                 "baseline",
                 "N",
                 "projected s",
@@ -215,10 +233,16 @@ def render(res: LabResult) -> str:
             rows,
         )
         L.append(
-            "  measured = the HMAC boot's extend TPM time − N × the baseline's TPM time per extend; the "
-            'projection\'s reuse mode counts one set-up, "with those set-ups" prices each one the lab saw.'
+            "  measured = the HMAC boot's extend TPM time − N × the baseline's TPM time per extend; projected as "
+            "the session mode the boot's traffic showed (per-command − none, or reuse − none); the reuse mode "
+            'counts one set-up, "with those set-ups" prices each one the lab saw.'
         )
         L.append("")
+    L += benchmark.table(res.boots, o.profile)
+    L.append("")
+    for b in res.boots:
+        if b.retried_after:
+            L.append(f"{b.kernel} #{b.index} is a second attempt: the first crashed: {safe(b.retried_after)}")
     L.append(
         "Notes: the profile governs TPM time only (each command held until the chip's figure has passed since "
         "the send); guest times are an emulated CPU's"
