@@ -42,7 +42,7 @@ def _all_on_screen(screen) -> None:
 
 
 async def _show_health(pilot, screen):
-    await pilot.press("8")
+    await pilot.press("9")
     await until(pilot, lambda: screen.query_one("#health").display and screen.query_one("#health").size.height > 2,
                 what="the Health panel shown")
 

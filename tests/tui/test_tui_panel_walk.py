@@ -45,7 +45,7 @@ async def main():
     app = TpmtopApp(ReplaySource(load(sys.argv[3]), sys.argv[3]), theme="dark", remember=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause(0.3)
-        await pilot.press("8")
+        await pilot.press("0")
         await pilot.pause(0.3)
         tabs = app.screen.query_one("#panel-tabs", Tabs)
         seen["compact"] = {"active": app.screen.active_panel, "tab": str(tabs.active_tab.label),
@@ -80,7 +80,7 @@ def test_the_documented_panel_walk_adds_a_panel_in_three_files(tmp_path):
     assert full["display"] and full["title"] == "Runs" and full["height"] > 2
     for mode, ops in seen["runs"]:
         assert f"{mode}: {ops:,}" in full["text"]  # the part, as the widget draws it
-    assert seen["compact"] == {"active": "runs", "tab": "8 Runs", "shown": True}  # key 8, its tab
+    assert seen["compact"] == {"active": "runs", "tab": "0 Runs", "shown": True}  # key 0, its tab
     assert seen["help"]
     assert seen["palette"] == ["panel: Show runs"]
 

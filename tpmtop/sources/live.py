@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from tpmtop.errors import TpmConnectionError, TpmtopError, UsageError
+from tpmtop.pcrs.live import log_readable
 from tpmtop.sessions.modes import ENGINES, MODES, OPS, Engine, Mode, Op
 from tpmtop.sources.gate import UiGate
 from tpmtop.sources.live_workload import PauseCause, WorkloadDriver
@@ -107,7 +108,9 @@ class LiveSource(WorkloadDriver, SourceBase):
         ro = self.read_only
         return Capabilities(SourceKind.LIVE, live=True, handles=True, timings=True, workload=True, changes_tpm=not ro,
                             selects_runs=not ro, export=True, sysfs=self.kernel_device,
-                            clients=self.proxy is not None or self.kernel_device, pcrs=True, health=True,
+                            clients=self.proxy is not None or self.kernel_device,
+                            # the PCRs panel only where there is a boot's event log to replay (root reads it)
+                            pcrs=log_readable(self.pcrs_root), health=True,
                             why_not="--read-only: tpmtop sends nothing that changes the TPM" if ro else "")
 
     def state(self) -> str:

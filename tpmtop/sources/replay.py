@@ -51,7 +51,8 @@ def _event_dict(e: EventLine) -> dict[str, Any]:
 
     import msgspec
 
-    d = msgspec.structs.asdict(e)
+    # a typed line with room for bytes and a client (EventBytesLine) leaves the absent ones UNSET
+    d = {k: v for k, v in msgspec.structs.asdict(e).items() if v is not msgspec.UNSET}
     d.update(d.pop("extra", None) or {})  # command_hex/response_hex, client …
     d["handles"] = json.loads(bytes(e.handles))
     d["sessions"] = json.loads(bytes(e.sessions))
