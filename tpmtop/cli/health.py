@@ -4,6 +4,7 @@ set-up, IMA's list — each line a verdict with its evidence. Exit 0 healthy, 1 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from tpmtop.cli.common import notice, print_json, tpm_from_args
 from tpmtop.errors import UsageError
@@ -27,7 +28,7 @@ def add_health_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds to watch IMA's count for its rate now (0: only the rate over the boot; default 1)")
 
 
-def run_health(args) -> int:
+def run_health(args: argparse.Namespace) -> int:
     import os
 
     from tpmtop.capture import load_capture
@@ -64,7 +65,7 @@ def run_health(args) -> int:
         if target.note and "permission" in target.note:
             reason = f"needs root or the tss group: {target.note.split(';')[0]}"
     else:
-        def read():
+        def read() -> tuple[dict[str, Any], dict[str, int]]:
             with tpm_from_args(args) as conn:
                 return conn.tpm_json(), conn.call(read_variable)
 

@@ -9,12 +9,19 @@ import subprocess
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.cli.common import notice, print_json, table, tpm_from_args
 from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED, UsageError
 from tpmtop.proxy.latency import CompactLatency
 from tpmtop.textsafe import safe
 from tpmtop.tpm import interrupts
+
+if TYPE_CHECKING:
+    from tpmtop.output import Output
+    from tpmtop.proxy.accounting import Accounts
+    from tpmtop.proxy.server import ProxyServer
+    from tpmtop.tpm.connection import TpmConnection
 
 EXIT_NOT_FOUND = 127  # tpmtop run: CMD not found (the shell's convention)
 EXIT_NOT_EXECUTABLE = 126  # tpmtop run: CMD found but cannot be executed
@@ -39,7 +46,7 @@ def _listen_args(p: argparse.ArgumentParser, default_port: int | None) -> None:
     p.add_argument("--events", action="store_true", help="keep every command in the --json capture")
 
 
-def add_proxy_arguments(p):
+def add_proxy_arguments(p: argparse.ArgumentParser) -> None:
     _tpm_args(p)
     p.add_argument("--port", type=int, default=2321, metavar="P",
                    help="TPM port P, control/platform P+1 (default 2321)")
@@ -69,7 +76,7 @@ def _serving_args(p: argparse.ArgumentParser) -> None:
                    help="close a connection that sends nothing for S seconds (default 600)")
 
 
-def add_run_arguments(p):
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
     _tpm_args(p)
     _listen_args(p, None)
     _serving_args(p)
@@ -77,7 +84,7 @@ def add_run_arguments(p):
                    help="the program to run with its TPM traffic going through a private proxy")
 
 
-def add_clients_arguments(p):
+def add_clients_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
 
@@ -92,8 +99,8 @@ def _log(text: str) -> None:
         sys.stderr.flush()
 
 
-def _serving(args) -> dict:
-    kw = {"interleave": bool(args.interleave)}
+def _serving(args: argparse.Namespace) -> dict[str, Any]:
+    kw: dict[str, Any] = {"interleave": bool(args.interleave)}
     if args.max_connections is not None:
         if args.max_connections < 1:
             raise UsageError(f"--max-connections {args.max_connections}: expected 1 or more")
@@ -131,7 +138,7 @@ def _check_port(port: int) -> None:
         raise UsageError(f"--port {port}: expected 1..65534 (the proxy also uses PORT+1)")
 
 
-def _json_output(args):
+def _json_output(args: argparse.Namespace) -> Output | None:
     """``--json FILE`` checked before anything is served or run (a directory, a missing folder,
     a read-only place: one line, exit 2, nothing lost later)."""
     if args.json is None:  # '' is refused by the check below, as bench refuses it
@@ -141,7 +148,8 @@ def _json_output(args):
     return Output(args.json, what="--json", big=True).check()
 
 
-def _write_capture(args, out, conn, accounts, extra=None, events: bool = False) -> None:
+def _write_capture(args: argparse.Namespace, out: Output | None, conn: TpmConnection, accounts: Accounts,
+                   extra: dict[str, Any] | None = None, events: bool = False) -> None:
     if out is None:
         return
     from tpmtop.bench import write_capture_file
@@ -151,7 +159,7 @@ def _write_capture(args, out, conn, accounts, extra=None, events: bool = False) 
     notice(f"capture written to {args.json}")
 
 
-def run_proxy(args) -> int:
+def run_proxy(args: argparse.Namespace) -> int:
     from tpmtop.proxy.access import AccessPolicy, gid_of
     from tpmtop.proxy.server import ProxyServer
 
@@ -183,7 +191,8 @@ def run_proxy(args) -> int:
         server.stop()  # idempotent; here for a start that failed before serving
 
 
-def _serve_until_stopped(args, server, conn, out, host) -> int:
+def _serve_until_stopped(args: argparse.Namespace, server: ProxyServer, conn: TpmConnection, out: Output | None,
+                         host: str) -> int:
     interrupted = False
     try:
         kind = args.protocol
@@ -222,7 +231,7 @@ def _serve_until_stopped(args, server, conn, out, host) -> int:
     return 0
 
 
-def _print_clients(accounts) -> None:
+def _print_clients(accounts: Accounts) -> None:
     """One row per program (every departed client of it folded in: a proxy that served 10,000
     tpm2_getrandom processes prints one row for them)."""
     rows = []
@@ -240,7 +249,7 @@ def _print_clients(accounts) -> None:
         print(f"at most {accounts.queue_max} client(s) waited for their turn at once", flush=True)
 
 
-def run_run(args) -> int:
+def run_run(args: argparse.Namespace) -> int:
     from tpmtop.proxy.report import run_table
     from tpmtop.proxy.server import ProxyServer
 
@@ -303,7 +312,7 @@ def run_run(args) -> int:
     return status if status >= 0 else 128 - status
 
 
-def _end_command(proc: subprocess.Popen) -> None:
+def _end_command(proc: subprocess.Popen[bytes]) -> None:
     """End CMD and every process it started, as a terminal's Ctrl-C ends a foreground job.
     tpmtop stopped by a signal to itself alone (a service manager's SIGTERM, a parent's kill)
     ended only CMD: `sh -c '…; sleep 30'` left its sleep running. SIGTERM, then SIGKILL to
@@ -341,7 +350,7 @@ def _quiet_log(text: str) -> None:
         _log(text)
 
 
-def run_clients(args) -> int:
+def run_clients(args: argparse.Namespace) -> int:
     from tpmtop.proxy.holders import tpm_holders
 
     info = tpm_holders()

@@ -10,25 +10,28 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tpmtop.fleet import families as fam
 
 if TYPE_CHECKING:
     from tpmtop.boot.facts import SystemFacts
+    from tpmtop.boot.rootfs import RootReader
 
 PHASES = ("firmware", "loader", "kernel", "initrd", "userspace")  # systemd-analyze's, in boot order
 
 
-def _gauge(short: str, labels=(), value=None) -> GaugeMetricFamily:
+def _gauge(short: str, labels: Sequence[str] = (), value: float | None = None) -> GaugeMetricFamily:
     n = fam.name(short)
     return GaugeMetricFamily(n, fam.HELP[n], labels=labels or None, value=value)
 
 
-def _yn(v) -> float | None:
+def _yn(v: object) -> float | None:
     if v is None:
         return None
     s = str(v).strip().lower()
@@ -40,7 +43,7 @@ def _yn(v) -> float | None:
 
 
 class FactsMetrics(Collector):
-    def __init__(self, registry: CollectorRegistry, root: str = "/", refresh_s: float = 30.0):
+    def __init__(self, registry: CollectorRegistry, root: str = "/", refresh_s: float = 30.0) -> None:
         self.root = root
         self.refresh_s = refresh_s
         self.lock = threading.Lock()
@@ -56,7 +59,7 @@ class FactsMetrics(Collector):
         self._read_all()
         return self
 
-    def _reader(self):
+    def _reader(self) -> RootReader:
         from tpmtop.boot.rootfs import RootReader
 
         return RootReader(self.root)
@@ -71,7 +74,7 @@ class FactsMetrics(Collector):
         with self.lock:
             self._full = sf
 
-    def _kernelfs(self):
+    def _kernelfs(self) -> SystemFacts | None:
         from tpmtop.boot.facts import collect_kernelfs
 
         now = time.monotonic()
@@ -83,17 +86,17 @@ class FactsMetrics(Collector):
             self._cheap_at = now
         return self._cheap
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         with self.lock:
             full, cheap, ident = self._full, self._kernelfs(), dict(self.tpm_identity)
         sf = cheap or full
         if sf is None:
             return
 
-        def value(name):
+        def value(name: str) -> Any:
             for s in (cheap, full):
                 v = s.value(name) if s is not None else None
                 if v is not None:
@@ -130,6 +133,6 @@ class FactsMetrics(Collector):
             if bt.total is not None:
                 yield _gauge("boot_duration_seconds", value=float(bt.total))
         units = full.units if full is not None else None
-        if units is not None and full.critical_chain is not None:
+        if units is not None and full is not None and full.critical_chain is not None:  # units: from full
             on = sum(float(u.chain_took) for u in units if u.on_critical_path and u.chain_took is not None)
             yield _gauge("boot_tpm_units_critical_path_seconds", value=on)

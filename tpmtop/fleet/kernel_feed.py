@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tpmtop.fleet import families as fam
@@ -29,6 +31,9 @@ from tpmtop.kernel import ops as kops
 from tpmtop.kernel.trace_pipe import KernelCommand, KernelOp, Parser, path_label
 from tpmtop.patterns import Detector
 from tpmtop.tpm import names
+
+if TYPE_CHECKING:
+    from tpmtop.kernel.probes import Probes
 
 ORIGIN = "kernel"
 _OPERATIONS = frozenset(o.value for o in Operation)
@@ -149,10 +154,10 @@ class KernelMetrics(Collector):
             self._setups.labels(op.kind).inc()
 
     # -- a scrape ----------------------------------------------------------------------------------
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []  # collected at every scrape; nothing to check at registration
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         with self.lock:
             mode = self.accounts.mode()[0] or SessionMode.UNKNOWN.value
             pats = self.detector.patterns()
@@ -190,7 +195,8 @@ class KernelReader:
     ``source`` is a path (a trace file, followed as it grows; a FIFO) or tpmtop's armed
     :class:`~tpmtop.kernel.probes.Probes` (their trace_pipe)."""
 
-    def __init__(self, metrics: KernelMetrics, *, path: str | None = None, probes=None, poll_s: float = 0.2):
+    def __init__(self, metrics: KernelMetrics, *, path: str | None = None, probes: Probes | None = None,
+                 poll_s: float = 0.2) -> None:
         if (path is None) == (probes is None):
             raise ValueError("a KernelReader reads either a trace file or its probes")
         self.metrics = metrics
@@ -215,8 +221,12 @@ class KernelReader:
     def _run(self) -> None:
         from tpmtop.kernel.live import read_lines
 
-        src = self.path if self.path is not None else (
-            self.probes.pipe_fd if self.probes.pipe_fd is not None else self.probes.pipe_path())
+        src: str | int
+        if self.path is not None:
+            src = self.path
+        else:
+            assert self.probes is not None  # __init__ took a path or probes
+            src = self.probes.pipe_fd if self.probes.pipe_fd is not None else self.probes.pipe_path()
         try:
             for lines in read_lines(src, self._stop.is_set, self._poll_s):
                 self.metrics.feed(lines)

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tpmtop.fleet import families as fam
@@ -27,6 +29,9 @@ from tpmtop.fleet.families import SlotKind
 from tpmtop.tpm.exchange import Origin
 
 if TYPE_CHECKING:
+    import argparse
+
+    from tpmtop.fleet.facts_feed import FactsMetrics
     from tpmtop.health.lockout import DaState
     from tpmtop.tpm.connection import TpmConnection
 
@@ -35,7 +40,8 @@ _SLOT_PROPS = {SlotKind.TRANSIENT: "HR_TRANSIENT_AVAIL", SlotKind.LOADED_SESSION
 
 
 class TpmProbe(Collector):
-    def __init__(self, registry: CollectorRegistry, args, facts=None, interval_s: float = 300.0):
+    def __init__(self, registry: CollectorRegistry, args: argparse.Namespace, facts: FactsMetrics | None = None,
+                 interval_s: float = 300.0) -> None:
         self.args = args
         self.facts = facts  # FactsMetrics: its tpm_info gains manufacturer and firmware
         self.interval_s = interval_s
@@ -53,7 +59,7 @@ class TpmProbe(Collector):
         self._thread: threading.Thread | None = None
         registry.register(self)
 
-    def _open(self):
+    def _open(self) -> TpmConnection:
         from tpmtop.connect import open_tpm
         from tpmtop.recorder import Recorder
 
@@ -140,10 +146,10 @@ class TpmProbe(Collector):
             self.conn.close()
             self.conn = None
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         with self.lock:
             ok, slots, replay, da = self.ok, dict(self.slots), self.replay, self.da
         if ok is None:

@@ -32,7 +32,7 @@ class Who:
         pid = f" (pid {self.pid})" if self.pid is not None else ""
         return f"{safe(self.name)}{pid}"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "pid": self.pid, "origin": self.origin}
 
 
@@ -58,7 +58,7 @@ class AuthFailure:
         return (f"{self.who.text} via {self.who.origin}: {self.command} → 0x{self.rc:x}{pos} "
                 f"{'TPM_RC_AUTH_FAIL (counted)' if self.counted else 'TPM_RC_BAD_AUTH (noDA: not counted)'}{times}")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         d = decode(self.rc)
         return {"who": self.who.to_json(), "command": self.command, "rc": f"0x{self.rc:x}",
                 "rc_text": names.rc_text(self.rc), "where": d.position if d else "", "counted": self.counted,
@@ -94,7 +94,7 @@ class AuthFailureLog:
         """``tpm2_unseal ×3 (pids 12, 14, 17), …``: who, by program, most failures first."""
         with self._lock:
             items = list(self.by_who.items())
-        by: dict[str, list] = {}
+        by: dict[str, list[Any]] = {}  # name -> [failures, pids]
         for w, n in items:
             row = by.setdefault(safe(w.name), [0, []])
             row[0] += n
@@ -133,7 +133,8 @@ class AuthFailureLog:
         return n
 
 
-def _who_of_event(e: dict, clients: dict, tasks: dict, origin_default: str) -> Who:
+def _who_of_event(e: dict[str, Any], clients: dict[Any, dict[str, Any]], tasks: dict[Any, dict[str, Any]],
+                  origin_default: str) -> Who:
     c = clients.get(e.get("client"))
     if c is not None:
         return Who(str(c.get("name") or "?"), c.get("pid"), origin_default)

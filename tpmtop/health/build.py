@@ -15,7 +15,8 @@ from tpmtop.health.verdicts import Kind, Level, Verdict, unknown
 
 
 def tpm_verdicts(read: Callable[[], tuple[dict[str, Any], dict[str, int]]] | None, reason: str | None,
-                 log: attribution.AuthFailureLog, sources: list[str]) -> tuple[dict, list[Verdict], str | None]:
+                 log: attribution.AuthFailureLog,
+                 sources: list[str]) -> tuple[dict[str, Any], list[Verdict], str | None]:
     """``read()`` -> (the TPM's JSON line, its variable properties). Returns the TPM's line, the
     lockout verdicts and its manufacturer (for the fTPM case)."""
     out: list[Verdict] = []
@@ -50,5 +51,5 @@ def system_verdicts(root: str, manufacturer: str | None, ima_sample: float) -> l
     return system.verdicts(inp) + [ima.verdict(reader, facts, ima_sample)]
 
 
-def report(tpm: dict, verdicts: list[Verdict], notes: list[str]) -> HealthReport:
+def report(tpm: dict[str, Any], verdicts: list[Verdict], notes: list[str]) -> HealthReport:
     return HealthReport(tpm, verdicts, notes)

@@ -9,6 +9,7 @@ has decayed are upper bounds ("at most"), not predictions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tpmtop.health.verdicts import Kind, Level, Verdict
 
@@ -49,7 +50,7 @@ class DaState:
             return 0
         return self.counter * self.interval_s if self.interval_s else None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"counter": self.counter, "max": self.max_tries, "tries_left": self.tries_left,
                 "interval_s": self.interval_s, "recovery_s": self.recovery_s, "in_lockout": self.in_lockout,
                 "next_try_within_s": self.next_try_s, "decayed_within_s": self.decay_s}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpmtop.health.verdicts import Area, Level, Verdict, exit_status
 from tpmtop.textsafe import safe
@@ -13,7 +14,7 @@ EVIDENCE_SHOWN = 8  # lines of evidence per verdict in the text report (--json h
 
 @dataclass
 class HealthReport:
-    tpm: dict  # what TPM was asked ({"tcti", "simulated"}), or {"reason"} when none
+    tpm: dict[str, Any]  # what TPM was asked ({"tcti", "simulated"}), or {"reason"} when none
     verdicts: list[Verdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # sections skipped, and why
 
@@ -21,7 +22,7 @@ class HealthReport:
     def exit_status(self) -> int:
         return exit_status(self.verdicts)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA_ID, "tpm": self.tpm, "verdicts": [v.to_json() for v in self.verdicts],
                 "problems": sum(1 for v in self.verdicts if v.level.problem), "notes": self.notes,
                 "exit_status": self.exit_status}

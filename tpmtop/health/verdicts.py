@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum, StrEnum
+from typing import Any
 
 
 class Level(StrEnum):
@@ -67,7 +68,7 @@ class Verdict:
     evidence: tuple[str, ...] = ()  # the lines, files and figures it rests on
     data: tuple[tuple[str, object], ...] = ()  # figures for --json (and the exporter), in order
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind.ident, "area": self.kind.area.value, "level": self.level.value,
                 "text": self.text, "evidence": list(self.evidence), "data": dict(self.data)}
 

@@ -20,11 +20,13 @@ import enum
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from tpmtop.importers.observed import ObservedExchange
 from tpmtop.kernel.ops import CC_START_AUTH_SESSION, Assembler, KernelAccounts
 from tpmtop.kernel.trace_pipe import KernelCommand, KernelOp, kernel_path
 from tpmtop.lab.guest import Boot
+from tpmtop.lab.guest_tpm import Wire
 from tpmtop.tpm import names, wire
 
 TPM_RH_NULL = 0x40000007
@@ -59,8 +61,8 @@ class BootStats:
     ima_measurements: int | None  # IMA's count at the workload's end
     ima_workload: int | None  # measurements the workload made
     commands_by_sender: dict[str, int]
-    commands_at_boot: Counter  # the kernel's, up to the workload's start: command name -> count
-    commands_total: Counter  # the kernel's, whole boot
+    commands_at_boot: Counter[str]  # the kernel's, up to the workload's start: command name -> count
+    commands_total: Counter[str]  # the kernel's, whole boot
     tpm_time_boot_s: float  # the kernel's commands' wire time up to the workload
     tpm_time_total_s: float  # the kernel's, whole boot
     firmware_tpm_time_s: float
@@ -78,7 +80,7 @@ class BootStats:
     workload_extend_tpm_p50_us: float | None
     workload_tpm_s: float  # every kernel command's wire time in the workload window
     extend_tpm_s: float  # all extend operations' TPM time, whole boot
-    setup_after: dict = field(default_factory=dict)
+    setup_after: dict[str, int] = field(default_factory=dict)
     capture_path: str | None = None
     hmac_config: str | None = None  # the guest's /proc/config.gz says (None: no IKCONFIG_PROC)
     probes: ProbeView | None = None  # the in-guest kprobe view, when the guest was traced
@@ -96,7 +98,7 @@ class BootStats:
             return None
         return self.workload_extend_tpm_us * self.workload_extends / 1e6
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["probes"] = self.probes.to_json() if self.probes is not None else None
         d["commands_at_boot"] = dict(self.commands_at_boot)
@@ -104,7 +106,7 @@ class BootStats:
         return d
 
 
-def sender_of(b: Boot, w) -> Sender:
+def sender_of(b: Boot, w: Wire) -> Sender:
     if w.inits == 0:
         return Sender.PROBE
     k = b.marks.get("kernel")
@@ -217,7 +219,10 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def _sub(a, b):
+_N = TypeVar("_N", int, float)
+
+
+def _sub(a: _N | None, b: _N | None) -> _N | None:
     return None if a is None or b is None else a - b
 
 
@@ -335,7 +340,7 @@ class ProbeView:
     def agrees(self) -> bool:
         return not self.differences
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__) | {"agrees": self.agrees}
 
 

@@ -27,10 +27,15 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tpmtop.errors import TpmtopError
 from tpmtop.lab.guest_tpm import ControlLog, GuestTpm, Wire
+
+if TYPE_CHECKING:
+    from tpmtop.profiles.profile import Profile
 
 MARK = "tpmtop-lab:"
 INIT_MARK = re.compile(r"kernel-vm\(init\): started at (\d+\.\d+)")
@@ -63,7 +68,7 @@ class Boot:
     qemu_end_ns: int = 0
     qemu_status: int | None = None
     timed_out: bool = False
-    marks: dict = field(default_factory=dict)  # name -> (host perf_counter_ns, text)
+    marks: dict[str, tuple[int, str]] = field(default_factory=dict)  # name -> (host perf_counter_ns, text)
     release: str | None = None
     results_dir: str | None = None
     problems: list[str] = field(default_factory=list)
@@ -182,14 +187,14 @@ def boot_once(
     repo: str,
     python: str,
     files: int,
-    profile,
+    profile: Profile | None,
     seed: int | None,
     accel: str = "tcg",
     cpus: int = 2,
     mem_mib: int = 1024,
     append: str = "",
     timeout_s: float = 900.0,
-    log=lambda s: None,
+    log: Callable[[str], None] = lambda s: None,
 ) -> Boot:
     """Boot ``spec`` once; return what was seen. qemu and swtpm are stopped on every path.
 
@@ -230,7 +235,20 @@ def read_ima_paths(path: str) -> list[str] | None:
 
 
 def _boot(
-    b: Boot, spec, run_dir, results, repo, python, files, profile, seed, accel, cpus, mem_mib, append, timeout_s
+    b: Boot,
+    spec: KernelSpec,
+    run_dir: str,
+    results: str,
+    repo: str,
+    python: str,
+    files: int,
+    profile: Profile | None,
+    seed: int | None,
+    accel: str,
+    cpus: int,
+    mem_mib: int,
+    append: str,
+    timeout_s: float,
 ) -> Boot:
     from tpmtop.tpm.sim import Swtpm
     from tpmtop.tpm.transport import InstrumentedTransport
@@ -290,7 +308,7 @@ def _boot(
     return b
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is not None:
         return
     for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
@@ -305,7 +323,7 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def _read_console(proc: subprocess.Popen, b: Boot) -> None:
+def _read_console(proc: subprocess.Popen[bytes], b: Boot) -> None:
     assert proc.stdout is not None
     for raw in proc.stdout:
         t = time.perf_counter_ns()

@@ -31,8 +31,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tpmtop.errors import TpmtopError
+
+if TYPE_CHECKING:
+    from tpmtop.tpm.commands import Transacts
 
 
 class Ctrl(enum.IntEnum):
@@ -137,7 +141,8 @@ class GuestTpm:
     TPM_FAIL or closes, and says why)."""
 
     def __init__(
-        self, ctrl_path: str, swtpm_ctrl: socket.socket, transport, log: Callable[[str], None] = lambda s: None
+        self, ctrl_path: str, swtpm_ctrl: socket.socket, transport: Transacts,
+        log: Callable[[str], None] = lambda s: None
     ):
         self.ctrl_path = ctrl_path
         self.swtpm_ctrl = swtpm_ctrl
@@ -169,7 +174,7 @@ class GuestTpm:
         self._spawn(self._serve_control, "lab-tpm-ctrl")
         return self
 
-    def _spawn(self, fn, name: str) -> None:
+    def _spawn(self, fn: Callable[[], None], name: str) -> None:
         t = threading.Thread(target=fn, name=name, daemon=True)
         t.start()
         self._threads.append(t)
@@ -289,7 +294,7 @@ class GuestTpm:
         t_unix = time.time_ns()
         t0 = time.perf_counter_ns()
         try:
-            rsp = self.transport.transact(cmd)
+            rsp: bytes | None = self.transport.transact(cmd)
             err = None
         except Exception as e:  # the TPM is gone: the guest gets TPM_RC_FAILURE, the lab a line
             rsp, err = None, str(e)

@@ -12,7 +12,7 @@ from tpmtop.lab.run import LabResult
 from tpmtop.textsafe import safe
 
 
-def _f(v, fmt: str = "{:.2f}", none: str = "—") -> str:
+def _f(v: object, fmt: str = "{:.2f}", none: str = "—") -> str:
     return none if v is None else fmt.format(v)
 
 

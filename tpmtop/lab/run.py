@@ -29,11 +29,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.errors import UsageError
 from tpmtop.lab import DEFAULT_KERNELS, analysis, benchmark, kernels  # noqa: F401 - DEFAULT_KERNELS: the CLI's default
 from tpmtop.lab.guest import boot_once
+
+if TYPE_CHECKING:
+    from tpmtop.importers.observed import ObservedExchange
+    from tpmtop.kernel.trace_pipe import KernelCommand, KernelOp
+    from tpmtop.lab.guest import KernelSpec
+    from tpmtop.profiles.profile import Profile
 
 
 @dataclass
@@ -82,14 +90,14 @@ class LabResult:
     accel: str
     out_dir: str
     boots: list[analysis.BootStats] = field(default_factory=list)
-    bench: dict | None = None
+    bench: dict[str, Any] | None = None
     bench_error: str | None = None
     projections: list[Projection] = field(default_factory=list)
-    machine: dict = field(default_factory=dict)
+    machine: dict[str, Any] = field(default_factory=dict)
     baseline: str | None = None
     wall_s: float = 0.0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "schema": "tpmtop.lab/1",
             "machine": self.machine,
@@ -113,7 +121,7 @@ def detect_accel() -> str:
     return "tcg"
 
 
-def machine() -> dict:
+def machine() -> dict[str, Any]:
     cpu = "unknown"
     try:
         with open("/proc/cpuinfo") as f:
@@ -160,7 +168,7 @@ def check_environment() -> None:
         raise UsageError("busybox-static is not installed (/bin/busybox; `make lab` installs it)")
 
 
-def run_lab(opts: LabOptions, log=print) -> LabResult:
+def run_lab(opts: LabOptions, log: Callable[[str], None] = print) -> LabResult:
     started = time.monotonic()
     check_environment()
     root = kernels.repo_root()
@@ -347,7 +355,7 @@ def run_bench(opts: LabOptions, out: str, per_command: bool = False) -> tuple[di
     }, None
 
 
-def project(res: LabResult, captures: dict, out: str) -> list[Projection]:
+def project(res: LabResult, captures: dict[tuple[str, int], str], out: str) -> list[Projection]:
     """For each HMAC boot: ``tpmtop boot --capture BASELINE --extends N`` (reuse − none) beside
     the lab's measured extra TPM time of its N extends over the baseline's per-extend time."""
     if res.baseline is None:

@@ -22,6 +22,7 @@ import pwd
 import socket
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpmtop.errors import UsageError
 
@@ -51,7 +52,7 @@ class AccessPolicy:
 
     uids: frozenset[int]
     gids: frozenset[int] = frozenset()
-    _cache: dict = field(default_factory=dict, repr=False)
+    _cache: dict[int, bool] = field(default_factory=dict, repr=False)
 
     @classmethod
     def default(cls, users: tuple[str, ...] = (), groups: tuple[str, ...] = ()) -> AccessPolicy:
@@ -107,8 +108,8 @@ def peer_uid(sock: socket.socket) -> tuple[int | None, int | None]:
     return uid, pid
 
 
-def peer_owner(sock: socket.socket, peer: tuple | None = None,
-               local: tuple | None = None) -> tuple[int | None, int | None, int | None]:
+def peer_owner(sock: socket.socket, peer: tuple[Any, ...] | None = None,
+               local: tuple[Any, ...] | None = None) -> tuple[int | None, int | None, int | None]:
     """(uid, pid, inode of the peer's socket): the pid from SO_PEERCRED on a Unix socket, the
     inode from sock_diag on loopback TCP (kept by the server, so that naming the peer later
     needs no second look-up). *peer* (what accept returned) and *local* (the listener's own

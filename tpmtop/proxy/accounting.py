@@ -16,16 +16,16 @@ into one "other programs" row); latencies are :class:`~.latency.CompactLatency`.
 
 from __future__ import annotations
 
-import struct
 import threading
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.pcrs.attribution import Exchange, PcrChangeWatch
 from tpmtop.proxy.latency import CompactLatency
 from tpmtop.proxy.lines import LineKind, ProxyLine
+from tpmtop.proxy.session_use import SessionUse, parse_start_auth_session
 from tpmtop.tpm import names, wire
 from tpmtop.tpm.names import HandleType
 from tpmtop.tpm.rcformat import auth_failure_text
@@ -48,10 +48,7 @@ CC_FLUSH_CONTEXT = 0x165
 CC_CLEAR = 0x126
 CREATING = {CC_CREATE_PRIMARY, CC_LOAD, CC_LOAD_EXTERNAL, CC_CREATE_LOADED, CC_START_AUTH_SESSION,
             CC_CONTEXT_LOAD}
-TPM_RH_NULL = 0x40000007
 TPM_RS_PW = 0x40000009
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
 
 
 # How the proxy's reports and captures (the "kind" of a held handle) name what a client holds;
@@ -75,7 +72,7 @@ class Held:
     def kind(self) -> HandleType:
         return HandleType.of(self.handle)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"handle": f"0x{self.handle:08x}", "kind": held_text(self.kind), "created_by": self.created_by,
                 "state": self.state}
 
@@ -83,53 +80,11 @@ class Held:
         return f"0x{self.handle:08x} {held_text(self.kind)} ({self.created_by}, {self.state})"
 
 
-@dataclass(slots=True)
-class SessionUse:
-    """What a client's StartAuthSession asked for, and the attributes it used the session with."""
-
-    handle: int
-    type: str  # hmac / policy / trial
-    salted: bool
-    bound: bool
-    symmetric: str
-    attrs: int = 0  # union of TPMA_SESSION bytes seen in auth areas
-
-    def to_json(self) -> dict:
-        return {"handle": f"0x{self.handle:08x}", "type": self.type, "salted": self.salted, "bound": self.bound,
-                "symmetric": self.symmetric, "attrs": self.attrs, "attrs_text": attrs_text(self.attrs)}
-
-
-def attrs_text(a: int) -> str:
-    bits = [(0x01, "continue"), (0x20, "decrypt"), (0x40, "encrypt"), (0x80, "audit")]
-    return ",".join(n for b, n in bits if a & b) or "-"
-
-
-def parse_start_auth_session(cmd: bytes) -> tuple[bool, bool, str, str] | None:
-    """(salted, bound, type, symmetric) from a StartAuthSession command's bytes."""
-    try:
-        tpm_key, bind = _U32.unpack_from(cmd, 10)[0], _U32.unpack_from(cmd, 14)[0]
-        off = 18
-        off += 2 + _U16.unpack_from(cmd, off)[0]  # nonceCaller
-        off += 2 + _U16.unpack_from(cmd, off)[0]  # encryptedSalt
-        stype = cmd[off]
-        off += 1
-        alg = _U16.unpack_from(cmd, off)[0]
-        sym = "none"
-        if alg != 0x0010:
-            bits, mode = _U16.unpack_from(cmd, off + 2)[0], _U16.unpack_from(cmd, off + 4)[0]
-            sym = {0x0006: "aes", 0x0026: "sm4", 0x003F: "camellia", 0x000A: "xor"}.get(alg, f"0x{alg:04x}")
-            sym += f"-{bits}" + ({0x0043: "-cfb"}.get(mode, "") if alg != 0x000A else "")
-    except (struct.error, IndexError):
-        return None
-    return (tpm_key != TPM_RH_NULL, bind != TPM_RH_NULL,
-            {0x00: "hmac", 0x01: "policy", 0x03: "trial"}.get(stype, f"0x{stype:02x}"), sym)
-
-
-def _per_command(per_cc: dict[int | None, CompactLatency]) -> dict[str, dict]:
+def _per_command(per_cc: dict[int | None, CompactLatency]) -> dict[str, dict[str, Any]]:
     return {names.cc_short(cc): h.summary() for cc, h in sorted(per_cc.items(), key=lambda kv: kv[0] or 0)}
 
 
-def _errors_by_code(error_codes: dict[tuple[int | None, int | None], int]) -> list[dict]:
+def _errors_by_code(error_codes: dict[tuple[int | None, int | None], int]) -> list[dict[str, Any]]:
     return [{"command": names.cc_short(cc), "rc": rc, "rc_text": names.rc_text(rc), "count": n}
             for (cc, rc), n in sorted(error_codes.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0))]
 
@@ -148,13 +103,13 @@ class ClientStats:
     open_connections: int = 0
     commands: int = 0
     errors: int = 0
-    error_codes: dict = field(default_factory=dict)  # (cc, rc) -> count
+    error_codes: dict[tuple[int | None, int | None], int] = field(default_factory=dict)  # (cc, rc) -> count
     wire_ns_total: int = 0
-    per_cc: dict = field(default_factory=dict)  # cc -> CompactLatency
+    per_cc: dict[int | None, CompactLatency] = field(default_factory=dict)
     created: int = 0
     flushed: int = 0
-    sessions: dict = field(default_factory=dict)  # handle -> SessionUse (this client's)
-    leaked: list = field(default_factory=list)  # Held, filled at departure
+    sessions: dict[int, SessionUse] = field(default_factory=dict)  # handle -> this client's
+    leaked: list[Held] = field(default_factory=list)  # Held, filled at departure
     locality: int = 0
     dropped: str | None = None  # why a connection of it was cut (framing), last one
     exited: bool = False  # its process has ended (its connections may still be closing)
@@ -171,7 +126,7 @@ class ClientStats:
             h.merge(x)
         return h
 
-    def to_json(self, held: list | None = None) -> dict:
+    def to_json(self, held: list[Held] | None = None) -> dict[str, Any]:
         return {
             "id": self.id, **self.peer.to_json(), "protocol": self.protocol,
             "connections": self.connections, "commands": self.commands, "errors": self.errors,
@@ -200,14 +155,14 @@ class ProgramSummary:
     clients: int = 0
     commands: int = 0
     errors: int = 0
-    error_codes: dict = field(default_factory=dict)
+    error_codes: dict[tuple[int | None, int | None], int] = field(default_factory=dict)
     wire_ns_total: int = 0
-    per_cc: dict = field(default_factory=dict)  # cc -> CompactLatency
+    per_cc: dict[int | None, CompactLatency] = field(default_factory=dict)
     created: int = 0
     flushed: int = 0
     leaked: int = 0
-    last_leaks: deque = field(default_factory=lambda: deque(maxlen=8))  # texts of the latest
-    sessions: dict = field(default_factory=dict)  # handle -> SessionUse (at most MAX_SESSIONS_KEPT)
+    last_leaks: deque[str] = field(default_factory=lambda: deque(maxlen=8))  # texts of the latest
+    sessions: dict[int, SessionUse] = field(default_factory=dict)  # at most MAX_SESSIONS_KEPT
     waits: CompactLatency = field(default_factory=CompactLatency)
 
     def fold(self, c: ClientStats) -> None:
@@ -222,14 +177,14 @@ class ProgramSummary:
         self.created += c.created
         self.flushed += c.flushed
         self.leaked += len(c.leaked)
-        for h in c.leaked:
-            self.last_leaks.append(f"pid {c.peer.pid}: {h.text()}")
+        for held in c.leaked:
+            self.last_leaks.append(f"pid {c.peer.pid}: {held.text()}")
         for sh, use in c.sessions.items():
             if sh in self.sessions or len(self.sessions) < MAX_SESSIONS_KEPT:
                 self.sessions[sh] = use
         self.waits.merge(c.waits)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name, "exe": self.exe, "clients": self.clients, "commands": self.commands,
             "errors": self.errors, "wire_us_total": round(self.wire_ns_total / 1000, 3),
@@ -247,7 +202,7 @@ class Accounts:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.clients: dict[int, ClientStats] = {}
-        self._by_key: dict = {}
+        self._by_key: dict[tuple[int | str, float | str | None], ClientStats] = {}
         self._owner: dict[int, tuple[ClientStats, Held]] = {}  # handle -> (its client, Held)
         self._sessions: dict[int, SessionUse] = {}  # session handle -> its latest StartAuthSession
         self._recent: deque[int] = deque()  # departed client ids still kept whole, oldest first
@@ -257,7 +212,7 @@ class Accounts:
         self._next = 1
         self.pcr_watch = PcrChangeWatch()  # names the extend behind a 0x128 (tpmtop.pcrs.attribution)
 
-    def client_for(self, peer, protocol: str, shared_key: bool = True) -> ClientStats:
+    def client_for(self, peer: Peer, protocol: str, shared_key: bool = True) -> ClientStats:
         """The client of a new connection: a live process already seen is the same client."""
         with self._lock:
             if shared_key and peer.pid is not None:

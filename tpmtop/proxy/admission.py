@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     pass
 
 
+# what a worker thread is handed: a listener to accept on (and its connections' handler), or
+# a parked connection's call-back
+_Task = tuple[socket.socket, Callable[[socket.socket], bool]] | Callable[[], None]
+
+
 class Admission(ServerState):
     """ProxyServer's accept path; state lives in ProxyServer.__init__."""
 
@@ -27,7 +32,8 @@ class Admission(ServerState):
     # thread (leader/follower): the client's first bytes wait for no hand-over between threads,
     # which cost ~50 µs of a swtpm: TCTI command (that TCTI connects for every command). Each
     # listener has exactly one thread accepting on it at any time.
-    def _admit(self, sock: socket.socket, peer: tuple | None = None, local: tuple | None = None) -> bool:
+    def _admit(self, sock: socket.socket, peer: tuple[Any, ...] | None = None,
+               local: tuple[Any, ...] | None = None) -> bool:
         """Is this connection served? A refused or over-limit one is closed here."""
         uid, pid, inode = access.peer_owner(sock, peer, local)
         if not self.policy.allows(uid):
@@ -63,7 +69,7 @@ class Admission(ServerState):
             n += 1
         return n
 
-    def _local_address(self, lsock: socket.socket) -> tuple | None:
+    def _local_address(self, lsock: socket.socket) -> tuple[Any, ...] | None:
         """The address every connection accepted on *lsock* has at our end: the listener's,
         unless it listens on a wildcard (then each connection's own is asked)."""
         try:
@@ -142,7 +148,7 @@ class Admission(ServerState):
             except OSError:
                 pass
 
-    def _worker(self, task: tuple | None = None) -> None:
+    def _worker(self, task: _Task | None = None) -> None:
         while True:
             if task is None:
                 try:

@@ -15,6 +15,8 @@ from tpmtop.proxy.lines import LineKind
 from tpmtop.proxy.serving import RECOVER_GIVE_UP_MIN_S, TPM_RC_RETRY, error_response
 from tpmtop.proxy.session import _shutdown
 from tpmtop.proxy.state import ServerState
+from tpmtop.tpm.commands import Transacts
+from tpmtop.tpm.owner import DoneJob, Job
 
 if TYPE_CHECKING:
     pass
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 class Faults(ServerState):
     """ProxyServer's fault recovery; state lives in ProxyServer.__init__."""
 
-    def _tpm_failed(self, sock: socket.socket, client: ClientStats, fut, mssim: bool, own: bool) -> None:
+    def _tpm_failed(self, sock: socket.socket, client: ClientStats, fut: Job | DoneJob, mssim: bool, own: bool) -> None:
         e = fut.exception()
         if e is None:
             return
@@ -78,6 +80,6 @@ class Faults(ServerState):
             self._recover_lock.release()
 
 
-def _probe(transport) -> None:
+def _probe(transport: Transacts) -> None:
     """One harmless command (GetRandom 8) on a reconnected TPM: does it answer?"""
     transport.transact(bytes.fromhex("80010000000c0000017b0008"))

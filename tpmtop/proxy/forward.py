@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
+from tpmtop.tpm.commands import Transacts
 from tpmtop.tpm.exchange import Labels, labelled, wire_log
-from tpmtop.tpm.owner import Job
+from tpmtop.tpm.owner import DoneJob, Job
 
 ORIGIN = "proxy"
 
@@ -32,8 +34,8 @@ def client_id_of(client: str | None) -> int | None:
         return None
 
 
-def _job(transport, command: bytes, then) -> tuple[bytes, int]:
-    log: list = []
+def _job(transport: Transacts, command: bytes, then: Callable[[bytes, int], None]) -> tuple[bytes, int]:
+    log: list[tuple[int | None, int]] = []
     with wire_log(log):
         rsp = transport.transact(command)
     wire_ns = log[-1][1] if log else 0
@@ -41,8 +43,8 @@ def _job(transport, command: bytes, then) -> tuple[bytes, int]:
     return rsp, wire_ns
 
 
-def forward(conn, client_id: int, command: bytes, then: Callable[[bytes, int], None],
-            transport=None) -> Job:
+def forward(conn: Any, client_id: int, command: bytes, then: Callable[[bytes, int], None],
+            transport: Transacts | None = None) -> Job | DoneJob:
     """Send ``command`` byte-exact as one job on the TPM's owner thread; ``then(response,
     wire_ns)`` runs inside that job as soon as the response is in, and answers the client
     from there. The proxy's connection thread does not wait for the job: the answer leaves
@@ -55,7 +57,8 @@ def forward(conn, client_id: int, command: bytes, then: Callable[[bytes, int], N
     if transport is None:
         # On the connection thread when the owner is idle (no hand-over: +51 -> +15 µs per
         # command in benchmarks/proxy.py); queued behind the owner's jobs otherwise.
-        return conn.owner.run_now(_job, conn.transport, command, then, labels=labels)
+        job: Job | DoneJob = conn.owner.run_now(_job, conn.transport, command, then, labels=labels)
+        return job
     fut = Job()
     try:
         with labelled(labels):

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 DEVICES = ("/dev/tpm0", "/dev/tpmrm0")
 
 
-def tpm_holders(devices: tuple[str, ...] = DEVICES) -> dict:
+def tpm_holders(devices: tuple[str, ...] = DEVICES) -> dict[str, Any]:
     import psutil
 
     holders = []

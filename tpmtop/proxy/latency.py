@@ -11,6 +11,11 @@ Count, sum, min and max are exact; percentiles are a bucket's middle.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpmtop.stats import LatencyHistogram
+
 _BITS = 7
 
 
@@ -77,7 +82,7 @@ class CompactLatency:
                 return min(max(_value(k), self.min_ns), self.max_ns)
         return self.max_ns
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """The keys and units of ``LatencyHistogram.summary()`` (microseconds)."""
         if not self.n:
             return {"count": 0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0, "mean": 0.0}
@@ -86,7 +91,7 @@ class CompactLatency:
                 "p99": round(self.percentile_ns(99) / 1000, 3), "max": round(self.max_ns / 1000, 3),
                 "mean": round(self.sum_ns / self.n / 1000, 3)}
 
-    def to_histogram(self):
+    def to_histogram(self) -> LatencyHistogram:
         """A :class:`~tpmtop.stats.LatencyHistogram` with the same values (for the capture's
         ``runs``, whose bucket lists come from it)."""
         from tpmtop.stats import LatencyHistogram

@@ -16,6 +16,7 @@ import socket
 import struct
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 UNKNOWN_NOT_ROOT = "unknown (not root)"
 
@@ -31,10 +32,10 @@ class Peer:
     exe: str = ""  # the executable (with the name, what a departed client is folded under)
 
     @property
-    def key(self) -> tuple:
+    def key(self) -> tuple[int | str, float | str | None]:
         return (self.pid, self.start_time) if self.pid is not None else ("anon", self.name)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"pid": self.pid, "name": self.name, "cmdline": self.cmdline, "uid": self.uid, "user": self.user}
 
 
@@ -98,7 +99,7 @@ _NLMSG_ERROR = 2
 _netlink = threading.local()
 
 
-def _diag_owner(peer: tuple, local: tuple, v6: bool) -> tuple[int, int] | None:
+def _diag_owner(peer: tuple[Any, ...], local: tuple[Any, ...], v6: bool) -> tuple[int, int] | None:
     """(uid, inode) of the peer's socket by an exact sock_diag (inet_diag) look-up: ~20 µs,
     where reading /proc/net/tcp costs milliseconds on a busy machine."""
     fam = socket.AF_INET6 if v6 else socket.AF_INET
@@ -133,7 +134,7 @@ def _diag_owner(peer: tuple, local: tuple, v6: bool) -> tuple[int, int] | None:
     return uid, inode
 
 
-def _socket_owner(peer: tuple, local: tuple, v6: bool) -> tuple[int, int] | None:
+def _socket_owner(peer: tuple[Any, ...], local: tuple[Any, ...], v6: bool) -> tuple[int, int] | None:
     """(uid, inode) of the peer's end of our TCP connection: sock_diag, else /proc/net/tcp{,6}."""
     got = _diag_owner(peer, local, v6)
     if got is not None:
@@ -152,7 +153,7 @@ def _socket_owner(peer: tuple, local: tuple, v6: bool) -> tuple[int, int] | None
     return None
 
 
-def socket_owner(peer: tuple, local: tuple, v6: bool) -> tuple[int, int] | None:
+def socket_owner(peer: tuple[Any, ...], local: tuple[Any, ...], v6: bool) -> tuple[int, int] | None:
     """(uid, inode) of the peer's end of our loopback TCP connection (an IPv4 peer on an IPv6
     listener is looked up as IPv4)."""
     owner = _socket_owner(peer, local, v6)

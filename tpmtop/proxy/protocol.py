@@ -29,6 +29,7 @@ import _socket
 import select
 import socket
 import struct
+from typing import Any
 
 from tpmtop.tpm.busypoll import RequestPoll, poll_cap_ns, recv_soon
 
@@ -115,6 +116,8 @@ def _idle_timeout(sock: socket.socket) -> float:
     """The receive time-out in force (for a message; the rare path)."""
     if sock.gettimeout() is not None:
         return float(sock.gettimeout() or 0.0)
+    sec: int  # struct "@ll": two C longs
+    usec: int
     try:
         sec, usec = _TIMEVAL.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _TIMEVAL.size))
     except OSError:
@@ -234,7 +237,7 @@ def answer_platform(sock: socket.socket) -> tuple[int, bytes] | None:
     return code, _U32.pack(0)
 
 
-def answer_control(sock: socket.socket, state: dict) -> tuple[int, bytes] | None:
+def answer_control(sock: socket.socket, state: dict[str, Any]) -> tuple[int, bytes] | None:
     """One swtpm control-channel request → (cmd, answer); None when the client closed.
 
     ``state`` carries the locality the client set (reported per client)."""

@@ -7,15 +7,23 @@ Capture additions (tpmtop.capture/1, minor 1, all optional): a top-level ``clien
 
 from __future__ import annotations
 
-from tpmtop.proxy.accounting import Accounts, attrs_text
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tpmtop.proxy.latency import CompactLatency
+    from tpmtop.recorder import Event, Recorder
+
+from tpmtop.proxy.accounting import Accounts
 from tpmtop.proxy.forward import client_id_of
+from tpmtop.proxy.session_use import attrs_text
 from tpmtop.textsafe import safe
 from tpmtop.tpm import names
 
 CAPTURE_MINOR = 1  # "programs" (the departed clients' summaries) is optional within minor 1
 
 
-def label_events(events_json: list[dict], events: list) -> list[dict]:
+def label_events(events_json: list[dict[str, Any]], events: list[Event]) -> list[dict[str, Any]]:
     """Capture events (``events_json`` made from recorder ``events``, same order) gain their
     client's id. Events before the capture's time origin were dropped from ``events_json``:
     pair them from the end."""
@@ -26,18 +34,18 @@ def label_events(events_json: list[dict], events: list) -> list[dict]:
     return events_json
 
 
-def clients_json(accounts: Accounts) -> list[dict]:
+def clients_json(accounts: Accounts) -> list[dict[str, Any]]:
     return [c.to_json(accounts.held_by(c.id)) for c in accounts.snapshot()]
 
 
-def _by_program(accounts: Accounts) -> list[tuple[str, dict, int, int]]:
+def _by_program(accounts: Accounts) -> list[tuple[str, dict[int | None, CompactLatency], int, int]]:
     """(name, cc -> CompactLatency, commands, errors) per program name: the departed clients'
     summaries and the live clients (tpmtop run stops its proxy first: all have departed)."""
     from tpmtop.proxy.latency import CompactLatency
 
-    by: dict[str, list] = {}
+    by: dict[str, list[Any]] = {}  # name -> [cc -> CompactLatency, commands, errors]
 
-    def add(name, per_cc, n, errors):
+    def add(name: str, per_cc: dict[int | None, CompactLatency], n: int, errors: int) -> None:
         row = by.setdefault((name or "unknown")[:64], [{}, 0, 0])
         for cc, h in per_cc.items():
             row[0].setdefault(cc, CompactLatency()).merge(h)
@@ -52,7 +60,7 @@ def _by_program(accounts: Accounts) -> list[tuple[str, dict, int, int]]:
     return [(name, row[0], row[1], row[2]) for name, row in by.items() if row[1]]
 
 
-def client_runs(accounts: Accounts) -> list[dict]:
+def client_runs(accounts: Accounts) -> list[dict[str, Any]]:
     """One ``runs`` entry per program name (engine "proxy", mode = the name, op "client"):
     the eight tpm2_getrandom processes of a script are one row, and `tpmtop compare` and
     `tpmtop export --format openmetrics` work on proxy captures as on bench captures."""
@@ -72,11 +80,11 @@ def client_runs(accounts: Accounts) -> list[dict]:
     return runs
 
 
-def programs_json(accounts: Accounts) -> list[dict]:
+def programs_json(accounts: Accounts) -> list[dict[str, Any]]:
     return [p.to_json() for p in accounts.program_snapshot()]
 
 
-def capture(conn, accounts: Accounts, with_events: bool, extra: dict | None = None) -> dict:
+def capture(conn: Any, accounts: Accounts, with_events: bool, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     from tpmtop.capture import build_capture
 
     events = conn.recorder.events() if with_events else None
@@ -89,7 +97,7 @@ def capture(conn, accounts: Accounts, with_events: bool, extra: dict | None = No
     return cap
 
 
-def _pcr_changed(accounts: Accounts) -> dict:
+def _pcr_changed(accounts: Accounts) -> dict[str, Any]:
     """The 0x128 failures with the extends that caused them (capture minor 1, optional)."""
     broke = list(accounts.pcr_watch.breakages)
     return {"pcr_changed": [b.to_json() for b in broke]} if broke else {}
@@ -99,13 +107,13 @@ def _us(ns: float) -> str:
     return f"{ns / 1000:,.0f}" if ns >= 10_000 else f"{ns / 1000:,.1f}"
 
 
-def run_table(accounts: Accounts, wall_ns: int, table) -> str:
+def run_table(accounts: Accounts, wall_ns: int, table: Callable[..., str]) -> str:
     """strace -c for the TPM: one row per command code over every client CMD started, once
     they have all departed (``table(rows, header, right)`` formats the rows: the CLI's)."""
     from tpmtop.proxy.latency import CompactLatency
 
-    per: dict = {}
-    errs: dict = {}
+    per: dict[int | None, CompactLatency] = {}
+    errs: dict[int | None, list[str]] = {}
     total_ns = 0
     n = 0
     sources = list(accounts.program_snapshot()) + [c for c in accounts.live() if c.id != 0]
@@ -131,26 +139,27 @@ def run_table(accounts: Accounts, wall_ns: int, table) -> str:
     for cc, lst in sorted(errs.items(), key=lambda kv: kv[0] or 0):
         for x in lst:
             out.append(f"error: {names.cc_short(cc)}: {x}")
-    seen = set()
+    seen: set[int] = set()
     for c in sources:
-        for s in c.sessions.values():
-            if id(s) in seen:
+        for use in c.sessions.values():
+            if id(use) in seen:
                 continue
-            seen.add(id(s))
-            out.append(f"session 0x{s.handle:08x}: {s.type}, {'salted' if s.salted else 'unsalted'}, "
-                       f"{'bound' if s.bound else 'unbound'}, symmetric {s.symmetric}, used with {attrs_text(s.attrs)}")
+            seen.add(id(use))
+            out.append(f"session 0x{use.handle:08x}: {use.type}, {'salted' if use.salted else 'unsalted'}, "
+                       f"{'bound' if use.bound else 'unbound'}, symmetric {use.symmetric}, "
+                       f"used with {attrs_text(use.attrs)}")
     # what is still loaded (or saved) at the end: a session one process saved and the next
     # flushed is not a leak of the command as a whole
     leaks = [(c, h) for c, h in accounts.held_all() if c.id != 0]
-    for c, h in leaks:
-        out.append(f"LEAK: {safe(c.name)} (pid {c.peer.pid}) left {h.text()}")
+    for c, held in leaks:
+        out.append(f"LEAK: {safe(c.name)} (pid {c.peer.pid}) left {held.text()}")
     if not leaks:
         out.append("left nothing loaded")
     out += [safe(b.text()) for b in accounts.pcr_watch.breakages]
     return "\n".join(out)
 
 
-def client_rows(accounts: Accounts | None, recorder=None) -> list[tuple[str, list[str]]]:
+def client_rows(accounts: Accounts | None, recorder: Recorder | None = None) -> list[tuple[str, list[str]]]:
     """(row key, cells) for the dashboard's Clients panel: tpmtop's own workload first (one
     client among them), then every proxied client, connected ones before departed ones.
     Cells: pid, name, commands, errors, p50 µs, p99 µs, held, leaked."""
@@ -197,12 +206,12 @@ def client_detail(accounts: Accounts, key: str) -> str:
     for cc, h in sorted(c.per_cc.items(), key=lambda kv: kv[0] or 0):
         s = h.summary()
         lines.append(f"  {names.cc_short(cc):<22} {s['count']:>6}×  p50 {s['p50']:>9,.1f} µs  p99 {s['p99']:>9,.1f} µs")
-    for h in c.leaked or accounts.held_by(c.id):
-        lines.append(f"  {'left' if c.leaked else 'holds'} {h.text()}")
+    for held in c.leaked or accounts.held_by(c.id):
+        lines.append(f"  {'left' if c.leaked else 'holds'} {held.text()}")
     return "\n".join(lines)
 
 
-def proxy_recorder(keep_buffers: bool = True, capacity: int | None = None):
+def proxy_recorder(keep_buffers: bool = True, capacity: int | None = None) -> Recorder:
     """A recorder for `tpmtop proxy`/`tpmtop run`: it decodes between jobs only once 256
     exchanges wait (and always when read). A proxied client sends its next command tens of µs
     after its answer; decoding after every job held the GIL just then (+60–90 µs a command

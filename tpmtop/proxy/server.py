@@ -28,7 +28,7 @@ import queue
 import socket
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.errors import UsageError
 from tpmtop.proxy import access, peers
@@ -55,12 +55,12 @@ __all__ = ["ProxyServer", "Serving"]
 class ProxyServer(Admission, Session, Faults, Departures):
     """Serve ``conn``'s TPM to other programs over ``protocol`` ("swtpm" or "mssim")."""
 
-    def __init__(self, conn, *, protocol: str = "swtpm", host: str = "127.0.0.1", port: int = 2321,
+    def __init__(self, conn: Any, *, protocol: str = "swtpm", host: str = "127.0.0.1", port: int = 2321,
                  socket_path: str | None = None, log: Callable[[str], None] = print,
                  accounts: Accounts | None = None, socket_mode: int = 0o600, socket_gid: int | None = None,
                  policy: access.AccessPolicy | None = None, interleave: bool = False,
                  max_connections: int = MAX_CONNECTIONS, idle_timeout: float = IDLE_TIMEOUT_S,
-                 turn_idle: float = TURN_IDLE_S):
+                 turn_idle: float = TURN_IDLE_S) -> None:
         if protocol not in ("swtpm", "mssim"):
             raise UsageError(f"unknown protocol {protocol!r}: use swtpm or mssim")
         self.conn = conn
@@ -89,12 +89,12 @@ class ProxyServer(Admission, Session, Faults, Departures):
         self.resolver = peers.TcpResolver()
         self._listeners: list[socket.socket] = []
         self._conns: dict[socket.socket, tuple[int, int] | None] = {}  # and the peer's (uid, inode)
-        self._locals: dict[socket.socket, tuple | None] = {}  # a listener: its non-wildcard address
+        self._locals: dict[socket.socket, tuple[Any, ...] | None] = {}  # a listener: its non-wildcard address
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._stopped = False
         self._threads: list[threading.Thread] = []
-        self._work: queue.SimpleQueue = queue.SimpleQueue()  # listeners to accept on, for idle threads
+        self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()  # listeners to accept on, for idle threads
         self._idle = 0
         self._workers = 0
         self.dropped = 0
@@ -126,7 +126,7 @@ class ProxyServer(Admission, Session, Faults, Departures):
         path is refused (UsageError) before a TPM is opened; a refused start removes nothing."""
         if self._bound is not None:
             return self
-        bound: list = []
+        bound: list[tuple[socket.socket, str]] = []
         try:
             if self.port is not None:
                 data, side = listen_pair(self.host, self.port)
@@ -186,7 +186,8 @@ class ProxyServer(Admission, Session, Faults, Departures):
     def bound_port(self) -> int | None:
         for s in self._listeners:
             if s.family in (socket.AF_INET, socket.AF_INET6):
-                return s.getsockname()[1]
+                port: int = s.getsockname()[1]
+                return port
         return None
 
     def sharing_note(self) -> str:
@@ -200,7 +201,7 @@ class ProxyServer(Admission, Session, Faults, Departures):
         return (f"a raw TPM: clients take turns, one client (process) at a time as swtpm serves; a turn ends "
                 f"when its client leaves or has been idle {self.turn_idle:g} s while others wait")
 
-    def _serve(self, lsock: socket.socket, handler) -> None:
+    def _serve(self, lsock: socket.socket, handler: Callable[[socket.socket], bool]) -> None:
         with self._lock:
             self._workers += 1
         t = threading.Thread(target=self._worker, args=((lsock, handler),), daemon=True,

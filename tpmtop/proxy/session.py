@@ -21,7 +21,8 @@ from tpmtop.proxy.turns import TurnTimeout
 from tpmtop.tpm.busypoll import RequestPoll
 
 if TYPE_CHECKING:
-    pass
+    from tpmtop.tpm.owner import DoneJob, Job
+    from tpmtop.tpm.transport import InstrumentedTransport
 
 
 class Session(ServerState):
@@ -67,7 +68,7 @@ class Session(ServerState):
             return False
         return self.parking.park(sock, on_ready, on_idle, self.idle_timeout - PARK_AFTER_S)
 
-    def _command(self, sock: socket.socket, client: ClientStats, cmd: bytes, mssim: bool):
+    def _command(self, sock: socket.socket, client: ClientStats, cmd: bytes, mssim: bool) -> Job | DoneJob | None:
         """One whole command of ``client``: its turn first (a raw TPM), then the TPM."""
         if self.failed or self.recovering:
             self._answer(sock, client, error_response(TPM_RC_FAILURE if self.failed else TPM_RC_RETRY), mssim)
@@ -83,7 +84,8 @@ class Session(ServerState):
             if waited:
                 client.waits.record(waited)
             fut = self._exchange(sock, client, cmd, mssim)
-            fut.add_done_callback(lambda f: self.turns.done(client))
+            turns = self.turns  # set once in start(), before any connection is served
+            fut.add_done_callback(lambda f: turns.done(client))
             return fut
         return self._exchange(sock, client, cmd, mssim)
 
@@ -93,7 +95,7 @@ class Session(ServerState):
         except OSError:
             _shutdown(sock)
 
-    def _exchange(self, sock: socket.socket, client: ClientStats, cmd: bytes, mssim: bool):
+    def _exchange(self, sock: socket.socket, client: ClientStats, cmd: bytes, mssim: bool) -> Job | DoneJob:
         """Queue one whole command for the TPM; its job answers the client (never blocking the
         TPM's owner: a client whose buffer is full gets the rest from a helper thread)."""
 
@@ -148,7 +150,7 @@ class Session(ServerState):
                  f"({n} bytes, read from the TPM and dropped); connection closed", LineKind.DROPPED)
         _shutdown(sock)
 
-    def _transport_for(self, client: ClientStats):
+    def _transport_for(self, client: ClientStats) -> tuple[InstrumentedTransport, threading.Lock] | None:
         """None: the shared connection (through its owner thread); over a resource manager the
         client's own upstream (its /dev/tpmrm0 descriptor, its tpm2-abrmd connection),
         reporting to the same recorder."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 
 class TurnTimeout(Exception):
@@ -34,24 +35,24 @@ class TurnTimeout(Exception):
 
 
 class Turns:
-    def __init__(self, idle_s: float, max_wait_s: float, on_queue=None):
+    def __init__(self, idle_s: float, max_wait_s: float, on_queue: Callable[[int], None] | None = None):
         self.idle_s = idle_s
         self.max_wait_s = max_wait_s
         self._cv = threading.Condition()
-        self.holder = None
+        self.holder: object | None = None
         self._inflight = 0
         self._last_done = 0.0
-        self._waiting: deque = deque()
+        self._waiting: deque[object] = deque()
         self._on_queue = on_queue or (lambda depth: None)
         self.closed = False
 
-    def _free_for(self, client, now: float) -> bool:
+    def _free_for(self, client: object, now: float) -> bool:
         h = self.holder
         if h is None or h is client:
             return True
         return self._inflight == 0 and now - self._last_done >= self.idle_s
 
-    def acquire(self, client) -> int:
+    def acquire(self, client: object) -> int:
         """Block until it is ``client``'s turn; one more command of it is in flight. Returns
         how long it waited (ns)."""
         t0 = time.perf_counter_ns()
@@ -92,7 +93,7 @@ class Turns:
             self._cv.notify_all()
         return time.perf_counter_ns() - t0
 
-    def done(self, client) -> None:
+    def done(self, client: object) -> None:
         """A command of ``client`` was answered."""
         with self._cv:
             if self.holder is client:
@@ -101,7 +102,7 @@ class Turns:
                 if self._waiting:
                     self._cv.notify_all()
 
-    def release(self, client) -> None:
+    def release(self, client: object) -> None:
         """``client`` departed: the turn passes on at once."""
         with self._cv:
             if client in self._waiting:
