@@ -22,10 +22,18 @@ event dicts alike. Core module (layer capture/bench): no Textual.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.pcrs import attribution
 from tpmtop.tpm import names
+
+if TYPE_CHECKING:
+    import os
+
+    from tpmtop.capture.spec import EventLine, OpLine
+    from tpmtop.recorder import Event
 
 REPEAT_MIN = 3  # the same (command, rc) failing this often is a pattern, not an accident
 CHURN_MIN = 10  # sessions started before "re-created many times" is worth saying
@@ -53,7 +61,7 @@ class Pattern:
     hint: str | None = None
     origins: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "title": self.title, "count": self.count, "lost_ms": round(self.lost_ns / 1e6, 3),
                 "first_t_ns": self.first_t_ns, "last_t_ns": self.last_t_ns, "command": self.command,
                 "rc": self.rc, "rc_text": names.rc_text(self.rc) if self.rc is not None else None,
@@ -78,7 +86,7 @@ def fmt_ms(ns: int) -> str:
 _CC_NUMERIC = re.compile(r"TPM2_CC_0x[0-9a-f]{8}\Z")
 
 
-def _fields(e) -> tuple[str, int | None, int, int, str]:
+def _fields(e: Event | dict[str, Any]) -> tuple[str, int | None, int, int, str]:
     """(command name, rc, t_ns, wire_ns, origin) of an Event or a capture event dict."""
     if isinstance(e, dict):
         cmd = e.get("command")
@@ -93,8 +101,10 @@ def _fields(e) -> tuple[str, int | None, int, int, str]:
 class _Acc:
     __slots__ = ("count", "lost", "first", "last", "origins")
 
-    def __init__(self):
-        self.count, self.lost, self.first, self.last, self.origins = 0, 0, None, 0, set()
+    def __init__(self) -> None:
+        self.count, self.lost, self.last = 0, 0, 0
+        self.first: int | None = None
+        self.origins: set[str] = set()
 
     def add(self, t: int, w: int, origin: str) -> None:
         self.count += 1
@@ -108,7 +118,7 @@ class Detector:
     """Incremental: feed events as they come (the live recorder, a proxy, the kernel probes),
     ask for :meth:`patterns` whenever. Memory is one accumulator per (command, rc) seen."""
 
-    def __init__(self, repeat_min: int = REPEAT_MIN, churn_min: int = CHURN_MIN):
+    def __init__(self, repeat_min: int = REPEAT_MIN, churn_min: int = CHURN_MIN) -> None:
         self.repeat_min, self.churn_min = repeat_min, churn_min
         self.fails: dict[tuple[str, int], _Acc] = {}
         self.slots: dict[int, _Acc] = {}
@@ -119,7 +129,7 @@ class Detector:
         self.seen = 0
         self._sas = names.cc_name(CC_START_AUTH_SESSION)
 
-    def add(self, events) -> None:
+    def add(self, events: Iterable[Event | dict[str, Any]]) -> None:
         for e in events:
             self.seen += 1
             if (e.get("expected") if isinstance(e, dict) else getattr(e, "expected", False)):
@@ -146,21 +156,25 @@ class Detector:
         """Every pattern so far, worst (most time lost) first."""
         out: list[Pattern] = []
         for rc, a in self.slots.items():
+            assert a.first is not None  # an accumulator is made with its first add
             out.append(Pattern("slots-full", f"TPM slots full ({_SLOT_RCS[rc]} 0x{rc:x})", a.count, a.lost,
                                a.first, a.last, None, rc, names.rc_hint(rc), sorted(a.origins)))
         gap = self.gap
         if gap.count:
+            assert gap.first is not None  # set by the first add
             out.append(Pattern("context-gap", "context gap (TPM_RC_CONTEXT_GAP 0x901)", gap.count, gap.lost,
                                gap.first, gap.last, None, _GAP_RC, names.rc_hint(_GAP_RC), sorted(gap.origins)))
         for (cmd, rc), a in self.fails.items():
             base = names.rc_base(rc)
             if a.count < self.repeat_min or base in _SLOT_RCS or base == _GAP_RC:
                 continue
+            assert a.first is not None  # an accumulator is made with its first add
             short = cmd.removeprefix("TPM2_CC_")
             out.append(Pattern("repeated-failure", f"{short} failing with 0x{rc:x} ({names.rc_text(rc)})",
                                a.count, a.lost, a.first, a.last, cmd, rc, names.rc_hint(rc), sorted(a.origins)))
         pc = self.pcr_changed
         if pc.count:
+            assert pc.first is not None  # set by the first add
             last = self.pcr_watch.breakages[-1] if self.pcr_watch.breakages else None
             out.append(Pattern("pcr-changed", "policy session broken by a PCR extend (TPM_RC_PCR_CHANGED 0x128)",
                                pc.count, pc.lost, pc.first, pc.last, None, attribution.RC_PCR_CHANGED,
@@ -168,6 +182,7 @@ class Detector:
                                sorted(pc.origins)))
         st = self.starts
         if st.count >= self.churn_min:
+            assert st.first is not None  # set by the first add
             out.append(Pattern("session-churn", "session re-created many times (StartAuthSession)", st.count,
                                st.lost, st.first, st.last, self._sas, None,
                                "keep the session (continueSession) or context-save it instead of starting a new one",
@@ -176,20 +191,22 @@ class Detector:
         return out
 
 
-def detect(events, repeat_min: int = REPEAT_MIN, churn_min: int = CHURN_MIN) -> list[Pattern]:
+def detect(events: Iterable[Event | dict[str, Any]], repeat_min: int = REPEAT_MIN,
+           churn_min: int = CHURN_MIN) -> list[Pattern]:
     """Every pattern in ``events`` (any iterable of Events or event dicts), worst first."""
     d = Detector(repeat_min, churn_min)
     d.add(events)
     return d.patterns()
 
 
-def detect_in_capture(path) -> list[Pattern]:
+def detect_in_capture(path: str | os.PathLike[str]) -> list[Pattern]:
     """The patterns of a capture file's events (none when it was written without --events).
     The events stream past (a capture may hold a million): only the detector's counts stay."""
     return summary_and_patterns(path)[1]
 
 
-def summary_and_patterns(path, on_op=None) -> tuple[dict, list[Pattern]]:
+def summary_and_patterns(path: str | os.PathLike[str], on_op: Callable[[OpLine], None] | None = None,
+                         ) -> tuple[dict[str, Any], list[Pattern]]:
     """In one pass over the file: the capture without its events and ops (as
     :func:`tpmtop.capture.load_summary` gives it) and the patterns of its events. ``tpmtop
     compare`` read each capture twice (summary, then patterns): half its time on a big one.
@@ -198,7 +215,7 @@ def summary_and_patterns(path, on_op=None) -> tuple[dict, list[Pattern]]:
 
     d = Detector()
 
-    def one(e) -> None:  # a typed line (tpmtop.capture.spec.EventLine)
+    def one(e: EventLine) -> None:  # a typed line (tpmtop.capture.spec.EventLine)
         d.add(({"command": e.command, "rc": e.rc, "t_ns": e.t_ns, "wire_ns": e.wire_ns, "origin": e.origin},))
 
     r = CaptureReader(path, on_event=one, on_op=on_op or (lambda _o: None), typed=True)

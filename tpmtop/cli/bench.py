@@ -7,7 +7,15 @@ import sys
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+
+    from tpmtop.bench import BenchPlan
+    from tpmtop.cli.plot import Series
     from tpmtop.recorder import Recorder
+    from tpmtop.sessions.accounting import RunAccount
+
+    # a run's commands -> those a chip profile did not cover (tpmtop.profiles.apply.gaps)
+    GapsFn = Callable[[Iterable[int | str | None]], list[str]]
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,7 +57,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     add_profile_options(p)
 
 
-def _plan(args: argparse.Namespace):
+def _plan(args: argparse.Namespace) -> BenchPlan:
     from tpmtop.bench import BenchPlan
     from tpmtop.errors import UsageError
     from tpmtop.sessions.modes import ENGINES, MODES, OPS, check_pcr, parse_list
@@ -71,7 +79,7 @@ def _plan(args: argparse.Namespace):
                      allow_pcr=args.allow_pcr)
 
 
-def format_table(accounts, gaps=None) -> str:
+def format_table(accounts: Sequence[RunAccount], gaps: GapsFn | None = None) -> str:
     """``gaps``: a run's commands a chip profile did not cover (tpmtop.profiles.apply.gaps):
     such a row says which ran at swtpm speed, and a ratio that depends on one is marked."""
     from tpmtop.cli.common import table
@@ -102,14 +110,14 @@ def format_table(accounts, gaps=None) -> str:
     return table(rows, header, right={2, 3, 4, 5, 6, 7, 8, 9})
 
 
-def hist_texts(accounts) -> str:
+def hist_texts(accounts: Sequence[RunAccount]) -> str:
     """Each run's operation latencies in bpftrace's hist() layout, one map per (engine, mode)."""
     from tpmtop.stats import hist_text, pow2_slots
 
     return "\n".join(hist_text(pow2_slots(a.op_hist), f"@{a.op}_us[{a.engine}, {a.mode}]") for a in accounts)
 
 
-def plot_series(accounts):
+def plot_series(accounts: Sequence[RunAccount]) -> list[Series]:
     from tpmtop.cli.plot import Series
 
     base = {a.engine: a.op_hist.percentile_ns(50) for a in accounts if a.mode == "none"}
@@ -178,7 +186,7 @@ def run_bench(args: argparse.Namespace) -> int:
             progress.close()
         from tpmtop.profiles.apply import gaps
 
-        def run_gaps(commands):
+        def run_gaps(commands: Iterable[int | str | None]) -> list[str]:
             return gaps(conn, commands)
 
         gap_of = run_gaps if profile is not None else None

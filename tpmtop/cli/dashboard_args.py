@@ -10,9 +10,19 @@ import argparse
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.errors import UsageError
 from tpmtop.sessions.modes import ENGINES, MODES, OPS, Engine, Mode, Op
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from types import FrameType
+
+    from tpmtop.proxy.server import ProxyServer
+    from tpmtop.sources.protocol import Source
+    from tpmtop.tpm.connection import TpmConnection
+    from tpmtop.tui.app import TpmtopApp
 
 
 def _positive(text: str) -> float:
@@ -37,7 +47,7 @@ def _rate(text: str) -> float:
     return v
 
 
-def _display_options(g) -> None:
+def _display_options(g: argparse._ActionsContainer) -> None:
     g.add_argument("--theme", metavar="NAME",
                    help="colour theme: dark (default), light, high-contrast, colour-blind-safe, or any "
                         "Textual theme; remembered for next time. NO_COLOR=1 turns colour off")
@@ -47,10 +57,11 @@ class _ListThemes(argparse.Action):
     """``--list-themes``: print the themes and exit, as ``--version`` does (whatever else is on
     the line). Reading the files validates every colour, which takes Textual: imported here only."""
 
-    def __init__(self, option_strings, dest, **kwargs) -> None:
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
         import sys
 
         from tpmtop.tui.themes import DEFAULT_THEME, load_themes, remembered_theme
@@ -138,7 +149,7 @@ def require_terminal(kernel: bool = False) -> None:
                          "commands: tpmtop info, handles, bench --json, boot, export (see tpmtop --help)")
 
 
-def _run_app(app, cleanup=None, more_signals: tuple[str, ...] = ()) -> int:
+def _run_app(app: TpmtopApp, cleanup: Callable[[], None] | None = None, more_signals: tuple[str, ...] = ()) -> int:
     """Run the app with SIGTERM/SIGHUP (an SSH drop) asking it to exit cleanly, so the
     caller's ``finally`` flushes handles and stops a private swtpm.
 
@@ -153,7 +164,7 @@ def _run_app(app, cleanup=None, more_signals: tuple[str, ...] = ()) -> int:
 
     done = threading.Event()
 
-    def watchdog():
+    def watchdog() -> None:
         if done.wait(GRACE_S):
             return
         try:
@@ -162,7 +173,7 @@ def _run_app(app, cleanup=None, more_signals: tuple[str, ...] = ()) -> int:
         finally:
             os._exit(EXIT_INTERRUPTED)
 
-    def ask_exit(signum, frame):
+    def ask_exit(signum: int, frame: FrameType | None) -> None:
         threading.Thread(target=watchdog, name="tpmtop-exit-watchdog", daemon=True).start()
         try:
             asyncio.get_event_loop().call_soon_threadsafe(lambda: app.exit(return_code=EXIT_INTERRUPTED))
@@ -259,7 +270,7 @@ def _check_trace_file(path: str) -> None:
         raise TpmtopError(f"--trace {path}: {e.strerror}") from None
 
 
-def watch_source(args: argparse.Namespace):
+def watch_source(args: argparse.Namespace) -> tuple[Source, list[str]]:
     """--passive and --kernel: (source, notices). Nothing is sent to the TPM. The kernel's
     commands are traced where that is possible (a KernelTraceError, exit 1, for --kernel
     where it is not); --passive without it shows sysfs alone and says why."""
@@ -284,7 +295,7 @@ def watch_source(args: argparse.Namespace):
     return KernelSource(tap, passive=args.passive), notices
 
 
-def _run_watch(args: argparse.Namespace, app_cls) -> int:
+def _run_watch(args: argparse.Namespace, app_cls: type[TpmtopApp]) -> int:
     source, notices = watch_source(args)
     tap = getattr(source, "tap", None)
     try:
@@ -301,7 +312,7 @@ def _run_watch(args: argparse.Namespace, app_cls) -> int:
             tap.close()
 
 
-def _start_listen(args: argparse.Namespace, conn, log: list[str]):
+def _start_listen(args: argparse.Namespace, conn: TpmConnection, log: list[str]) -> ProxyServer | None:
     """`tpmtop --listen P`: the proxy inside the dashboard; its commands are jobs on the TPM's
     owner thread like the workload's and the polls', each with its own labels. It is handed
     to the source, which stops it when it closes."""

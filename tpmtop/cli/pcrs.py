@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.cli.common import notice, print_json, tpm_from_args
 from tpmtop.errors import UsageError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tpmtop.pcrs.eventlog import EventLog, Progress
 
 DEFAULT_EVENTLOG = "/sys/kernel/security/tpm0/binary_bios_measurements"
 DEFAULT_IMA = "/sys/kernel/security/ima/binary_runtime_measurements"
@@ -41,7 +46,7 @@ class _Late:
     """The progress of reading and replaying, drawn (on a terminal) only once the job has
     taken a second: a firmware log of a few hundred events is done before a bar could show."""
 
-    def __init__(self, after_s: float = 1.0):
+    def __init__(self, after_s: float = 1.0) -> None:
         import time
 
         self._clock = time.monotonic
@@ -64,7 +69,7 @@ class _Late:
             self.bar.close()
 
 
-def run_pcrs(args) -> int:
+def run_pcrs(args: argparse.Namespace) -> int:
     late = _Late()
     try:
         return _run(args, late)
@@ -72,7 +77,7 @@ def run_pcrs(args) -> int:
         late.close()
 
 
-def _run(args, late) -> int:
+def _run(args: argparse.Namespace, late: _Late) -> int:
     from tpmtop.pcrs import ima, replay, report, snapshot, verdict
 
     log_path = args.eventlog or DEFAULT_EVENTLOG
@@ -121,7 +126,7 @@ def _run(args, late) -> int:
     return 0
 
 
-def _snapshot_dir(args):
+def _snapshot_dir(args: argparse.Namespace) -> Path:
     from pathlib import Path
 
     from tpmtop.sources.export_file import data_dir
@@ -129,7 +134,7 @@ def _snapshot_dir(args):
     return Path(args.snapshot_dir) if args.snapshot_dir else data_dir() / "pcrs"
 
 
-def _read_log(path: str, explicit: bool, progress=None, quiet: bool = False):
+def _read_log(path: str, explicit: bool, progress: Progress | None = None, quiet: bool = False) -> EventLog | None:
     from tpmtop.pcrs import eventlog
 
     if not explicit and not os.path.exists(path):

@@ -17,6 +17,7 @@ Core module (below ``sources``): no Textual, no Rich.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from functools import cache, lru_cache
 from typing import Any
 
@@ -37,6 +38,13 @@ ATTR_DECRYPT, ATTR_ENCRYPT = 0x20, 0x40  # TPMA_SESSION: command / response para
 _BYTES = (BYTE, UINT8)
 
 
+# A tpmstream table class (a TPMS/TPMT/TPML/TPMU/TPM2B, an enumeration, a primitive): tpmstream
+# ships no type information, so its classes are Any here.
+_TpmType = Any
+# plaintext(part, first parameter, command) -> the plaintext view of an encrypted parameter, or None
+PlaintextFn = Callable[[Part, Field, "Part | None"], "dict[str, Any] | None"]
+
+
 class _Fail(Exception):
     def __init__(self, offset: int, path: str, why: str):
         super().__init__(why)
@@ -46,28 +54,29 @@ class _Fail(Exception):
 # -- what the tables say about a type (cached: tpmstream's look-ups walk class members) -----------
 
 @cache
-def _command_types() -> dict[int, tuple]:
+def _command_types() -> dict[int, tuple[_TpmType, _TpmType]]:
     """(handles, parameters) structure of each command, by command code (TPM_CC(x) costs ~0.7 ms)."""
     return {int(cc): (t, command_param_types[cc]) for cc, t in command_handle_types.items()}
 
 
 @cache
-def _response_types() -> dict[int, tuple]:
+def _response_types() -> dict[int, tuple[_TpmType, _TpmType]]:
     return {int(cc): (t, response_param_types[cc]) for cc, t in response_handle_types.items()}
 
 
-def _is_list(t) -> bool:
+def _is_list(t: _TpmType) -> bool:
     return getattr(t, "__origin__", None) is list
 
 
 @cache
-def _fields(t) -> tuple:
+def _fields(t: _TpmType) -> tuple[tuple[str, _TpmType], ...]:
     return tuple((f.name, f.type) for f in dataclasses.fields(t))
 
 
 @cache
-def _union_members(t) -> tuple[dict[int, str], str | None, dict[str, object]]:
-    by_sel, fallback = {}, None
+def _union_members(t: _TpmType) -> tuple[dict[int, str], str | None, dict[str, _TpmType]]:
+    by_sel: dict[int, str] = {}
+    fallback: str | None = None
     for name, sel in t._selected_by.items():  # as tpmstream reads it: a later entry wins
         if sel is None:
             fallback = name
@@ -77,16 +86,16 @@ def _union_members(t) -> tuple[dict[int, str], str | None, dict[str, object]]:
 
 
 @cache
-def _bit_masks(t) -> tuple[tuple[str, int], ...]:
+def _bit_masks(t: _TpmType) -> tuple[tuple[str, int], ...]:
     return tuple((a._name, int(a._value)) for a in t(0).attributes())
 
 
-def _is_bitfield(t) -> bool:
+def _is_bitfield(t: _TpmType) -> bool:
     return hasattr(t, "attributes") and not hasattr(t, "by_value")
 
 
 @cache
-def _enum_table(cls) -> tuple[dict[int, str], tuple]:
+def _enum_table(cls: _TpmType) -> tuple[dict[int, str], tuple[Any, ...]]:
     """An enumeration's members by value, and its named ranges: tpmstream resolves a value by
     walking the class's members on every call (~0.7 ms), once here per type."""
     members: dict[int, str] = {}
@@ -99,7 +108,7 @@ def _enum_table(cls) -> tuple[dict[int, str], tuple]:
     return members, tuple(ranges)
 
 
-def _resolve(t, value: int) -> tuple[bool, str | None]:
+def _resolve(t: _TpmType, value: int) -> tuple[bool, str | None]:
     """(valid, name) of ``value`` as tpmstream's ValidValues.get reads the type's values."""
     for v in t._valid_values._values:
         if isinstance(v, range):
@@ -121,10 +130,12 @@ def _resolve(t, value: int) -> tuple[bool, str | None]:
 
 
 @lru_cache(maxsize=8192)
-def _describe(t, value: int) -> tuple[str | None, dict | None, str | None]:
+def _describe(t: _TpmType, value: int) -> tuple[str | None, dict[str, int] | None, str | None]:
     """(text, bits, note) for a primitive value of type ``t``."""
     if _is_bitfield(t):
-        bits, on, reserved = {}, [], 0
+        bits: dict[str, int] = {}
+        on: list[str] = []
+        reserved = 0
         for name, mask in _bit_masks(t):
             v = value & mask
             if name.startswith("reserved"):
@@ -146,8 +157,8 @@ def _describe(t, value: int) -> tuple[str | None, dict | None, str | None]:
 _HANDLE_TYPES = ("TPMI_DH", "TPMI_RH", "TPMI_SH", "TPM_HANDLE", "TPMI_YES", "TPM_RH", "TPM_HR")
 
 
-def _is_handle_type(t) -> bool:
-    n = t.__name__
+def _is_handle_type(t: _TpmType) -> bool:
+    n: str = t.__name__
     return n.startswith(_HANDLE_TYPES) and not n.startswith("TPMI_YES")
 
 
@@ -180,8 +191,8 @@ class _Walker:
             where = "the enclosing size" if len(self.ends) > 1 else "the buffer"
             raise _Fail(off, path, f"needs {n} bytes, {max(end - off, 0)} left in {where}")
 
-    def prim(self, t, name: str, path: str, off: int, parent: Field) -> tuple[int, int]:
-        n = t._int_size
+    def prim(self, t: _TpmType, name: str, path: str, off: int, parent: Field) -> tuple[int, int]:
+        n: int = t._int_size
         self._need(off, n, path)
         value = int.from_bytes(self.buf[off:off + n], "big", signed=t._signed)
         f = Field(name, path, t.__name__, off, n, value)
@@ -199,7 +210,8 @@ class _Walker:
         parent.fields.append(f)
         return f
 
-    def walk(self, t, name: str, path: str, off: int, parent: Field, selector=None, count=None) -> tuple[int, object]:
+    def walk(self, t: _TpmType, name: str, path: str, off: int, parent: Field,
+             selector: int | None = None, count: int | None = None) -> tuple[int, int | None]:
         if hasattr(t, "_int_size"):
             return self.prim(t, name, path, off, parent)
         if _is_list(t):
@@ -210,9 +222,10 @@ class _Walker:
             return self.union(t, name, path, off, parent, selector), None
         return self.struct(t, name, path, off, parent), None
 
-    def array(self, t, name, path, off, parent, count) -> int:
+    def array(self, t: _TpmType, name: str, path: str, off: int, parent: Field, count: int | None) -> int:
         elem = t.__args__[0]
         left = self.ends[-1] - off
+        assert count is not None  # an array follows its count field
         if count > left:  # every element takes at least a byte: a garbled count stops here
             raise _Fail(off, path, f"count {count} is more than the {max(left, 0)} bytes left")
         if elem in _BYTES:
@@ -225,7 +238,8 @@ class _Walker:
         f.size = off - start
         return off
 
-    def tpm2b(self, t, name, path, off, parent, encrypted: dict | None = None) -> int:
+    def tpm2b(self, t: _TpmType, name: str, path: str, off: int, parent: Field,
+              encrypted: dict[str, Any] | None = None) -> int:
         (size_name, size_t), (buf_name, buf_t) = _fields(t)
         f = Field(name, path, t.__name__, off)
         parent.fields.append(f)
@@ -257,19 +271,21 @@ class _Walker:
                                      f"used {used - off}")
         return end
 
-    def union(self, t, name, path, off, parent, selector) -> int:
+    def union(self, t: _TpmType, name: str, path: str, off: int, parent: Field, selector: int | None) -> int:
         by_sel, fallback, members = _union_members(t)
         member = by_sel.get(int(selector), fallback) if selector is not None else fallback
         if member is None:
+            assert selector is not None  # no selector: the fallback member
             raise _Fail(off, path, f"selector 0x{int(selector):x} selects no member of {t.__name__}")
         mt = members[member]
         f = Field(name, path, f"{t.__name__}.{member}", off)
         parent.fields.append(f)
         if mt is None:
+            assert selector is not None  # an empty member is selected
             f.note = f"empty for selector 0x{int(selector):x}"
             return off
         if _is_list(mt):  # a digest: statically sized by its hash algorithm
-            n = t._list_size[member]
+            n: int = t._list_size[member]
             self.raw(member, f"{path}.{member}", f"BYTE[{n}]", off, n, f)
             f.size = n
             return off + n
@@ -277,11 +293,12 @@ class _Walker:
         f.size = end - off
         return end
 
-    def struct(self, t, name, path, off, parent, first_encrypted: dict | None = None) -> int:
+    def struct(self, t: _TpmType, name: str, path: str, off: int, parent: Field,
+               first_encrypted: dict[str, Any] | None = None) -> int:
         f = Field(name, path, t.__name__, off)
         parent.fields.append(f)
         start = off
-        values: dict[str, object] = {}
+        values: dict[str, int | None] = {}
         last_int = None
         selectors = getattr(t, "_selectors", {})
         for i, (fname, ft) in enumerate(_fields(t)):
@@ -301,7 +318,7 @@ class _Walker:
         f.size = off - start
         return off
 
-    def sessions(self, t, name, path, off, parent, end) -> int:
+    def sessions(self, t: _TpmType, name: str, path: str, off: int, parent: Field, end: int) -> int:
         """The authorization area: TPMS_AUTH_COMMAND/RESPONSE until ``end``."""
         f = Field(name, path, f"{t.__name__}[]", off)
         parent.fields.append(f)
@@ -318,7 +335,7 @@ class _Walker:
         return off
 
 
-def _encrypted_note(enc: dict) -> str:
+def _encrypted_note(enc: dict[str, Any]) -> str:
     mode = f", {enc['mode']}" if enc.get("mode") else ""
     return f"encrypted by session {enc['session']}{mode}: ciphertext, not decoded as structure"
 
@@ -335,7 +352,7 @@ def _session_attrs(session: Field) -> int:
 
 # -- command and response ---------------------------------------------------------------
 
-def _header(part: Part, w: _Walker, tag_t, size_name: str, code_t, code_name: str) -> int:
+def _header(part: Part, w: _Walker, tag_t: _TpmType, size_name: str, code_t: _TpmType, code_name: str) -> int:
     """tag, size, code; sets the walker's end from the declared size. None: no body to read."""
     buf = part.buf
     off, part.tag = w.prim(tag_t, "tag", "tag", 0, part.root)
@@ -360,7 +377,7 @@ def _header(part: Part, w: _Walker, tag_t, size_name: str, code_t, code_name: st
     return off
 
 
-def decode_command(buf: bytes, plaintext=None) -> Part:
+def decode_command(buf: bytes, plaintext: PlaintextFn | None = None) -> Part:
     """``plaintext(session_handle, part) -> dict | None`` may supply the plaintext of an
     encrypted first parameter (tpmtop's own sessions, see :mod:`tpmtop.decode.plaintext`)."""
     part = Part("command", bytes(buf), Field("", "", "Command", 0, len(buf)))
@@ -395,7 +412,8 @@ def decode_command(buf: bytes, plaintext=None) -> Part:
     return part
 
 
-def decode_response(buf: bytes, cc: int | None, command: Part | None = None, plaintext=None) -> Part:
+def decode_response(buf: bytes, cc: int | None, command: Part | None = None,
+                    plaintext: PlaintextFn | None = None) -> Part:
     part = Part("response", bytes(buf), Field("", "", "Response", 0, len(buf)))
     w = _Walker(part.buf, len(buf))
     try:
@@ -459,7 +477,7 @@ def decode_response(buf: bytes, cc: int | None, command: Part | None = None, pla
     return part
 
 
-def _fill_plaintext(part: Part, plaintext, command: Part | None = None) -> None:
+def _fill_plaintext(part: Part, plaintext: PlaintextFn | None, command: Part | None = None) -> None:
     if plaintext is None or not part.parameters:
         return
     first = part.parameters[0]
@@ -475,7 +493,7 @@ def _fill_plaintext(part: Part, plaintext, command: Part | None = None) -> None:
 
 
 @cache
-def _types_by_name() -> dict:
+def _types_by_name() -> dict[str, _TpmType]:
     from tpmstream.spec import all_types
 
     return {t.__name__: t for t in all_types}
@@ -510,7 +528,7 @@ def looks_like_response(buf: bytes) -> bool:
 
 
 def decode(command: bytes | None, response: bytes | None = None, cc: int | None = None,
-           plaintext=None) -> Decoded:
+           plaintext: PlaintextFn | None = None) -> Decoded:
     """Decode a command and/or its response. ``cc`` names the command of a lone response."""
     cp = decode_command(command, plaintext) if command is not None else None
     if cp is not None and cp.cc is not None:

@@ -32,9 +32,17 @@ import os
 import pickle
 import signal
 import tempfile
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any
 
 from tpmtop.capture import CaptureError
 from tpmtop.exporters.split_reader import SplitReader as CaptureReader
+
+if TYPE_CHECKING:
+    from tpmtop.output import Output
+
+# A row of the capture reader: the JSON text of an element's members (see tpmtop.capture.read).
+_Row = tuple[str, ...]
 
 PID = 1
 _BATCH = 8192
@@ -70,7 +78,7 @@ class _Writer:
     first flush: a capture refused before its events (not JSON, another schema) then leaves
     nothing at all on a stdout or pipe output (a file output is discarded anyway)."""
 
-    def __init__(self, out, prefix: bytes = b""):
+    def __init__(self, out: IO[bytes], prefix: bytes = b"") -> None:
         self.out = out
         self.batch: list[str] = []
         self.first = True
@@ -92,7 +100,7 @@ class _Writer:
             self.batch.clear()  # in place: the event handlers hold this list
 
 
-def _copy_file(src, dst) -> None:
+def _copy_file(src: IO[bytes], dst: IO[bytes]) -> None:
     """Append all of the (flushed) file ``src`` to the binary file ``dst``, in the kernel."""
     dst.flush()
     src_fd, dst_fd = src.fileno(), dst.fileno()
@@ -112,16 +120,16 @@ def _copy_file(src, dst) -> None:
 class _Export:
     """The state of one export. A forked helper starts with a copy of it (see _Helper)."""
 
-    def __init__(self, out, out_dir: str, prefix: bytes = b""):
+    def __init__(self, out: IO[bytes], out_dir: str, prefix: bytes = b"") -> None:
         from tpmtop.tpm import names  # rc wording for events written without rc_text
 
         self.rc_text = names.rc_text
         self.out_dir = out_dir
         self.w = _Writer(out, prefix)
-        self.tracks: dict[tuple, int] = {}  # key -> tid, numbered in order of appearance
+        self.tracks: dict[tuple[str, ...], int] = {}  # key -> tid, numbered in order of appearance
         self.track_names: dict[int, str] = {}
-        self.templates: dict[tuple, str] = {}
-        self.op_templates: dict[tuple, str] = {}
+        self.templates: dict[tuple[str, ...], str] = {}
+        self.op_templates: dict[tuple[str, ...], str] = {}
         self.n_ops = 0
         self.covered = bytearray()  # covered[op_seq] == 1: the "ops" array has it
         self.covered_big: set[int] = set()
@@ -129,16 +137,16 @@ class _Export:
         # "ops" array (the bench's uncounted warm-up, or a capture without "ops"). They are
         # spilled to a temporary file, one "op_seq<TAB>slice" line each, and added at the end
         # unless the "ops" array (if it came after the events) covers them after all.
-        self.spill = tempfile.TemporaryFile(dir=out_dir)
+        self.spill: IO[bytes] = tempfile.TemporaryFile(dir=out_dir)
         self.spill_lines: list[str] = []
-        self.open_ops: dict[int, list] = {}  # tid -> [op_seq, op_j, start_ns, end_ns, n, errors]
-        self.heads: dict[int, list] | None = None  # the helper's first closed operation per track
+        self.open_ops: dict[int, list[Any]] = {}  # tid -> [op_seq, op_j, start_ns, end_ns, n, errors]
+        self.heads: dict[int, list[Any]] | None = None  # the helper's first closed operation per track
         self.helper: _Helper | None = None
 
     # -- tracks and templates --------------------------------------------------------------
 
     def tid_for(self, origin_j: str, engine_j: str, mode_j: str) -> int:
-        key = (engine_j, mode_j) if engine_j != "null" else (origin_j,)
+        key: tuple[str, ...] = (engine_j, mode_j) if engine_j != "null" else (origin_j,)
         tid = self.tracks.get(key)
         if tid is None:
             tid = self.tracks[key] = len(self.tracks) + 1
@@ -150,7 +158,7 @@ class _Export:
             self.track_names[tid] = label
         return tid
 
-    def event_template(self, key: tuple) -> str:
+    def event_template(self, key: tuple[str, ...]) -> str:
         command_j, handles_j, sessions_j, rc, rc_text_j, origin_j, engine_j, mode_j = key
         tid = self.tid_for(origin_j, engine_j, mode_j)
         c = json.loads(command_j)
@@ -168,7 +176,7 @@ class _Export:
         self.templates[key] = tpl
         return tpl
 
-    def op_template(self, key: tuple) -> str:
+    def op_template(self, key: tuple[str, ...]) -> str:
         engine_j, mode_j, op_j, ok = key
         tid = self.tracks.get((engine_j, mode_j)) or self.tid_for('"workload"', engine_j, mode_j)
         tpl = _OP_TPL % (_esc(op_j), tid, ok)
@@ -179,7 +187,7 @@ class _Export:
 
     # -- per element: the hot paths (a million calls; locals, no helper calls) -------------
 
-    def op_handler(self):
+    def op_handler(self) -> Callable[[_Row], None]:
         templates = self.op_templates
         template = self.op_template
         w = self.w
@@ -187,7 +195,7 @@ class _Export:
         append = batch.append
         covered = self.covered
 
-        def on_op(row) -> None:
+        def on_op(row: _Row) -> None:
             seq, engine_j, mode_j, op_j, t_ns, total_ns, wire_ns, ok, _ = row
             tpl = templates.get((engine_j, mode_j, op_j, ok)) or template((engine_j, mode_j, op_j, ok))
             if len(t_ns) < 4 or len(total_ns) < 4 or len(wire_ns) < 4:
@@ -206,7 +214,7 @@ class _Export:
 
         return on_op
 
-    def event_handler(self):
+    def event_handler(self) -> Callable[[_Row], None]:
         templates = self.templates
         template = self.event_template
         w = self.w
@@ -215,10 +223,10 @@ class _Export:
         is_covered = self.is_covered
         derive = self.derive
         tracks = self.tracks
-        last_seq = None  # consecutive events mostly belong to the same operation
+        last_seq: str | None = None  # consecutive events mostly belong to the same operation
         last_derived = False
 
-        def on_event(row) -> None:
+        def on_event(row: _Row) -> None:
             nonlocal last_seq, last_derived
             (t_ns, command_j, handles_j, sessions_j, rc, rc_text_j, wire_ns, origin_j, engine_j, mode_j,
              op_j, op_seq, _) = row
@@ -264,7 +272,7 @@ class _Export:
                 self.close_op(tid, st)
             self.open_ops[tid] = [op_seq, op_j if op_j != "null" else '"op"', t_ns, end, 1, int(failed)]
 
-    def close_op(self, tid: int, st: list) -> None:
+    def close_op(self, tid: int, st: list[Any]) -> None:
         if self.heads is not None and tid not in self.heads:
             # In the helper: the first operation of a track may have begun before the split,
             # in the parent's part; the parent completes and writes it.
@@ -282,7 +290,7 @@ class _Export:
         self.spill.write("".join(self.spill_lines).encode("utf-8"))
         self.spill_lines.clear()
 
-    def merge_ops(self, heads: dict, open_ops: dict) -> None:
+    def merge_ops(self, heads: dict[int, list[Any]], open_ops: dict[int, list[Any]]) -> None:
         """The helper's derived-operation state joined to this process's at the split."""
         for tid in {**heads, **open_ops}:
             first = heads.get(tid) or open_ops[tid]  # the helper's earliest operation on the track
@@ -316,7 +324,7 @@ class _Export:
             if self.helper is not None and not reader.split_events(split, self.helper):
                 self.helper.abandon()
 
-    def run_helper(self, path: str, split: int, out_part, spill_part) -> dict:
+    def run_helper(self, path: str, split: int, out_part: IO[bytes], spill_part: IO[bytes]) -> dict[str, Any]:
         """(In the forked helper.) Convert the events from ``split`` to the array's end."""
         n_tracks = len(self.tracks)
         self.w = _Writer(out_part)
@@ -333,7 +341,7 @@ class _Export:
                 "labels": {tid: self.track_names[tid] for _, tid in new}, "wrote": not self.w.first,
                 "heads": self.heads, "open_ops": self.open_ops}
 
-    def join(self, res: dict, out_part, spill_part) -> bool:
+    def join(self, res: dict[str, Any], out_part: IO[bytes], spill_part: IO[bytes]) -> bool:
         """Take the helper's part if its track numbers are the ones this process would give."""
         tracks = dict(self.tracks)
         for key, tid in res["tracks"]:
@@ -402,7 +410,7 @@ class _Helper:
     — and then reports an invalid event with its real index and line.
     """
 
-    def __init__(self, pid: int, rfd: int, exp: _Export, out_part, spill_part):
+    def __init__(self, pid: int, rfd: int, exp: _Export, out_part: IO[bytes], spill_part: IO[bytes]) -> None:
         self.pid: int | None = pid
         self.rfd: int | None = rfd
         self.exp = exp
@@ -479,7 +487,8 @@ class _Helper:
         self.spill_part.close()
 
 
-def export_chrome_trace(capture_path: str | os.PathLike, out_path) -> dict:
+def export_chrome_trace(capture_path: str | os.PathLike[str],
+                        out_path: str | os.PathLike[str] | Output) -> dict[str, int]:
     """Write the trace (``out_path``: a path or a checked :class:`tpmtop.output.Output`; a
     regular file is replaced atomically); returns counts ``{"events", "ops", "derived_ops",
     "tracks"}``.

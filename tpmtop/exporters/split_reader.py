@@ -17,16 +17,25 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Callable
+from typing import Any, Protocol
 
 from tpmtop.capture.read import READ_CHUNK, CaptureReader
 
 
+class SplitHandler(Protocol):
+    """What ``split_events`` is given: the helper's side of the split."""
+
+    def join(self, reader: SplitReader) -> tuple[int, int, int] | None: ...
+
+    def abandon(self) -> None: ...
+
+
 class SplitReader(CaptureReader):
-    def __init__(self, *a, **kw):
+    def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
-        self.on_events_start: Callable | None = None
+        self.on_events_start: Callable[[SplitReader, int], None] | None = None
         self._limit: int | None = None  # no read goes past this byte offset while a split is on
-        self._split = None
+        self._split: SplitHandler | None = None
 
     # -- the reader's hooks -------------------------------------------------------------------
     def _events_begin(self) -> None:
@@ -62,7 +71,7 @@ class SplitReader(CaptureReader):
         pending = len(self._udec.getstate()[0])  # bytes of a character cut by the last read
         return self._bytes - pending - len(self.buf[self.pos:].encode("utf-8"))
 
-    def split_events(self, offset: int, handler) -> bool:
+    def split_events(self, offset: int, handler: SplitHandler) -> bool:
         """Read no further than ``offset`` (see above); False if that is not possible."""
         here = self._byte_offset()
         if offset <= here:
@@ -90,6 +99,7 @@ class SplitReader(CaptureReader):
 
     def _join_split(self) -> int | None:
         handler = self._split
+        assert handler is not None  # called only at the split point (self._limit), set with it
         done = handler.join(self)
         if done is None:
             self._drop_split()

@@ -20,8 +20,12 @@ import struct
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from tpmtop.tpm import names
+
+if TYPE_CHECKING:
+    from tpmtop.recorder import Event
 
 CC_POLICY_PCR = 0x17F
 CC_POLICY_RESTART = 0x180
@@ -62,7 +66,7 @@ class Extend:
     pid: int | None
     command: str  # "PCR_Extend", "PCR_Event", "PCR_Reset"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"pcr": self.pcr, "t_ns": self.t_ns, "time": _iso(self.wall), "by": self.who, "pid": self.pid,
                 "command": self.command}
 
@@ -130,7 +134,7 @@ class Breakage:
             return f"; the PCR update counter was {self.counter_before} before the PolicyPCR"
         return ""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"session": f"0x{self.session:08x}" if self.session is not None else None,
                 "command": self.command, "by": self.who, "pid": self.pid, "t_ns": self.t_ns,
                 "time": _iso(self.wall), "policy_pcrs": list(self.selection), "policy_by": self.policy_who,
@@ -147,10 +151,10 @@ def _iso(wall: float) -> str:
 
 @dataclass
 class PcrChangeWatch:
-    extends: deque = field(default_factory=lambda: deque(maxlen=KEEP_EXTENDS))
+    extends: deque[Extend] = field(default_factory=lambda: deque(maxlen=KEEP_EXTENDS))
     policies: dict[int, _Policy] = field(default_factory=dict)
-    breakages: deque = field(default_factory=lambda: deque(maxlen=KEEP_BREAKAGES))
-    by_pcr: Counter = field(default_factory=Counter)  # PCR (or None) -> 0x128 failures it is named in
+    breakages: deque[Breakage] = field(default_factory=lambda: deque(maxlen=KEEP_BREAKAGES))
+    by_pcr: Counter[int | None] = field(default_factory=Counter)  # PCR (or None) -> 0x128 failures it is named in
     failures: int = 0
     counter: int | None = None  # the last pcrUpdateCounter a PCR_Read answered
     _last_policy_by_who: dict[str, int] = field(default_factory=dict)
@@ -235,7 +239,8 @@ class PcrChangeWatch:
 def _first_handle(cmd: bytes | None) -> int | None:
     if cmd is None or len(cmd) < 14:
         return None
-    return struct.unpack_from(">I", cmd, 10)[0]
+    h: int = struct.unpack_from(">I", cmd, 10)[0]
+    return h
 
 
 def _params(cmd: bytes, nhandles: int) -> int | None:
@@ -279,7 +284,7 @@ def _policy_pcr_selection(cmd: bytes | None) -> frozenset[int]:
         return frozenset()
 
 
-def exchange_of(e) -> Exchange:
+def exchange_of(e: Event | dict[str, Any]) -> Exchange:
     """A recorder Event or a capture event dict as an Exchange."""
     if isinstance(e, dict):
         cmd_hex, rsp_hex = e.get("command_hex"), e.get("response_hex")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import stat
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tpmtop.errors import UsageError
@@ -124,9 +125,12 @@ class _Short(Exception):
 
 
 PROGRESS_EVERY = 8192  # records between two progress callbacks
+# progress(stage, done, total or None): what reading and replaying report every PROGRESS_EVERY records
+Progress = Callable[[str, int, "int | None"], None]
 
 
-def parse(buf: bytes, *, more: bool = False, max_events: int = MAX_EVENTS, progress=None) -> EventLog:
+def parse(buf: bytes, *, more: bool = False, max_events: int = MAX_EVENTS,
+          progress: Progress | None = None) -> EventLog:
     """Parse ``buf``; ``more``: the source had bytes past it (reading was bounded);
     ``progress(stage, done, total)``: called every few thousand records."""
     mv = memoryview(buf)
@@ -270,7 +274,7 @@ def _spec_id(data: bytes, log: EventLog) -> dict[int, tuple[str, int]]:
     return sizes
 
 
-def parse_file(path: str, progress=None) -> EventLog:
+def parse_file(path: str, progress: Progress | None = None) -> EventLog:
     buf, more = read_bounded(path)
     try:
         return parse(buf, more=more, progress=progress)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import struct
 import uuid
+from collections.abc import Callable
 
 
 class EventType(enum.IntEnum):
@@ -274,7 +275,7 @@ def _tagged(data: bytes) -> str:
     return f"tag {tag:#x}: {_hex(body)}"
 
 
-_DECODERS = {
+_DECODERS: dict[int, Callable[[bytes], str]] = {
     EventType.EV_EVENT_TAG: _tagged,
     EventType.EV_EFI_VARIABLE_DRIVER_CONFIG: _efi_variable,
     EventType.EV_EFI_VARIABLE_BOOT: _efi_variable,
@@ -294,7 +295,7 @@ _DECODERS = {
 
 def describe(etype: int, data: bytes) -> str:
     """The event's data for a person (not yet terminal-safe: callers print through textsafe)."""
-    fn = _DECODERS.get(etype)  # type: ignore[call-overload]
+    fn = _DECODERS.get(etype)
     try:
         if fn is not None:
             return fn(data)

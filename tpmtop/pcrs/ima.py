@@ -19,8 +19,9 @@ import struct
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
-from tpmtop.pcrs.eventlog import ALGORITHMS, MAX_EVENT_BYTES, PROGRESS_EVERY, EventLogError, layout_of
+from tpmtop.pcrs.eventlog import ALGORITHMS, MAX_EVENT_BYTES, PROGRESS_EVERY, EventLogError, Progress, layout_of
 
 MAX_ENTRIES = 5_000_000
 def _supported(name: str) -> bool:
@@ -65,7 +66,7 @@ def _bank_from_name(path: str) -> str | None:
     return m.group(1) if m else None
 
 
-def read(path: str, banks: list[str] | None = None, progress=None) -> ImaList:
+def read(path: str, banks: list[str] | None = None, progress: Progress | None = None) -> ImaList:
     """``banks``: the banks to compute from a binary list's template data (default: every
     bank hashlib has); each costs one hash per entry. ``progress(stage, done, None)``: called
     every few thousand entries."""
@@ -85,7 +86,7 @@ def read(path: str, banks: list[str] | None = None, progress=None) -> ImaList:
         raise EventLogError(f"{path}: is a directory, not IMA's list") from None
 
 
-def _read_ascii(f, path: str, progress=None) -> ImaList:
+def _read_ascii(f: BinaryIO, path: str, progress: Progress | None = None) -> ImaList:
     out = ImaList(path)
     named = _bank_from_name(path)
     shared: tuple[tuple[str, int, int], ...] = ()
@@ -122,7 +123,7 @@ def _read_ascii(f, path: str, progress=None) -> ImaList:
     return out
 
 
-def _lines(f) -> Iterator[str]:
+def _lines(f: BinaryIO) -> Iterator[str]:
     while True:
         line = f.readline(MAX_EVENT_BYTES)
         if not line:
@@ -130,7 +131,7 @@ def _lines(f) -> Iterator[str]:
         yield line.decode("utf-8", errors="replace").rstrip("\n")
 
 
-def _read_binary(f, path: str, banks: list[str] | None, progress=None) -> ImaList:
+def _read_binary(f: BinaryIO, path: str, banks: list[str] | None, progress: Progress | None = None) -> ImaList:
     sizes = {b: n for b, n in _DIGEST_SIZES.items() if banks is None or b in banks or b == "sha1"}
     out = ImaList(path, banks=list(sizes))
     all_banks = tuple(sizes)
@@ -181,7 +182,7 @@ def _read_binary(f, path: str, banks: list[str] | None, progress=None) -> ImaLis
     return out
 
 
-def _exact(f, n: int) -> bytes:
+def _exact(f: BinaryIO, n: int) -> bytes:
     b = f.read(n)
     if len(b) != n:
         raise ValueError("truncated entry")

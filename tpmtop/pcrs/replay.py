@@ -10,9 +10,10 @@ EV_NO_ACTION, which the firmware never extended. IMA's entries follow the firmwa
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tpmtop.pcrs.eventlog import ALGORITHMS, EV_NO_ACTION, PROGRESS_EVERY, EventLog
+from tpmtop.pcrs.eventlog import ALGORITHMS, EV_NO_ACTION, PROGRESS_EVERY, EventLog, Progress
 from tpmtop.pcrs.ima import ImaList
 
 NUM_PCRS = 24
@@ -51,7 +52,7 @@ class Replay:
 
 
 def replay(log: EventLog | None, ima: ImaList | None = None, banks: list[str] | None = None,
-           targets: dict[str, dict[int, bytes]] | None = None, progress=None) -> Replay:
+           targets: dict[str, dict[int, bytes]] | None = None, progress: Progress | None = None) -> Replay:
     """Replay ``log`` (and then ``ima``) for ``banks`` (default: the log's own, or IMA's).
     ``targets``: the TPM's values (bank -> pcr -> value), looked for among IMA's prefixes."""
     if banks is None:
@@ -139,6 +140,8 @@ def _hashable(bank: str) -> bool:
     return True
 
 
-def _ctor(bank: str):
-    fn = getattr(hashlib, bank, None)
-    return fn if fn is not None else (lambda b, _n=bank: hashlib.new(_n, b))
+def _ctor(bank: str) -> Callable[[bytes], hashlib._Hash]:
+    fn: Callable[[bytes], hashlib._Hash] | None = getattr(hashlib, bank, None)
+    if fn is not None:
+        return fn
+    return lambda b: hashlib.new(bank, b)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tpmtop.pcrs.eventlog import EventLog
 from tpmtop.pcrs.events import describe, type_name
 from tpmtop.pcrs.ima import ImaList
@@ -13,7 +15,7 @@ from tpmtop.textsafe import safe
 SCHEMA = "tpmtop-pcrs/1"
 
 
-def log_json(log: EventLog | None, path: str | None) -> dict | None:
+def log_json(log: EventLog | None, path: str | None) -> dict[str, Any] | None:
     if log is None:
         return None
     return {"path": path, "format": log.format, "banks": log.banks, "events": len(log.events),
@@ -22,13 +24,13 @@ def log_json(log: EventLog | None, path: str | None) -> dict | None:
             "notes": log.notes}
 
 
-def events_json(log: EventLog) -> list[dict]:
+def events_json(log: EventLog) -> list[dict[str, Any]]:
     return [{"index": e.index, "offset": e.offset, "pcr": e.pcr, "type": type_name(e.type),
              "type_value": e.type, "digests": {b: d.hex() for b, d in e.digests.items()},
              "data": describe(e.type, e.data)} for e in log.events]
 
 
-def ima_json(ima: ImaList | None) -> dict | None:
+def ima_json(ima: ImaList | None) -> dict[str, Any] | None:
     if ima is None:
         return None
     return {"path": ima.source, "entries": len(ima.entries), "banks": ima.banks,
@@ -36,7 +38,7 @@ def ima_json(ima: ImaList | None) -> dict | None:
 
 
 def to_json(report: Report, log: EventLog | None, log_path: str | None, ima: ImaList | None, rep: Replay,
-            tpm: PcrValues | None, tpm_info: dict | None, with_events: bool) -> dict:
+            tpm: PcrValues | None, tpm_info: dict[str, Any] | None, with_events: bool) -> dict[str, Any]:
     out = {"schema": SCHEMA, "tpm": tpm_info,
            "update_counter": tpm.update_counter if tpm is not None else None,
            "eventlog": log_json(log, log_path), "ima": ima_json(ima),

@@ -14,13 +14,14 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from tpmtop.errors import UsageError
 
 PREFIX = "pcrs-"
 
 
-def save(doc: dict, directory: Path, path: str | None = None) -> Path:
+def save(doc: dict[str, Any], directory: Path, path: str | None = None) -> Path:
     """Write ``doc`` to ``path``, or to a new file in ``directory`` (created 0700: a snapshot
     names this machine's boot chain)."""
     from tpmtop.atomic import write_atomic
@@ -51,7 +52,7 @@ def latest(d: Path) -> Path:
     return found[-1]
 
 
-def load(path: str | os.PathLike[str]) -> dict:
+def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
@@ -64,7 +65,7 @@ def load(path: str | os.PathLike[str]) -> dict:
     return doc
 
 
-def _values(doc: dict) -> dict[tuple[str, int], str]:
+def _values(doc: dict[str, Any]) -> dict[tuple[str, int], str]:
     """(bank, pcr) -> value: the TPM's where read, else the replay's."""
     out: dict[tuple[str, int], str] = {}
     for r in doc.get("pcrs", []):
@@ -74,15 +75,15 @@ def _values(doc: dict) -> dict[tuple[str, int], str]:
     return out
 
 
-def _key(ev: dict) -> tuple[str, str]:
+def _key(ev: dict[str, Any]) -> tuple[str, str]:
     return (ev.get("type", ""), ev.get("data", ""))
 
 
-def diff(old: dict, new: dict) -> dict:
+def diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     ov, nv = _values(old), _values(new)
     changed = sorted({(b, p) for b, p in ov.keys() | nv.keys() if ov.get((b, p)) != nv.get((b, p))},
                      key=lambda k: (k[1], k[0]))
-    pcrs: dict[int, dict] = {}
+    pcrs: dict[int, dict[str, Any]] = {}
     for bank, pcr in changed:
         e = pcrs.setdefault(pcr, {"pcr": pcr, "banks": {}, "events": []})
         e["banks"][bank] = {"old": ov.get((bank, pcr)), "new": nv.get((bank, pcr))}
@@ -98,8 +99,8 @@ def diff(old: dict, new: dict) -> dict:
             "pcrs": [pcrs[p] for p in sorted(pcrs)]}
 
 
-def _event_changes(a: list[dict], b: list[dict]) -> list[dict]:
-    out: list[dict] = []
+def _event_changes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     sm = difflib.SequenceMatcher(a=[_key(e) for e in a], b=[_key(e) for e in b], autojunk=False)
     for op, i1, i2, j1, j2 in sm.get_opcodes():
         if op == "equal":
@@ -119,7 +120,7 @@ def _event_changes(a: list[dict], b: list[dict]) -> list[dict]:
     return out
 
 
-def _change(kind: str, ev: dict, old: dict | None = None) -> dict:
+def _change(kind: str, ev: dict[str, Any], old: dict[str, Any] | None = None) -> dict[str, Any]:
     c = {"change": kind, "type": ev.get("type"), "data": ev.get("data"), "digests": ev.get("digests")}
     if old is not None:
         c["old_data"] = old.get("data")
@@ -127,7 +128,7 @@ def _change(kind: str, ev: dict, old: dict | None = None) -> dict:
     return c
 
 
-def diff_text(d: dict, path: str) -> str:
+def diff_text(d: dict[str, Any], path: str) -> str:
     from tpmtop.textsafe import safe
 
     lines = [f"compared with {safe(path)} (saved {d['old'].get('saved_at')}, boot {d['old'].get('boot_id')})"]

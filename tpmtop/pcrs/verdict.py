@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpmtop.pcrs.eventlog import EventLog
 from tpmtop.pcrs.ima import ImaList
@@ -58,7 +59,7 @@ class PcrResult:
     ima: int  # IMA entries that extend it
     reason: str = ""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"bank": self.bank, "pcr": self.pcr, "status": self.status.value,
                 "tpm": self.tpm.hex() if self.tpm is not None else None,
                 "replay": self.replay.hex() if self.replay is not None else None,
@@ -71,7 +72,7 @@ class BankHealth:
     verdict: Health
     detail: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"bank": self.bank, "verdict": self.verdict.value, "detail": self.detail}
 
 

@@ -122,9 +122,11 @@ class Source(Protocol):
     baseline_ops: dict[tuple[str, str], int]  # (engine, op) -> `none` ops run as the interleaved baseline
     workload_error: str | None
     pause_reason: str | None
-    sysfs: Sysfs | None
     proxy: Any  # tpmtop.proxy.server.ProxyServer with --listen
     proxy_log: list[str]
+
+    @property
+    def sysfs(self) -> Sysfs | None: ...  # read-only here: passive and kernel always have one
 
     @property
     def recorder(self) -> Recorder | None: ...  # live and kernel: the commands as they happen
