@@ -86,8 +86,8 @@ class BootStats:
     probes: ProbeView | None = None  # the in-guest kprobe view, when the guest was traced
     # the workload's extends by command sequence ("ContextLoad StartAuthSession FlushContext
     # PCR_Extend" -> count), and each command's mean TPM ms inside them: what one extend costs
-    extend_shapes: dict = field(default_factory=dict)
-    extend_command_ms: dict = field(default_factory=dict)
+    extend_shapes: dict[str, int] = field(default_factory=dict)
+    extend_command_ms: dict[str, float] = field(default_factory=dict)
     workload_extends_with_setup: int = 0
     retried_after: str | None = None  # the first attempt's failure when this boot is a retry
 

@@ -15,6 +15,7 @@ Layer: lab; no Textual.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tpmtop.lab.analysis import BootStats
 
@@ -35,7 +36,7 @@ class Row:
     tpm_s: float  # their TPM time, per boot (mean over the kernel's boots)
     host_s: float | None  # the workload's wall time on the host clock, per boot
     setups: int  # workload extends that set up a session, per boot (the first boot's)
-    command_ms: dict  # command name -> mean TPM ms inside the workload's extends
+    command_ms: dict[str, float]  # command name -> mean TPM ms inside the workload's extends
 
     @property
     def ms_per_extend(self) -> float:
@@ -46,7 +47,7 @@ class Row:
         """The TPM time this kernel would spend on the thread's 12,313 extends at this rate."""
         return self.ms_per_extend * THREAD_N / 1000
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__) | {"ms_per_extend": self.ms_per_extend, "scaled_to_thread_n_s": self.scaled_s}
 
 
@@ -128,7 +129,9 @@ def table(boots: list[BootStats], profile: str | None) -> list[str]:
             ]
         )
     w = [max(len(x[i]) for x in [header] + body) for i in range(len(header))]
-    fmt = lambda r: "  ".join(c.ljust(w[i]) if i < 2 else c.rjust(w[i]) for i, c in enumerate(r)).rstrip()  # noqa: E731
+    def fmt(r: list[str]) -> str:
+        return "  ".join(c.ljust(w[i]) if i < 2 else c.rjust(w[i]) for i, c in enumerate(r)).rstrip()
+
     lines = [
         f"The thread's benchmark, N IMA extends as fast as the guest makes them (TPM time at tpmtop's end of the "
         f"wire, {'profile ' + profile if profile else 'no profile: swtpm'}; host s = the workload's wall time on "

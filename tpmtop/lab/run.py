@@ -40,7 +40,7 @@ from tpmtop.lab.guest import boot_once
 if TYPE_CHECKING:
     from tpmtop.importers.observed import ObservedExchange
     from tpmtop.kernel.trace_pipe import KernelCommand, KernelOp
-    from tpmtop.lab.guest import KernelSpec
+    from tpmtop.lab.guest import Boot, KernelSpec
     from tpmtop.profiles.profile import Profile
 
 
@@ -225,7 +225,9 @@ def run_lab(opts: LabOptions, log: Callable[[str], None] = print) -> LabResult:
     return res
 
 
-def _boot_and_read(spec, i, run_dir, cache, root, opts: LabOptions, profile, accel, append):
+def _boot_and_read(spec: KernelSpec, i: int, run_dir: str, cache: str, root: str, opts: LabOptions,
+                   profile: Profile | None, accel: str, append: str
+                   ) -> tuple[analysis.BootStats, Boot, list[KernelCommand], list[ObservedExchange], list[KernelOp]]:
     b = boot_once(
         spec,
         i + 1,
@@ -248,7 +250,8 @@ def _boot_and_read(spec, i, run_dir, cache, root, opts: LabOptions, profile, acc
     return st, b, kcs, xs, ops
 
 
-def _write_capture(path, st, kcs, xs, ops, spec, profile, res) -> None:
+def _write_capture(path: str, st: analysis.BootStats, kcs: list[KernelCommand], xs: list[ObservedExchange],
+                   ops: list[KernelOp], spec: KernelSpec, profile: Profile | None, res: LabResult) -> None:
     from tpmtop.capture.write import write_capture
     from tpmtop.kernel.capture import kernel_capture
 
@@ -300,7 +303,7 @@ def baseline_kernel(boots: list[analysis.BootStats]) -> str | None:
     return off[0].kernel
 
 
-def run_bench(opts: LabOptions, out: str, per_command: bool = False) -> tuple[dict | None, str | None]:
+def run_bench(opts: LabOptions, out: str, per_command: bool = False) -> tuple[dict[str, Any] | None, str | None]:
     """``tpmtop bench``'s none and reuse extends (and per-command, when a kernel booted here
     started a session per extend): tpmtop's own re-enactment of the kernels' sequences."""
     path = os.path.join(out, "bench.capture.json")
