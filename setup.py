@@ -10,6 +10,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import ClassVar
 
 from setuptools import Command, setup
 from setuptools.command.build import build
@@ -24,7 +25,7 @@ warnings.filterwarnings("ignore", message="Editable installation", category=Info
 
 class build_distfiles(Command):
     description = "man pages and shell completions from tpmtop's argparse definitions"
-    user_options: list[tuple[str, str | None, str]] = []
+    user_options: ClassVar[list[tuple[str, str | None, str]]] = []
 
     def initialize_options(self) -> None:
         self.build_base: str | None = None
@@ -50,7 +51,7 @@ class build_distfiles(Command):
 
 
 class build_with_distfiles(build):
-    sub_commands = [*build.sub_commands, ("build_distfiles", None)]
+    sub_commands: ClassVar = [*build.sub_commands, ("build_distfiles", None)]
 
 
 setup(cmdclass={"build": build_with_distfiles, "build_distfiles": build_distfiles})

@@ -26,10 +26,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from machine import describe  # noqa: E402 - benchmarks/machine.py
+from machine import describe
 
-from tpmtop.capture import write_capture  # noqa: E402
-from tpmtop.stats import LatencyHistogram  # noqa: E402
+from tpmtop.capture import write_capture
+from tpmtop.stats import LatencyHistogram
 
 TARGET_S = 5.0
 TARGET_MB = 500

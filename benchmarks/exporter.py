@@ -190,7 +190,7 @@ def main(argv=None) -> int:
 
     def p(xs, q) -> float:
         xs = sorted(xs)
-        return xs[min(len(xs) - 1, int(round(q / 100.0 * (len(xs) - 1))))]
+        return xs[min(len(xs) - 1, round(q / 100.0 * (len(xs) - 1)))]
 
     wall = args.minutes * 60.0
     print(f"machine: {describe()}; shared with other jobs: 5-min load average {load0:.1f} at the start, "

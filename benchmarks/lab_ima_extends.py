@@ -64,7 +64,7 @@ def main() -> int:
         trace=a.trace,
     )
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    load = " ".join(open("/proc/loadavg").read().split()[:3])
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     try:
         res = run_lab(opts, log=lambda s: print(s, file=sys.stderr))
     except TpmtopError as e:

@@ -26,15 +26,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.helpers.processes
 
-from machine import describe  # noqa: E402 - benchmarks/machine.py
-from tpm2_pytss import ESAPI  # noqa: E402
-from tpm2_pytss.constants import ESYS_TR, TPM2_ALG  # noqa: E402
-from tpm2_pytss.TCTILdr import TCTILdr  # noqa: E402
-from tpm2_pytss.types import TPML_DIGEST_VALUES, TPMT_HA  # noqa: E402
+from machine import describe
+from tpm2_pytss import ESAPI
+from tpm2_pytss.constants import ESYS_TR, TPM2_ALG
+from tpm2_pytss.TCTILdr import TCTILdr
+from tpm2_pytss.types import TPML_DIGEST_VALUES, TPMT_HA
 
-from tpmtop.recorder import Recorder  # noqa: E402
-from tpmtop.tpm.esapi import TransportTcti  # noqa: E402
-from tpmtop.tpm.transport import InstrumentedTransport, SocketBackend, connect_tcp  # noqa: E402
+from tpmtop.recorder import Recorder
+from tpmtop.tpm.esapi import TransportTcti
+from tpmtop.tpm.transport import InstrumentedTransport, SocketBackend, connect_tcp
 
 
 def start_swtpm():

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import describe  # noqa: E402
+from machine import describe
 
 TPMTOP = [sys.executable, "-m", "tpmtop"]
 

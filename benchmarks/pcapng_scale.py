@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -106,7 +107,7 @@ def main() -> int:
         subprocess.run([sys.executable, os.path.abspath(__file__), "--events", str(args.events),
                         "--generate", path, b], check=True)
     print(f"machine: {describe()}")
-    print(f"load average at start: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    print(f"load average at start: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     print(f"capture: {args.events:,} events with bytes, {os.path.getsize(cap) / 1e6:.0f} MB")
     fig = {}
     fig["chrome"] = run(["export", cap, "--format", "chrome-trace", "-o", os.path.join(d, "trace.json")])
@@ -124,7 +125,7 @@ def main() -> int:
         _, _, cpu_imp = run(["compare", imported, imported])
         print(f"compare, bench-shaped capture: {cpu_bench:6.1f} s CPU; imported capture: {cpu_imp:6.1f} s CPU, "
               f"x{cpu_imp / cpu_bench:.2f}  (target ≤ x1.5)")
-    print(f"load average at end: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    print(f"load average at end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     if not args.keep:
         for f in os.listdir(d):
             os.unlink(os.path.join(d, f))

@@ -24,12 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine import describe  # noqa: E402 - benchmarks/machine.py
+from machine import describe
 
-from tpmtop.connect import open_tpm  # noqa: E402
-from tpmtop.sessions.modes import MODES  # noqa: E402
-from tpmtop.sessions.workload import Workload  # noqa: E402
-from tpmtop.stats import LatencyHistogram  # noqa: E402
+from tpmtop.connect import open_tpm
+from tpmtop.sessions.modes import MODES
+from tpmtop.sessions.workload import Workload
+from tpmtop.stats import LatencyHistogram
 
 
 def main() -> int:

@@ -33,11 +33,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from machine import describe  # noqa: E402 - benchmarks/machine.py
+from machine import describe
 
-from tpmtop.connect import open_tpm  # noqa: E402
-from tpmtop.sessions.modes import Mode  # noqa: E402
-from tpmtop.sources.live import DEFAULT_RATE, LiveSource  # noqa: E402
+from tpmtop.connect import open_tpm
+from tpmtop.sessions.modes import Mode
+from tpmtop.sources.live import DEFAULT_RATE, LiveSource
 
 WARM_S = 2.0
 

@@ -25,15 +25,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine import describe  # noqa: E402 - benchmarks/machine.py
+from machine import describe
 
-from tpmtop.bench import BenchPlan, run_bench  # noqa: E402
-from tpmtop.connect import open_tpm  # noqa: E402
-from tpmtop.profiles import load_profile  # noqa: E402
-from tpmtop.profiles.apply import apply_profile  # noqa: E402
-from tpmtop.profiles.profile import has_hmac_session  # noqa: E402
-from tpmtop.tpm import names, wire  # noqa: E402
-from tpmtop.tpm.holdclock import sleep_until  # noqa: E402
+from tpmtop.bench import BenchPlan, run_bench
+from tpmtop.connect import open_tpm
+from tpmtop.profiles import load_profile
+from tpmtop.profiles.apply import apply_profile
+from tpmtop.profiles.profile import has_hmac_session
+from tpmtop.tpm import names, wire
+from tpmtop.tpm.holdclock import sleep_until
 
 FIGURES_US = (3_195, 6_360, 24_356, 36_977)  # FlushContext, PCR_Extend, with HMAC, ContextLoad
 

@@ -24,13 +24,13 @@ import psutil
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from machine import describe  # noqa: E402 - benchmarks/machine.py
+from machine import describe
 
-from tpmtop.connect import open_tpm  # noqa: E402
-from tpmtop.errors import TpmtopError  # noqa: E402
-from tpmtop.sessions.modes import MODES, OPS  # noqa: E402
-from tpmtop.sessions.workload import Workload  # noqa: E402
-from tpmtop.tpm.handles import list_handles  # noqa: E402
+from tpmtop.connect import open_tpm
+from tpmtop.errors import TpmtopError
+from tpmtop.sessions.modes import MODES, OPS
+from tpmtop.sessions.workload import Workload
+from tpmtop.tpm.handles import list_handles
 
 # Commands whose response carries a handle the TPM now holds for the caller.
 CREATING = {0x131: "CreatePrimary", 0x176: "StartAuthSession", 0x161: "ContextLoad", 0x157: "Load",

@@ -20,10 +20,10 @@ dashboard's stylesheet is used, so the layout and the styles are the same. The k
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
@@ -85,7 +85,7 @@ def _compose(node: Widget | _Box) -> ComposeResult:
 
 
 class _Modal(ModalScreen[None]):
-    BINDINGS = [Binding("escape", "app.pop_screen", "Close")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "Close")]
 
     def __init__(self, text: str) -> None:
         super().__init__()
@@ -116,7 +116,7 @@ class FloorScreen(Screen[None]):
 class FloorApp(App[None]):
     """The floor: the same tree, each key the same visible change through Textual alone."""
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         *[Binding(k, f"state('{k}')", k) for k in STATE_KEYS],
         Binding("s", "stream_title", "s"),
         Binding("t", "next_theme", "t"),

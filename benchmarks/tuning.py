@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine import describe  # noqa: E402 - benchmarks/machine.py
+from machine import describe
 
 TPMTOP = [sys.executable, "-m", "tpmtop"]
 

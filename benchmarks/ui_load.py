@@ -52,9 +52,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from machine import describe  # noqa: E402 - benchmarks/machine.py
+from machine import describe
 
-from tpmtop.sessions.modes import MODES  # noqa: E402 - after the path above
+from tpmtop.sessions.modes import MODES
 
 
 async def live_ratio(src, pilot, rate: float, seconds: float) -> tuple[float | None, dict]:

@@ -99,7 +99,7 @@ def _fields(e: Event | dict[str, Any]) -> tuple[str, int | None, int, int, str]:
 
 
 class _Acc:
-    __slots__ = ("count", "lost", "first", "last", "origins")
+    __slots__ = ("count", "first", "last", "lost", "origins")
 
     def __init__(self) -> None:
         self.count, self.lost, self.last = 0, 0, 0

@@ -32,8 +32,8 @@ PERCENTILES = (50.0, 90.0, 99.0)
 # HdrHistogram's own layout for this range, worked out as its constructor does (without
 # importing hdrh; tests/unit/test_import_hygiene.py compares them with hdrh's):
 # values below 2**_UNIT_BITS ns share the first buckets' unit, each bucket holds 2**_SUB_BITS slots.
-_UNIT_BITS = int(math.floor(math.log2(LOWEST_NS)))
-_SUB_BITS = max(int(math.ceil(math.log2(2 * 10 ** SIGNIFICANT_DIGITS))), 1)
+_UNIT_BITS = math.floor(math.log2(LOWEST_NS))
+_SUB_BITS = max(math.ceil(math.log2(2 * 10 ** SIGNIFICANT_DIGITS)), 1)
 
 
 def _new_hdr() -> HdrHistogram:
@@ -66,7 +66,7 @@ def recorded(h: HdrHistogram) -> list[tuple[int, int]]:
 class LatencyHistogram:
     """One latency distribution. Values are nanoseconds; summaries are microseconds."""
 
-    __slots__ = ("_h", "_lock", "_sum_ns", "_min_ns", "_max_ns", "_pending")
+    __slots__ = ("_h", "_lock", "_max_ns", "_min_ns", "_pending", "_sum_ns")
 
     def __init__(self) -> None:
         self._h: HdrHistogram | None = None  # made by the first drain that has a value

@@ -70,7 +70,7 @@ def test_capture_wins_for_its_modes(tmp_path):
         run("native", "none", "extend", 120.0),
         run("native", "reuse", "get_random", 1.0),
     ])))
-    per_mode, notes = pj.load_capture_costs(str(path))
+    per_mode, _notes = pj.load_capture_costs(str(path))
     assert per_mode["per-command"].us == Decimal("1900.5")  # native preferred over esys
     assert per_mode["none"].us == Decimal("120.0")
     assert set(per_mode) == {"per-command", "none"}

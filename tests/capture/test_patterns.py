@@ -3,10 +3,10 @@ tpm2-tss's pcap: TCTI, tpmtop's own recorder, and bench captures in `tpmtop comp
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +14,7 @@ from tests.helpers.processes import run_tpmtop
 from tpmtop.capture import load_capture
 from tpmtop.patterns import Detector, detect
 
-needs_tcti_pcap = pytest.mark.skipif(not glob.glob("/usr/lib/*/libtss2-tcti-pcap.so*"),
+needs_tcti_pcap = pytest.mark.skipif(not any(Path("/usr/lib").glob("*/libtss2-tcti-pcap.so*")),
                                      reason="tpm2-tss's pcap TCTI (libtss2-tcti-pcap0) is not installed")
 
 

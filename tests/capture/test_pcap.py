@@ -12,6 +12,7 @@ import socket
 import struct
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,9 +26,8 @@ needs_tshark = pytest.mark.skipif(shutil.which("tshark") is None,
 
 
 def _tcti_pcap_installed() -> bool:
-    import glob
 
-    return bool(glob.glob("/usr/lib/*/libtss2-tcti-pcap.so*"))
+    return bool(any(Path("/usr/lib").glob("*/libtss2-tcti-pcap.so*")))
 
 
 needs_tcti_pcap = pytest.mark.skipif(not _tcti_pcap_installed(),
@@ -73,9 +73,9 @@ def test_tcti_pcap_file_imports_with_the_commands_tpm2_tools_sent(tcp_swtpm, tmp
     assert cap["tpm"]["manufacturer"] == "IBM"  # swtpm, read from the GetCapability in the file
     assert "1 connection(s), raw framing" in r.stderr
     # -o naming the input pcap is refused (exit 2) and the pcap is still there, whole
-    before = open(pcap, "rb").read()
+    before = Path(pcap).read_bytes()
     same = run_tpmtop("import", pcap, "-o", pcap)
-    assert same.returncode == 2 and "is the input" in same.stderr and open(pcap, "rb").read() == before
+    assert same.returncode == 2 and "is the input" in same.stderr and Path(pcap).read_bytes() == before
 
 
 @needs_tcti_pcap

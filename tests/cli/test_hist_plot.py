@@ -3,6 +3,7 @@ draws the mode comparison (matplotlib, imported only then). Real swtpm runs (``-
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -86,12 +87,12 @@ def runs(tmp_path_factory):
 
 
 def test_bench_hist_has_every_mode_every_operation_and_no_gap(runs):
-    d, r = runs
+    _d, r = runs
     got = maps(r.stdout)
     assert set(got) == {"@extend_us[native, none]", "@extend_us[native, per-command]"}
     for title, rows in got.items():
         assert sum(c for _, _, c in rows) == 60, title  # every counted operation, in one bucket each
-        for (_, hi, _), (lo, _, _) in zip(rows, rows[1:], strict=False):
+        for (_, hi, _), (lo, _, _) in itertools.pairwise(rows):
             assert lo == hi  # contiguous: the empty buckets are printed, not dropped
         assert rows[0][2] and rows[-1][2]  # from the lowest filled bucket to the highest
     # the per-command mode costs more than none: its median bucket is not below none's
@@ -101,6 +102,7 @@ def test_bench_hist_has_every_mode_every_operation_and_no_gap(runs):
             acc += c
             if acc >= half:
                 return lo
+        raise AssertionError("no median bucket")
     assert median_lo(got["@extend_us[native, per-command]"]) >= median_lo(got["@extend_us[native, none]"])
 
 

@@ -171,7 +171,7 @@ def _copy_tree(dest: Path) -> None:
             continue  # deleted in the work tree, not yet in git
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         if src.is_symlink():
-            os.symlink(os.readlink(src), dest / rel)
+            (dest / rel).symlink_to(os.readlink(src))
         else:
             shutil.copy2(src, dest / rel)
 

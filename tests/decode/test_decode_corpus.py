@@ -5,9 +5,9 @@ TPM 2.0 dissector on command codes, handles, sessions and response codes."""
 
 from __future__ import annotations
 
-import glob
 import shutil
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +15,7 @@ from tests.helpers.decode_peers import tpmstream_fields, tpmtop_fields, tshark_f
 from tpmtop import decode
 from tpmtop.tpm import names
 
-pytestmark = pytest.mark.skipif(not glob.glob("/usr/lib/*/libtss2-tcti-pcap.so*"),
+pytestmark = pytest.mark.skipif(not any(Path("/usr/lib").glob("*/libtss2-tcti-pcap.so*")),
                                 reason="no tpm2-tss pcap TCTI (scripts/bootstrap.sh --test installs it)")
 
 # What the issue asks the corpus to hold (tpm2-tools' commands and tpmtop's workloads).

@@ -87,7 +87,7 @@ def test_serves_what_the_capture_of_the_same_trace_holds(exporter, tmp_path):
 
     # bounded labels: every family is one of tpmtop's (or prometheus_client's process_*), no
     # pid/comm/handle label, and every `path` from the closed set
-    for (name, labels), _v in samples(text).items():
+    for (name, labels) in samples(text):
         base = re.sub(r"_(bucket|sum|count)$", "", name)
         assert base in fam.FAMILY_NAMES or name.startswith("process_"), name
         keys = {k for k, _ in labels}

@@ -65,7 +65,7 @@ scrape_configs:
     static_configs:
 {static}
 """)
-        self.log = open(tmp / "prometheus.log", "w+")
+        self.log = open(tmp / "prometheus.log", "w+")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'data'}",
                                       f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
                                      stdout=self.log, stderr=subprocess.STDOUT)

@@ -60,7 +60,7 @@ class Proxy:
                     if all(n in line for n in needles):
                         return line
                 left = deadline - time.monotonic()
-                if left <= 0 or self.proc.poll() is not None and not self._t.is_alive():
+                if left <= 0 or (self.proc.poll() is not None and not self._t.is_alive()):
                     raise AssertionError(f"no line with {needles!r} in proxy output:\n" + "\n".join(self.lines))
                 self._cv.wait(min(left, 0.5))
 

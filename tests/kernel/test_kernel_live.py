@@ -316,7 +316,7 @@ async def test_the_dashboard_shows_the_kernels_commands_live(tmp_path, monkeypat
     from tpmtop.sources.kernel import KernelSource
     from tpmtop.tui.app import TpmtopApp
 
-    src, notices = watch_source(Namespace(kernel=True, passive=False, kernel_trace=None))
+    src, _notices = watch_source(Namespace(kernel=True, passive=False, kernel_trace=None))
     assert isinstance(src, KernelSource)
     group = src.tap.probes.group
     t = probes.find_tracefs()
@@ -370,7 +370,7 @@ def test_the_kernel_dashboard_removes_its_probes_on_a_signal(sig):
     threading.Thread(target=drain, daemon=True).start()
     group = f"{probes.GROUP_PREFIX}{p.pid}"
     try:
-        wait_for(lambda: group in t.read("kprobe_events") and os.path.isdir(t.path("instances", group))
+        wait_for(lambda: (group in t.read("kprobe_events") and os.path.isdir(t.path("instances", group)))
                  or p.poll() is not None, "the dashboard to arm its probes")
         assert p.poll() is None, p.stderr.read()
         p.send_signal(sig)

@@ -74,7 +74,7 @@ def test_without_operation_probes_operations_are_assembled_from_the_commands():
     another task is no part of it."""
     from tpmtop.kernel.ops import Assembler, KernelAccounts
 
-    cmds, p = parse_text(_text("trace-6.10-ima-hmac.txt"), byteorder="little")
+    cmds, _p = parse_text(_text("trace-6.10-ima-hmac.txt"), byteorder="little")
     a, acc = Assembler(), KernelAccounts()
     ops = []
     for kc in sorted(cmds, key=lambda c: c.t_ns + c.wire_ns):

@@ -40,8 +40,7 @@ def lab(tmp_path_factory):
 
     names = [k for k in ("6.12-percmd", "6.12-hmac", "6.12-nohmac") if _built(k)] + ["6.12", "6.1"]
     out = tmp_path_factory.mktemp("lab")
-    res = run_lab(LabOptions(kernels=names, files=FILES, out_dir=str(out), bench_n=30), log=lambda s: None)
-    return res
+    return run_lab(LabOptions(kernels=names, files=FILES, out_dir=str(out), bench_n=30), log=lambda s: None)
 
 
 def _boot(lab, name: str):

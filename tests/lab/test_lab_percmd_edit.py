@@ -7,9 +7,9 @@ unpacks (`make lab-kernels`) and skips, saying so, without it."""
 from __future__ import annotations
 
 import difflib
-import glob
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -67,8 +67,8 @@ def test_on_a_source_it_does_not_fit_it_refuses_in_one_line_and_writes_nothing(t
 
 def _debian_source() -> str | None:
     for cache in ("/var/cache/tpmtop-lab", os.path.expanduser("~/.cache/tpmtop-lab")):
-        for src in sorted(glob.glob(f"{cache}/src/linux-source-6.12-*/drivers/char/tpm/tpm2-sessions.c")):
-            return src
+        for src in sorted(Path(cache).glob("src/linux-source-6.12-*/drivers/char/tpm/tpm2-sessions.c")):
+            return str(src)
     return None
 
 

@@ -115,7 +115,7 @@ def test_init_resets_the_tpm_as_a_platform_reset_does(relay):
 
 
 def test_a_control_command_the_relay_does_not_offer_closes_the_channel_and_says_so(relay):
-    g, ctrl, _, theirs, problems, _ = relay
+    _g, ctrl, _, theirs, problems, _ = relay
     _qemu_start(ctrl, theirs)
     ctrl.sendall(struct.pack(">I", Ctrl.GET_STATEBLOB) + bytes(12))
     assert ctrl.recv(16) == b""

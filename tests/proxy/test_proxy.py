@@ -106,7 +106,7 @@ def test_two_clients_at_once(proxy_factory):
     for t in ts:
         t.join(TIMEOUT * 4)
     assert not errors
-    status, _, cap = p.stop()
+    _status, _, cap = p.stop()
     seen = _events_by_client(cap)
     assert seen["tpm2_getrandom"].count("TPM2_CC_GetRandom") == 8
     assert seen["tpm2_pcrread"].count("TPM2_CC_PCR_Read") == 8
@@ -176,7 +176,7 @@ def test_garbled_frame_costs_only_that_connection(proxy_factory, protocol, frame
         good.close()
         bad.close()
     p.tool("tpm2_getrandom", "--hex", "4")
-    status, _, cap = p.stop()
+    status, _, _cap = p.stop()
     assert status == 130
 
 

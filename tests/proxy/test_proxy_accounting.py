@@ -82,7 +82,7 @@ def test_leak_reports_are_the_same_every_run(tcp_swtpm, tmp_path):
         r = p.tool("sh", "-c", script, cwd=tmp_path)
         assert r.returncode == 0
         p.wait_line("client 10 ", "left")
-        status, _, _ = p.stop()
+        _status, _, _ = p.stop()
     finally:
         p.kill()
     sas = [ln for ln in p.lines if "tpm2_startauthsession" in ln and " left:" in ln]

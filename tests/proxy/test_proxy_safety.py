@@ -136,7 +136,7 @@ def test_run_stopped_by_a_signal_ends_what_cmd_started(tmp_path):
                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sleep_pid = None
     try:
-        wait_until(lambda: p.poll() is not None or pidfile.exists() and pidfile.read_text().strip(),
+        wait_until(lambda: p.poll() is not None or (pidfile.exists() and pidfile.read_text().strip()),
                    "CMD's background sleep to start")
         assert p.poll() is None, p.communicate()
         sleep_pid = int(pidfile.read_text())
@@ -207,7 +207,7 @@ def test_allow_user_lets_one_more_user_in(tcp_swtpm, tmp_path):
     try:
         r = _as_nobody(p.tcti)
         assert r.returncode == 0 and len(r.stdout.strip()) == 16, r.stderr
-        status, _, cap = p.stop()
+        _status, _, cap = p.stop()
         assert NOBODY in {c["uid"] for c in cap["clients"]}
         assert not any("refused a connection" in ln for ln in p.lines), p.lines
     finally:

@@ -57,7 +57,7 @@ def _in_step(transport) -> None:
     """Two different commands, each answered with its own response."""
     rsp = transport.transact(GET_RANDOM_16)
     assert len(rsp) == 10 + 2 + 16 and rsp[6:10] == b"\0\0\0\0", rsp.hex()
-    more, data = commands.get_capability(transport, commands.TPM_CAP_TPM_PROPERTIES, 0x100, 1)
+    _more, data = commands.get_capability(transport, commands.TPM_CAP_TPM_PROPERTIES, 0x100, 1)
     assert int(data.capability) == commands.TPM_CAP_TPM_PROPERTIES
 
 
@@ -106,7 +106,7 @@ def test_signal_right_after_the_swtpm_starts_is_never_lost(sig):
                 time.sleep(0.01)
             time.sleep(delay)
             p.send_signal(sig)
-            out, err = p.communicate(timeout=60)
+            _out, err = p.communicate(timeout=60)
         finally:
             if p.poll() is None:
                 p.kill()
@@ -147,9 +147,8 @@ def test_signal_while_a_scope_is_entered_leaves_nothing_set(scope, monkeypatch):
     enter = (lambda: exchange.labelled(origin="workload", engine="native")) if scope == "labelled" \
         else (lambda: exchange.wire_log([]))
     ran = False
-    with pytest.raises(Interrupted, match="stopped by SIGTERM"):
-        with enter():
-            ran = True  # the signal waits for the scope: its body runs whole
+    with pytest.raises(Interrupted, match="stopped by SIGTERM"), enter():
+        ran = True  # the signal waits for the scope: its body runs whole
     assert ran
     assert real.get() == before, real.get()
     assert interrupts.take_pending() is None
@@ -216,7 +215,7 @@ def test_signal_on_external_tpm_leaves_no_handle(tcp_swtpm, bench, engine, sig):
               "--engine", engine, "-q")
     b.working(tpm_pid=tcp_swtpm.proc.pid, cpu_s=0.2)
     b.proc.send_signal(sig)
-    rc, out, err = b.finish()
+    rc, _out, err = b.finish()
     assert rc == 130, err
     assert err.splitlines() == ["tpmtop: interrupted: partial results above"], err
     r = run_tpmtop("handles", "--json", "-T", tcp_swtpm.tcti)

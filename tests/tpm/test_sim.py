@@ -12,11 +12,10 @@ from tpmtop.tpm.sim import Swtpm
 
 
 def test_exception_inside_stops_and_wipes():
-    with pytest.raises(RuntimeError):
-        with Swtpm() as sim:
-            pid, state = sim.pid, sim.state_dir
-            assert psutil.pid_exists(pid) and os.path.isdir(state)
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), Swtpm() as sim:
+        pid, state = sim.pid, sim.state_dir
+        assert psutil.pid_exists(pid) and os.path.isdir(state)
+        raise RuntimeError("boom")
     assert not alive(pid)
     assert not os.path.exists(state)
 

@@ -32,7 +32,7 @@ def test_fallback_to_sim_only_when_allowed_and_it_says_why():
     t = choose(None, False, env={}, device="/nonexistent/tpmrm0", fallback=True)
     assert t.simulated and t.source == "fallback" and "/nonexistent/tpmrm0" in t.note
     assert t.simulated_reason is not None and "/nonexistent/tpmrm0" in t.simulated_reason
-    with pytest.raises(TpmConnectionError, match="no /nonexistent/tpmrm0.*--sim"):
+    with pytest.raises(TpmConnectionError, match=r"no /nonexistent/tpmrm0.*--sim"):
         choose(None, False, env={}, device="/nonexistent/tpmrm0")
     assert choose(None, True, env={}).simulated_reason == "--sim was given"
 
@@ -121,7 +121,7 @@ def test_raw_tpm_refused_whatever_it_is_called(tmp_path, disguise):
         (tmp_path / "char").mkdir()
         path = tmp_path / "char" / "10:224"
         path.symlink_to(raw)
-    with pytest.raises(UsageError, match="raw TPM device.*--raw-device"):
+    with pytest.raises(UsageError, match=r"raw TPM device.*--raw-device"):
         choose(f"device:{path}", False, env={})
     assert choose(f"device:{path}", False, env={}, raw_device=True).device_path == str(path)
     r = run_tpmtop("handles", "-T", f"device:{path}")

@@ -33,7 +33,7 @@ class TestClientsPanel:
                 env = dict(os.environ, TPM2TOOLS_TCTI=f"swtpm:host=127.0.0.1,port={port}", TSS2_LOG="all+NONE")
                 proc = await asyncio.create_subprocess_exec("tpm2_getrandom", "--hex", "8", env=env,
                                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                out, err = await asyncio.wait_for(proc.communicate(), 60)
+                _out, err = await asyncio.wait_for(proc.communicate(), 60)
                 assert proc.returncode == 0, err
                 panel = main_screen(app).query_one(ClientsPanel)
                 await until(pilot, lambda: any(c[1].startswith("tpm2_getrandom") for c in panel._cells.values()),

@@ -4,9 +4,9 @@ recorded from tpm2-tools with tpm2-tss's pcap: TCTI), nothing mocked."""
 
 from __future__ import annotations
 
-import glob
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 from textual.widgets import Static
@@ -47,7 +47,7 @@ async def test_enter_on_a_live_stream_row_decodes_it(live, tmp_path):
         await until(pilot, lambda: not isinstance(app.screen, DecodeScreen), 30, "back to the dashboard")
 
 
-@pytest.mark.skipif(not glob.glob("/usr/lib/*/libtss2-tcti-pcap.so*"), reason="no tpm2-tss pcap TCTI")
+@pytest.mark.skipif(not any(Path("/usr/lib").glob("*/libtss2-tcti-pcap.so*")), reason="no tpm2-tss pcap TCTI")
 async def test_replay_of_a_failing_tool_alerts_and_decodes(tcp_swtpm, tmp_path):
     """Primaries until the swtpm's slots run out (0x902), replayed from the pcap file: an
     alert names the pattern with its count, and the failing command decodes with its rc."""

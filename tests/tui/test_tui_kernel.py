@@ -427,7 +427,7 @@ class TestKernelHelp:
         panel keys are the panels it has."""
         from tpmtop.tui.screens.help import HelpScreen
 
-        src, path = kernel()
+        src, _path = kernel()
         app = app_for(src, tmp_path)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("question_mark")

@@ -40,10 +40,9 @@ def test_new_file_gets_umask_mode_and_existing_mode_is_kept(tmp_path):
 def test_exception_leaves_the_old_file_and_no_temp(tmp_path):
     p = tmp_path / "f.json"
     p.write_text("old")
-    with pytest.raises(RuntimeError):
-        with open_atomic(p) as f:
-            f.write("new, half")
-            raise RuntimeError("writer failed")
+    with pytest.raises(RuntimeError), open_atomic(p) as f:
+        f.write("new, half")
+        raise RuntimeError("writer failed")
     assert p.read_text() == "old"
     assert os.listdir(tmp_path) == ["f.json"]
 

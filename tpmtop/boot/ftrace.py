@@ -118,7 +118,7 @@ class _Parser:
         if not m:
             self.fail(lineno, "unreadable DURATION cell", line)
         digits = m.group("us")
-        whole, _, frac = digits.partition(".")
+        whole, _, _frac = digits.partition(".")
         if len(whole.lstrip("0")) > 17:  # 2**64 ns is 18,446,744,073,709,551 µs: 17 digits
             self.fail(lineno, "duration larger than a kernel can print (2^64 ns)", line)
         try:

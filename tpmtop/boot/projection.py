@@ -110,8 +110,7 @@ def round_sig(x: Decimal, n: int = SIG) -> Decimal:
 def fmt_us(x: Decimal) -> str:
     """As many decimals as the input had (at most 3): the arithmetic shows the inputs verbatim."""
     q = x.quantize(Decimal("0.001")).normalize()
-    s = f"{q:,f}"
-    return s
+    return f"{q:,f}"
 
 
 def fmt_seconds(x: Decimal, digits: int | None = None) -> str:
@@ -199,10 +198,7 @@ def kernel_components(data: dict[str, Any], path: str) -> dict[str, Cost]:
         hmac = "TPM2_CC_StartAuthSession" in cmds
         for name, summ in cmds.items():
             comp: str | None
-            if name == "TPM2_CC_PCR_Extend":
-                comp = "Eh" if hmac else "E0"
-            else:
-                comp = _KERNEL_COMMANDS.get(name)
+            comp = ("Eh" if hmac else "E0") if name == "TPM2_CC_PCR_Extend" else _KERNEL_COMMANDS.get(name)
             p50 = summ.get("p50") if isinstance(summ, dict) else None
             if comp is None or not isinstance(p50, (int, float)) or p50 <= 0:
                 continue

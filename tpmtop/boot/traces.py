@@ -71,7 +71,7 @@ def _text_lines(f: IO[bytes], path: str) -> Iterator[str]:
 def load_trace(path: str, unit: str | None = None) -> TraceResult:
     """Streams the file: memory grows with the number of TPM calls, not with the file."""
     try:
-        f = open(path, "rb")
+        f = open(path, "rb")  # noqa: SIM115 - closed by the generator that reads it
     except OSError as e:
         raise UsageError(f"{path}: cannot read trace: {e.strerror or e}") from None
     with f:

@@ -186,7 +186,7 @@ class CaptureReader:
         if st.st_size == 0:
             raise CaptureError(f"{self.path}: empty file, not a capture")
         try:
-            self._f = open(self.path, "rb")
+            self._f = open(self.path, "rb")  # noqa: SIM115 - the reader owns it (close())
         except OSError as e:
             raise CaptureError(f"{self.path}: {e.strerror}") from None
         self._udec = codecs.getincrementaldecoder("utf-8")("strict")

@@ -355,7 +355,4 @@ def op_ok(o: Any) -> bool:
             return False
     except KeyError:
         return False
-    for v in o.values():
-        if type(v) in (float, dict, list) and _non_finite(v, []) is not None:
-            return False
-    return True
+    return all(not (type(v) in (float, dict, list) and _non_finite(v, []) is not None) for v in o.values())

@@ -63,7 +63,7 @@ TPM_SELECTION = ("TPM selection: --sim, else -T/--tcti, else $TPM2TOOLS_TCTI, el
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (and exit status 2)."""
 
-    def error(self, message: str) -> NoReturn:  # noqa: D401 - argparse API
+    def error(self, message: str) -> NoReturn:
         raise _UsageExit(f"{self.prog}: {message} (see {self.prog} --help)")
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:

@@ -91,7 +91,7 @@ def format_table(accounts: Sequence[RunAccount], gaps: GapsFn | None = None) -> 
     for a in accounts:
         s, w, h = a.op_hist.summary(), a.wire_hist.summary(), a.host_hist.summary()
         ratio = ""
-        if a.engine in base and base[a.engine]:
+        if base.get(a.engine):
             ratio = f"{a.op_hist.percentile_ns(50) / base[a.engine]:.1f}x"
             if missing[id(a)] or base_gap.get(a.engine):
                 ratio += " (not the chip's)"

@@ -113,10 +113,7 @@ def run_decode(args: argparse.Namespace) -> int:
 
     if len(args.buffers) > 2:
         raise UsageError("give a command and at most one response")
-    if args.event is not None:
-        bufs = _from_capture(args.buffers, args.event)
-    else:
-        bufs = [_read(b) for b in args.buffers]
+    bufs = _from_capture(args.buffers, args.event) if args.event is not None else [_read(b) for b in args.buffers]
     cc = _cc(args.cc) if args.cc else None
     if len(bufs) == 1 and (cc is not None or decode.looks_like_response(bufs[0])):
         if cc is None:

@@ -239,13 +239,13 @@ def preload() -> None:
     lazy import later would read files while tracing, and under an IMA policy that measures
     files read by root (ima_policy=tcb) each new file is a PCR_Extend the kernel sends on
     tpmtop's behalf — traffic the trace would show as tpmtop's own."""
-    import tpmtop.capture  # noqa: F401
-    import tpmtop.cli.common  # noqa: F401
-    import tpmtop.importers.observed  # noqa: F401
-    import tpmtop.kernel.capture  # noqa: F401
-    import tpmtop.kernel.live  # noqa: F401
-    import tpmtop.patterns  # noqa: F401
-    import tpmtop.textsafe  # noqa: F401
+    import tpmtop.capture
+    import tpmtop.cli.common
+    import tpmtop.importers.observed
+    import tpmtop.kernel.capture
+    import tpmtop.kernel.live
+    import tpmtop.patterns
+    import tpmtop.textsafe
     import tpmtop.tpm.names  # noqa: F401
     from tpmtop.tpm import wire
 

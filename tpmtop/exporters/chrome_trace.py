@@ -137,7 +137,7 @@ class _Export:
         # "ops" array (the bench's uncounted warm-up, or a capture without "ops"). They are
         # spilled to a temporary file, one "op_seq<TAB>slice" line each, and added at the end
         # unless the "ops" array (if it came after the events) covers them after all.
-        self.spill: IO[bytes] = tempfile.TemporaryFile(dir=out_dir)
+        self.spill: IO[bytes] = tempfile.TemporaryFile(dir=out_dir)  # noqa: SIM115 - the export owns it
         self.spill_lines: list[str] = []
         self.open_ops: dict[int, list[Any]] = {}  # tid -> [op_seq, op_j, start_ns, end_ns, n, errors]
         self.heads: dict[int, list[Any]] | None = None  # the helper's first closed operation per track
@@ -418,8 +418,9 @@ class _Helper:
 
     @classmethod
     def start(cls, exp: _Export, path: str, split: int) -> _Helper | None:
-        out_part = tempfile.TemporaryFile(dir=exp.out_dir)
-        spill_part = tempfile.TemporaryFile(dir=exp.out_dir)
+        # both live as long as the helper process (closed by its join)
+        out_part = tempfile.TemporaryFile(dir=exp.out_dir)  # noqa: SIM115
+        spill_part = tempfile.TemporaryFile(dir=exp.out_dir)  # noqa: SIM115
         rfd, wfd = os.pipe()
         parent = os.getpid()
         try:

@@ -160,7 +160,7 @@ def _read_frames(path: str) -> Iterator[tuple[int, bytes, int, bytes, int, int, 
             if not isinstance(tcp, dpkt.tcp.TCP) or not tcp.data:
                 continue
             # dpkt gives float seconds; round to whole µs so ns-precision files still line up
-            ts_ns = int(round(float(ts) * 1e6)) * 1000
+            ts_ns = round(float(ts) * 1e6) * 1000
             yield ts_ns, bytes(ip.src), tcp.sport, bytes(ip.dst), tcp.dport, tcp.seq, bytes(tcp.data)
 
 

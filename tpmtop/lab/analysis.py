@@ -365,7 +365,7 @@ def probe_view(path: str, b: Boot, kcs: list[KernelCommand]) -> ProbeView | None
     # the wire up to the guest's "done" line (the trace was read just before it)
     done = b.marks.get("done")
     wire_kcs = [kc for kc in kcs if done is None or kc.t_ns < done[0]]
-    wire_ops, wire_acc = operations(wire_kcs)
+    _wire_ops, wire_acc = operations(wire_kcs)
     w_ext = wire_acc.by_kind.get("extend")
     pairs = (
         ("commands", pv.commands, len(wire_kcs)),

@@ -31,6 +31,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tpmtop.errors import UsageError
@@ -115,9 +116,9 @@ class LabResult:
 
 def detect_accel() -> str:
     """kvm only with hardware virtualisation: kvm_pvm's /dev/kvm boots only PVM guest kernels."""
-    if os.path.exists("/dev/kvm") and os.access("/dev/kvm", os.R_OK | os.W_OK):
-        if os.path.isdir("/sys/module/kvm_intel") or os.path.isdir("/sys/module/kvm_amd"):
-            return "kvm"
+    if (os.path.exists("/dev/kvm") and os.access("/dev/kvm", os.R_OK | os.W_OK)
+            and (os.path.isdir("/sys/module/kvm_intel") or os.path.isdir("/sys/module/kvm_amd"))):
+        return "kvm"
     return "tcg"
 
 
@@ -146,7 +147,7 @@ def machine() -> dict[str, Any]:
         ]
     except (OSError, IndexError):
         qemu = "unknown"
-    load = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else []
+    load = Path("/proc/loadavg").read_text().split()[:3] if os.path.exists("/proc/loadavg") else []
     return {
         "cpu": cpu,
         "cpus": os.cpu_count(),

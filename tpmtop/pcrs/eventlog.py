@@ -226,11 +226,10 @@ def parse(buf: bytes, *, more: bool = False, max_events: int = MAX_EVENTS,
             break
         # the digests as they lie in the record (each after its 2-byte algorithm id): one slice
         raw = bytes(mv[dstart:dstart + (sum(lens) + 2 * len(lens) if agile else 20)])
-        if pcr == 0 and etype == 0 and not size and not any(raw):
-            # an all-zero record: the rest of a fixed-size buffer the firmware did not fill
-            if not any(mv[start:]):
-                log.notes.append(f"{n - start} zero bytes of padding after the last event (byte {start})")
-                break
+        # an all-zero record: the rest of a fixed-size buffer the firmware did not fill
+        if pcr == 0 and etype == 0 and not size and not any(raw) and not any(mv[start:]):
+            log.notes.append(f"{n - start} zero bytes of padding after the last event (byte {start})")
+            break
         if etype == EV_NO_ACTION and data.startswith(STARTUP_LOCALITY) and len(data) >= 17:
             log.startup_locality = data[16]
         if not agile:

@@ -8,6 +8,7 @@ as far as a TPM.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 from collections.abc import Iterable
@@ -74,7 +75,7 @@ def validate(doc: Any, label: str) -> None:
             hist = fig.get("histogram")
             if hist:
                 bounds = [b for b, _ in hist]
-                if any(b2 <= b1 for b1, b2 in zip(bounds, bounds[1:], strict=False)):
+                if any(b2 <= b1 for b1, b2 in itertools.pairwise(bounds)):
                     raise UsageError(f"profile {label}: {here}.histogram: bucket bounds must ascend")
                 if not any(c for _, c in hist):
                     raise UsageError(f"profile {label}: {here}.histogram: all counts are zero")

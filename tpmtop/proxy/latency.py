@@ -37,7 +37,7 @@ def _value(key: int) -> int:
 
 
 class CompactLatency:
-    __slots__ = ("counts", "n", "sum_ns", "min_ns", "max_ns")
+    __slots__ = ("counts", "max_ns", "min_ns", "n", "sum_ns")
 
     def __init__(self) -> None:
         self.counts: dict[int, int] = {}

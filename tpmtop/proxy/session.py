@@ -182,7 +182,7 @@ class _DataConn:
     """One connection on the TPM port, served on a worker thread while it has something to
     say, parked (no thread) while it is silent (:mod:`.parking`)."""
 
-    __slots__ = ("srv", "sock", "mssim", "client", "pending", "next_request")
+    __slots__ = ("client", "mssim", "next_request", "pending", "sock", "srv")
 
     def __init__(self, srv: Session, sock: socket.socket, mssim: bool):
         self.srv, self.sock, self.mssim = srv, sock, mssim
@@ -286,7 +286,7 @@ class _DataConn:
 class _SideConn:
     """One connection on the control (swtpm) or platform (mssim) port; parked when silent."""
 
-    __slots__ = ("srv", "sock", "swtpm", "state")
+    __slots__ = ("sock", "srv", "state", "swtpm")
 
     def __init__(self, srv: Session, sock: socket.socket, swtpm: bool):
         self.srv, self.sock, self.swtpm = srv, sock, swtpm

@@ -53,7 +53,7 @@ def _extend_digests() -> TPML_DIGEST_VALUES:
 
 
 class EsysSession:
-    __slots__ = ("tr", "context")
+    __slots__ = ("context", "tr")
 
     def __init__(self, tr: ESYS_TR | None) -> None:
         self.tr = tr

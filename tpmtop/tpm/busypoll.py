@@ -91,7 +91,7 @@ class AnswerBudget:
 
     EXPLORE = 32
 
-    __slots__ = ("_polled", "_slept", "_n", "_cap")
+    __slots__ = ("_cap", "_n", "_polled", "_slept")
 
     def __init__(self, cap_ns: int | None = None) -> None:
         self._polled: dict[bytes, int] = {}
@@ -127,7 +127,7 @@ class RequestPoll:
     back; after one that did not, it skips 1, 2, 4 … up to 64 requests before trying again, so
     a client that pauses between commands costs at most one poll in 64 of them."""
 
-    __slots__ = ("_skip", "_backoff", "_cap")
+    __slots__ = ("_backoff", "_cap", "_skip")
 
     def __init__(self, skip: int = 0, cap_ns: int | None = None) -> None:
         self._skip = skip  # requests to wait for without polling, first

@@ -49,7 +49,7 @@ class TransportTcti(PyTCTI):  # type: ignore[misc]  # tpm2-pytss has no type inf
 
 
 class EsapiOnTransport:
-    __slots__ = ("_esapi", "_transport", "__dict__")
+    __slots__ = ("__dict__", "_esapi", "_transport")
 
     def __init__(self, esapi: Any, transport: Any) -> None:
         self._esapi = esapi

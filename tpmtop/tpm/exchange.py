@@ -80,7 +80,7 @@ class _Scope:
     production) no signal handler runs and holding costs nothing.
     """
 
-    __slots__ = ("var", "value", "token")
+    __slots__ = ("token", "value", "var")
 
     def __init__(self, var: ContextVar[Any], value: Any) -> None:
         self.var, self.value = var, value

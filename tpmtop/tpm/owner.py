@@ -60,7 +60,7 @@ class Job:
     on the waiting side, the owner cannot be stopped by it.
     """
 
-    __slots__ = ("_done", "_finished", "_result", "_exc", "_callbacks", "_cb_lock")
+    __slots__ = ("_callbacks", "_cb_lock", "_done", "_exc", "_finished", "_result")
 
     def __init__(self) -> None:
         self._done = _thread.allocate_lock()
@@ -137,7 +137,7 @@ class DoneJob:
     """A job that ran on the asking thread (:meth:`TpmOwner.run_now`): already finished, so
     no lock to wait on. The same reading interface as :class:`Job`."""
 
-    __slots__ = ("_result", "_exc")
+    __slots__ = ("_exc", "_result")
 
     def __init__(self, result: Any = None, exc: BaseException | None = None) -> None:
         self._result, self._exc = result, exc

@@ -74,8 +74,21 @@ class FollowCaller:
     belong to another program, and that one is never touched. Not thread-safe: the transport
     sends one command at a time."""
 
-    __slots__ = ("_proc", "_warm", "_getcpu", "_cpu", "_off", "_since", "_bounces", "_hold", "_mask", "holds",
-                 "_bounce_after", "_bounces_to_hold", "_hold_for")
+    __slots__ = (
+        "_bounce_after",
+        "_bounces",
+        "_bounces_to_hold",
+        "_cpu",
+        "_getcpu",
+        "_hold",
+        "_hold_for",
+        "_mask",
+        "_off",
+        "_proc",
+        "_since",
+        "_warm",
+        "holds",
+    )
 
     def __init__(self, proc: subprocess.Popen[bytes], tuning: Settings | None = None) -> None:
         s = tuning or current()

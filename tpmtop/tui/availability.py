@@ -46,7 +46,7 @@ def allowed(action: str, caps: Capabilities, src: Source, screen: HasSelection) 
             return True if screen.selected_handle() is not None else None
         return True
     if action in ("reset_stats", "refresh_rate"):  # a replay is drawn once: nothing to refresh
-        return True if caps.live else False
+        return bool(caps.live)
     if action == "export":
         if not caps.export:
             return False

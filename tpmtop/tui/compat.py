@@ -31,7 +31,7 @@ def check_hooks() -> list[str]:
     for hook in HOOKS:
         try:
             ok = hook.check(importlib.import_module(hook.module))
-        except Exception:  # noqa: BLE001 - a rename shows as any error
+        except Exception:
             ok = False
         if not ok:
             broken.append(f"{hook.module}: {hook.why}")

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import re
 import textwrap
+from typing import ClassVar
 
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import ScrollableContainer
 from textual.content import Content
 from textual.markup import escape
@@ -64,7 +65,7 @@ def fit_report(text: str, width: int) -> str:
 
 
 class BootScreen(Screen[None]):
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,b", "app.pop_screen", "Back", id="boot-close", tooltip="Back to the dashboard"),
         Binding("r", "rebuild", "Rebuild", id="boot-rebuild", tooltip="Read the system's files again"),
         Binding("q", "app.quit", "Quit", id="boot-quit", tooltip="Quit tpmtop"),
@@ -122,7 +123,7 @@ class BootScreen(Screen[None]):
         try:
             rep = build_report(RootReader(self.root))
             text = render_text(rep)
-        except Exception as e:  # noqa: BLE001 - a report that cannot be built must not end the dashboard
+        except Exception as e:
             self.post_message(self.ReportFailed(f"{type(e).__name__}: {e}"))
         else:
             self.post_message(self.ReportReady(rep.verdict, text))

@@ -7,8 +7,10 @@ the decoding is :mod:`tpmtop.decode`, the same as ``tpmtop decode``.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
@@ -29,7 +31,7 @@ class DecodeScreen(ModalScreen[None]):
     DecodeScreen #decode-title { padding: 0 1; text-style: bold; }
     DecodeScreen VerticalScroll { padding: 0 1; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "dismiss", "Close", id="decode-close", tooltip="Back to the dashboard"),
         Binding("q", "dismiss", "Close", show=False, id="decode-close-q"),
         Binding("x", "toggle_hex", "Hex", id="decode-hex", tooltip="Show or hide the hex view"),

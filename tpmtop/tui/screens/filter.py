@@ -5,9 +5,10 @@ to leave; Ctrl-U clears it (wherever the cursor is); Enter applies, Esc leaves i
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.content import Content
 from textual.widgets import Input, Static
@@ -22,7 +23,7 @@ HINT = "⏎ applies · Esc leaves"  # Ctrl-U clears: in the help (?), as readlin
 
 
 class FilterInput(Input):
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+u", "clear_all", "Clear", show=False, id="filter-clear", tooltip="Clear the filter text"),
         Binding("escape", "leave", "Leave", show=False, id="filter-leave", tooltip="Leave; the filter stays as it was"),
     ]

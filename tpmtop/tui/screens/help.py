@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.markup import escape
@@ -62,8 +64,8 @@ def help_markup(width: int = 96, hidden: frozenset[str] = frozenset(), why_hidde
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close", id="help-close",
-                        tooltip="Back to the dashboard")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,question_mark", "app.pop_screen", "Close", id="help-close", tooltip="Back to the dashboard")]
 
     def __init__(self, hidden: frozenset[str] = frozenset(), why_hidden: str = "",
                  panels: tuple[str, ...] | None = None) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.markup import escape
@@ -12,7 +14,7 @@ from textual.widgets import Static
 
 
 class InspectScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,enter", "app.pop_screen", "Close", id="inspect-close",
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,enter", "app.pop_screen", "Close", id="inspect-close",
                         tooltip="Back to the dashboard")]
 
     def __init__(self, title: str, rows: list[tuple[str, str]]) -> None:

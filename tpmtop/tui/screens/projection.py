@@ -8,9 +8,10 @@ another. Nothing here talks to the TPM.
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.markup import escape
@@ -68,7 +69,8 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
 
 
 class ProjectionScreen(ModalScreen[int | None]):
-    BINDINGS = [Binding("escape,q,p", "close", "Close", id="projection-close", tooltip="Back to the dashboard")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,p", "close", "Close", id="projection-close", tooltip="Back to the dashboard")]
 
     def __init__(self, components_us: dict[str, float], n: int, n_source: str, where: str,
                  missing: str = MISSING_LIVE, per_mode_us: dict[str, float] | None = None,

@@ -86,7 +86,7 @@ class TpmWorkers:
             self.post_message(m.PollDone(src.poll()))
         except TpmConnectionError as e:
             self.post_message(m.Disconnected(str(e)))
-        except Exception as e:  # noqa: BLE001 - one failed poll must not end the dashboard
+        except Exception as e:
             self.post_message(m.PollFailed(f"{type(e).__name__}: {e}"))
 
     def _compute_stats(self, modes_width: int) -> None:
@@ -108,7 +108,7 @@ class TpmWorkers:
             sysfs = self.source.sysfs
             if sysfs is not None:
                 self.post_message(m.SysfsRead(sysfs.read(with_pcrs=with_pcrs)))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             self.post_message(m.PollFailed(f"sysfs: {e}"))
 
     def _flush_handles(self, handles: list[int] | None) -> None:
@@ -123,7 +123,7 @@ class TpmWorkers:
                 done = handles
         except TpmConnectionError as e:
             self.post_message(m.Disconnected(str(e)))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             self.post_message(m.ActionFailed("flush", str(e)))
         else:
             self.post_message(m.HandlesFlushed(done, only_ours=handles is None))
@@ -133,7 +133,7 @@ class TpmWorkers:
             title, rows = self.source.inspect(handle, kind, ours, created_by)
         except TpmConnectionError as e:
             self.post_message(m.Disconnected(str(e)))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             self.post_message(m.ActionFailed("inspect", str(e)))
         else:
             self.post_message(m.HandleInspected(title, rows))
@@ -144,7 +144,7 @@ class TpmWorkers:
 
         try:
             path = export_capture(self.source.capture(), target)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             release_target(target)
             self.post_message(m.ActionFailed("export", str(e)))
         else:

@@ -13,7 +13,7 @@ shows its binding's tooltip, as on Footer's.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from rich.text import Text
 from textual import events
@@ -38,7 +38,7 @@ class KeyBar(Widget, can_focus=False):
     so that Help and Quit always show; the rest stay in the help (?) and the palette."""
 
     ALLOW_SELECT = False
-    COMPONENT_CLASSES = {"keybar--key", "keybar--description", "keybar--hover", "keybar--separator"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"keybar--key", "keybar--description", "keybar--hover", "keybar--separator"}
     DEFAULT_CSS = """
     KeyBar {
         dock: bottom;

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from textual.app import ComposeResult
 from textual.content import Content
@@ -38,7 +40,7 @@ class HandlesPanel(Panel):
     def selected_row(self) -> HandleRow | None:
         return self._rows.get(self.table.selected_key or "")
 
-    _rows: dict[str, HandleRow] = {}
+    _rows: Mapping[str, HandleRow] = MappingProxyType({})  # replaced whole by each update, never mutated
 
     def show_part(self, part: HandlesView) -> None:
         self.show(part.rows)

@@ -4,7 +4,8 @@ row a logarithmic histogram and a sparkline of recent values."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from textual import work
@@ -77,8 +78,8 @@ class LatencyPanel(Panel):
     def table(self) -> KeyedTable:
         return self.query_one(KeyedTable)
 
-    _rows: dict[str, CommandRow] = {}
-    _order: dict[str, int] = {}
+    _rows: Mapping[str, CommandRow] = MappingProxyType({})  # replaced whole by each update, never mutated
+    _order: Mapping[str, int] = MappingProxyType({})  # replaced whole by each update, never mutated
 
     run_label = ""
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.css.query import NoMatches
@@ -92,7 +92,7 @@ class MessageLine(Horizontal):
 class MessageLogScreen(ModalScreen[None]):
     """``l``: every message of this sitting, newest at the bottom."""
 
-    BINDINGS = [Binding("escape,q,l", "app.pop_screen", "Close", id="messages-close",
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,l", "app.pop_screen", "Close", id="messages-close",
                         tooltip="Back to the dashboard")]
 
     def __init__(self, messages: list[LoggedMessage]) -> None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import textwrap
 import threading
-from typing import Any
+from typing import Any, ClassVar
 
 from textual import events
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.content import Content
 from textual.message import Message
 from textual.widget import Widget
@@ -69,7 +69,7 @@ class StreamView(Widget, can_focus=True):
     DEFAULT_CSS = """
     StreamView { height: 1fr; padding: 0 1; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up", "scroll_back(1)", "Back", show=False, id="stream-back", tooltip="Older commands (frozen)"),
         Binding("down", "scroll_back(-1)", "Forward", show=False, id="stream-forward", tooltip="Newer commands"),
         Binding("pageup", "page(1)", show=False, id="stream-page-back", tooltip="A page of older commands"),

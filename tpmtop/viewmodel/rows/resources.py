@@ -127,7 +127,7 @@ class SlotPeaks:
     continueSession, a ContextSave of a session: it leaves its slot) is -1. The peak is the
     highest count reached since the last reset."""
 
-    CREATES = {0x131, 0x157, 0x176, 0x161}  # CreatePrimary, Load, StartAuthSession, ContextLoad
+    CREATES = frozenset({0x131, 0x157, 0x176, 0x161})  # CreatePrimary, Load, StartAuthSession, ContextLoad
     CC_FLUSH, CC_SAVE = 0x165, 0x162
 
     def __init__(self) -> None:
