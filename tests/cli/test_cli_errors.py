@@ -113,6 +113,10 @@ CASES = [
     ("health", ["--root", "{d}/no-such-dir"]),
     ("health", ["--ima-sample", "-1"]),
     ("health", ["--sim", "-T", DEAD]),
+    # pcrs (issue 41)
+    ("pcrs", ["--no-tpm", "--eventlog", "{d}/no-such-log"]),
+    ("pcrs", ["--no-tpm", "--eventlog", "{d}/garbage.json", "--diff", "{d}/no-such-snapshot"]),
+    ("pcrs", ["--sim", "-T", DEAD]),
 ]
 
 # Cases that exercise someone else's code and show a bug there (issue 8 lists them):
