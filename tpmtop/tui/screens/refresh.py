@@ -15,6 +15,7 @@ from textual.timer import Timer
 from tpmtop.sources.gate import UiHold
 from tpmtop.tui import messages as m
 from tpmtop.tui.settled import after_frame
+from tpmtop.tui.widgets.header import StatusHeader
 from tpmtop.viewmodel.frame import Frame
 
 if TYPE_CHECKING:
@@ -86,8 +87,18 @@ class RefreshClock:
             return
         self.draw()
 
+    def _torn_down(self) -> bool:
+        """The app is exiting: its widgets are being removed while a timer of this clock, or a
+        worker's result, is still due (seen under load: a tick drew into a screen with no header)."""
+        screen = self.screen
+        return not screen.is_attached or not screen.query(StatusHeader)
+
     def draw(self) -> None:
         screen = self.screen
+        if self._torn_down():
+            self._waiting = []
+            self._drawn()
+            return
         waiting, self._waiting = self._waiting, []
         for message in waiting:
             self._apply(message)
@@ -113,6 +124,8 @@ class RefreshClock:
 
     def _apply(self, message: m.PollDone | m.StatsReady) -> None:
         screen, dash = self.screen, self.screen.dash
+        if self._torn_down():
+            return
         if isinstance(message, m.PollDone):
             screen.show(dash.on_poll(message.result))
         elif message.generation == dash.generation:  # else a key changed the run meanwhile
