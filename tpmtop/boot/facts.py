@@ -130,17 +130,22 @@ def _fact(sf: SystemFacts, name: str, fn: Callable[[], Any], source: str) -> Fac
         return sf.add(Fact(name, None, source, str(e)))
 
 
-def collect(reader: RootReader) -> SystemFacts:
+def _kernel_facts(reader: RootReader) -> tuple[SystemFacts, bool]:
+    """The facts ``collect`` and ``collect_health`` share: the kernel log, release and build,
+    command line, the TPM in sysfs and IMA; False when a live system is not Linux."""
     sf = SystemFacts(reader.shown_root if not reader.live else "/")
     if reader.live and not sys.platform.startswith("linux"):
         sf.add(Fact("kernel.release", None, None, f"not Linux ({sys.platform}): no kernel facts to read"))
+        return sf, False
+    for part in (_kernel_log, _release, _config, _cmdline, _tpm, _ima):
+        part(sf, reader)
+    return sf, True
+
+
+def collect(reader: RootReader) -> SystemFacts:
+    sf, linux = _kernel_facts(reader)
+    if not linux:
         return sf
-    _kernel_log(sf, reader)
-    _release(sf, reader)
-    _config(sf, reader)
-    _cmdline(sf, reader)
-    _tpm(sf, reader)
-    _ima(sf, reader)
     _event_log(sf, reader)
     _systemd(sf, reader)
     _journal(sf, reader)
@@ -152,17 +157,8 @@ def collect(reader: RootReader) -> SystemFacts:
 def collect_health(reader: RootReader, journal: bool = True) -> SystemFacts:
     """What ``tpmtop health`` judges: the kernel log, release and build, command line, the TPM
     in sysfs, IMA and (``journal``) the journal; no systemd-analyze, no event log."""
-    sf = SystemFacts(reader.shown_root if not reader.live else "/")
-    if reader.live and not sys.platform.startswith("linux"):
-        sf.add(Fact("kernel.release", None, None, f"not Linux ({sys.platform}): no kernel facts to read"))
-        return sf
-    _kernel_log(sf, reader)
-    _release(sf, reader)
-    _config(sf, reader)
-    _cmdline(sf, reader)
-    _tpm(sf, reader)
-    _ima(sf, reader)
-    if journal:
+    sf, linux = _kernel_facts(reader)
+    if linux and journal:
         _journal(sf, reader)
     return sf
 
