@@ -40,10 +40,7 @@ CHURN_MIN = 10  # sessions started before "re-created many times" is worth sayin
 CC_START_AUTH_SESSION = 0x176
 
 # the commands the PCR_CHANGED watch follows (by the names events and captures carry)
-_WATCHED = frozenset(names.cc_name(cc) for cc in (attribution.CC_POLICY_PCR, attribution.CC_POLICY_RESTART,
-                                                  attribution.CC_PCR_EXTEND, attribution.CC_PCR_EVENT,
-                                                  attribution.CC_PCR_RESET, attribution.CC_PCR_READ,
-                                                  attribution.CC_FLUSH_CONTEXT))
+_WATCHED = frozenset(names.cc_name(cc) for cc in attribution.WATCHED)
 _SLOT_RCS = {0x902: "TPM_RC_OBJECT_MEMORY", 0x903: "TPM_RC_SESSION_MEMORY", 0x905: "TPM_RC_SESSION_HANDLES"}
 _GAP_RC = 0x901
 

@@ -37,6 +37,8 @@ CC_FLUSH_CONTEXT = 0x165
 RC_PCR_CHANGED = 0x128
 TPM_ST_SESSIONS = 0x8002
 EXTENDING = frozenset({CC_PCR_EXTEND, CC_PCR_EVENT, CC_PCR_RESET})
+# every command the watch learns from when it succeeds; any other succeeded command it ignores
+WATCHED = EXTENDING | frozenset({CC_PCR_READ, CC_POLICY_PCR, CC_POLICY_RESTART, CC_FLUSH_CONTEXT})
 KEEP_EXTENDS = 4096
 KEEP_SESSIONS = 1024
 KEEP_BREAKAGES = 256
@@ -164,6 +166,12 @@ class PcrChangeWatch:
 
     def _wall(self, t_ns: int) -> float:
         return self._wall0 + t_ns / 1e9
+
+    @staticmethod
+    def wants(cc: int | None, rc: int | None) -> bool:
+        """Whether ``feed`` would do anything with this exchange: a caller on a hot path (the
+        proxy's accounting) asks before it builds one."""
+        return rc == RC_PCR_CHANGED or cc in WATCHED
 
     def feed(self, x: Exchange) -> Breakage | None:
         cc, rc = x.cc, x.rc

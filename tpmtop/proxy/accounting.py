@@ -237,10 +237,11 @@ class Accounts:
         cc, rc = info.cc, r.rc
         notes: list[str] = []
         with self._lock:
-            broke = self.pcr_watch.feed(Exchange(time.perf_counter_ns(), cc, rc, cmd, rsp,
-                                                 f"{c.name} (pid {c.peer.pid}, client {c.id})", c.peer.pid))
-            if broke is not None:
-                notes.append(broke.text())
+            if self.pcr_watch.wants(cc, rc):  # most commands: no exchange built, no name formatted
+                broke = self.pcr_watch.feed(Exchange(time.perf_counter_ns(), cc, rc, cmd, rsp,
+                                                     f"{c.name} (pid {c.peer.pid}, client {c.id})", c.peer.pid))
+                if broke is not None:
+                    notes.append(broke.text())
             c.commands += 1
             c.wire_ns_total += wire_ns
             h = c.per_cc.get(cc)

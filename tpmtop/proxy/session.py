@@ -267,14 +267,7 @@ class _DataConn:
 
     def resume(self) -> None:
         """On a worker: the parked connection has something to read (or has ended)."""
-        try:
-            kept = self.run()
-        except Exception as e:  # a bug must cost one connection, not the proxy
-            self.srv.peer_log("handler failures", f"connection handler failed: {type(e).__name__}: {e}; "
-                                                  "connection closed", LineKind.FAULT)
-            kept = False
-        if not kept:
-            self.srv._end_connection(self.sock)
+        _resume(self.srv, self.sock, self.run)
 
     def idle(self) -> None:
         """On a worker: parked and silent for the idle time-out."""
@@ -319,17 +312,23 @@ class _SideConn:
             return False
 
     def resume(self) -> None:
-        try:
-            kept = self.run()
-        except Exception as e:  # a bug must cost one connection, not the proxy
-            self.srv.peer_log("handler failures", f"connection handler failed: {type(e).__name__}: {e}; "
-                                                  "connection closed", LineKind.FAULT)
-            kept = False
-        if not kept:
-            self.srv._end_connection(self.sock)
+        _resume(self.srv, self.sock, self.run)
 
     def idle(self) -> None:
         self.srv._end_connection(self.sock)
+
+
+def _resume(srv: Session, sock: socket.socket, run: Callable[[], bool]) -> None:
+    """A parked connection (a client's, or a control/platform one) read again on a worker: its
+    handler runs on; the connection ends when the handler says so or fails."""
+    try:
+        kept = run()
+    except Exception as e:  # a bug must cost one connection, not the proxy
+        srv.peer_log("handler failures", f"connection handler failed: {type(e).__name__}: {e}; "
+                                         "connection closed", LineKind.FAULT)
+        kept = False
+    if not kept:
+        srv._end_connection(sock)
 
 
 def _drain_and_close(sock: socket.socket, limit: int = 65536) -> None:
