@@ -23,22 +23,17 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from machine import describe  # noqa: E402 - benchmarks/machine.py
+from machine import describe, measured  # noqa: E402 - benchmarks/machine.py
 
 TARGET_MB = 200
 BOOT_ROOT = os.path.join(HERE, "..", "tests", "fixtures", "boot", "laptop-6.10-hmac")
 
 
 def measure(argv: list[str]) -> tuple[float, float, str]:
-    t0 = time.perf_counter()
-    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    err = p.stderr.read().decode().strip()
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        raise SystemExit(f"{' '.join(argv[2:5])} failed ({code}): {err}")
-    return wall, ru.ru_maxrss / 1024, err
+    m = measured(argv)
+    if m.code != 0:
+        raise SystemExit(f"{' '.join(argv[2:5])} failed ({m.code}): {m.stderr}")
+    return m.wall_s, m.rss_mb, m.stderr
 
 
 def main() -> int:

@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from machine import describe
+from machine import describe, measured
 
 from tpmtop.capture import write_capture
 from tpmtop.stats import LatencyHistogram
@@ -105,16 +105,11 @@ def synthetic_capture(path: str, n_events: int, seed: int = 1) -> dict:
 
 
 def run_export(capture: str, fmt: str, out: str, *more: str) -> tuple[float, float, int]:
-    t0 = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-m", "tpmtop", *more, "export", capture, "--format", fmt, "-o", out],
-                         stderr=subprocess.PIPE)
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    err = p.stderr.read().decode().strip()
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode != 0:
-        raise SystemExit(f"export failed ({p.returncode}): {err}")
-    return wall, ru.ru_maxrss / 1024, os.path.getsize(out)
+    m = measured([sys.executable, "-m", "tpmtop", *more, "export", capture, "--format", fmt, "-o", out],
+                 stdout=None)
+    if m.code != 0:
+        raise SystemExit(f"export failed ({m.code}): {m.stderr}")
+    return m.wall_s, m.rss_mb, os.path.getsize(out)
 
 
 def split_knob(cap: str, out: str, repeat: int, load: int) -> None:

@@ -19,14 +19,13 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 
-from machine import describe  # noqa: E402
+from machine import describe, measured  # noqa: E402
 
 
 def _msg(tag: int, size: int, code: int) -> str:
@@ -77,16 +76,10 @@ def generate(path: str, n: int, with_bytes: bool) -> None:
 
 def run(argv: list[str]) -> tuple[float, float, float]:
     """(wall s, peak RSS MB, CPU s) of one tpmtop process."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-m", "tpmtop", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    assert p.stderr is not None
-    err = p.stderr.read().decode().strip()
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        raise SystemExit(f"tpmtop {' '.join(argv)} failed ({code}): {err}")
-    return wall, ru.ru_maxrss / 1024, ru.ru_utime + ru.ru_stime
+    m = measured([sys.executable, "-m", "tpmtop", *argv])
+    if m.code != 0:
+        raise SystemExit(f"tpmtop {' '.join(argv)} failed ({m.code}): {m.stderr}")
+    return m.wall_s, m.rss_mb, m.cpu_s
 
 
 def main() -> int:

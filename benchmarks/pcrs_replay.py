@@ -20,14 +20,12 @@ import hashlib
 import os
 import random
 import struct
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from machine import describe
+from machine import describe, measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET_S = 2.0
@@ -85,15 +83,8 @@ def write_ima(path: str, n: int, rng: random.Random) -> None:
 
 
 def run(args: list[str]) -> tuple[float, float, float, int, str]:
-    cmd = [sys.executable, "-m", "tpmtop", "pcrs", *args, "--json"]
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    err = p.stderr.read().decode(errors="replace").strip()
-    p.stderr.close()
-    # CPU time too: on a loaded machine the wall time is mostly waiting for a core
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), err
+    m = measured([sys.executable, "-m", "tpmtop", "pcrs", *args, "--json"], cwd=ROOT)
+    return m.wall_s, m.cpu_s, m.rss_mb, m.code, m.stderr
 
 
 def main() -> int:

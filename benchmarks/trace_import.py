@@ -18,14 +18,12 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from machine import describe
+from machine import describe, measured
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
@@ -121,17 +119,11 @@ def main() -> int:
               f"({info['migrated']:,} migrate CPU)")
         root = os.path.join(ROOT, "tests", "fixtures", "boot", "vm-no-tpm")
         cmd = [sys.executable, "-m", "tpmtop", "boot", "--root", root, "--trace", path, "--json"]
-        t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(p.pid, 0)
-        wall = time.perf_counter() - t0
-        err = p.stderr.read().decode(errors="replace").strip()
-        p.stderr.close()
-        rc = os.waitstatus_to_exitcode(status)
-        if rc != 0:
-            print(f"tpmtop boot failed (exit {rc}): {err}")
+        m = measured(cmd, cwd=ROOT)
+        if m.code != 0:
+            print(f"tpmtop boot failed (exit {m.code}): {m.stderr}")
             return 1
-        rss_mb = usage.ru_maxrss / 1024
+        wall, rss_mb = m.wall_s, m.rss_mb
         ok_t, ok_m = wall < TARGET_S, rss_mb < TARGET_MB
         print(f"tpmtop boot --trace: {wall:.1f} s (target < {TARGET_S:.0f} s: {'ok' if ok_t else 'MISSED'}), "
               f"peak RSS {rss_mb:.0f} MB (target < {TARGET_MB} MB: {'ok' if ok_m else 'MISSED'}), "
