@@ -101,10 +101,15 @@ class KeyedTable(DataTable[Any]):
                 self.sort(key=lambda values: order(str(values[0])))
         else:
             ci = self.shown_columns.index(col)
+            arrival = {k: i for i, k in enumerate(self._shadow)}
 
             def rank(key: str) -> tuple[bool, int, float, str]:
+                if self.pinned and key.startswith(self.pinned):
+                    # on top, in the panel's own order (an operation's total, wire, host): sorted by
+                    # value they swapped whenever a GC pause put host's p99 above wire's
+                    return (False, 0, float(arrival[key]), "")
                 kind, number, text = sort_value(self._shadow[key][ci])
-                return (not (self.pinned and key.startswith(self.pinned)), kind, -number if kind == 0 else 0, text)
+                return (True, kind, -number if kind == 0 else 0, text)
 
             self._sort_by_keys(sorted(self._shadow, key=rank))
         if selected in self._shadow:
