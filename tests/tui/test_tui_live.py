@@ -288,21 +288,30 @@ class TestBootProjection:
             assert "N × (op p50 measured here for this mode)" in line
             estimate = line.split()[2:4]  # "about", "1.1 s"
             assert f"1,000 × {p50:,}".split(".")[0] in text  # its arithmetic: N × that p50
-            app.screen.query_one("#projection-n").value = "250"
-            await pilot.press("enter")
-            assert "250 PCR extends" in str(app.screen.query_one("#projection-text").render())
-            # the Modes line, redrawn once the dialog is closed (a loaded machine's last stats
-            # worker may land after the p press), gives the same estimate from the same p50s
 
             def modes() -> str:
                 return " ".join(str(main_screen(app).query_one("#bars").render()).split())
 
+            # closed without a new N: the Modes line (redrawn once the dialog is closed - a loaded
+            # machine's last stats worker may land after the p press) gives the same estimate
+            # from the same p50s
             await pilot.press("escape")
+            await until(pilot, lambda: app.screen is main_screen(app), what="the dashboard again")
             await until(pilot, lambda: f"per-command {' '.join(estimate)}" in modes(),
                         what=f"the Modes line's per-command {' '.join(estimate)} (p's figure)")
+            # another N typed and Enter: p recomputes, and closing it carries that N to Modes
+            await pilot.press("p")
+            await until(pilot, lambda: isinstance(app.screen, ProjectionScreen), what="projection screen again")
+            app.screen.query_one("#projection-n").value = "250"
+            await pilot.press("enter")
+            text = str(app.screen.query_one("#projection-text").render())
+            assert "250 PCR extends" in text
+            line = next(x for x in text.splitlines() if x.startswith("per-command"))
+            estimate = line.split()[2:4]
             await pilot.press("escape")
-            await until(pilot, lambda: "boot, 250 extends" in str(main_screen(app).query_one("#bars").render()),
-                        what="the new N in Modes")
+            await until(pilot, lambda: "boot, 250 extends" in modes()
+                        and f"per-command {' '.join(estimate)}" in modes(),
+                        what=f"250 extends and per-command {' '.join(estimate)} in Modes")
 
 
 class TestSort:
