@@ -117,7 +117,10 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
         await until(pilot, lambda: ops() > 20, what="the workload running")
         # Held by hand: the loop stops between operations and stays stopped.
         src.gate.hold()
-        await until(pilot, waiting.is_set, what="the workload waiting")
+        # `waiting` alone is not enough: a refresh's hold may have set it before this one, with
+        # the workload since gone on. Not busy under a hold in force means no operation runs and
+        # none can start (an operation sets busy, then looks at the holds).
+        await until(pilot, lambda: waiting.is_set() and not src.gate.busy, what="the workload waiting")
         held = ops()
         await pilot.pause(0.3)
         assert ops() == held

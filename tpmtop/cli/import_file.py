@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from typing import Any
 
 EXAMPLES = """Commands are paired with their responses; latencies come from the frame timestamps.
 `tpmtop replay FILE` opens such a file directly.
@@ -57,10 +59,20 @@ def run_import(args: argparse.Namespace) -> int:
         write_capture(dest, cap, progress=bar)
     for w in res.warnings[:5]:
         notice(f"warning: {w}")
-    ok = sum(1 for e in cap["events"] if e["rc"] is not None)
+    # One more pass over the events (spooled on disk by a big import, not held): the answered
+    # ones counted and the patterns found on the way.
+    ok = 0
+
+    def counted() -> Iterator[dict[str, Any]]:
+        nonlocal ok
+        for e in cap["events"]:
+            ok += e["rc"] is not None
+            yield e
+
+    patterns = detect(counted())
     notice(f"wrote {'stdout' if args.output == '-' else safe(args.output)}: {len(cap['events'])} TPM commands "
            f"({ok} with a response), {res.connections} connection(s), {res.framing} framing")
-    for line in summary_lines(detect(cap["events"])):
+    for line in summary_lines(patterns):
         notice(line)
     if args.decode:
         from tpmtop.decode.listing import lines

@@ -12,6 +12,7 @@ Layer: importers (beside exporters); no Textual.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,30 +65,87 @@ def event_dict(x: ObservedExchange, t0_unix_ns: int, origin: str) -> dict[str, A
     return e
 
 
-def _tpm_identity(exchanges: list[ObservedExchange]) -> dict[str, Any]:
+class _Identity:
     """TPM2_PT_MANUFACTURER etc. from a GetCapability(TPM_PROPERTIES) answer in the traffic."""
-    found: dict[int, int] = {}
-    for x in exchanges:
+
+    def __init__(self) -> None:
+        self.found: dict[int, int] = {}
+
+    def add(self, x: ObservedExchange) -> None:
         c, r = x.command, x.response
         if not c or not r or len(c) < 22 or len(r) < 19 or int.from_bytes(c[6:10], "big") != 0x17A:
-            continue
+            return
         if int.from_bytes(r[6:10], "big") != 0 or int.from_bytes(c[10:14], "big") != 6:
-            continue
+            return
         n = int.from_bytes(r[15:19], "big")
         for i in range(n):
             off = 19 + 8 * i
             if off + 8 > len(r):
                 break
-            found[int.from_bytes(r[off:off + 4], "big")] = int.from_bytes(r[off + 4:off + 8], "big")
+            self.found[int.from_bytes(r[off:off + 4], "big")] = int.from_bytes(r[off + 4:off + 8], "big")
 
-    def text(*props: int) -> str:
-        raw = b"".join(found[p].to_bytes(4, "big") for p in props if p in found)
-        return raw.rstrip(b"\0").decode("ascii", "replace").strip()
+    def result(self) -> dict[str, Any]:
+        found = self.found
 
-    fw = ""
-    if 0x10B in found:
-        fw = f"{found[0x10B] >> 16}.{found[0x10B] & 0xFFFF}"
-    return {"manufacturer": text(0x105), "vendor": text(0x106, 0x107, 0x108, 0x109), "firmware": fw}
+        def text(*props: int) -> str:
+            raw = b"".join(found[p].to_bytes(4, "big") for p in props if p in found)
+            return raw.rstrip(b"\0").decode("ascii", "replace").strip()
+
+        fw = ""
+        if 0x10B in found:
+            fw = f"{found[0x10B] >> 16}.{found[0x10B] & 0xFFFF}"
+        return {"manufacturer": text(0x105), "vendor": text(0x106, 0x107, 0x108, 0x109), "firmware": fw}
+
+
+class _Runs:
+    """One run per origin, from the events as they come: every command is its own operation."""
+
+    def __init__(self) -> None:
+        from tpmtop.stats import LatencyHistogram
+
+        self._hist = LatencyHistogram
+        self.per_origin: dict[str, tuple[Any, dict[str, Any], dict[str, int], list[int]]] = {}
+
+    def add(self, e: dict[str, Any], answered: bool) -> None:
+        # the latency counts when an answer came, even one whose response code nobody saw
+        got = self.per_origin.get(e["origin"])
+        if got is None:
+            got = self.per_origin[e["origin"]] = (self._hist(), {}, {}, [0])
+        op_h, per_cc, counts, errors = got
+        if not answered:
+            errors[0] += 1
+            return
+        op_h.record(e["wire_ns"])
+        # not setdefault(…, LatencyHistogram()): that built (and dropped) an 18,000-slot HDR
+        # histogram per event — 12 of 95 s profiled on a 120,000-command import
+        h = per_cc.get(e["command"])
+        if h is None:
+            h = per_cc[e["command"]] = self._hist()
+        h.record(e["wire_ns"])
+        counts[e["command"]] = counts.get(e["command"], 0) + 1
+        errors[0] += bool(e["rc"]) and not e.get("expected")
+
+    def runs(self) -> list[dict[str, Any]]:
+        out = []
+        for org, (op_h, per_cc, counts, errors) in self.per_origin.items():
+            n = op_h.count if isinstance(op_h.count, int) else op_h.count()
+            # host_us stays empty: nothing is known about the client's side of observed traffic.
+            # One key for all observed traffic, so two such captures (kernel 6.10 vs 6.12, two
+            # pcap files) compare command by command in `tpmtop compare`.
+            out.append({"engine": "observed", "mode": org, "op": "command", "ops": n, "errors": errors[0],
+                        "op_us": op_h.to_json(), "wire_us": op_h.to_json(), "host_us": self._hist().to_json(),
+                        "commands_per_op": {k: round(v / n, 4) for k, v in counts.items()} if n else {},
+                        "commands": {k: h.to_json() for k, h in per_cc.items()}})
+        return out
+
+
+def _head(runs: list[dict[str, Any]], ident: dict[str, Any], source: str, simulated: bool,
+          served_here: bool) -> dict[str, Any]:
+    from tpmtop.capture.build import capture_head
+
+    # swtpm and the IBM simulator answer "IBM" / "SW   TPM"
+    sim = simulated or (ident["manufacturer"] == "IBM" and ident["vendor"].startswith("SW"))
+    return capture_head({"tcti": source, **ident, "simulated": sim}, runs, recorded_here=False, tuned=served_here)
 
 
 def capture_from_exchanges(exchanges: list[ObservedExchange], *, origin: str, source: str,
@@ -96,49 +154,63 @@ def capture_from_exchanges(exchanges: list[ObservedExchange], *, origin: str, so
     """The ``tpmtop.capture/1`` document for observed traffic (events in time order).
     ``served_here``: the exchanges went through this tpmtop's own transport (the lab serves
     its guests' TPM), so the capture records the tuning knobs in force."""
-    from tpmtop.capture.build import capture_head
-    from tpmtop.stats import LatencyHistogram
-
     exchanges = sorted(exchanges, key=lambda x: x.t_unix_ns)
     t0 = exchanges[0].t_unix_ns if exchanges else 0
     events = [event_dict(x, t0, origin) for x in exchanges]
-    per_origin: dict[str, list[tuple[dict[str, Any], bool]]] = {}
+    runs, ident = _Runs(), _Identity()
     for x, e in zip(exchanges, events, strict=False):
-        # the latency counts when an answer came, even one whose response code nobody saw
-        per_origin.setdefault(e["origin"], []).append((e, e["rc"] is not None or bool(x.answered)))
-    runs = []
-    for org, evs in per_origin.items():
-        # host_us stays empty: nothing is known about the client's side of observed traffic
-        op_h, zero = LatencyHistogram(), LatencyHistogram()
-        per_cc: dict[str, LatencyHistogram] = {}
-        errors = 0
-        counts: dict[str, int] = {}
-        for e, answered in evs:
-            if not answered:
-                errors += 1
-                continue
-            op_h.record(e["wire_ns"])
-            # not setdefault(…, LatencyHistogram()): that built (and dropped) an 18,000-slot HDR
-            # histogram per event — 12 of 95 s profiled on a 120,000-command import
-            h = per_cc.get(e["command"])
-            if h is None:
-                h = per_cc[e["command"]] = LatencyHistogram()
-            h.record(e["wire_ns"])
-            counts[e["command"]] = counts.get(e["command"], 0) + 1
-            errors += bool(e["rc"]) and not e.get("expected")
-
-        n = op_h.count if isinstance(op_h.count, int) else op_h.count()
-        # one key for all observed traffic, so two such captures (kernel 6.10 vs 6.12, two
-        # pcap files) compare command by command in `tpmtop compare`
-        runs.append({"engine": "observed", "mode": org, "op": "command", "ops": n, "errors": errors,
-                     "op_us": op_h.to_json(), "wire_us": op_h.to_json(), "host_us": zero.to_json(),
-                     "commands_per_op": {k: round(v / n, 4) for k, v in counts.items()} if n else {},
-                     "commands": {k: h.to_json() for k, h in per_cc.items()}})
-    ident = _tpm_identity(exchanges)
-    # swtpm and the IBM simulator answer "IBM" / "SW   TPM"
-    sim = simulated or (ident["manufacturer"] == "IBM" and ident["vendor"].startswith("SW"))
-    cap = capture_head({"tcti": source, **ident, "simulated": sim}, runs, recorded_here=False, tuned=served_here)
+        runs.add(e, e["rc"] is not None or bool(x.answered))
+        ident.add(x)
+    cap = _head(runs.runs(), ident.result(), source, simulated, served_here)
     cap |= {"t0_unix_ns": t0, "events": events}
+    if extra:
+        cap.update(extra)
+    return cap
+
+
+class SpooledEvents:
+    """A capture's events waiting in a :class:`tpmtop.importers.spool.Spool`: iterable as often
+    as asked (the writer, then the import's pattern summary), with a length. Each is an event
+    dict as :func:`event_dict` makes it; its time and client are settled only once the whole
+    traffic has been read (the first command's time; whether there was more than one client)."""
+
+    def __init__(self, spool: Any, t0: int, clients: bool) -> None:
+        self._spool, self._t0, self._clients = spool, t0, clients
+
+    def __len__(self) -> int:
+        return len(self._spool)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        t0, clients = self._t0, self._clients
+        for t, who, e in self._spool:
+            e["t_ns"] = max(t - t0, 0)
+            if clients and who is not None:
+                e["client"] = who
+            yield e
+
+
+def capture_from_stream(exchanges: Iterable[ObservedExchange], *, origin: str, source: str,
+                        clients: Callable[[], bool], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """:func:`capture_from_exchanges` for traffic too big to hold: the exchanges (in time order,
+    or nearly) are read once, each event spooled to disk as it is made, the runs counted on
+    the way; the capture's ``events`` is a :class:`SpooledEvents`. ``clients()``, asked after the
+    last exchange: whether events keep their ``client`` (more than one connection)."""
+    from tpmtop.importers.spool import Spool
+
+    spool = Spool()
+    runs, ident = _Runs(), _Identity()
+    t0: int | None = None
+    for x in exchanges:
+        e = event_dict(x, 0, origin)
+        who = e.pop("client", None)
+        runs.add(e, e["rc"] is not None or bool(x.answered))
+        ident.add(x)
+        t = x.t_unix_ns
+        t0 = t if t0 is None or t < t0 else t0
+        spool.append((t, who, e))
+    t0 = t0 or 0
+    cap = _head(runs.runs(), ident.result(), source, False, False)
+    cap |= {"t0_unix_ns": t0, "events": SpooledEvents(spool, t0, clients())}
     if extra:
         cap.update(extra)
     return cap

@@ -16,10 +16,12 @@ timestamps. Layer: importers; no Textual.
 
 from __future__ import annotations
 
+import heapq
 import os
 import struct
+from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tpmtop.errors import UsageError
@@ -50,47 +52,62 @@ def is_pcap(path: str | os.PathLike[str]) -> bool:
     return head in PCAP_MAGICS or head == PCAPNG_MAGIC
 
 
-@dataclass
-class _Seg:
-    ts_ns: int
-    seq: int
-    data: bytes
-
-
-@dataclass
 class _Direction:
-    segs: list[_Seg] = field(default_factory=list)
+    """One direction of a TCP connection, reassembled as it is read: the bytes not yet cut into
+    messages and ``marks``, ``(stream offset, ts_ns)`` of each frame that carried them. Memory
+    stays that of the messages in flight, not of the file (a million-command capture was held
+    whole: 1.8 GB).
 
-    def stream(self) -> tuple[bytes, list[tuple[int, int]]]:
-        """The reassembled bytes and ``[(offset, ts_ns)]``: where each frame's new bytes start.
+    Retransmitted bytes (sequence numbers already seen) are dropped; a hole is closed up (the
+    bytes are lost either way and the message framing resynchronises on the sizes)."""
 
-        Retransmitted bytes (sequence numbers already seen) are dropped; a hole is closed up
-        (the bytes are lost either way and the message framing resynchronises on the sizes).
-        """
-        out = bytearray()
-        marks: list[tuple[int, int]] = []
-        nxt: int | None = None
-        for s in self.segs:
-            data = s.data
-            if nxt is not None:
-                delta = (s.seq - nxt) & 0xFFFFFFFF
-                if delta >= 0x80000000:  # starts before nxt: (partly) a retransmission
-                    overlap = (nxt - s.seq) & 0xFFFFFFFF
-                    if overlap >= len(data):
-                        continue
-                    data = data[overlap:]
-            marks.append((len(out), s.ts_ns))
-            out += data
-            nxt = (s.seq + len(s.data)) & 0xFFFFFFFF
-        return bytes(out), marks
+    __slots__ = ("base", "buf", "first", "marks", "nxt", "why")
 
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.base = 0  # the stream offset of buf[0]
+        self.marks: deque[tuple[int, int]] = deque()
+        self.nxt: int | None = None
+        self.first: bytes | None = None  # the first segment's bytes (which side is the client)
+        self.why: str | None = None  # why the stream stopped being read (a framing error)
 
-def _ts_at(marks: list[tuple[int, int]], offset: int) -> int:
-    """The timestamp of the frame that carried byte ``offset`` of a direction's stream."""
-    import bisect
+    def add(self, ts_ns: int, seq: int, data: bytes) -> None:
+        if self.first is None:
+            self.first = data
+        new = data
+        if self.nxt is not None:
+            delta = (seq - self.nxt) & 0xFFFFFFFF
+            if delta >= 0x80000000:  # starts before nxt: (partly) a retransmission
+                overlap = (self.nxt - seq) & 0xFFFFFFFF
+                if overlap >= len(data):
+                    return
+                new = data[overlap:]
+        self.nxt = (seq + len(data)) & 0xFFFFFFFF
+        if self.why is None:
+            self.marks.append((self.base + len(self.buf), ts_ns))
+            self.buf += new
 
-    i = bisect.bisect_right(marks, (offset, float("inf"))) - 1
-    return marks[max(i, 0)][1]
+    def ts_at(self, offset: int) -> int:
+        """The timestamp of the frame that carried byte ``offset`` (offsets asked in order)."""
+        marks = self.marks
+        while len(marks) > 1 and marks[1][0] <= offset:
+            marks.popleft()
+        return marks[0][1]
+
+    def take(self, n: int) -> bytes:
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        self.base += n
+        return out
+
+    def skip(self, n: int) -> None:
+        del self.buf[:n]
+        self.base += n
+
+    def stop(self, why: str) -> None:
+        self.why = why
+        self.buf.clear()
+        self.marks.clear()
 
 
 def _ip_from_frame(linktype: int, buf: bytes) -> Any:
@@ -181,58 +198,114 @@ def _looks_like_command(data: bytes) -> bool:
     return len(data) >= 4 and int.from_bytes(data[:4], "big") in (MSSIM_SEND_COMMAND, MSSIM_REMOTE_HANDSHAKE)
 
 
-def _split_raw(data: bytes) -> tuple[list[tuple[int, int]], str | None]:
-    """``[(start, end)]`` of the TPM messages in a raw stream, and why it stopped early."""
-    out: list[tuple[int, int]] = []
-    off = 0
-    while off + 10 <= len(data):
-        tag, size = struct.unpack_from(">HI", data, off)
+def _raw_messages(d: _Direction) -> Iterator[tuple[int, bytes]]:
+    """The whole raw TPM messages at the front of ``d``: ``(stream offset, bytes)``."""
+    buf = d.buf
+    while len(buf) >= 10:
+        tag, size = struct.unpack_from(">HI", buf, 0)
         if tag not in (0x8001, 0x8002, 0x00C4) or size < 10:
-            return out, f"byte {off} is not a TPM message header"
-        if off + size > len(data):
-            return out, f"the message at byte {off} is cut short"
-        out.append((off, off + size))
-        off += size
-    return out, (None if off == len(data) else f"{len(data) - off} bytes left over")
+            d.stop(f"byte {d.base} is not a TPM message header")
+            return
+        if len(buf) < size:
+            return
+        off = d.base
+        yield off, d.take(size)
 
 
-def _mssim_commands(data: bytes) -> tuple[list[tuple[int, int]], str | None, int]:
-    """Commands in a client stream with the simulator framing; also the number of handshakes."""
-    out: list[tuple[int, int]] = []
-    off = 0
-    handshakes = 0
-    while off + 4 <= len(data):
-        code = int.from_bytes(data[off:off + 4], "big")
+def _raw_left(d: _Direction) -> str | None:
+    if d.why or not d.buf:
+        return d.why
+    return f"{len(d.buf)} bytes left over" if len(d.buf) < 10 else f"the message at byte {d.base} is cut short"
+
+
+def _mssim_commands(d: _Direction, conn: _Conn) -> Iterator[tuple[int, bytes]]:
+    """Whole commands at the front of a client stream in the simulator framing (handshakes,
+    session ends and stops are stepped over; a handshake is counted: its answer comes back)."""
+    buf = d.buf
+    while len(buf) >= 4:
+        code = int.from_bytes(buf[:4], "big")
         if code == MSSIM_SEND_COMMAND:
-            if off + 9 > len(data):
-                return out, "a TPM_SEND_COMMAND is cut short", handshakes
-            size = int.from_bytes(data[off + 5:off + 9], "big")
-            start = off + 9
-            if start + size > len(data):
-                return out, f"the command at byte {start} is cut short", handshakes
-            out.append((start, start + size))
-            off = start + size
+            if len(buf) < 9:
+                return
+            size = int.from_bytes(buf[5:9], "big")
+            if len(buf) < 9 + size:
+                return
+            d.skip(9)  # the code, the locality, the size
+            off = d.base
+            yield off, d.take(size)
         elif code == MSSIM_REMOTE_HANDSHAKE:
-            handshakes += 1
-            off += 8
+            if len(buf) < 8:
+                return
+            d.skip(8)
+            conn.handshakes += 1
         elif code in (MSSIM_SESSION_END, MSSIM_STOP):
-            off += 4
+            d.skip(4)
         else:
-            return out, f"simulator command {code} at byte {off} is not one tpmtop reads", handshakes
-    return out, None, handshakes
+            d.stop(f"simulator command {code} at byte {d.base} is not one tpmtop reads")
+            return
 
 
-def _mssim_responses(data: bytes, handshakes: int) -> tuple[list[tuple[int, int]], str | None]:
-    out: list[tuple[int, int]] = []
-    off = 12 * handshakes  # each handshake answer: server version, flags, acknowledgement
-    while off + 4 <= len(data):
-        size = int.from_bytes(data[off:off + 4], "big")
-        start = off + 4
-        if start + size + 4 > len(data):
-            return out, f"the response at byte {start} is cut short"
-        out.append((start, start + size))
-        off = start + size + 4  # the zero acknowledgement
-    return out, None
+def _mssim_commands_left(d: _Direction) -> str | None:
+    if d.why or len(d.buf) < 4 or int.from_bytes(d.buf[:4], "big") != MSSIM_SEND_COMMAND:
+        return d.why
+    return "a TPM_SEND_COMMAND is cut short" if len(d.buf) < 9 else f"the command at byte {d.base + 9} is cut short"
+
+
+def _mssim_responses(d: _Direction, conn: _Conn) -> Iterator[tuple[int, bytes]]:
+    buf = d.buf
+    while True:
+        if conn.handshakes > conn.answered_handshakes:
+            if len(buf) < 12:  # the server's version, its flags, the acknowledgement
+                return
+            d.skip(12)
+            conn.answered_handshakes += 1
+            continue
+        if len(buf) < 4:
+            return
+        size = int.from_bytes(buf[:4], "big")
+        if len(buf) < 4 + size + 4:
+            return
+        d.skip(4)
+        off = d.base
+        rsp = d.take(size)
+        d.skip(4)  # the zero acknowledgement
+        yield off, rsp
+
+
+def _mssim_responses_left(d: _Direction) -> str | None:
+    return d.why if len(d.buf) < 4 else f"the response at byte {d.base + 4} is cut short"
+
+
+class _Conn:
+    """One TCP connection: which side is the client, its framing, and the commands and responses
+    cut from its two streams but not yet paired (paired in order, as the TPM answers them)."""
+
+    __slots__ = ("answered_handshakes", "client", "cmds", "framing", "handshakes", "n_cmds", "n_rsps", "rsps",
+                 "server", "who")
+
+    def __init__(self, client: tuple[bytes, int], server: tuple[bytes, int]) -> None:
+        self.client, self.server = client, server
+        self.who = _addr(*client)
+        self.framing: str | None = None  # "raw" | "mssim": from the client stream's first bytes
+        self.cmds: deque[tuple[int, bytes]] = deque()  # (t_ns of the first byte, command)
+        self.rsps: deque[tuple[int, bytes]] = deque()  # (t_ns of the last byte, response)
+        self.handshakes = self.answered_handshakes = 0
+        self.n_cmds = self.n_rsps = 0
+
+    def earliest(self, c: _Direction) -> int | None:
+        """The start of the oldest command not yet paired or not yet whole: nothing this
+        connection has still to give can start before it."""
+        if self.cmds:
+            return self.cmds[0][0]
+        if c.buf and c.why is None:
+            return c.ts_at(c.base)
+        return None
+
+
+# Exchanges held back so that they come out in time order across connections (a command not
+# yet answered on one holds back those started after it on the others). A command that is
+# never answered would hold back everything after it: past this many, the oldest go out anyway.
+REORDER_MAX = 65_536
 
 
 @dataclass
@@ -243,89 +316,165 @@ class ImportResult:
     warnings: list[str]
 
 
-def read_pcap(path: str | os.PathLike[str], port: int | None = None) -> ImportResult:
-    """Every TPM command/response pair in a pcap or pcapng file."""
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise PcapError(f"{path}: no such file")
-    if not is_pcap(path):
-        raise PcapError(f"{path}: not a pcap or pcapng file")
-    conns: dict[tuple[Any, ...], dict[tuple[Any, ...], _Direction]] = {}
-    try:
-        for ts, src, sport, dst, dport, seq, data in _read_frames(path):
-            if PLATFORM_PORT in (sport, dport) and port != PLATFORM_PORT:
+class PcapStream:
+    """The TPM exchanges of a pcap or pcapng file, read as the file streams past (one pass; in
+    start-time order), and, once read, what was found: framing, connections, warnings.
+    ``multi``: the file had more than one connection (each exchange is then named by its
+    client; ``client`` is set on every exchange, for the caller to keep or drop)."""
+
+    def __init__(self, path: str | os.PathLike[str], port: int | None = None) -> None:
+        self.path = os.fspath(path)
+        if not os.path.exists(self.path):
+            raise PcapError(f"{self.path}: no such file")
+        if not is_pcap(self.path):
+            raise PcapError(f"{self.path}: not a pcap or pcapng file")
+        self.port = port
+        self.warnings: list[str] = []
+        self.framings: set[str] = set()
+        self.connections = 0  # with at least one TPM command
+        self.multi = False
+        self.count = 0
+
+    @property
+    def framing(self) -> str:
+        return next(iter(self.framings)) if len(self.framings) == 1 else "mixed"
+
+    def _client_side(self, a: tuple[bytes, int], b: tuple[bytes, int], data: bytes) -> bool | None:
+        """True: ``a`` (this segment's sender) is the client; False: ``b`` is; None: not known
+        yet (asked again at the other side's first segment)."""
+        port = self.port
+        if port:
+            return True if b[1] == port else False if a[1] == port else None
+        if b[1] == TPM_PORT:
+            return True
+        if a[1] == TPM_PORT:
+            return False
+        return True if _looks_like_command(data) else None
+
+    def _frames(self) -> Iterator[tuple[int, bytes, int, bytes, int, int, bytes]]:
+        frames = _read_frames(self.path)
+        while True:
+            try:
+                f = next(frames)
+            except StopIteration:
+                return
+            except PcapError:
+                raise
+            except Exception as e:  # dpkt on a damaged file: bad input, one line
+                raise PcapError(f"{self.path}: unreadable capture file ({type(e).__name__}: {e})") from None
+            yield f
+
+    def __iter__(self) -> Iterator[ObservedExchange]:
+        conns: dict[tuple[Any, ...], _Conn | None] = {}  # None: not TPM traffic (after both sides spoke)
+        dirs: dict[tuple[Any, ...], _Direction] = {}
+        ready: list[tuple[int, int, ObservedExchange]] = []  # a heap on the start time
+        serial = 0
+        next_check = 1024
+        for ts, src, sport, dst, dport, seq, data in self._frames():
+            if PLATFORM_PORT in (sport, dport) and self.port != PLATFORM_PORT:
                 continue
             a, b = (src, sport), (dst, dport)
             key = (a, b) if a <= b else (b, a)
-            conns.setdefault(key, {}).setdefault((a, b), _Direction()).segs.append(_Seg(ts, seq, data))
-    except PcapError:
-        raise
-    except Exception as e:  # dpkt on a damaged file: bad input, one line
-        raise PcapError(f"{path}: unreadable capture file ({type(e).__name__}: {e})") from None
-
-    exchanges: list[ObservedExchange] = []
-    warnings: list[str] = []
-    framings: set[str] = set()
-    used = 0
-    multi = len(conns) > 1
-    for dirs in conns.values():
-        client_dir = server_dir = None
-        for d in dirs:
-            other = next((x for x in dirs if x != d), None)
-            _, sport = d[0]
-            _, dport = d[1]
-            is_client = (dport == port) if port else (
-                dport == TPM_PORT or (sport != TPM_PORT and _looks_like_command(dirs[d].segs[0].data)
-                                      and (other is None or not _looks_like_command(dirs[other].segs[0].data))))
-            if is_client:
-                client_dir, server_dir = d, other
-        if client_dir is None:
-            continue
-        cdata, cmarks = dirs[client_dir].stream()
-        sdata, smarks = dirs[server_dir].stream() if server_dir else (b"", [])
-        if cdata[:2] in (b"\x80\x01", b"\x80\x02"):
-            framing = "raw"
-            cmds, why = _split_raw(cdata)
-            rsps, why_r = _split_raw(sdata)
-        else:
-            framing = "mssim"
-            cmds, why, hs = _mssim_commands(cdata)
-            rsps, why_r = _mssim_responses(sdata, hs)
-        if not cmds:
-            continue
-        used += 1
-        framings.add(framing)
-        who = _addr(*client_dir[0])
-        for w in (why, why_r):
-            if w:
-                warnings.append(f"{who}: {w}")
-        for i, (cs, ce) in enumerate(cmds):
-            t_start = _ts_at(cmarks, cs)
-            if i < len(rsps):
-                rs, re_ = rsps[i]
-                t_end = _ts_at(smarks, re_ - 1)
-                exchanges.append(ObservedExchange(t_start, max(t_end - t_start, 0), cdata[cs:ce], sdata[rs:re_],
-                                          who if multi else None))
+            conn = conns.get(key)
+            if conn is None:
+                # not decided (or not TPM traffic: both sides spoke, neither with a command);
+                # only each side's first segment says which is the client
+                if key in conns or (a, b) in dirs:
+                    continue
+                side = self._client_side(a, b, data)
+                if side is None:
+                    if (b, a) in dirs:  # the other side spoke first, without a command either
+                        conns[key] = None
+                        del dirs[(b, a)]
+                    else:  # the other side may still open with a command
+                        dirs[(a, b)] = _Direction()
+                    continue
+                conn = _Conn(a, b) if side else _Conn(b, a)
+                conns[key] = conn
+                self.multi = self.multi or len(conns) > 1
+                dirs.pop((a, b), None)
+                dirs.pop((b, a), None)
+                dirs[(conn.client, conn.server)] = _Direction()
+                dirs[(conn.server, conn.client)] = _Direction()
+            self.multi = self.multi or len(conns) > 1
+            d = dirs[(a, b)]
+            d.add(ts, seq, data)
+            c, s = dirs[(conn.client, conn.server)], dirs[(conn.server, conn.client)]
+            if conn.framing is None and c.buf:
+                conn.framing = "raw" if bytes(c.buf[:2]) in (b"\x80\x01", b"\x80\x02") else "mssim"
+            if conn.framing is None:
+                continue
+            if d is c:
+                cut = _raw_messages(c) if conn.framing == "raw" else _mssim_commands(c, conn)
+                for off, cmd in cut:
+                    conn.cmds.append((c.ts_at(off), cmd))
+                    conn.n_cmds += 1
+            cut = _raw_messages(s) if conn.framing == "raw" else _mssim_responses(s, conn)
+            for off, rsp in cut:
+                conn.rsps.append((s.ts_at(off + len(rsp) - 1), rsp))
+                conn.n_rsps += 1
+            while conn.cmds and conn.rsps:
+                (t0, cmd), (t1, rsp) = conn.cmds.popleft(), conn.rsps.popleft()
+                heapq.heappush(ready, (t0, serial, ObservedExchange(t0, max(t1 - t0, 0), cmd, rsp, conn.who)))
+                serial += 1
+            if len(ready) >= next_check:
+                # nothing still to come starts before this frame or before a connection's
+                # oldest command in flight: whatever started earlier can go
+                mark = min((t for t in (k.earliest(dirs[(k.client, k.server)]) for k in conns.values() if k)
+                            if t is not None), default=ts)
+                mark = min(mark, ts)
+                while ready and (ready[0][0] <= mark or len(ready) > REORDER_MAX):
+                    yield heapq.heappop(ready)[2]
+                    self.count += 1
+                next_check = max(1024, min(2 * len(ready), REORDER_MAX + 4096))
+        for conn in conns.values():
+            if conn is None or not conn.n_cmds:
+                continue
+            self.connections += 1
+            self.framings.add(conn.framing or "raw")
+            c, s = dirs[(conn.client, conn.server)], dirs[(conn.server, conn.client)]
+            if conn.framing == "raw":
+                why, why_r = _raw_left(c), _raw_left(s)
             else:
-                exchanges.append(ObservedExchange(t_start, 0, cdata[cs:ce], None, who if multi else None))
-        if len(cmds) > len(rsps):
-            warnings.append(f"{who}: {len(cmds) - len(rsps)} command(s) without a response")
-    if not exchanges:
-        raise PcapError(f"{path}: no TPM commands found (looked for TCP port {port or TPM_PORT}, or a "
-                        f"stream that starts with a TPM command; give --port for another port)")
-    return ImportResult(exchanges, framings.pop() if len(framings) == 1 else "mixed", used, warnings)
+                why, why_r = _mssim_commands_left(c), _mssim_responses_left(s)
+            self.warnings += [f"{conn.who}: {w}" for w in (why, why_r) if w]
+            if conn.cmds:
+                self.warnings.append(f"{conn.who}: {len(conn.cmds)} command(s) without a response")
+            for t0, cmd in conn.cmds:
+                heapq.heappush(ready, (t0, serial, ObservedExchange(t0, 0, cmd, None, conn.who)))
+                serial += 1
+        while ready:
+            yield heapq.heappop(ready)[2]
+            self.count += 1
+        if not self.count:
+            raise PcapError(f"{self.path}: no TPM commands found (looked for TCP port {self.port or TPM_PORT}, or a "
+                            f"stream that starts with a TPM command; give --port for another port)")
+
+
+def read_pcap(path: str | os.PathLike[str], port: int | None = None) -> ImportResult:
+    """Every TPM command/response pair in a pcap or pcapng file, in a list (small files; the
+    import streams them: :func:`import_pcap`)."""
+    stream = PcapStream(path, port)
+    xs = list(stream)
+    if not stream.multi:
+        for x in xs:
+            x.client = None
+    return ImportResult(xs, stream.framing, stream.connections, stream.warnings)
 
 
 def import_pcap(path: str | os.PathLike[str], port: int | None = None) -> tuple[dict[str, Any], ImportResult]:
-    """A pcap file as a ``tpmtop.capture/1`` document (with every command's bytes)."""
-    from tpmtop.importers.observed import capture_from_exchanges
+    """A pcap file as a ``tpmtop.capture/1`` document (with every command's bytes). Its events
+    are spooled to a temporary file as they are read (:class:`tpmtop.importers.spool.EventSpool`),
+    not held: a million commands import in flat memory. The result's ``exchanges`` is empty."""
+    from tpmtop.importers.observed import capture_from_stream
 
-    res = read_pcap(path, port)
-    cap = capture_from_exchanges(res.exchanges, origin="imported", source=f"pcap:{os.path.basename(path)}",
-                                 extra={"imported": {"file": os.path.basename(os.fspath(path)),
-                                                     "framing": res.framing, "connections": res.connections}})
+    stream = PcapStream(path, port)
+    cap = capture_from_stream(stream, origin="imported", source=f"pcap:{os.path.basename(path)}",
+                              clients=lambda: stream.multi,
+                              extra={"imported": {"file": os.path.basename(os.fspath(path))}})
+    cap["imported"] |= {"framing": stream.framing, "connections": stream.connections}
     # Not this machine's: the traffic was recorded wherever the file was made (its TPM and
     # kernel are that machine's), so the capture claims no host rather than the importer's.
     cap["host"] = {"hostname": "unknown", "kernel": "unknown",
                    "note": "imported from a pcap file: the machine that recorded it is not known"}
-    return cap, res
+    return cap, ImportResult([], stream.framing, stream.connections, stream.warnings)

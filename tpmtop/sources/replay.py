@@ -29,7 +29,14 @@ def load(path: str | Path) -> dict[str, Any]:
     from tpmtop.textsafe import safe_tree
 
     importer = find_importer(path)  # recorded traffic (a tpm2-tss pcap: TCTI file, a tcpdump …)
-    doc = importer.read(path)[0] if importer is not None else _read_tail(CaptureReader, path)
+    if importer is not None:
+        from collections import deque
+
+        doc = importer.read(path)[0]
+        # an import's events may be spooled on disk (a million): the newest are what is shown
+        doc["events"] = list(deque(doc.get("events") or (), maxlen=MAX_STREAM_ROWS))
+    else:
+        doc = _read_tail(CaptureReader, path)
     safe: dict[str, Any] = safe_tree(doc)
     return safe
 
