@@ -5,7 +5,7 @@
 #
 #   scripts/kernel-vm.sh                         # the live tests on every kernel in $KERNELS
 #   scripts/kernel-vm.sh --kernel 6.12           # one series
-#   scripts/kernel-vm.sh --kernel 6.12-hmac      # the lab's HMAC kernel (make lab-kernels)
+#   scripts/kernel-vm.sh --kernel 6.12-hmac      # the lab's HMAC kernel (make lab-kernels; also 6.12-percmd, 6.12-nohmac)
 #   scripts/kernel-vm.sh --kernel 6.1 -- sh -c 'tpmtop kernel --duration 5'   # any command
 #   scripts/kernel-vm.sh --keep                  # keep the run folder (console log, dmesg, output)
 #   scripts/kernel-vm.sh --prepare               # only fetch the kernels and build their initramfs:
@@ -170,12 +170,12 @@ default_cmd() {
 VERDICTS=()
 FAILED=0
 # Fetches a series' kernel and builds its initramfs; sets KDIR, KVER, VMLINUZ, INITRD.
-# 6.12-hmac / 6.12-nohmac: the lab's kernels (scripts/lab-kernels.sh, everything built in, so
+# 6.12-hmac / 6.12-nohmac / 6.12-percmd: the lab's kernels (scripts/lab-kernels.sh, everything built in, so
 # the initramfs carries no modules).
 prepare_kernel() {
     local series=$1 mods
     case $series in
-        *-hmac|*-nohmac)
+        *-hmac|*-nohmac|*-percmd)
             VMLINUZ=$(scripts/lab-kernels.sh --print "$series") \
                 || die "kernel $series is not built: make lab-kernels (scripts/lab-kernels.sh $series)"
             KDIR=$(dirname "$VMLINUZ")
