@@ -9,36 +9,24 @@ Debian's 6.1 and 6.12 are downloaded from the archive (scripts/kernel-vm.sh --pr
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.paths import REPO
+from tests.helpers.lab import built, lab_marks
 
 FILES = 40
 
-pytestmark = [
-    pytest.mark.skipif(os.environ.get("TPMTOP_LAB") != "1",
-                       reason="boots kernels under qemu for minutes: `make test-lab` runs it (TPMTOP_LAB=1)"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="tpmtop lab needs root (qemu's 9p export of /)"),
-    pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="qemu-system-x86 is not installed"),
-]
-
-
-def _built(name: str) -> bool:
-    p = subprocess.run([str(REPO / "scripts" / "lab-kernels.sh"), "--print", name], capture_output=True, text=True)
-    return p.returncode == 0 and bool(p.stdout.strip())
+pytestmark = lab_marks("tpmtop lab needs root (qemu's 9p export of /)")
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     from tpmtop.lab.run import LabOptions, run_lab
 
-    names = [k for k in ("6.12-percmd", "6.12-hmac", "6.12-nohmac") if _built(k)] + ["6.12", "6.1"]
+    names = [k for k in ("6.12-percmd", "6.12-hmac", "6.12-nohmac") if built(k)] + ["6.12", "6.1"]
     out = tmp_path_factory.mktemp("lab")
     return run_lab(LabOptions(kernels=names, files=FILES, out_dir=str(out), bench_n=30), log=lambda s: None)
 

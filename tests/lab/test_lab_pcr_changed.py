@@ -23,29 +23,20 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.lab import built, lab_marks
 from tests.helpers.paths import REPO
 from tpmtop.capture import load_capture
 
 KERNELS = ("6.12-hmac", "6.12-percmd")
 INNER = "tests/kernel/test_kernel_pcr_changed.py"
 
-pytestmark = [
-    pytest.mark.skipif(os.environ.get("TPMTOP_LAB") != "1",
-                       reason="boots kernels under qemu for minutes: `make test-lab` runs it (TPMTOP_LAB=1)"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="scripts/kernel-vm.sh needs root (qemu's 9p export of /)"),
-    pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="qemu-system-x86 is not installed"),
-]
-
-
-def _built(name: str) -> bool:
-    p = subprocess.run([str(REPO / "scripts" / "lab-kernels.sh"), "--print", name], capture_output=True, text=True)
-    return p.returncode == 0 and bool(p.stdout.strip())
+pytestmark = lab_marks("scripts/kernel-vm.sh needs root (qemu's 9p export of /)")
 
 
 @pytest.fixture(scope="module")
 def guests():
     """{kernel: (its verdict line, the inner pytest's output, the capture `tpmtop kernel` wrote)}."""
-    names = [k for k in KERNELS if _built(k)]
+    names = [k for k in KERNELS if built(k)]
     if not names:
         pytest.skip(f"no lab HMAC kernel is built: make lab-kernels (scripts/lab-kernels.sh {KERNELS[0]})")
     py = os.environ.get("KERNEL_VM_PYTHON") or sys.executable
