@@ -280,8 +280,8 @@ class _Conn:
     """One TCP connection: which side is the client, its framing, and the commands and responses
     cut from its two streams but not yet paired (paired in order, as the TPM answers them)."""
 
-    __slots__ = ("answered_handshakes", "client", "cmds", "framing", "handshakes", "n_cmds", "n_rsps", "rsps",
-                 "server", "who")
+    __slots__ = ("answered_handshakes", "client", "cmds", "framing", "handshakes", "n_cmds", "rsps", "server",
+                 "who")
 
     def __init__(self, client: tuple[bytes, int], server: tuple[bytes, int]) -> None:
         self.client, self.server = client, server
@@ -290,7 +290,7 @@ class _Conn:
         self.cmds: deque[tuple[int, bytes]] = deque()  # (t_ns of the first byte, command)
         self.rsps: deque[tuple[int, bytes]] = deque()  # (t_ns of the last byte, response)
         self.handshakes = self.answered_handshakes = 0
-        self.n_cmds = self.n_rsps = 0
+        self.n_cmds = 0
 
     def earliest(self, c: _Direction) -> int | None:
         """The start of the oldest command not yet paired or not yet whole: nothing this
@@ -391,12 +391,10 @@ class PcapStream:
                     continue
                 conn = _Conn(a, b) if side else _Conn(b, a)
                 conns[key] = conn
-                self.multi = self.multi or len(conns) > 1
                 dirs.pop((a, b), None)
                 dirs.pop((b, a), None)
                 dirs[(conn.client, conn.server)] = _Direction()
                 dirs[(conn.server, conn.client)] = _Direction()
-            self.multi = self.multi or len(conns) > 1
             d = dirs[(a, b)]
             d.add(ts, seq, data)
             c, s = dirs[(conn.client, conn.server)], dirs[(conn.server, conn.client)]
@@ -412,7 +410,6 @@ class PcapStream:
             cut = _raw_messages(s) if conn.framing == "raw" else _mssim_responses(s, conn)
             for off, rsp in cut:
                 conn.rsps.append((s.ts_at(off + len(rsp) - 1), rsp))
-                conn.n_rsps += 1
             while conn.cmds and conn.rsps:
                 (t0, cmd), (t1, rsp) = conn.cmds.popleft(), conn.rsps.popleft()
                 heapq.heappush(ready, (t0, serial, ObservedExchange(t0, max(t1 - t0, 0), cmd, rsp, conn.who)))
@@ -427,6 +424,7 @@ class PcapStream:
                     yield heapq.heappop(ready)[2]
                     self.count += 1
                 next_check = max(1024, min(2 * len(ready), REORDER_MAX + 4096))
+        self.multi = len(conns) > 1
         for conn in conns.values():
             if conn is None or not conn.n_cmds:
                 continue

@@ -23,7 +23,7 @@ class Spool:
     from its start; two iterations may interleave)."""
 
     def __init__(self) -> None:
-        # unlinked at once on Linux; open for the spool's life, not one block (closed by close())
+        # unlinked at once on Linux; open for the spool's life (closed with it), not one block
         self._f = tempfile.TemporaryFile(prefix="tpmtop-spool-")  # noqa: SIM115
         self._batch: list[Any] = []
         self._ends: list[int] = []  # where each written batch ends in the file
@@ -53,6 +53,3 @@ class Spool:
             batch = pickle.load(self._f)
             pos = end
             yield from batch
-
-    def close(self) -> None:
-        self._f.close()
