@@ -206,15 +206,19 @@ def main() -> int:
         if a.clients:
             # One long-running proxy per TCTI, then tpm2-abrmd (+ its dbus-daemon), alternating
             # in two halves so that the machine's noise hits both alike.
+            # A --baseline checkout's proxy (mssim) takes its turn in each half too.
+            proxies = [("mssim", "mssim", HERE + "/.."), ("swtpm", "swtpm", HERE + "/..")]
+            proxies += [(src, "mssim", src) for src in a.baseline]
             for _half in range(2):
-                for protocol in ("mssim", "swtpm"):
+                for key, protocol, src in proxies:
                     port = free_pair()
-                    px = subprocess.Popen(tpmtop + ["--port", str(port), "--protocol", protocol],
+                    env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
+                    px = subprocess.Popen(tpmtop + ["--port", str(port), "--protocol", protocol], cwd=src, env=env,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     procs.append(px)
                     try:
                         wait_port(port)
-                        cpu.setdefault(protocol, []).append(
+                        cpu.setdefault(key, []).append(
                             cpu_per_client([px.pid], f"{protocol}:host=127.0.0.1,port={port}", a.clients // 2))
                     finally:
                         px.send_signal(signal.SIGTERM)
@@ -263,6 +267,10 @@ def main() -> int:
             x = statistics.mean(cpu[protocol])
             print(f"  tpmtop proxy ({protocol}: TCTI):{' ' * (12 - len(protocol))}{x * 1e3:6.2f} ms  "
                   f"x{x / ab:.2f} of abrmd+dbus (target ≤ x0.5: {'within' if x <= ab / 2 else 'OVER'})")
+        for src in a.baseline:
+            x = statistics.mean(cpu[src])
+            print(f"  baseline {os.path.basename(os.path.abspath(src))} (mssim: TCTI): {x * 1e3:6.2f} ms  "
+                  f"x{x / ab:.2f} of abrmd+dbus")
     print(f"swtpm: TCTI through the proxy: {d_swtpm:+.0f} µs per command (p50): that TCTI opens a TCP connection "
           "for every command, so each one also pays an accept and a peer look-up in the proxy")
     ok = delta <= TARGET_US and delta < d_abrmd

@@ -33,10 +33,16 @@ class Departures(ServerState):
             return  # gone already, or no pidfds: the reaper's periodic check covers it
         with self._pidfd_lock:
             self._pidfds[fd] = (c.id, c)
+            # added to the reaper's epoll set while it waits: no wake-up of it per new client
+            self._exits.register(fd, select.EPOLLIN)
+
+    def _close_pidfd(self, fd: int) -> None:
+        """Under _pidfd_lock: out of the reaper's set, then closed (its number may be reused)."""
         try:
-            os.write(self._wake_w, b"x")
-        except OSError:
+            self._exits.unregister(fd)
+        except (OSError, ValueError):
             pass
+        os.close(fd)
 
     def _exited(self, c: ClientStats) -> bool:
         with self._pidfd_lock:
@@ -75,7 +81,7 @@ class Departures(ServerState):
             if not readable:
                 return
             del self._pidfds[fd]
-            os.close(fd)
+            self._close_pidfd(fd)
         c = got[1]
         # An exited process waits for nothing more: it departs as soon as its commands still
         # being answered are accounted (the answer goes out before the accounting), even if
@@ -96,12 +102,11 @@ class Departures(ServerState):
 
     def _reaper(self) -> None:
         # Departures come from the clients' pidfds (at once) or, for clients without one, a
-        # periodic look; the wake pipe adds new pidfds to the wait.
+        # periodic look; a new pidfd joins the epoll set while the reaper waits on it, and
+        # stop() wakes it through the pipe.
         while not self._stop.is_set():
-            with self._pidfd_lock:
-                fds = list(self._pidfds)
             try:
-                r, _, _ = select.select(fds + [self._wake_r], [], [], REAP_INTERVAL_S)
+                r = [fd for fd, _ev in self._exits.poll(REAP_INTERVAL_S)]
             except (OSError, ValueError):
                 r = []
                 self._stop.wait(REAP_INTERVAL_S)
@@ -131,13 +136,15 @@ class Departures(ServerState):
         if c.departed_ns is not None:
             return
         leaked = self.accounts.depart(c)
+        if c.peer.pid is not None:
+            self.resolver.forget(c.peer.pid)  # its pid may come back as another process
         if self.turns is not None:
             self.turns.release(c)
         with self._pidfd_lock:
             for fd, (_cid, x) in list(self._pidfds.items()):
                 if x is c:
                     del self._pidfds[fd]
-                    os.close(fd)
+                    self._close_pidfd(fd)
         t = self._client_transports.pop(c.id, None)
         if t is not None:
             t[0].close()  # closing its /dev/tpmrm0 fd (abrmd connection) flushes what it left

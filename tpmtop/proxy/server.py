@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import queue
+import select
 import socket
 import threading
 from collections.abc import Callable
@@ -105,6 +106,8 @@ class ProxyServer(Admission, Session, Faults, Departures):
         self._pidfds: dict[int, tuple[int, ClientStats]] = {}  # pidfd -> client (departure watch)
         self._pidfd_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
+        self._exits = select.epoll()  # the clients' pidfds and the wake pipe (the reaper waits on it)
+        self._exits.register(self._wake_r, select.EPOLLIN)
         # fault recovery (shared upstream)
         self._recover_lock = threading.Lock()
         self.recovering = False
@@ -262,9 +265,10 @@ class ProxyServer(Admission, Session, Faults, Departures):
             transport.close()
         self._client_transports.clear()
         with self._pidfd_lock:
-            for fd in self._pidfds:
-                os.close(fd)
+            for fd in list(self._pidfds):
+                self._close_pidfd(fd)
             self._pidfds.clear()
+        self._exits.close()
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)

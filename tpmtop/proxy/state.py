@@ -6,6 +6,7 @@ it, so each is type-checked against the whole server's attributes. Layer: proxy;
 from __future__ import annotations
 
 import queue
+import select
 import socket
 import threading
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,7 @@ class ServerState:
     _pidfd_lock: threading.Lock
     _wake_r: int
     _wake_w: int
+    _exits: select.epoll
     _recover_lock: threading.Lock
     parking: Parking | None
 
@@ -77,4 +79,7 @@ class ServerState:
         raise NotImplementedError
 
     def _end_connection(self, sock: socket.socket) -> None:
+        raise NotImplementedError
+
+    def _close_pidfd(self, fd: int) -> None:
         raise NotImplementedError

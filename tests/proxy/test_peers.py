@@ -1,0 +1,95 @@
+"""Naming the process at the other end of a loopback TCP connection (tpmtop.proxy.peers):
+real processes, real sockets, the kernel's sock_diag and /proc."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+import psutil
+import pytest
+
+from tpmtop.proxy import peers
+
+HOLD = "import socket, sys, time; s = socket.create_connection(('127.0.0.1', int(sys.argv[1]))); time.sleep(60)"
+
+
+@pytest.fixture
+def listener():
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(8)
+    ls.settimeout(30)
+    yield ls
+    ls.close()
+
+
+def _resolve(resolver: peers.TcpResolver, conn: socket.socket, addr) -> peers.Peer:
+    owner = peers.socket_owner(addr[:2], conn.getsockname()[:2], False)
+    assert owner is not None, "sock_diag found no owner of the peer's socket"
+    return resolver.resolve(conn, owner)
+
+
+def test_a_child_process_is_named_with_its_command_line_and_start_time(listener):
+    port = listener.getsockname()[1]
+    child = subprocess.Popen([sys.executable, "-c", HOLD, str(port)])
+    try:
+        conn, addr = listener.accept()
+        with conn:
+            p = _resolve(peers.TcpResolver(), conn, addr)
+        assert p.pid == child.pid
+        assert p.uid == os.getuid() and p.user
+        assert p.cmdline.startswith(sys.executable) and p.cmdline.endswith(str(port))
+        assert p.exe == os.path.realpath(sys.executable)
+        # what psutil says of the same process (the proxy reads /proc itself, for speed)
+        ps = psutil.Process(child.pid)
+        assert p.name == ps.name()
+        assert p.start_time is not None and abs(p.start_time - ps.create_time()) < 0.01
+        assert peers.alive(p)
+    finally:
+        child.kill()
+        child.wait()
+    assert not peers.alive(p)
+
+
+def test_a_new_thread_of_an_old_process_is_named_by_its_process_not_the_thread(listener):
+    """The look-up tries the pids just above the newest client first. A thread's id opens
+    /proc/ID/fd too: a thread of this (older) process that starts after that client and
+    connects must still be named by this process's pid."""
+    port = listener.getsockname()[1]
+    resolver = peers.TcpResolver()
+    child = subprocess.Popen([sys.executable, "-c", HOLD, str(port)])
+    try:
+        conn, addr = listener.accept()
+        with conn:
+            assert _resolve(resolver, conn, addr).pid == child.pid
+        held: list[socket.socket] = []
+        tids: list[int] = []
+        done = threading.Event()
+
+        def connect() -> None:  # lives until the look-up is over: its /proc/TID exists
+            tids.append(threading.get_native_id())
+            held.append(socket.create_connection(("127.0.0.1", port)))
+            done.wait(60)
+
+        t = threading.Thread(target=connect)
+        t.start()
+        conn, addr = listener.accept()
+        if tids[0] <= child.pid:
+            done.set()
+            pytest.skip("the thread's id came below the child's (the pid space wrapped)")
+        resolver.PROBE = tids[0] - child.pid  # the thread's id is in the window
+        try:
+            with conn:
+                named = _resolve(resolver, conn, addr)
+        finally:
+            done.set()
+            t.join()
+            held[0].close()
+        assert named.pid == os.getpid() != tids[0]
+    finally:
+        child.kill()
+        child.wait()

@@ -1,0 +1,74 @@
+"""What /proc says about a process: its name and start time, command line, status fields.
+Read with os.open/os.read rather than psutil or a buffered open(): the proxy names every new
+client process with these (:mod:`.peers`), and psutil's Process() and oneshot() read the boot
+time and /proc/PID/stat again for each one (~140 µs a process against ~50 µs here, measured in
+one run on this project's VM), while a buffered open() adds two fstats, an ioctl and two seeks
+per file. Layer: proxy; no Textual."""
+
+from __future__ import annotations
+
+import os
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_boot: list[float] = []  # the boot time, read once
+
+
+def _boot_time() -> float:
+    if not _boot:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    _boot.append(float(line.split()[1]))
+                    break
+            else:
+                _boot.append(0.0)
+    return _boot[0]
+
+
+def read(path: str) -> bytes:
+    """A whole /proc file in as few system calls as it takes (a buffered open() adds five: two
+    fstats, an ioctl and two seeks, per file, per new client)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        parts: list[bytes] = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(parts)
+            parts.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def stat(pid: int) -> tuple[str, float]:
+    """(comm, start time) from /proc/PID/stat; the start time as psutil's create_time gives it
+    (boot time + start ticks), so that a reused pid is told from the process before it."""
+    data = read(f"/proc/{pid}/stat")
+    head, _, rest = data.rpartition(b")")  # the name may hold spaces and parentheses
+    comm = head.partition(b"(")[2].decode(errors="replace")
+    ticks = int(rest.split()[19])  # field 22, starttime; rest starts at field 3
+    return comm, _boot_time() + ticks / _CLK_TCK
+
+
+def cmdline(pid: int) -> list[str]:
+    data = read(f"/proc/{pid}/cmdline").decode(errors="replace")
+    if not data:
+        return []
+    if data.endswith("\0"):
+        return data[:-1].split("\0")
+    return data.split(" ")  # a process that rewrote its arguments as one string
+
+
+def status_field(pid: int, field: bytes) -> int | None:
+    """The first number of a /proc/PID/status line (b"Uid:", b"Tgid:")."""
+    for line in read(f"/proc/{pid}/status").splitlines():
+        if line.startswith(field):
+            return int(line.split()[1])
+    return None
+
+
+def tgid(pid: int) -> int | None:
+    try:
+        return status_field(pid, b"Tgid:")
+    except (OSError, ValueError):
+        return None
