@@ -7,7 +7,9 @@
 #
 # Variants: default (as booted), polling (tpm_tis.interrupts=0), irq-on (tpm_tis.interrupts=1),
 # dead-tpm (the guest's swtpm is killed 2 s after qemu starts, before the kernel probes the TPM:
-# the firmware still declares it, and the driver's probe fails).
+# the firmware still declares it, and the driver's probe fails), forced-irq and forced-polling
+# (acpi=off tpm_tis.force=1: no firmware table, the driver's own platform device at the TIS
+# address, which probes for an interrupt, with tpm_tis.interrupts=1 and =0).
 # Each becomes tests/fixtures/health/debian-SERIES-VARIANT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +23,8 @@ for variant in "${VARIANTS[@]}"; do
         default) append="" ;;
         polling) append="tpm_tis.interrupts=0" ;;
         irq-on) append="tpm_tis.interrupts=1" ;;
+        forced-irq) append="acpi=off tpm_tis.force=1 tpm_tis.interrupts=1" ;;
+        forced-polling) append="acpi=off tpm_tis.force=1 tpm_tis.interrupts=0" ;;
         dead-tpm) append="" ;;
         *) echo "health-fixtures: unknown variant $variant" >&2; exit 2 ;;
     esac
@@ -44,6 +48,11 @@ for variant in "${VARIANTS[@]}"; do
     rm -rf "$OUT/debian-$SERIES-$variant"
     mkdir -p "$OUT"
     cp -r "$run/results/tree" "$OUT/debian-$SERIES-$variant"
+    # git keeps no empty folder: a .keep holds each one the guest had (the collector makes
+    # sys/firmware/acpi/tables itself, so without ACPI that one goes)
+    rmdir "$OUT/debian-$SERIES-$variant/sys/firmware/acpi/tables" 2>/dev/null \
+        && rmdir -p "$OUT/debian-$SERIES-$variant/sys/firmware/acpi" 2>/dev/null || true
+    find "$OUT/debian-$SERIES-$variant" -type d -empty -exec touch {}/.keep \;
     # the kernel's config is the Debian package's (the guest's /boot is the host's)
     cfg=$(ls .cache/kernel-vm/kernels/linux-image-$SERIES*/boot/config-* 2>/dev/null | head -n1)
     if [ -n "$cfg" ]; then

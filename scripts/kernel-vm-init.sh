@@ -47,4 +47,7 @@ say "command exited $(cat /results/status)"
 sync
 umount "$R$RESULTS" 2>/dev/null
 umount /results 2>/dev/null
+# Without ACPI (acpi=off) the kernel cannot power off and would halt, leaving qemu to its
+# time-out: a reboot ends qemu instead (-no-reboot).
+[ -d /sys/firmware/acpi ] || reboot -f
 poweroff -f

@@ -36,6 +36,25 @@ def test_interrupts_verdict_differs_with_tpm_tis_interrupts_0(series):
     assert d["data"]["param"] == {"6.1": "-1", "6.12": "N"}[series]
 
 
+@pytest.mark.parametrize("series", ["6.1", "6.12"])
+def test_an_interrupt_that_never_fires_is_the_drivers_fallback_not_a_choice(series):
+    """acpi=off tpm_tis.force=1: the driver's own device probes for an interrupt; qemu's TIS
+    raises none the guest sees, and the kernel says so ("TPM interrupt not working, polling
+    instead"). With tpm_tis.interrupts=0 the same guest polls by choice."""
+    status, irq = health(FIXTURES / f"debian-{series}-forced-irq")
+    v = irq["interrupts"]
+    assert v["data"]["mode"] == "polling-fallback" and v["level"] == "warn"
+    assert any("TPM interrupt not working, polling instead" in e for e in v["evidence"])
+    assert status == 1  # a problem: every command pays the polling
+    dev = irq["device"]
+    assert dev["level"] == "ok" and "forced by tpm_tis.force=1" in dev["text"]
+    assert "declared by firmware" not in dev["text"]
+    if series == "6.12":
+        status, off = health(FIXTURES / "debian-6.12-forced-polling")
+        assert off["interrupts"]["data"]["mode"] == "polling-off-cmdline" and status == 0
+        assert not any("polling instead" in e for e in off["interrupts"]["evidence"])
+
+
 def test_interrupts_allowed_without_an_irq_is_said_as_such():
     _, v = health(FIXTURES / "debian-6.12-irq-on")
     assert v["interrupts"]["data"]["mode"] == "polling-no-irq"

@@ -78,6 +78,12 @@ def device(inp: Inputs) -> Verdict:
     if r.exists(ACPI_TPM2):
         declared.append(f"ACPI TPM2 table ({ACPI_TPM2})")
     declared += [f"platform device {PLATFORM_DEVICES}/{d}" for d in _platform_tpms(r)]
+    # tpm_tis.force=1 makes the driver's own "tpm_tis" device at the TIS address, with or
+    # without the firmware: that is the command line's doing, not a declaration
+    force = (sf.params or {}).get("tpm_tis.force")
+    forced = force is not None and bool(force) and cmdline_mod.truthy(force[-1]) is True
+    by = ("forced by tpm_tis.force=1 on the command line" if forced and not r.exists(ACPI_TPM2)
+          else "declared by firmware")
     devs = _has_dev(r)
     probe = sf.kernel_log.probes[0] if sf.kernel_log and sf.kernel_log.probes else None
     ev = list(declared)
@@ -87,7 +93,7 @@ def device(inp: Inputs) -> Verdict:
     ev.append(f"device nodes: {', '.join(devs) if devs else 'none (/dev/tpm0, /dev/tpmrm0 absent)'}")
     if devs:
         return Verdict(Kind.DEVICE, Level.OK, f"{' and '.join(devs)} present"
-                       + (f", declared by firmware ({declared[0].split(' (')[0]})" if declared else ""),
+                       + (f", {by} ({declared[0].split(' (')[0]})" if declared else ""),
                        tuple(ev), (("declared", declared), ("devices", devs)))
     if not declared and probe is None:
         return Verdict(Kind.DEVICE, Level.INFO, "no TPM: the firmware declares none and there is no /dev/tpm0",
@@ -102,7 +108,8 @@ def device(inp: Inputs) -> Verdict:
     if not lines:
         lines = [reason] if reason else ["the kernel log names no TPM error (driver not loaded? "
                                          "CONFIG_TCG_TIS/CRB off, or the module blacklisted)"]
-    return Verdict(Kind.DEVICE, Level.FAIL, "the firmware declares a TPM and there is no /dev/tpm0",
+    return Verdict(Kind.DEVICE, Level.FAIL, ("the firmware declares a TPM" if by.startswith("declared")
+                                             else f"a TPM is {by}") + " and there is no /dev/tpm0",
                    tuple(ev + lines), (("declared", declared), ("devices", devs)))
 
 
