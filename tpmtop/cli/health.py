@@ -34,6 +34,7 @@ def run_health(args: argparse.Namespace) -> int:
     from tpmtop.capture import load_capture
     from tpmtop.health import build
     from tpmtop.health.attribution import AuthFailureLog
+    from tpmtop.health.kernel_traffic import KernelTraffic
     from tpmtop.health.report import render_text
     from tpmtop.tpm import tcti as tcti_mod
     from tpmtop.tpm.identity import read_variable
@@ -43,10 +44,12 @@ def run_health(args: argparse.Namespace) -> int:
     if args.root is not None and not os.path.isdir(args.root):
         raise UsageError(f"--root {args.root}: not a directory")
     log = AuthFailureLog()
+    traffic = KernelTraffic()
     sources = []
     for path in args.capture:
         cap = load_capture(path)  # a bad file: one line, exit 2 (its own errors)
         log.feed_capture(cap)
+        traffic.feed_capture(cap)
         sources.append(os.path.basename(path))
     target = tcti_mod.choose(getattr(args, "tcti", None), getattr(args, "sim", False),
                              raw_device=getattr(args, "raw_device", False),
@@ -71,7 +74,7 @@ def run_health(args: argparse.Namespace) -> int:
 
     tpm, verdicts, manufacturer = build.tpm_verdicts(read, reason, log, sources)
     if args.root is not None or target.source == "fallback" or str(target.kind) not in _NOT_THE_HOSTS:
-        verdicts += build.system_verdicts(args.root or "/", manufacturer, args.ima_sample)
+        verdicts += build.system_verdicts(args.root or "/", manufacturer, args.ima_sample, traffic)
     else:
         notes.append("set-up, driver and IMA not judged: the TPM is a simulator, not this machine's "
                      "(--root / judges this machine's anyway)")

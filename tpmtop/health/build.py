@@ -10,6 +10,7 @@ from tpmtop.boot.facts import collect_health
 from tpmtop.boot.rootfs import RootReader
 from tpmtop.errors import TpmtopError
 from tpmtop.health import attribution, ima, lockout, system
+from tpmtop.health.kernel_traffic import KernelTraffic
 from tpmtop.health.report import HealthReport
 from tpmtop.health.verdicts import Kind, Level, Verdict, unknown
 
@@ -44,11 +45,12 @@ def tpm_verdicts(read: Callable[[], tuple[dict[str, Any], dict[str, int]]] | Non
     return tpm, out, manufacturer
 
 
-def system_verdicts(root: str, manufacturer: str | None, ima_sample: float) -> list[Verdict]:
+def system_verdicts(root: str, manufacturer: str | None, ima_sample: float,
+                    traffic: KernelTraffic | None = None) -> list[Verdict]:
     reader = RootReader(root)
     facts = collect_health(reader)
-    inp = system.Inputs(reader, facts, manufacturer)
-    return system.verdicts(inp) + [ima.verdict(reader, facts, ima_sample)]
+    inp = system.Inputs(reader, facts, manufacturer, traffic)
+    return system.verdicts(inp) + [ima.verdict(reader, facts, ima_sample, traffic=traffic)]
 
 
 def report(tpm: dict[str, Any], verdicts: list[Verdict], notes: list[str]) -> HealthReport:

@@ -1,8 +1,9 @@
 """IMA's measurement list: how fast it grows (now and over the boot), the policy in force where
 it can be read, and the files measured most. Reads securityfs only (root).
 
-The list (``ascii_runtime_measurements``) names files, not processes: "top processes" needs the
-kernel view's per-task extends (``tpmtop kernel``); the share of TPM time likewise."""
+The list (``ascii_runtime_measurements``) names files, not processes: the tasks IMA extended
+for, and their share of TPM time, come from a kernel capture (``tpmtop kernel --json K``, then
+``tpmtop health --capture K``: :mod:`.kernel_traffic`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections import Counter
 
 from tpmtop.boot.facts import IMA_DIR, SystemFacts
 from tpmtop.boot.rootfs import RootReader, Unavailable
+from tpmtop.health.kernel_traffic import KernelTraffic
 from tpmtop.health.verdicts import Kind, Level, Verdict, unknown
 from tpmtop.textsafe import safe
 
@@ -22,9 +24,11 @@ def _count(r: RootReader) -> int:
     return int(r.read_line(f"{IMA_DIR}/runtime_measurements_count"))
 
 
-def verdict(r: RootReader, sf: SystemFacts, sample_s: float = 1.0, top_files: bool = True) -> Verdict:
+def verdict(r: RootReader, sf: SystemFacts, sample_s: float = 1.0, top_files: bool = True,
+            traffic: KernelTraffic | None = None) -> Verdict:
     """``sample_s``: seconds to watch the count (0: the boot's rate only); ``top_files``: read the
-    list itself (up to :data:`LIST_READ_MAX`) for the files measured most."""
+    list itself (up to :data:`LIST_READ_MAX`) for the files measured most; ``traffic``: the
+    kernel's commands of ``--capture`` files (the tasks IMA extended for, and their TPM time)."""
     f = sf.get("ima.measurements")
     if f is None or not f.ok:
         why = f.reason if f is not None else "IMA not read"
@@ -71,6 +75,9 @@ def verdict(r: RootReader, sf: SystemFacts, sample_s: float = 1.0, top_files: bo
         data.append(("top_files", [{"path": p, "count": k} for p, k in top]))
     except Unavailable as e:
         ev.append(f"list: {e}")
+    if traffic is not None and traffic.commands:
+        ev += traffic.ima_lines()
+        data.append(("top_tasks", traffic.ima_data()))
     bypass = [p for p in (sf.kernel_log.problems if sf.kernel_log else []) if p.kind == "ima-bypass"]
     ev += [f"dmesg:{p.line}: {safe(p.text)}" for p in bypass]
     rates = []

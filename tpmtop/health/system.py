@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from tpmtop.boot import cmdline as cmdline_mod
 from tpmtop.boot.dmesg import KIND_TEXT, KernelProblem, strip_prefix
 from tpmtop.boot.facts import SystemFacts
 from tpmtop.boot.rootfs import RootReader, Unavailable
+from tpmtop.health.kernel_traffic import STALL_NS, KernelTraffic
 from tpmtop.health.verdicts import Kind, Level, Verdict, unknown
 from tpmtop.textsafe import safe
 
@@ -41,6 +43,7 @@ class Inputs:
     reader: RootReader
     facts: SystemFacts
     manufacturer: str | None = None  # the TPM's, when tpmtop could ask it (the fTPM case)
+    traffic: KernelTraffic | None = None  # the kernel's commands in the --capture files
 
 
 def _dmesg_reason(sf: SystemFacts) -> str | None:
@@ -319,7 +322,12 @@ def hwrng(inp: Inputs) -> Verdict:
         manu = probe.vendor
     if manu:
         ev.append(f"TPM manufacturer: {safe(manu)}")
-    data = (("current", current), ("tpm", current.startswith("tpm-rng")))
+    t = inp.traffic
+    if t is not None:
+        ev += t.hwrng_lines()
+    data: tuple[tuple[str, Any], ...] = (("current", current), ("tpm", current.startswith("tpm-rng")))
+    if t is not None and t.hwrng_data() is not None:
+        data += (("kernel", t.hwrng_data()),)
     if not current.startswith("tpm-rng"):
         return Verdict(Kind.HWRNG, Level.OK, f"hwrng {safe(current) or 'none'}: the TPM is not the kernel's "
                        "random source", tuple(ev), data)
@@ -327,8 +335,13 @@ def hwrng(inp: Inputs) -> Verdict:
         return Verdict(Kind.HWRNG, Level.WARN, f"hwrng {safe(current)} on an AMD fTPM: its GetRandom calls are "
                        "known to stall the system (kernel commit ffe4a34b29aa turns it off on some designs)",
                        tuple(ev), data)
+    if t is not None and t.hwrng_stalls:
+        return Verdict(Kind.HWRNG, Level.WARN, f"hwrng {safe(current)}: {t.hwrng_stalls} of its GetRandom held the "
+                       f"TPM {STALL_NS // 1_000_000} ms or more (its caller waits as long)", tuple(ev), data)
+    share = ("its share of TPM time below" if t is not None and t.commands
+             else "its share of TPM time: `tpmtop kernel --json K`, then `tpmtop health --capture K`")
     return Verdict(Kind.HWRNG, Level.INFO, f"hwrng {safe(current)}: the kernel sends the TPM GetRandom on its own "
-                   "(its share of TPM time: see `tpmtop kernel`)", tuple(ev), data)
+                   f"({share})", tuple(ev), data)
 
 
 def verdicts(inp: Inputs) -> list[Verdict]:
