@@ -1,6 +1,6 @@
 """Proxy benchmark: what `tpmtop proxy` adds to each TPM command a program sends.
 
-    .venv/bin/python benchmarks/proxy.py [--rounds 400] [--blocks 8]
+    .venv/bin/python benchmarks/proxy.py [--rounds 400] [--blocks 8] [--baseline DIR] [--also-set busy_poll=on]
 
 An ESAPI client (tpm2-pytss through tpm2-tss's own TCTIs, as any program would) issues
 GetRandom(16) and PCR_Extend(PCR 16) interleaved, against one swtpm:
@@ -156,6 +156,9 @@ def main() -> int:
     ap.add_argument("--baseline", metavar="DIR", action="append", default=[],
                     help="also the mssim and swtpm paths through a proxy run from another checkout of tpmtop "
                          "(a before/after in one run, e.g. from `git archive <commit> | tar -x -C DIR`); repeatable")
+    ap.add_argument("--also-set", metavar="NAME=VALUE", action="append", default=[],
+                    help="also the mssim path through a proxy run with this setting (TPMTOP_NAME=VALUE, e.g. "
+                         "busy_poll=on): a knob's effect on the per-command figure, in the same run; repeatable")
     a = ap.parse_args()
     os.environ.setdefault("TSS2_LOG", "all+NONE")
     if not shutil.which("swtpm"):
@@ -173,11 +176,15 @@ def main() -> int:
         abrmd = Abrmd(sw_port)
         tpmtop = [sys.executable, "-m", "tpmtop", "proxy", "-T", f"swtpm:host=127.0.0.1,port={sw_port}"]
 
-        def through_proxy(protocol: str, rounds: int, src: str = os.path.join(HERE, "..")) -> list[int]:
+        def through_proxy(protocol: str, rounds: int, src: str = os.path.join(HERE, ".."),
+                          knob: str | None = None) -> list[int]:
             # swtpm serves one connection at a time: the proxy holds it only for its blocks
             # (tpm2-abrmd's swtpm: TCTI connects for each command, so it can stay up throughout)
             port = free_pair()
             env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
+            if knob:
+                name, _, value = knob.partition("=")
+                env["TPMTOP_" + name.upper()] = value
             px = subprocess.Popen(tpmtop + ["--port", str(port), "--protocol", protocol],
                                   cwd=src, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             procs.append(px)
@@ -194,6 +201,9 @@ def main() -> int:
                  ("proxied", lambda: through_proxy("swtpm", a.rounds)),
                  ("mssim", lambda: through_proxy("mssim", a.rounds)),
                  ("abrmd", lambda: measure("tabrmd:bus_type=session", a.rounds))]
+        for knob in a.also_set:
+            paths["set " + knob] = []
+            steps.append(("set " + knob, functools.partial(through_proxy, "mssim", a.rounds, knob=knob)))
         for src in a.baseline:
             paths[src] = []
             paths[src + " swtpm"] = []
@@ -256,6 +266,10 @@ def main() -> int:
             print(f"{'baseline (' + tcti + ': TCTI → ' + os.path.basename(os.path.abspath(src)) + ')':<40} "
                   f"{statistics.median(xs) / 1000:9.1f} {p(xs, 99):9.1f}   "
                   f"{(statistics.median(xs) - statistics.median(direct)) / 1000:+.0f} µs over direct")
+    for knob in a.also_set:
+        xs = paths["set " + knob]
+        print(f"{'proxied  (mssim, ' + knob + ')':<40} {statistics.median(xs) / 1000:9.1f} {p(xs, 99):9.1f}   "
+              f"{(statistics.median(xs) - statistics.median(direct)) / 1000:+.0f} µs over direct")
     d_swtpm = (statistics.median(proxied) - statistics.median(direct)) / 1000
     delta = (statistics.median(mssim) - statistics.median(direct)) / 1000
     d_abrmd = (statistics.median(via_abrmd) - statistics.median(direct)) / 1000
