@@ -62,7 +62,7 @@ def test_without_a_capture_the_hwrng_line_says_how_to_get_its_share():
 def test_a_getrandom_that_holds_the_tpm_100_ms_is_a_problem(tmp_path):
     """The same real capture with one hwrng read's wire time set to 150 ms (edited here, as
     an fTPM stall would show): a WARN, exit 1."""
-    k, cap = _kernel_capture(tmp_path)
+    _k, cap = _kernel_capture(tmp_path)
     hw = [e for e in cap["events"] if e.get("origin") == "kernel" and e["path"].startswith("hwrng")
           and e["command"] == "TPM2_CC_GetRandom"]
     hw[0]["wire_ns"] = 150_000_000

@@ -11,10 +11,10 @@ Parsing uses dpkt (pure Python, reads pcap and pcapng, every link type above), w
 struct readings where its per-packet objects cost most (``_pcapng_packets``: pcapng's packet
 blocks after dpkt has read the file's headers; ``_ipv4_tcp``: a frame that is one plain IPv4
 packet carrying TCP; anything else goes through dpkt as before; tests check both against
-dpkt's reading of the same bytes). The TCP streams are reassembled by sequence number per direction, cut into TPM messages by the size
-in their headers, and commands are paired with responses in order per connection. Latency is
-the first byte of the command's first frame to the response's last frame, from the frame
-timestamps. Layer: importers; no Textual.
+dpkt's reading of the same bytes). The TCP streams are reassembled by sequence number per
+direction, cut into TPM messages by the size in their headers, and commands are paired with
+responses in order per connection. Latency is the first byte of the command's first frame to
+the response's last frame, from the frame timestamps. Layer: importers; no Textual.
 """
 
 from __future__ import annotations
