@@ -338,11 +338,14 @@ def event_ok(e: Any) -> bool:
     return True
 
 
-_HEX = re.compile(HEX_PATTERN)
+# HEX_PATTERN's meaning (pairs of hex digits) as an even length and one character class: a
+# repeated group made the regex ~7× slower on a command's bytes (1 KB: 13 against 2 µs), and
+# this check runs on every event a capture writes or reads.
+_HEX_CHARS = re.compile(r"[0-9a-fA-F]*\Z")
 
 
 def _hex_ok(v: Any) -> bool:
-    return type(v) is str and len(v) <= HEX_MAX_CHARS and _HEX.match(v) is not None
+    return type(v) is str and len(v) <= HEX_MAX_CHARS and not len(v) % 2 and _HEX_CHARS.match(v) is not None
 
 
 def op_ok(o: Any) -> bool:
