@@ -32,9 +32,13 @@ class Departures(ServerState):
         except (OSError, AttributeError):
             return  # gone already, or no pidfds: the reaper's periodic check covers it
         with self._pidfd_lock:
+            try:
+                # added to the reaper's epoll set while it waits: no wake-up of it per new client
+                self._exits.register(fd, select.EPOLLIN)
+            except (OSError, ValueError):  # the proxy has stopped (the set is closed)
+                os.close(fd)
+                return
             self._pidfds[fd] = (c.id, c)
-            # added to the reaper's epoll set while it waits: no wake-up of it per new client
-            self._exits.register(fd, select.EPOLLIN)
 
     def _close_pidfd(self, fd: int) -> None:
         """Under _pidfd_lock: out of the reaper's set, then closed (its number may be reused)."""
