@@ -90,6 +90,9 @@ def main() -> int:
     variants: dict[str, tuple[list[str], Path]] = {
         "direct": (["sh", "t.sh"], HERE.parent),
         "run": ([sys.executable, "-m", "tpmtop", "run", "-T", sw.tcti, "--", "sh", "t.sh"], HERE.parent)}
+    # the same run with the mssim protocol: one connection per tool instead of one per command
+    variants["run --protocol mssim"] = ([sys.executable, "-m", "tpmtop", "run", "-T", sw.tcti, "--protocol", "mssim",
+                                         "--", "sh", "t.sh"], HERE.parent)
     if a.baseline:
         variants["run (baseline)"] = (variants["run"][0], Path(a.baseline).resolve())
     walls: dict[str, list[float]] = {name: [] for name in variants}
@@ -122,11 +125,11 @@ def main() -> int:
     print(f"machine: {describe()}")
     print(f"{a.rounds} rounds of a script of {TOOLS_IN_SCRIPT} tpm2-tools commands; load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
-    print(f"{'variant':<18}{'wall p50':>10}{'best':>9}{'worst':>9}{'per tool':>10}   ms   ratio")
+    print(f"{'variant':<22}{'wall p50':>10}{'best':>9}{'worst':>9}{'per tool':>10}   ms   ratio")
     direct = statistics.median(walls["direct"])
     for name, xs in walls.items():
         p50 = statistics.median(xs)
-        print(f"{name:<18}{p50 * ms:>10.1f}{min(xs) * ms:>9.1f}{max(xs) * ms:>9.1f}"
+        print(f"{name:<22}{p50 * ms:>10.1f}{min(xs) * ms:>9.1f}{max(xs) * ms:>9.1f}"
               f"{p50 * ms / TOOLS_IN_SCRIPT:>10.1f}        x{p50 / direct:.2f}")
     if a.keep_output:
         print(last_report, end="")
