@@ -41,7 +41,6 @@ class KernelTraffic:
     rest: list[int] = field(default_factory=list)  # wire ns of every other kernel command
     extends: Counter[str] = field(default_factory=Counter)  # task -> IMA/kernel extends
     extend_ns: Counter[str] = field(default_factory=Counter)  # task -> their wire ns
-    captures: int = 0
 
     def feed_capture(self, cap: dict[str, Any]) -> int:
         """The kernel's events of one capture (none in a proxy or run capture); returns how many."""
@@ -67,8 +66,6 @@ class KernelTraffic:
                 task = str(e.get("comm") or "?")
                 self.extends[task] += 1
                 self.extend_ns[task] += wire
-        if n:
-            self.captures += 1
         return n
 
     # -- the hwrng -------------------------------------------------------------------------------

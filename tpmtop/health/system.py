@@ -78,15 +78,15 @@ def device(inp: Inputs) -> Verdict:
     """A TPM the firmware declares, and whether the kernel made /dev/tpm0 of it."""
     r, sf = inp.reader, inp.facts
     declared = []
-    if r.exists(ACPI_TPM2):
+    acpi = r.exists(ACPI_TPM2)
+    if acpi:
         declared.append(f"ACPI TPM2 table ({ACPI_TPM2})")
     declared += [f"platform device {PLATFORM_DEVICES}/{d}" for d in _platform_tpms(r)]
     # tpm_tis.force=1 makes the driver's own "tpm_tis" device at the TIS address, with or
     # without the firmware: that is the command line's doing, not a declaration
     force = (sf.params or {}).get("tpm_tis.force")
     forced = force is not None and bool(force) and cmdline_mod.truthy(force[-1]) is True
-    by = ("forced by tpm_tis.force=1 on the command line" if forced and not r.exists(ACPI_TPM2)
-          else "declared by firmware")
+    by = "forced by tpm_tis.force=1 on the command line" if forced and not acpi else "declared by firmware"
     devs = _has_dev(r)
     probe = sf.kernel_log.probes[0] if sf.kernel_log and sf.kernel_log.probes else None
     ev = list(declared)
@@ -326,8 +326,9 @@ def hwrng(inp: Inputs) -> Verdict:
     if t is not None:
         ev += t.hwrng_lines()
     data: tuple[tuple[str, Any], ...] = (("current", current), ("tpm", current.startswith("tpm-rng")))
-    if t is not None and t.hwrng_data() is not None:
-        data += (("kernel", t.hwrng_data()),)
+    kernel = t.hwrng_data() if t is not None else None
+    if kernel is not None:
+        data += (("kernel", kernel),)
     if not current.startswith("tpm-rng"):
         return Verdict(Kind.HWRNG, Level.OK, f"hwrng {safe(current) or 'none'}: the TPM is not the kernel's "
                        "random source", tuple(ev), data)

@@ -64,7 +64,7 @@ def describe_pid(pid: int, uid: int | None = None) -> Peer:
         comm, start = procfs.stat(pid)
     except (FileNotFoundError, ProcessLookupError):
         return Peer(pid, f"pid {pid} (exited)", "", uid, _user(uid))
-    except (PermissionError, OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError):  # PermissionError among them
         return Peer(pid, UNKNOWN_NOT_ROOT, "", uid, _user(uid))
     try:
         args = procfs.cmdline(pid)
@@ -246,10 +246,7 @@ class TcpResolver:
         looked = {pid for pid, _ in recent}
         found = self._probe_after(target, looked)
         if found is not None:
-            pid, fd = found
-            p = describe_pid(pid, uid)
-            self._remember(pid, p, fd)
-            return p
+            return self._found(*found, uid)
         # newest first: a client is usually a process that just started (a higher pid than
         # the long-running ones), found after a few look-ups rather than a whole scan
         for pid in sorted((int(n) for n in os.listdir("/proc") if n.isdigit()), reverse=True):
@@ -257,10 +254,7 @@ class TcpResolver:
                 continue
             fd = _holding_fd(pid, target, None)
             if fd is not None and fd != _GONE:
-                p = describe_pid(pid, uid)
-                self._remember(pid, p, fd)
-                self._last_new = max(self._last_new, pid)
-                return p
+                return self._found(pid, fd, uid)
         if os.geteuid() != 0 and uid != os.geteuid():
             return Peer(None, UNKNOWN_NOT_ROOT, "", uid, _user(uid))
         return Peer(None, "unknown", "", uid, _user(uid))
@@ -279,9 +273,15 @@ class TcpResolver:
                 continue
             fd = _holding_fd(pid, target, None)
             if fd is not None and fd != _GONE and procfs.tgid(pid) == pid:
-                self._last_new = pid
                 return pid, fd
         return None
+
+    def _found(self, pid: int, fd: int, uid: int) -> Peer:
+        """A new client process: named, remembered, and the newest pid the next look-up starts above."""
+        p = describe_pid(pid, uid)
+        self._remember(pid, p, fd)
+        self._last_new = max(self._last_new, pid)
+        return p
 
     def forget(self, pid: int) -> None:
         with self._lock:
