@@ -552,7 +552,7 @@ def read_pcap(path: str | os.PathLike[str], port: int | None = None) -> ImportRe
 
 def import_pcap(path: str | os.PathLike[str], port: int | None = None) -> tuple[dict[str, Any], ImportResult]:
     """A pcap file as a ``tpmtop.capture/1`` document (with every command's bytes). Its events
-    are spooled to a temporary file as they are read (:class:`tpmtop.importers.spool.EventSpool`),
+    are spooled to a temporary file as they are read (:class:`tpmtop.importers.observed.SpooledEvents`),
     not held: a million commands import in flat memory. The result's ``exchanges`` is empty."""
     from tpmtop.importers.observed import capture_from_stream
 
