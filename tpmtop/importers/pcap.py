@@ -392,6 +392,9 @@ class _Conn:
         return None
 
 
+# A decided connection, the direction a segment goes in, its client's and its server's.
+_Route = tuple[_Conn, _Direction, _Direction, _Direction]
+
 # Exchanges held back so that they come out in time order across connections (a command not
 # yet answered on one holds back those started after it on the others). A command that is
 # never answered would hold back everything after it: past this many, the oldest go out anyway.
@@ -454,40 +457,55 @@ class PcapStream:
                 raise PcapError(f"{self.path}: unreadable capture file ({type(e).__name__}: {e})") from None
             yield f
 
+    def _route(self, conns: dict[tuple[Any, ...], _Conn | None], dirs: dict[tuple[Any, ...], _Direction],
+               a: tuple[bytes, int], b: tuple[bytes, int], data: bytes) -> _Route | None:
+        """The connection of a segment from ``a`` to ``b``, with its direction and the client's and
+        server's, once the connection is decided; None: a segment to skip (the platform port, a
+        side not yet known to be the client, traffic that is not TPM's)."""
+        if PLATFORM_PORT in (a[1], b[1]) and self.port != PLATFORM_PORT:
+            return None
+        key = (a, b) if a <= b else (b, a)
+        conn = conns.get(key)
+        if conn is None:
+            # not decided (or not TPM traffic: both sides spoke, neither with a command);
+            # only each side's first segment says which is the client
+            if key in conns or (a, b) in dirs:
+                return None
+            side = self._client_side(a, b, data)
+            if side is None:
+                if (b, a) in dirs:  # the other side spoke first, without a command either
+                    conns[key] = None
+                    del dirs[(b, a)]
+                else:  # the other side may still open with a command
+                    dirs[(a, b)] = _Direction()
+                return None
+            conn = _Conn(a, b) if side else _Conn(b, a)
+            conns[key] = conn
+            dirs.pop((a, b), None)
+            dirs.pop((b, a), None)
+            dirs[(conn.client, conn.server)] = _Direction()
+            dirs[(conn.server, conn.client)] = _Direction()
+        return conn, dirs[(a, b)], dirs[(conn.client, conn.server)], dirs[(conn.server, conn.client)]
+
     def __iter__(self) -> Iterator[ObservedExchange]:
         conns: dict[tuple[Any, ...], _Conn | None] = {}  # None: not TPM traffic (after both sides spoke)
         dirs: dict[tuple[Any, ...], _Direction] = {}
+        # (src, sport, dst, dport) -> its _route once the connection is decided: a decided
+        # connection's directions never change, so every later segment costs one look-up here
+        # instead of _route's tuples and look-ups (reading 100,000 exchanges: 0.96 s, now 0.84)
+        routes: dict[tuple[bytes, int, bytes, int], _Route] = {}
         ready: list[tuple[int, int, ObservedExchange]] = []  # a heap on the start time
         serial = 0
         next_check = 1024
         for ts, src, sport, dst, dport, seq, data in self._frames():
-            if PLATFORM_PORT in (sport, dport) and self.port != PLATFORM_PORT:
-                continue
-            a, b = (src, sport), (dst, dport)
-            key = (a, b) if a <= b else (b, a)
-            conn = conns.get(key)
-            if conn is None:
-                # not decided (or not TPM traffic: both sides spoke, neither with a command);
-                # only each side's first segment says which is the client
-                if key in conns or (a, b) in dirs:
+            route = routes.get((src, sport, dst, dport))
+            if route is None:
+                route = self._route(conns, dirs, (src, sport), (dst, dport), data)
+                if route is None:
                     continue
-                side = self._client_side(a, b, data)
-                if side is None:
-                    if (b, a) in dirs:  # the other side spoke first, without a command either
-                        conns[key] = None
-                        del dirs[(b, a)]
-                    else:  # the other side may still open with a command
-                        dirs[(a, b)] = _Direction()
-                    continue
-                conn = _Conn(a, b) if side else _Conn(b, a)
-                conns[key] = conn
-                dirs.pop((a, b), None)
-                dirs.pop((b, a), None)
-                dirs[(conn.client, conn.server)] = _Direction()
-                dirs[(conn.server, conn.client)] = _Direction()
-            d = dirs[(a, b)]
+                routes[(src, sport, dst, dport)] = route
+            conn, d, c, s = route
             d.add(ts, seq, data)
-            c, s = dirs[(conn.client, conn.server)], dirs[(conn.server, conn.client)]
             if conn.framing is None and c.buf:
                 conn.framing = "raw" if bytes(c.buf[:2]) in (b"\x80\x01", b"\x80\x02") else "mssim"
             if conn.framing is None:
@@ -515,8 +533,8 @@ class PcapStream:
                     self.count += 1
                 next_check = max(1024, min(2 * len(ready), REORDER_MAX + 4096))
         self.multi = len(conns) > 1
-        for conn in conns.values():
-            if conn is None or not conn.n_cmds:
+        for conn in [k for k in conns.values() if k is not None]:
+            if not conn.n_cmds:
                 continue
             self.connections += 1
             self.framings.add(conn.framing or "raw")
@@ -552,7 +570,7 @@ def read_pcap(path: str | os.PathLike[str], port: int | None = None) -> ImportRe
 
 def import_pcap(path: str | os.PathLike[str], port: int | None = None) -> tuple[dict[str, Any], ImportResult]:
     """A pcap file as a ``tpmtop.capture/1`` document (with every command's bytes). Its events
-    are spooled to a temporary file as they are read (:class:`tpmtop.importers.spool.EventSpool`),
+    are spooled to a temporary file as they are read (:class:`tpmtop.importers.observed.SpooledEvents`),
     not held: a million commands import in flat memory. The result's ``exchanges`` is empty."""
     from tpmtop.importers.observed import capture_from_stream
 

@@ -4,8 +4,9 @@ An import builds each event once, but a capture's head (its runs: every command'
 histogram) is written before its events, so the events must wait somewhere until the whole
 file has been read. Held in memory, a million commands took 1.8 GB; here they wait in an
 unlinked temporary file (gone with the process, whatever ends it), in pickled batches: pickle
-is the standard library's fastest way to write and read back Python dicts, and nothing but
-this process ever reads the file. Layer: importers; no Textual.
+is the standard library's fastest way to write and read back Python objects (an import's are
+small tuples of an int and text: tpmtop.importers.observed), and nothing but this process
+ever reads the file. Layer: importers; no Textual.
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ class Spool:
         return self.n
 
     def __iter__(self) -> Iterator[Any]:
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list[Any]]:
+        """The items in the lists they were written in (a reader that works a batch at a time
+        saves a generator step per item)."""
         if self._batch:
             self._write()
         pos = 0
@@ -52,4 +59,4 @@ class Spool:
             self._f.seek(pos)
             batch = pickle.load(self._f)
             pos = end
-            yield from batch
+            yield batch
