@@ -10,11 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 from tpmtop.proxy import access
-from tpmtop.proxy.conn import READ, Conn
+from tpmtop.proxy.conn import Conn
 from tpmtop.proxy.lines import LineKind
+from tpmtop.proxy.loop import EVENT_READ as READ
 from tpmtop.proxy.state import ServerState
-
-ACCEPT_BATCH = 64  # connections accepted per wake-up, at most (the others wait their turn in the loop)
 
 # a listener's kind of connection: (server, socket, its peer's (uid, inode)) -> the connection
 MakeConn = Callable[[ServerState, socket.socket, "tuple[int, int] | None"], Conn]
@@ -26,35 +25,38 @@ class Admission(ServerState):
     def _listen_in_loop(self, lsock: socket.socket, make: MakeConn) -> None:
         lsock.setblocking(False)
         local = self._local_address(lsock)
-        self.loop.register(lsock, READ, lambda _mask: self._accept(lsock, local, make))
+        tcp = lsock.family != socket.AF_UNIX  # asked once (a socket's family is an enum built per call)
+        self.loop.register(lsock, READ, lambda _mask: self._accept(lsock, local, tcp, make))
 
-    def _accept(self, lsock: socket.socket, local: tuple[Any, ...] | None, make: MakeConn) -> None:
-        for _ in range(ACCEPT_BATCH):
-            try:
-                sock, addr = lsock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:  # EMFILE and the like: the connection waits in the backlog
-                self.peer_log("accept failures", f"cannot accept a connection: {e.strerror or e}", LineKind.FAULT)
-                return
-            ok, owner = self._admit(sock, addr, local)
-            if ok:
-                conn = make(self, sock, owner)
-                self._conns[sock] = conn
-                conn.start()
+    def _accept(self, lsock: socket.socket, local: tuple[Any, ...] | None, tcp: bool, make: MakeConn) -> None:
+        """One connection per wake-up: the loop reports a listener with more waiting again at
+        once (level-triggered), between the other connections' requests, and a client's one
+        connection costs no second, failing accept."""
+        try:
+            sock, addr = lsock.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:  # EMFILE and the like: the connection waits in the backlog
+            self.peer_log("accept failures", f"cannot accept a connection: {e.strerror or e}", LineKind.FAULT)
+            return
+        ok, owner = self._admit(sock, addr, local, tcp)
+        if ok:
+            conn = make(self, sock, owner)
+            self._conns[sock] = conn
+            conn.start()
 
     def _admit(self, sock: socket.socket, peer: tuple[Any, ...] | None,
-               local: tuple[Any, ...] | None) -> tuple[bool, tuple[int, int] | None]:
+               local: tuple[Any, ...] | None, tcp: bool) -> tuple[bool, tuple[int, int] | None]:
         """(served?, the peer's (uid, inode), None where unknown); a connection refused or
         over the limit is closed here."""
-        uid, pid, inode = access.peer_owner(sock, peer, local)
+        uid, pid, inode = access.peer_owner(sock, peer, local, unix=not tcp)
         if not self.policy.allows(uid):
             self._refuse(sock, uid, pid)
             return False, None
         if len(self._conns) >= self.max_connections and self._open() >= self.max_connections:
             self._over_limit(sock)
             return False, None
-        if sock.family != socket.AF_UNIX:
+        if tcp:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return True, ((uid, inode) if uid is not None and inode is not None else None)
 

@@ -17,19 +17,18 @@ Layer: proxy; no Textual.
 
 from __future__ import annotations
 
-import selectors
 import socket
 import time
 from typing import TYPE_CHECKING
 
 from tpmtop.proxy import protocol as P
+from tpmtop.proxy.loop import EVENT_READ as READ
+from tpmtop.proxy.loop import EVENT_WRITE as WRITE
 from tpmtop.tpm.busypoll import poll_cap_ns, recv_soon
 
 if TYPE_CHECKING:
     from tpmtop.proxy.loop import Timer
     from tpmtop.proxy.state import ServerState
-
-READ, WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
 RECV_SIZE = 65536
 _DONTWAIT = socket.MSG_DONTWAIT
 DRAIN_LIMIT = 65536  # bytes read and dropped after a refused control request, at most
@@ -45,7 +44,7 @@ class Conn:
 
     def __init__(self, srv: ServerState, sock: socket.socket, owner: tuple[int, int] | None):
         self.srv, self.sock, self.owner = srv, sock, owner
-        self.tcp = sock.family != socket.AF_UNIX
+        self.tcp = owner is not None or sock.family != socket.AF_UNIX
         self.buf = bytearray()
         self.out = b""  # an answer's rest, still to send
         self.need = 0  # the length of the request being received (for messages)

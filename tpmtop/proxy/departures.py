@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import os
 import select
-import selectors
 
 from tpmtop.proxy import peers
 from tpmtop.proxy.accounting import ClientStats
 from tpmtop.proxy.lines import LineKind
+from tpmtop.proxy.loop import EVENT_READ
 from tpmtop.proxy.serving import REAP_INTERVAL_S
 from tpmtop.proxy.state import ServerState
 
@@ -29,7 +29,7 @@ class Departures(ServerState):
         except (OSError, AttributeError):
             return  # gone already, or no pidfds: the periodic look covers it
         self._pidfds[fd] = c
-        self.loop.register(fd, selectors.EVENT_READ, lambda _mask: self._process_exited(fd))
+        self.loop.register(fd, EVENT_READ, lambda _mask: self._process_exited(fd))
 
     def _close_pidfd(self, fd: int) -> None:
         """Out of the loop's set, then closed (its number may be reused)."""
@@ -104,8 +104,8 @@ class Departures(ServerState):
         for fd in [fd for fd, x in self._pidfds.items() if x is c]:
             self._close_pidfd(fd)
         t = self._client_transports.pop(c.id, None)
-        if t is not None:
-            t.close()  # closing its /dev/tpmrm0 fd (abrmd connection) flushes what it left
+        if t is not None:  # closing its /dev/tpmrm0 fd (abrmd connection) flushes what it left
+            self.upstream.submit(t.close)  # after its commands, before the next client's
         head = f"client {c.id} {c.name} (pid {c.peer.pid}) left: {c.commands} commands, {c.errors} errors"
         if leaked:
             self.log(f"{head}; LEAK: left {len(leaked)} handle(s) behind: " + ", ".join(h.text() for h in leaked),

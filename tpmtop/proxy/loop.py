@@ -7,7 +7,7 @@ sockets behind a 1,024-connection flood). The TPM exchange stays on the fast pat
 whole command read on this thread goes to the TPM from this thread when the TPM's owner
 thread is idle (:mod:`.forward`), so a command pays no hand-over between threads.
 
-selectors by hand, not asyncio: a swtpm: TCTI client connects anew for every command, so
+epoll by hand, not asyncio: a swtpm: TCTI client connects anew for every command, so
 the proxy's cost per connection is its cost per command, and the goal is half of what
 tpm2-abrmd plus dbus spend per client process. A connection here is one object with a
 bytearray, handled by plain method calls; asyncio would add a transport, a protocol and
@@ -27,14 +27,17 @@ from __future__ import annotations
 import heapq
 import itertools
 import os
-import selectors
+import select
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-Handler = Callable[[int], None]  # called with the ready events (selectors.EVENT_READ/WRITE)
+Handler = Callable[[int], None]  # called with the ready events (EVENT_READ/EVENT_WRITE)
+# selectors' values, and epoll's: a handler reads them as either
+EVENT_READ, EVENT_WRITE = 1, 4
+assert (EVENT_READ, EVENT_WRITE) == (select.EPOLLIN, select.EPOLLOUT)
 MAX_WAIT_S = 1.0  # the longest select() sleeps without a timer (the stop flag is a wake-up anyway)
 
 
@@ -55,30 +58,41 @@ class Loop:
     cost one connection, not the proxy)."""
 
     def __init__(self, on_error: Callable[[BaseException], None]):
-        self._sel = selectors.DefaultSelector()
+        # epoll itself rather than selectors: select() there builds a key object list per
+        # wake-up, and the loop wakes ~9 times per client process
+        self._ep = select.epoll()
+        self._handlers: dict[int, Handler] = {}
         self._timers: list[tuple[float, int, Timer]] = []
         self._seq = itertools.count()
         self._soon: deque[Callable[[], None]] = deque()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
-        self._sel.register(self._wake_r, selectors.EVENT_READ, self._drain_wake)
+        self.register(self._wake_r, EVENT_READ, self._drain_wake)
         self._stopping = False
         self._on_error = on_error
         self.thread: threading.Thread | None = None
 
     # -- what the loop watches (its own thread only) --------------------------------------------
     def register(self, fileobj: Any, events: int, handler: Handler) -> None:
-        self._sel.register(fileobj, events, handler)
+        fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+        self._ep.register(fd, events)
+        self._handlers[fd] = handler
 
     def modify(self, fileobj: Any, events: int, handler: Handler) -> None:
-        self._sel.modify(fileobj, events, handler)
+        fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+        self._ep.modify(fd, events)
+        self._handlers[fd] = handler
 
     def unregister(self, fileobj: Any) -> None:
+        """Before its descriptor is closed (its number may be given to the next one)."""
+        fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
+        if self._handlers.pop(fd, None) is None:
+            return
         try:
-            self._sel.unregister(fileobj)
-        except (KeyError, ValueError, OSError):
-            pass  # not registered, or already closed
+            self._ep.unregister(fd)
+        except (ValueError, OSError):
+            pass  # closed already
 
     def call_at(self, when: float, fn: Callable[[], None]) -> Timer:
         t = Timer(when, fn)
@@ -109,7 +123,7 @@ class Loop:
         self.thread.start()
 
     def run(self) -> None:
-        select, timers, soon = self._sel.select, self._timers, self._soon
+        poll, handlers, timers, soon = self._ep.poll, self._handlers, self._timers, self._soon
         while not self._stopping:
             if soon:
                 wait: float | None = 0
@@ -118,11 +132,14 @@ class Loop:
             else:
                 wait = MAX_WAIT_S
             try:
-                events = select(wait)
+                events = poll(wait)
             except InterruptedError:
                 events = []
-            for key, mask in events:
-                self._call(key.data, mask)
+            for fd, mask in events:
+                handler = handlers.get(fd)
+                if handler is not None:  # else unregistered by an earlier handler of this batch
+                    # an error or hang-up is told as readable: the handler's read sees the end
+                    self._call(handler, (mask & EVENT_WRITE) | (EVENT_READ if mask & ~EVENT_WRITE else 0))
             if timers and timers[0][0] <= time.monotonic():
                 self._run_timers()
             if soon:
@@ -164,7 +181,8 @@ class Loop:
     def dispose(self) -> None:
         """After :meth:`close`: what was still handed over runs, then the selector goes."""
         self.run_soon()
-        self._sel.close()
+        self._ep.close()
+        self._handlers.clear()
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)

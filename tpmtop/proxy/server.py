@@ -40,6 +40,7 @@ from tpmtop.proxy.serving import IDLE_TIMEOUT_S, MAX_CONNECTIONS, REAP_INTERVAL_
 from tpmtop.proxy.session import ClientConn, Session
 from tpmtop.proxy.side import SideConn
 from tpmtop.proxy.turns import Turns
+from tpmtop.proxy.upstream import Upstream
 from tpmtop.ratelog import RateLimitedLog
 from tpmtop.textsafe import safe
 from tpmtop.tpm.tcti import TargetKind
@@ -97,6 +98,7 @@ class ProxyServer(Admission, Session, Faults, Departures):
         self._client_transports: dict[int, InstrumentedTransport] = {}  # per-client upstreams (PER_CLIENT)
         self._pidfds: dict[int, ClientStats] = {}  # pidfd -> client (departure watch)
         self.loop = Loop(self._handler_failed)
+        self.upstream = Upstream()  # per-client upstreams' commands (PER_CLIENT)
         # fault recovery (shared upstream)
         self._recover_lock = threading.Lock()
         self.recovering = False
@@ -244,6 +246,7 @@ class ProxyServer(Admission, Session, Faults, Departures):
                 owner.call(lambda: None, timeout=30)
             except Exception:
                 pass
+        self.upstream.drain()  # and the clients' own upstreams' commands
         self.loop.run_soon()  # their completions
         if self.turns is not None:
             self.turns.close()
@@ -260,8 +263,9 @@ class ProxyServer(Admission, Session, Faults, Departures):
                 self._depart(c)
                 departed.append(c)
         for transport in list(self._client_transports.values()):
-            transport.close()
+            self.upstream.submit(transport.close)
         self._client_transports.clear()
+        self.upstream.close()
         for fd in list(self._pidfds):
             self._close_pidfd(fd)
         self.loop.dispose()

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 from tpmtop.proxy import peers
 from tpmtop.proxy import protocol as P
 from tpmtop.proxy.accounting import ClientStats
-from tpmtop.proxy.conn import RECV_SIZE, WRITE, Conn
+from tpmtop.proxy.conn import RECV_SIZE, Conn
 from tpmtop.proxy.forward import forward
 from tpmtop.proxy.lines import LineKind
+from tpmtop.proxy.loop import EVENT_WRITE as WRITE
 from tpmtop.proxy.serving import TPM_RC_FAILURE, TPM_RC_RETRY, Serving, error_response
 from tpmtop.proxy.state import ServerState
 from tpmtop.tpm.busypoll import RequestPoll, recv_soon
@@ -61,12 +62,10 @@ class Session(ServerState):
         if client.inflight <= 0 and client.exited:
             self._depart(client)
 
-    def _transport_for(self, client: ClientStats) -> InstrumentedTransport | None:
-        """None: the shared connection (through its owner thread); over a resource manager the
-        client's own upstream (its /dev/tpmrm0 descriptor, its tpm2-abrmd connection),
-        reporting to the same recorder."""
-        if self.serving is not Serving.PER_CLIENT:
-            return None
+    def _transport_for(self, client: ClientStats) -> InstrumentedTransport:
+        """Over a resource manager, the client's own upstream (its /dev/tpmrm0 descriptor, its
+        tpm2-abrmd connection), reporting to the same recorder; opened at its first command, on
+        the upstream thread (:mod:`.upstream`)."""
         t = self._client_transports.get(client.id)
         if t is None:
             from tpmtop.tpm.transport import DeviceBackend, InstrumentedTransport, TctiLdrBackend
@@ -179,14 +178,15 @@ class ClientConn(Conn):
         assert client is not None
         client.inflight += 1
         self.busy = True
-        own = srv._transport_for(client)
-        fut = forward(srv.conn, client.id, self.cmd, self._then, own)
+        own = srv.serving is Serving.PER_CLIENT
+        fut = forward(srv.conn, client.id, self.cmd, self._then,
+                      (lambda: srv._transport_for(client)) if own else None, srv.upstream.submit)
         if fut.done():
-            self._finished(fut, own is not None)
+            self._finished(fut, own)
             return
         self._want(0)  # queued behind the owner's work: not read until answered
         loop = srv.loop
-        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(lambda: self._after_queue(f)))
+        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(lambda: self._after_queue(f, own)))
 
     def _then(self, rsp: bytes, wire_ns: int) -> None:
         """Inside the TPM job (the loop's thread, or the owner's): the answer goes out first,
@@ -207,8 +207,8 @@ class ClientConn(Conn):
         for note in srv.accounts.record(self.client, self.cmd, rsp, wire_ns):
             srv.log(note, getattr(note, "kind", LineKind.FOREIGN))
 
-    def _after_queue(self, fut: Any) -> None:
-        self._finished(fut, False)
+    def _after_queue(self, fut: Any, own: bool) -> None:
+        self._finished(fut, own)
         if not self.closed and not self.busy:
             self.resume()
 

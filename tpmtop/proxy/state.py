@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from tpmtop.proxy.serving import Serving
     from tpmtop.proxy.session import ClientConn
     from tpmtop.proxy.turns import Turns
+    from tpmtop.proxy.upstream import Upstream
     from tpmtop.ratelog import RateLimitedLog
     from tpmtop.tpm.transport import InstrumentedTransport
 
@@ -41,6 +42,7 @@ class ServerState:
     recovering: bool
     failed: str | None
     loop: Loop
+    upstream: Upstream
     _conns: dict[socket.socket, Conn]  # every open client connection (all three ports)
     _stop: threading.Event
     _client_transports: dict[int, InstrumentedTransport]
@@ -82,5 +84,5 @@ class ServerState:
     def _answered(self, client: ClientStats) -> None:
         raise NotImplementedError
 
-    def _transport_for(self, client: ClientStats) -> InstrumentedTransport | None:
+    def _transport_for(self, client: ClientStats) -> InstrumentedTransport:
         raise NotImplementedError
