@@ -118,11 +118,11 @@ class Conn:
             self.broken(str(e))
 
     def incomplete(self, need: int) -> bool:
-        """A request is cut short in ``buf``: wait (True) or poll for the rest (False: more came)."""
+        """A request is cut short in ``buf``: wait (True) or go on (False: more came)."""
         self.need = need
         if self.frame_since is None:
             self.frame_since = time.monotonic()
-        if self.poll_cap:
+        if self.poll_cap:  # the rest is microseconds away: poll for it (tpmtop.tpm.busypoll)
             chunk = recv_soon(self.sock, RECV_SIZE, self.poll_cap)
             if chunk:
                 self.buf += chunk
@@ -132,11 +132,19 @@ class Conn:
         if self.tcp:
             # ACK at once: the mssim TCTI writes its 9-byte header and the command in two writes
             # without TCP_NODELAY, so Nagle holds the command until our ACK, which the kernel
-            # would otherwise delay by 40 ms.
+            # would otherwise delay by 40 ms. On loopback the ACK goes out inside this call and
+            # the held command comes back in the same softirq: it is usually there to read at
+            # once, without a trip through the loop.
             try:
                 self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+                chunk = self.sock.recv(RECV_SIZE, _DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return True
             except OSError:
-                pass
+                return True  # the read that follows sees the error
+            if chunk:
+                self.buf += chunk
+                return False
         return True
 
     def whole(self, n: int) -> None:
