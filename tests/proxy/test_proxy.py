@@ -131,7 +131,7 @@ def test_client_killed_mid_command(proxy_factory):
         victim.kill()
         victim.wait()
         line = p.wait_line("disconnected mid-command")
-        assert f"pid {victim.pid}" in line and "8 of 10 bytes" in line
+        assert f"pid {victim.pid}" in line and "8 of 12 bytes" in line  # the size field was in: GetRandom is 12
     finally:
         if victim.poll() is None:
             victim.kill()

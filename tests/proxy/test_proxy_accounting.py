@@ -41,8 +41,8 @@ def _forked_clients(port: int, n: int) -> None:
 
 def test_departed_clients_are_folded_and_threads_exit(tcp_swtpm, tmp_path):
     """300 client processes: the capture keeps the last 64 whole and one summary row for the
-    program; 100 connections held at once are served by threads (fewer than one each: a
-    silent one is parked) that exit once they close."""
+    program; 100 connections held at once are served by the proxy's one loop: its thread
+    count does not move while they are open, nor after they close."""
     p = Proxy(tcp_swtpm.tcti, "swtpm", tmp_path)
     try:
         proc = psutil.Process(p.proc.pid)
@@ -57,10 +57,12 @@ def test_departed_clients_are_folded_and_threads_exit(tcp_swtpm, tmp_path):
         for s in held:
             assert len(s.recv(64)) == 20, [ln for ln in p.lines if "refused" in ln or "unknown" in ln][:5]
             peak = max(peak, proc.num_threads())
-        assert peak > idle  # they were served by threads beyond the idle ones (which must exit)
+        assert peak == idle  # no thread per connection
         for s in held:
             s.close()
-        wait_until(lambda: proc.num_threads() <= idle, f"{proc.num_threads()} threads after close (idle {idle})")
+        wait_until(lambda: not [c for c in proc.net_connections("tcp") if c.laddr and c.laddr.port == p.port
+                                and c.status == psutil.CONN_ESTABLISHED], "the proxy to close the 100")
+        assert proc.num_threads() == idle
         status, _, cap = p.stop()
         assert status == 130
     finally:

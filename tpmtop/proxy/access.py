@@ -109,12 +109,16 @@ def peer_uid(sock: socket.socket) -> tuple[int | None, int | None]:
 
 
 def peer_owner(sock: socket.socket, peer: tuple[Any, ...] | None = None,
-               local: tuple[Any, ...] | None = None) -> tuple[int | None, int | None, int | None]:
+               local: tuple[Any, ...] | None = None,
+               unix: bool | None = None) -> tuple[int | None, int | None, int | None]:
     """(uid, pid, inode of the peer's socket): the pid from SO_PEERCRED on a Unix socket, the
     inode from sock_diag on loopback TCP (kept by the server, so that naming the peer later
     needs no second look-up). *peer* (what accept returned) and *local* (the listener's own
-    address, when it is not a wildcard) spare a system call each."""
-    if sock.family == socket.AF_UNIX:
+    address, when it is not a wildcard) spare a system call each; *unix* (the listener's
+    family, when the caller knows it) an enum built per call."""
+    if unix is None:
+        unix = sock.family == socket.AF_UNIX
+    if unix:
         try:
             creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         except OSError:
@@ -130,7 +134,7 @@ def peer_owner(sock: socket.socket, peer: tuple[Any, ...] | None = None,
         return None, None, None
     if not peers.is_loopback(peer[0]):
         return None, None, None
-    owner = peers.socket_owner(peer, local, sock.family == socket.AF_INET6)
+    owner = peers.socket_owner(peer, local, ":" in peer[0])
     return (owner[0], None, owner[1]) if owner else (None, None, None)
 
 

@@ -1,62 +1,70 @@
 """Accepting and admitting connections (a part of :class:`~tpmtop.proxy.server.ProxyServer`):
-who may connect (:mod:`.access`), the connection cap, refusals (rate-limited lines), and the
-threads that accept and serve. Layer: proxy; no Textual."""
+who may connect (:mod:`.access`), the connection cap, refusals (rate-limited lines). The
+listeners are in the event loop; a connection let in becomes a :class:`~.session.ClientConn`
+or a :class:`~.side.SideConn` there. Layer: proxy; no Textual."""
 
 from __future__ import annotations
 
-import queue
 import socket
-import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tpmtop.proxy import access
+from tpmtop.proxy.conn import Conn
 from tpmtop.proxy.lines import LineKind
-from tpmtop.proxy.serving import MAX_IDLE_WORKERS, WORKER_LINGER_S
+from tpmtop.proxy.loop import EVENT_READ as READ
 from tpmtop.proxy.state import ServerState
 
-if TYPE_CHECKING:
-    pass
-
-
-# what a worker thread is handed: a listener to accept on (and its connections' handler), or
-# a parked connection's call-back
-_Task = tuple[socket.socket, Callable[[socket.socket], bool]] | Callable[[], None]
+# a listener's kind of connection: (server, socket, its peer's (uid, inode)) -> the connection
+MakeConn = Callable[[ServerState, socket.socket, "tuple[int, int] | None"], Conn]
 
 
 class Admission(ServerState):
     """ProxyServer's accept path; state lives in ProxyServer.__init__."""
 
-    # -- accepting ------------------------------------------------------------------------------
-    # The thread that accepts a connection serves it, and hands the accepting on to an idle
-    # thread (leader/follower): the client's first bytes wait for no hand-over between threads,
-    # which cost ~50 µs of a swtpm: TCTI command (that TCTI connects for every command). Each
-    # listener has exactly one thread accepting on it at any time.
-    def _admit(self, sock: socket.socket, peer: tuple[Any, ...] | None = None,
-               local: tuple[Any, ...] | None = None) -> bool:
-        """Is this connection served? A refused or over-limit one is closed here."""
-        uid, pid, inode = access.peer_owner(sock, peer, local)
+    def _listen_in_loop(self, lsock: socket.socket, make: MakeConn) -> None:
+        lsock.setblocking(False)
+        local = self._local_address(lsock)
+        tcp = lsock.family != socket.AF_UNIX  # asked once (a socket's family is an enum built per call)
+        self.loop.register(lsock, READ, lambda _mask: self._accept(lsock, local, tcp, make))
+
+    def _accept(self, lsock: socket.socket, local: tuple[Any, ...] | None, tcp: bool, make: MakeConn) -> None:
+        """One connection per wake-up: the loop reports a listener with more waiting again at
+        once (level-triggered), between the other connections' requests, and a client's one
+        connection costs no second, failing accept."""
+        try:
+            sock, addr = lsock.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:  # EMFILE and the like: the connection waits in the backlog
+            self.peer_log("accept failures", f"cannot accept a connection: {e.strerror or e}", LineKind.FAULT)
+            return
+        ok, owner = self._admit(sock, addr, local, tcp)
+        if ok:
+            conn = make(self, sock, owner)
+            self._conns[sock] = conn
+            conn.start()
+
+    def _admit(self, sock: socket.socket, peer: tuple[Any, ...] | None,
+               local: tuple[Any, ...] | None, tcp: bool) -> tuple[bool, tuple[int, int] | None]:
+        """(served?, the peer's (uid, inode), None where unknown); a connection refused or
+        over the limit is closed here."""
+        uid, pid, inode = access.peer_owner(sock, peer, local, unix=not tcp)
         if not self.policy.allows(uid):
             self._refuse(sock, uid, pid)
-            return False
-        with self._lock:
-            full = len(self._conns) >= self.max_connections and self._open_locked() >= self.max_connections
-            if not full:
-                self._conns[sock] = (uid, inode) if uid is not None and inode is not None else None
-        if full:
+            return False, None
+        if len(self._conns) >= self.max_connections and self._open() >= self.max_connections:
             self._over_limit(sock)
-            return False
-        if sock.family != socket.AF_UNIX:
+            return False, None
+        if tcp:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return True
+        return True, ((uid, inode) if uid is not None and inode is not None else None)
 
-    def _open_locked(self) -> int:
-        """The counted connections whose peer has not closed them. A closed one keeps its place
-        until its thread reads the end, which on a loaded machine comes after the client's next
-        connection: the swtpm: TCTI opens and closes a probe on each port, then connects for
-        every command, so one client alone filled a limit of 2 and was refused. Asked only when
-        the count is at the limit (one non-blocking peek per connection); a socket in
-        ``_conns`` is still open, as its thread closes it only after removing it (under the lock)."""
+    def _open(self) -> int:
+        """The counted connections whose peer has not closed them: a closed one keeps its place
+        until the loop reads its end, which can come after the next connection's accept (the
+        swtpm: TCTI opens and closes a probe on each port, then connects for every command, so
+        one client alone once filled a limit of 2). Asked only at the limit."""
         n = 0
         for sock in self._conns:
             try:
@@ -72,45 +80,11 @@ class Admission(ServerState):
     def _local_address(self, lsock: socket.socket) -> tuple[Any, ...] | None:
         """The address every connection accepted on *lsock* has at our end: the listener's,
         unless it listens on a wildcard (then each connection's own is asked)."""
-        try:
-            return self._locals[lsock]
-        except KeyError:
-            pass
-        local = None
         if lsock.family in (socket.AF_INET, socket.AF_INET6):
             addr = lsock.getsockname()[:2]
             if addr[0] not in ("0.0.0.0", "::"):
-                local = addr
-        self._locals[lsock] = local
-        return local
-
-    def _dispatch(self, task: Callable[[], None]) -> None:
-        """Run ``task`` (a parked connection's call-back) on a worker thread."""
-        self._pass_on(task)
-
-    def _end_connection(self, sock: socket.socket) -> None:
-        """A connection served from parking has ended: forgotten and closed."""
-        with self._lock:
-            self._conns.pop(sock, None)
-        try:
-            sock.close()
-        except OSError:
-            pass
-
-    def _pass_on(self, task: Any) -> None:
-        """Give ``task`` (a listener to accept on, or a call-back) to an idle thread, or to a
-        new one."""
-        with self._lock:
-            idle = self._idle > 0
-            if idle:
-                self._idle -= 1
-            else:
-                self._workers += 1
-        self._work.put(task)
-        if not idle:
-            # Starting a thread costs ~100 µs; the swtpm TCTI connects for every command,
-            # so a thread that finished its connection waits a little for the next task.
-            threading.Thread(target=self._worker, daemon=True, name="proxy-conn").start()
+                return tuple(addr)
+        return None
 
     def _over_limit(self, sock: socket.socket) -> None:
         self.over_limit += 1
@@ -140,86 +114,14 @@ class Admission(ServerState):
             # refused program gives two lines, which should not look like a repeat
             where = "a Unix socket" if sock.family == socket.AF_UNIX else f"TCP port {sock.getsockname()[1]}"
             self.peer_log("refused", f"refused a connection on {where} from {access.user_text(uid)}"
-                     f"{f' pid {pid}' if pid else ''}: only {self.policy.describe()} may use this TPM "
-                     f"(--allow-user / --allow-group let more in); connection closed", LineKind.DROPPED)
+                          f"{f' pid {pid}' if pid else ''}: only {self.policy.describe()} may use this TPM "
+                          f"(--allow-user / --allow-group let more in); connection closed", LineKind.DROPPED)
         finally:
             try:
                 sock.close()
             except OSError:
                 pass
 
-    def _worker(self, task: _Task | None = None) -> None:
-        while True:
-            if task is None:
-                try:
-                    task = self._work.get(timeout=WORKER_LINGER_S)
-                except queue.Empty:
-                    with self._lock:
-                        if self._idle > 0:  # no task was handed to this thread: it leaves
-                            self._idle -= 1
-                            self._workers -= 1
-                            return
-                    continue  # one was: take it
-                if task is None:  # the proxy stops
-                    return
-            if callable(task):  # a parked connection's call-back
-                fn, task = task, None
-                try:
-                    fn()
-                except Exception as e:  # a bug must cost one connection, not the proxy
-                    self.peer_log("handler failures", f"connection call-back failed: {type(e).__name__}: {e}",
-                                  LineKind.FAULT)
-                with self._lock:
-                    leave = self._idle >= MAX_IDLE_WORKERS or self._stop.is_set()
-                    if leave:
-                        self._workers -= 1
-                    else:
-                        self._idle += 1
-                if leave:
-                    return
-                continue
-            lsock, handler = task
-            task = None
-            sock = None
-            addr = local = None
-            while sock is None and not self._stop.is_set():
-                try:
-                    sock, addr = lsock.accept()
-                    local = self._local_address(lsock)
-                except OSError:
-                    break
-            if sock is None:  # the listener is closed: the proxy stops
-                with self._lock:
-                    self._workers -= 1
-                return
-            # passed on first: the next thread wakes while this one looks the peer up
-            self._pass_on((lsock, handler))
-            try:
-                if not self._admit(sock, addr, local):
-                    sock = None
-                elif handler(sock):
-                    sock = None  # parked: open, watched by the parking thread, no thread of its own
-            except Exception as e:  # a bug must cost one connection, not the proxy
-                self.peer_log("handler failures",
-                              f"connection handler failed: {type(e).__name__}: {e}; connection closed", LineKind.FAULT)
-            finally:
-                with self._lock:
-                    if sock is not None:
-                        self._conns.pop(sock, None)
-                    leave = self._idle >= MAX_IDLE_WORKERS or self._stop.is_set()
-                    if leave:
-                        self._workers -= 1
-                    else:
-                        self._idle += 1
-                if sock is not None:
-                    try:
-                        sock.close()
-                    except OSError:
-                        pass
-            if leave:
-                return
-
     @property
     def open_connections(self) -> int:
-        with self._lock:
-            return len(self._conns)
+        return len(self._conns)

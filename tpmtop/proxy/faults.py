@@ -4,7 +4,6 @@ after a time-out it is gone for good. Layer: proxy; no Textual."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -13,30 +12,26 @@ from tpmtop.errors import TpmConnectionError
 from tpmtop.proxy.accounting import ClientStats
 from tpmtop.proxy.lines import LineKind
 from tpmtop.proxy.serving import RECOVER_GIVE_UP_MIN_S, TPM_RC_RETRY, error_response
-from tpmtop.proxy.session import _shutdown
 from tpmtop.proxy.state import ServerState
 from tpmtop.tpm.commands import Transacts
-from tpmtop.tpm.owner import DoneJob, Job
 
 if TYPE_CHECKING:
-    pass
+    from tpmtop.proxy.session import ClientConn
 
 
 class Faults(ServerState):
     """ProxyServer's fault recovery; state lives in ProxyServer.__init__."""
 
-    def _tpm_failed(self, sock: socket.socket, client: ClientStats, fut: Job | DoneJob, mssim: bool, own: bool) -> None:
-        e = fut.exception()
-        if e is None:
-            return
+    def _tpm_failed(self, conn: ClientConn, client: ClientStats, e: BaseException, own: bool) -> None:
+        """On the loop: a command of ``client`` failed at the TPM (its transport raised)."""
         if own or not isinstance(e, TpmConnectionError):
             self.peer_log("TPM failures",
                           f"client {client.id} {client.name}: the TPM failed ({e}); connection closed", LineKind.FAULT)
-            _shutdown(sock)
+            conn.close()
             return
         # The shared upstream is lost (a dead or stalled TPM): this client is answered with a
         # response code, never left hanging, and the proxy tries to get the TPM back.
-        self._answer(sock, client, error_response(TPM_RC_RETRY), mssim)
+        conn.answer(error_response(TPM_RC_RETRY))
         self._recover(str(e))
 
     def _recover(self, why: str) -> None:

@@ -44,25 +44,26 @@ def _job(transport: Transacts, command: bytes, then: Callable[[bytes, int], None
 
 
 def forward(conn: Any, client_id: int, command: bytes, then: Callable[[bytes, int], None],
-            transport: Transacts | None = None) -> Job | DoneJob:
+            own: Callable[[], Transacts] | None = None,
+            upstream: Callable[[Callable[[], Any]], Job] | None = None) -> Job | DoneJob:
     """Send ``command`` byte-exact as one job on the TPM's owner thread; ``then(response,
     wire_ns)`` runs inside that job as soon as the response is in, and answers the client
-    from there. The proxy's connection thread does not wait for the job: the answer leaves
-    one thread hand-over after the TPM's (each hand-over costs tens of µs of wake-up and GIL).
-    The returned future fails with what the transport raised (TpmConnectionError).
+    from there. The returned future fails with what the transport raised
+    (TpmConnectionError).
 
-    ``transport``: a client's own transport (its own /dev/tpmrm0 descriptor), run on the
-    calling thread instead."""
+    ``own``/``upstream``: over a resource manager, the client's own transport (its
+    /dev/tpmrm0 descriptor, its tpm2-abrmd connection: opened by ``own()`` at its first
+    command) on the proxy's upstream thread (``upstream(job)``, :mod:`.upstream`), off the
+    event loop and apart from the owner (a client's upstream failing is not tpmtop's)."""
     labels = labels_for(client_id)
-    if transport is None:
-        # On the connection thread when the owner is idle (no hand-over: +51 -> +15 µs per
-        # command in benchmarks/proxy.py); queued behind the owner's jobs otherwise.
+    if own is None or upstream is None:
+        # On the calling thread (the proxy's loop) when the owner is idle (no hand-over: +51
+        # -> +15 µs per command in benchmarks/proxy.py); queued behind the owner's jobs otherwise.
         job: Job | DoneJob = conn.owner.run_now(_job, conn.transport, command, then, labels=labels)
         return job
-    fut = Job()
-    try:
+
+    def run() -> tuple[bytes, int]:
         with labelled(labels):
-            fut.set_result(_job(transport, command, then))
-    except Exception as e:
-        fut.set_exception(e)
-    return fut
+            return _job(own(), command, then)
+
+    return upstream(run)

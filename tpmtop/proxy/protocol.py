@@ -21,21 +21,18 @@ mssim (``mssim:host=…,port=P``)
 Nothing sent to a control or platform port ever reaches the TPM: the proxy answers
 success (or swtpm's TPM_BAD_ORDINAL for what it does not offer, such as state blobs) so a
 client can neither power-cycle nor reset the TPM that others share.
+
+The readers here are incremental: each looks at the bytes a connection has received so far
+(the event loop reads whatever arrived) and returns either a whole request with its length,
+or the length the request needs before it can be judged. A frame that cannot be a request
+(a size beyond any TPM's buffer, an unknown request code) raises :class:`FrameError` as soon
+as the bytes that show it are in.
 """
 
 from __future__ import annotations
 
-import _socket
-import select
-import socket
 import struct
 from typing import Any
-
-from tpmtop.tpm.busypoll import RequestPoll, poll_cap_ns, recv_soon
-
-# A socket's address family as the plain int (socket.family wraps it in an enum: 1 µs a call,
-# on every wait for a request)
-_family = _socket.socket.family.__get__
 
 # TPM buffers are at most 4 KiB (TPM2_PT_MAX_COMMAND_SIZE on swtpm and every chip we know);
 # a size field beyond it is a garbled or hostile frame, not a command to wait for.
@@ -89,126 +86,53 @@ class FrameError(Exception):
     """The client broke the framing (garbled, oversized, cut short): drop its connection."""
 
 
-class Closed(Exception):
-    """The client closed the connection cleanly between requests."""
-
-
-class Idle(Exception):
-    """The client sent nothing for the connection's idle time-out (between requests)."""
-
-
-_TIMEVAL = struct.Struct("@ll")
-
-
-def set_idle_timeout(sock: socket.socket, seconds: float) -> None:
-    """Bound every receive and send on a client's connection by *seconds* with the kernel's
-    SO_RCVTIMEO/SO_SNDTIMEO, leaving the socket blocking: a Python time-out
-    (``settimeout``) costs a non-blocking switch per connection and a ``poll`` before every
-    receive and send — five system calls of a swtpm: TCTI command, which connects anew for
-    each command. A receive that waits longer fails with EAGAIN (:func:`recv_exact` says
-    Idle or stalled). 0 means no bound (the kernel's meaning)."""
-    tv = _TIMEVAL.pack(int(seconds), int((seconds % 1) * 1e6))
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
-
-
-def _idle_timeout(sock: socket.socket) -> float:
-    """The receive time-out in force (for a message; the rare path)."""
-    if sock.gettimeout() is not None:
-        return float(sock.gettimeout() or 0.0)
-    sec: int  # struct "@ll": two C longs
-    usec: int
-    try:
-        sec, usec = _TIMEVAL.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _TIMEVAL.size))
-    except OSError:
-        return 0.0
-    return sec + usec / 1e6
-
-
-def recv_exact(sock: socket.socket, n: int, started: bool, poll: RequestPoll | None = None) -> bytes:
-    """``n`` bytes, or :class:`Closed` if the peer closed before the first byte of a request
-    (``started`` False), :class:`FrameError` if it closed in the middle of one."""
-    buf = bytearray()
-    while len(buf) < n:
-        try:
-            # What has arrived, without waiting (one system call: a command usually has).
-            chunk = sock.recv(n - len(buf), socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            chunk = None
-        except OSError as e:
-            raise FrameError(f"connection error mid-request: {e.strerror or e}") from None
-        if chunk is None:
-            try:
-                if _family(sock) != socket.AF_UNIX:
-                    # ACK at once: the mssim TCTI writes its 9-byte header and the command in two
-                    # writes without TCP_NODELAY, so Nagle holds the command until our ACK, which
-                    # the kernel would otherwise delay by 40 ms.
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
-                # The rest of a request is microseconds away, and so is a busy client's next
-                # one: poll for it before sleeping (tpmtop.tpm.busypoll: an idle VM's wake-up)
-                if started or buf:
-                    if cap := poll_cap_ns():
-                        chunk = recv_soon(sock, n - len(buf), cap)
-                elif poll is not None and (budget := poll.budget()):
-                    chunk = recv_soon(sock, n, budget)
-                    poll.came(chunk is not None)
-                if chunk is None:
-                    if (started or buf) and not _readable(sock, FRAME_DEADLINE_S):
-                        raise FrameError(f"stalled mid-request ({len(buf)} of {n} bytes) for {FRAME_DEADLINE_S:g} s")
-                    chunk = sock.recv(n - len(buf))
-            except (TimeoutError, BlockingIOError):  # the Python or the kernel (SO_RCVTIMEO) time-out
-                if not buf and not started:
-                    raise Idle from None
-                raise FrameError(f"stalled mid-request ({len(buf)} of {n} bytes) for "
-                                 f"{_idle_timeout(sock):g} s") from None
-            except OSError as e:
-                raise FrameError(f"connection error mid-request: {e.strerror or e}") from None
-        if not chunk:
-            if not buf and not started:
-                raise Closed
-            raise FrameError(f"disconnected mid-command ({len(buf)} of {n} bytes)")
-        buf += chunk
-    return bytes(buf)
-
-
-def _readable(sock: socket.socket, seconds: float) -> bool:
-    """Something to read (or the end) within ``seconds``: the deadline of a request's rest,
-    apart from the socket's receive time-out (which ends the wait for a request)."""
-    p = select.poll()
-    p.register(sock, select.POLLIN)
-    return bool(p.poll(int(seconds * 1000)))
-
-
 def check_size(size: int, what: str) -> None:
     if size < TPM_HEADER or size > MAX_COMMAND:
         raise FrameError(f"{what} size field {size} outside {TPM_HEADER}..{MAX_COMMAND}: garbled frame")
 
 
-def read_raw_command(sock: socket.socket, poll: RequestPoll | None = None) -> bytes:
+def _u32(buf: bytearray | bytes, at: int) -> int:
+    value: int = _U32.unpack_from(buf, at)[0]
+    return value
+
+
+# What a reader returns: a whole request, or (as a plain int) the bytes it needs first.
+# A request is (its length in the buffer, its code, locality, the TPM command or None).
+Request = tuple[int, int, int, bytes | None]
+
+
+def raw_command(buf: bytearray) -> Request | int:
     """swtpm data channel: one TPM command, framed by its own header's size field."""
-    head = recv_exact(sock, TPM_HEADER, started=False, poll=poll)
-    size = _U32.unpack_from(head, 2)[0]
+    if len(buf) < 6:
+        return TPM_HEADER
+    size = _u32(buf, 2)
     check_size(size, "command")
-    return head + recv_exact(sock, size - TPM_HEADER, started=True)
+    if len(buf) < size:
+        return size
+    return size, MS_SIM_TPM_SEND_COMMAND, 0, bytes(buf[:size])
 
 
-def read_mssim_request(sock: socket.socket, poll: RequestPoll | None = None) -> tuple[int, int, bytes | None]:
-    """mssim TPM port: ``(code, locality, command)``; command None for SESSION_END etc."""
-    code = _U32.unpack(recv_exact(sock, 4, started=False, poll=poll))[0]
+def mssim_request(buf: bytearray) -> Request | int:
+    """mssim TPM port: a send-command with its locality, or SESSION_END/STOP/handshake
+    (command None)."""
+    if len(buf) < 4:
+        return 4
+    code = _u32(buf, 0)
     if code == MS_SIM_TPM_SEND_COMMAND:
-        hdr = recv_exact(sock, 5, started=True)
-        locality, size = hdr[0], _U32.unpack_from(hdr, 1)[0]
+        if len(buf) < 9:
+            return 9
+        locality, size = buf[4], _u32(buf, 5)
         check_size(size, "send-command")
-        cmd = recv_exact(sock, size, started=True)
-        inner = _U32.unpack_from(cmd, 2)[0]
+        if len(buf) < 9 + size:
+            return 9 + size
+        inner = _u32(buf, 11)
         if inner != size:
             raise FrameError(f"send-command frame of {size} bytes carries a TPM header of {inner}: garbled frame")
-        return code, locality, cmd
+        return 9 + size, code, locality, bytes(buf[9:9 + size])
     if code in (MS_SIM_SESSION_END, MS_SIM_STOP):
-        return code, 0, None
-    if code == MS_SIM_REMOTE_HANDSHAKE:
-        recv_exact(sock, 4, started=True)  # the client's protocol version
-        return code, 0, None
+        return 4, code, 0, None
+    if code == MS_SIM_REMOTE_HANDSHAKE:  # u32 the client's protocol version
+        return 8 if len(buf) < 8 else (8, code, 0, None)
     raise FrameError(f"unknown request {code} on the mssim TPM port: garbled frame")
 
 
@@ -221,61 +145,73 @@ def mssim_handshake_answer() -> bytes:
     return _U32.pack(1) + _U32.pack(1) + _U32.pack(0)
 
 
-def answer_platform(sock: socket.socket) -> tuple[int, bytes] | None:
-    """One platform-port request → (signal, answer); None when the client closed."""
-    try:
-        code = _U32.unpack(recv_exact(sock, 4, started=False))[0]
-    except Closed:
-        return None
+# What a side-port reader returns: (length, request code, answer), or the bytes it needs.
+Answered = tuple[int, int, bytes]
+
+
+def _with_payload(buf: bytearray, at: int, what: str) -> int:
+    """The length of a request whose u32 payload length sits at ``at`` (0: not known yet)."""
+    if len(buf) < at + 4:
+        return 0
+    n = _u32(buf, at)
+    if n > MAX_COMMAND:
+        raise FrameError(f"{what} HASH_DATA of {n} bytes: garbled frame")
+    return at + 4 + n
+
+
+def platform_request(buf: bytearray) -> Answered | int:
+    """One platform-port request: (length, signal, answer); SESSION_END's answer is empty."""
+    if len(buf) < 4:
+        return 4
+    code = _u32(buf, 0)
+    n = 4
     if code == MS_SIM_HASH_DATA:  # u32 length + data, accepted and dropped
-        n = _U32.unpack(recv_exact(sock, 4, started=True))[0]
-        if n > MAX_COMMAND:
-            raise FrameError(f"platform HASH_DATA of {n} bytes: garbled frame")
-        recv_exact(sock, n, started=True)
-    if code == MS_SIM_SESSION_END:
-        return code, b""
-    return code, _U32.pack(0)
+        n = _with_payload(buf, 4, "platform")
+        if not n or len(buf) < n:
+            return n or 8
+    return n, code, b"" if code == MS_SIM_SESSION_END else _U32.pack(0)
 
 
-def answer_control(sock: socket.socket, state: dict[str, Any]) -> tuple[int, bytes] | None:
-    """One swtpm control-channel request → (cmd, answer); None when the client closed.
+# swtpm control requests with a fixed payload, answered success: cmd -> payload length
+_FIXED = {CMD_INIT: 4, CMD_RESET_TPMESTABLISHED: 1, CMD_SHUTDOWN: 0, CMD_HASH_START: 0, CMD_HASH_END: 0,
+          CMD_CANCEL_TPM_CMD: 0, CMD_STORE_VOLATILE: 0, CMD_STOP: 0}
 
-    ``state`` carries the locality the client set (reported per client)."""
-    try:
-        cmd = _U32.unpack(recv_exact(sock, 4, started=False))[0]
-    except Closed:
-        return None
+
+def control_request(buf: bytearray, state: dict[str, Any]) -> Answered | int:
+    """One swtpm control-channel request: (length, cmd, answer). ``state`` carries the
+    locality the client set, and ``refused``: a request not offered, whose payload length is
+    unknown (the caller answers, then reads no further request on that connection)."""
+    if len(buf) < 4:
+        return 4
+    cmd = _u32(buf, 0)
     ok = _U32.pack(TPM_SUCCESS)
     if cmd == CMD_GET_CAPABILITY:
-        return cmd, ok + _U32.pack(_CAPS)  # ptm_cap_n: result, caps
-    if cmd == CMD_INIT:
-        recv_exact(sock, 4, started=True)  # init flags: a shared TPM is not reset for one client
-        return cmd, ok
-    if cmd == CMD_SET_LOCALITY:
-        loc = recv_exact(sock, 1, started=True)[0]
-        if loc > 4:
-            return cmd, _U32.pack(TPM_BAD_LOCALITY)
-        state["locality"] = loc
-        return cmd, ok
+        return 4, cmd, ok + _U32.pack(_CAPS)  # ptm_cap_n: result, caps
     if cmd == CMD_GET_TPMESTABLISHED:
-        return cmd, ok + b"\0\0\0\0"  # bit 0 + padding
-    if cmd == CMD_RESET_TPMESTABLISHED:
-        recv_exact(sock, 1, started=True)
-        return cmd, ok
+        return 4, cmd, ok + b"\0\0\0\0"  # bit 0 + padding
+    if cmd in _FIXED:  # CMD_INIT's flags: a shared TPM is not reset for one client
+        n = 4 + _FIXED[cmd]
+        return n if len(buf) < n else (n, cmd, ok)
+    if cmd == CMD_SET_LOCALITY:
+        if len(buf) < 5:
+            return 5
+        loc = buf[4]
+        if loc > 4:
+            return 5, cmd, _U32.pack(TPM_BAD_LOCALITY)
+        state["locality"] = loc
+        return 5, cmd, ok
     if cmd == CMD_HASH_DATA:
-        n = _U32.unpack(recv_exact(sock, 4, started=True))[0]
-        if n > MAX_COMMAND:
-            raise FrameError(f"control HASH_DATA of {n} bytes: garbled frame")
-        recv_exact(sock, n, started=True)
-        return cmd, ok
+        n = _with_payload(buf, 4, "control")
+        if not n or len(buf) < n:
+            return n or 8
+        return n, cmd, ok
     if cmd == CMD_SET_BUFFERSIZE:
-        want = _U32.unpack(recv_exact(sock, 4, started=True))[0]
+        if len(buf) < 8:
+            return 8
+        want = _u32(buf, 4)
         size = want if 128 <= want <= MAX_COMMAND else MAX_COMMAND
-        return cmd, ok + _U32.pack(size) + _U32.pack(128) + _U32.pack(MAX_COMMAND)
-    if cmd in (CMD_SHUTDOWN, CMD_HASH_START, CMD_HASH_END, CMD_CANCEL_TPM_CMD, CMD_STORE_VOLATILE, CMD_STOP):
-        return cmd, ok
+        return 8, cmd, ok + _U32.pack(size) + _U32.pack(128) + _U32.pack(MAX_COMMAND)
     # state blobs, data fds, config: not offered through a shared proxy. Their payloads are
-    # not read (their length is not known here): the caller closes the connection after this
-    # answer, so no payload byte is ever taken for a request.
+    # not read (their length is not known here): no payload byte is ever taken for a request.
     state["refused"] = cmd
-    return cmd, _U32.pack(TPM_BAD_ORDINAL)
+    return 4, cmd, _U32.pack(TPM_BAD_ORDINAL)

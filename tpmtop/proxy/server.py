@@ -5,16 +5,13 @@ client's connection: framing, turn, exchange, answer), :mod:`.faults` (a TPM tha
 :mod:`.departures` (clients that leave, and their leak reports), :mod:`.serving` (sharing
 modes and limits).
 
-A connection is served by a thread from a small pool while it is open: a client blocked on
-the TPM (or waiting for its turn) must not hold up the others' framing, and the backend
-stream stays in step because every command is read whole from its client, then forwarded as
-one job, then answered. A client that breaks the framing loses only its own connection, with
-one logged line. Threads are bounded: at most ``max_connections`` connections are open (more
-are refused with a line), a connection idle for ``idle_timeout`` seconds is closed, and a
-thread whose connection closed waits briefly for the next one (the swtpm TCTI connects for
-every command) and exits, keeping at most MAX_IDLE_WORKERS. The thread that accepts a
-connection serves it and passes the accepting on to an idle thread (no hand-over on the
-path of a command).
+One thread serves every connection: an event loop (:mod:`.loop`) holds the listeners, the
+connections, the clients' pidfds and every deadline, so nothing a client does — holding
+connections open, sending half a frame, waiting for its turn — makes the proxy grow a thread
+or stall the others. A whole command goes to the TPM from that thread (:mod:`.session`). A
+client that breaks the framing loses only its own connection, with one (rate-limited) line.
+At most ``max_connections`` connections are open (more are refused with a line), and a
+connection idle for ``idle_timeout`` seconds is closed.
 
 How clients share the TPM (:class:`Serving`): over a resource-managed TPM (/dev/tpmrm0,
 tpm2-abrmd) every client gets its own upstream connection; over a raw one clients take turns
@@ -23,9 +20,6 @@ tpm2-abrmd) every client gets its own upstream connection; over a raw one client
 
 from __future__ import annotations
 
-import os
-import queue
-import select
 import socket
 import threading
 from collections.abc import Callable
@@ -34,15 +28,19 @@ from typing import TYPE_CHECKING, Any
 from tpmtop.errors import UsageError
 from tpmtop.proxy import access, peers
 from tpmtop.proxy.accounting import Accounts, ClientStats
-from tpmtop.proxy.admission import Admission
+from tpmtop.proxy.admission import Admission, MakeConn
+from tpmtop.proxy.conn import Conn
 from tpmtop.proxy.departures import Departures
 from tpmtop.proxy.faults import Faults
 from tpmtop.proxy.lines import LineKind, ProxyLine
 from tpmtop.proxy.listening import _listen_unix, _refuse_existing, _unlink_own, listen_pair
-from tpmtop.proxy.parking import Parking
-from tpmtop.proxy.serving import IDLE_TIMEOUT_S, MAX_CONNECTIONS, TURN_IDLE_S, Serving
-from tpmtop.proxy.session import Session
+from tpmtop.proxy.loop import Loop
+from tpmtop.proxy.protocol import FRAME_DEADLINE_S
+from tpmtop.proxy.serving import IDLE_TIMEOUT_S, MAX_CONNECTIONS, REAP_INTERVAL_S, TURN_IDLE_S, Serving
+from tpmtop.proxy.session import ClientConn, Session
+from tpmtop.proxy.side import SideConn
 from tpmtop.proxy.turns import Turns
+from tpmtop.proxy.upstream import Upstream
 from tpmtop.ratelog import RateLimitedLog
 from tpmtop.textsafe import safe
 from tpmtop.tpm.tcti import TargetKind
@@ -89,30 +87,22 @@ class ProxyServer(Admission, Session, Faults, Departures):
         self.accounts = accounts or Accounts()
         self.resolver = peers.TcpResolver()
         self._listeners: list[socket.socket] = []
-        self._conns: dict[socket.socket, tuple[int, int] | None] = {}  # and the peer's (uid, inode)
-        self._locals: dict[socket.socket, tuple[Any, ...] | None] = {}  # a listener: its non-wildcard address
-        self._lock = threading.Lock()
+        self._conns: dict[socket.socket, Conn] = {}
         self._stop = threading.Event()
         self._stopped = False
-        self._threads: list[threading.Thread] = []
-        self._work: queue.SimpleQueue[Any] = queue.SimpleQueue()  # listeners to accept on, for idle threads
-        self._idle = 0
-        self._workers = 0
         self.dropped = 0
         self.serving = Serving.INTERLEAVE if interleave else Serving.TURNS
         self.turns: Turns | None = None
-        # per-client upstreams (PER_CLIENT): client id -> (transport, lock)
-        self._client_transports: dict[int, tuple[InstrumentedTransport, threading.Lock]] = {}
-        self._pidfds: dict[int, tuple[int, ClientStats]] = {}  # pidfd -> client (departure watch)
-        self._pidfd_lock = threading.Lock()
-        self._wake_r, self._wake_w = os.pipe()
-        self._exits = select.epoll()  # the clients' pidfds and the wake pipe (the reaper waits on it)
-        self._exits.register(self._wake_r, select.EPOLLIN)
+        self._turn_timer: Any = None
+        self._pumping = self._pump_again = False
+        self._client_transports: dict[int, InstrumentedTransport] = {}  # per-client upstreams (PER_CLIENT)
+        self._pidfds: dict[int, ClientStats] = {}  # pidfd -> client (departure watch)
+        self.loop = Loop(self._handler_failed)
+        self.upstream = Upstream()  # per-client upstreams' commands (PER_CLIENT)
         # fault recovery (shared upstream)
         self._recover_lock = threading.Lock()
         self.recovering = False
         self.failed: str | None = None  # set when the TPM is gone for good
-        self.parking: Parking | None = None  # silent connections, without a thread (started by start())
 
     def log(self, text: str, kind: LineKind = LineKind.INFO) -> None:
         line = ProxyLine(safe(text), kind)
@@ -162,19 +152,57 @@ class ProxyServer(Admission, Session, Faults, Departures):
         elif self.serving is Serving.TURNS:
             wait = float(getattr(self.conn, "timeout", 120.0))
             self.turns = Turns(self.turn_idle, wait, on_queue=self._queued)
-        try:
-            handlers = {"data": self._data_handler(), "side": self._side_handler(),
-                        "unix": self._data_handler(unix=True), "unix-ctrl": self._side_handler("swtpm")}
-            for lsock, role in self._bound or ():  # listen() above bound them
-                self._serve(lsock, handlers[role])
-        except BaseException:
-            self.stop()
-            raise
-        self.parking = Parking(self._dispatch)
-        t = threading.Thread(target=self._reaper, name="proxy-reaper", daemon=True)
-        t.start()
-        self._threads.append(t)
+        mssim = self.protocol == "mssim"
+        kinds: dict[str, MakeConn] = {
+            "data": lambda srv, sock, owner: ClientConn(srv, sock, owner, mssim),
+            "unix": lambda srv, sock, owner: ClientConn(srv, sock, owner, False),
+            "side": lambda srv, sock, owner: SideConn(srv, sock, owner, not mssim),
+            "unix-ctrl": lambda srv, sock, owner: SideConn(srv, sock, owner, True),
+        }
+        for lsock, role in self._bound or ():  # listen() above bound them
+            self._listen_in_loop(lsock, kinds[role])
+        self.loop.call_later(REAP_INTERVAL_S, self._tick)
+        self.loop.start("proxy-loop")
         return self
+
+    def check_period(self) -> float:
+        return min(self.idle_timeout, FRAME_DEADLINE_S)
+
+    def _handler_failed(self, e: BaseException) -> None:
+        self.peer_log("handler failures", f"connection handler failed: {type(e).__name__}: {e}", LineKind.FAULT)
+
+    def _pump_turns(self) -> None:
+        """Grant and refuse the turns now due (:mod:`.turns`), then look again when the next
+        can be. Re-entered from a grant (its command answered at once), it runs once more
+        after the one in progress instead of inside it."""
+        turns = self.turns
+        if turns is None:
+            return
+        if self._pumping:
+            self._pump_again = True
+            return
+        self._pumping = True
+        try:
+            while True:
+                self._pump_again = False
+                granted, refused, due = turns.pump()
+                for waiter, waited in granted:
+                    waiter.turn_granted(waited)
+                for waiter, why in refused:
+                    waiter.turn_refused(why)
+                if not self._pump_again:
+                    break
+        finally:
+            self._pumping = False
+        t = self._turn_timer
+        if due is not None and (t is None or t.cancelled or t.when > due):
+            if t is not None:
+                t.cancel()
+            self._turn_timer = self.loop.call_at(due, self._turn_due)
+
+    def _turn_due(self) -> None:
+        self._turn_timer = None
+        self._pump_turns()
 
     def _queued(self, depth: int) -> None:
         if depth > self.accounts.queue_max:
@@ -204,14 +232,6 @@ class ProxyServer(Admission, Session, Faults, Departures):
         return (f"a raw TPM: clients take turns, one client (process) at a time as swtpm serves; a turn ends "
                 f"when its client leaves or has been idle {self.turn_idle:g} s while others wait")
 
-    def _serve(self, lsock: socket.socket, handler: Callable[[socket.socket], bool]) -> None:
-        with self._lock:
-            self._workers += 1
-        t = threading.Thread(target=self._worker, args=((lsock, handler),), daemon=True,
-                             name=f"proxy-accept-{lsock.getsockname()}")
-        t.start()
-        self._threads.append(t)
-
     def stop(self) -> list[ClientStats]:
         """Close everything; every client still known departs (its leak report is returned).
         Idempotent: a second call returns []."""
@@ -219,59 +239,34 @@ class ProxyServer(Admission, Session, Faults, Departures):
             return []
         self._stopped = True
         self._stop.set()
-        if self.turns is not None:
-            self.turns.close()
-        for s in self._listeners:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-        with self._lock:
-            conns = list(self._conns)
-        for sock in conns:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
-        with self._lock:
-            waiting = self._idle
-        for _ in range(waiting):  # idle threads leave now, not after their linger
-            self._work.put(None)
-        for t in self._threads:
-            if t is not threading.current_thread():
-                t.join(timeout=2)
-        if self.parking is not None:  # parked connections see their end (shut down above) and close
-            for resume in self.parking.close():
-                resume()
-        self._unlink_own_paths()
-        self.peer_log.flush()
+        self.loop.close()  # its thread ends; from here on this thread is the only one serving
         owner = getattr(self.conn, "owner", None)
-        if owner is not None:  # clients' jobs still queued are counted before anyone departs
+        if owner is not None:  # clients' jobs still queued are answered and counted first
             try:
                 owner.call(lambda: None, timeout=30)
             except Exception:
                 pass
+        self.upstream.drain()  # and the clients' own upstreams' commands
+        self.loop.run_soon()  # their completions
+        if self.turns is not None:
+            self.turns.close()
+            self._pump_turns()
+        for s in self._listeners:
+            s.close()
+        for conn in list(self._conns.values()):
+            conn.close()
+        self._unlink_own_paths()
+        self.peer_log.flush()
         departed = []
         for c in self.accounts.live():
             if c.id != 0:
                 self._depart(c)
                 departed.append(c)
-        for transport, _lock in list(self._client_transports.values()):
-            transport.close()
+        for transport in list(self._client_transports.values()):
+            self.upstream.submit(transport.close)
         self._client_transports.clear()
-        with self._pidfd_lock:
-            for fd in list(self._pidfds):
-                self._close_pidfd(fd)
-            self._pidfds.clear()
-        self._exits.close()
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self.upstream.close()
+        for fd in list(self._pidfds):
+            self._close_pidfd(fd)
+        self.loop.dispose()
         return departed

@@ -7,11 +7,9 @@ from __future__ import annotations
 import enum
 import struct
 
-REAP_INTERVAL_S = 0.25  # the fallback departure check (where pidfds are not available)
-MAX_CONNECTIONS = 1024  # open client connections (each has a thread while open)
+REAP_INTERVAL_S = 0.25  # the fallback departure check (where pidfds are not available), and log summaries
+MAX_CONNECTIONS = 1024  # open client connections (each a socket in the event loop, .loop)
 IDLE_TIMEOUT_S = 600.0  # a connection that sends nothing this long is closed
-MAX_IDLE_WORKERS = 8  # threads kept waiting for the next connection
-WORKER_LINGER_S = 2.0  # how long one waits before it exits
 # A raw TPM's turn passes on after its holder was idle this long while others wait (turns.py).
 # Generous: a departure is seen at once (pidfd), so this only matters for a client that stays
 # alive between commands — and a tool descheduled for a moment on a loaded machine must not

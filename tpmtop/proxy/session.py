@@ -1,41 +1,46 @@
-"""A client's session on the TPM port and the control/platform port (a part of
-:class:`~tpmtop.proxy.server.ProxyServer`): framing, its turn, the exchange with the TPM,
-the answer. Layer: proxy; no Textual."""
+"""A client's session on the TPM port (a part of :class:`~tpmtop.proxy.server.ProxyServer`,
+and :class:`ClientConn`, one connection of it in the event loop): framing, its turn, the
+exchange with the TPM, the answer. Layer: proxy; no Textual.
+
+The exchange: a whole command goes to the TPM from the loop's thread, through the TPM's owner
+(:mod:`.forward`); when the owner is idle it runs there and then, so the answer leaves with no
+hand-over between threads (the loop waits for that one command: the TPM answers one at a time
+whoever asks). When tpmtop's own work holds the owner, the command is queued behind it and the
+connection is not read until its answer is out; the loop serves everyone else meanwhile.
+"""
 
 from __future__ import annotations
 
 import socket
-import threading
-from collections.abc import Callable
+import time
 from typing import TYPE_CHECKING, Any
 
 from tpmtop.proxy import peers
 from tpmtop.proxy import protocol as P
 from tpmtop.proxy.accounting import ClientStats
+from tpmtop.proxy.conn import RECV_SIZE, Conn
 from tpmtop.proxy.forward import forward
 from tpmtop.proxy.lines import LineKind
-from tpmtop.proxy.parking import BUSY_WORKERS, PARK_AFTER_S
+from tpmtop.proxy.loop import EVENT_WRITE as WRITE
 from tpmtop.proxy.serving import TPM_RC_FAILURE, TPM_RC_RETRY, Serving, error_response
 from tpmtop.proxy.state import ServerState
-from tpmtop.proxy.turns import TurnTimeout
-from tpmtop.tpm.busypoll import RequestPoll
+from tpmtop.tpm.busypoll import RequestPoll, recv_soon
 
 if TYPE_CHECKING:
-    from tpmtop.tpm.owner import DoneJob, Job
     from tpmtop.tpm.transport import InstrumentedTransport
+
+_DONTWAIT = socket.MSG_DONTWAIT
 
 
 class Session(ServerState):
-    """ProxyServer's per-connection handlers; state lives in ProxyServer.__init__."""
+    """ProxyServer's side of a client's session; state lives in ProxyServer.__init__."""
 
-    # -- the TPM port ---------------------------------------------------------------------------
-    def _attach(self, sock: socket.socket) -> ClientStats:
-        if sock.family == socket.AF_UNIX:
-            peer = peers.unix_peer(sock)
-        else:  # the accept loop's sock_diag look-up, not a second one
-            with self._lock:
-                owner = self._conns.get(sock)
-            peer = self.resolver.resolve(sock, owner)
+    def _attach(self, conn: ClientConn) -> ClientStats:
+        """The client a connection belongs to (its process), named at its first byte, while it
+        is surely alive (a client killed mid-command must still be named); a connection
+        closed without a byte (the swtpm TCTI's start-up probe) costs no look-up."""
+        sock = conn.sock
+        peer = peers.unix_peer(sock) if not conn.tcp else self.resolver.resolve(sock, conn.owner)
         known = peer.pid is not None
         before = self.accounts._next
         c = self.accounts.client_for(peer, self.protocol, shared_key=known)
@@ -50,112 +55,17 @@ class Session(ServerState):
                      f"{': ' + _short(peer.cmdline) if peer.cmdline and peer.cmdline != peer.name else ''}")
         return c
 
-    def _data_handler(self, unix: bool = False) -> Callable[[socket.socket], bool]:
-        mssim = self.protocol == "mssim" and not unix
-
-        def handle(sock: socket.socket) -> bool:
-            return _DataConn(self, sock, mssim).run()
-
-        return handle
-
-    def _wait_s(self) -> float:
-        """How long a connection's thread waits for a request before the connection is parked
-        (or, with an idle time-out as short, closed)."""
-        return min(self.idle_timeout, PARK_AFTER_S)
-
-    def _park(self, sock: socket.socket, on_ready: Callable[[], None], on_idle: Callable[[], None]) -> bool:
-        if self.idle_timeout <= PARK_AFTER_S or self.parking is None:
-            return False
-        return self.parking.park(sock, on_ready, on_idle, self.idle_timeout - PARK_AFTER_S)
-
-    def _command(self, sock: socket.socket, client: ClientStats, cmd: bytes, mssim: bool) -> Job | DoneJob | None:
-        """One whole command of ``client``: its turn first (a raw TPM), then the TPM."""
-        if self.failed or self.recovering:
-            self._answer(sock, client, error_response(TPM_RC_FAILURE if self.failed else TPM_RC_RETRY), mssim)
-            return None
-        if self.turns is not None:
-            try:
-                waited = self.turns.acquire(client)
-            except TurnTimeout as e:
-                self.peer_log("turn time-outs", f"client {client.id} {client.name} (pid {client.peer.pid}): {e}; "
-                         f"answered TPM_RC_RETRY", LineKind.FAULT)
-                self._answer(sock, client, error_response(TPM_RC_RETRY), mssim)
-                return None
-            if waited:
-                client.waits.record(waited)
-            fut = self._exchange(sock, client, cmd, mssim)
-            turns = self.turns  # set once in start(), before any connection is served
-            fut.add_done_callback(lambda f: turns.done(client))
-            return fut
-        return self._exchange(sock, client, cmd, mssim)
-
-    def _answer(self, sock: socket.socket, client: ClientStats, rsp: bytes, mssim: bool) -> None:
-        try:
-            sock.sendall(P.mssim_response(rsp) if mssim else rsp)
-        except OSError:
-            _shutdown(sock)
-
-    def _exchange(self, sock: socket.socket, client: ClientStats, cmd: bytes, mssim: bool) -> Job | DoneJob:
-        """Queue one whole command for the TPM; its job answers the client (never blocking the
-        TPM's owner: a client whose buffer is full gets the rest from a helper thread)."""
-
-        def then(rsp: bytes, wire_ns: int) -> None:  # on the TPM's owner thread
-            data = P.mssim_response(rsp) if mssim else rsp
-            try:
-                sent = sock.send(data, socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError:
-                sent = -1
-            if 0 <= sent < len(data):
-                threading.Thread(target=self._send_rest, args=(sock, client, data[sent:]), daemon=True).start()
-            for note in self.accounts.record(client, cmd, rsp, wire_ns):
-                self.log(note, getattr(note, "kind", LineKind.FOREIGN))
-            if sent < 0:
-                self._went_away(sock, client, len(rsp))
-
-        with self._lock:
-            client.inflight += 1
-        per_client = self._transport_for(client)
-        if per_client is None:
-            fut = forward(self.conn, client.id, cmd, then)
-        else:
-            transport, lock = per_client
-            with lock:  # one command at a time on a client's own upstream
-                fut = forward(self.conn, client.id, cmd, then, transport)
-        fut.add_done_callback(lambda f: self._tpm_failed(sock, client, f, mssim, per_client is not None))
-        fut.add_done_callback(lambda f: self._answered(client))
-        return fut
-
     def _answered(self, client: ClientStats) -> None:
         """A command of ``client`` is answered and accounted: if its process has exited
         meanwhile (it got the answer and left), it departs now, its last command counted."""
-        with self._lock:
-            client.inflight -= 1
-            last = client.inflight <= 0 and client.exited
-        if last:
+        client.inflight -= 1
+        if client.inflight <= 0 and client.exited:
             self._depart(client)
 
-    def _send_rest(self, sock: socket.socket, client: ClientStats, rest: bytes) -> None:
-        try:
-            sock.settimeout(None)
-            P.set_idle_timeout(sock, 0.0)  # 0: no bound, the rest goes out as long as it takes
-            sock.sendall(rest)
-        except OSError:
-            self._went_away(sock, client, len(rest))
-
-    def _went_away(self, sock: socket.socket, client: ClientStats, n: int) -> None:
-        self.peer_log("gone before the answer",
-                      f"client {client.id} {client.name} (pid {client.peer.pid}): went away before its response "
-                 f"({n} bytes, read from the TPM and dropped); connection closed", LineKind.DROPPED)
-        _shutdown(sock)
-
-    def _transport_for(self, client: ClientStats) -> tuple[InstrumentedTransport, threading.Lock] | None:
-        """None: the shared connection (through its owner thread); over a resource manager the
-        client's own upstream (its /dev/tpmrm0 descriptor, its tpm2-abrmd connection),
-        reporting to the same recorder."""
-        if self.serving is not Serving.PER_CLIENT:
-            return None
+    def _transport_for(self, client: ClientStats) -> InstrumentedTransport:
+        """Over a resource manager, the client's own upstream (its /dev/tpmrm0 descriptor, its
+        tpm2-abrmd connection), reporting to the same recorder; opened at its first command, on
+        the upstream thread (:mod:`.upstream`)."""
         t = self._client_transports.get(client.id)
         if t is None:
             from tpmtop.tpm.transport import DeviceBackend, InstrumentedTransport, TctiLdrBackend
@@ -164,192 +74,194 @@ class Session(ServerState):
             timeout = getattr(self.conn, "timeout", 120.0)
             backend = (DeviceBackend(target.device_path, timeout) if target.device_path
                        else TctiLdrBackend(target.kind, target.conf, timeout))
-            t = self._client_transports[client.id] = (InstrumentedTransport(backend, self.conn.recorder),
-                                                      threading.Lock())
+            t = self._client_transports[client.id] = InstrumentedTransport(backend, self.conn.recorder)
         return t
 
-    # -- control / platform port --------------------------------------------------------------
-    def _side_handler(self, protocol: str | None = None) -> Callable[[socket.socket], bool]:
-        swtpm = (protocol or self.protocol) == "swtpm"
 
-        def handle(sock: socket.socket) -> bool:
-            return _SideConn(self, sock, swtpm).run()
+class ClientConn(Conn):
+    """One connection on the TPM port (swtpm's raw framing, or mssim's)."""
 
-        return handle
+    __slots__ = ("client", "cmd", "gone_n", "mssim", "next_request")
 
-
-class _DataConn:
-    """One connection on the TPM port, served on a worker thread while it has something to
-    say, parked (no thread) while it is silent (:mod:`.parking`)."""
-
-    __slots__ = ("client", "mssim", "next_request", "pending", "sock", "srv")
-
-    def __init__(self, srv: Session, sock: socket.socket, mssim: bool):
-        self.srv, self.sock, self.mssim = srv, sock, mssim
+    def __init__(self, srv: ServerState, sock: socket.socket, owner: tuple[int, int] | None, mssim: bool):
+        super().__init__(srv, sock, owner)
+        self.mssim = mssim
         self.client: ClientStats | None = None
-        self.pending: Any = None  # the job of the client's last command
-        self.next_request: RequestPoll | None = None
+        self.cmd = b""  # the command in flight
+        self.gone_n = 0  # its answer's length, when the peer went away before it
+        # mssim clients keep their connection; most raw ones (tpm2-tss's swtpm: TCTI) send one
+        # command per connection, and polling for their close competes with the next
+        # connection: a raw connection polls from its third request
+        self.next_request = RequestPoll(skip=0 if mssim else 1)
 
-    def run(self) -> bool:
-        """Serve until the connection ends (False: the caller closes it) or is parked (True)."""
-        srv, sock, mssim = self.srv, self.sock, self.mssim
-        done = True
-        try:
-            if self.client is None:
-                P.set_idle_timeout(sock, srv._wait_s())
-                # Name the peer as soon as it sends its first byte, while it is surely alive (a
-                # client killed mid-command must still be named); a connection closed without
-                # a byte (the swtpm TCTI's start-up probe) costs no look-up.
-                try:
-                    # many threads busy already (a burst of connections): wait in parking at once
-                    flags = socket.MSG_PEEK | (socket.MSG_DONTWAIT if srv._workers > BUSY_WORKERS else 0)
-                    if not sock.recv(1, flags):
-                        return False
-                except (BlockingIOError, TimeoutError):
-                    done = not srv._park(sock, self.resume, self.idle)
-                    return not done
-                except OSError:
-                    return False
-                self.client = srv._attach(sock)
-                if mssim:
-                    self.client.locality = 0
-                # mssim clients keep their connection; most raw ones (tpm2-tss's swtpm: TCTI)
-                # send one command per connection, and polling for their close competes with
-                # the next connection's thread: a raw connection polls from its third request
-                self.next_request = RequestPoll(skip=0 if mssim else 1)
-            client = self.client
-            while True:
-                try:
-                    if mssim:
-                        code, locality, cmd = P.read_mssim_request(sock, self.next_request)
-                        if cmd is None:
-                            if code == P.MS_SIM_REMOTE_HANDSHAKE:
-                                sock.sendall(P.mssim_handshake_answer())
-                                continue
-                            return False  # SESSION_END / STOP: the client is done with this connection
-                    else:
-                        cmd = P.read_raw_command(sock, self.next_request)
-                except P.Closed:
-                    return False
-                except P.Idle:
-                    done = not srv._park(sock, self.resume, self.idle)
-                    if done:
-                        self._idle_line()
-                    return not done
-                except P.FrameError as e:
-                    client.dropped = str(e)
-                    srv.dropped += 1
-                    srv.peer_log("framing errors",
-                                 f"client {client.id} {client.name} (pid {client.peer.pid}): {e}; connection closed",
-                                 LineKind.DROPPED)
-                    return False
-                if mssim:
-                    client.locality = locality
-                self.pending = srv._command(sock, client, cmd, mssim)
-        finally:
-            if done:
-                self._finish()
+    def process(self) -> None:
+        srv = self.srv
+        if self.client is None:
+            self.client = srv._attach(self)
+            if self.mssim:
+                self.client.locality = 0
+        reader = P.mssim_request if self.mssim else P.raw_command
+        while not self.busy and not self.out and not self.closed:
+            if not self.buf:
+                if not self._next_soon():
+                    return
+                continue
+            got = reader(self.buf)
+            if isinstance(got, int):
+                if self.incomplete(got):
+                    return
+                continue
+            n, code, locality, cmd = got
+            self.whole(n)
+            if cmd is None:
+                if code != P.MS_SIM_REMOTE_HANDSHAKE:
+                    self.close()  # SESSION_END / STOP: the client is done with this connection
+                    return
+                if not self.send(P.mssim_handshake_answer()):
+                    self.close()
+                    return
+                continue
+            if self.mssim:
+                self.client.locality = locality
+            self.command(cmd)
 
-    def _idle_line(self) -> None:
+    def _next_soon(self) -> bool:
+        """Poll briefly for a busy client's next request (:class:`RequestPoll`): True if some
+        came."""
+        budget = self.next_request.budget()
+        if not budget:
+            return False
+        chunk = recv_soon(self.sock, RECV_SIZE, budget)
+        self.next_request.came(chunk is not None)
+        if chunk is None:
+            return False
+        if not chunk:
+            self.ended()
+            return False
+        self.last = time.monotonic()
+        self.buf += chunk
+        return True
+
+    # -- a command ------------------------------------------------------------------------------
+    def command(self, cmd: bytes) -> None:
+        srv = self.srv
+        if srv.failed or srv.recovering:
+            self.answer(error_response(TPM_RC_FAILURE if srv.failed else TPM_RC_RETRY))
+            return
+        self.cmd = cmd
+        if srv.turns is not None and not srv.turns.ask(self.client, self):
+            self.pause()  # its turn comes (turn_granted) or not (turn_refused)
+            srv._pump_turns()  # at once if the holder has been idle long enough; else a timer
+            return
+        self.exchange()
+
+    def turn_granted(self, waited_ns: int) -> None:
+        assert self.client is not None
+        if waited_ns:
+            self.client.waits.record(waited_ns)
+        self.exchange()
+        if not self.busy:
+            self.resume()
+
+    def turn_refused(self, why: str) -> None:
         c = self.client
-        if c is not None:
-            self.srv.peer_log("idle", f"client {c.id} {c.name} (pid {c.peer.pid}): idle for "
-                                      f"{self.srv.idle_timeout:g} s; connection closed", LineKind.DROPPED)
+        assert c is not None
+        self.srv.peer_log("turn time-outs", f"client {c.id} {c.name} (pid {c.peer.pid}): {why}; "
+                                            f"answered TPM_RC_RETRY", LineKind.FAULT)
+        self.busy = False
+        self.answer(error_response(TPM_RC_RETRY))
+        self.resume()
 
-    def _finish(self) -> None:
-        if self.pending is not None:
-            try:  # its accounting (and leak report) must include the last command
-                self.pending.result()
-            except Exception:
-                pass
+    def exchange(self) -> None:
+        """The command to the TPM; answered from inside its job (:meth:`_then`)."""
+        srv, client = self.srv, self.client
+        assert client is not None
+        client.inflight += 1
+        self.busy = True
+        own = srv.serving is Serving.PER_CLIENT
+        fut = forward(srv.conn, client.id, self.cmd, self._then,
+                      (lambda: srv._transport_for(client)) if own else None, srv.upstream.submit)
+        if fut.done():
+            self._finished(fut, own)
+            return
+        self._want(0)  # queued behind the owner's work: not read until answered
+        loop = srv.loop
+        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(lambda: self._after_queue(f, own)))
+
+    def _then(self, rsp: bytes, wire_ns: int) -> None:
+        """Inside the TPM job (the loop's thread, or the owner's): the answer goes out first,
+        then the accounting."""
+        data = P.mssim_response(rsp) if self.mssim else rsp
+        try:
+            sent = self.sock.send(data, _DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            sent = -1
+        if sent < 0:
+            self.gone_n = len(rsp)
+        elif sent < len(data):
+            self.out = data[sent:]  # the loop sends the rest (_finished)
+        srv = self.srv
+        assert self.client is not None
+        for note in srv.accounts.record(self.client, self.cmd, rsp, wire_ns):
+            srv.log(note, getattr(note, "kind", LineKind.FOREIGN))
+
+    def _after_queue(self, fut: Any, own: bool) -> None:
+        self._finished(fut, own)
+        if not self.closed and not self.busy:
+            self.resume()
+
+    def _finished(self, fut: Any, own: bool) -> None:
+        """On the loop: the command is answered (or failed) and accounted."""
+        srv, client = self.srv, self.client
+        assert client is not None
+        self.busy = False
+        e = fut.exception()
+        if srv.turns is not None:
+            srv.turns.done(client)
+        srv._answered(client)
+        if e is not None:
+            srv._tpm_failed(self, client, e, own)
+        elif self.gone_n:
+            self.gone(self.gone_n)
+        elif self.out:
+            self._want(WRITE)
+        if srv.turns is not None:
+            srv._pump_turns()
+
+    def answer(self, rsp: bytes) -> None:
+        """A response of the proxy's own (a TPM it cannot reach, a turn that did not come)."""
+        if not self.send(P.mssim_response(rsp) if self.mssim else rsp):
+            self.close()
+
+    # -- its end ---------------------------------------------------------------------------------
+    def _who(self) -> str:
+        c = self.client
+        return f"client {c.id} {c.name} (pid {c.peer.pid})" if c is not None else "a client"
+
+    def broken(self, why: str) -> None:
+        if self.client is not None:
+            self.client.dropped = why
+        self.srv.dropped += 1
+        self.srv.peer_log("framing errors", f"{self._who()}: {why}; connection closed", LineKind.DROPPED)
+        self.close()
+
+    def idle(self) -> None:
+        if self.client is not None:
+            self.srv.peer_log("idle", f"{self._who()}: idle for {self.srv.idle_timeout:g} s; connection closed",
+                              LineKind.DROPPED)
+        self.close()
+
+    def gone(self, n: int) -> None:
+        self.srv.peer_log("gone before the answer", f"{self._who()}: went away before its response ({n} bytes, "
+                                                    "read from the TPM and dropped); connection closed",
+                          LineKind.DROPPED)
+        self.close()
+
+    def closed_now(self) -> None:
         if self.client is not None:
             self.srv._closed(self.client)
-
-    def resume(self) -> None:
-        """On a worker: the parked connection has something to read (or has ended)."""
-        _resume(self.srv, self.sock, self.run)
-
-    def idle(self) -> None:
-        """On a worker: parked and silent for the idle time-out."""
-        self._idle_line()
-        self._finish()
-        self.srv._end_connection(self.sock)
-
-
-class _SideConn:
-    """One connection on the control (swtpm) or platform (mssim) port; parked when silent."""
-
-    __slots__ = ("sock", "srv", "state", "swtpm")
-
-    def __init__(self, srv: Session, sock: socket.socket, swtpm: bool):
-        self.srv, self.sock, self.swtpm = srv, sock, swtpm
-        self.state: dict[str, Any] = {}
-
-    def run(self) -> bool:
-        srv, sock, swtpm, state = self.srv, self.sock, self.swtpm, self.state
-        try:
-            P.set_idle_timeout(sock, srv._wait_s())
-            while True:
-                got = P.answer_control(sock, state) if swtpm else P.answer_platform(sock)
-                if got is None:
-                    return False
-                code, answer = got
-                if answer:
-                    sock.sendall(answer)
-                if not swtpm and code == P.MS_SIM_SESSION_END:
-                    return False
-                if swtpm and state.get("refused"):
-                    # its payload's length is unknown: reading on would take the payload
-                    # for more requests. The answer is sent, the rest read and dropped
-                    # (closing with unread bytes would reset the connection under the answer).
-                    _drain_and_close(sock)
-                    return False
-        except P.Idle:
-            return srv._park(sock, self.resume, self.idle)
-        except (P.FrameError, OSError) as e:
-            srv.peer_log("control errors", f"{'control' if swtpm else 'platform'} connection: {e}; connection closed",
-                         LineKind.DROPPED)
-            return False
-
-    def resume(self) -> None:
-        _resume(self.srv, self.sock, self.run)
-
-    def idle(self) -> None:
-        self.srv._end_connection(self.sock)
-
-
-def _resume(srv: Session, sock: socket.socket, run: Callable[[], bool]) -> None:
-    """A parked connection (a client's, or a control/platform one) read again on a worker: its
-    handler runs on; the connection ends when the handler says so or fails."""
-    try:
-        kept = run()
-    except Exception as e:  # a bug must cost one connection, not the proxy
-        srv.peer_log("handler failures", f"connection handler failed: {type(e).__name__}: {e}; "
-                                         "connection closed", LineKind.FAULT)
-        kept = False
-    if not kept:
-        srv._end_connection(sock)
-
-
-def _drain_and_close(sock: socket.socket, limit: int = 65536) -> None:
-    try:
-        sock.shutdown(socket.SHUT_WR)
-        sock.settimeout(1.0)
-        n = 0
-        while n < limit:
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            n += len(chunk)
-    except OSError:
-        pass
-
-
-def _shutdown(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)  # the connection's thread sees the end and cleans up
-    except OSError:
-        pass
 
 
 def _short(text: str, n: int = 80) -> str:

@@ -5,8 +5,6 @@ it, so each is type-checked against the whole server's attributes. Layer: proxy;
 
 from __future__ import annotations
 
-import queue
-import select
 import socket
 import threading
 from typing import TYPE_CHECKING, Any
@@ -16,9 +14,12 @@ from tpmtop.proxy.lines import LineKind
 if TYPE_CHECKING:
     from tpmtop.proxy import access, peers
     from tpmtop.proxy.accounting import Accounts, ClientStats
-    from tpmtop.proxy.parking import Parking
+    from tpmtop.proxy.conn import Conn
+    from tpmtop.proxy.loop import Loop
     from tpmtop.proxy.serving import Serving
+    from tpmtop.proxy.session import ClientConn
     from tpmtop.proxy.turns import Turns
+    from tpmtop.proxy.upstream import Upstream
     from tpmtop.ratelog import RateLimitedLog
     from tpmtop.tpm.transport import InstrumentedTransport
 
@@ -40,30 +41,29 @@ class ServerState:
     turns: Turns | None
     recovering: bool
     failed: str | None
-    _conns: dict[socket.socket, tuple[int, int] | None]
-    _locals: dict[socket.socket, tuple[Any, ...] | None]
-    _lock: threading.Lock
+    loop: Loop
+    upstream: Upstream
+    _conns: dict[socket.socket, Conn]  # every open client connection (all three ports)
     _stop: threading.Event
-    _work: queue.SimpleQueue[Any]
-    _idle: int
-    _workers: int
-    _client_transports: dict[int, tuple[InstrumentedTransport, threading.Lock]]
-    _pidfds: dict[int, tuple[int, ClientStats]]
-    _pidfd_lock: threading.Lock
-    _wake_r: int
-    _wake_w: int
-    _exits: select.epoll
+    _client_transports: dict[int, InstrumentedTransport]
+    _pidfds: dict[int, ClientStats]  # a client process's pidfd (departure watch) -> the client
     _recover_lock: threading.Lock
-    parking: Parking | None
+
+    def check_period(self) -> float:
+        """How often a connection's deadlines are looked at (:mod:`.conn`)."""
+        raise NotImplementedError
 
     # -- called across rooms (defined in one of them) -------------------------------------------
     def log(self, text: str, kind: LineKind = LineKind.INFO) -> None:
         raise NotImplementedError
 
-    def _answer(self, sock: socket.socket, client: ClientStats, rsp: bytes, mssim: bool) -> None:
+    def _tpm_failed(self, conn: ClientConn, client: ClientStats, e: BaseException, own: bool) -> None:
         raise NotImplementedError
 
-    def _tpm_failed(self, sock: socket.socket, client: ClientStats, fut: Any, mssim: bool, own: bool) -> None:
+    def _pump_turns(self) -> None:
+        raise NotImplementedError
+
+    def _handler_failed(self, e: BaseException) -> None:
         raise NotImplementedError
 
     def _depart(self, c: ClientStats) -> None:
@@ -78,8 +78,11 @@ class ServerState:
     def _watch_exit(self, c: ClientStats) -> None:
         raise NotImplementedError
 
-    def _end_connection(self, sock: socket.socket) -> None:
+    def _attach(self, conn: ClientConn) -> ClientStats:
         raise NotImplementedError
 
-    def _close_pidfd(self, fd: int) -> None:
+    def _answered(self, client: ClientStats) -> None:
+        raise NotImplementedError
+
+    def _transport_for(self, client: ClientStats) -> InstrumentedTransport:
         raise NotImplementedError

@@ -20,29 +20,46 @@ The rule:
 
 How deep the queue got and how long each client waited are accounted (``ClientStats.waits``,
 ``Accounts.queue_max``).
+
+Nothing here blocks: a command that must wait is a :class:`Waiter` in the queue, and the
+proxy's event loop calls :meth:`Turns.pump` after anything that can pass the turn on (an
+answer, a departure, the time a holder has been idle), then grants or refuses what is due.
+Only the loop's thread calls it. Layer: proxy; no Textual.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
 
-class TurnTimeout(Exception):
-    pass
+class Waiter(Protocol):
+    """A command waiting for its client's turn (a connection of it)."""
+
+    def turn_granted(self, waited_ns: int) -> None: ...
+
+    def turn_refused(self, why: str) -> None: ...
+
+
+# a waiting command: (it, when it began to wait (perf_counter_ns), its deadline (monotonic))
+_Waiting = tuple[Waiter, int, float]
 
 
 class Turns:
-    def __init__(self, idle_s: float, max_wait_s: float, on_queue: Callable[[int], None] | None = None):
+    def __init__(self, idle_s: float, max_wait_s: float, on_queue: Callable[[int], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.idle_s = idle_s
         self.max_wait_s = max_wait_s
-        self._cv = threading.Condition()
+        self._clock = clock
         self.holder: object | None = None
         self._inflight = 0
         self._last_done = 0.0
-        self._waiting: deque[object] = deque()
+        # waiting clients (by id(): a client need not be hashable), in the order they first asked
+        self._order: deque[object] = deque()
+        self._waiters: dict[int, list[_Waiting]] = {}
+        self._refuse: list[tuple[Waiter, str]] = []  # refused outside pump(), said by it
         self._on_queue = on_queue or (lambda depth: None)
         self.closed = False
 
@@ -52,71 +69,80 @@ class Turns:
             return True
         return self._inflight == 0 and now - self._last_done >= self.idle_s
 
-    def acquire(self, client: object) -> int:
-        """Block until it is ``client``'s turn; one more command of it is in flight. Returns
-        how long it waited (ns)."""
-        t0 = time.perf_counter_ns()
-        with self._cv:
-            if self.holder is client or (self.holder is None and not self._waiting):
-                self.holder = client
-                self._inflight += 1
-                return 0
-            if client not in self._waiting:
-                self._waiting.append(client)
-                self._on_queue(len(self._waiting))
-            deadline = time.monotonic() + self.max_wait_s
-            try:
-                while True:
-                    now = time.monotonic()
-                    if self.closed:
-                        raise TurnTimeout("the proxy is stopping")
-                    if client not in self._waiting:  # it departed while waiting (killed)
-                        raise TurnTimeout("it left while waiting for its turn")
-                    if self._waiting[0] is client and self._free_for(client, now):
-                        break
-                    if now >= deadline:
-                        raise TurnTimeout(f"waited {self.max_wait_s:g} s for its turn")
-                    wake = deadline - now
-                    if self.holder is not None and self._inflight == 0:
-                        wake = min(wake, max(self._last_done + self.idle_s - now, 0.001))
-                    self._cv.wait(wake)
-            except BaseException:
-                if client in self._waiting:
-                    self._waiting.remove(client)
-                    self._cv.notify_all()
-                raise
-            self._waiting.popleft()
-            if self.holder is not client:
-                self.holder = client
-                self._inflight = 0
+    def ask(self, client: object, waiter: Waiter) -> bool:
+        """True: ``client``'s turn now (one more command of it in flight). False: ``waiter``
+        waits; :meth:`pump` grants or refuses it."""
+        if self.closed:
+            self._refuse.append((waiter, "the proxy is stopping"))
+            return False
+        if self.holder is client or (self.holder is None and not self._order):
+            self.holder = client
             self._inflight += 1
-            self._cv.notify_all()
-        return time.perf_counter_ns() - t0
+            return True
+        if id(client) not in self._waiters:
+            self._order.append(client)
+            self._waiters[id(client)] = []
+            self._on_queue(len(self._order))
+        self._waiters[id(client)].append((waiter, time.perf_counter_ns(), self._clock() + self.max_wait_s))
+        return False
 
     def done(self, client: object) -> None:
         """A command of ``client`` was answered."""
-        with self._cv:
-            if self.holder is client:
-                self._inflight = max(self._inflight - 1, 0)
-                self._last_done = time.monotonic()
-                if self._waiting:
-                    self._cv.notify_all()
+        if self.holder is client:
+            self._inflight = max(self._inflight - 1, 0)
+            self._last_done = self._clock()
 
     def release(self, client: object) -> None:
-        """``client`` departed: the turn passes on at once."""
-        with self._cv:
-            if client in self._waiting:
-                self._waiting.remove(client)
-            if self.holder is client:
-                self.holder = None
-                self._inflight = 0
-            self._cv.notify_all()
+        """``client`` departed: the turn passes on at once (at the next :meth:`pump`)."""
+        for waiter, _t0, _dl in self._drop(client):
+            self._refuse.append((waiter, "it left while waiting for its turn"))
+        if self.holder is client:
+            self.holder = None
+            self._inflight = 0
+
+    def _drop(self, client: object) -> list[_Waiting]:
+        got = self._waiters.pop(id(client), None)
+        if got is None:
+            return []
+        self._order = deque(c for c in self._order if c is not client)
+        return got
 
     def close(self) -> None:
-        with self._cv:
-            self.closed = True
-            self._cv.notify_all()
+        self.closed = True
+        for client in list(self._order):
+            for waiter, _t0, _dl in self._drop(client):
+                self._refuse.append((waiter, "the proxy is stopping"))
+
+    def pump(self) -> tuple[list[tuple[Waiter, int]], list[tuple[Waiter, str]], float | None]:
+        """What is due now: (granted, with how long each waited in ns; refused, with why; when
+        to look again, None if nothing waits). The caller then tells each waiter."""
+        now = self._clock()
+        refused, self._refuse = self._refuse, []
+        for client in list(self._order):  # waited too long
+            waiting = self._waiters[id(client)]
+            late = [w for w in waiting if w[2] <= now]
+            if late:
+                refused += [(w[0], f"waited {self.max_wait_s:g} s for its turn") for w in late]
+                waiting[:] = [w for w in waiting if w[2] > now]
+                if not waiting:
+                    self._drop(client)
+        granted: list[tuple[Waiter, int]] = []
+        if self._order and self._free_for(self._order[0], now):
+            client = self._order[0]
+            waiting = self._drop(client)
+            if self.holder is not client:
+                self.holder = client
+                self._inflight = 0
+            self._inflight += len(waiting)
+            t = time.perf_counter_ns()
+            granted = [(w, max(t - t0, 1)) for (w, t0, _dl) in waiting]
+        due: float | None = None
+        if self._order:
+            due = min(w[2] for ws in self._waiters.values() for w in ws)
+            if self.holder is not None and self._inflight == 0:
+                due = min(due, self._last_done + self.idle_s)
+        return granted, refused, due
 
     @property
     def waiting(self) -> int:
-        return len(self._waiting)
+        return len(self._order)

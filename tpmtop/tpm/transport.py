@@ -110,7 +110,10 @@ class SocketBackend:
                 want = size - len(buf)
             else:
                 want = 10 - len(buf)
-            chunk = self.sock.recv(max(want, 4096) if len(buf) >= 10 else want)
+            # Whatever has come, up to a whole buffer: swtpm answers one command at a time, so
+            # nothing after this response can be in the socket (one receive per answer, not
+            # a header and then the rest)
+            chunk = self.sock.recv(max(want, 4096))
             if not chunk:
                 raise TpmConnectionError(f"TPM connection lost ({self.description}): it closed the connection")
             buf += chunk
