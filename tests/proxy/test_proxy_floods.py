@@ -114,3 +114,36 @@ def test_a_thousand_held_connections_cost_no_thread_each_and_leave_nothing_behin
         for s in held:
             s.close()
         p.kill()
+
+
+def test_out_of_descriptors_the_proxy_waits_for_them_instead_of_spinning(tcp_swtpm, tmp_path, monkeypatch):
+    """A proxy whose descriptors run out (a hard limit of 48) cannot accept the next connection:
+    it says so in rate-limited lines, tries again ten times a second rather than spinning on a
+    listener that stays readable (thousands of failed accepts a second), and serves again once
+    connections close."""
+    import socket
+
+    import tests.helpers.proxy as helper
+
+    monkeypatch.setattr(helper, "TPMTOP", ["prlimit", "--nofile=48:48", "--", *helper.TPMTOP])
+    p = Proxy(tcp_swtpm.tcti, "swtpm", tmp_path)
+    held: list[socket.socket] = []
+    try:
+        for _ in range(60):  # more than 48 descriptors: the rest wait in the listener's backlog
+            held.append(socket.create_connection(("127.0.0.1", p.port), timeout=60))
+        p.wait_line("cannot accept a connection")
+        summary = p.wait_line("accept failures in the last")
+        m = re.search(r"([\d,]+) accept failures in the last ([\d.]+) s", summary)
+        assert m, summary
+        failures, seconds = int(m.group(1).replace(",", "")), float(m.group(2))
+        assert failures <= 50 * max(seconds, 1.0), summary  # ~10 a second; a spin is thousands
+        for s in held:
+            s.close()
+        held = []
+        r = p.tool("tpm2_getrandom", "--hex", "8")  # descriptors back: served again
+        assert len(r.stdout.strip()) == 16
+        assert p.stop()[0] == 130
+    finally:
+        for s in held:
+            s.close()
+        p.kill()

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from tpmtop.errors import UsageError
+from tpmtop.limits import raise_nofile
 from tpmtop.ratelog import RateLimitedLog
 
 MAX_CONNECTIONS = 4096  # open at once; each is ~10 KB in the loop (and one descriptor)
@@ -63,19 +64,6 @@ def tls_context(certfile: str, keyfile: str, client_cafile: str | None) -> ssl.S
     return ctx
 
 
-def _raise_nofile(want: int) -> None:
-    """Room for ``want`` descriptors if the hard limit allows (the soft one is often 1,024)."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < want:
-        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
-        except (ValueError, OSError):
-            pass
-
-
 class HttpServer:
     """Serve a WSGI ``app`` on ``sock`` (bound and listening) from one event loop thread."""
 
@@ -95,7 +83,7 @@ class HttpServer:
         self._ready = threading.Event()
         self._server: asyncio.base_events.Server | None = None
         self._thread = threading.Thread(target=self._run, name="exporter-http", daemon=True)
-        _raise_nofile(max_connections + 256)
+        raise_nofile(max_connections + 256)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> HttpServer:

@@ -15,6 +15,8 @@ from tpmtop.proxy.lines import LineKind
 from tpmtop.proxy.loop import EVENT_READ as READ
 from tpmtop.proxy.state import ServerState
 
+ACCEPT_RETRY_S = 0.1  # after a failed accept (out of descriptors), the listener is watched again after this
+
 # a listener's kind of connection: (server, socket, its peer's (uid, inode)) -> the connection
 MakeConn = Callable[[ServerState, socket.socket, "tuple[int, int] | None"], Conn]
 
@@ -26,9 +28,14 @@ class Admission(ServerState):
         lsock.setblocking(False)
         local = self._local_address(lsock)
         tcp = lsock.family != socket.AF_UNIX  # asked once (a socket's family is an enum built per call)
-        self.loop.register(lsock, READ, lambda _mask: self._accept(lsock, local, tcp, make))
 
-    def _accept(self, lsock: socket.socket, local: tuple[Any, ...] | None, tcp: bool, make: MakeConn) -> None:
+        def ready(_mask: int) -> None:
+            self._accept(lsock, local, tcp, make, ready)
+
+        self.loop.register(lsock, READ, ready)
+
+    def _accept(self, lsock: socket.socket, local: tuple[Any, ...] | None, tcp: bool, make: MakeConn,
+                ready: Callable[[int], None]) -> None:
         """One connection per wake-up: the loop reports a listener with more waiting again at
         once (level-triggered), between the other connections' requests, and a client's one
         connection costs no second, failing accept."""
@@ -38,12 +45,22 @@ class Admission(ServerState):
             return
         except OSError as e:  # EMFILE and the like: the connection waits in the backlog
             self.peer_log("accept failures", f"cannot accept a connection: {e.strerror or e}", LineKind.FAULT)
+            # The listener stays readable: watched again in a moment, not spun on meanwhile
+            self.loop.unregister(lsock)
+            self.loop.call_later(ACCEPT_RETRY_S, lambda: self._listen_again(lsock, ready))
             return
         ok, owner = self._admit(sock, addr, local, tcp)
         if ok:
             conn = make(self, sock, owner)
             self._conns[sock] = conn
             conn.start()
+
+    def _listen_again(self, lsock: socket.socket, ready: Callable[[int], None]) -> None:
+        if not self._stop.is_set():
+            try:
+                self.loop.register(lsock, READ, ready)
+            except (OSError, ValueError):
+                pass  # closed meanwhile (the proxy stops)
 
     def _admit(self, sock: socket.socket, peer: tuple[Any, ...] | None,
                local: tuple[Any, ...] | None, tcp: bool) -> tuple[bool, tuple[int, int] | None]:

@@ -112,6 +112,8 @@ class Conn:
 
     def received(self) -> None:
         """New bytes are in ``buf``: serve what they complete (framing errors end the connection)."""
+        if self.srv._stop.is_set():
+            return  # the proxy stops: nothing more goes to the TPM
         try:
             self.process()
         except P.FrameError as e:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tpmtop.errors import UsageError
+from tpmtop.limits import raise_nofile
 from tpmtop.proxy import access, peers
 from tpmtop.proxy.accounting import Accounts, ClientStats
 from tpmtop.proxy.admission import Admission, MakeConn
@@ -159,6 +160,8 @@ class ProxyServer(Admission, Session, Faults, Departures):
             "side": lambda srv, sock, owner: SideConn(srv, sock, owner, not mssim),
             "unix-ctrl": lambda srv, sock, owner: SideConn(srv, sock, owner, True),
         }
+        # a descriptor per connection and per client process (its pidfd), and a few of our own
+        raise_nofile(2 * self.max_connections + 64)
         for lsock, role in self._bound or ():  # listen() above bound them
             self._listen_in_loop(lsock, kinds[role])
         self.loop.call_later(REAP_INTERVAL_S, self._tick)
