@@ -15,7 +15,10 @@ GetRandom(16) and PCR_Extend(PCR 16) interleaved, against one swtpm:
             `--tcti=swtpm:` to the same swtpm (Debian packages tpm2-abrmd, dbus-daemon)
 Every block runs each path once, in an order that rotates from block to block, so that the
 machine's noise hits all alike. Latency is the client's: wall time around each ESAPI call.
-Last line: `proxy: +<X> µs per command (abrmd +<Y> µs)` (p50), X = mssim-through-the-proxy
+  floor   — mssim: TCTI to benchmarks/floor_forwarder.py, a bare forwarder (one thread, epoll,
+            no naming, recording or checks): what any user-space proxy's two extra hops cost
+            on this machine, measured in the same blocks
+Last line: `proxy: +<X> µs per command (abrmd +<Y> µs, bare forwarder +<F> µs)` (p50), X = mssim-through-the-proxy
 minus swtpm-direct: what a program pays per command for being watched, with the TCTI that
 suits a proxy (the swtpm: TCTI's per-command reconnect costs more through any proxy; that
 figure is printed above it); Y = the same for tpm2-abrmd. Targets: X ≤ 40 and X < Y.
@@ -196,8 +199,23 @@ def main() -> int:
                 px.wait(30)
                 procs.remove(px)
 
-        paths = {"direct": [], "proxied": [], "mssim": [], "abrmd": []}
+        def through_floor(rounds: int) -> list[int]:
+            # the floor: a bare forwarder, mssim in, swtpm out (floor_forwarder.py)
+            port = free_pair()
+            fw = subprocess.Popen([sys.executable, os.path.join(HERE, "floor_forwarder.py"), str(port), str(sw_port)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(fw)
+            try:
+                wait_port(port)
+                return measure(f"mssim:host=127.0.0.1,port={port}", rounds)
+            finally:
+                fw.send_signal(signal.SIGTERM)
+                fw.wait(30)
+                procs.remove(fw)
+
+        paths = {"direct": [], "proxied": [], "mssim": [], "abrmd": [], "floor": []}
         steps = [("direct", lambda: measure(f"swtpm:host=127.0.0.1,port={sw_port}", a.rounds)),
+                 ("floor", lambda: through_floor(a.rounds)),
                  ("proxied", lambda: through_proxy("swtpm", a.rounds)),
                  ("mssim", lambda: through_proxy("mssim", a.rounds)),
                  ("abrmd", lambda: measure("tabrmd:bus_type=session", a.rounds))]
@@ -270,6 +288,10 @@ def main() -> int:
         xs = paths["set " + knob]
         print(f"{'proxied  (mssim, ' + knob + ')':<40} {statistics.median(xs) / 1000:9.1f} {p(xs, 99):9.1f}   "
               f"{(statistics.median(xs) - statistics.median(direct)) / 1000:+.0f} µs over direct")
+    floor = paths["floor"]
+    d_floor = (statistics.median(floor) - statistics.median(direct)) / 1000
+    print(f"{'floor    (mssim: TCTI → bare forwarder)':<40} {statistics.median(floor) / 1000:9.1f} "
+          f"{p(floor, 99):9.1f}   {d_floor:+.0f} µs over direct: two more hops, nothing else (floor_forwarder.py)")
     d_swtpm = (statistics.median(proxied) - statistics.median(direct)) / 1000
     delta = (statistics.median(mssim) - statistics.median(direct)) / 1000
     d_abrmd = (statistics.median(via_abrmd) - statistics.median(direct)) / 1000
@@ -290,7 +312,8 @@ def main() -> int:
     ok = delta <= TARGET_US and delta < d_abrmd
     print(f"mssim: TCTI through the proxy (one connection per context) vs swtpm: TCTI direct: "
           f"target ≤ +{TARGET_US:.0f} µs and below tpm2-abrmd: {'within' if ok else 'OVER'}")
-    print(f"proxy: {delta:+.0f} µs per command (abrmd {d_abrmd:+.0f} µs)")
+    print(f"tpmtop's own work per command (mssim, over the bare forwarder): {delta - d_floor:+.0f} µs")
+    print(f"proxy: {delta:+.0f} µs per command (abrmd {d_abrmd:+.0f} µs, bare forwarder {d_floor:+.0f} µs)")
     return 0 if ok else 1
 
 

@@ -199,3 +199,35 @@ def test_connection_cap_and_idle_timeout(tcp_swtpm, tmp_path):
         assert p.stop()[0] == 130
     finally:
         p.kill()
+
+
+def test_a_stderr_nobody_reads_does_not_stall_the_clients(tcp_swtpm, tmp_path):
+    """The proxy's stderr is a pipe nobody reads: 400 client processes (two lines each, with
+    their command lines: more than the pipe's 64 KiB) are all served. Its loop only queues its
+    lines; a loop that wrote them itself stopped at the full pipe and every client after it hung."""
+    import signal
+    import subprocess
+
+    from tests.helpers.processes import REPO, TPMTOP, free_port_pair
+
+    port = free_port_pair()
+    proc = subprocess.Popen(TPMTOP + ["proxy", "-T", tcp_swtpm.tcti, "--port", str(port)], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        def listening() -> bool:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return True
+            except OSError:
+                return False
+
+        wait_until(listening, "the proxy to listen")
+        _forked_clients(port, 400)  # each asserts its answer came (60 s time-out per client)
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=TIMEOUT)[1].decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130
+    assert err.count(" connected: ") >= 400, err[-2000:]

@@ -7,11 +7,11 @@ import argparse
 import os
 import subprocess
 import sys
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from tpmtop.cli.common import notice, print_json, table, tpm_from_args
+from tpmtop.cli.lineout import LineOut
 from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED, UsageError
 from tpmtop.proxy.latency import CompactLatency
 from tpmtop.textsafe import safe
@@ -88,15 +88,11 @@ def add_clients_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
 
-_LOG_LOCK = threading.Lock()
+_LINES = LineOut()  # one writer thread: lines never glue, and the proxy's loop never waits on stderr
 
 
 def _log(text: str) -> None:
-    # one write per line under one lock: lines from the proxy's threads never glue together
-    line = f"tpmtop proxy: {text}\n"
-    with _LOG_LOCK:
-        sys.stderr.write(line)
-        sys.stderr.flush()
+    _LINES(f"tpmtop proxy: {text}\n")
 
 
 def _serving(args: argparse.Namespace) -> dict[str, Any]:
@@ -218,6 +214,7 @@ def _serve_until_stopped(args: argparse.Namespace, server: ProxyServer, conn: Tp
         interrupted = True
     finally:
         server.stop()
+        _LINES.flush()  # its lines (the departures) before the table
         _print_clients(server.accounts)
         # The outcome is decided: a late signal (a SIGHUP as the terminal closes after the
         # Ctrl-C) must not cut the capture's write nor change the exit status.
@@ -300,6 +297,7 @@ def run_run(args: argparse.Namespace) -> int:
         finally:
             wall = time.perf_counter_ns() - t0
             server.stop()
+            _LINES.flush()
             if proc is not None:  # a CMD that never started gets no table: its one line says why
                 print(f"tpmtop run: {safe(' '.join(cmd))} (through {tcti}; TPM {conn.target.tcti})", file=sys.stderr)
                 print(run_table(server.accounts, wall, table), file=sys.stderr, flush=True)

@@ -177,6 +177,11 @@ def socket_owner(peer: tuple[Any, ...], local: tuple[Any, ...], v6: bool) -> tup
 _GONE = -1  # _holding_fd: the process has exited
 
 
+def len_then_text(name: str) -> tuple[int, str]:
+    """A descriptor's name ordered as its number, without parsing it ("10" after "9")."""
+    return len(name), name
+
+
 def _holding_fd(pid: int, target: str, hint: int | None) -> int | None:
     """The fd through which ``pid`` holds ``target`` (tried first: ``hint``, the fd number
     the previous connection of that process used; tpm2-tss reuses it), None, or _GONE."""
@@ -193,7 +198,8 @@ def _holding_fd(pid: int, target: str, hint: int | None) -> int | None:
         return _GONE
     except OSError:
         return None
-    for fd in fds:
+    # newest first: a client's connection to us is usually the descriptor it opened last
+    for fd in sorted(fds, key=len_then_text, reverse=True):
         try:
             if os.readlink(f"{d}/{fd}") == target:
                 return int(fd)
