@@ -105,7 +105,10 @@ class Departures(ServerState):
             self._close_pidfd(fd)
         t = self._client_transports.pop(c.id, None)
         if t is not None:  # closing its /dev/tpmrm0 fd (abrmd connection) flushes what it left
-            self.upstream.submit(t.close)  # after its commands, before the next client's
+            # At once, here (none of its commands is in flight), as when the process itself
+            # exits: queued behind other clients' commands, tpm2-abrmd could still be closing
+            # it when a script's next tool loads the session this one saved
+            t.close()
         head = f"client {c.id} {c.name} (pid {c.peer.pid}) left: {c.commands} commands, {c.errors} errors"
         if leaked:
             self.log(f"{head}; LEAK: left {len(leaked)} handle(s) behind: " + ", ".join(h.text() for h in leaked),
