@@ -169,6 +169,8 @@ class Conn:
         return True
 
     def flush(self) -> None:
+        if not self.out:
+            return  # a stale event (its number was another connection's in the same batch)
         try:
             sent = self.sock.send(self.out, _DONTWAIT)
         except (BlockingIOError, InterruptedError):
