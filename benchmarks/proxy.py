@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
@@ -179,39 +180,36 @@ def main() -> int:
         abrmd = Abrmd(sw_port)
         tpmtop = [sys.executable, "-m", "tpmtop", "proxy", "-T", f"swtpm:host=127.0.0.1,port={sw_port}"]
 
-        def through_proxy(protocol: str, rounds: int, src: str = os.path.join(HERE, ".."),
-                          knob: str | None = None) -> list[int]:
-            # swtpm serves one connection at a time: the proxy holds it only for its blocks
-            # (tpm2-abrmd's swtpm: TCTI connects for each command, so it can stay up throughout)
-            port = free_pair()
-            env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
-            if knob:
-                name, _, value = knob.partition("=")
-                env["TPMTOP_" + name.upper()] = value
-            px = subprocess.Popen(tpmtop + ["--port", str(port), "--protocol", protocol],
-                                  cwd=src, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        def through(argv: list[str], port: int, tcti: str, rounds: int, **popen: Any) -> list[int]:
+            """``rounds`` measured through a server started for them (``argv``, listening on
+            ``port``) and stopped after: swtpm serves one connection at a time, so a proxy holds
+            it only for its blocks (tpm2-abrmd's swtpm: TCTI connects for each command, so it can
+            stay up throughout)."""
+            px = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **popen)
             procs.append(px)
             try:
                 wait_port(port)
-                return measure(f"{protocol}:host=127.0.0.1,port={port}", rounds)
+                return measure(f"{tcti}:host=127.0.0.1,port={port}", rounds)
             finally:
                 px.send_signal(signal.SIGTERM)
                 px.wait(30)
                 procs.remove(px)
 
+        def through_proxy(protocol: str, rounds: int, src: str = os.path.join(HERE, ".."),
+                          knob: str | None = None) -> list[int]:
+            port = free_pair()
+            env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
+            if knob:
+                name, _, value = knob.partition("=")
+                env["TPMTOP_" + name.upper()] = value
+            return through(tpmtop + ["--port", str(port), "--protocol", protocol], port, protocol, rounds,
+                           cwd=src, env=env)
+
         def through_floor(rounds: int) -> list[int]:
             # the floor: a bare forwarder, mssim in, swtpm out (floor_forwarder.py)
             port = free_pair()
-            fw = subprocess.Popen([sys.executable, os.path.join(HERE, "floor_forwarder.py"), str(port), str(sw_port)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            procs.append(fw)
-            try:
-                wait_port(port)
-                return measure(f"mssim:host=127.0.0.1,port={port}", rounds)
-            finally:
-                fw.send_signal(signal.SIGTERM)
-                fw.wait(30)
-                procs.remove(fw)
+            return through([sys.executable, os.path.join(HERE, "floor_forwarder.py"), str(port), str(sw_port)],
+                           port, "mssim", rounds)
 
         paths = {"direct": [], "proxied": [], "mssim": [], "abrmd": [], "floor": []}
         steps = [("direct", lambda: measure(f"swtpm:host=127.0.0.1,port={sw_port}", a.rounds)),

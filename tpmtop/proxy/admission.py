@@ -17,8 +17,8 @@ from tpmtop.proxy.state import ServerState
 
 ACCEPT_RETRY_S = 0.1  # after a failed accept (out of descriptors), the listener is watched again after this
 
-# a listener's kind of connection: (server, socket, its peer's (uid, inode)) -> the connection
-MakeConn = Callable[[ServerState, socket.socket, "tuple[int, int] | None"], Conn]
+# a listener's kind of connection: (server, socket, its peer's (uid, inode), TCP?) -> the connection
+MakeConn = Callable[[ServerState, socket.socket, "tuple[int, int] | None", bool], Conn]
 
 
 class Admission(ServerState):
@@ -51,7 +51,7 @@ class Admission(ServerState):
             return
         ok, owner = self._admit(sock, addr, local, tcp)
         if ok:
-            conn = make(self, sock, owner)
+            conn = make(self, sock, owner, tcp)
             self._conns[sock] = conn
             conn.start()
 

@@ -42,9 +42,8 @@ class Conn:
     __slots__ = ("buf", "busy", "closed", "draining", "frame_since", "interest", "last", "need", "out",
                  "owner", "poll_cap", "sock", "srv", "tcp", "timer")
 
-    def __init__(self, srv: ServerState, sock: socket.socket, owner: tuple[int, int] | None):
-        self.srv, self.sock, self.owner = srv, sock, owner
-        self.tcp = owner is not None or sock.family != socket.AF_UNIX
+    def __init__(self, srv: ServerState, sock: socket.socket, owner: tuple[int, int] | None, tcp: bool):
+        self.srv, self.sock, self.owner, self.tcp = srv, sock, owner, tcp
         self.buf = bytearray()
         self.out = b""  # an answer's rest, still to send
         self.need = 0  # the length of the request being received (for messages)
@@ -154,14 +153,21 @@ class Conn:
         del self.buf[:n]
         self.frame_since = None
 
+    def try_send(self, data: bytes) -> int:
+        """What the socket takes of ``data`` now, without waiting: 0 if nothing, -1 if the peer
+        is gone. Any thread may call it (the owner's, answering from inside a TPM job)."""
+        try:
+            return self.sock.send(data, _DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError:
+            return -1
+
     def send(self, data: bytes) -> bool:
         """Send ``data`` without waiting; what the socket does not take now goes out when it
         can (the connection is not read meanwhile). False: the peer is gone."""
-        try:
-            sent = self.sock.send(data, _DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:
+        sent = self.try_send(data)
+        if sent < 0:
             return False
         if sent < len(data):
             self.out = data[sent:]
@@ -171,11 +177,8 @@ class Conn:
     def flush(self) -> None:
         if not self.out:
             return  # a stale event (its number was another connection's in the same batch)
-        try:
-            sent = self.sock.send(self.out, _DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
+        sent = self.try_send(self.out)
+        if sent < 0:
             self.gone(len(self.out))
             return
         self.out = self.out[sent:]

@@ -39,12 +39,7 @@ class Departures(ServerState):
 
     def _exited(self, c: ClientStats) -> bool:
         fds = [fd for fd, x in self._pidfds.items() if x is c]
-        if fds:
-            try:
-                return bool(select.select(fds, [], [], 0)[0])
-            except (OSError, ValueError):
-                return False
-        return not peers.alive(c.peer)
+        return _readable(fds) if fds else not peers.alive(c.peer)
 
     def _reap_exited(self) -> None:
         """Every watched client whose process has exited departs now (their pidfds' events
@@ -66,10 +61,7 @@ class Departures(ServerState):
         # new client's pidfd under the same number; the old pidfd's event, delivered next,
         # would then make a live client depart (its tpm2-abrmd connection closed under it: a
         # concurrent test's tpm2_startauthsession failed ContextSave with 0x910).
-        try:
-            if not select.select([fd], [], [], 0)[0]:
-                return
-        except (OSError, ValueError):
+        if not _readable([fd]):
             return
         self._close_pidfd(fd)
         # An exited process waits for nothing more: it departs as soon as its commands still
@@ -125,3 +117,11 @@ class Departures(ServerState):
                      LineKind.LEAK)
         else:
             self.log(f"{head}; left nothing loaded")
+
+
+def _readable(pidfds: list[int]) -> bool:
+    """Has one of these processes exited (its pidfd readable), asked without waiting?"""
+    try:
+        return bool(select.select(pidfds, [], [], 0)[0])
+    except (OSError, ValueError):
+        return False

@@ -155,10 +155,10 @@ class ProxyServer(Admission, Session, Faults, Departures):
             self.turns = Turns(self.turn_idle, wait, on_queue=self._queued)
         mssim = self.protocol == "mssim"
         kinds: dict[str, MakeConn] = {
-            "data": lambda srv, sock, owner: ClientConn(srv, sock, owner, mssim),
-            "unix": lambda srv, sock, owner: ClientConn(srv, sock, owner, False),
-            "side": lambda srv, sock, owner: SideConn(srv, sock, owner, not mssim),
-            "unix-ctrl": lambda srv, sock, owner: SideConn(srv, sock, owner, True),
+            "data": lambda srv, sock, owner, tcp: ClientConn(srv, sock, owner, tcp, mssim),
+            "unix": lambda srv, sock, owner, tcp: ClientConn(srv, sock, owner, tcp, False),
+            "side": lambda srv, sock, owner, tcp: SideConn(srv, sock, owner, tcp, not mssim),
+            "unix-ctrl": lambda srv, sock, owner, tcp: SideConn(srv, sock, owner, tcp, True),
         }
         # a descriptor per connection and per client process (its pidfd), and a few of our own
         raise_nofile(2 * self.max_connections + 64)

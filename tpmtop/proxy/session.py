@@ -29,9 +29,6 @@ from tpmtop.tpm.busypoll import RequestPoll, recv_soon
 if TYPE_CHECKING:
     from tpmtop.tpm.transport import InstrumentedTransport
 
-_DONTWAIT = socket.MSG_DONTWAIT
-
-
 class Session(ServerState):
     """ProxyServer's side of a client's session; state lives in ProxyServer.__init__."""
 
@@ -83,8 +80,9 @@ class ClientConn(Conn):
 
     __slots__ = ("client", "cmd", "gone_n", "mssim", "next_request")
 
-    def __init__(self, srv: ServerState, sock: socket.socket, owner: tuple[int, int] | None, mssim: bool):
-        super().__init__(srv, sock, owner)
+    def __init__(self, srv: ServerState, sock: socket.socket, owner: tuple[int, int] | None, tcp: bool,
+                 mssim: bool):
+        super().__init__(srv, sock, owner, tcp)
         self.mssim = mssim
         self.client: ClientStats | None = None
         self.cmd = b""  # the command in flight
@@ -192,12 +190,7 @@ class ClientConn(Conn):
         """Inside the TPM job (the loop's thread, or the owner's): the answer goes out first,
         then the accounting."""
         data = P.mssim_response(rsp) if self.mssim else rsp
-        try:
-            sent = self.sock.send(data, _DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:
-            sent = -1
+        sent = self.try_send(data)  # not send(): this may be the owner's thread, not the loop's
         if sent < 0:
             self.gone_n = len(rsp)
         elif sent < len(data):

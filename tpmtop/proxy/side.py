@@ -14,8 +14,9 @@ from tpmtop.proxy.state import ServerState
 class SideConn(Conn):
     __slots__ = ("state", "swtpm")
 
-    def __init__(self, srv: ServerState, sock: socket.socket, owner: tuple[int, int] | None, swtpm: bool):
-        super().__init__(srv, sock, owner)
+    def __init__(self, srv: ServerState, sock: socket.socket, owner: tuple[int, int] | None, tcp: bool,
+                 swtpm: bool):
+        super().__init__(srv, sock, owner, tcp)
         self.swtpm = swtpm
         self.state: dict[str, int] = {}  # the locality a swtpm client set; a refused request
 
