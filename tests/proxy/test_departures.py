@@ -1,6 +1,5 @@
-"""A client process departs when its pidfd says it exited, and only then: an event for a pidfd
-number that meanwhile belongs to a live client (closed and reopened in one batch of the
-loop's events) must not make that client depart."""
+"""A client process departs when its pidfd says it exited (an event for a pidfd number that
+meanwhile belongs to a live client never reaches it: tests/unit/test_proxy_loop.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from tpmtop.proxy import peers
 from tpmtop.proxy.server import ProxyServer
 
 
-def test_a_stale_exit_event_leaves_a_live_client_alone():
+def test_an_exited_client_departs_and_a_live_one_stays():
     srv = ProxyServer(None, port=None, log=lambda line: None)
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -24,10 +23,10 @@ def test_a_stale_exit_event_leaves_a_live_client_alone():
         (fd_a,) = [fd for fd, c in srv._pidfds.items() if c is a]
         (fd_b,) = [fd for fd, c in srv._pidfds.items() if c is b]
         gone.wait()
-        srv._process_exited(fd_a)  # an event the live process never caused
-        assert a.departed_ns is None and not a.exited and fd_a in srv._pidfds
-        wait_until(lambda: (srv._process_exited(fd_b), b.departed_ns is not None)[1], "the exited client to depart")
+        # what a new client's arrival does: every exited one departs first (its pidfd polled)
+        wait_until(lambda: (srv._reap_exited(), b.departed_ns is not None)[1], "the exited client to depart")
         assert b.exited and fd_b not in srv._pidfds
+        assert a.departed_ns is None and not a.exited and fd_a in srv._pidfds
     finally:
         live.kill()
         live.wait()

@@ -56,13 +56,9 @@ class Departures(ServerState):
         c = self._pidfds.get(fd)
         if c is None:
             return
-        # Looked at again: the event may be stale. In one batch of the loop's events, a new
-        # client's look-up can make an exited client depart (its pidfd closed) and open the
-        # new client's pidfd under the same number; the old pidfd's event, delivered next,
-        # would then make a live client depart (its tpm2-abrmd connection closed under it: a
-        # concurrent test's tpm2_startauthsession failed ContextSave with 0x910).
-        if not _readable([fd]):
-            return
+        # Never a stale event: the loop does not deliver an event of a number reused during
+        # its batch (a departed client's pidfd, then a new client's: :class:`.loop.Loop`), and
+        # _reap_exited polls the pidfds it holds now.
         self._close_pidfd(fd)
         # An exited process waits for nothing more: it departs as soon as its commands still
         # being answered are accounted (the answer goes out before the accounting), even if

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
-from tpmtop.tpm.commands import Transacts
-from tpmtop.tpm.exchange import Labels, labelled, wire_log
+from tpmtop.tpm.exchange import Labels
 from tpmtop.tpm.owner import DoneJob, Job
 
 ORIGIN = "proxy"
+
+
+class TransactsAs(Protocol):
+    """A transport that stamps a command with given labels and says its wire time
+    (:meth:`tpmtop.tpm.transport.InstrumentedTransport.transact_as`)."""
+
+    def transact_as(self, command: bytes, labels: Labels) -> tuple[bytes, int]: ...
 
 
 @lru_cache(maxsize=256)  # one Labels per live client, not one per command (~2 µs each)
@@ -34,17 +40,15 @@ def client_id_of(client: str | None) -> int | None:
         return None
 
 
-def _job(transport: Transacts, command: bytes, then: Callable[[bytes, int], None]) -> tuple[bytes, int]:
-    log: list[tuple[int | None, int]] = []
-    with wire_log(log):
-        rsp = transport.transact(command)
-    wire_ns = log[-1][1] if log else 0
+def _job(transport: TransactsAs, command: bytes, then: Callable[[bytes, int], None],
+         labels: Labels) -> tuple[bytes, int]:
+    rsp, wire_ns = transport.transact_as(command, labels)
     then(rsp, wire_ns)
     return rsp, wire_ns
 
 
 def forward(conn: Any, client_id: int, command: bytes, then: Callable[[bytes, int], None],
-            own: Callable[[], Transacts] | None = None,
+            own: Callable[[], TransactsAs] | None = None,
             upstream: Callable[[Callable[[], Any]], Job] | None = None) -> Job | DoneJob:
     """Send ``command`` byte-exact as one job on the TPM's owner thread; ``then(response,
     wire_ns)`` runs inside that job as soon as the response is in, and answers the client
@@ -59,11 +63,11 @@ def forward(conn: Any, client_id: int, command: bytes, then: Callable[[bytes, in
     if own is None or upstream is None:
         # On the calling thread (the proxy's loop) when the owner is idle (no hand-over: +51
         # -> +15 µs per command in benchmarks/proxy.py); queued behind the owner's jobs otherwise.
-        job: Job | DoneJob = conn.owner.run_now(_job, conn.transport, command, then, labels=labels)
+        # The job stamps its one command itself (transact_as): no labels scope around it.
+        job: Job | DoneJob = conn.owner.run_now(_job, conn.transport, command, then, labels)
         return job
 
     def run() -> tuple[bytes, int]:
-        with labelled(labels):
-            return _job(own(), command, then)
+        return _job(own(), command, then, labels)
 
     return upstream(run)

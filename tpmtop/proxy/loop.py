@@ -72,6 +72,13 @@ class Loop:
         self._timers: list[tuple[float, int, Timer]] = []
         self._seq = itertools.count()
         self._soon: deque[Callable[[], None]] = deque()
+        # Descriptors registered since the last poll. An event of the batch being served for
+        # one of these numbers belongs to the descriptor that had the number before: a
+        # handler earlier in the batch closed it and opened this one (a departed client's
+        # pidfd, then a new client's under the same number: the old exit made the new client
+        # depart, its tpm2-abrmd connection closed under it). It is not delivered; epoll is
+        # level-triggered, so the new descriptor, if ready, is told at the next poll.
+        self._fresh: set[int] = set()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -85,6 +92,7 @@ class Loop:
         fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
         self._ep.register(fd, events)
         self._handlers[fd] = handler
+        self._fresh.add(fd)  # this batch's events for its number were another descriptor's
 
     def modify(self, fileobj: Any, events: int, handler: Handler) -> None:
         fd = fileobj if isinstance(fileobj, int) else fileobj.fileno()
@@ -130,7 +138,7 @@ class Loop:
         self.thread.start()
 
     def run(self) -> None:
-        poll, handlers, timers, soon = self._ep.poll, self._handlers, self._timers, self._soon
+        poll, handlers, timers, soon, fresh = self._ep.poll, self._handlers, self._timers, self._soon, self._fresh
         while not self._stopping:
             if soon:
                 wait: float | None = 0
@@ -138,11 +146,14 @@ class Loop:
                 wait = min(max(timers[0][0] - time.monotonic(), 0), MAX_WAIT_S)
             else:
                 wait = MAX_WAIT_S
+            fresh.clear()
             try:
                 events = poll(wait)
             except InterruptedError:
                 events = []
             for fd, mask in events:
+                if fd in fresh:
+                    continue  # its number was given to a new descriptor during this batch
                 handler = handlers.get(fd)
                 if handler is not None:  # else unregistered by an earlier handler of this batch
                     # an error or hang-up is told as readable: the handler's read sees the end

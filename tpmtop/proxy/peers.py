@@ -220,6 +220,7 @@ class TcpResolver:
         self._recent: dict[int, tuple[Peer, int]] = {}
         self._lock = threading.Lock()
         self._last_new = 0  # the highest pid a look-up found (the next client is likely above it)
+        self._new_fd: int | None = None  # the descriptor through which the last new client held its connection
 
     def resolve(self, sock: socket.socket, owner: tuple[int, int] | None = None) -> Peer:
         """``owner``: the peer socket's (uid, inode), when the caller has already looked it up
@@ -274,9 +275,19 @@ class TcpResolver:
         start = self._last_new
         if start <= 0:
             return None
-        for pid in range(start + 1, start + 1 + self.PROBE):
-            if pid in looked:
-                continue
+        pids = [pid for pid in range(start + 1, start + 1 + self.PROBE) if pid not in looked]
+        hint = self._new_fd
+        if hint is not None:
+            # First the descriptor number the last new client used, one readlink per pid: a
+            # script's tools open their connections alike (listing a process's descriptors
+            # and reading them newest first cost ~9 system calls per new client)
+            for pid in pids:
+                try:
+                    if os.readlink(f"/proc/{pid}/fd/{hint}") == target and procfs.tgid(pid) == pid:
+                        return pid, hint
+                except OSError:
+                    continue
+        for pid in pids:
             fd = _holding_fd(pid, target, None)
             if fd is not None and fd != _GONE and procfs.tgid(pid) == pid:
                 return pid, fd
@@ -287,6 +298,7 @@ class TcpResolver:
         p = describe_pid(pid, uid)
         self._remember(pid, p, fd)
         self._last_new = max(self._last_new, pid)
+        self._new_fd = fd
         return p
 
     def forget(self, pid: int) -> None:

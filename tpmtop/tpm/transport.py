@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from tpmtop.errors import TpmConnectionError, TpmTimeout
 from tpmtop.tpm import wire
 from tpmtop.tpm.busypoll import AnswerBudget, recv_soon
-from tpmtop.tpm.exchange import _LABELS, _WIRE_LOG, ExchangeSink
+from tpmtop.tpm.exchange import _LABELS, _WIRE_LOG, ExchangeSink, labelled, wire_log
 from tpmtop.tpm.holdclock import sleep_until
 from tpmtop.tpm.interrupts import held
 from tpmtop.tpm.placement import HELD, FollowCaller
@@ -299,6 +299,31 @@ class InstrumentedTransport:
         # to the clean-up that follows.
         with held():
             return self._transact(command)
+
+    def transact_as(self, command: bytes, labels: Any, _now: Callable[[], int] = time.perf_counter_ns,
+                    _log: Callable[[], Any] = _WIRE_LOG.get) -> tuple[bytes, int]:
+        """One command stamped with ``labels`` (given, not the context's): (response, wire ns).
+        For a caller that sends one command per job and needs its wire time (the proxy's
+        exchange): no context variable is set or read on the way (two of them, set and reset
+        around each command, were ~1.6 µs of a proxied command's ~8 µs of Python on this
+        project's VM). Anything more than recording (a shaper, an enclosing wire log) goes
+        the general way, with the same result."""
+        put, sink = self._put, self._sink
+        if put is None or sink is None or not sink.enabled or self.shaper is not None or _log() is not None:
+            log: list[tuple[int | None, int]] = []
+            with labelled(labels), wire_log(log):
+                rsp = self.transact(command)
+            return rsp, (log[-1][1] if log else 0)
+        with held():
+            t0 = _now()
+            try:
+                rsp = self.backend.transact(command)
+            except Exception as e:
+                put((t0, _now() - t0, command, None, str(e), labels))
+                raise
+            wire_ns = _now() - t0
+            put((t0, wire_ns, command, rsp, None, labels))
+            return rsp, wire_ns
 
     @property
     def sink(self) -> ExchangeSink | None:
