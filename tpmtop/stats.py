@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -27,6 +27,32 @@ LOWEST_NS = 1_000  # 1 µs
 HIGHEST_NS = 60_000_000_000  # 60 s
 SIGNIFICANT_DIGITS = 3
 PERCENTILES = (50.0, 90.0, 99.0)
+
+# A tail percentile tells something beyond the largest sample only once at least one sample
+# lies above it: p90 from 10 samples, p99 from 100 (of 20 samples the "p99" is their largest).
+# Below that a table shows NOT_JUDGED, never a number that reads as a tail.
+TAIL_MIN_SAMPLES = {"p90": 10, "p99": 100}
+NOT_JUDGED = "–"
+
+
+def judged(summary: dict[str, Any], key: str) -> bool:
+    """Can ``summary[key]`` (a :meth:`LatencyHistogram.summary` member) be shown as what it
+    says? p50, max and mean always; a tail percentile from :data:`TAIL_MIN_SAMPLES`."""
+    return int(summary.get("count", 0)) >= TAIL_MIN_SAMPLES.get(key, 1)
+
+
+def tail_cell(summary: dict[str, Any], key: str = "p99", fmt: Callable[[float], str] = "{:,.1f}".format) -> str:
+    """A table cell for ``summary[key]``: ``fmt`` of it, or NOT_JUDGED (:func:`judged`)."""
+    return fmt(summary[key]) if judged(summary, key) else NOT_JUDGED
+
+
+def tail_note(*counts: int, key: str = "p99", column: str | None = None) -> str:
+    """The legend a text table prints under it when one of its ``key`` cells (headed
+    ``column``) is NOT_JUDGED; empty when none is."""
+    need = TAIL_MIN_SAMPLES[key]
+    if not any(0 < n < need for n in counts):
+        return ""
+    return f"{NOT_JUDGED} under {column or key}: fewer than {need} samples, whose {key} would be their largest"
 
 
 # HdrHistogram's own layout for this range, worked out as its constructor does (without

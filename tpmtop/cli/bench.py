@@ -81,8 +81,10 @@ def _plan(args: argparse.Namespace) -> BenchPlan:
 
 def format_table(accounts: Sequence[RunAccount], gaps: GapsFn | None = None) -> str:
     """``gaps``: a run's commands a chip profile did not cover (tpmtop.profiles.apply.gaps):
-    such a row says which ran at swtpm speed, and a ratio that depends on one is marked."""
+    such a row says which ran at swtpm speed, and a ratio that depends on one is marked. An op
+    p99 from fewer than 100 operations is not shown as a figure (:func:`tpmtop.stats.judged`)."""
     from tpmtop.cli.common import table
+    from tpmtop.stats import tail_cell, tail_note
 
     base = {a.engine: a.op_hist.percentile_ns(50) for a in accounts if a.mode == "none"}
     missing = {id(a): gaps(a.commands) if gaps else [] for a in accounts}
@@ -97,7 +99,8 @@ def format_table(accounts: Sequence[RunAccount], gaps: GapsFn | None = None) -> 
                 ratio += " (not the chip's)"
         cmds = sum(a.commands.values()) / a.ops if a.ops else 0
         row = [a.engine, a.mode, str(a.ops), f"{1e6 / s['mean']:.0f}" if s["mean"] else "-",
-               _us(s["p50"]), _us(s["p99"]), _us(w["p50"]), _us(h["p50"]), f"{cmds:g}", ratio]
+               _us(s["p50"]), tail_cell(s, fmt=_us), _us(w["p50"]), _us(h["p50"]),
+               f"{cmds:g}", ratio]
         if gaps is not None:
             row.append(", ".join(c.removeprefix("TPM2_CC_") for c in missing[id(a)]) + " at swtpm speed"
                        if missing[id(a)] else "")
@@ -107,7 +110,8 @@ def format_table(accounts: Sequence[RunAccount], gaps: GapsFn | None = None) -> 
         header.append("not in the profile")
     else:
         rows = [r[:10] for r in rows]
-    return table(rows, header, right={2, 3, 4, 5, 6, 7, 8, 9})
+    note = tail_note(*(a.op_hist.summary()["count"] for a in accounts), column="op p99")
+    return table(rows, header, right={2, 3, 4, 5, 6, 7, 8, 9}) + (f"\n{note}" if note else "")
 
 
 def hist_texts(accounts: Sequence[RunAccount]) -> str:

@@ -52,36 +52,45 @@ def _line(kc: KernelCommand) -> str:
 def _summary(cap: dict[str, Any]) -> str:
     """Per command code: count, errors, p50/p99/max wire latency (from the capture's histograms)."""
     from tpmtop.cli.common import table
+    from tpmtop.stats import tail_cell, tail_note
 
     rows = []
     errors: dict[str, int] = {}
     for e in cap["events"]:
         if e["rc"]:
             errors[e["command"]] = errors.get(e["command"], 0) + 1
+    counts = []
     for run in cap["runs"]:
         if run["engine"] != "observed":
             continue
         for name, summ in sorted(run["commands"].items(), key=lambda kv: -kv[1]["count"]):
+            counts.append(summ["count"])
             rows.append([name.removeprefix("TPM2_CC_"), str(summ["count"]), str(errors.get(name, 0)),
-                         f"{summ['p50']:,.1f}", f"{summ['p99']:,.1f}", f"{summ['max']:,.1f}"])
-    return "\n" + table(rows, ["command", "count", "errors", "p50 µs", "p99 µs", "max µs"], right={1, 2, 3, 4, 5})
+                         f"{summ['p50']:,.1f}", tail_cell(summ), f"{summ['max']:,.1f}"])
+    note = tail_note(*counts)
+    return ("\n" + table(rows, ["command", "count", "errors", "p50 µs", "p99 µs", "max µs"], right={1, 2, 3, 4, 5})
+            + (f"\n{note}" if note else ""))
 
 
 def _op_summary(tap: KernelTap) -> str:
     """Per kernel operation: its p50 split into TPM and host time, and the session behaviour."""
     from tpmtop.cli.common import table
     from tpmtop.kernel.ops import host_text
+    from tpmtop.stats import tail_cell, tail_note
 
     acc = tap.accounts
     rows = []
     for kind, st in acc.by_kind.items():
         s_total, s_wire, s_host = st.op_hist.summary(), st.wire_hist.summary(), st.host_hist.summary()
         rows.append([kind, str(st.ops), f"{st.with_setup}", f"{s_total['p50']:,.1f}", f"{s_wire['p50']:,.1f}",
-                     host_text(st, s_host['p50']), f"{s_total['p99']:,.1f}", str(st.failed)])
+                     host_text(st, s_host['p50']), tail_cell(s_total), str(st.failed)])
     if not rows:
         return ""
     out = ["", table(rows, ["kernel operation", "count", "set up a session", "p50 µs", "TPM p50 µs",
                             "host p50 µs", "p99 µs", "failed"], right={1, 2, 3, 4, 5, 6, 7})]
+    note = tail_note(*(st.op_hist.summary()["count"] for st in acc.by_kind.values()))
+    if note:
+        out.append(note)
     mode, why = acc.mode()
     out.append(f"sessions: {mode or 'cannot tell'}: {why}")
     ext = acc.by_kind.get("extend")

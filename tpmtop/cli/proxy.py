@@ -231,17 +231,25 @@ def _serve_until_stopped(args: argparse.Namespace, server: ProxyServer, conn: Tp
 def _print_clients(accounts: Accounts) -> None:
     """One row per program (every departed client of it folded in: a proxy that served 10,000
     tpm2_getrandom processes prints one row for them)."""
+    from tpmtop.stats import tail_cell, tail_note
+
     rows = []
+    counts = []
     for p in accounts.program_snapshot():
         h = CompactLatency()
         for x in p.per_cc.values():
             h.merge(x)
         s = h.summary()
+        counts.append(s["count"])
         rows.append([safe(p.name)[:24], str(p.clients), str(p.commands), str(p.errors),
-                     f"{s['p50']:,.1f}", f"{s['p99']:,.1f}", str(p.created), str(p.flushed), str(p.leaked)])
+                     f"{s['p50']:,.1f}", tail_cell(s),
+                     str(p.created), str(p.flushed), str(p.leaked)])
     if rows:
         print(table(rows, ["program", "clients", "cmds", "errors", "p50 µs", "p99 µs", "created", "flushed", "leaked"],
                     right={1, 2, 3, 4, 5, 6, 7, 8}), flush=True)
+        note = tail_note(*counts)
+        if note:
+            print(note, flush=True)
     if accounts.queue_max:
         print(f"at most {accounts.queue_max} client(s) waited for their turn at once", flush=True)
 

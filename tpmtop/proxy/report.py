@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 from tpmtop.proxy.accounting import Accounts
 from tpmtop.proxy.forward import client_id_of
 from tpmtop.proxy.session_use import attrs_text
+from tpmtop.stats import tail_cell, tail_note
 from tpmtop.textsafe import safe
 from tpmtop.tpm import names
 
@@ -129,10 +130,13 @@ def run_table(accounts: Accounts, wall_ns: int, table: Callable[..., str]) -> st
         s = h.summary()
         tot = h.sum_ns
         rows.append([names.cc_short(cc), str(s["count"]), str(sum(int(x.split("×")[0]) for x in errs.get(cc, []))),
-                     f"{s['p50']:,.1f}", f"{s['p99']:,.1f}", f"{tot / 1000:,.1f}",
+                     f"{s['p50']:,.1f}", tail_cell(s), f"{tot / 1000:,.1f}",
                      f"{100 * tot / total_ns:.1f}" if total_ns else "0.0"])
     out = [table(rows, ["command", "calls", "errors", "p50 µs", "p99 µs", "total µs", "% TPM"],
                  right={1, 2, 3, 4, 5, 6})]
+    note = tail_note(*(h.n for h in per.values()))
+    if note:
+        out.append(note)
     share = 100 * total_ns / wall_ns if wall_ns else 0.0
     out.append(f"{n} TPM commands; {total_ns / 1e6:,.3f} ms on the wire = {share:.1f}% of the command's "
                f"{wall_ns / 1e6:,.1f} ms wall time")
@@ -179,7 +183,7 @@ def client_rows(accounts: Accounts | None, recorder: Recorder | None = None) -> 
 
             rows.append(("workload", [str(os.getpid()), "tpmtop workload", str(s["count"]),
                                       str(sum(st.errors for st in stats)), f"{s['p50']:,.1f}",
-                                      f"{s['p99']:,.1f}", str(owned), "-"]))
+                                      tail_cell(s), str(owned), "-"]))
     if accounts is None:
         return rows
     for c in sorted(accounts.snapshot(), key=lambda c: (c.departed_ns is not None, c.id)):
@@ -189,7 +193,7 @@ def client_rows(accounts: Accounts | None, recorder: Recorder | None = None) -> 
         held = accounts.held_by(c.id)
         name = safe(c.name) if c.departed_ns is None else f"{safe(c.name)[:15]} (left)"  # fits the panel's 22 columns
         rows.append((f"c{c.id}", [str(c.peer.pid or "?"), name, str(c.commands), str(c.errors), f"{s['p50']:,.1f}",
-                                  f"{s['p99']:,.1f}", "-" if c.departed_ns is not None else str(len(held)),
+                                  tail_cell(s), "-" if c.departed_ns is not None else str(len(held)),
                                   str(len(c.leaked)) if c.departed_ns is not None else "-"]))
     return rows
 
@@ -205,7 +209,7 @@ def client_detail(accounts: Accounts, key: str) -> str:
              f"{safe(c.peer.cmdline)[:100]}"]
     for cc, h in sorted(c.per_cc.items(), key=lambda kv: kv[0] or 0):
         s = h.summary()
-        lines.append(f"  {names.cc_short(cc):<22} {s['count']:>6}×  p50 {s['p50']:>9,.1f} µs  p99 {s['p99']:>9,.1f} µs")
+        lines.append(f"  {names.cc_short(cc):<22} {s['count']:>6}×  p50 {s['p50']:>9,.1f} µs  p99 {tail_cell(s):>9} µs")
     for held in c.leaked or accounts.held_by(c.id):
         lines.append(f"  {'left' if c.leaked else 'holds'} {held.text()}")
     return "\n".join(lines)

@@ -22,6 +22,14 @@ def fmt_us(us: float | None) -> str:
     return f"{us:.1f}"
 
 
+def tail_us(summary: dict[str, Any], key: str) -> str:
+    """A p90/p99 cell: :func:`fmt_us`, or ``–`` from fewer samples than that tail needs
+    (:func:`tpmtop.stats.judged`)."""
+    from tpmtop.stats import tail_cell
+
+    return tail_cell(summary, key, fmt_us)
+
+
 def fmt_duration(us: float | None) -> str:
     """A duration with its unit, for text (not a µs column): 87.4 µs, 4,321 µs, 151 ms, 1.52 s."""
     if us is None:

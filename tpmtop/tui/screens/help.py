@@ -12,6 +12,7 @@ from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from tpmtop.stats import NOT_JUDGED, TAIL_MIN_SAMPLES
 from tpmtop.tui.actions import ACTIONS
 from tpmtop.tui.panels import PANELS
 
@@ -54,7 +55,9 @@ def help_markup(width: int = 96, hidden: frozenset[str] = frozenset(), why_hidde
     lines += ["", "[b]Reading the panels[/]",
               "  Header: [b]CPU ui[/] is the dashboard's own thread, [b]all[/] the whole process (workload, "
               "poller, recorder), as a share of one core. A paced workload runs in bursts (>= 4 operations "
-              "back to back) so each operation runs warm and the ratios match `tpmtop bench`."]
+              "back to back) so each operation runs warm and the ratios match `tpmtop bench`.",
+              f"  A [b]{NOT_JUDGED}[/] for a p90 or p99: fewer than "
+              f"{TAIL_MIN_SAMPLES['p90']} or {TAIL_MIN_SAMPLES['p99']} samples, so that tail would be their largest."]
     lines += [f"  {p.help}" for p in here]
     lines += ["", "[b]Observer effect[/]: on Linux 6.12+ every command a program sends to /dev/tpmrm0 ends the "
               "kernel's kept HMAC session, so the kernel's next PCR extend pays the whole session setup again. "

@@ -20,7 +20,7 @@ from tpmtop.tui.widgets.backdrop import Row
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
 from tpmtop.viewmodel.frame import StatsView
-from tpmtop.viewmodel.numbers import fmt_us
+from tpmtop.viewmodel.numbers import fmt_us, tail_us
 from tpmtop.viewmodel.rows.histogram import CAPTURE_PER_DECADE, FINE_PER_DECADE, histogram_lines
 from tpmtop.viewmodel.rows.latency import CommandRow, ErrorBook
 
@@ -101,8 +101,8 @@ class LatencyPanel(Panel):
             label = Content.from_markup(f"[b]{r.label}[/]") if r.key.startswith("op:total") else r.label
             n_err = r.errors or (errors.count(r.key) if errors is not None else 0)
             err = Content.from_markup(f"[$error]{n_err:,}[/]") if n_err else ""
-            cells.append((r.key, (label, f"{s['count']:,}", err, fmt_us(s["p50"]), fmt_us(s["p90"]),
-                                  fmt_us(s["p99"]), fmt_us(s["max"]), fmt_us(r.last_us))))
+            cells.append((r.key, (label, f"{s['count']:,}", err, fmt_us(s["p50"]), tail_us(s, "p90"),
+                                  tail_us(s, "p99"), fmt_us(s["max"]), fmt_us(r.last_us))))
         self.table.sync(cells, order=lambda first: self._order.get(first, 999))
         needle = self.table.needle
         self.border_subtitle = subtitle + (f" · filter '{needle}'" if needle else "")
