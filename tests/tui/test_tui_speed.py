@@ -220,6 +220,10 @@ async def test_a_refresh_due_while_a_key_is_drawn_gives_way_to_it_once(live, tmp
         # test_a_refresh_draws_between_operations).
         src.set_running(False)
         await until(pilot, lambda: not src.gate.busy, what="the workload paused")
+        # Only this test's ticks from here: the interval's own tick, due under load while the
+        # workload still ran, can still be waiting for its gap, and a tick then draws nothing
+        main.clock.timer.stop()
+        await until(pilot, lambda: not main.clock.waiting, what="no refresh waiting for the workload")
         refreshed: list[int] = []
         dash_tick = main.dash.tick
         monkeypatch.setattr(main.dash, "tick", lambda *a, **kw: (refreshed.append(1), dash_tick(*a, **kw))[1])

@@ -42,6 +42,11 @@ class RefreshClock:
     def start(self) -> None:
         self.timer = self.screen.set_interval(self.refresh_s, self.tick)
 
+    @property
+    def waiting(self) -> bool:
+        """A refresh waits for the end of the workload's operation (it draws then)."""
+        return self._quiet_since is not None
+
     def step(self, step: int) -> float:
         """[ / ]: the screen's refresh interval, one step longer (1) or shorter (-1)."""
         i = min(range(len(REFRESH_STEPS)), key=lambda k: abs(REFRESH_STEPS[k] - self.refresh_s))
