@@ -39,44 +39,40 @@ class _Latency(App[None]):
         yield LatencyPanel(id="latency")
 
 
-async def test_latency_columns_headed_us_print_microseconds():
-    """A max of 167,000 µs printed "167 ms" under "max µs": every time cell is in µs, whole (from a
-    second on without thousands' commas, to fit the column)."""
+async def _latency_cells(count: int, last_us: float) -> dict[str, str]:
+    """One PCR_Extend row of ``count`` samples (p50 850 µs, p99 120,500, max 167,000) as the
+    Latency panel shows it at 120×40: header -> cell."""
     app = _Latency()
-    row = CommandRow("cc:1", "PCR_Extend", {"count": 300, "p50": 850.0, "p90": 900.0, "p99": 120_500.0,
-                                            "max": 167_000.0, "mean": 0.0}, last_us=1_520_000.0)
+    row = CommandRow("cc:1", "PCR_Extend", {"count": count, "p50": 850.0, "p90": 900.0, "p99": 120_500.0,
+                                            "max": 167_000.0, "mean": 0.0}, last_us=last_us)
     async with app.run_test(size=(120, 40)) as pilot:
         panel = app.query_one(LatencyPanel)
         panel.show([row])
         await pilot.pause()
-        table = panel.table
-        cells = [str(c) for c in table.get_row_at(0)]
-        headers = [str(c.label) for c in table.ordered_columns]
-        for header, cell in zip(headers, cells, strict=True):
-            if header.endswith("µs") and cell:
-                assert re.fullmatch(r"[\d,]+(\.\d)?", cell), (header, cell)
-        shown = dict(zip(headers, cells, strict=True))
-        assert shown["max µs"] == "167,000" and shown["p99 µs"] == "120,500"
-        if "last µs" in shown:
-            assert shown["last µs"] == "1520000"
+        return dict(zip([str(c.label) for c in panel.table.ordered_columns],
+                        [str(c) for c in panel.table.get_row_at(0)], strict=True))
+
+
+async def test_latency_columns_headed_us_print_microseconds():
+    """A max of 167,000 µs printed "167 ms" under "max µs": every time cell is in µs, whole (from a
+    second on without thousands' commas, to fit the column)."""
+    shown = await _latency_cells(300, last_us=1_520_000.0)
+    for header, cell in shown.items():
+        if header.endswith("µs") and cell:
+            assert re.fullmatch(r"[\d,]+(\.\d)?", cell), (header, cell)
+    assert shown["max µs"] == "167,000" and shown["p99 µs"] == "120,500"
+    if "last µs" in shown:
+        assert shown["last µs"] == "1520000"
 
 
 async def test_a_tail_of_too_few_samples_shows_as_not_judged():
     """Of 3 samples the "p99" is their largest: a dash under p90 and p99, figures under p50 and max."""
     from tpmtop.stats import NOT_JUDGED
 
-    app = _Latency()
-    row = CommandRow("cc:1", "PCR_Extend", {"count": 3, "p50": 850.0, "p90": 900.0, "p99": 120_500.0,
-                                            "max": 167_000.0, "mean": 0.0}, last_us=900.0)
-    async with app.run_test(size=(120, 40)) as pilot:
-        panel = app.query_one(LatencyPanel)
-        panel.show([row])
-        await pilot.pause()
-        shown = dict(zip([str(c.label) for c in panel.table.ordered_columns],
-                         [str(c) for c in panel.table.get_row_at(0)], strict=True))
-        assert shown["p99 µs"] == NOT_JUDGED and shown["p50 µs"] == "850.0" and shown["max µs"] == "167,000"
-        if "p90 µs" in shown:
-            assert shown["p90 µs"] == NOT_JUDGED
+    shown = await _latency_cells(3, last_us=900.0)
+    assert shown["p99 µs"] == NOT_JUDGED and shown["p50 µs"] == "850.0" and shown["max µs"] == "167,000"
+    if "p90 µs" in shown:
+        assert shown["p90 µs"] == NOT_JUDGED
 
 
 async def test_home_on_the_frozen_stream_shows_the_oldest_page_whole_at_80x24(live, tmp_path):
