@@ -61,8 +61,13 @@ def test_serves_what_the_capture_of_the_same_trace_holds(exporter, tmp_path):
     events = cap["events"]
     exp = exporter("--kernel-trace", str(HMAC_TRACE))
     assert exp.address.startswith("127.0.0.1:"), exp.first_line  # loopback unless told otherwise
-    text = wait_for(exp, lambda t: value(t, "tpmtop_kernel_command_responses_total") == len(events),
-                    f"{len(events)} commands")
+    ops = Counter(o["op"] for o in cap["ops"])
+    # every command answered and every operation ended (an operation is counted at its end,
+    # which the exporter can read after its last command's answer: seen under load)
+    text = wait_for(exp, lambda t: value(t, "tpmtop_kernel_command_responses_total") == len(events)
+                    and all(value(t, "tpmtop_kernel_operation_duration_seconds_count", operation=op) == n
+                            for op, n in ops.items()),
+                    f"{len(events)} commands and {sum(ops.values())} operations")
     # per command: the histogram's count and sum are the capture's answered commands and wire time
     # answered: a response code, or one the probes could not read (RC_NOT_TRACED); else no response
     per_cmd = Counter(e["command"].removeprefix("TPM2_CC_") for e in events
