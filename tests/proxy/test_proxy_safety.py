@@ -153,6 +153,55 @@ def test_run_stopped_by_a_signal_ends_what_cmd_started(tmp_path):
             os.kill(sleep_pid, signal.SIGKILL)
 
 
+# tpmtop run, with a SIGTERM to itself delivered inside its Popen of CMD: after CMD has
+# started (its background sleep written down), before Popen returns to tpmtop
+SIGNAL_WHILE_CMD_STARTS = """
+import os, signal, subprocess, sys, time
+pidfile = sys.argv[1]
+real = subprocess.Popen
+class Popen(real):
+    def __init__(self, args, *a, **kw):
+        super().__init__(args, *a, **kw)
+        if list(args)[:1] == ["sh"]:
+            deadline = time.monotonic() + 60
+            while not (os.path.exists(pidfile) and open(pidfile).read().strip()) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100000):  # the handler runs here, inside Popen
+                pass
+subprocess.Popen = Popen
+from tpmtop.cli import main
+sys.exit(main(["run", "--sim", "--", "sh", "-c", f"sleep 300 & echo $! > {pidfile}; wait"]))
+"""
+
+
+def test_a_signal_while_cmd_starts_still_ends_what_cmd_started(tmp_path):
+    """A signal that lands while tpmtop is still in its Popen of CMD (CMD already running) used
+    to leave CMD and its background sleep running, tpmtop gone (exit 130, no table): the
+    sleep held tpmtop's pipes open (seen under make test-stress). It is raised once Popen has
+    returned, and CMD is ended with what it started."""
+    pidfile = tmp_path / "sleep.pid"
+    p = subprocess.Popen([sys.executable, "-c", SIGNAL_WHILE_CMD_STARTS, str(pidfile)], cwd=REPO,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    sleep_pid = None
+    try:
+        wait_until(lambda: p.poll() is not None or (pidfile.exists() and pidfile.read_text().strip()),
+                   "CMD's background sleep to start")
+        if pidfile.exists() and pidfile.read_text().strip():
+            sleep_pid = int(pidfile.read_text())
+        wait_until(lambda: p.poll() is not None, "tpmtop to stop")
+        assert p.returncode == 130, p.stderr.read() if p.stderr else ""
+        assert sleep_pid is not None
+        wait_until(lambda: not alive(sleep_pid), f"CMD's background sleep (pid {sleep_pid}) to end")
+        assert "tpmtop run: sh -c" in p.stderr.read()  # the table of what CMD sent, as after any signal
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if sleep_pid is not None and alive(sleep_pid):
+            os.kill(sleep_pid, signal.SIGKILL)
+
+
 def test_late_sighup_after_the_capture_is_written(tcp_swtpm, tmp_path):
     """SIGTERM ends the proxy (130); a SIGHUP once its capture is on disk (a terminal closing
     after the Ctrl-C) changes nothing: still 130, no traceback, not ended by the signal."""

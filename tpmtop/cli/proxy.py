@@ -282,13 +282,22 @@ def run_run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter_ns()
         try:
             try:
-                proc = subprocess.Popen(cmd, env=env)
+                # A signal while CMD starts is raised once Popen has returned: CMD is then
+                # known, and ended with what it started. Raised inside Popen, it left CMD
+                # running and tpmtop gone (seen under load: a shell's background sleep kept
+                # tpmtop's pipes open for minutes).
+                with interrupts.held():
+                    proc = subprocess.Popen(cmd, env=env)
             except FileNotFoundError:  # the shell's statuses: 127 not found, 126 not executable
                 print(f"tpmtop run: {safe(cmd[0])}: command not found", file=sys.stderr)
                 return EXIT_NOT_FOUND
             except (PermissionError, IsADirectoryError, OSError) as e:
                 print(f"tpmtop run: {safe(cmd[0])}: cannot execute: {e.strerror or e}", file=sys.stderr)
                 return EXIT_NOT_EXECUTABLE
+            except BaseException:
+                if proc is not None:
+                    _end_command(proc)
+                raise
             try:
                 # In slices: a signal that lands just before a blocking waitpid would otherwise
                 # be acted on only when CMD exits (tpmtop.tpm.owner.Job._wait says why).
