@@ -5,6 +5,7 @@ sockets, a real second uid (the tests run as root and drop to nobody)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -128,29 +129,39 @@ def test_run_not_found_and_not_executable(tmp_path):
     assert "cannot execute" in r.stderr
 
 
-def test_run_stopped_by_a_signal_ends_what_cmd_started(tmp_path):
-    """A SIGTERM to tpmtop alone (a service manager's, not a terminal's Ctrl-C, which reaches
-    the whole job) ends CMD and what CMD started: a shell's background sleep is not left."""
-    pidfile = tmp_path / "sleep.pid"
-    p = subprocess.Popen(TPMTOP + ["run", "--sim", "--", "sh", "-c", f"sleep 300 & echo $! > {pidfile}; wait"],
-                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@contextlib.contextmanager
+def _background_sleep(argv: list[str], pidfile, **popen):
+    """Start ``argv`` (a `tpmtop run` whose CMD starts `sleep 300 &` and writes its pid to
+    ``pidfile``) and wait for that sleep: yields (the process, the sleep's pid, or None if the
+    process ended first). Whatever is left of either is killed after."""
+    p = subprocess.Popen(argv, cwd=REPO, text=True, **popen)
     sleep_pid = None
     try:
         wait_until(lambda: p.poll() is not None or (pidfile.exists() and pidfile.read_text().strip()),
                    "CMD's background sleep to start")
-        assert p.poll() is None, p.communicate()
-        sleep_pid = int(pidfile.read_text())
-        assert alive(sleep_pid)
-        p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=TIMEOUT)
-        assert p.returncode == 130, err
-        wait_until(lambda: not alive(sleep_pid), f"CMD's background sleep (pid {sleep_pid}) to end")
+        if pidfile.exists() and pidfile.read_text().strip():
+            sleep_pid = int(pidfile.read_text())
+        yield p, sleep_pid
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
         if sleep_pid is not None and alive(sleep_pid):
             os.kill(sleep_pid, signal.SIGKILL)
+
+
+def test_run_stopped_by_a_signal_ends_what_cmd_started(tmp_path):
+    """A SIGTERM to tpmtop alone (a service manager's, not a terminal's Ctrl-C, which reaches
+    the whole job) ends CMD and what CMD started: a shell's background sleep is not left."""
+    pidfile = tmp_path / "sleep.pid"
+    argv = TPMTOP + ["run", "--sim", "--", "sh", "-c", f"sleep 300 & echo $! > {pidfile}; wait"]
+    with _background_sleep(argv, pidfile, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as (p, sleep_pid):
+        assert p.poll() is None, p.communicate()
+        assert sleep_pid is not None and alive(sleep_pid)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=TIMEOUT)
+        assert p.returncode == 130, err
+        wait_until(lambda: not alive(sleep_pid), f"CMD's background sleep (pid {sleep_pid}) to end")
 
 
 # tpmtop run, with a SIGTERM to itself delivered inside its Popen of CMD: after CMD has
@@ -181,25 +192,13 @@ def test_a_signal_while_cmd_starts_still_ends_what_cmd_started(tmp_path):
     sleep held tpmtop's pipes open (seen under make test-stress). It is raised once Popen has
     returned, and CMD is ended with what it started."""
     pidfile = tmp_path / "sleep.pid"
-    p = subprocess.Popen([sys.executable, "-c", SIGNAL_WHILE_CMD_STARTS, str(pidfile)], cwd=REPO,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    sleep_pid = None
-    try:
-        wait_until(lambda: p.poll() is not None or (pidfile.exists() and pidfile.read_text().strip()),
-                   "CMD's background sleep to start")
-        if pidfile.exists() and pidfile.read_text().strip():
-            sleep_pid = int(pidfile.read_text())
+    argv = [sys.executable, "-c", SIGNAL_WHILE_CMD_STARTS, str(pidfile)]
+    with _background_sleep(argv, pidfile, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as (p, sleep_pid):
         wait_until(lambda: p.poll() is not None, "tpmtop to stop")
         assert p.returncode == 130, p.stderr.read() if p.stderr else ""
         assert sleep_pid is not None
         wait_until(lambda: not alive(sleep_pid), f"CMD's background sleep (pid {sleep_pid}) to end")
         assert "tpmtop run: sh -c" in p.stderr.read()  # the table of what CMD sent, as after any signal
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        if sleep_pid is not None and alive(sleep_pid):
-            os.kill(sleep_pid, signal.SIGKILL)
 
 
 def test_late_sighup_after_the_capture_is_written(tcp_swtpm, tmp_path):

@@ -90,8 +90,10 @@ def format_table(accounts: Sequence[RunAccount], gaps: GapsFn | None = None) -> 
     missing = {id(a): gaps(a.commands) if gaps else [] for a in accounts}
     base_gap = {a.engine: bool(missing[id(a)]) for a in accounts if a.mode == "none"}
     rows = []
+    counts = []
     for a in accounts:
         s, w, h = a.op_hist.summary(), a.wire_hist.summary(), a.host_hist.summary()
+        counts.append(s["count"])
         ratio = ""
         if base.get(a.engine):
             ratio = f"{a.op_hist.percentile_ns(50) / base[a.engine]:.1f}x"
@@ -110,7 +112,7 @@ def format_table(accounts: Sequence[RunAccount], gaps: GapsFn | None = None) -> 
         header.append("not in the profile")
     else:
         rows = [r[:10] for r in rows]
-    note = tail_note(*(a.op_hist.summary()["count"] for a in accounts), column="op p99")
+    note = tail_note(*counts, column="op p99")
     return table(rows, header, right={2, 3, 4, 5, 6, 7, 8, 9}) + (f"\n{note}" if note else "")
 
 

@@ -80,15 +80,17 @@ def _op_summary(tap: KernelTap) -> str:
 
     acc = tap.accounts
     rows = []
+    counts = []
     for kind, st in acc.by_kind.items():
         s_total, s_wire, s_host = st.op_hist.summary(), st.wire_hist.summary(), st.host_hist.summary()
+        counts.append(s_total["count"])
         rows.append([kind, str(st.ops), f"{st.with_setup}", f"{s_total['p50']:,.1f}", f"{s_wire['p50']:,.1f}",
                      host_text(st, s_host['p50']), tail_cell(s_total), str(st.failed)])
     if not rows:
         return ""
     out = ["", table(rows, ["kernel operation", "count", "set up a session", "p50 µs", "TPM p50 µs",
                             "host p50 µs", "p99 µs", "failed"], right={1, 2, 3, 4, 5, 6, 7})]
-    note = tail_note(*(st.op_hist.summary()["count"] for st in acc.by_kind.values()))
+    note = tail_note(*counts)
     if note:
         out.append(note)
     mode, why = acc.mode()

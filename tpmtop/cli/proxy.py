@@ -282,23 +282,19 @@ def run_run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter_ns()
         try:
             try:
-                # A signal while CMD starts is raised once Popen has returned: CMD is then
-                # known, and ended with what it started. Raised inside Popen, it left CMD
-                # running and tpmtop gone (seen under load: a shell's background sleep kept
-                # tpmtop's pipes open for minutes).
-                with interrupts.held():
-                    proc = subprocess.Popen(cmd, env=env)
-            except FileNotFoundError:  # the shell's statuses: 127 not found, 126 not executable
-                print(f"tpmtop run: {safe(cmd[0])}: command not found", file=sys.stderr)
-                return EXIT_NOT_FOUND
-            except (PermissionError, IsADirectoryError, OSError) as e:
-                print(f"tpmtop run: {safe(cmd[0])}: cannot execute: {e.strerror or e}", file=sys.stderr)
-                return EXIT_NOT_EXECUTABLE
-            except BaseException:
-                if proc is not None:
-                    _end_command(proc)
-                raise
-            try:
+                try:
+                    # A signal while CMD starts is raised once Popen has returned: CMD is then
+                    # known, and ended with what it started. Raised inside Popen, it left CMD
+                    # running and tpmtop gone (seen under load: a shell's background sleep kept
+                    # tpmtop's pipes open for minutes).
+                    with interrupts.held():
+                        proc = subprocess.Popen(cmd, env=env)
+                except FileNotFoundError:  # the shell's statuses: 127 not found, 126 not executable
+                    print(f"tpmtop run: {safe(cmd[0])}: command not found", file=sys.stderr)
+                    return EXIT_NOT_FOUND
+                except (PermissionError, IsADirectoryError, OSError) as e:
+                    print(f"tpmtop run: {safe(cmd[0])}: cannot execute: {e.strerror or e}", file=sys.stderr)
+                    return EXIT_NOT_EXECUTABLE
                 # In slices: a signal that lands just before a blocking waitpid would otherwise
                 # be acted on only when CMD exits (tpmtop.tpm.owner.Job._wait says why).
                 since = interrupts.raised
@@ -309,7 +305,8 @@ def run_run(args: argparse.Namespace) -> int:
                     except subprocess.TimeoutExpired:
                         interrupts.check_lost(since)  # one a finalizer swallowed meanwhile
             except BaseException:
-                _end_command(proc)
+                if proc is not None:  # CMD started: it ends, with what it started
+                    _end_command(proc)
                 raise
         finally:
             wall = time.perf_counter_ns() - t0

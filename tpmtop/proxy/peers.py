@@ -182,29 +182,30 @@ def len_then_text(name: str) -> tuple[int, str]:
     return len(name), name
 
 
+def _holds(pid: int, fd: int | str, target: str) -> bool:
+    """Does ``pid`` hold ``target`` through descriptor ``fd`` (one readlink; False if it or
+    the process is gone)?"""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}") == target
+    except OSError:
+        return False
+
+
 def _holding_fd(pid: int, target: str, hint: int | None) -> int | None:
     """The fd through which ``pid`` holds ``target`` (tried first: ``hint``, the fd number
     the previous connection of that process used; tpm2-tss reuses it), None, or _GONE."""
-    d = f"/proc/{pid}/fd"
-    if hint is not None:
-        try:
-            if os.readlink(f"{d}/{hint}") == target:
-                return hint
-        except OSError:
-            pass
+    if hint is not None and _holds(pid, hint, target):
+        return hint
     try:
-        fds = os.listdir(d)
+        fds = os.listdir(f"/proc/{pid}/fd")
     except FileNotFoundError:
         return _GONE
     except OSError:
         return None
     # newest first: a client's connection to us is usually the descriptor it opened last
     for fd in sorted(fds, key=len_then_text, reverse=True):
-        try:
-            if os.readlink(f"{d}/{fd}") == target:
-                return int(fd)
-        except OSError:
-            continue
+        if _holds(pid, fd, target):
+            return int(fd)
     return None
 
 
@@ -282,11 +283,8 @@ class TcpResolver:
             # script's tools open their connections alike (listing a process's descriptors
             # and reading them newest first cost ~9 system calls per new client)
             for pid in pids:
-                try:
-                    if os.readlink(f"/proc/{pid}/fd/{hint}") == target and procfs.tgid(pid) == pid:
-                        return pid, hint
-                except OSError:
-                    continue
+                if _holds(pid, hint, target) and procfs.tgid(pid) == pid:
+                    return pid, hint
         for pid in pids:
             fd = _holding_fd(pid, target, None)
             if fd is not None and fd != _GONE and procfs.tgid(pid) == pid:
