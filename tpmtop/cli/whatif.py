@@ -82,8 +82,10 @@ def render(res: WhatIf) -> str:
     from tpmtop.textsafe import safe as safe_text
 
     wl = res.workload
-    out = [f"# what-if: {safe_text(wl.path)}: {wl.commands:,} TPM commands"
-           + (" (from the runs' counts: the capture has no events)" if wl.basis == "runs" else "")]
+    # a long path stays whole on its own line (copied, not read): the rest fits 80 columns
+    out = textwrap.wrap(f"# what-if: {wl.commands:,} TPM commands in {safe_text(wl.path)}"
+                        + (" (from the runs' counts: the capture has no events)" if wl.basis == "runs" else ""),
+                        80, subsequent_indent="# ", break_long_words=False, break_on_hyphens=False)
     setup = sum(wl.replaced.values())
     others = sum(wl.others.values())
     head = (f"# {wl.extends:,} PCR_Extend re-timed by mode"
