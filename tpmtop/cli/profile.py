@@ -231,5 +231,5 @@ def _list(args: argparse.Namespace) -> int:
             for line in textwrap.wrap(f"{r.name}: {', '.join(r.not_published)}", 80, initial_indent="  ",
                                       subsequent_indent="    "):
                 print(line)
-    print("Any other command is uncovered too. Each figure's source: tpmtop profile show CHIP.")
+    print("Any other command is uncovered too. Sources: tpmtop profile show CHIP.")
     return 0
