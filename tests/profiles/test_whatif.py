@@ -195,3 +195,22 @@ def test_bad_captures(tmp_path):
         assert r.returncode == 2 and r.stdout == "", (path, r.stderr)
         assert r.stderr.count("\n") == 1 and words in r.stderr, (path, r.stderr)
         assert "Traceback" not in r.stderr
+
+
+def test_boot_names_a_chip():
+    """`tpmtop boot --chip NAME`: what no trace or capture gives is priced with that chip's
+    profile instead of the SLB9670's published figures."""
+    from tests.helpers.paths import BOOT_TREES
+
+    root = str(BOOT_TREES / "laptop-6.10-hmac")
+    r = run_tpmtop("boot", "--root", root, "--chip", "npct750", "--json")
+    assert r.returncode == 0, r.stderr
+    comps = json.loads(r.stdout)["projection"]["components_us"]
+    assert comps["E0"]["us"] == 3154 and comps["S"]["us"] == 69372
+    assert comps["S"]["source"].startswith("chip profile npct750 (estimated")
+    per_command = json.loads(r.stdout)["projection"]["modes"]["per-command"]
+    assert per_command["total_s"] == pytest.approx(87 * (18336 + 69372 + 1584 + 12078) / 1e6)
+    r = run_tpmtop("boot", "--root", root, "--json")
+    assert json.loads(r.stdout)["projection"]["components_us"]["E0"]["us"] == 6360
+    r = run_tpmtop("boot", "--root", root, "--chip", "slb9999")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "slb9999" in r.stderr

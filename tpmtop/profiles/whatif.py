@@ -30,7 +30,7 @@ from typing import Any
 
 from tpmtop.errors import UsageError
 from tpmtop.profiles.profile import ANY, HMAC_SESSION, NO_SESSION, Profile, has_hmac_session
-from tpmtop.sessions.modes import MODE_INFO, MODES
+from tpmtop.sessions.modes import MODE_INFO, MODES, OP_COMMANDS, OPS, Mode, Op
 from tpmtop.tpm import names
 
 SCHEMA_ID = "tpmtop.whatif/1"
@@ -125,9 +125,7 @@ def _from_runs(runs: list[Any], counter: _Counter) -> None:
         if not isinstance(run, dict):
             continue
         op, mode = run.get("op"), run.get("mode")
-        from tpmtop.sessions.modes import OP_COMMANDS
-
-        own = OP_COMMANDS.get(op) if isinstance(op, str) else None
+        own = OP_COMMANDS.get(Op(op)) if op in OPS else None
         for command, summ in (run.get("commands") or {}).items():
             count = summ.get("count") if isinstance(summ, dict) else None
             if not isinstance(count, int) or count <= 0:
@@ -172,7 +170,7 @@ def letter_us(profile: Profile, letter: str) -> float | None:
 
 
 def price(wl: Workload, profile: Profile, mode: str) -> Cell:
-    info = MODE_INFO[mode]  # type: ignore[index]  # mode is one of MODES (checked by the caller)
+    info = MODE_INFO[Mode(mode)]
     uncovered: Counter[str] = Counter()
     each = {x: letter_us(profile, x) for x in info.each}
     once = {x: letter_us(profile, x) for x in info.once} if wl.extends else {}
@@ -251,3 +249,21 @@ def parse_choice(text: str, allowed: Mapping[str, Any] | tuple[str, ...], what: 
 
 def all_modes() -> tuple[str, ...]:
     return MODES
+
+
+def projection_costs(profile: Profile) -> dict[str, Any]:
+    """The profile's figures as ``tpmtop boot``'s projection letters (E0, L, S, F, Eh, C), each
+    saying which profile and whether published or estimated; a letter it has no figure for
+    is left out (the projection then says which command it lacks)."""
+    from decimal import Decimal
+
+    from tpmtop.boot.projection import Cost
+
+    out: dict[str, Any] = {}
+    for letter, (cmd, variant) in LETTERS.items():
+        f = profile.figure(names.cc_from_name(cmd), variant)
+        if f is not None:
+            # the derivation is long: `tpmtop profile show NAME` prints it, the report names it
+            out[letter] = Cost(Decimal(repr(f.median_us)), f"chip profile {profile.name} ({f.source.get('kind')}; "
+                                                           f"tpmtop profile show {profile.name})")
+    return out
