@@ -267,3 +267,8 @@ def projection_costs(profile: Profile) -> dict[str, Any]:
             out[letter] = Cost(Decimal(repr(f.median_us)), f"chip profile {profile.name} ({f.source.get('kind')}; "
                                                            f"tpmtop profile show {profile.name})")
     return out
+
+
+def letters_us(profile: Profile) -> dict[str, float]:
+    """The profile's figures as the projection's letters, in µs (the dashboard's ``p``)."""
+    return {x: us for x in LETTERS if (us := letter_us(profile, x)) is not None}
