@@ -116,3 +116,13 @@ def test_profile_list_shows_coverage():
     doc = json.loads(run_tpmtop("profile", "list", "--json").stdout)
     assert [x["name"] for x in doc["profiles"]] == list(BUILTIN)
     assert doc["profiles"][1]["not_published"] == []  # the SLB9672 has every operation wolfTPM times
+
+
+def test_not_published_is_checked_like_commands(tmp_path):
+    raw = json.loads(published.builtin_text("slb9670"))
+    for bad, words in ((dict(raw["not_published"], NoSuchCommand="x"), "unknown TPM command"),
+                       (dict(raw["not_published"], ContextLoad="x"), "also has a figure")):
+        f = tmp_path / "bad.json"
+        f.write_text(json.dumps(dict(raw, not_published=bad)))
+        r = run_tpmtop("profile", "show", str(f))
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
