@@ -91,6 +91,8 @@ def render(res: WhatIf) -> str:
     head = (f"# {wl.extends:,} PCR_Extend re-timed by mode"
             + (f" ({setup:,} session set-up commands they used, replaced by each mode's)" if setup else "")
             + f"; {others:,} other commands priced as captured")
+    if not wl.extends:
+        head += " (no PCR_Extend: the modes differ only in how the kernel's extends run, so they cost the same here)"
     out += textwrap.wrap(head, 80, subsequent_indent="# ")
     rows = []
     last = None
