@@ -50,7 +50,7 @@ def _rows(stdout):
     start = next(i for i, line in enumerate(lines) if line.startswith("chip ")) + 2
     for line in lines[start:]:
         parts = line.split()
-        if not parts or len(parts) < 5 or parts[0].endswith(":"):
+        if not parts or line.startswith(("uncovered", "ms/extend")):  # the notes under the table
             break
         if parts[0] not in MODES:
             chip, parts = parts[0], parts[1:]
