@@ -117,6 +117,11 @@ CASES = [
     ("pcrs", ["--no-tpm", "--eventlog", "{d}/no-such-log"]),
     ("pcrs", ["--no-tpm", "--eventlog", "{d}/garbage.json", "--diff", "{d}/no-such-snapshot"]),
     ("pcrs", ["--sim", "-T", DEAD]),
+    # whatif (issue 56): not a capture, no capture, unknown chip or mode
+    ("whatif", []),
+    ("whatif", ["{d}/garbage.json"]),
+    ("whatif", ["{d}/wrong.json", "--chip", "no-such-chip"]),
+    ("whatif", ["{d}/wrong.json", "--mode", "sometimes"]),
 ]
 
 # Cases that exercise someone else's code and show a bug there (issue 8 lists them):

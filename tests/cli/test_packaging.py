@@ -115,7 +115,7 @@ def test_bash_completion_parses_and_completes(share):
     assert set(_bash_complete(share, "")) == set(SUBCOMMANDS)
     assert _bash_complete(share, "bench", "--mo") == ["--modes"]
     assert _bash_complete(share, "--mode", "") == ["none", "per-command", "reuse", "saved"]
-    assert _bash_complete(share, "profile", "") == ["record", "from-capture", "from-trace", "show"]
+    assert _bash_complete(share, "profile", "") == ["record", "from-capture", "from-trace", "list", "show"]
     # a capture argument completes file names (here, from the repository's root)
     assert "tests" in _bash_complete(share, "replay", "tes")
 

@@ -77,7 +77,10 @@ ARM_KERNEL_TRACE = ("to time this machine's own kernel TPM commands during the n
 
 def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
                  capture: str | None = None, extends: int | None = None,
-                 calls_per_sum: int | None = None, identity: dict[str, Any] | None = None) -> BootReport:
+                 calls_per_sum: int | None = None, identity: dict[str, Any] | None = None,
+                 chip_costs: dict[str, pj.Cost] | None = None) -> BootReport:
+    """``chip_costs``: a chip profile's per-command costs (``tpmtop boot --chip``), used where
+    the SLB9670's published figures would be: for what no trace or capture gives."""
     traces = traces or []
     sf = collect(reader)
     sm = infer(sf)
@@ -96,7 +99,7 @@ def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
         reason = (chips.reason if chips is not None and chips.reason else "no TPM") + \
             "; pass --extends N to project anyway"
     else:
-        published = pj.published_components()
+        published = chip_costs if chip_costs is not None else pj.published_components()
         if not sm.applies:  # TPM 1.2: only the session-less extend has a meaning
             published = {"E0": published["E0"]}
             components = {k: c for k, c in components.items() if k == "E0"}
@@ -109,9 +112,9 @@ def build_report(reader: RootReader, traces: list[TraceResult] | None = None,
             if pub:
                 notes.append(f"{', '.join(pub)}: {pj.PUBLISHED_ABOUT}; import a trace (--trace) or a "
                              "capture (--capture) for this machine's figures")
-            if est:
-                notes.append(f"{', '.join(est)}: {published[est[0]].source}; a trace or capture with that "
-                             "command gives this machine's figure")
+            for src in dict.fromkeys(published[k].source for k in est):  # one line per source
+                notes.append(f"{', '.join(k for k in est if published[k].source == src)}: {src}; a trace or "
+                             "capture with that command gives this machine's figure")
             notes.append(ARM_KERNEL_TRACE)
         projection = pj.project(n, n_src, components, per_mode)
         if not sm.applies:
@@ -139,6 +142,9 @@ def _cost_basis(p: pj.Projection, mode: str) -> str:
     m = p.modes[mode]
     if any(s.startswith("capture") for s in m.sources):
         return "costs from a tpmtop bench capture"
+    profiles = sorted({s.split(" (", 1)[0] for s in m.sources if s.startswith("chip profile")})
+    if profiles:
+        return f"costs from the {', '.join(profiles)}, not this TPM"
     if m.sources and all(s.startswith("published") for s in m.sources):
         return "costs from published SLB9670 figures, not this TPM"
     if any(s.startswith("published") for s in m.sources):

@@ -48,6 +48,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
              "the boot's event log and IMA's list replayed against the TPM's PCRs; bank health; boot-to-boot diff"),
     "health": ("tpmtop.cli.health",
                "is the TPM locked out, and who did it? driver stalls, a TPM the kernel could not set up, IMA"),
+    "whatif": ("tpmtop.cli.whatif",
+               "a capture re-priced on each chip profile and in each session mode: TPM time, per extend, × none"),
     "clients": ("tpmtop.cli.proxy", "which processes hold /dev/tpm0 or /dev/tpmrm0 open; is tpm2-abrmd running"),
 }
 

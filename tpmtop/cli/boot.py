@@ -42,6 +42,9 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
                    help="how many calls each bpftrace sum() value covers (bpftrace does not say)")
     p.add_argument("--bpftrace-unit", choices=["ns", "us", "ms"], default=None,
                    help="unit of bpftrace values whose map name does not say (default ns)")
+    p.add_argument("--chip", metavar="NAME|FILE",
+                   help="price what no trace or capture gives with a chip profile (tpmtop profile list) "
+                        "instead of the SLB9670's published figures")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     add_tpm_options(p)
 
@@ -99,8 +102,14 @@ def run_boot(args: argparse.Namespace) -> int:
             identity = conn.tpm_json()
         if not getattr(args, "sim", False):
             notice("read the TPM's identity directly: on Linux 6.12+ this ends the kernel's kept HMAC session")
+    chip_costs = None
+    if args.chip:
+        from tpmtop.profiles.loader import load_profile
+        from tpmtop.profiles.whatif import projection_costs
+
+        chip_costs = projection_costs(load_profile(args.chip))
     rep = build_report(RootReader(args.root), traces=traces, capture=args.capture, extends=args.extends,
-                       calls_per_sum=args.bpftrace_calls, identity=identity)
+                       calls_per_sum=args.bpftrace_calls, identity=identity, chip_costs=chip_costs)
     if args.json:
         print_json(rep.to_json())
     else:

@@ -54,11 +54,16 @@ def add_profile_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--model", help="the chip's model, e.g. SLB9670")
     _naming(t)
 
+    lst = sub.add_parser("list", help="the built-in chip profiles and what each covers",
+                         description="Each built-in chip profile: how many of its figures are published, "
+                                     "how many estimated (scaled, and how: tpmtop profile show CHIP), which "
+                                     "session modes it prices fully, and the commands nothing was published for.")
+    lst.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     s = sub.add_parser("show", help="print a profile's figures and where each came from")
     # Not dest="profile": that is the top-level --profile's name, which main() refuses for
     # subcommands that would ignore it.
     s.add_argument("profile_ref", metavar="NAME|FILE")
-    for action in (r, c, t, s):
+    for action in (r, c, t, lst, s):
         add_common(action)  # `profile show X --debug` as well as `profile --debug show X`
 
 
@@ -105,7 +110,7 @@ def _write(args: argparse.Namespace, profile: Profile, warnings: Iterable[str] =
 
 def run_profile(args: argparse.Namespace) -> int:
     return {"record": _record, "from-capture": _from_capture, "from-trace": _from_trace,
-            "show": _show}[args.profile_action](args)
+            "list": _list, "show": _show}[args.profile_action](args)
 
 
 def _record(args: argparse.Namespace) -> int:
@@ -204,4 +209,27 @@ def _show(args: argparse.Namespace) -> int:
         print(f"[{i}] {d}")
     for n in p.notes:
         print(f"# {n}")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    import textwrap
+
+    from tpmtop.cli.common import print_json, table
+    from tpmtop.profiles.coverage import coverage
+
+    rows = coverage()
+    if args.json:
+        print_json({"profiles": [r.to_json() for r in rows]})
+        return 0
+    print(table([[r.name, r.model, str(r.published), str(r.estimated), str(len(r.not_published)),
+                  f"{len(r.modes)}/{r.all_modes}"] for r in rows],
+                ["chip", "model", "published", "estimated", "not publ.", "modes"], right={2, 3, 4, 5}))
+    print("not published (a what-if counts these as uncovered, never prices them):")
+    for r in rows:
+        if r.not_published:
+            for line in textwrap.wrap(f"{r.name}: {', '.join(r.not_published)}", 80, initial_indent="  ",
+                                      subsequent_indent="    "):
+                print(line)
+    print("Any other command is uncovered too. Sources: tpmtop profile show CHIP.")
     return 0

@@ -28,7 +28,7 @@ def add_profile_options(parser: argparse.ArgumentParser, top: bool = False) -> N
     g = parser.add_argument_group("chip latency profile (simulator only)")
     g.add_argument("--profile", default=d(None), metavar="NAME|FILE",
                    help="make the simulator answer as slowly as a real chip: a built-in profile "
-                        "(slb9670) or a tpmtop.profile/1 file; needs --sim")
+                        "(slb9670 …: tpmtop profile list) or a tpmtop.profile/1 file; needs --sim")
     g.add_argument("--seed", type=int, default=d(None), metavar="N",
                    help="seed for sampling latencies from a profile's spread (repeatable runs)")
 

@@ -18,8 +18,10 @@ from typing import Any, cast
 from tpmtop import strictjson
 from tpmtop.errors import UsageError
 from tpmtop.profiles.profile import SCHEMA_ID, Figure, Profile
+from tpmtop.profiles.published import CHIPS
 
-BUILTIN = ("slb9670",)
+# every chip of wolfTPM's table (tpmtop.profiles.published), slb9670 first
+BUILTIN = tuple(c.name for c in CHIPS)
 
 
 @functools.lru_cache(maxsize=1)
@@ -79,6 +81,12 @@ def validate(doc: Any, label: str) -> None:
                     raise UsageError(f"profile {label}: {here}.histogram: bucket bounds must ascend")
                 if not any(c for _, c in hist):
                     raise UsageError(f"profile {label}: {here}.histogram: all counts are zero")
+    for key in doc.get("not_published", {}):
+        cc = _cc_of(key)
+        if cc is None:
+            raise UsageError(f"profile {label}: not_published.{key}: unknown TPM command")
+        if cc in seen:
+            raise UsageError(f"profile {label}: not_published.{key}: also has a figure (commands.{seen[cc]})")
 
 
 def _non_finite(obj: Any, path: str = "") -> str | None:
@@ -117,8 +125,10 @@ def from_json(doc: dict[str, Any], label: str = "(document)", origin: str | None
     # Every key names a command (validate() refused the others).
     cmds = {cast(int, _cc_of(k)): {v: Figure.from_json(f) for v, f in entry.items()}
             for k, entry in doc["commands"].items()}
+    missing = {cast(int, _cc_of(k)): why for k, why in doc.get("not_published", {}).items()}
     return Profile(name=doc["name"], chip=dict(doc["chip"]), commands=cmds, description=doc.get("description", ""),
-                   created=doc.get("created"), notes=list(doc.get("notes", [])), origin=origin)
+                   created=doc.get("created"), notes=list(doc.get("notes", [])), origin=origin,
+                   not_published=missing)
 
 
 def load_builtin(name: str) -> Profile:

@@ -142,6 +142,8 @@ class Profile:
     created: str | None = None
     notes: list[str] = field(default_factory=list)
     origin: str | None = None  # "built-in" or the file it was read from (not serialised)
+    # cc -> why no figure exists (what was looked for): a what-if counts and marks these
+    not_published: dict[int, str] = field(default_factory=dict)
 
     def figure(self, cc: int | None, variant: str) -> Figure | None:
         entry = self.commands.get(cc) if cc is not None else None
@@ -183,6 +185,8 @@ class Profile:
         for cc in sorted(self.commands):
             cmds[names.cc_short(cc)] = {v: f.to_json() for v, f in self.commands[cc].items()}
         d["commands"] = cmds
+        if self.not_published:
+            d["not_published"] = {names.cc_short(cc): why for cc, why in sorted(self.not_published.items())}
         if self.notes:
             d["notes"] = list(self.notes)
         return d

@@ -64,7 +64,7 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
                       "host time per operation, so that it is operation time too (without H its row says it is "
                       "TPM time only); saved needs C, ContextSave, measured when saved runs.[/]"]
     lines += ["", "[dim]The same model as `tpmtop boot` (docs/boot.md says how each mode is priced). "
-                  "Type another N and Enter; Esc closes.[/]"]
+                  "Type another N, or a chip (slb9670, npct750 …: tpmtop profile list), and Enter; Esc closes.[/]"]
     return "\n".join(lines)
 
 
@@ -83,7 +83,8 @@ class ProjectionScreen(ModalScreen[int | None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="projection-box"):
             yield Static(self._markup(), id="projection-text")
-            yield Input(str(self.n), placeholder="number of extends", id="projection-n", type="integer")
+            # N, or a chip profile's name (tpmtop profile list) to price with its figures
+            yield Input(str(self.n), placeholder="number of extends, or a chip: slb9672 …", id="projection-n")
 
     def on_mount(self) -> None:
         self.query_one("#projection-n", Input).focus()  # type another N straight away
@@ -95,6 +96,18 @@ class ProjectionScreen(ModalScreen[int | None]):
                                                      self.missing, width, self.per_mode_us, self.per_mode_what))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        from tpmtop.profiles.loader import BUILTIN
+
+        chip = event.value.strip()
+        if chip in BUILTIN:  # the chip's figures: TPM time, so no op p50s beside them (one basis)
+            from tpmtop.profiles.loader import load_builtin
+            from tpmtop.profiles.whatif import letters_us
+
+            self.components_us, self.per_mode_us = letters_us(load_builtin(chip)), {}
+            self.where = f"chip profile {chip} (TPM time; tpmtop profile show {chip})"
+            self.missing = "not in the profile"
+            self.query_one("#projection-text", Static).update(self._markup())
+            return
         try:
             n = int(event.value)
         except ValueError:
