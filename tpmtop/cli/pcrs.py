@@ -12,16 +12,27 @@ from tpmtop.errors import UsageError
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from tpmtop.pcrs import datacheck, verdict
     from tpmtop.pcrs.eventlog import EventLog, Progress
 
 DEFAULT_EVENTLOG = "/sys/kernel/security/tpm0/binary_bios_measurements"
 DEFAULT_IMA = "/sys/kernel/security/ima/binary_runtime_measurements"
+
+EXIT_STATUS = """exit status: 0 every judged bank matches its replay (a bank only the log or only the TPM
+carries, and a PCR an event without the bank's digest extends, are not judged) and every
+checked event's data hashes to its digest (a named firmware quirk accepted); 1 a PCR is
+unexplained or behind, a bank was never extended, event data does not hash to its digest,
+or the TPM failed; 2 bad usage or an unreadable log; 130 interrupted.
+--diff exits 0 when it could compare."""
 
 
 def add_pcrs_arguments(p: argparse.ArgumentParser) -> None:
     from tpmtop.cli import add_tpm_options
 
     add_tpm_options(p)
+    from tpmtop.cli import TPM_SELECTION
+
+    p.epilog = f"{EXIT_STATUS}\n{TPM_SELECTION}"
     p.add_argument("--eventlog", metavar="FILE",
                    help=f"the firmware's TCG event log (default: {DEFAULT_EVENTLOG})")
     p.add_argument("--ima", metavar="FILE",
@@ -33,6 +44,8 @@ def add_pcrs_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bank", action="append", metavar="BANK",
                    help="show this bank only (sha1, sha256, …; repeat for more); --json keeps every bank")
     p.add_argument("--all", action="store_true", help="every PCR, not only those the log extends or that differ")
+    p.add_argument("--wide", action="store_true",
+                   help="whole digests and lines as long as they are (text fits 80 columns without it)")
     p.add_argument("--save", nargs="?", const="", metavar="FILE",
                    help="save this boot's PCRs and events as a snapshot (default: tpmtop's data directory)")
     p.add_argument("--diff", nargs="?", const="", metavar="SNAPSHOT",
@@ -78,7 +91,8 @@ def run_pcrs(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, late: _Late) -> int:
-    from tpmtop.pcrs import ima, replay, report, snapshot, verdict
+    from tpmtop.errors import TpmConnectionError
+    from tpmtop.pcrs import datacheck, ima, replay, report, snapshot, verdict
 
     log_path = args.eventlog or DEFAULT_EVENTLOG
     tpm_vals = None
@@ -88,9 +102,14 @@ def _run(args: argparse.Namespace, late: _Late) -> int:
         # their value as one of its prefixes (replay.Replay.ima_match_at)
         from tpmtop.pcrs.tpmread import read_all
 
-        with tpm_from_args(args) as conn:
-            tpm_vals = conn.call(read_all)
-            tpm_info = {"tcti": conn.target.tcti, "simulated": conn.simulated}
+        try:
+            with tpm_from_args(args) as conn:
+                tpm_vals = conn.call(read_all)
+                tpm_info = {"tcti": conn.target.tcti, "simulated": conn.simulated}
+        except TpmConnectionError as e:
+            if "no TPM to use" not in str(e):
+                raise
+            raise TpmConnectionError(f"{e}; --no-tpm replays the event log alone") from None
     log = _read_log(log_path, explicit=args.eventlog is not None, progress=late, quiet=args.no_tpm)
     ima_path = args.ima
     if ima_path is None and args.eventlog is None and os.access(DEFAULT_IMA, os.R_OK):
@@ -103,9 +122,11 @@ def _run(args: argparse.Namespace, late: _Late) -> int:
     rep = replay.replay(log, ima_list, banks, tpm_vals.values if tpm_vals is not None else None, late)
     late.close()
     result = verdict.compare(log, ima_list, rep, tpm_vals)
+    checks = datacheck.check_all(log.events) if log is not None else None
     # every event decoded only where it is kept or shown (50,000 of them cost a second)
     doc = report.to_json(result, log, log_path if log else None, ima_list, rep, tpm_vals, tpm_info,
-                         with_events=args.events or args.save is not None or args.diff is not None)
+                         with_events=args.events or args.save is not None or args.diff is not None,
+                         checks=checks)
     if args.save is not None:
         path = snapshot.save(doc, _snapshot_dir(args), args.save or None)
         notice(f"saved this boot's PCRs and {len(doc.get('events', []))} events to {path}")
@@ -122,7 +143,18 @@ def _run(args: argparse.Namespace, late: _Late) -> int:
             doc.pop("events", None)
         print_json(doc)
     else:
-        print(report.text(result, log, log_path, ima_list, tpm_vals, args.all, args.events, args.bank))
+        print(report.text(result, log, log_path, ima_list, tpm_vals, args.all, args.events, args.bank,
+                          checks=checks, rep=rep, wide=args.wide))
+    return exit_status(result, checks)
+
+
+def exit_status(result: verdict.Report, checks: datacheck.DataChecks | None) -> int:
+    """1 when a judged bank does not match (or a failing verdict names it) or event data does
+    not hash to its digest; else 0 (see EXIT_STATUS)."""
+    if not all(result.bank_matches().values()) or result.failing():
+        return 1
+    if checks is not None and checks.mismatches:
+        return 1
     return 0
 
 

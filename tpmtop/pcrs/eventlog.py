@@ -8,18 +8,22 @@ Without it the whole log is SHA-1 style (TPM 1.2 firmware). Integers little-endi
 Bad input is a fact about the log, not an error: the parser stops at the first record it
 cannot read and says where (byte offset) and why; everything before is replayed. What is
 read is bounded (:data:`MAX_LOG_BYTES`, :data:`MAX_EVENT_BYTES`, :data:`MAX_EVENTS`), so a
-FIFO, /dev/zero or a record claiming 4 GiB costs at most that much memory. Only a log with no
-readable first record is refused (:class:`EventLogError`, exit 2 with the offset).
+record claiming 4 GiB costs at most that much memory; a FIFO, a device (/dev/zero) or a file
+past the size bound is refused by :mod:`tpmtop.boundedread` before a byte is parsed. A log with
+no readable first record, or whose Spec ID header lists a bank twice, is refused
+(:class:`EventLogError`, exit 2 with the offset).
+
+This is tpmtop's one TCG event-log parser: ``tpmtop pcrs`` replays what it reads, and
+``tpmtop boot`` (:mod:`tpmtop.boot.eventlog`) counts it.
 """
 
 from __future__ import annotations
 
-import os
-import stat
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tpmtop import boundedread
 from tpmtop.errors import UsageError
 from tpmtop.pcrs.events import EventType
 
@@ -87,6 +91,7 @@ class EventLog:
     stop_offset: int | None = None  # where reading stopped, when it did not reach the end
     stop_reason: str | None = None
     notes: list[str] = field(default_factory=list)  # quirks read past
+    padding: int = 0  # zero bytes after the last event (a fixed-size buffer the firmware did not fill)
     size: int = 0
 
     @property
@@ -94,30 +99,20 @@ class EventLog:
         return self.stop_reason is not None
 
 
-def read_bounded(path: str, limit: int = MAX_LOG_BYTES) -> tuple[bytes, bool]:
-    """At most ``limit`` bytes of ``path`` (a file, a FIFO, a device): (bytes, whether there
-    was more). A directory or a missing file is an EventLogError naming it."""
+def read_file(path: str, limit: int = MAX_LOG_BYTES) -> bytes:
+    """At most ``limit`` bytes of the regular file ``path`` (:mod:`tpmtop.boundedread`: a FIFO
+    with no writer, a device or a directory is refused, never waited on or read forever); a
+    missing, unreadable or oversized file is an EventLogError naming it."""
     try:
-        st = os.stat(path)
-        if stat.S_ISDIR(st.st_mode):
-            raise EventLogError(f"{path}: is a directory, not an event log")
-        with open(path, "rb", buffering=0) as f:
-            chunks: list[bytes] = []
-            got = 0
-            while got <= limit:
-                b = f.read(min(1 << 20, limit + 1 - got))
-                if not b:
-                    break
-                chunks.append(b)
-                got += len(b)
+        return boundedread.read_bounded(path, limit, what="event log")
+    except UsageError as e:
+        raise EventLogError(str(e)) from None
     except FileNotFoundError:
         raise EventLogError(f"{path}: no such file") from None
     except PermissionError:
         raise EventLogError(f"{path}: permission denied (the firmware log is readable by root only)") from None
     except OSError as e:
         raise EventLogError(f"{path}: cannot read: {e.strerror}") from None
-    buf = b"".join(chunks)
-    return buf[:limit], len(buf) > limit
 
 
 class _Short(Exception):
@@ -129,10 +124,8 @@ PROGRESS_EVERY = 8192  # records between two progress callbacks
 Progress = Callable[[str, int, "int | None"], None]
 
 
-def parse(buf: bytes, *, more: bool = False, max_events: int = MAX_EVENTS,
-          progress: Progress | None = None) -> EventLog:
-    """Parse ``buf``; ``more``: the source had bytes past it (reading was bounded);
-    ``progress(stage, done, total)``: called every few thousand records."""
+def parse(buf: bytes, *, max_events: int = MAX_EVENTS, progress: Progress | None = None) -> EventLog:
+    """Parse ``buf``; ``progress(stage, done, total)``: called every few thousand records."""
     mv = memoryview(buf)
     n = len(buf)
     if n < 32:
@@ -160,6 +153,8 @@ def parse(buf: bytes, *, more: bool = False, max_events: int = MAX_EVENTS,
     unpack_u32 = struct.Struct("<I").unpack_from
     unpack_u16 = struct.Struct("<H").unpack_from
     agile = log.format == "crypto-agile"
+    short: list[str] = []  # the first event carrying fewer banks than the header
+    short_n = 0
     while off < n:
         if len(log.events) >= max_events:
             log.stop_offset, log.stop_reason = off, f"stopped after {max_events} events (tpmtop's bound)"
@@ -215,11 +210,9 @@ def parse(buf: bytes, *, more: bool = False, max_events: int = MAX_EVENTS,
             off += size
         except _Short as e:
             if not any(mv[start:]):
-                log.notes.append(f"{n - start} zero bytes of padding after the last event (byte {start})")
+                _padding(log, n - start, start)
                 break
-            log.stop_offset, log.stop_reason = start, ("truncated: " if not more else "") + str(e)
-            if more:
-                log.stop_reason = f"the log is longer than tpmtop reads ({MAX_LOG_BYTES} bytes): {e}"
+            log.stop_offset, log.stop_reason = start, f"truncated: {e}"
             break
         except ValueError as e:
             log.stop_offset, log.stop_reason = start, str(e)
@@ -228,7 +221,7 @@ def parse(buf: bytes, *, more: bool = False, max_events: int = MAX_EVENTS,
         raw = bytes(mv[dstart:dstart + (sum(lens) + 2 * len(lens) if agile else 20)])
         # an all-zero record: the rest of a fixed-size buffer the firmware did not fill
         if pcr == 0 and etype == 0 and not size and not any(raw) and not any(mv[start:]):
-            log.notes.append(f"{n - start} zero bytes of padding after the last event (byte {start})")
+            _padding(log, n - start, start)
             break
         if etype == EV_NO_ACTION and data.startswith(STARTUP_LOCALITY) and len(data) >= 17:
             log.startup_locality = data[16]
@@ -238,14 +231,23 @@ def parse(buf: bytes, *, more: bool = False, max_events: int = MAX_EVENTS,
             lay = header_layout  # shared
         else:
             lay = layout_of(got, lens, gap=2)
-        if agile and set(got) != set(log.banks):
-            log.notes.append(f"event {len(log.events)} (byte {start}) carries {sorted(got)}, "
-                             f"not every bank of the header")
+        if lay is not header_layout and set(got) != set(log.banks):
+            # counted, one note at the end: a crafted log can have a million such events
+            if not short:
+                short.append(f"event {len(log.events)} (byte {start}) carries "
+                             f"{', '.join(got) or 'no digest'}")
+            short_n += 1
         log.events.append(Event(len(log.events), start, pcr, etype, lay, raw, data))
-    else:
-        if more:
-            log.stop_offset, log.stop_reason = n, f"the log is longer than tpmtop reads ({MAX_LOG_BYTES} bytes)"
+    if short_n:
+        log.notes.append(f"{short_n} {'event carries' if short_n == 1 else 'events carry'} fewer banks than "
+                         f"the header lists (first: {short[0]}); the PCRs they extend are not judged in "
+                         f"the banks they lack")
     return log
+
+
+def _padding(log: EventLog, size: int, offset: int) -> None:
+    log.padding = size
+    log.notes.append(f"{size} zero bytes of padding after the last event (byte {offset})")
 
 
 def _spec_id(data: bytes, log: EventLog) -> dict[int, tuple[str, int]]:
@@ -262,6 +264,8 @@ def _spec_id(data: bytes, log: EventLog) -> dict[int, tuple[str, int]]:
             alg, dsize = struct.unpack_from("<HH", data, p)
             p += 4
             name = ALGORITHMS.get(alg, (f"alg_0x{alg:04x}", dsize))[0]
+            if alg in sizes:
+                raise EventLogError(f"offset 32: the Spec ID header lists {name} more than once")
             if alg in ALGORITHMS and ALGORITHMS[alg][1] != dsize:
                 log.notes.append(f"the Spec ID header gives {name} a {dsize}-byte digest")
             sizes[alg] = (name, dsize)
@@ -274,8 +278,8 @@ def _spec_id(data: bytes, log: EventLog) -> dict[int, tuple[str, int]]:
 
 
 def parse_file(path: str, progress: Progress | None = None) -> EventLog:
-    buf, more = read_bounded(path)
+    buf = read_file(path)
     try:
-        return parse(buf, more=more, progress=progress)
+        return parse(buf, progress=progress)
     except EventLogError as e:
         raise EventLogError(f"{path}: {e}") from None

@@ -19,7 +19,9 @@ def log_readable(root: str = "/") -> bool:
 
 
 def replay_matches(tpm: PcrValues, root: str = "/") -> dict[str, bool] | None:
-    """bank -> whether every PCR matches; None when the root has no readable event log.
+    """bank -> whether every judged PCR matches and no failing verdict names it (a never-extended
+    bank is False), for the banks both the log and the TPM carry; None when the root has no
+    readable event log.
     Read after ``tpm`` (IMA's list only grows: see :mod:`tpmtop.pcrs.replay`)."""
     try:
         log = eventlog.parse_file(os.path.join(root, EVENTLOG))
@@ -69,8 +71,11 @@ def snapshot(tpm: PcrValues, root: str = "/") -> PcrSnapshot:
     banks = list(dict.fromkeys(list(tpm.allocated) + (log.banks if log else [])))
     rep = replay.replay(log, ima_list, banks, tpm.values)
     rep_ok = verdict.compare(log, ima_list, rep, tpm)
+    # a bank only one side carries is said once, by its health line, not on each of its PCRs
+    bank_wide = (verdict.PcrStatus.NOT_IN_LOG, verdict.PcrStatus.NOT_ON_TPM)
     rows = tuple((r.pcr, r.bank, r.status.value, r.events + r.ima, r.reason) for r in rep_ok.results
-                 if log is not None and (r.status is not verdict.PcrStatus.MATCH or r.events or r.ima))
+                 if log is not None and r.status not in bank_wide
+                 and (r.status is not verdict.PcrStatus.MATCH or r.events or r.ima))
     return PcrSnapshot(note, tpm.update_counter, rows,
                        tuple((h.bank, h.verdict.value, h.detail) for h in rep_ok.health),
                        tuple(rep_ok.bank_matches().items()) if log is not None else ())

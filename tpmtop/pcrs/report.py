@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
+from tpmtop.pcrs.datacheck import Check, DataChecks
 from tpmtop.pcrs.eventlog import EventLog
 from tpmtop.pcrs.events import describe, type_name
 from tpmtop.pcrs.ima import ImaList
 from tpmtop.pcrs.replay import Replay, initial
 from tpmtop.pcrs.tpmread import PcrValues
-from tpmtop.pcrs.verdict import PcrStatus, Report
-from tpmtop.textsafe import safe
+from tpmtop.pcrs.verdict import FAILING, PcrStatus, Report
+from tpmtop.textsafe import counted, safe
 
 SCHEMA = "tpmtop-pcrs/1"
 
@@ -24,10 +26,18 @@ def log_json(log: EventLog | None, path: str | None) -> dict[str, Any] | None:
             "notes": log.notes}
 
 
-def events_json(log: EventLog) -> list[dict[str, Any]]:
-    return [{"index": e.index, "offset": e.offset, "pcr": e.pcr, "type": type_name(e.type),
-             "type_value": e.type, "digests": {b: d.hex() for b, d in e.digests.items()},
-             "data": describe(e.type, e.data)} for e in log.events]
+def events_json(log: EventLog, checks: DataChecks | None = None) -> list[dict[str, Any]]:
+    by_event = checks.by_event if checks is not None else {}
+    out = []
+    for e in log.events:
+        row: dict[str, Any] = {"index": e.index, "offset": e.offset, "pcr": e.pcr, "type": type_name(e.type),
+                               "type_value": e.type, "digests": {b: d.hex() for b, d in e.digests.items()},
+                               "data": describe(e.type, e.data)}
+        if e.index in by_event:
+            c, quirk = by_event[e.index]
+            row["data_check"] = c.value if quirk is None else f"{c.value}: {quirk}"
+        out.append(row)
+    return out
 
 
 def ima_json(ima: ImaList | None) -> dict[str, Any] | None:
@@ -38,7 +48,8 @@ def ima_json(ima: ImaList | None) -> dict[str, Any] | None:
 
 
 def to_json(report: Report, log: EventLog | None, log_path: str | None, ima: ImaList | None, rep: Replay,
-            tpm: PcrValues | None, tpm_info: dict[str, Any] | None, with_events: bool) -> dict[str, Any]:
+            tpm: PcrValues | None, tpm_info: dict[str, Any] | None, with_events: bool,
+            checks: DataChecks | None = None) -> dict[str, Any]:
     out = {"schema": SCHEMA, "tpm": tpm_info,
            "update_counter": tpm.update_counter if tpm is not None else None,
            "eventlog": log_json(log, log_path), "ima": ima_json(ima),
@@ -46,14 +57,47 @@ def to_json(report: Report, log: EventLog | None, log_path: str | None, ima: Ima
            "pcrs": [r.to_json() for r in report.results],
            "banks": {b: ok for b, ok in report.bank_matches().items()},
            "health": [h.to_json() for h in report.health],
-           "skipped": rep.skipped}
+           "skipped": rep.skipped + ([f"{rep.skipped_count - len(rep.skipped)} more events name PCRs past 23"]
+                                     if rep.skipped_count > len(rep.skipped) else []),
+           "skipped_count": rep.skipped_count,
+           "data_check": checks.to_json() if checks is not None else None}
     if with_events and log is not None:
-        out["events"] = events_json(log)
+        out["events"] = events_json(log, checks)
+    return out
+
+
+WIDTH = 80
+SHORT_HEX = 16  # hex digits of a digest shown without --wide (sha256's first 8 bytes)
+# rows that say the same for every PCR of a bank: the bank-health line says it once
+_BANK_WIDE = (PcrStatus.NOT_IN_LOG, PcrStatus.NOT_ON_TPM)
+
+
+def _hex(value: bytes | None, wide: bool) -> str:
+    if value is None:
+        return "-"
+    h = value.hex()
+    return h if wide or len(h) <= SHORT_HEX + 1 else h[:SHORT_HEX] + "…"
+
+
+def _fit(lines: list[str], width: int) -> list[str]:
+    """Each line at most ``width`` columns: a longer one wraps, its continuation indented
+    under the line's own indentation."""
+    out: list[str] = []
+    for line in lines:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = len(line) - len(line.lstrip(" "))
+        indent = " " * min(lead + 4, 24)
+        out += textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False,
+                             drop_whitespace=True) or [line[:width]]
     return out
 
 
 def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaList | None,
-         tpm: PcrValues | None, show_all: bool, show_events: bool, banks: list[str] | None = None) -> str:
+         tpm: PcrValues | None, show_all: bool, show_events: bool, banks: list[str] | None = None,
+         checks: DataChecks | None = None, rep: Replay | None = None, wide: bool = False) -> str:
+    """The report for a person; every line fits 80 columns unless ``wide`` (whole digests)."""
     lines: list[str] = []
     if log is not None:
         lines.append(f"event log  {safe(log_path)}: {log.format}, {len(log.events)} events, banks "
@@ -63,6 +107,12 @@ def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaLis
             lines.append(f"           PARTIAL: read up to byte {log.stop_offset}: {safe(log.stop_reason)}")
         for n in log.notes:
             lines.append(f"           note: {safe(n)}")
+        if rep is not None and rep.skipped_count:
+            first = rep.skipped[0] if rep.skipped else ""
+            lines.append(f"           note: {counted(rep.skipped_count, 'event names', 'events name')} a PCR past "
+                         f"23 and {'is' if rep.skipped_count == 1 else 'are'} not replayed (first: {safe(first)})")
+        if checks is not None and checks.checked:
+            lines.append(f"           event data: {checks.summary()}")
     if ima is not None:
         lines.append(f"IMA        {safe(ima.source)}: {len(ima.entries)} entries, banks {', '.join(ima.banks)}"
                      + (f" (PARTIAL at {ima.stop_offset}: {safe(ima.stop_reason)})" if ima.stop_reason else ""))
@@ -81,17 +131,17 @@ def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaLis
             continue
         if nothing:
             if show_all or (r.tpm is not None and r.tpm != initial(r.bank, r.pcr)):
-                lines.append(f"{r.pcr:>3}  {r.bank:<7} {'-':<12} {'':>6}  {r.tpm.hex() if r.tpm else '-'}")
+                lines.append(f"{r.pcr:>3}  {r.bank:<7} {'-':<12} {'':>6}  {_hex(r.tpm, wide)}")
             continue
         interesting = r.events or r.ima or r.status not in (PcrStatus.MATCH, PcrStatus.NOT_READ)
-        if not (show_all or interesting):
+        if not (show_all or (interesting and r.status not in _BANK_WIDE)):
             continue
         value = r.tpm if r.tpm is not None else r.replay
         nev = f"{r.events}" + (f"+{r.ima}" if r.ima else "")
-        lines.append(f"{r.pcr:>3}  {r.bank:<7} {r.status.value:<12} {nev:>6}  {value.hex() if value else '-'}")
-        if r.status in (PcrStatus.UNEXPLAINED, PcrStatus.BEHIND, PcrStatus.NOT_REPLAYED):
-            if r.replay is not None and r.status is not PcrStatus.NOT_REPLAYED:
-                lines.append(f"{'':>3}  {'':<7} {'replay':<12} {'':>6}  {r.replay.hex()}")
+        lines.append(f"{r.pcr:>3}  {r.bank:<7} {r.status.value:<12} {nev:>6}  {_hex(value, wide)}")
+        if r.status in (PcrStatus.UNEXPLAINED, PcrStatus.BEHIND, PcrStatus.NOT_JUDGED, PcrStatus.NOT_REPLAYED):
+            if r.replay is not None and r.status in (PcrStatus.UNEXPLAINED, PcrStatus.BEHIND):
+                lines.append(f"{'':>3}  {'':<7} {'replay':<12} {'':>6}  {_hex(r.replay, wide)}")
             lines.append(f"{'':>5}{safe(r.reason)}")
     if report.health:
         lines.append("")
@@ -99,15 +149,21 @@ def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaLis
         for h in report.health:
             if banks and h.bank not in banks and h.bank != "*":
                 continue
-            lines.append(f"  {h.bank:<7} {h.verdict.value:<19} {safe(h.detail)}")
+            mark = "FAIL" if h.verdict in FAILING else "    "
+            lines.append(f"  {mark} {h.bank:<7} {h.verdict.value:<19} {safe(h.detail)}")
     matches = {b: ok for b, ok in report.bank_matches().items() if (not banks or b in banks) and not nothing}
     if matches:
         lines.append("")
         lines.append("replay " + "; ".join(f"{b}: {'matches' if ok else 'DOES NOT MATCH'}"
                                            for b, ok in matches.items()))
     if show_events and log is not None:
+        by_event = checks.by_event if checks is not None else {}
         lines.append("")
-        lines.append(f"{'#':>4} {'PCR':>3}  {'type':<34} data")
+        lines.append(f"{'#':>4} {'PCR':>3}  {'type':<32} data")
         for e in log.events:
-            lines.append(f"{e.index:>4} {e.pcr:>3}  {type_name(e.type):<34} {safe(describe(e.type, e.data))}")
-    return "\n".join(lines)
+            mark = ""
+            if e.index in by_event:
+                c, quirk = by_event[e.index]
+                mark = " [DATA DOES NOT HASH TO ITS DIGEST]" if c is Check.MISMATCH else f" [quirk: {quirk}]"
+            lines.append(f"{e.index:>4} {e.pcr:>3}  {type_name(e.type):<32} {safe(describe(e.type, e.data))}{mark}")
+    return "\n".join(lines if wide else _fit(lines, WIDTH))
