@@ -165,5 +165,8 @@ def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaLis
             if e.index in by_event:
                 c, quirk = by_event[e.index]
                 mark = " [DATA DOES NOT HASH TO ITS DIGEST]" if c is Check.MISMATCH else f" [quirk: {quirk}]"
-            lines.append(f"{e.index:>4} {e.pcr:>3}  {type_name(e.type):<32} {safe(describe(e.type, e.data))}{mark}")
+            row = f"{e.index:>4} {e.pcr:>3}  {type_name(e.type):<32} {safe(describe(e.type, e.data))}{mark}"
+            # a long row continues under the type column, whatever the index's width
+            lines += [row] if wide or len(row) <= WIDTH else textwrap.wrap(
+                row, WIDTH, subsequent_indent=" " * 10, break_on_hyphens=False)
     return "\n".join(lines if wide else _fit(lines, WIDTH))
