@@ -38,6 +38,9 @@ def add_pcrs_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ima", metavar="FILE",
                    help="IMA's measurement list, ascii_runtime_measurements[_ALG] or binary_runtime_measurements "
                         f"(default: {DEFAULT_IMA} when the event log is the default one)")
+    p.add_argument("--measure-log", metavar="FILE",
+                   help="systemd's measurements (CEL-JSON), replayed after the firmware's events (default: "
+                        "/run/log/systemd/tpm2-measure.log when the event log is the default one)")
     p.add_argument("--no-tpm", action="store_true", help="replay the log only; read no TPM")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout (schema tpmtop-pcrs/1)")
     p.add_argument("--events", action="store_true", help="list every event with its type and decoded data")
@@ -92,7 +95,7 @@ def run_pcrs(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, late: _Late) -> int:
     from tpmtop.errors import TpmConnectionError
-    from tpmtop.pcrs import datacheck, ima, replay, report, snapshot, verdict
+    from tpmtop.pcrs import datacheck, ima, measurelog, replay, report, snapshot, verdict
 
     log_path = args.eventlog or DEFAULT_EVENTLOG
     tpm_vals = None
@@ -114,19 +117,23 @@ def _run(args: argparse.Namespace, late: _Late) -> int:
     ima_path = args.ima
     if ima_path is None and args.eventlog is None and os.access(DEFAULT_IMA, os.R_OK):
         ima_path = DEFAULT_IMA
+    measure_path = args.measure_log
+    if measure_path is None and args.eventlog is None and os.access(measurelog.DEFAULT, os.R_OK):
+        measure_path = measurelog.DEFAULT
+    measure = measurelog.read(measure_path) if measure_path else None
     banks = None if tpm_vals is None else list(dict.fromkeys(list(tpm_vals.allocated) + (log.banks if log else [])))
     ima_list = ima.read(ima_path, banks or (log.banks if log else None), late) if ima_path else None
-    if tpm_vals is None and log is None and ima_list is None:
+    if tpm_vals is None and log is None and ima_list is None and measure is None:
         raise UsageError(f"--no-tpm and no event log at {log_path}: nothing to replay or compare "
                          "(--eventlog FILE, --ima FILE)")
-    rep = replay.replay(log, ima_list, banks, tpm_vals.values if tpm_vals is not None else None, late)
+    rep = replay.replay(log, ima_list, banks, tpm_vals.values if tpm_vals is not None else None, late, measure)
     late.close()
-    result = verdict.compare(log, ima_list, rep, tpm_vals)
+    result = verdict.compare(log, ima_list, rep, tpm_vals, measure)
     checks = datacheck.check_all(log.events) if log is not None else None
     # every event decoded only where it is kept or shown (50,000 of them cost a second)
     doc = report.to_json(result, log, log_path if log else None, ima_list, rep, tpm_vals, tpm_info,
                          with_events=args.events or args.save is not None or args.diff is not None,
-                         checks=checks)
+                         checks=checks, measure=measure)
     if args.save is not None:
         path = snapshot.save(doc, _snapshot_dir(args), args.save or None)
         notice(f"saved this boot's PCRs and {len(doc.get('events', []))} events to {path}")
@@ -144,7 +151,7 @@ def _run(args: argparse.Namespace, late: _Late) -> int:
         print_json(doc)
     else:
         print(report.text(result, log, log_path, ima_list, tpm_vals, args.all, args.events, args.bank,
-                          checks=checks, rep=rep, wide=args.wide))
+                          checks=checks, rep=rep, wide=args.wide, measure=measure))
     return exit_status(result, checks)
 
 

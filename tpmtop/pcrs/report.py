@@ -9,6 +9,7 @@ from tpmtop.pcrs.datacheck import Check, DataChecks
 from tpmtop.pcrs.eventlog import EventLog
 from tpmtop.pcrs.events import describe, type_name
 from tpmtop.pcrs.ima import ImaList
+from tpmtop.pcrs.measurelog import MeasureLog
 from tpmtop.pcrs.replay import Replay, initial
 from tpmtop.pcrs.tpmread import PcrValues
 from tpmtop.pcrs.verdict import FAILING, PcrStatus, Report
@@ -30,13 +31,29 @@ def events_json(log: EventLog, checks: DataChecks | None = None) -> list[dict[st
     by_event = checks.by_event if checks is not None else {}
     out = []
     for e in log.events:
-        row: dict[str, Any] = {"index": e.index, "offset": e.offset, "pcr": e.pcr, "type": type_name(e.type),
+        row: dict[str, Any] = {"index": e.index, "offset": e.offset, "pcr": e.pcr, "source": "firmware",
+                               "type": type_name(e.type),
                                "type_value": e.type, "digests": {b: d.hex() for b, d in e.digests.items()},
                                "data": describe(e.type, e.data)}
         if e.index in by_event:
             c, quirk = by_event[e.index]
             row["data_check"] = c.value if quirk is None else f"{c.value}: {quirk}"
         out.append(row)
+    return out
+
+
+def measure_json(m: MeasureLog | None, with_records: bool) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    out: dict[str, Any] = {
+        "path": m.source, "records": len(m.records), "banks": m.banks, "partial": m.stop_reason is not None,
+        "stop_line": m.stop_line, "stop_reason": m.stop_reason,
+        "nvpcrs": {f"0x{nv:08x}": len(recs) for nv, recs in sorted(m.nvpcrs.items())}}
+    if with_records:
+        out["events"] = [{"index": r.index, "line": r.line, "pcr": r.pcr,
+                          "nv_index": f"0x{r.nv_index:08x}" if r.nv_index is not None else None,
+                          "source": "systemd", "content_type": r.content_type, "data": r.description,
+                          "digests": {b: d.hex() for b, d in r.digests.items()}} for r in m.records]
     return out
 
 
@@ -49,10 +66,11 @@ def ima_json(ima: ImaList | None) -> dict[str, Any] | None:
 
 def to_json(report: Report, log: EventLog | None, log_path: str | None, ima: ImaList | None, rep: Replay,
             tpm: PcrValues | None, tpm_info: dict[str, Any] | None, with_events: bool,
-            checks: DataChecks | None = None) -> dict[str, Any]:
+            checks: DataChecks | None = None, measure: MeasureLog | None = None) -> dict[str, Any]:
     out = {"schema": SCHEMA, "tpm": tpm_info,
            "update_counter": tpm.update_counter if tpm is not None else None,
            "eventlog": log_json(log, log_path), "ima": ima_json(ima),
+           "measure_log": measure_json(measure, with_events),
            "replay": {b: {str(p): v.hex() for p, v in enumerate(vals)} for b, vals in rep.values.items()},
            "pcrs": [r.to_json() for r in report.results],
            "banks": {b: ok for b, ok in report.bank_matches().items()},
@@ -96,7 +114,8 @@ def _fit(lines: list[str], width: int) -> list[str]:
 
 def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaList | None,
          tpm: PcrValues | None, show_all: bool, show_events: bool, banks: list[str] | None = None,
-         checks: DataChecks | None = None, rep: Replay | None = None, wide: bool = False) -> str:
+         checks: DataChecks | None = None, rep: Replay | None = None, wide: bool = False,
+         measure: MeasureLog | None = None) -> str:
     """The report for a person; every line fits 80 columns unless ``wide`` (whole digests)."""
     lines: list[str] = []
     if log is not None:
@@ -116,13 +135,20 @@ def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaLis
     if ima is not None:
         lines.append(f"IMA        {safe(ima.source)}: {len(ima.entries)} entries, banks {', '.join(ima.banks)}"
                      + (f" (PARTIAL at {ima.stop_offset}: {safe(ima.stop_reason)})" if ima.stop_reason else ""))
+    if measure is not None:
+        nv = measure.nvpcrs
+        lines.append(f"systemd    {safe(measure.source)}: {counted(len(measure.records), 'record')}, banks "
+                     f"{', '.join(measure.banks) or '-'}"
+                     + (f"; NvPCRs {', '.join(f'0x{i:08x} ({len(r)})' for i, r in sorted(nv.items()))}" if nv else "")
+                     + (f" (PARTIAL at line {measure.stop_line}: {safe(measure.stop_reason)})"
+                        if measure.stop_reason else ""))
     if tpm is not None:
         lines.append(f"TPM        banks {', '.join(f'{b} ({len(p)} PCRs)' for b, p in tpm.allocated.items())}; "
                      f"pcrUpdateCounter {tpm.update_counter}")
     lines.append("")
     header = f"{'PCR':>3}  {'bank':<7} {'status':<12} {'events':>6}  value"
     lines += [header, "-" * len(header)]
-    nothing = log is None and ima is None  # the TPM's values alone
+    nothing = log is None and ima is None and measure is None  # the TPM's values alone
     if nothing:
         lines.insert(0, "no event log and no IMA list: the TPM's PCRs alone (those not at their start value; "
                         "--all for every one)")
@@ -133,11 +159,11 @@ def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaLis
             if show_all or (r.tpm is not None and r.tpm != initial(r.bank, r.pcr)):
                 lines.append(f"{r.pcr:>3}  {r.bank:<7} {'-':<12} {'':>6}  {_hex(r.tpm, wide)}")
             continue
-        interesting = r.events or r.ima or r.status not in (PcrStatus.MATCH, PcrStatus.NOT_READ)
+        interesting = r.events or r.ima or r.systemd or r.status not in (PcrStatus.MATCH, PcrStatus.NOT_READ)
         if not (show_all or (interesting and r.status not in _BANK_WIDE)):
             continue
         value = r.tpm if r.tpm is not None else r.replay
-        nev = f"{r.events}" + (f"+{r.ima}" if r.ima else "")
+        nev = f"{r.events + r.systemd}" + (f"+{r.ima}" if r.ima else "")
         lines.append(f"{r.pcr:>3}  {r.bank:<7} {r.status.value:<12} {nev:>6}  {_hex(value, wide)}")
         if r.status in (PcrStatus.UNEXPLAINED, PcrStatus.BEHIND, PcrStatus.NOT_JUDGED, PcrStatus.NOT_REPLAYED):
             if r.replay is not None and r.status in (PcrStatus.UNEXPLAINED, PcrStatus.BEHIND):
@@ -167,6 +193,16 @@ def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaLis
                 mark = " [DATA DOES NOT HASH TO ITS DIGEST]" if c is Check.MISMATCH else f" [quirk: {quirk}]"
             row = f"{e.index:>4} {e.pcr:>3}  {type_name(e.type):<32} {safe(describe(e.type, e.data))}{mark}"
             # a long row continues under the type column, whatever the index's width
+            lines += [row] if wide or len(row) <= WIDTH else textwrap.wrap(
+                row, WIDTH, subsequent_indent=" " * 10, break_on_hyphens=False)
+    if show_events and measure is not None and measure.records:
+        lines.append("")
+        lines.append(f"{'#':>4} {'PCR':>3}  {'source':<32} data")
+        for m in measure.records:
+            where = f"{m.pcr:>3}" if m.pcr is not None else "NV "
+            nvtext = f"NvPCR 0x{m.nv_index:08x}: " if m.nv_index is not None else ""
+            src = "systemd" if m.content_type in ("", "systemd") else f"systemd ({safe(m.content_type)})"
+            row = f"{m.index:>4} {where}  {src:<32} {nvtext}{safe(m.description)}"
             lines += [row] if wide or len(row) <= WIDTH else textwrap.wrap(
                 row, WIDTH, subsequent_indent=" " * 10, break_on_hyphens=False)
     return "\n".join(lines if wide else _fit(lines, WIDTH))

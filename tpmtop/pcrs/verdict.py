@@ -10,6 +10,7 @@ from typing import Any
 
 from tpmtop.pcrs.eventlog import EventLog
 from tpmtop.pcrs.ima import ImaList
+from tpmtop.pcrs.measurelog import MeasureLog
 from tpmtop.pcrs.replay import NUM_PCRS, Replay, initial, position
 from tpmtop.pcrs.tpmread import PcrValues
 from tpmtop.textsafe import counted
@@ -72,12 +73,14 @@ class PcrResult:
     events: int  # firmware events that extend it
     ima: int  # IMA entries that extend it
     reason: str = ""
+    systemd: int = 0  # records of systemd's measure log that extend it
 
     def to_json(self) -> dict[str, Any]:
         return {"bank": self.bank, "pcr": self.pcr, "status": self.status.value,
                 "tpm": self.tpm.hex() if self.tpm is not None else None,
                 "replay": self.replay.hex() if self.replay is not None else None,
-                "events": self.events, "ima_entries": self.ima, "reason": self.reason}
+                "events": self.events, "ima_entries": self.ima, "systemd_records": self.systemd,
+                "reason": self.reason}
 
 
 @dataclass
@@ -115,8 +118,10 @@ class Report:
         return [h for h in self.health if h.verdict in FAILING]
 
 
-def compare(log: EventLog | None, ima: ImaList | None, rep: Replay, tpm: PcrValues | None) -> Report:
+def compare(log: EventLog | None, ima: ImaList | None, rep: Replay, tpm: PcrValues | None,
+            measure: MeasureLog | None = None) -> Report:
     out = Report()
+    replayed_any = log is not None or ima is not None or measure is not None
     tpm_banks = list(tpm.allocated) if tpm is not None else []
     banks = list(dict.fromkeys(tpm_banks + rep.banks))
     locality = log.startup_locality if log is not None else None
@@ -132,20 +137,21 @@ def compare(log: EventLog | None, ima: ImaList | None, rep: Replay, tpm: PcrValu
             expected = rep.values[bank][pcr] if replayed else None
             nev = len(rep.events_by_pcr.get(pcr, ()))
             nima = rep.ima_by_pcr.get(pcr, 0)
-            res = PcrResult(bank, pcr, PcrStatus.MATCH, actual, expected, nev, nima)
+            nsd = rep.measure_by_pcr.get(pcr, 0)
+            res = PcrResult(bank, pcr, PcrStatus.MATCH, actual, expected, nev, nima, systemd=nsd)
             if tpm is None:
                 res.status, res.reason = PcrStatus.NOT_READ, "no TPM read"
             elif not on_tpm:
                 res.status = PcrStatus.NOT_ON_TPM
                 res.reason = f"the event log carries {bank}; this TPM has no such bank"
-            elif log is None and ima is None:
+            elif not replayed_any:
                 res.status, res.reason = PcrStatus.NOT_REPLAYED, "no event log was read"
             elif not replayed or expected is None:
                 res.status = PcrStatus.NOT_IN_LOG
                 res.reason = f"the event log carries no {bank} digests: not judged"
             elif (bank, pcr) in rep.missing:
                 res.status = PcrStatus.NOT_JUDGED
-                res.reason = f"not judged: event {rep.missing[(bank, pcr)]} carries no {bank} digest"
+                res.reason = f"not judged: {rep.missing[(bank, pcr)]} carries no {bank} digest"
             elif actual != expected and (bank, pcr) in rep.padded_match_at and (bank, pcr) not in rep.ima_match_at:
                 k = rep.padded_match_at[(bank, pcr)]
                 res.replay = rep.padded_values[(bank, pcr)]
@@ -165,20 +171,21 @@ def compare(log: EventLog | None, ima: ImaList | None, rep: Replay, tpm: PcrValu
                     prefixes[bank] = position(log, bank, wanted)
                 at = prefixes.get(bank, {}).get(pcr) if log is not None else \
                     ((0, 0) if actual == initial(bank, pcr, locality) else None)
-                if nima == 0 and at is not None:
+                if nima == 0 and nsd == 0 and at is not None:
                     k = at[0]
                     res.status = PcrStatus.BEHIND
                     res.reason = (f"the TPM holds the value after {k} of the log's {counted(nev, 'event')} for "
                                   f"PCR {pcr}: the last {nev - k} never reached it")
                 else:
                     res.status = PcrStatus.UNEXPLAINED
-                    what = counted(nev, "event") + (f" and {counted(nima, 'IMA entry', 'IMA entries')}" if nima else "")
+                    what = counted(nev, "event") + (f", {counted(nsd, 'systemd record')}" if nsd else "") + (
+                        f" and {counted(nima, 'IMA entry', 'IMA entries')}" if nima else "")
                     res.reason = (f"no event explains this value: replaying {what} gives another; the PCR "
                                   f"was extended by something the log does not record"
-                                  if nev or nima else
+                                  if nev or nima or nsd else
                                   f"no event in the log extends PCR {pcr}, yet it is not its start value")
             out.results.append(res)
-    out.health = _health(log, rep, tpm, out.results) if log is not None or ima is not None else []
+    out.health = _health(log, rep, tpm, out.results) if replayed_any else []
     return out
 
 
