@@ -103,12 +103,18 @@ def _run(args: argparse.Namespace, late: _Late) -> int:
     if not args.no_tpm:
         # the TPM first, then the lists: IMA's list only grows, so one read after the PCRs holds
         # their value as one of its prefixes (replay.Replay.ima_match_at)
+        from tpmtop.pcrs import tpminfo
         from tpmtop.pcrs.tpmread import read_all
+        from tpmtop.tpm.tcti import TargetKind
 
         try:
             with tpm_from_args(args) as conn:
                 tpm_vals = conn.call(read_all)
-                tpm_info = {"tcti": conn.target.tcti, "simulated": conn.simulated}
+                # this host's own TPM (its device, or the resource manager in front of it), not
+                # a simulator or a TPM across the network: only then is this host's boot its boot
+                local = conn.target.kind in (TargetKind.DEVICE, TargetKind.TABRMD)
+                tpm_info = {"tcti": conn.target.tcti, "simulated": conn.simulated, "local": local,
+                            **conn.call(tpminfo.read)}
         except TpmConnectionError as e:
             if "no TPM to use" not in str(e):
                 raise
@@ -135,7 +141,9 @@ def _run(args: argparse.Namespace, late: _Late) -> int:
                          with_events=args.events or args.save is not None or args.diff is not None,
                          checks=checks, measure=measure)
     if args.save is not None:
-        path = snapshot.save(doc, _snapshot_dir(args), args.save or None)
+        # this host's boot_id only when both the log and the TPM are this host's
+        this_boot = args.eventlog is None and (tpm_info is None or bool(tpm_info.get("local")))
+        path = snapshot.save(doc, _snapshot_dir(args), args.save or None, this_boot=this_boot)
         notice(f"saved this boot's PCRs and {len(doc.get('events', []))} events to {path}")
     if args.diff is not None:
         old_path = args.diff or snapshot.latest(_snapshot_dir(args))
@@ -143,7 +151,8 @@ def _run(args: argparse.Namespace, late: _Late) -> int:
         if args.json:
             print_json({"schema": report.SCHEMA, "diff": diff, "snapshot": str(old_path)})
         else:
-            print(snapshot.diff_text(diff, str(old_path)))
+            text = snapshot.diff_text(diff, str(old_path))
+            print(text if args.wide else "\n".join(report.fit_lines(text.split("\n"), report.WIDTH)))
         return 0
     if args.json:
         if not args.events:

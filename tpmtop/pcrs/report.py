@@ -97,7 +97,7 @@ def _hex(value: bytes | None, wide: bool) -> str:
     return h if wide or len(h) <= SHORT_HEX + 1 else h[:SHORT_HEX] + "…"
 
 
-def _fit(lines: list[str], width: int) -> list[str]:
+def fit_lines(lines: list[str], width: int) -> list[str]:
     """Each line at most ``width`` columns: a longer one wraps, its continuation indented
     under the line's own indentation."""
     out: list[str] = []
@@ -205,4 +205,4 @@ def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaLis
             row = f"{m.index:>4} {where}  {src:<32} {nvtext}{safe(m.description)}"
             lines += [row] if wide or len(row) <= WIDTH else textwrap.wrap(
                 row, WIDTH, subsequent_indent=" " * 10, break_on_hyphens=False)
-    return "\n".join(lines if wide else _fit(lines, WIDTH))
+    return "\n".join(lines if wide else fit_lines(lines, WIDTH))
