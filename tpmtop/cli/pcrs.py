@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 from tpmtop.cli.common import notice, print_json, tpm_from_args
@@ -136,10 +137,13 @@ def _run(args: argparse.Namespace, late: _Late) -> int:
     late.close()
     result = verdict.compare(log, ima_list, rep, tpm_vals, measure)
     checks = datacheck.check_all(log.events) if log is not None else None
-    # every event decoded only where it is kept or shown (50,000 of them cost a second)
-    doc = report.to_json(result, log, log_path if log else None, ima_list, rep, tpm_vals, tpm_info,
-                         with_events=args.events or args.save is not None or args.diff is not None,
-                         checks=checks, measure=measure)
+    # the JSON document only where it is written or compared (with --events on 50,000 events
+    # it was most of the memory of a text run); every event decoded only where kept or shown
+    doc: dict[str, Any] = {}
+    if args.json or args.save is not None or args.diff is not None:
+        doc = report.to_json(result, log, log_path if log else None, ima_list, rep, tpm_vals, tpm_info,
+                             with_events=args.events or args.save is not None or args.diff is not None,
+                             checks=checks, measure=measure)
     if args.save is not None:
         # this host's boot_id only when both the log and the TPM are this host's
         this_boot = args.eventlog is None and (tpm_info is None or bool(tpm_info.get("local")))
@@ -159,8 +163,11 @@ def _run(args: argparse.Namespace, late: _Late) -> int:
             doc.pop("events", None)
         print_json(doc)
     else:
-        print(report.text(result, log, log_path, ima_list, tpm_vals, args.all, args.events, args.bank,
-                          checks=checks, rep=rep, wide=args.wide, measure=measure))
+        write = sys.stdout.write
+        for line in report.text_lines(result, log, log_path, ima_list, tpm_vals, args.all, args.events, args.bank,
+                                      checks=checks, rep=rep, wide=args.wide, measure=measure):
+            write(line + "\n")
+        sys.stdout.flush()
     return exit_status(result, checks)
 
 

@@ -81,7 +81,7 @@ def replay(log: EventLog | None, ima: ImaList | None = None, banks: list[str] | 
     total = (len(log.events) if log is not None else 0) + (len(ima.entries) if ima is not None else 0)
     if log is not None:
         # the layout every event carrying the header's banks shares (eventlog.Event.layout)
-        full = next((e.layout for e in log.events[1:] if e.banks == tuple(log.banks)), None) \
+        full = next((e.layout for e in log.events if e.index and e.banks == tuple(log.banks)), None) \
             if log.format == "crypto-agile" else log.events[0].layout
         for ev in log.events:
             if progress is not None and not ev.index % PROGRESS_EVERY:
