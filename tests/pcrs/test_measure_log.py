@@ -97,3 +97,26 @@ def test_a_bad_measure_log_line_stops_there_and_a_missing_bank_is_not_judged(swt
     assert pcr11["sha384"]["status"] == "not-judged"
     assert pcr11["sha384"]["reason"] == "not judged: systemd record 0 carries no sha384 digest"
     assert pcr11["sha256"]["status"] == "match"
+
+
+def test_nv_indices_in_the_nvpcr_range_are_listed(swtpm, tmp_path):
+    """An NV index of type extend at 0x01d10200 (systemd 259's first NvPCR), defined by
+    tpm2-tools on the private swtpm, is listed by handle (reading it needs its auth); an index
+    outside the range is not. With a measure-log record naming it, the record is counted."""
+    import subprocess
+
+    for index in ("0x01d10200", "0x01500001"):
+        subprocess.run(["tpm2_nvdefine", "-T", swtpm.tcti, index, "-C", "o", "-s", "32", "-g", "sha256",
+                        "-a", "nt=extend|ownerread|ownerwrite|authread|authwrite"],
+                       check=True, capture_output=True, timeout=60)
+    rec = {"nvIndex": 0x01D10200, "digests": [{"hashAlg": "sha256", "digest": hashlib.sha256(b"x").hexdigest()}],
+           "content_type": "systemd", "content": {"string": "hardware", "eventType": "nvpcr-extend"}}
+    mlog = tmp_path / "tpm2-measure.log"
+    mlog.write_bytes(b"\x1e" + json.dumps(rec).encode() + b"\n")
+    r = run_tpmtop("pcrs", "-T", swtpm.tcti, "--eventlog", str(OVMF_LOG), "--measure-log", str(mlog), "--json")
+    doc = json.loads(r.stdout)
+    assert doc["tpm"]["nvpcr_indices"] == ["0x01d10200"]
+    assert doc["measure_log"]["nvpcrs"] == {"0x01d10200": 1}
+    text = run_tpmtop("pcrs", "-T", swtpm.tcti, "--eventlog", str(OVMF_LOG), "--measure-log", str(mlog)).stdout
+    assert "NvPCRs     NV indices in systemd's NvPCR range on the TPM: 0x01d10200" in text
+    assert "NvPCRs 0x01d10200 (1)" in text

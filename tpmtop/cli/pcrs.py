@@ -165,7 +165,7 @@ def _run(args: argparse.Namespace, late: _Late) -> int:
     else:
         write = sys.stdout.write
         for line in report.text_lines(result, log, log_path, ima_list, tpm_vals, args.all, args.events, args.bank,
-                                      checks=checks, rep=rep, wide=args.wide, measure=measure):
+                                      checks=checks, rep=rep, wide=args.wide, measure=measure, tpm_info=tpm_info):
             write(line + "\n")
         sys.stdout.flush()
     return exit_status(result, checks)

@@ -131,16 +131,16 @@ def wrap_row(row: str, width: int, indent: int) -> list[str]:
 def text(report: Report, log: EventLog | None, log_path: str | None, ima: ImaList | None,
          tpm: PcrValues | None, show_all: bool, show_events: bool, banks: list[str] | None = None,
          checks: DataChecks | None = None, rep: Replay | None = None, wide: bool = False,
-         measure: MeasureLog | None = None) -> str:
+         measure: MeasureLog | None = None, tpm_info: dict[str, Any] | None = None) -> str:
     """The report for a person as one string (see :func:`text_lines`)."""
     return "\n".join(text_lines(report, log, log_path, ima, tpm, show_all, show_events, banks, checks, rep, wide,
-                                measure))
+                                measure, tpm_info))
 
 
 def text_lines(report: Report, log: EventLog | None, log_path: str | None, ima: ImaList | None,
                tpm: PcrValues | None, show_all: bool, show_events: bool, banks: list[str] | None = None,
                checks: DataChecks | None = None, rep: Replay | None = None, wide: bool = False,
-               measure: MeasureLog | None = None) -> Iterator[str]:
+               measure: MeasureLog | None = None, tpm_info: dict[str, Any] | None = None) -> Iterator[str]:
     """The report for a person, line by line (``--events`` on 50,000 events is streamed to the
     terminal, never held as one string); every line fits 80 columns unless ``wide``."""
     lines: list[str] = []
@@ -168,6 +168,8 @@ def text_lines(report: Report, log: EventLog | None, log_path: str | None, ima: 
                      + (f"; NvPCRs {', '.join(f'0x{i:08x} ({len(r)})' for i, r in sorted(nv.items()))}" if nv else "")
                      + (f" (PARTIAL at line {measure.stop_line}: {safe(measure.stop_reason)})"
                         if measure.stop_reason else ""))
+    if tpm_info and tpm_info.get("nvpcr_indices"):
+        lines.append(f"NvPCRs     NV indices in systemd's NvPCR range on the TPM: {', '.join(tpm_info['nvpcr_indices'])}")
     if tpm is not None:
         lines.append(f"TPM        banks {', '.join(f'{b} ({len(p)} PCRs)' for b, p in tpm.allocated.items())}; "
                      f"pcrUpdateCounter {tpm.update_counter}")

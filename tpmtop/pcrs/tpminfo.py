@@ -22,6 +22,10 @@ from tpmtop.tpm.identity import read_identity
 CC_READ_CLOCK = 0x181  # TPM2_CC.ReadClock
 EK_HANDLES = {0x81010001: "rsa", 0x81010002: "ecc"}
 HR_PERSISTENT = 0x81000000
+HR_NV_INDEX = 0x01000000
+# systemd 259's NvPCRs are NV indices from 0x01d10200 (TPM_NT_EXTEND); the block they sit in
+# ends at 0x01d1ffff. Listed by handle only: reading one needs its authorization.
+NVPCR_FIRST, NVPCR_END = 0x01D10200, 0x01D20000
 
 
 def read_clock(transport: Transacts) -> dict[str, int]:
@@ -52,10 +56,10 @@ def _name(transport: Transacts, handle: int) -> str:
 
 
 def read(transport: Transacts) -> dict[str, Any]:
-    """{manufacturer, vendor, firmware, ek_names {handle: name}, clock {…}}; a part the TPM
+    """{manufacturer, vendor, firmware, ek_names {handle: name}, clock {…}, nvpcr_indices}; a part the TPM
     refused is None, with why under ``unread``."""
     out: dict[str, Any] = {"manufacturer": None, "vendor": None, "firmware": None, "ek_names": {},
-                           "clock": None, "unread": {}}
+                           "clock": None, "nvpcr_indices": [], "unread": {}}
     try:
         ident = read_identity(transport)
         out.update(manufacturer=ident.manufacturer, vendor=ident.vendor, firmware=ident.firmware)
@@ -72,4 +76,9 @@ def read(transport: Transacts) -> dict[str, Any]:
                 out["ek_names"][f"0x{handle:08x}"] = {"kind": kind, "name": _name(transport, handle)}
     except TpmError as e:
         out["unread"]["ek"] = str(e)
+    try:
+        out["nvpcr_indices"] = [f"0x{h:08x}" for h in get_handles(transport, NVPCR_FIRST)
+                                if NVPCR_FIRST <= h < NVPCR_END]
+    except TpmError as e:
+        out["unread"]["nvpcr"] = str(e)
     return out
