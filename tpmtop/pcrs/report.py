@@ -169,7 +169,8 @@ def text_lines(report: Report, log: EventLog | None, log_path: str | None, ima: 
                      + (f" (PARTIAL at line {measure.stop_line}: {safe(measure.stop_reason)})"
                         if measure.stop_reason else ""))
     if tpm_info and tpm_info.get("nvpcr_indices"):
-        lines.append(f"NvPCRs     NV indices in systemd's NvPCR range on the TPM: {', '.join(tpm_info['nvpcr_indices'])}")
+        held = ", ".join(tpm_info["nvpcr_indices"])
+        lines.append(f"NvPCRs     NV indices in systemd's NvPCR range on the TPM: {held}")
     if tpm is not None:
         lines.append(f"TPM        banks {', '.join(f'{b} ({len(p)} PCRs)' for b, p in tpm.allocated.items())}; "
                      f"pcrUpdateCounter {tpm.update_counter}")
