@@ -174,6 +174,40 @@ def test_any_edit_of_a_real_log_parses_or_is_refused(junk, at, cut):
     replay.replay(log)
 
 
+def _fields(log):
+    return ([(e.index, e.offset, e.pcr, e.type, e.layout, e.raw, e.data) for e in log.events],
+            log.format, log.banks, log.notes, log.stop_offset, log.stop_reason, log.padding, log.startup_locality)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=300), st.integers(0, len(OVMF)), st.integers(0, len(OVMF)),
+       st.sampled_from([40, 64, 97, 256]), st.integers(0, 3000))
+def test_a_log_read_a_window_at_a_time_parses_as_the_whole_log(junk, at, cut, window, zeros):
+    """parse_file reads a large log a window at a time (and each event again where used):
+    with windows of 40-256 bytes, any edit of a real log (junk, a cut, zero padding) gives the
+    same events, notes, stop and padding as the whole log parsed at once, or the same refusal."""
+    import tempfile
+
+    buf = OVMF[:at] + junk + OVMF[at + len(junk):cut if cut > at else len(OVMF)] + bytes(zeros)
+    with tempfile.NamedTemporaryFile(suffix=".log") as f:
+        f.write(buf)
+        f.flush()
+        old = eventlog.WINDOW, eventlog.WINDOWED_FROM
+        eventlog.WINDOW, eventlog.WINDOWED_FROM = window, 0
+        try:
+            try:
+                whole = _fields(eventlog.parse(buf))
+            except EventLogError:
+                whole = None
+            try:
+                windowed = _fields(eventlog.parse_file(f.name))
+            except EventLogError:
+                windowed = None
+        finally:
+            eventlog.WINDOW, eventlog.WINDOWED_FROM = old
+    assert windowed == whole
+
+
 def test_a_long_replay_shows_progress_on_a_terminal_only(tmp_path):
     """A 150,000-event log (benchmarks/pcrs_replay.py's shape) and a 50,000-entry IMA list take
     well over a second: a progress bar on a terminal; piped, none."""
