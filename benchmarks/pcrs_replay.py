@@ -11,6 +11,12 @@ as a separate process twice: with --no-tpm (the replay alone) and with --sim (a 
 read with PCR_Read, so every PCR is compared and IMA's prefixes and padded SHA-1 chains are
 searched — the most work a run does), and reports each one's wall time (process start to exit,
 the swtpm's start included) and peak RSS (wait4's ru_maxrss). Exit status 1 if a target is missed.
+
+Then, in the same run, `tpmtop pcrs --no-tpm --events` (every event decoded and printed, the
+output to /dev/null) against `tpm2_eventlog` (tpm2-tools) on the same log, alternated three
+times each, with the medians' ratios (issue 51's goal: within x1.5 in time and in memory). The
+sim run exits 1 (a fresh swtpm holds none of the log's values: the replay does not match):
+that is the report, not a failure; only another status is.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from machine import describe, measured
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET_S = 2.0
 TARGET_MB = 100
+TARGET_RATIO = 1.5  # --events against tpm2_eventlog, time and memory
+ROUNDS = 3
 BANKS = ((0x0004, 20, "sha1"), (0x000B, 32, "sha256"), (0x000C, 48, "sha384"), (0x000D, 64, "sha512"))
 GLOBAL = bytes.fromhex("61dfe48bca93d211aa0d00e098032b8c")  # EFI global variable GUID, little-endian
 
@@ -82,9 +90,41 @@ def write_ima(path: str, n: int, rng: random.Random) -> None:
                     + tdata)
 
 
-def run(args: list[str]) -> tuple[float, float, float, int, str]:
-    m = measured([sys.executable, "-m", "tpmtop", "pcrs", *args, "--json"], cwd=ROOT)
+def run(args: list[str], json: bool = True) -> tuple[float, float, float, int, str]:
+    m = measured([sys.executable, "-m", "tpmtop", "pcrs", *args, *(["--json"] if json else [])], cwd=ROOT)
     return m.wall_s, m.cpu_s, m.rss_mb, m.code, m.stderr
+
+
+def against_tpm2_eventlog(log: str) -> bool:
+    """``--events`` (text, to /dev/null) and tpm2_eventlog on ``log``, alternated: medians of
+    wall time, CPU time and peak RSS, and tpmtop's ratio to tpm2_eventlog for each."""
+    import shutil
+    import statistics
+
+    tool = shutil.which("tpm2_eventlog")
+    if tool is None:
+        print("tpm2_eventlog is not installed: no comparison (scripts/bootstrap.sh --test installs tpm2-tools)")
+        return True
+    ours, theirs = [], []
+    for _ in range(ROUNDS):
+        ours.append(measured([sys.executable, "-m", "tpmtop", "pcrs", "--no-tpm", "--eventlog", log, "--events"],
+                             cwd=ROOT))
+        theirs.append(measured([tool, log], cwd=ROOT))
+    bad = [m for m in ours + theirs if m.code != 0]
+    if bad:
+        print(f"a run failed (exit {bad[0].code}): {bad[0].stderr[-300:]}")
+        return False
+    med = {name: {k: statistics.median(getattr(m, k) for m in runs) for k in ("wall_s", "cpu_s", "rss_mb")}
+           for name, runs in (("tpmtop", ours), ("tpm2_eventlog", theirs))}
+    ok = True
+    for k, unit in (("wall_s", "s wall"), ("cpu_s", "s CPU"), ("rss_mb", "MB peak RSS")):
+        a, b = med["tpmtop"][k], med["tpm2_eventlog"][k]
+        ratio = a / b if b else float("inf")
+        hit = ratio <= TARGET_RATIO
+        ok = ok and (hit or k == "wall_s")  # wall time on a shared machine is reported, judged by CPU
+        print(f"--events vs tpm2_eventlog, median of {ROUNDS}: {a:.2f} vs {b:.2f} {unit} = x{ratio:.2f} "
+              f"(goal x{TARGET_RATIO}: {'ok' if hit else 'MISSED'})")
+    return ok
 
 
 def main() -> int:
@@ -106,13 +146,15 @@ def main() -> int:
               f"IMA list: {a.ima:,} entries, {os.path.getsize(ima) / 1e6:.1f} MB")
         for label, extra in (("replay only (--no-tpm)", ["--no-tpm"]), ("against a private swtpm (--sim)", ["--sim"])):
             wall, cpu, rss, rc, err = run(["--eventlog", log, "--ima", ima, *extra])
-            if rc != 0:
+            if rc not in (0, 1):  # 1: the replay does not match the fresh swtpm, the report says so
                 print(f"tpmtop pcrs failed (exit {rc}): {err}")
                 return 1
             ok_t, ok_m = wall < TARGET_S, rss < TARGET_MB
             ok = ok and ok_t and ok_m
             print(f"tpmtop pcrs, {label}: {wall:.2f} s (target < {TARGET_S:.0f} s: {'ok' if ok_t else 'MISSED'}; "
                   f"CPU {cpu:.2f} s), peak RSS {rss:.0f} MB (target < {TARGET_MB} MB: {'ok' if ok_m else 'MISSED'})")
+        print(f"load average: {os.getloadavg()[0]:.1f} (1 min)")
+        ok = against_tpm2_eventlog(log) and ok
         print(f"load average: {os.getloadavg()[0]:.1f} (1 min)")
         return 0 if ok else 1
     finally:

@@ -1,30 +1,19 @@
-"""The firmware's TCG event log (``binary_bios_measurements``): how many events it holds.
-
-Format (TCG PC Client Platform Firmware Profile, §10): the first record is a SHA-1 style
-TCG_PCR_EVENT; when its data is the ``Spec ID Event03`` structure the rest are crypto-agile
-TCG_PCR_EVENT2 records whose digest sizes come from that header. Without it the whole log is
-SHA-1 style (TPM 1.2 firmware). All integers little-endian.
-"""
+"""The firmware's TCG event log (``binary_bios_measurements``) as ``tpmtop boot`` shows it: how
+many events it holds and how many extend each PCR. Parsed by tpmtop's one event-log parser,
+:mod:`tpmtop.pcrs.eventlog` (the format, the bounds and the errors are described there)."""
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpmtop.errors import UsageError
+from tpmtop.pcrs.eventlog import EV_NO_ACTION, EventLogError, parse
 
-EV_NO_ACTION = 0x3
-SPEC_ID_SIGNATURE = b"Spec ID Event03\0"
-ALG_NAMES = {0x0004: "sha1", 0x000B: "sha256", 0x000C: "sha384", 0x000D: "sha512", 0x0012: "sm3_256"}
-
-
-class EventLogError(UsageError):
-    """A firmware event log that does not parse: reported as a fact's reason, or exit 2."""
+__all__ = ["EventLogError", "EventLogSummary", "parse_event_log"]
 
 
 @dataclass
-class EventLog:
+class EventLogSummary:
     format: str  # "crypto-agile" or "sha1"
     events: int = 0  # every record, including the header
     extends: int = 0  # records the firmware extended into a PCR (not EV_NO_ACTION)
@@ -38,71 +27,17 @@ class EventLog:
                 "algorithms": self.algorithms, "note": self.note}
 
 
-def _take(buf: bytes, off: int, n: int) -> tuple[bytes, int]:
-    if off + n > len(buf):
-        raise EventLogError(f"record runs past the end ({off + n} > {len(buf)} bytes)")
-    return buf[off:off + n], off + n
-
-
-def _u32(buf: bytes, off: int) -> tuple[int, int]:
-    b, off = _take(buf, off, 4)
-    return struct.unpack("<I", b)[0], off
-
-
-def _u16(buf: bytes, off: int) -> tuple[int, int]:
-    b, off = _take(buf, off, 2)
-    return struct.unpack("<H", b)[0], off
-
-
-def _count(log: EventLog, pcr: int, etype: int) -> None:
-    log.events += 1
-    if etype != EV_NO_ACTION:
-        log.extends += 1
-        log.per_pcr[pcr] = log.per_pcr.get(pcr, 0) + 1
-
-
-def parse_event_log(buf: bytes) -> EventLog:
-    if len(buf) < 32:
-        raise EventLogError(f"only {len(buf)} bytes: too short for a TCG event log")
-    pcr, off = _u32(buf, 0)
-    etype, off = _u32(buf, off)
-    _, off = _take(buf, off, 20)
-    size, off = _u32(buf, off)
-    data, off = _take(buf, off, size)
-    sizes: dict[int, int] = {}
-    if etype == EV_NO_ACTION and data.startswith(SPEC_ID_SIGNATURE):
-        log = EventLog("crypto-agile")
-        p = len(SPEC_ID_SIGNATURE) + 8  # platformClass, version minor/major, errata, uintnSize
-        nalg, p = _u32(data, p)
-        for _ in range(nalg):
-            alg, p = _u16(data, p)
-            dsize, p = _u16(data, p)
-            sizes[alg] = dsize
-            log.algorithms.append(ALG_NAMES.get(alg, f"0x{alg:04x}"))
-    else:
-        log = EventLog("sha1", algorithms=["sha1"])
-    _count(log, pcr, etype)
-    while off < len(buf):
-        if not any(buf[off:]):
-            log.note = f"{len(buf) - off} zero bytes of padding after the last event"
-            break
-        start = off
-        try:
-            pcr, off = _u32(buf, off)
-            etype, off = _u32(buf, off)
-            if log.format == "crypto-agile":
-                ndig, off = _u32(buf, off)
-                for _ in range(ndig):
-                    alg, off = _u16(buf, off)
-                    if alg not in sizes:
-                        raise EventLogError(f"digest algorithm 0x{alg:04x} not in the Spec ID header")
-                    _, off = _take(buf, off, sizes[alg])
-            else:
-                _, off = _take(buf, off, 20)
-            size, off = _u32(buf, off)
-            _, off = _take(buf, off, size)
-        except EventLogError as e:
-            log.note = f"unreadable after {log.events} events (byte {start}): {e}"
-            break
-        _count(log, pcr, etype)
-    return log
+def parse_event_log(buf: bytes) -> EventLogSummary:
+    """Count ``buf``'s records; a log with no readable first record is an :class:`EventLogError`.
+    Where reading stopped (a bad record) or what was read past (padding) is the ``note``."""
+    log = parse(buf)
+    out = EventLogSummary(log.format, events=len(log.events), algorithms=list(log.banks))
+    for ev in log.events:
+        if ev.type != EV_NO_ACTION:
+            out.extends += 1
+            out.per_pcr[ev.pcr] = out.per_pcr.get(ev.pcr, 0) + 1
+    if log.partial:
+        out.note = f"unreadable after {len(log.events)} events (byte {log.stop_offset}): {log.stop_reason}"
+    elif log.padding:
+        out.note = f"{log.padding} zero bytes of padding after the last event"
+    return out

@@ -14,7 +14,7 @@ from typing import Any
 
 from tpmtop.boot import cmdline as cmdline_mod
 from tpmtop.boot.dmesg import KernelLog, TpmProbe, parse_kernel_log
-from tpmtop.boot.eventlog import EventLog, EventLogError, parse_event_log
+from tpmtop.boot.eventlog import EventLogError, EventLogSummary, parse_event_log
 from tpmtop.boot.journal import Journal, parse_journal
 from tpmtop.boot.kconfig import OPTIONS, read_config
 from tpmtop.boot.rcwords import word_all
@@ -83,7 +83,7 @@ class SystemFacts:
     params: dict[str, list[str | None]] | None = None
     kernel_log: KernelLog | None = None
     boot_times: BootTimes | None = None
-    event_log: EventLog | None = None
+    event_log: EventLogSummary | None = None
     chips: list[str] = field(default_factory=list)
     journal: Journal | None = None
     units: list[UnitTime] | None = None  # systemd's TPM units, when blame or critical-chain was read

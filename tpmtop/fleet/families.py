@@ -126,8 +126,9 @@ FAMILIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
      "Free TPM slots (TPM2_PT_HR_*_AVAIL), read with --probe."),
     (name("tpm_probe_success"), "gauge", (), "1 when the last --probe read the TPM, 0 when it failed."),
     (name("pcr_replay_matches"), "gauge", ("bank",),
-     "1 when the boot's event log (and IMA's list) replays to every PCR of the bank the TPM holds, 0 when not; "
-     "read with --probe (PCR_Read), absent without a readable event log."),
+     "1 when the boot's event log (with systemd's measure log and IMA's list) replays to every judged PCR of the "
+     "bank, 0 when not or when the bank was never extended; read with --probe (PCR_Read), absent for a bank only "
+     "the log or only the TPM carries, and without a readable event log."),
     # -- --probe: the dictionary-attack state (GetCapability, no authorization; tpmtop health) ----
     (name("tpm_da_lockout_counter"), "gauge", (),
      "Authorization failures the TPM currently counts towards lockout (TPM2_PT_LOCKOUT_COUNTER), with --probe."),

@@ -85,7 +85,9 @@ def guid_text(raw: bytes) -> str:
 
 
 def _utf16(raw: bytes) -> str:
-    return bytes(raw).decode("utf-16-le", errors="replace").split("\0", 1)[0]
+    b = bytes(raw)
+    # a string logged one byte short of its NUL (a known boot-loader quirk) is still text
+    return b[:len(b) // 2 * 2].decode("utf-16-le", errors="replace").split("\0", 1)[0]
 
 
 def _ascii(raw: bytes) -> str:
@@ -93,9 +95,19 @@ def _ascii(raw: bytes) -> str:
 
 
 def _is_text(raw: bytes) -> bool:
-    """Printable ASCII up to its NUL padding (a name, an action string), not binary data."""
+    """Printable ASCII up to its NUL padding (a name, an action string, a grub command that
+    spans lines), not binary data."""
     b = bytes(raw).rstrip(b"\0")
-    return bool(b) and all(0x20 <= c < 0x7F for c in b)
+    return bool(b) and all(0x20 <= c < 0x7F or c in (9, 10, 13) for c in b)
+
+
+def one_line(text: str) -> str:
+    """A multi-line string (grub's menuentry, measured whole) on one line: each line break
+    shown as ' ⏎ ', the indentation after it dropped."""
+    if "\n" not in text and "\r" not in text and "\t" not in text:
+        return text
+    lines = [ln.strip() for ln in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+    return " ⏎ ".join(ln for ln in lines if ln).replace("\t", " ")
 
 
 def _hex(raw: bytes, limit: int = 32) -> str:
@@ -261,10 +273,19 @@ def _no_action(data: bytes) -> str:
 def _text_or_hex(data: bytes) -> str:
     b = bytes(data)
     if len(b) >= 2 and b[1::2].count(0) >= len(b) // 2 - 1 and b[0::2].isascii() and b[0]:
-        return _utf16(b)  # UTF-16 (EV_S_CRTM_VERSION, some post codes)
+        return one_line(_utf16(b))  # UTF-16 (EV_S_CRTM_VERSION, some post codes, systemd-boot)
     if _is_text(b):
-        return _ascii(b)
+        return one_line(_ascii(b))
     return _hex(b)
+
+
+def _post_code(data: bytes) -> str:
+    """A string, or a UEFI_PLATFORM_FIRMWARE_BLOB (base, length) of the code measured."""
+    b = bytes(data)
+    if len(b) == 16 and not _is_text(b):
+        base, length = struct.unpack_from("<QQ", b)
+        return f"POST code at {base:#x} ({length} bytes)"
+    return _text_or_hex(b)
 
 
 def _tagged(data: bytes) -> str:
@@ -290,6 +311,7 @@ _DECODERS: dict[int, Callable[[bytes], str]] = {
     EventType.EV_EFI_GPT_EVENT: _gpt,
     EventType.EV_SEPARATOR: _separator,
     EventType.EV_NO_ACTION: _no_action,
+    EventType.EV_POST_CODE: _post_code,
 }
 
 

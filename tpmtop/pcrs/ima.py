@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from tpmtop import boundedread
+from tpmtop.errors import UsageError
 from tpmtop.pcrs.eventlog import ALGORITHMS, MAX_EVENT_BYTES, PROGRESS_EVERY, EventLogError, Progress, layout_of
 
 MAX_ENTRIES = 5_000_000
@@ -71,7 +73,16 @@ def read(path: str, banks: list[str] | None = None, progress: Progress | None = 
     bank hashlib has); each costs one hash per entry. ``progress(stage, done, None)``: called
     every few thousand entries."""
     try:
-        with open(path, "rb") as f:
+        # a FIFO with no writer or a device is refused before any read (tpmtop.boundedread)
+        fd = boundedread.open_bounded(path, what="IMA list")
+    except UsageError as e:
+        raise EventLogError(str(e)) from None
+    except FileNotFoundError:
+        raise EventLogError(f"{path}: no such file") from None
+    except PermissionError:
+        raise EventLogError(f"{path}: permission denied (IMA's list is readable by root only)") from None
+    try:
+        with os.fdopen(fd, "rb") as f:
             head = f.read(4)
             f.seek(0) if f.seekable() else None
             binary = len(head) == 4 and not head[:1].isdigit()

@@ -7,11 +7,23 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from tpmtop.pcrs import eventlog, ima, replay, verdict
+from tpmtop.pcrs import eventlog, ima, measurelog, replay, verdict
 from tpmtop.pcrs.tpmread import PcrValues
 
 EVENTLOG = "sys/kernel/security/tpm0/binary_bios_measurements"
 IMA_BINARY = "sys/kernel/security/ima/binary_runtime_measurements"
+MEASURE_LOG = measurelog.DEFAULT.lstrip("/")
+
+
+def _measure(root: str) -> measurelog.MeasureLog | None:
+    """systemd's measure log under ``root``, when there is a readable one."""
+    path = os.path.join(root, MEASURE_LOG)
+    if not os.access(path, os.R_OK):
+        return None
+    try:
+        return measurelog.read(path)
+    except eventlog.EventLogError:
+        return None
 
 
 def log_readable(root: str = "/") -> bool:
@@ -19,7 +31,9 @@ def log_readable(root: str = "/") -> bool:
 
 
 def replay_matches(tpm: PcrValues, root: str = "/") -> dict[str, bool] | None:
-    """bank -> whether every PCR matches; None when the root has no readable event log.
+    """bank -> whether every judged PCR matches and no failing verdict names it (a never-extended
+    bank is False), for the banks both the log and the TPM carry; None when the root has no
+    readable event log.
     Read after ``tpm`` (IMA's list only grows: see :mod:`tpmtop.pcrs.replay`)."""
     try:
         log = eventlog.parse_file(os.path.join(root, EVENTLOG))
@@ -33,8 +47,9 @@ def replay_matches(tpm: PcrValues, root: str = "/") -> dict[str, bool] | None:
         except eventlog.EventLogError:
             ima_list = None
     banks = list(dict.fromkeys(list(tpm.allocated) + log.banks))
-    rep = replay.replay(log, ima_list, banks, tpm.values)
-    return verdict.compare(log, ima_list, rep, tpm).bank_matches()
+    measure = _measure(root)
+    rep = replay.replay(log, ima_list, banks, tpm.values, measure=measure)
+    return verdict.compare(log, ima_list, rep, tpm, measure).bank_matches()
 
 
 @dataclass(frozen=True)
@@ -67,10 +82,14 @@ def snapshot(tpm: PcrValues, root: str = "/") -> PcrSnapshot:
         except eventlog.EventLogError:
             ima_list = None
     banks = list(dict.fromkeys(list(tpm.allocated) + (log.banks if log else [])))
-    rep = replay.replay(log, ima_list, banks, tpm.values)
-    rep_ok = verdict.compare(log, ima_list, rep, tpm)
-    rows = tuple((r.pcr, r.bank, r.status.value, r.events + r.ima, r.reason) for r in rep_ok.results
-                 if log is not None and (r.status is not verdict.PcrStatus.MATCH or r.events or r.ima))
+    measure = _measure(root) if log is not None else None
+    rep = replay.replay(log, ima_list, banks, tpm.values, measure=measure)
+    rep_ok = verdict.compare(log, ima_list, rep, tpm, measure)
+    # a bank only one side carries is said once, by its health line, not on each of its PCRs
+    bank_wide = (verdict.PcrStatus.NOT_IN_LOG, verdict.PcrStatus.NOT_ON_TPM)
+    rows = tuple((r.pcr, r.bank, r.status.value, r.events + r.ima + r.systemd, r.reason) for r in rep_ok.results
+                 if log is not None and r.status not in bank_wide
+                 and (r.status is not verdict.PcrStatus.MATCH or r.events or r.ima or r.systemd))
     return PcrSnapshot(note, tpm.update_counter, rows,
                        tuple((h.bank, h.verdict.value, h.detail) for h in rep_ok.health),
                        tuple(rep_ok.bank_matches().items()) if log is not None else ())

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from tpmtop.pcrs.eventlog import ALGORITHMS, EV_NO_ACTION, PROGRESS_EVERY, EventLog, Progress
 from tpmtop.pcrs.ima import ImaList
+from tpmtop.pcrs.measurelog import MeasureLog
 
 NUM_PCRS = 24
 DRTM_PCRS = range(17, 23)
@@ -37,7 +38,12 @@ class Replay:
     # pcr -> the firmware events' indices (log order) that extended it; IMA's counted apart
     events_by_pcr: dict[int, list[int]] = field(default_factory=dict)
     ima_by_pcr: dict[int, int] = field(default_factory=dict)
-    skipped: list[str] = field(default_factory=list)  # events not replayed, with why
+    skipped: list[str] = field(default_factory=list)  # events not replayed, with why (the first few)
+    skipped_count: int = 0  # every one of them (a crafted log can name PCR 0xFFFFFFFF a million times)
+    # (bank, pcr) -> the first event ("event 12", "systemd record 3") extending that PCR without
+    # a digest for the bank: the bank's value of that PCR cannot be replayed, so it is not judged
+    missing: dict[tuple[str, int], str] = field(default_factory=dict)
+    measure_by_pcr: dict[int, int] = field(default_factory=dict)  # systemd's records per PCR
     # (bank, pcr) -> why the replay cannot be complete there (IMA's list lacks the bank)
     incomplete: dict[tuple[str, int], str] = field(default_factory=dict)
     # (bank, pcr) -> after how many IMA entries the running value last equalled the TPM's:
@@ -51,33 +57,72 @@ class Replay:
     padded_match_at: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
+MAX_SKIPPED_LINES = 5  # the events past PCR 23 named one by one; the rest are counted
+
+
 def replay(log: EventLog | None, ima: ImaList | None = None, banks: list[str] | None = None,
-           targets: dict[str, dict[int, bytes]] | None = None, progress: Progress | None = None) -> Replay:
-    """Replay ``log`` (and then ``ima``) for ``banks`` (default: the log's own, or IMA's).
-    ``targets``: the TPM's values (bank -> pcr -> value), looked for among IMA's prefixes."""
+           targets: dict[str, dict[int, bytes]] | None = None, progress: Progress | None = None,
+           measure: MeasureLog | None = None) -> Replay:
+    """Replay ``log``, then systemd's ``measure`` log, then ``ima``, for ``banks`` (default: the
+    firmware log's own, else the measure log's, else IMA's).
+    ``targets``: the TPM's values (bank -> pcr -> value), looked for among IMA's prefixes.
+
+    Only the banks the log carries are replayed: a bank it lacks has no replay (a replay of no
+    event would be the start values, a false verdict either way)."""
+    carried = list(log.banks) if log is not None else list(measure.banks) if measure is not None else None
     if banks is None:
-        banks = list(log.banks) if log is not None else list(ima.banks if ima else [])
+        banks = carried if carried is not None else list(ima.banks if ima else [])
+    elif carried is not None:
+        banks = [b for b in banks if b in carried]
     banks = [b for b in banks if b in DIGEST_SIZES and _hashable(b)]
     locality = log.startup_locality if log is not None else None
     r = Replay(banks, {b: [initial(b, p, locality) for p in range(NUM_PCRS)] for b in banks})
     ctors = {b: _ctor(b) for b in banks}
     total = (len(log.events) if log is not None else 0) + (len(ima.entries) if ima is not None else 0)
     if log is not None:
+        # the layout every event carrying the header's banks shares (eventlog.Event.layout)
+        full = next((e.layout for e in log.events if e.index and e.banks == tuple(log.banks)), None) \
+            if log.format == "crypto-agile" else log.events[0].layout
         for ev in log.events:
             if progress is not None and not ev.index % PROGRESS_EVERY:
                 progress("replaying", ev.index, total)
             if ev.type == EV_NO_ACTION:
                 continue
             if ev.pcr >= NUM_PCRS:
-                r.skipped.append(f"event {ev.index} (byte {ev.offset}) names PCR {ev.pcr}: not replayed")
+                r.skipped_count += 1
+                if len(r.skipped) < MAX_SKIPPED_LINES:
+                    r.skipped.append(f"event {ev.index} (byte {ev.offset}) names PCR {ev.pcr}, which no TPM "
+                                     "has: not replayed")
                 continue
             r.events_by_pcr.setdefault(ev.pcr, []).append(ev.index)
             raw = ev.raw
-            for b, lo, hi in ev.layout:
+            layout = ev.layout
+            if layout is not full:  # not the header's banks in its order: look for the ones it lacks
+                have = {b for b, _, _ in layout}
+                for b in banks:
+                    if b not in have:
+                        r.missing.setdefault((b, ev.pcr), f"event {ev.index}")
+            for b, lo, hi in layout:
                 ctor = ctors.get(b)
                 if ctor is not None:
                     vals = r.values[b]
                     vals[ev.pcr] = ctor(vals[ev.pcr] + raw[lo:hi]).digest()
+    if measure is not None:
+        for rec in measure.records:
+            if rec.pcr is None:
+                continue  # an NvPCR: listed with its records, not a PCR
+            if rec.pcr >= NUM_PCRS:
+                r.skipped_count += 1
+                if len(r.skipped) < MAX_SKIPPED_LINES:
+                    r.skipped.append(f"systemd record {rec.index} (line {rec.line}) names PCR {rec.pcr}: not replayed")
+                continue
+            r.measure_by_pcr[rec.pcr] = r.measure_by_pcr.get(rec.pcr, 0) + 1
+            for b in banks:
+                d = rec.digests.get(b)
+                if d is None:
+                    r.missing.setdefault((b, rec.pcr), f"systemd record {rec.index}")
+                else:
+                    r.values[b][rec.pcr] = ctors[b](r.values[b][rec.pcr] + d).digest()
     if ima is not None:
         targets = targets or {}
         done = total - len(ima.entries)

@@ -21,18 +21,20 @@ from tpmtop.errors import UsageError
 PREFIX = "pcrs-"
 
 
-def save(doc: dict[str, Any], directory: Path, path: str | None = None) -> Path:
+def save(doc: dict[str, Any], directory: Path, path: str | None = None, *, this_boot: bool = True) -> Path:
     """Write ``doc`` to ``path``, or to a new file in ``directory`` (created 0700: a snapshot
-    names this machine's boot chain)."""
+    names this machine's boot chain). ``this_boot``: the log and the TPM are this host's, so
+    its boot_id is stamped; False (a log file, a remote or simulated TPM) stamps none."""
     from tpmtop.atomic import write_atomic
 
+    boot_id = _boot_id() if this_boot else None
     if path is None:
         d = directory
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        target = d / f"{PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{_boot_id()[:8]}.json"
+        target = d / f"{PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{(boot_id or 'elsewhere')[:8]}.json"
     else:
         target = Path(path)
-    doc = dict(doc, saved_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), boot_id=_boot_id())
+    doc = dict(doc, saved_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), boot_id=boot_id)
     write_atomic(target, json.dumps(doc, indent=1) + "\n")
     return target
 
@@ -94,9 +96,56 @@ def diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         changes = _event_changes(a, b)
         if changes:
             pcrs.setdefault(pcr, {"pcr": pcr, "banks": {}, "events": []})["events"] = changes
+    same_log = bool(oe or ne) and not any(e["events"] for e in pcrs.values())
+    for e in pcrs.values():
+        if same_log and e["banks"]:
+            e["hint"] = ("the event log is identical: this PCR moved outside it (extended after the log was "
+                         "read, or by something the log does not record)")
     return {"old": {"saved_at": old.get("saved_at"), "boot_id": old.get("boot_id")},
             "new": {"saved_at": new.get("saved_at"), "boot_id": new.get("boot_id")},
+            "tpm": tpm_change(old.get("tpm"), new.get("tpm")),
+            "same_event_log": same_log,
             "pcrs": [pcrs[p] for p in sorted(pcrs)]}
+
+
+def tpm_change(old: Any, new: Any) -> dict[str, Any]:
+    """What happened to the TPM between two snapshots, from what each saved of it: another
+    TPM (manufacturer, firmware or EK name differ), cleared (resetCount went back: TPM2_Clear
+    sets it to 0), reset (resetCount grew: a reboot), restarted (restartCount grew: resume or
+    restart), or the same boot of the same TPM. ``verdict`` is None when either snapshot holds
+    no clock (saved with --no-tpm, or by an older tpmtop)."""
+    out: dict[str, Any] = {"verdict": None, "detail": ""}
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        out["detail"] = "a snapshot read no TPM: nothing to say about the TPM between them"
+        return out
+    for key in ("manufacturer", "firmware"):
+        if old.get(key) and new.get(key) and old[key] != new[key]:
+            out.update(verdict="other-tpm", detail=f"another TPM, or new firmware: {key} {old[key]} then {new[key]}")
+            return out
+    oek, nek = old.get("ek_names") or {}, new.get("ek_names") or {}
+    for handle in sorted(set(oek) & set(nek)):
+        if oek[handle].get("name") != nek[handle].get("name"):
+            out.update(verdict="other-tpm", detail=f"the endorsement key at {handle} changed: another TPM, or its "
+                                                   f"endorsement hierarchy was reset")
+            return out
+    oc, nc = old.get("clock"), new.get("clock")
+    if not isinstance(oc, dict) or not isinstance(nc, dict):
+        out["detail"] = "a snapshot holds no TPM clock (saved with --no-tpm or by an older tpmtop)"
+        return out
+    ro, rn = oc.get("reset_count", 0), nc.get("reset_count", 0)
+    so, sn = oc.get("restart_count", 0), nc.get("restart_count", 0)
+    if rn < ro:
+        out.update(verdict="cleared", detail=f"the TPM was cleared between them (resetCount {ro} then {rn}): "
+                                             f"TPM2_Clear, or another TPM")
+    elif rn > ro:
+        out.update(verdict="reset", detail=f"the TPM was reset between them (resetCount {ro} then {rn}: "
+                                           f"{rn - ro} boot{'s' if rn - ro != 1 else ''})")
+    elif sn != so:
+        out.update(verdict="restarted", detail=f"the TPM was restarted or resumed between them (restartCount {so} "
+                                               f"then {sn})")
+    else:
+        out.update(verdict="same-boot", detail=f"the same boot of the TPM (resetCount {rn}, restartCount {sn})")
+    return out
 
 
 def _event_changes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -131,12 +180,19 @@ def _change(kind: str, ev: dict[str, Any], old: dict[str, Any] | None = None) ->
 def diff_text(d: dict[str, Any], path: str) -> str:
     from tpmtop.textsafe import safe
 
-    lines = [f"compared with {safe(path)} (saved {d['old'].get('saved_at')}, boot {d['old'].get('boot_id')})"]
+    boot = d["old"].get("boot_id")
+    lines = [f"compared with {safe(path)} (saved {d['old'].get('saved_at')}"
+             + (f", boot {safe(boot)})" if boot else ")")]
+    tpm = d.get("tpm") or {}
+    if tpm.get("detail"):
+        lines.append(f"TPM: {safe(tpm['detail'])}")
     if not d["pcrs"]:
         lines.append("no PCR and no event changed")
     for e in d["pcrs"]:
         banks = ", ".join(sorted(e["banks"]))
         lines.append(f"PCR {e['pcr']}: " + (f"value changed ({banks})" if banks else "value unchanged"))
+        if e.get("hint"):
+            lines.append(f"  {safe(e['hint'])}")
         for c in e["events"]:
             dig = c.get("digests") or {}
             first = ("sha256", dig["sha256"]) if "sha256" in dig else next(iter(sorted(dig.items())), None)
