@@ -48,6 +48,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
              "the boot's event log and IMA's list replayed against the TPM's PCRs; bank health; boot-to-boot diff"),
     "health": ("tpmtop.cli.health",
                "is the TPM locked out, and who did it? driver stalls, a TPM the kernel could not set up, IMA"),
+    "unlock": ("tpmtop.cli.unlock",
+               "will each TPM-sealed LUKS2 token unseal with the PCRs as they are now? which PCR moved?"),
     "clients": ("tpmtop.cli.proxy", "which processes hold /dev/tpm0 or /dev/tpmrm0 open; is tpm2-abrmd running"),
 }
 
