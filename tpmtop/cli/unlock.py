@@ -45,19 +45,25 @@ def run_unlock(args: argparse.Namespace) -> int:
         from tpmtop.pcrs import snapshot
 
         snap_doc = snapshot.load(args.since)
-    with tpm_from_args(args) as conn:
-        live = conn.call(read_all)
-        tpm_info = {"tcti": conn.target.tcti, "simulated": conn.simulated, "update_counter": live.update_counter}
-        snap_values = _snapshot_values(snap_doc) if snap_doc is not None else None
-        reports = [report.judge_device(p, live.values, snap_values) for p in paths]
-        if args.trial:
-            _trial(conn, reports)
-    if snap_doc is not None:
+    reports = [report.load(p) for p in paths]
+    if all(r.error is not None for r in reports) and len(reports) == 1:
+        raise UsageError(reports[0].error or "")
+    tpm_info: dict[str, Any] | None = None
+    live = None
+    if report.needs_tpm(reports):  # headers first: a bad input is told without a TPM
+        with tpm_from_args(args) as conn:
+            live = conn.call(read_all)
+            tpm_info = {"tcti": conn.target.tcti, "simulated": conn.simulated,
+                        "update_counter": live.update_counter}
+            report.judge_all(reports, live.values, _snapshot_values(snap_doc) if snap_doc is not None else None)
+            if args.trial:
+                _trial(conn, reports)
+    else:
+        report.judge_all(reports, {}, None)
+    if snap_doc is not None and live is not None:
         from tpmtop.pcrs import snapshot
 
         report.add_moved(reports, snapshot.diff(snap_doc, _now_doc(live.values, args.eventlog)))
-    if all(r.error is not None for r in reports) and len(reports) == 1 and not args.json:
-        raise UsageError(reports[0].error or "")
     if args.json:
         print_json(report.to_json(reports, tpm_info, args.since))
     else:

@@ -120,7 +120,7 @@ def judge(t: Token, live: dict[str, dict[int, bytes]], snapshot: dict[tuple[str,
     j = Judgement(t, Verdict.WOULD_UNSEAL, "", software_digest=now, sealed_digest=sealed)
     if now == sealed:
         if t.pin:
-            j.verdict, j.reason = Verdict.CANNOT_JUDGE, f"a PIN is also needed ({pcr_words(t.pcrs, bank)} match)"
+            j.verdict, j.reason = Verdict.CANNOT_JUDGE, f"a PIN is also needed ({pcr_words(t.pcrs, bank)} as sealed)"
         elif not t.pcrs:
             j.reason = "bound to no PCR"
         return j

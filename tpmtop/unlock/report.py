@@ -11,7 +11,7 @@ from tpmtop.errors import EXIT_FAILURE, EXIT_USAGE, UsageError
 from tpmtop.textsafe import safe
 from tpmtop.unlock.header import HeaderError, is_luks2, read_header
 from tpmtop.unlock.judge import Judgement, Verdict, judge, pcr_words
-from tpmtop.unlock.tokens import parse_tokens
+from tpmtop.unlock.tokens import Token, TokenKind, parse_tokens
 
 SCHEMA = "tpmtop-unlock/1"
 CRYPTTAB = "/etc/crypttab"
@@ -23,6 +23,7 @@ class DeviceReport:
     path: str
     uuid: str = ""
     error: str | None = None  # the header could not be read: one line
+    tokens: list[Token] = field(default_factory=list)
     judgements: list[Judgement] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -62,15 +63,23 @@ def discover(crypttab: str = CRYPTTAB, sys_block: str = "/sys/class/block") -> l
     return list(dict.fromkeys(out))
 
 
-def judge_device(path: str, live: dict[str, dict[int, bytes]],
-                 snapshot: dict[tuple[str, int], bytes] | None) -> DeviceReport:
+def load(path: str) -> DeviceReport:
+    """The device's header and tokens, or the one line that says why not (no TPM needed)."""
     try:
         hdr = read_header(path)
     except HeaderError as e:
         return DeviceReport(path, error=str(e))
-    rep = DeviceReport(path, uuid=hdr.uuid)
-    rep.judgements = [judge(t, live, snapshot) for t in parse_tokens(hdr.metadata)]
-    return rep
+    return DeviceReport(path, uuid=hdr.uuid, tokens=parse_tokens(hdr.metadata))
+
+
+def needs_tpm(reports: list[DeviceReport]) -> bool:
+    return any(t.kind in (TokenKind.SYSTEMD_TPM2, TokenKind.CLEVIS_TPM2) for r in reports for t in r.tokens)
+
+
+def judge_all(reports: list[DeviceReport], live: dict[str, dict[int, bytes]],
+              snapshot: dict[tuple[str, int], bytes] | None) -> None:
+    for r in reports:
+        r.judgements = [judge(t, live, snapshot) for t in r.tokens]
 
 
 def add_moved(reports: list[DeviceReport], diff: dict[str, Any]) -> None:
@@ -109,7 +118,7 @@ def exit_status(reports: list[DeviceReport]) -> int:
     return 0
 
 
-def to_json(reports: list[DeviceReport], tpm: dict[str, Any], snapshot: str | None) -> dict[str, Any]:
+def to_json(reports: list[DeviceReport], tpm: dict[str, Any] | None, snapshot: str | None) -> dict[str, Any]:
     return {"schema": SCHEMA, "tpm": tpm, "snapshot": snapshot, "devices": [r.to_json() for r in reports],
             "exit_status": exit_status(reports)}
 
@@ -126,7 +135,7 @@ def text(reports: list[DeviceReport], snapshot: str | None, trial: bool) -> str:
         if r.error is not None:
             lines += _wrap("", safe(r.error), indent="  ")
             continue
-        lines.append(f"{safe(r.path)}  LUKS2 {safe(r.uuid)}")
+        lines += [safe(r.path), f"  LUKS2 UUID {safe(r.uuid)}"]  # a path can be long: the UUID on its own line
         if not r.judgements:
             lines.append("  no tokens")
         for j in r.judgements:
