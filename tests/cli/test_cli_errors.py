@@ -117,6 +117,10 @@ CASES = [
     ("pcrs", ["--no-tpm", "--eventlog", "{d}/no-such-log"]),
     ("pcrs", ["--no-tpm", "--eventlog", "{d}/garbage.json", "--diff", "{d}/no-such-snapshot"]),
     ("pcrs", ["--sim", "-T", DEAD]),
+    # unlock (issue 53): a bad header, a missing snapshot, --trial under --read-only
+    ("unlock", ["{d}/garbage.json", "-T", DEAD]),
+    ("unlock", ["{d}/garbage.json", "--since", "{d}/no-such-snapshot", "-T", DEAD]),
+    ("unlock", ["{d}/garbage.json", "--trial", "--read-only", "-T", DEAD]),
 ]
 
 # Cases that exercise someone else's code and show a bug there (issue 8 lists them):

@@ -56,7 +56,7 @@ def test_both_tools_tokens_unseal_then_pcr_16_moves_and_each_names_it(swtpm, tmp
     assert "would not: PCR 16 (sha256) differs" in lines[lines.index(
         "  token 1 (clevis-tpm2) keyslot 2, PCRs 16, 23 (sha256):") + 1]
     assert "would unseal now" in lines[lines.index("  token 2 (systemd-tpm2) keyslot 3, PCR 23 (sha256):") + 1]
-    assert r.stdout.count("PCR 16 changed since the snapshot: extended outside the log") == 2
+    assert r.stdout.count("    PCR 16 moved since the snapshot: extended outside the log\n") == 2
 
     r = _unlock(img, "-T", swtpm.tcti, "--since", str(snap), "--json", "--trial")
     toks = _by_token(json.loads(r.stdout))

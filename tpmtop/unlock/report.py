@@ -100,7 +100,7 @@ def add_moved(reports: list[DeviceReport], diff: dict[str, Any]) -> None:
 
 def _why(e: dict[str, Any]) -> str:
     if not e["events"]:
-        return "extended outside the log (its value changed, no event for it did)"
+        return "extended outside the log"  # its value changed, and no event of the log for it
     c = e["events"][0]
     more = f" (and {len(e['events']) - 1} more event changes)" if len(e["events"]) > 1 else ""
     data = f" {c['data']}" if c.get("data") else ""
@@ -148,7 +148,7 @@ def text(reports: list[DeviceReport], snapshot: str | None, trial: bool) -> str:
                 same = "equals" if j.trial_digest == j.software_digest else "DIFFERS FROM"
                 lines += _wrap("    ", f"the TPM's trial PolicyPCR digest {same} the software one")
             for p, why in sorted(j.moved.items()):
-                lines += _wrap("    ", f"PCR {p} changed since the snapshot: {safe(why)}", indent="      ")
+                lines += _wrap("    ", f"PCR {p} moved since the snapshot: {safe(why)}", indent="      ")
             if snapshot is not None and not j.moved and j.verdict in TPM_VERDICTS and t.pcrs:
                 lines += _wrap("    ", "no bound PCR changed since the snapshot")
     return "\n".join(lines)
