@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 
+from tests.helpers.luks import file_digest, import_token, make_image
 from tests.helpers.processes import run_tpmtop
-from tests.unlock.conftest import file_digest, import_token, make_image
 
 
 def _one_line_exit_2(path: str, *words: str) -> None:

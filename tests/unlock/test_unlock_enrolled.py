@@ -7,10 +7,17 @@ from __future__ import annotations
 import json
 import subprocess
 
+from tests.helpers.luks import (
+    clevis_auth_policy,
+    enroll_clevis,
+    enroll_systemd,
+    file_digest,
+    import_token,
+    luks_tokens,
+    make_image,
+)
 from tests.helpers.pcrs import pcrextend
 from tests.helpers.processes import run_tpmtop
-from tests.unlock.conftest import (clevis_auth_policy, enroll_clevis, enroll_systemd, file_digest, import_token,
-                                   luks_tokens, make_image)
 
 
 def _unlock(*args: str) -> subprocess.CompletedProcess:
@@ -22,19 +29,19 @@ def _by_token(doc: dict) -> dict:
     return {t["token"]: t for t in dev["tokens"]}
 
 
-def test_both_tools_tokens_unseal_then_pcr_16_moves_and_each_names_it(swtpm, tmp_path):
+def test_both_tools_tokens_unseal_then_pcr_16_moves_and_each_names_it(tcp_swtpm, tmp_path):
     img = make_image(tmp_path)
-    enroll_systemd(img, swtpm.tcti, "--tpm2-pcrs=16")
-    enroll_clevis(img, swtpm.tcti, "tpm2", {"pcr_bank": "sha256", "pcr_ids": "16,23"})
-    enroll_systemd(img, swtpm.tcti, "--tpm2-pcrs=23")
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=16")
+    enroll_clevis(img, tcp_swtpm.tcti, "tpm2", {"pcr_bank": "sha256", "pcr_ids": "16,23"})
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=23")
     peer = luks_tokens(img)
     assert [peer[k]["type"] for k in sorted(peer)] == ["systemd-tpm2", "clevis", "systemd-tpm2"]
     snap = tmp_path / "snap.json"
-    r = run_tpmtop("pcrs", "-T", swtpm.tcti, "--save", str(snap))
+    r = run_tpmtop("pcrs", "-T", tcp_swtpm.tcti, "--save", str(snap))
     assert snap.exists(), r.stderr
     before = file_digest(img)
 
-    r = _unlock(img, "-T", swtpm.tcti, "--json", "--trial")
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--json", "--trial")
     assert r.returncode == 0, r.stderr
     toks = _by_token(json.loads(r.stdout))
     assert {k: t["verdict"] for k, t in toks.items()} == {"0": "would-unseal", "1": "would-unseal",
@@ -46,8 +53,8 @@ def test_both_tools_tokens_unseal_then_pcr_16_moves_and_each_names_it(swtpm, tmp
     assert all(t["trial_digest"] == t["software_digest"] for t in toks.values())
     assert (toks["1"]["kind"], toks["1"]["pcrs"], toks["1"]["bank"]) == ("clevis-tpm2", [16, 23], "sha256")
 
-    pcrextend(swtpm.tcti, 16, {"sha256": bytes(range(32))})
-    r = _unlock(img, "-T", swtpm.tcti, "--since", str(snap))
+    pcrextend(tcp_swtpm.tcti, 16, {"sha256": bytes(range(32))})
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--since", str(snap))
     assert r.returncode == 1, r.stderr
     lines = r.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines), r.stdout
@@ -58,7 +65,7 @@ def test_both_tools_tokens_unseal_then_pcr_16_moves_and_each_names_it(swtpm, tmp
     assert "would unseal now" in lines[lines.index("  token 2 (systemd-tpm2) keyslot 3, PCR 23 (sha256):") + 1]
     assert r.stdout.count("    PCR 16 moved since the snapshot: extended outside the log\n") == 2
 
-    r = _unlock(img, "-T", swtpm.tcti, "--since", str(snap), "--json", "--trial")
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--since", str(snap), "--json", "--trial")
     toks = _by_token(json.loads(r.stdout))
     assert [(t["verdict"], t["differs"]) for t in toks.values()] == [
         ("would-not", [16]), ("would-not", [16]), ("would-unseal", [])]
@@ -76,19 +83,19 @@ def _key_fingerprint(pem) -> str:
     return "sha256:" + hashlib.sha256(der).hexdigest()[:16]
 
 
-def test_signed_policy_and_pin_tokens_are_never_would_unseal(swtpm, tmp_path):
+def test_signed_policy_and_pin_tokens_are_never_would_unseal(tcp_swtpm, tmp_path):
     img = make_image(tmp_path)
     priv, pub = tmp_path / "priv.pem", tmp_path / "pub.pem"
     subprocess.run(["openssl", "genrsa", "-out", str(priv), "2048"], check=True, capture_output=True, timeout=120)
     subprocess.run(["openssl", "rsa", "-in", str(priv), "-pubout", "-out", str(pub)], check=True,
                    capture_output=True, timeout=60)
-    enroll_systemd(img, swtpm.tcti, f"--tpm2-public-key={pub}", "--tpm2-public-key-pcrs=11", "--tpm2-pcrs=23")
-    enroll_systemd(img, swtpm.tcti, "--tpm2-pcrs=23", "--tpm2-with-pin=yes", env={"NEWPIN": "4711"})
-    enroll_clevis(img, swtpm.tcti, "sss", {"t": 1, "pins": {"tpm2": [{"pcr_bank": "sha256", "pcr_ids": "23"}]}})
+    enroll_systemd(img, tcp_swtpm.tcti, f"--tpm2-public-key={pub}", "--tpm2-public-key-pcrs=11", "--tpm2-pcrs=23")
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=23", "--tpm2-with-pin=yes", env={"NEWPIN": "4711"})
+    enroll_clevis(img, tcp_swtpm.tcti, "sss", {"t": 1, "pins": {"tpm2": [{"pcr_bank": "sha256", "pcr_ids": "23"}]}})
     # a clevis token whose JWE is not base64url: reported and skipped, the others still judged
     import_token(img, {"type": "clevis", "keyslots": [], "jwe": {"protected": "%%not*base64%%", "ciphertext": "",
                                                                   "iv": "", "tag": "", "encrypted_key": ""}})
-    r = _unlock(img, "-T", swtpm.tcti, "--json")
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--json")
     assert r.returncode == 0, r.stderr
     toks = _by_token(json.loads(r.stdout))
     assert toks["0"]["verdict"] == "cannot-judge" and toks["0"]["signed_policy"]
@@ -100,8 +107,8 @@ def test_signed_policy_and_pin_tokens_are_never_would_unseal(swtpm, tmp_path):
     assert (toks["2/sss[0]"]["kind"], toks["2/sss[0]"]["verdict"]) == ("clevis-tpm2", "would-unseal")
     assert toks["3"]["verdict"] == "unreadable" and "not base64url" in toks["3"]["reason"]
 
-    pcrextend(swtpm.tcti, 23, {"sha256": bytes(32)})
-    r = _unlock(img, "-T", swtpm.tcti, "--json")
+    pcrextend(tcp_swtpm.tcti, 23, {"sha256": bytes(32)})
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--json")
     assert r.returncode == 1, r.stderr
     toks = _by_token(json.loads(r.stdout))
     assert toks["0"]["verdict"] == "cannot-judge"  # what a signature allows is not known here
