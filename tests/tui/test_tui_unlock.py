@@ -1,4 +1,4 @@
-"""The Unlock panel (key 0) on a live swtpm whose LUKS2 image systemd-cryptenroll (PCR 16) and
+"""The Unlock panel (key u) on a live swtpm whose LUKS2 image systemd-cryptenroll (PCR 16) and
 clevis (PCRs 16, 23) enrolled: both tokens would unseal; after PCR 16 is extended (one
 PCR_Extend on the source's own connection: a swtpm serves one client at a time) the panel's
 next PCR reading turns both into "would not: PCR 16 (sha256) differs" — at 80×24 and 120×40."""
@@ -27,7 +27,7 @@ def _extend_16(transport) -> None:
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
-async def test_key_0_judges_the_tokens_and_follows_pcr_16(size, tcp_swtpm, tmp_path):
+async def test_key_u_judges_the_tokens_and_follows_pcr_16(size, tcp_swtpm, tmp_path):
     img = make_image(tmp_path)
     enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=16")
     enroll_clevis(img, tcp_swtpm.tcti, "tpm2", {"pcr_bank": "sha256", "pcr_ids": "16,23"})
@@ -36,7 +36,7 @@ async def test_key_0_judges_the_tokens_and_follows_pcr_16(size, tcp_swtpm, tmp_p
     try:
         app = app_for(src, tmp_path)
         async with app.run_test(size=size) as pilot:
-            await pilot.press("0")
+            await pilot.press("u")
             panel = main_screen(app).query_one(UnlockPanel)
 
             def text() -> str:

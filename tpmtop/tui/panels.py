@@ -82,7 +82,7 @@ PANELS: tuple[PanelSpec, ...] = (
               "Health: tpmtop health's verdicts — the TPM's dictionary-attack counter (from the handle poll, no "
               "command of its own) and who sent wrong passwords through the proxy; the driver, set-up and IMA "
               "from sysfs and dmesg (read every 30 s).", rows=health.part),
-    PanelSpec("0", "unlock", "Unlock", lambda c: c.unlock, Group.LEFT, UnlockPanel,
+    PanelSpec("u", "unlock", "Unlock", lambda c: c.unlock, Group.LEFT, UnlockPanel,
               "Unlock: each LUKS2 token sealed to PCRs (systemd-cryptenroll, clevis) and whether it would unseal "
               "with the PCRs of the PCRs panel's reading (every 10 s), worked out in software: no unseal "
               "(tpmtop unlock).", rows=unlock.part),

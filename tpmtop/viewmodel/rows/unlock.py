@@ -58,6 +58,8 @@ def _rows(reports: list[DeviceReport]) -> tuple[UnlockRow, ...]:
 
 
 def part(source: Source) -> UnlockPart:
+    if not source.caps.unlock:  # a capture or a kernel trace: no PCRs to judge against, no device read
+        return UnlockPart("", ())
     values = source.pcr_values()
     devices = source.unlock_devices if hasattr(source, "unlock_devices") else None
     key = tuple(devices) if devices is not None else None
