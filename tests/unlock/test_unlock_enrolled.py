@@ -114,3 +114,25 @@ def test_signed_policy_and_pin_tokens_are_never_would_unseal(tcp_swtpm, tmp_path
     assert toks["0"]["verdict"] == "cannot-judge"  # what a signature allows is not known here
     assert (toks["1"]["verdict"], toks["1"]["differs"]) == ("would-not", [23])  # a PIN cannot help
     assert (toks["2/sss[0]"]["verdict"], toks["2/sss[0]"]["differs"]) == ("would-not", [23])
+
+
+def test_a_pcrlock_token_cannot_be_judged_here(tcp_swtpm, tmp_path):
+    # systemd 252 cannot enroll a pcrlock policy (systemd 255 can): the real token systemd-cryptenroll
+    # made here, with the field systemd 255+ sets for one (tpm2_pcrlock), imported by cryptsetup
+    img = make_image(tmp_path)
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=23")
+    import_token(img, dict(luks_tokens(img)["0"], tpm2_pcrlock=True))
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--json")
+    assert r.returncode == 0, r.stderr
+    toks = _by_token(json.loads(r.stdout))
+    assert toks["0"]["verdict"] == "would-unseal"
+    assert toks["1"]["verdict"] == "cannot-judge" and toks["1"]["reason"].startswith("a pcrlock policy")
+
+
+def test_no_argument_judges_the_devices_crypttab_names(tmp_path):
+    from tpmtop.unlock.report import discover
+
+    img = make_image(tmp_path)
+    tab = tmp_path / "crypttab"
+    tab.write_text(f"# name device key options\nhome {img} none luks,tpm2-device=auto\nbroken\n")
+    assert discover(str(tab), str(tmp_path / "no-sys-block")) == [img]
