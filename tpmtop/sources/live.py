@@ -110,8 +110,20 @@ class LiveSource(WorkloadDriver, SourceBase):
                             selects_runs=not ro, export=True, sysfs=self.kernel_device,
                             clients=self.proxy is not None or self.kernel_device,
                             # the PCRs panel only where there is a boot's event log to replay (root reads it)
-                            pcrs=log_readable(self.pcrs_root), health=True, unlock=True,
+                            pcrs=log_readable(self.pcrs_root), health=True, unlock=self._luks_here(),
                             why_not="--read-only: tpmtop sends nothing that changes the TPM" if ro else "")
+
+    def _luks_here(self) -> bool:
+        """The Unlock panel only where there is a LUKS2 device to judge (the devices given, or
+        /etc/crypttab's and the block devices with a LUKS2 header: looked for once)."""
+        if self.unlock_devices:
+            return True
+        found = getattr(self, "_luks_found", None)
+        if found is None:
+            from tpmtop.unlock.report import discover
+
+            found = self._luks_found = bool(discover())
+        return found
 
     def state(self) -> str:
         if not self.connected:

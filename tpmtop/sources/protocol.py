@@ -55,7 +55,7 @@ class Capabilities:
     clients: bool = False  # who else uses the TPM: a proxy's clients, or a device's holders (Clients)
     pcrs: bool = False  # the TPM's PCRs can be read (PCR_Read) beside the boot's event log (PCRs)
     health: bool = False  # a TPM whose lockout state the polls read, or a kernel worth judging (Health)
-    unlock: bool = False  # a TPM whose PCRs can be read: LUKS2 tokens judged against them (Unlock)
+    unlock: bool = False  # PCRs to read and a LUKS2 device whose tokens are judged against them (Unlock)
     why_not: str = ""  # said when a key is refused: "replay shows a capture: nothing to change"
 
 
