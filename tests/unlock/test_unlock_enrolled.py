@@ -136,3 +136,17 @@ def test_no_argument_judges_the_devices_crypttab_names(tmp_path):
     tab = tmp_path / "crypttab"
     tab.write_text(f"# name device key options\nhome {img} none luks,tpm2-device=auto\nbroken\n")
     assert discover(str(tab), str(tmp_path / "no-sys-block")) == [img]
+
+
+def test_tokens_bound_to_no_pcr_would_unseal_whatever_moves(tcp_swtpm, tmp_path):
+    # systemd seals with PolicyPCR over no PCR (its policy hash all zeros); clevis without pcr_ids
+    # seals with no policy at all (an empty authPolicy)
+    img = make_image(tmp_path)
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=")
+    enroll_clevis(img, tcp_swtpm.tcti, "tpm2", {})
+    pcrextend(tcp_swtpm.tcti, 16, {"sha256": bytes(range(32))})
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--json")
+    assert r.returncode == 0, r.stderr
+    toks = _by_token(json.loads(r.stdout))
+    assert [(t["verdict"], t["pcrs"]) for t in toks.values()] == [("would-unseal", []), ("would-unseal", [])]
+    assert toks["0"]["sealed_digest"] == "00" * 32 and toks["1"]["sealed_digest"] == ""

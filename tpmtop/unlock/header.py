@@ -77,8 +77,9 @@ def read_header(path: str) -> Luks2Header:
     """The primary LUKS2 header of ``path`` (a block device or an image file), checked."""
     fd = _open_device(path)
     try:
-        if not stat.S_ISBLK(os.fstat(fd).st_mode) and os.fstat(fd).st_size < BINARY_HEADER:
-            raise HeaderError(f"{path}: {os.fstat(fd).st_size} bytes, shorter than a LUKS2 header (4096)")
+        st = os.fstat(fd)
+        if not stat.S_ISBLK(st.st_mode) and st.st_size < BINARY_HEADER:
+            raise HeaderError(f"{path}: {st.st_size} bytes, shorter than a LUKS2 header (4096)")
         hdr = _pread(fd, BINARY_HEADER, 0, path)
         if len(hdr) < BINARY_HEADER:
             raise HeaderError(f"{path}: truncated LUKS header ({len(hdr)} of 4096 bytes)")

@@ -116,6 +116,9 @@ def judge(t: Token, live: dict[str, dict[int, bytes]], snapshot: dict[tuple[str,
     sealed = t.auth_policy if t.auth_policy is not None else t.policy_hash
     if sealed is None:
         return Judgement(t, Verdict.CANNOT_JUDGE, "the token records no policy digest")
+    if not sealed and not t.pin:  # an empty authPolicy: no policy at all (clevis without pcr_ids)
+        return Judgement(t, Verdict.WOULD_UNSEAL, "no policy: the sealed object is bound to no PCR",
+                         sealed_digest=sealed)
     now = _digest(t, values)
     j = Judgement(t, Verdict.WOULD_UNSEAL, "", software_digest=now, sealed_digest=sealed)
     if now == sealed:

@@ -188,8 +188,8 @@ def _clevis(tid: str, clevis: dict[str, Any], keyslots: list[str], depth: int) -
             except (ValueError, UnicodeDecodeError, struct.error, KeyError, TypeError) as e:
                 out.append(Token(sub, "clevis", TokenKind.BROKEN, keyslots=keyslots, problem=f"clevis JWE: {e}"))
         return out
-    return [Token(tid, f"clevis {excerpt(pin, 16).strip(chr(39))}", TokenKind.OTHER, keyslots=keyslots,
-                  problem="not a TPM token")]
+    name = pin if isinstance(pin, str) and re.fullmatch(r"[\w-]{1,32}", pin) else "?"  # tang, sss, …
+    return [Token(tid, f"clevis {name}", TokenKind.OTHER, keyslots=keyslots, problem="not a TPM token")]
 
 
 def parse_tokens(metadata: dict[str, Any]) -> list[Token]:
