@@ -95,3 +95,36 @@ def test_a_device_without_read_permission_is_one_line(tmp_path):
     assert r.stderr.strip() == f"tpmtop: {img}: permission denied (reading a LUKS2 header needs read access " \
                                "to the device; run as root)"
     assert file_digest(img) == before
+
+
+def _rewrite_json_area(img: str, text: bytes) -> None:
+    """A hostile header by hand: the real header's JSON area replaced, its checksum made
+    right again (SHA-256 over the binary header with the checksum zeroed, then the area)."""
+    import hashlib
+
+    with open(img, "r+b") as f:
+        hdr = bytearray(f.read(4096))
+        size = int.from_bytes(hdr[8:16], "big") - 4096
+        area = text.ljust(size, b"\0")
+        hdr[448:448 + 64] = bytes(64)
+        hdr[448:448 + 32] = hashlib.sha256(bytes(hdr) + area).digest()
+        f.seek(0)
+        f.write(bytes(hdr) + area)
+
+
+def test_json_nested_past_the_stack_is_one_line(tmp_path):
+    img = make_image(tmp_path)
+    _rewrite_json_area(img, b"[" * 12000)
+    _one_line_exit_2(img, "the LUKS2 JSON area is not JSON")
+
+
+def test_a_clevis_header_nested_past_the_stack_is_skipped(tmp_path):
+    import base64
+
+    img = make_image(tmp_path)
+    deep = base64.urlsafe_b64encode(b"[" * 6000).decode().rstrip("=")
+    import_token(img, {"type": "clevis", "keyslots": [], "jwe": {"protected": deep, "ciphertext": "", "iv": "",
+                                                                  "tag": "", "encrypted_key": ""}})
+    r = run_tpmtop("unlock", img, "-T", "swtpm:host=127.0.0.1,port=9")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "unreadable, skipped: clevis JWE:" in r.stdout

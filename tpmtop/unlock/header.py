@@ -110,7 +110,7 @@ def read_header(path: str) -> Luks2Header:
     text = area.split(b"\0", 1)[0]
     try:
         meta = json.loads(text.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: nested past Python's stack
         raise HeaderError(f"{path}: the LUKS2 JSON area is not JSON ({excerpt(text)})") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("tokens", {}), dict):
         raise HeaderError(f"{path}: the LUKS2 JSON area has no tokens object")

@@ -185,7 +185,7 @@ def _clevis(tid: str, clevis: dict[str, Any], keyslots: list[str], depth: int) -
                 if not isinstance(compact, str) or compact.count(".") != 4:
                     raise ValueError("not a compact JWE")
                 out += _clevis(sub, _clevis_header(compact.split(".", 1)[0]), keyslots, depth + 1)
-            except (ValueError, UnicodeDecodeError, struct.error, KeyError, TypeError) as e:
+            except (ValueError, UnicodeDecodeError, struct.error, KeyError, TypeError, RecursionError) as e:
                 out.append(Token(sub, "clevis", TokenKind.BROKEN, keyslots=keyslots, problem=f"clevis JWE: {e}"))
         return out
     name = pin if isinstance(pin, str) and re.fullmatch(r"[\w-]{1,32}", pin) else "?"  # tang, sss, …
@@ -212,7 +212,7 @@ def parse_tokens(metadata: dict[str, Any]) -> list[Token]:
                 out += _clevis(tid, _clevis_header(jwe.get("protected")), keyslots, 0)
             else:
                 out.append(Token(tid, str(ttype), TokenKind.OTHER, keyslots=keyslots, problem="not a TPM token"))
-        except (ValueError, UnicodeDecodeError, struct.error, KeyError, TypeError) as e:
+        except (ValueError, UnicodeDecodeError, struct.error, KeyError, TypeError, RecursionError) as e:
             kind = "clevis JWE" if ttype == "clevis" else str(ttype)
             out.append(Token(tid, str(ttype), TokenKind.BROKEN, keyslots=keyslots, problem=f"{kind}: {e}"))
     return out
