@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import hashlib
 import json
 import re
 import struct
@@ -85,7 +86,7 @@ def parse_public(pub: bytes) -> tuple[str, bytes]:
     if size + 2 > len(pub) or plen > 64 or 12 + plen > len(pub):
         raise ValueError(f"a TPM2B_PUBLIC of {len(pub)} bytes that says {size}")
     alg = ALG_NAMES.get(name_alg)
-    if alg is None:
+    if alg is None or alg not in hashlib.algorithms_available:  # sm3_256: not in every OpenSSL
         raise ValueError(f"sealed object's nameAlg 0x{name_alg:04x} unknown")
     return alg, pub[12:12 + plen]
 
@@ -109,8 +110,8 @@ def _get(tok: dict[str, Any], name: str) -> Any:
     return tok.get(name, tok.get(name.replace("-", "_"), tok.get(name.replace("_", "-"))))
 
 
-def _systemd(tid: str, tok: dict[str, Any]) -> Token:
-    t = Token(tid, "systemd-tpm2", TokenKind.SYSTEMD_TPM2, keyslots=[str(k) for k in tok.get("keyslots", [])])
+def _systemd(tid: str, tok: dict[str, Any], keyslots: list[str]) -> Token:
+    t = Token(tid, "systemd-tpm2", TokenKind.SYSTEMD_TPM2, keyslots=keyslots)
     t.pcrs = _pcr_list(_get(tok, "tpm2-pcrs") or [])
     bank = _get(tok, "tpm2-pcr-bank") or "sha256"  # systemd's default when absent (before v246: sha256)
     if not isinstance(bank, str) or bank not in {n for n, _ in ALGORITHMS.values()}:
@@ -201,10 +202,11 @@ def parse_tokens(metadata: dict[str, Any]) -> list[Token]:
             out.append(Token(tid, "?", TokenKind.BROKEN, problem="not a JSON object"))
             continue
         ttype = tok.get("type")
-        keyslots = [str(k) for k in tok.get("keyslots", []) if isinstance(k, (str, int))]
+        slots = tok.get("keyslots")
+        keyslots = [str(k) for k in slots if isinstance(k, (str, int))] if isinstance(slots, list) else []
         try:
             if ttype == "systemd-tpm2":
-                out.append(_systemd(tid, tok))
+                out.append(_systemd(tid, tok, keyslots))
             elif ttype == "clevis":
                 jwe = tok.get("jwe")
                 if not isinstance(jwe, dict):
