@@ -15,16 +15,17 @@ from tpmtop.unlock.tokens import TokenKind, parse_tokens
 
 SYSTEMD = {
     "type": "systemd-tpm2", "keyslots": ["1"],
-    "tpm2-blob": "AJ4AIKLeturl/OLEmfRO5cacwSF7Br+X1qwYN1hS2A39m8opABBQ7QOwouQ1WfbilsdXlLSl8QJGTzQWTlPn11nubdl4d2mHtb+grPG"
-                 "HiKnc6wP+JdzosOAcYX3prKKdpPtlmP4iKeDiKwNquPv5nAgcTw6jiIkeZ33oxiCqU++cDMGW/kT3y3Uaghv/D11emOLp4FF0KMZJ"
-                 "PsmpOeH9qQBOAAgACwAAABIAIL/y1Y6YE/l878FPcq2BM7xwktZSt8h3lZJUrxQMhB82ABAAIK/4JU5FTQVJrgRpPxciRMECQ4X/"
-                 "iuf30cqk8LxdTGkI",
+    "tpm2-blob": ("AJ4AIKLeturl/OLEmfRO5cacwSF7Br+X1qwYN1hS2A39m8opABBQ7QOwouQ1WfbilsdXlLSl8QJGTzQWTlPn11nubdl4d2mH"
+                  "tb+grPGHiKnc6wP+JdzosOAcYX3prKKdpPtlmP4iKeDiKwNquPv5nAgcTw6jiIkeZ33oxiCqU++cDMGW/kT3y3Uaghv/D11e"
+                  "mOLp4FF0KMZJPsmpOeH9qQBOAAgACwAAABIAIL/y1Y6YE/l878FPcq2BM7xwktZSt8h3lZJUrxQMhB82ABAAIK/4JU5FTQVJ"
+                  "rgRpPxciRMECQ4X/iuf30cqk8LxdTGkI"),
     "tpm2-pcrs": [16], "tpm2-pcr-bank": "sha256", "tpm2-primary-alg": "ecc",
     "tpm2-policy-hash": "bff2d58e9813f97cefc14f72ad8133bc7092d652b7c877959254af140c841f36", "tpm2-pin": False,
 }
 CLEVIS_HEADER = {"alg": "dir", "enc": "A256GCM", "clevis": {"pin": "tpm2", "tpm2": {
     "hash": "sha256", "key": "ecc", "pcr_bank": "sha256", "pcr_ids": "16,23",
-    "jwk_pub": "AE4ACAALAAAEkgAgWZqcyoHBceQE5K_EYudBXueZxJiwD_btto0H3h3EeiAAEAAgpf0Htt7DLz1amR840TlIUbWNFPXM0tMLGPYdHdEHV0Y"}}}
+    "jwk_pub": ("AE4ACAALAAAEkgAgWZqcyoHBceQE5K_EYudBXueZxJiwD_btto0H3h3EeiAAEAAgpf0Htt7DLz1amR840TlIUbWNFPXM0tMLGPY"
+                "dHdEHV0Y")}}}
 WRONG = [None, True, 0, -1, 99, 1e300, "", "x" * 300, "%%%", [], [None], [99], ["16", "a"], {}, {"a": 1}]
 LIVE = {"sha256": {p: bytes(32) for p in range(24)}, "sha1": {p: bytes(20) for p in range(24)}}
 
