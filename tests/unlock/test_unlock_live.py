@@ -1,6 +1,7 @@
 """Through `tpmtop run`: clevis (its tpm2-tools: tpm2_load, then tpm2_unseal from the saved
 context) unlocks the image while the PCRs are as sealed, and after PCR 16 moved its Unseal
-fails with 0x99d — and tpmtop names the LUKS2 token whose sealed object that was."""
+fails with 0x99d — and tpmtop names the LUKS2 token whose sealed object that was, and (from the
+PCR_Read tpm2_unseal sent first) the PCR that differs."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def test_a_failing_unseal_names_its_token(tcp_swtpm, tmp_path):
     line = next(ln for ln in r.stderr.splitlines() if "Unseal failed" in ln)
     assert line.startswith("tpmtop proxy: client ") and "tpm2_unseal" in line
     assert (f"Unseal failed (0x99d tpm:session(1):a policy check failed) on the sealed object of {img} "
-            "token 0 (clevis-tpm2), bound to PCRs 16, 23 (sha256)") in line
+            "token 0 (clevis-tpm2), bound to PCRs 16, 23 (sha256): PCR 16 (sha256) differs (the values the TPM "
+            "last answered a PCR_Read through tpmtop)") in line
 
 
 def test_an_unseal_of_an_object_no_token_holds_names_nothing(tcp_swtpm, tmp_path):
