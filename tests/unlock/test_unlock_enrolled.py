@@ -150,3 +150,21 @@ def test_tokens_bound_to_no_pcr_would_unseal_whatever_moves(tcp_swtpm, tmp_path)
     toks = _by_token(json.loads(r.stdout))
     assert [(t["verdict"], t["pcrs"]) for t in toks.values()] == [("would-unseal", []), ("would-unseal", [])]
     assert toks["0"]["sealed_digest"] == "00" * 32 and toks["1"]["sealed_digest"] == ""
+
+
+def test_sealed_to_values_tpmtop_cannot_see_names_every_bound_pcr_as_a_possible_cause(tcp_swtpm, tmp_path):
+    # PCRs 16 and 23 moved before the enrollment, then 16 again: neither the live nor the reset
+    # values reproduce the sealed digest, and there is no snapshot
+    img = make_image(tmp_path)
+    for pcr in (16, 23):
+        pcrextend(tcp_swtpm.tcti, pcr, {"sha256": bytes([pcr]) * 32})
+    enroll_clevis(img, tcp_swtpm.tcti, "tpm2", {"pcr_bank": "sha256", "pcr_ids": "16,23"})
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=16")
+    pcrextend(tcp_swtpm.tcti, 16, {"sha256": bytes(range(32))})
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--json")
+    assert r.returncode == 1, r.stderr
+    toks = _by_token(json.loads(r.stdout))
+    assert (toks["0"]["verdict"], toks["0"]["differs"]) == ("would-not", [16, 23])
+    assert toks["0"]["reason"] == ("PCRs 16, 23 (sha256) are not the values it was sealed to (the token records only "
+                                   "their digest: any of them could be the cause)")
+    assert (toks["1"]["reason"], toks["1"]["differs"]) == ("PCR 16 (sha256) differs", [16])

@@ -136,15 +136,19 @@ def judge(t: Token, live: dict[str, dict[int, bytes]], snapshot: dict[tuple[str,
         j.differs = found
         j.reason = f"{pcr_words(found, bank)} differ{'s' if len(found) == 1 else ''}"
         return j
+    if len(t.pcrs) == 1:  # the one PCR bound: it is the one that differs
+        j.differs = list(t.pcrs)
+        j.reason = f"{pcr_words(t.pcrs, bank)} differs"
+        return j
     moved = [p for p in t.pcrs if snapshot is not None and (bank, p) in snapshot and snapshot[(bank, p)] != values[p]]
     if moved:
         j.differs = moved
-        j.reason = (f"{pcr_words(t.pcrs, bank)} do not match what it was sealed to; changed since the snapshot: "
+        j.reason = (f"{pcr_words(t.pcrs, bank)} are not the values it was sealed to; changed since the snapshot: "
                     + ", ".join(str(p) for p in moved))
     else:
         j.differs = list(t.pcrs)
-        j.reason = (f"{pcr_words(t.pcrs, bank)} do not match what it was sealed to (the token records only their "
-                    "digest: any of them could be the cause)")
+        j.reason = (f"{pcr_words(t.pcrs, bank)} are not the values it was sealed to (the token records only "
+                    "their digest: any of them could be the cause)")
     return j
 
 
