@@ -6,8 +6,9 @@ blob is absent). A digest says only *that* something differs, not *what*: to nam
 each bound PCR is given a few candidate values — its live value, its reset value, and its
 value in a ``--since`` snapshot — and the combination that reproduces the sealed digest names
 exactly the PCRs that moved (a PCR extended since enrollment was sealed to its reset value, or
-to the snapshot's). Where no combination does, the bound PCRs that changed since the snapshot
-are named as the likely cause, or else all bound PCRs as the possible ones.
+to the snapshot's). Where no combination does, a token bound to one PCR names it; one bound to
+several names those that changed since the snapshot as the likely cause, or else all of them
+as the possible ones.
 
 Never "would unseal" for a token that needs more than the PCRs: a PIN (the PCRs can still be
 judged, and a PCR that differs still means "would not"), a signed policy (PolicyAuthorize: the
