@@ -97,13 +97,15 @@ class UnsealWatch:
                 path, t = hit
                 bound = f", bound to {pcr_words(t.pcrs, t.bank)}" if t.pcrs else ""
                 return (f"{who}: Unseal failed (0x{rc:03x} {names.rc_text(rc)}) on the sealed object of {path} "
-                        f"{t.label}{bound}: {self._why(t, path)}")
+                        f"{t.label}{bound}: {self._why(t, path, rc)}")
         except (struct.error, IndexError):
             return None  # a malformed command: the TPM refused it; nothing to name
         return None
 
 
-    def _why(self, t: Token, path: str) -> str:
+    def _why(self, t: Token, path: str, rc: int) -> str:
+        if rc == RC_PCR_CHANGED:  # the session's PCRs were right; one moved before the Unseal
+            return "a PCR was extended between its PolicyPCR and the Unseal (the PCR_CHANGED report names the extend)"
         seen = self._pcrs.get(t.bank or "sha256", {})
         if t.pcrs and all(p in seen for p in t.pcrs):
             j = judge(t, {t.bank or "sha256": seen})
