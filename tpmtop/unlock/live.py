@@ -103,7 +103,7 @@ class UnsealWatch:
         return None
 
 
-    def _why(self, t: Token, path: str, rc: int) -> str:
+    def _why(self, t: Token, path: str, rc: int | None) -> str:
         if rc == RC_PCR_CHANGED:  # the session's PCRs were right; one moved before the Unseal
             return "a PCR was extended between its PolicyPCR and the Unseal (the PCR_CHANGED report names the extend)"
         seen = self._pcrs.get(t.bank or "sha256", {})
