@@ -38,6 +38,12 @@ if ((for_tests)) && ! command -v man >/dev/null 2>&1; then need_pkgs+=(man-db); 
 if ((for_tests)) && ! command -v zsh >/dev/null 2>&1; then need_pkgs+=(zsh); fi
 if ((for_tests)) && ! command -v fish >/dev/null 2>&1; then need_pkgs+=(fish); fi
 if ((for_tests)) && ! command -v git >/dev/null 2>&1; then need_pkgs+=(git); fi
+# cryptsetup, systemd-cryptenroll (Debian's systemd) and clevis: tests/unlock enrolls real LUKS2
+# tokens into image files against a private swtpm; openssl makes a signed policy's key there
+if ((for_tests)) && ! command -v cryptsetup >/dev/null 2>&1; then need_pkgs+=(cryptsetup-bin); fi
+if ((for_tests)) && ! command -v systemd-cryptenroll >/dev/null 2>&1; then need_pkgs+=(systemd); fi
+if ((for_tests)) && ! command -v clevis-luks-bind >/dev/null 2>&1; then need_pkgs+=(clevis clevis-luks clevis-tpm2); fi
+if ((for_tests)) && ! command -v openssl >/dev/null 2>&1; then need_pkgs+=(openssl); fi
 if ((for_tests)) && ! command -v tshark >/dev/null 2>&1; then
     need_pkgs+=(tshark)
     # wireshark-common asks whether non-root users may capture: answer no, non-interactively

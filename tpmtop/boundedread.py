@@ -57,14 +57,17 @@ def _kind(mode: int) -> str | None:
     return None
 
 
-def open_bounded(path: str | os.PathLike[str], *, what: str = "file", allow_chardev: bool = False) -> int:
+def open_bounded(path: str | os.PathLike[str], *, what: str = "file", allow_chardev: bool = False,
+                 allow_block: bool = False) -> int:
     """A descriptor open for reading, blocking again, on a regular file (or a character device
-    when ``allow_chardev``). Raises :class:`FileKindError`, or OSError as ``open`` does."""
+    when ``allow_chardev``, a block device when ``allow_block``: a LUKS2 header is read from
+    one with bounded preads). Raises :class:`FileKindError`, or OSError as ``open`` does."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     try:
         st = os.fstat(fd)
         kind = _kind(st.st_mode)
-        if kind is not None and not (allow_chardev and stat.S_ISCHR(st.st_mode)):
+        if kind is not None and not (allow_chardev and stat.S_ISCHR(st.st_mode)) and not (
+                allow_block and stat.S_ISBLK(st.st_mode)):
             raise FileKindError(f"{os.fspath(path)} is {kind}, not a regular file: refused as the {what}")
         os.set_blocking(fd, True)
         return fd

@@ -122,6 +122,10 @@ CASES = [
     ("whatif", ["{d}/garbage.json"]),
     ("whatif", ["{d}/wrong.json", "--chip", "no-such-chip"]),
     ("whatif", ["{d}/wrong.json", "--mode", "sometimes"]),
+    # unlock (issue 53): a bad header, a missing snapshot, --trial under --read-only
+    ("unlock", ["{d}/garbage.json", "-T", DEAD]),
+    ("unlock", ["{d}/garbage.json", "--since", "{d}/no-such-snapshot", "-T", DEAD]),
+    ("unlock", ["{d}/garbage.json", "--trial", "--read-only", "-T", DEAD]),
 ]
 
 # Cases that exercise someone else's code and show a bug there (issue 8 lists them):

@@ -50,6 +50,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                "is the TPM locked out, and who did it? driver stalls, a TPM the kernel could not set up, IMA"),
     "whatif": ("tpmtop.cli.whatif",
                "a capture re-priced on each chip profile and in each session mode: TPM time, per extend, × none"),
+    "unlock": ("tpmtop.cli.unlock",
+               "will each TPM-sealed LUKS2 token unseal with the PCRs as they are now? which PCR moved?"),
     "clients": ("tpmtop.cli.proxy", "which processes hold /dev/tpm0 or /dev/tpmrm0 open; is tpm2-abrmd running"),
 }
 

@@ -72,6 +72,9 @@ def _serving_args(p: argparse.ArgumentParser) -> None:
                         "while others wait (default 2)")
     p.add_argument("--max-connections", type=int, default=None, metavar="N",
                    help="open client connections at most (default 1024)")
+    p.add_argument("--luks", action="append", metavar="DEVICE",
+                   help="a LUKS2 device or image whose tokens a failing Unseal (0x99d, 0x128) is matched with "
+                        "(repeatable; default: /etc/crypttab's and the LUKS2 block devices, read at the first one)")
     p.add_argument("--idle-timeout", type=float, default=None, metavar="S",
                    help="close a connection that sends nothing for S seconds (default 600)")
 
@@ -174,6 +177,7 @@ def run_proxy(args: argparse.Namespace) -> int:
     server = ProxyServer(None, protocol=args.protocol, host=host, port=args.port, socket_path=args.socket,
                          log=_log, policy=policy, socket_mode=0o660 if gid is not None else 0o600,
                          socket_gid=gid, **_serving(args)).listen()
+    server.accounts.unseal_watch.devices = args.luks
     # Without --events no command is kept for the capture: a small ring (the per-command
     # statistics are kept whole either way), so a proxy left running does not grow.
     rec = proxy_recorder(keep_buffers=bool(args.events), capacity=None if args.events else 4096)
@@ -271,6 +275,7 @@ def run_run(args: argparse.Namespace) -> int:
         conn.identity()
         server = ProxyServer(conn, protocol=args.protocol, host="127.0.0.1", port=0, log=_quiet_log,
                              **_serving(args))
+        server.accounts.unseal_watch.devices = args.luks
         server.start()
         port = server.bound_port
         tcti = f"{args.protocol}:host=127.0.0.1,port={port}"
@@ -358,7 +363,7 @@ def _quiet_log(text: str) -> None:
     # `tpmtop run` reports in its table; only cut connections and faults are worth a line now
     from tpmtop.proxy.lines import LineKind, kind_of
 
-    if kind_of(text) in (LineKind.DROPPED, LineKind.FAULT, LineKind.AUTH):
+    if kind_of(text) in (LineKind.DROPPED, LineKind.FAULT, LineKind.AUTH, LineKind.UNSEAL):
         _log(text)
 
 

@@ -26,9 +26,11 @@ from tpmtop.pcrs.attribution import Exchange, PcrChangeWatch
 from tpmtop.proxy.latency import CompactLatency
 from tpmtop.proxy.lines import LineKind, ProxyLine
 from tpmtop.proxy.session_use import SessionUse, parse_start_auth_session
+from tpmtop.textsafe import safe
 from tpmtop.tpm import names, wire
 from tpmtop.tpm.names import HandleType
 from tpmtop.tpm.rcformat import auth_failure_text
+from tpmtop.unlock.live import UnsealWatch
 
 if TYPE_CHECKING:
     from tpmtop.proxy.peers import Peer
@@ -211,6 +213,7 @@ class Accounts:
         self.queue_max = 0  # the most clients that ever waited for their turn at once
         self._next = 1
         self.pcr_watch = PcrChangeWatch()  # names the extend behind a 0x128 (tpmtop.pcrs.attribution)
+        self.unseal_watch = UnsealWatch()  # names the LUKS2 token behind a failing Unseal (tpmtop.unlock.live)
 
     def client_for(self, peer: Peer, protocol: str, shared_key: bool = True) -> ClientStats:
         """The client of a new connection: a live process already seen is the same client."""
@@ -242,6 +245,10 @@ class Accounts:
                                                      f"{c.name} (pid {c.peer.pid}, client {c.id})", c.peer.pid))
                 if broke is not None:
                     notes.append(broke.text())
+            if self.unseal_watch.wants(cc, rc):
+                token = self.unseal_watch.feed(cc, rc, cmd, rsp, f"client {c.id} {c.name} (pid {c.peer.pid})")
+                if token is not None:
+                    notes.append(ProxyLine(safe(token), LineKind.UNSEAL))
             c.commands += 1
             c.wire_ns_total += wire_ns
             h = c.per_cc.get(cc)

@@ -13,9 +13,11 @@ class LineKind(enum.Enum):
     FOREIGN = "foreign"  # a client touched what another created (flush), or cleared the TPM
     FAULT = "fault"  # the TPM failed, was lost, came back; or the proxy itself failed
     AUTH = "auth"  # a client sent a wrong password: TPM_RC_AUTH_FAIL counts towards DA lockout
+    UNSEAL = "unseal"  # an Unseal failed its policy (0x99d, 0x128) on a LUKS2 token's sealed object
 
 
-WORTH_A_LOOK = frozenset({LineKind.LEAK, LineKind.DROPPED, LineKind.FOREIGN, LineKind.FAULT, LineKind.AUTH})
+WORTH_A_LOOK = frozenset({LineKind.LEAK, LineKind.DROPPED, LineKind.FOREIGN, LineKind.FAULT, LineKind.AUTH,
+                         LineKind.UNSEAL})
 
 
 class ProxyLine(str):

@@ -110,8 +110,20 @@ class LiveSource(WorkloadDriver, SourceBase):
                             selects_runs=not ro, export=True, sysfs=self.kernel_device,
                             clients=self.proxy is not None or self.kernel_device,
                             # the PCRs panel only where there is a boot's event log to replay (root reads it)
-                            pcrs=log_readable(self.pcrs_root), health=True,
+                            pcrs=log_readable(self.pcrs_root), health=True, unlock=self._luks_here(),
                             why_not="--read-only: tpmtop sends nothing that changes the TPM" if ro else "")
+
+    def _luks_here(self) -> bool:
+        """The Unlock panel only where there is a LUKS2 device to judge (the devices given, or
+        /etc/crypttab's and the block devices with a LUKS2 header: looked for once)."""
+        if self.unlock_devices:
+            return True
+        found = getattr(self, "_luks_found", None)
+        if found is None:
+            from tpmtop.unlock.report import discover
+
+            found = self._luks_found = bool(discover())
+        return found
 
     def state(self) -> str:
         if not self.connected:
@@ -200,19 +212,28 @@ class LiveSource(WorkloadDriver, SourceBase):
         """The latest PCR snapshot (tpmtop.pcrs.live), read again in the background at most
         every PCRS_REFRESH_S: 3 PCR_Reads per bank on the owner thread (read-only, no
         authorization), and the event log parsed, never on the screen's thread."""
+        self._refresh_pcrs()
+        return getattr(self, "_pcrs", None)
+
+    def pcr_values(self) -> Any:
+        """The PCR values of the same reading (the Unlock panel judges tokens against them)."""
+        self._refresh_pcrs()
+        return getattr(self, "_pcr_values", None)
+
+    def _refresh_pcrs(self) -> None:
         now = time.monotonic()
         stale = now - getattr(self, "_pcrs_at", -PCRS_REFRESH_S) >= PCRS_REFRESH_S
         if stale and not getattr(self, "_pcrs_busy", False) and not self.stopping.is_set():
             self._pcrs_busy, self._pcrs_at = True, now
             threading.Thread(target=self._read_pcrs, name="tpmtop-pcrs", daemon=True).start()
-        return getattr(self, "_pcrs", None)
 
     def _read_pcrs(self) -> None:
         from tpmtop.pcrs.live import snapshot
         from tpmtop.pcrs.tpmread import read_all
 
         try:
-            self._pcrs = snapshot(self.run_on_owner(read_all, origin=Origin.POLL), self.pcrs_root)
+            values = self._pcr_values = self.run_on_owner(read_all, origin=Origin.POLL)
+            self._pcrs = snapshot(values, self.pcrs_root)
         except Exception:  # a lost TPM says so in the header; the panel keeps its last reading
             pass
         finally:

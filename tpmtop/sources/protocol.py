@@ -55,6 +55,7 @@ class Capabilities:
     clients: bool = False  # who else uses the TPM: a proxy's clients, or a device's holders (Clients)
     pcrs: bool = False  # the TPM's PCRs can be read (PCR_Read) beside the boot's event log (PCRs)
     health: bool = False  # a TPM whose lockout state the polls read, or a kernel worth judging (Health)
+    unlock: bool = False  # PCRs to read and a LUKS2 device whose tokens are judged against them (Unlock)
     why_not: str = ""  # said when a key is refused: "replay shows a capture: nothing to change"
 
 
@@ -157,6 +158,7 @@ class Source(Protocol):
                 created_by: str | None = None) -> tuple[str, list[tuple[str, str]]]: ...
     def reset_stats(self) -> None: ...
     def pcr_report(self) -> Any: ...
+    def pcr_values(self) -> Any: ...
     def close(self) -> None: ...
 
 
@@ -177,6 +179,7 @@ class SourceBase:
     pause_reason: str | None = None
     sysfs: Sysfs | None = None
     proxy: Any = None
+    unlock_devices: list[str] | None = None  # the Unlock panel's devices (None: crypttab's and LUKS2 block devices)
 
     def __init__(self) -> None:
         self.errors = ErrorBook()
@@ -226,6 +229,11 @@ class SourceBase:
     def pcr_report(self) -> Any:
         """The latest :class:`tpmtop.pcrs.live.PcrSnapshot` (PCRs beside the event log's
         replay), or None: a source with ``caps.pcrs`` reads it in the background."""
+        return None
+
+    def pcr_values(self) -> Any:
+        """The latest :class:`tpmtop.pcrs.tpmread.PcrValues` read with the PCRs panel's reading,
+        or None: what the Unlock panel judges LUKS2 tokens against (``caps.unlock``)."""
         return None
 
     def stream_rows(self) -> list[StreamRow]:

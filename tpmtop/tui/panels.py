@@ -26,7 +26,8 @@ from tpmtop.tui.widgets.pcrs import PcrsPanel
 from tpmtop.tui.widgets.resources import ResourcesPanel
 from tpmtop.tui.widgets.stream import StreamPanel
 from tpmtop.tui.widgets.system import SystemPanel
-from tpmtop.viewmodel.rows import health, pcrs
+from tpmtop.tui.widgets.unlock import UnlockPanel
+from tpmtop.viewmodel.rows import health, pcrs, unlock
 
 
 class Group(StrEnum):
@@ -81,6 +82,10 @@ PANELS: tuple[PanelSpec, ...] = (
               "Health: tpmtop health's verdicts — the TPM's dictionary-attack counter (from the handle poll, no "
               "command of its own) and who sent wrong passwords through the proxy; the driver, set-up and IMA "
               "from sysfs and dmesg (read every 30 s).", rows=health.part),
+    PanelSpec("u", "unlock", "Unlock", lambda c: c.unlock, Group.LEFT, UnlockPanel,
+              "Unlock: each LUKS2 token sealed to PCRs (systemd-cryptenroll, clevis) and whether it would unseal "
+              "with the PCRs of the PCRs panel's reading (every 10 s), worked out in software: no unseal "
+              "(tpmtop unlock).", rows=unlock.part),
 )
 BY_ID = {p.id: p for p in PANELS}
 # Containers of the full-size layout, and the groups each holds (shown when one of its panels is).

@@ -1,0 +1,170 @@
+"""`tpmtop unlock` on LUKS2 images whose tokens systemd-cryptenroll and clevis enrolled against
+a private swtpm: the verdicts before and after tpm2-tools extends PCR 16, the software policy
+digest held to what the tools sealed, and the tokens that need more than the PCRs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from tests.helpers.luks import (
+    clevis_auth_policy,
+    enroll_clevis,
+    enroll_systemd,
+    file_digest,
+    import_token,
+    luks_tokens,
+    make_image,
+)
+from tests.helpers.pcrs import pcrextend
+from tests.helpers.processes import run_tpmtop
+
+
+def _unlock(*args: str) -> subprocess.CompletedProcess:
+    return run_tpmtop("unlock", *args, timeout=300)
+
+
+def _by_token(doc: dict) -> dict:
+    (dev,) = doc["devices"]
+    return {t["token"]: t for t in dev["tokens"]}
+
+
+def test_both_tools_tokens_unseal_then_pcr_16_moves_and_each_names_it(tcp_swtpm, tmp_path):
+    img = make_image(tmp_path)
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=16")
+    enroll_clevis(img, tcp_swtpm.tcti, "tpm2", {"pcr_bank": "sha256", "pcr_ids": "16,23"})
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=23")
+    peer = luks_tokens(img)
+    assert [peer[k]["type"] for k in sorted(peer)] == ["systemd-tpm2", "clevis", "systemd-tpm2"]
+    snap = tmp_path / "snap.json"
+    r = run_tpmtop("pcrs", "-T", tcp_swtpm.tcti, "--save", str(snap))
+    assert snap.exists(), r.stderr
+    before = file_digest(img)
+
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--json", "--trial")
+    assert r.returncode == 0, r.stderr
+    toks = _by_token(json.loads(r.stdout))
+    assert {k: t["verdict"] for k, t in toks.items()} == {"0": "would-unseal", "1": "would-unseal",
+                                                           "2": "would-unseal"}
+    # the software digest is what each tool sealed to, and what the TPM itself computes
+    assert toks["0"]["software_digest"] == peer["0"]["tpm2-policy-hash"]
+    assert toks["2"]["software_digest"] == peer["2"]["tpm2-policy-hash"]
+    assert toks["1"]["software_digest"] == clevis_auth_policy(peer["1"])
+    assert all(t["trial_digest"] == t["software_digest"] for t in toks.values())
+    assert (toks["1"]["kind"], toks["1"]["pcrs"], toks["1"]["bank"]) == ("clevis-tpm2", [16, 23], "sha256")
+
+    pcrextend(tcp_swtpm.tcti, 16, {"sha256": bytes(range(32))})
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--since", str(snap))
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), r.stdout
+    assert "would not: PCR 16 (sha256) differs" in lines[lines.index(
+        "  token 0 (systemd-tpm2) keyslot 1, PCR 16 (sha256):") + 1]
+    assert "would not: PCR 16 (sha256) differs" in lines[lines.index(
+        "  token 1 (clevis-tpm2) keyslot 2, PCRs 16, 23 (sha256):") + 1]
+    assert "would unseal now" in lines[lines.index("  token 2 (systemd-tpm2) keyslot 3, PCR 23 (sha256):") + 1]
+    assert r.stdout.count("    PCR 16 moved since the snapshot: extended outside the log\n") == 2
+
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--since", str(snap), "--json", "--trial")
+    toks = _by_token(json.loads(r.stdout))
+    assert [(t["verdict"], t["differs"]) for t in toks.values()] == [
+        ("would-not", [16]), ("would-not", [16]), ("would-unseal", [])]
+    assert all(t["trial_digest"] == t["software_digest"] for t in toks.values())
+    assert toks["0"]["software_digest"] != peer["0"]["tpm2-policy-hash"]
+    assert set(toks["0"]["moved"]) == set(toks["1"]["moved"]) == {"16"} and toks["2"]["moved"] == {}
+    assert file_digest(img) == before  # read, never written
+
+
+def _key_fingerprint(pem) -> str:
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-in", str(pem), "-outform", "DER"], check=True,
+                         capture_output=True, timeout=60).stdout
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(der).hexdigest()[:16]
+
+
+def test_signed_policy_and_pin_tokens_are_never_would_unseal(tcp_swtpm, tmp_path):
+    img = make_image(tmp_path)
+    priv, pub = tmp_path / "priv.pem", tmp_path / "pub.pem"
+    subprocess.run(["openssl", "genrsa", "-out", str(priv), "2048"], check=True, capture_output=True, timeout=120)
+    subprocess.run(["openssl", "rsa", "-in", str(priv), "-pubout", "-out", str(pub)], check=True,
+                   capture_output=True, timeout=60)
+    enroll_systemd(img, tcp_swtpm.tcti, f"--tpm2-public-key={pub}", "--tpm2-public-key-pcrs=11", "--tpm2-pcrs=23")
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=23", "--tpm2-with-pin=yes", env={"NEWPIN": "4711"})
+    enroll_clevis(img, tcp_swtpm.tcti, "sss", {"t": 1, "pins": {"tpm2": [{"pcr_bank": "sha256", "pcr_ids": "23"}]}})
+    # a clevis token whose JWE is not base64url: reported and skipped, the others still judged
+    import_token(img, {"type": "clevis", "keyslots": [], "jwe": {"protected": "%%not*base64%%", "ciphertext": "",
+                                                                  "iv": "", "tag": "", "encrypted_key": ""}})
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--json")
+    assert r.returncode == 0, r.stderr
+    toks = _by_token(json.loads(r.stdout))
+    assert toks["0"]["verdict"] == "cannot-judge" and toks["0"]["signed_policy"]
+    assert toks["0"]["reason"] == (f"signed policy: PCR 11 (sha256) by signature of key {_key_fingerprint(pub)}; "
+                                   "also bound to PCR 23 (sha256)")
+    assert toks["1"]["verdict"] == "cannot-judge" and toks["1"]["pin"]
+    assert toks["1"]["reason"] == "a PIN is also needed (PCR 23 (sha256) as sealed)"
+    assert toks["1"]["software_digest"] == luks_tokens(img)["1"]["tpm2-policy-hash"]
+    assert (toks["2/sss[0]"]["kind"], toks["2/sss[0]"]["verdict"]) == ("clevis-tpm2", "would-unseal")
+    assert toks["3"]["verdict"] == "unreadable" and "not base64url" in toks["3"]["reason"]
+
+    pcrextend(tcp_swtpm.tcti, 23, {"sha256": bytes(32)})
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--json")
+    assert r.returncode == 1, r.stderr
+    toks = _by_token(json.loads(r.stdout))
+    assert toks["0"]["verdict"] == "cannot-judge"  # what a signature allows is not known here
+    assert (toks["1"]["verdict"], toks["1"]["differs"]) == ("would-not", [23])  # a PIN cannot help
+    assert (toks["2/sss[0]"]["verdict"], toks["2/sss[0]"]["differs"]) == ("would-not", [23])
+
+
+def test_a_pcrlock_token_cannot_be_judged_here(tcp_swtpm, tmp_path):
+    # systemd 252 cannot enroll a pcrlock policy (systemd 255 can): the real token systemd-cryptenroll
+    # made here, with the field systemd 255+ sets for one (tpm2_pcrlock), imported by cryptsetup
+    img = make_image(tmp_path)
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=23")
+    import_token(img, dict(luks_tokens(img)["0"], tpm2_pcrlock=True))
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--json")
+    assert r.returncode == 0, r.stderr
+    toks = _by_token(json.loads(r.stdout))
+    assert toks["0"]["verdict"] == "would-unseal"
+    assert toks["1"]["verdict"] == "cannot-judge" and toks["1"]["reason"].startswith("a pcrlock policy")
+
+
+def test_no_argument_judges_the_devices_crypttab_names(tmp_path):
+    from tpmtop.unlock.report import discover
+
+    img = make_image(tmp_path)
+    tab = tmp_path / "crypttab"
+    tab.write_text(f"# name device key options\nhome {img} none luks,tpm2-device=auto\nbroken\n")
+    assert discover(str(tab), str(tmp_path / "no-sys-block")) == [img]
+
+
+def test_tokens_bound_to_no_pcr_would_unseal_whatever_moves(tcp_swtpm, tmp_path):
+    # systemd seals with PolicyPCR over no PCR (its policy hash all zeros); clevis without pcr_ids
+    # seals with no policy at all (an empty authPolicy)
+    img = make_image(tmp_path)
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=")
+    enroll_clevis(img, tcp_swtpm.tcti, "tpm2", {})
+    pcrextend(tcp_swtpm.tcti, 16, {"sha256": bytes(range(32))})
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--json")
+    assert r.returncode == 0, r.stderr
+    toks = _by_token(json.loads(r.stdout))
+    assert [(t["verdict"], t["pcrs"]) for t in toks.values()] == [("would-unseal", []), ("would-unseal", [])]
+    assert toks["0"]["sealed_digest"] == "00" * 32 and toks["1"]["sealed_digest"] == ""
+
+
+def test_sealed_to_values_tpmtop_cannot_see_names_every_bound_pcr_as_a_possible_cause(tcp_swtpm, tmp_path):
+    # PCRs 16 and 23 moved before the enrollment, then 16 again: neither the live nor the reset
+    # values reproduce the sealed digest, and there is no snapshot
+    img = make_image(tmp_path)
+    for pcr in (16, 23):
+        pcrextend(tcp_swtpm.tcti, pcr, {"sha256": bytes([pcr]) * 32})
+    enroll_clevis(img, tcp_swtpm.tcti, "tpm2", {"pcr_bank": "sha256", "pcr_ids": "16,23"})
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=16")
+    pcrextend(tcp_swtpm.tcti, 16, {"sha256": bytes(range(32))})
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--json")
+    assert r.returncode == 1, r.stderr
+    toks = _by_token(json.loads(r.stdout))
+    assert (toks["0"]["verdict"], toks["0"]["differs"]) == ("would-not", [16, 23])
+    assert toks["0"]["reason"] == ("PCRs 16, 23 (sha256) are not the values it was sealed to (the token records only "
+                                   "their digest: any of them could be the cause)")
+    assert (toks["1"]["reason"], toks["1"]["differs"]) == ("PCR 16 (sha256) differs", [16])
