@@ -18,7 +18,7 @@ def add_health_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="the report as JSON (schema tpmtop.health/1) on stdout")
     p.add_argument("--capture", metavar="FILE", action="append", default=[],
                    help="a capture of `tpmtop run --json`, `tpmtop proxy --json` or `tpmtop kernel`: name the "
-                        "client behind each wrong password in it (repeatable)")
+                        "client behind each wrong password, and each loaded object's holder (repeatable)")
     p.add_argument("--root", metavar="DIR", default=None,
                    help="judge the set-up, driver and IMA of the system under DIR (a saved tree, as `tpmtop boot "
                         "--root`); default: this system, unless the TPM is a simulator")
@@ -48,6 +48,7 @@ def run_health(args: argparse.Namespace) -> int:
     from tpmtop.health.kernel_traffic import KernelTraffic
     from tpmtop.health.probe import TpmFacts, probe
     from tpmtop.health.report import render_text
+    from tpmtop.health.slots import SlotHolders
     from tpmtop.health.tpmstate import Saved
     from tpmtop.tpm import tcti as tcti_mod
 
@@ -57,11 +58,13 @@ def run_health(args: argparse.Namespace) -> int:
         raise UsageError(f"--root {args.root}: not a directory")
     log = AuthFailureLog()
     traffic = KernelTraffic()
+    holders = SlotHolders()
     sources = []
     for path in args.capture:
         cap = load_capture(path)  # a bad file: one line, exit 2 (its own errors)
         log.feed_capture(cap)
         traffic.feed_capture(cap)
+        holders.feed_capture(cap)
         sources.append(os.path.basename(path))
     target = tcti_mod.choose(getattr(args, "tcti", None), getattr(args, "sim", False),
                              raw_device=getattr(args, "raw_device", False),
@@ -100,7 +103,7 @@ def run_health(args: argparse.Namespace) -> int:
             return got
         return savedstate.saved(state_path, _key(tpm, facts)) if state_path and seen else None
 
-    tpm, verdicts, manufacturer = build.tpm_verdicts(read, reason, log, sources, saved)
+    tpm, verdicts, manufacturer = build.tpm_verdicts(read, reason, log, sources, saved, holders)
     for t, facts in seen:
         if state_path is not None and facts.clock is not None:
             try:

@@ -9,7 +9,7 @@ from typing import Any
 from tpmtop.boot.facts import collect_health
 from tpmtop.boot.rootfs import RootReader
 from tpmtop.errors import TpmtopError
-from tpmtop.health import attribution, ek, ima, lockout, nvspace, system, tpmstate
+from tpmtop.health import attribution, ek, ima, lockout, nvspace, slots, system, tpmstate
 from tpmtop.health.kernel_traffic import KernelTraffic
 from tpmtop.health.probe import TpmFacts
 from tpmtop.health.report import HealthReport
@@ -21,7 +21,7 @@ from tpmtop.tpm.identity import software_tpm
 def tpm_verdicts(read: Callable[[], tuple[dict[str, Any], TpmFacts]] | None, reason: str | None,
                  log: attribution.AuthFailureLog, sources: list[str],
                  saved: Callable[[dict[str, Any], TpmFacts], Saved | None] = lambda t, f: None,
-                 ) -> tuple[dict[str, Any], list[Verdict], str | None]:
+                 holders: slots.SlotHolders | None = None) -> tuple[dict[str, Any], list[Verdict], str | None]:
     """``read()`` -> (the TPM's JSON line, what :func:`probe.probe` read); ``saved(tpm, facts)``
     -> the state to compare the clock with. Returns the TPM's line, the
     lockout verdicts and its manufacturer (for the fTPM case). A TPM that was chosen and could
@@ -53,13 +53,15 @@ def tpm_verdicts(read: Callable[[], tuple[dict[str, Any], TpmFacts]] | None, rea
                 out.append(unknown(Kind.LOCKOUT, f"the TPM did not report {e.args[0]}"))
             else:
                 out.append(lockout.verdict(st, log.culprits()))
-            out += state_verdicts(tpm, facts, saved(tpm, facts))
+            out += state_verdicts(tpm, facts, saved(tpm, facts), holders or slots.SlotHolders())
     out.append(attribution.verdict(log, sources))
     return tpm, out, manufacturer
 
 
-def state_verdicts(tpm: dict[str, Any], facts: TpmFacts, before: Saved | None) -> list[Verdict]:
-    """The TPM's own state: flags, self-test, clock against ``before``, EK certificates, NV."""
+def state_verdicts(tpm: dict[str, Any], facts: TpmFacts, before: Saved | None,
+                   holders: slots.SlotHolders) -> list[Verdict]:
+    """The TPM's own state: flags, self-test, clock against ``before``, EK certificates, NV,
+    slots with their ``holders``."""
     out = []
     perm = facts.var.get("PERMANENT")
     out.append(tpmstate.flags_verdict(perm, facts.var.get("STARTUP_CLEAR")) if perm is not None
@@ -70,6 +72,7 @@ def state_verdicts(tpm: dict[str, Any], facts: TpmFacts, before: Saved | None) -
                else unknown(Kind.CLOCK, f"ReadClock: {facts.errors.get('clock', '?')}"))
     out.append(ek.verdict(facts))
     out.append(nvspace.verdict(facts))
+    out.append(slots.verdict(facts, holders, str(tpm.get("tcti", ""))))
     return out
 
 

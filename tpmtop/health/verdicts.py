@@ -51,6 +51,7 @@ class Kind(Enum):
     CLOCK = ("clock", Area.STATE, "clock")
     EK_CERTS = ("ek-certs", Area.STATE, "EK certs")
     NV = ("nv", Area.STATE, "NV")
+    SLOTS = ("slots", Area.STATE, "slots")
     DEVICE = ("device", Area.SETUP, "device")
     HMAC_BUILD = ("hmac-build", Area.SETUP, "HMAC build")
     HMAC_MESSAGES = ("hmac-messages", Area.SETUP, "HMAC messages")
