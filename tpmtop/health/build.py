@@ -3,13 +3,14 @@ only), captures of watched traffic, and the system's files under a root."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 from tpmtop.boot.facts import collect_health
 from tpmtop.boot.rootfs import RootReader
 from tpmtop.errors import TpmtopError
-from tpmtop.health import attribution, ek, ima, lockout, nvspace, slots, system, tpmstate
+from tpmtop.health import attribution, ek, holders, ima, lockout, nvspace, slots, system, tpmstate
 from tpmtop.health.kernel_traffic import KernelTraffic
 from tpmtop.health.probe import TpmFacts
 from tpmtop.health.report import HealthReport
@@ -93,7 +94,10 @@ def system_verdicts(root: str, manufacturer: str | None, ima_sample: float,
     reader = RootReader(root)
     facts = collect_health(reader)
     inp = system.Inputs(reader, facts, manufacturer, traffic)
-    return system.verdicts(inp) + [ima.verdict(reader, facts, ima_sample, traffic=traffic)]
+    out = system.verdicts(inp)
+    if os.path.realpath(root) == "/":  # this machine's processes now: a saved tree has none
+        out.insert(1, holders.read())
+    return out + [ima.verdict(reader, facts, ima_sample, traffic=traffic)]
 
 
 def report(tpm: dict[str, Any], verdicts: list[Verdict], notes: list[str]) -> HealthReport:

@@ -53,6 +53,7 @@ class Kind(Enum):
     NV = ("nv", Area.STATE, "NV")
     SLOTS = ("slots", Area.STATE, "slots")
     DEVICE = ("device", Area.SETUP, "device")
+    HOLDERS = ("holders", Area.SETUP, "held by")
     HMAC_BUILD = ("hmac-build", Area.SETUP, "HMAC build")
     HMAC_MESSAGES = ("hmac-messages", Area.SETUP, "HMAC messages")
     PCR_INTEGRITY = ("pcr-integrity", Area.SETUP, "PCR integrity")
