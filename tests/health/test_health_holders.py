@@ -18,7 +18,7 @@ def test_a_process_holding_the_file_is_listed_and_its_name_is_terminal_safe(tmp_
     held.write_bytes(b"")
     path = os.path.realpath(held)
     evil = tmp_path / "ev\x1b[31mil"  # a program name with an escape sequence in it
-    os.symlink(shutil.which("sleep"), evil)
+    evil.symlink_to(shutil.which("sleep"))
     # fd 3 holds the file for the life of the process, as a TPM client holds /dev/tpmrm0
     proc = subprocess.Popen(["sh", "-c", 'exec 3<"$1"; exec "$2" 600', "sh", path, str(evil)])
     try:
