@@ -10,7 +10,7 @@ from typing import Any
 from tpmtop.boot.facts import collect_health
 from tpmtop.boot.rootfs import RootReader
 from tpmtop.errors import TpmtopError
-from tpmtop.health import attribution, ek, holders, ima, lockout, nvspace, slots, system, tpmstate
+from tpmtop.health import advisories, attribution, ek, holders, ima, lockout, nvspace, slots, system, tpmstate
 from tpmtop.health.kernel_traffic import KernelTraffic
 from tpmtop.health.probe import TpmFacts
 from tpmtop.health.report import HealthReport
@@ -74,6 +74,7 @@ def state_verdicts(tpm: dict[str, Any], facts: TpmFacts, before: Saved | None,
     out.append(ek.verdict(facts))
     out.append(nvspace.verdict(facts))
     out.append(slots.verdict(facts, holders, str(tpm.get("tcti", ""))))
+    out.append(advisories.verdict(tpm))
     return out
 
 

@@ -52,6 +52,7 @@ class Kind(Enum):
     EK_CERTS = ("ek-certs", Area.STATE, "EK certs")
     NV = ("nv", Area.STATE, "NV")
     SLOTS = ("slots", Area.STATE, "slots")
+    ADVISORIES = ("advisories", Area.STATE, "advisories")
     DEVICE = ("device", Area.SETUP, "device")
     HOLDERS = ("holders", Area.SETUP, "held by")
     HMAC_BUILD = ("hmac-build", Area.SETUP, "HMAC build")
