@@ -58,7 +58,8 @@ async def test_health_panel_shows_every_system_verdict_of_a_dead_tpm_guest(size,
         text = _panel_text(screen)
         for kind in Kind:
             # the TPM's (no TPM here) and this machine's processes (a saved tree has none)
-            if kind.area not in (Area.LOCKOUT, Area.STATE) and kind is not Kind.HOLDERS:
+            # and what only a capture shows (the kernel's waits against CreatePrimary's time)
+            if kind.area not in (Area.LOCKOUT, Area.STATE) and kind not in (Kind.HOLDERS, Kind.CMD_TIMEOUTS):
                 assert kind.label in text, kind
         assert "TPM-bypass" in text  # IMA's verdict on this guest
         assert "FAIL" in text and "the firmware declares a TPM and there is no /dev/tpm0" in text

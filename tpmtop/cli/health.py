@@ -45,6 +45,8 @@ def run_health(args: argparse.Namespace) -> int:
     from tpmtop.capture import load_capture
     from tpmtop.health import build, savedstate
     from tpmtop.health.attribution import AuthFailureLog
+    from tpmtop.health.cmd_timeouts import CreatePrimaryTimes
+    from tpmtop.health.cmd_timeouts import verdict as create_primary_verdict
     from tpmtop.health.kernel_traffic import KernelTraffic
     from tpmtop.health.probe import TpmFacts, probe
     from tpmtop.health.report import render_text
@@ -59,12 +61,14 @@ def run_health(args: argparse.Namespace) -> int:
     log = AuthFailureLog()
     traffic = KernelTraffic()
     holders = SlotHolders()
+    create_times = CreatePrimaryTimes()
     sources = []
     for path in args.capture:
         cap = load_capture(path)  # a bad file: one line, exit 2 (its own errors)
         log.feed_capture(cap)
         traffic.feed_capture(cap)
         holders.feed_capture(cap)
+        create_times.feed_capture(cap, os.path.basename(path))
         sources.append(os.path.basename(path))
     target = tcti_mod.choose(getattr(args, "tcti", None), getattr(args, "sim", False),
                              raw_device=getattr(args, "raw_device", False),
@@ -122,6 +126,9 @@ def run_health(args: argparse.Namespace) -> int:
     else:
         notes.append(f"set-up, driver and IMA not judged: {target.tcti} is reached over a TCTI, not this "
                      "machine's device (--root / judges this machine's anyway)")
+    slow = create_primary_verdict(create_times)
+    if slow is not None:
+        verdicts.append(slow)
     rep = build.report(tpm, verdicts, notes)
     if args.json:
         print_json(rep.to_json())

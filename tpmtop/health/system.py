@@ -298,6 +298,19 @@ def _pm_marks(r: RootReader, sf: SystemFacts) -> list[tuple[float | None, str]]:
     return out
 
 
+def _boot_unix(r: RootReader) -> float | None:
+    """When this machine booted, on the wall clock (dmesg's times are seconds since then): only
+    for the running system, whose uptime is now."""
+    import time
+
+    if not r.live:
+        return None
+    try:
+        return time.time() - float(r.read_line("/proc/uptime").split()[0])
+    except (Unavailable, ValueError, IndexError):
+        return None
+
+
 def timeouts(inp: Inputs) -> Verdict:
     r, sf = inp.reader, inp.facts
     reason = _dmesg_reason(sf)
@@ -309,14 +322,19 @@ def timeouts(inp: Inputs) -> Verdict:
     marks = _pm_marks(r, sf)
     ev = []
     after_resume = 0
+    boot_unix = _boot_unix(r) if inp.traffic is not None and inp.traffic.timeline else None
     for p in found:
         t = float(p.time_s) if p.time_s is not None else None
         note = ""
+        if boot_unix is not None and t is not None and inp.traffic is not None:
+            hit = inp.traffic.command_at(int((boot_unix + t) * 1e9))
+            note += (f"  (then in flight: {hit[0]} from {safe(hit[1])}, sent {hit[2]:.1f} s before)" if hit
+                     else "  (no captured command was in flight then)")
         prior = [(mt, w) for mt, w in marks if mt is not None and t is not None and mt <= t]
         if t is not None and prior and any(k in prior[-1][1] for k in ("exit", "Waking", "resume")):
             mt, w = prior[-1]
             after_resume += 1
-            note = f"  ({t - (mt or 0.0):.1f} s after `{w}`)"
+            note += f"  ({t - (mt or 0.0):.1f} s after `{w}`)"
         ev.append(_p_line(p) + note)
     ev += [f"journal: [{e.first}] {safe(e.ident)}: {safe(e.message)} ×{e.count}" for e in jn]
     ev += [f"dmesg: [{t}] PM: {w}" for t, w in marks]

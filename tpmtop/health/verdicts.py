@@ -60,6 +60,7 @@ class Kind(Enum):
     PCR_INTEGRITY = ("pcr-integrity", Area.SETUP, "PCR integrity")
     INTERRUPTS = ("interrupts", Area.DRIVER, "interrupts")
     TIMEOUTS = ("timeouts", Area.DRIVER, "time-outs")
+    CMD_TIMEOUTS = ("cmd-timeouts", Area.DRIVER, "kernel waits")
     HWRNG = ("hwrng", Area.DRIVER, "hwrng")
     IMA = ("ima", Area.IMA, "IMA")
 
