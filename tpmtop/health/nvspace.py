@@ -72,3 +72,18 @@ def verdict(facts: TpmFacts) -> Verdict:
                                             ("index_max", facts.fixed.get(0x117)))
     shown = ev[:SHOWN + 1]
     return Verdict(Kind.NV, level, text, tuple(shown), data)
+
+
+def room_verdict(var: dict[str, int]) -> Verdict | None:
+    """The room alone, from the variable properties a poll already read (the dashboard's Health
+    panel: no NV_ReadPublic of its own). None when the TPM does not report it."""
+    avail = var.get("HR_PERSISTENT_AVAIL")
+    if avail is None:
+        return None
+    ev = (f"TPM_PT_HR_PERSISTENT_AVAIL {avail}, TPM_PT_NV_COUNTERS_AVAIL {var.get('NV_COUNTERS_AVAIL')}, "
+          f"TPM_PT_HR_NV_INDEX {var.get('HR_NV_INDEX')}",)
+    data = (("persistent_avail", avail), ("index_count", var.get("HR_NV_INDEX")))
+    text = f"{var.get('HR_NV_INDEX', '?')} indices; room for {avail} more persistent object(s) by the TPM's estimate"
+    if avail <= NV_WARN_PERSISTENT_AVAIL:
+        return Verdict(Kind.NV, Level.WARN, f"NV nearly full: {text}", ev, data)
+    return Verdict(Kind.NV, Level.INFO, text, ev, data)
