@@ -39,7 +39,8 @@ def test_reset_count_and_nv_room_gauges_agree_with_health(tcp_swtpm, tmp_path):
     v = _health(tcp_swtpm)
     exp = Exporter("--no-kernel", "--probe", "10", "-T", tcp_swtpm.tcti)
     try:
-        text = _scrape_until(exp, lambda t: "tpmtop_tpm_clock_resets" in t and "tpmtop_tpm_nv_persistent_available" in t,
+        text = _scrape_until(exp, lambda t: all(n in t for n in ("tpmtop_tpm_clock_resets",
+                                                                 "tpmtop_tpm_nv_persistent_available")),
                              "the clock and NV gauges")
     finally:
         exp.stop()
