@@ -140,3 +140,24 @@ def test_nv_filled_close_to_its_limit_warns(tcp_swtpm, tmp_path):
     v = _verdict(doc, "nv")
     assert status == 1 and v["level"] == "warn" and v["text"].startswith("NV nearly full"), v
     assert v["data"]["index_count"] == i
+
+
+def test_restart_is_reported_against_a_pcrs_snapshot(tcp_swtpm, tmp_path):
+    snap = tmp_path / "snap.json"
+    r = run_tpmtop("pcrs", "-T", tcp_swtpm.tcti, "--save", str(snap), env={"XDG_DATA_HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    saved = json.loads(snap.read_text())["tpm"]["clock"]
+    tools(tcp_swtpm, "tpm2_shutdown", cwd=tmp_path)
+    _restart(tcp_swtpm)
+    _, doc, _ = _health(tcp_swtpm, "--state", "none", "--against", str(snap))
+    v = _verdict(doc, "clock")
+    assert v["data"]["since"] == "restarted" and v["data"]["restart_count"] == saved["restart_count"] + 1, v
+    assert any(str(snap) in e for e in v["evidence"])
+    # must not fire: a snapshot without the clock (written before it was kept) says so and compares nothing
+    doc_old = json.loads(snap.read_text())
+    del doc_old["tpm"]["clock"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(doc_old))
+    _, doc, _ = _health(tcp_swtpm, "--state", "none", "--against", str(old))
+    assert _verdict(doc, "clock")["data"]["since"] is None
+    assert any("carries no TPM clock" in n for n in doc["notes"])

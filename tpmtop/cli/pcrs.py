@@ -77,6 +77,21 @@ def run_pcrs(args: argparse.Namespace) -> int:
         late.close()
 
 
+def _clock(conn: Any) -> dict[str, Any]:
+    """The TPM's ReadClock counters (read-only, no authorization), kept in a snapshot so that
+    `tpmtop health --against SNAPSHOT` can say whether it was reset, restarted or cleared since;
+    nothing when the TPM refuses it."""
+    from dataclasses import asdict
+
+    from tpmtop.errors import TpmError
+    from tpmtop.tpm.status import read_clock
+
+    try:
+        return {"clock": asdict(conn.call(read_clock))}
+    except TpmError:
+        return {}
+
+
 def _run(args: argparse.Namespace, late: _Late) -> int:
     from tpmtop.pcrs import ima, replay, report, snapshot, verdict
 
@@ -91,6 +106,7 @@ def _run(args: argparse.Namespace, late: _Late) -> int:
         with tpm_from_args(args) as conn:
             tpm_vals = conn.call(read_all)
             tpm_info = {"tcti": conn.target.tcti, "simulated": conn.simulated}
+            tpm_info.update(_clock(conn))
     log = _read_log(log_path, explicit=args.eventlog is not None, progress=late, quiet=args.no_tpm)
     ima_path = args.ima
     if ima_path is None and args.eventlog is None and os.access(DEFAULT_IMA, os.R_OK):
