@@ -48,6 +48,9 @@ def verdict(facts: TpmFacts) -> Verdict:
                      "name": p.name.hex(), "owner": who or None})
         ev.append(f"0x{p.index:08x} {p.nv_type:<8} {p.data_size:>5} B  {'|'.join(p.attr_names)}"
                   + (f"  ({who})" if who else ""))
+    listed = {p.index for p in facts.nv}
+    ev += [f"{h} not described: {why}" for h, why in facts.errors.items()
+           if h.startswith("0x01") and int(h, 16) not in listed]
     avail = facts.var.get("HR_PERSISTENT_AVAIL")
     counters = facts.var.get("NV_COUNTERS_AVAIL")
     size = sum(p.data_size for p in facts.nv)

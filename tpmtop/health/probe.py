@@ -49,7 +49,12 @@ def probe(transport: Transacts) -> TpmFacts:
         f.test = get_test_result(transport)
 
     def nv() -> None:
-        f.nv = [nv_read_public(transport, h) for h in nv_indices(transport)]
+        f.nv = []
+        for h in nv_indices(transport):
+            try:
+                f.nv.append(nv_read_public(transport, h))
+            except TpmError as e:  # one index the TPM will not describe: said, the rest listed
+                f.errors[f"0x{h:08x}"] = str(e)
 
     def slots() -> None:
         f.transients = get_handles(transport, TRANSIENT_FIRST)
