@@ -42,7 +42,7 @@ def test_lockout_auth_and_disable_clear_are_shown(tcp_swtpm, tmp_path):
     assert flags["data"]["lockoutAuthSet"] is True and flags["data"]["disableClear"] is True
     assert flags["data"]["ownerAuthSet"] is False
     line = next(ln for ln in r.stdout.splitlines() if " flags " in ln)
-    assert "lockoutAuthSet" in line and "disableClear" in line, r.stdout
+    assert "lockoutAuthSet yes" in line and "disableClear yes" in line and "ownerAuthSet no" in line, r.stdout
 
 
 def _restart(s: TcpSwtpm) -> None:

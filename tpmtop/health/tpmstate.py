@@ -31,7 +31,9 @@ def flags_verdict(permanent: int, startup_clear: int | None) -> Verdict:
     off = [n for f, n in PERMANENT_NAMES.items() if not permanent & f]
     ev = [f"TPMA_PERMANENT 0x{permanent:08x}: set {', '.join(on) or 'none'}; clear {', '.join(off) or 'none'}"]
     data: list[tuple[str, object]] = [(n, bool(permanent & f)) for f, n in PERMANENT_NAMES.items()]
-    text = ", ".join(on) if on else "no authorization value set, clear allowed"
+    # every flag said yes or no (the set ones first): "no" is an answer too (no lockoutAuth set)
+    shown = [n for n in on if n != "inLockout"] + [n for n in off if n != "inLockout"]
+    text = ", ".join(f"{n} {'yes' if n in on else 'no'}" for n in shown)
     level = Level.INFO
     if startup_clear is not None:
         sc_on = [n for f, n in STARTUP_CLEAR_NAMES.items() if startup_clear & f]
