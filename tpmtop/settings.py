@@ -79,6 +79,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         "second process (on a machine with two CPUs or more). Off by default: measured on "
         "2026-12-06 it made a 1,000,000-event export ×1.09 slower without busy loops and ×0.74 "
         "with two (benchmarks/export.py --split-knob; docs/benchmarks.md).")] = False
+    tpm_deadline: Annotated[float, _knob(
+        "Seconds tpmtop waits for the TPM to answer one command before it reports the command "
+        "and the wait and gives up (exit status 1): a stalled TPM is a finding, not a hang. The "
+        "kernel gives a listed command at most 2 s (TPM_LONG) and 120 s to one it does not "
+        "list; 30 s leaves a loaded machine and a queue at a resource manager room. "
+        "--timeout SECONDS replaces this and tpm_deadline_long for one run.", gt=0, le=86400)] = 30.0
+    tpm_deadline_long: Annotated[float, _knob(
+        "Seconds for the commands the kernel itself waits longest for (CreatePrimary, Create, "
+        "CreateLoaded, VerifySignature: its TPM_LONG_LONG, 300 s before Linux 6.18): a slow "
+        "chip's RSA key generation takes seconds to tens of seconds.", gt=0, le=86400)] = 300.0
 
 
 NAMES: tuple[str, ...] = Settings.__struct_fields__

@@ -205,7 +205,8 @@ def test_promtool_checks_and_unit_tests_the_rules():
 
 # -- --probe: read-only GetCapability on a real swtpm ----------------------------------------------
 def test_probe_sends_only_getcapability_and_sees_slots_taken(tcp_swtpm):
-    """The probe's whole traffic is GetCapability, and it reads what another client holds."""
+    """The probe's whole traffic is GetCapability and ReadClock (read-only, no authorization), and it
+    reads what another client holds."""
     from argparse import Namespace
 
     from tpm2_pytss import ESAPI, TCTILdr
@@ -228,7 +229,7 @@ def test_probe_sends_only_getcapability_and_sees_slots_taken(tcp_swtpm):
         probe.keep_open = True  # to read its recorder: every command of the first probe
         assert probe.read_once()
         sent = [e.name for e in probe.conn.recorder.events()]
-        assert sent and set(sent) == {"TPM2_CC_GetCapability"}, sent
+        assert sent and set(sent) == {"TPM2_CC_GetCapability", "TPM2_CC_ReadClock"}, sent  # read-only, no auth
         probe.conn.close()
         probe.conn, probe.keep_open = None, False
         free = probe.slots[SlotKind.TRANSIENT]

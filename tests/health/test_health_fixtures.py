@@ -82,12 +82,17 @@ def test_a_declared_tpm_without_dev_tpm0_is_explained_by_its_dmesg_lines():
     assert v["interrupts"]["level"] == "unknown"  # no TPM bound: nothing to judge
 
 
-def _edited_copy(tmp_path: Path, tree: str, after: str, lines: list[str], drop_tpm: bool = False) -> Path:
+def _edited_copy(tmp_path: Path, tree: str, after: str, lines: list[str], drop_tpm: bool = False,
+                 hmac: bool = False) -> Path:
     """A copy of a real guest's tree with ``lines`` (the kernel's wording, time-stamped after the
     line containing ``after``) inserted into its kernel log: messages these Debian kernels never
-    print (CONFIG_TCG_TPM2_HMAC off) in the place a kernel that has it prints them."""
+    print (CONFIG_TCG_TPM2_HMAC off) in the place a kernel that has it prints them. ``hmac``:
+    its config says CONFIG_TCG_TPM2_HMAC=y, as a kernel that prints them is built."""
     root = tmp_path / tree
     shutil.copytree(FIXTURES / tree, root)
+    if hmac:
+        for cfg in (root / "boot").glob("config-*"):
+            cfg.write_text(cfg.read_text().replace("# CONFIG_TCG_TPM2_HMAC is not set", "CONFIG_TCG_TPM2_HMAC=y"))
     log = root / "run" / "tpmtop" / "dmesg.txt"
     out = []
     for ln in log.read_text().splitlines():
@@ -114,7 +119,8 @@ HMAC_ERA = [
 
 
 def test_hmac_era_messages_are_recognised_and_explain_a_missing_device(tmp_path):
-    root = _edited_copy(tmp_path, "debian-6.12-default", "tpm_tis MSFT0101:00: 2.0 TPM", HMAC_ERA, drop_tpm=True)
+    root = _edited_copy(tmp_path, "debian-6.12-default", "tpm_tis MSFT0101:00: 2.0 TPM", HMAC_ERA, drop_tpm=True,
+                        hmac=True)
     status, v = health(root)
     msgs = v["hmac-messages"]
     assert status == 1 and msgs["level"] == "fail"
@@ -124,6 +130,46 @@ def test_hmac_era_messages_are_recognised_and_explain_a_missing_device(tmp_path)
     dev = v["device"]
     assert dev["level"] == "fail"
     assert any("NULL name has changed" in e for e in dev["evidence"])
+
+
+def test_hmac_messages_on_a_kernel_built_without_hmac_say_it_cannot_print_them(tmp_path):
+    root = _edited_copy(tmp_path, "debian-6.12-default", "tpm_tis MSFT0101:00: 2.0 TPM", HMAC_ERA[:1])
+    _, v = health(root)
+    msgs = v["hmac-messages"]
+    assert msgs["level"] == "warn" and msgs["data"]["hmac_built"] is False, msgs
+    assert "built without HMAC sessions" in msgs["text"] and "cannot print these lines" in msgs["text"]
+
+
+def test_pcr_integrity_on_a_kernel_without_hmac_says_it_has_no_effect(tmp_path):
+    _, v = health(FIXTURES / "debian-6.12-dead-tpm")  # CONFIG_TCG_TPM2_HMAC off, disable_pcr_integrity N
+    assert v["hmac-build"]["data"]["hmac"] is False
+    text = v["pcr-integrity"]["text"]
+    assert "has no effect" in text and "use the HMAC session" not in text, text
+    # must not fire where HMAC is built: there the parameter decides
+    root = _edited_copy(tmp_path, "debian-6.12-dead-tpm", "Command line", [], hmac=True)
+    _, v = health(root)
+    assert v["pcr-integrity"]["text"] == "PCR extends use the HMAC session (tpm.disable_pcr_integrity=0)"
+
+
+def test_ima_counts_agree_and_the_command_line_is_not_a_python_dict():
+    r = run_tpmtop("health", "--root", str(FIXTURES / "debian-6.12-dead-tpm"), "--ima-sample", "0")
+    ima = r.stdout[r.stdout.index("\nima\n"):]
+    assert "{" not in ima and "ima_policy=tcb" in ima, ima
+    # the count file (read first) says 30, the list read after it holds 33: one figure, explained
+    assert "33 measurements" in ima and "in the 33 entries of the list" in ima
+    assert "runtime_measurements_count: 30 (read first; the list, read after it, holds 33" in ima
+
+
+def test_the_kernels_amd_ftpm_hwrng_line_is_ruled(tmp_path):
+    line = "tpm tpm0: AMD fTPM version 0x3005700000004 causes system stutter; hwrng disabled"
+    root = _edited_copy(tmp_path, "debian-6.12-default", "tpm_tis MSFT0101:00: 2.0 TPM", [line])
+    (root / "sys" / "class" / "misc" / "hw_random" / "rng_current").write_text("none\n")
+    _, v = health(root)
+    hw = v["hwrng"]
+    assert hw["level"] == "ok" and "turned the AMD fTPM's off" in hw["text"], hw
+    assert any(line in e for e in hw["evidence"]) and hw["data"]["amd_ftpm_disabled"] is True
+    _, plain = health(FIXTURES / "debian-6.12-default")  # must not fire without the line
+    assert "AMD" not in plain["hwrng"]["text"]
 
 
 def test_timeouts_after_a_resume_are_marked(tmp_path):

@@ -57,7 +57,9 @@ async def test_health_panel_shows_every_system_verdict_of_a_dead_tpm_guest(size,
         assert screen.query_one("#health").border_subtitle.startswith("2 problem(s)")
         text = _panel_text(screen)
         for kind in Kind:
-            if kind.area is not Area.LOCKOUT:
+            # the TPM's (no TPM here) and this machine's processes (a saved tree has none)
+            # and what only a capture shows (the kernel's waits against CreatePrimary's time)
+            if kind.area not in (Area.LOCKOUT, Area.STATE) and kind not in (Kind.HOLDERS, Kind.CMD_TIMEOUTS):
                 assert kind.label in text, kind
         assert "TPM-bypass" in text  # IMA's verdict on this guest
         assert "FAIL" in text and "the firmware declares a TPM and there is no /dev/tpm0" in text

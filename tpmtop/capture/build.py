@@ -12,6 +12,7 @@ import datetime as _dt
 import os
 import platform
 import socket
+import time
 from typing import Any
 
 from tpmtop.capture.spec import SCHEMA_ID
@@ -67,6 +68,10 @@ def build_capture(conn: Any, accounts: list[Any], *, events: list[Any] | None = 
     if marks:
         cap["marks"] = [{"t_ns": max(t - t0, 0), "text": text} for t, text in marks]
     if events is not None:
+        # the wall clock at t_ns 0 (both clocks read now: the monotonic offset is exact), so a
+        # reader can say when each event happened (tpmtop health's failure lines)
+        cap["t0_wall"] = _dt.datetime.fromtimestamp(time.time() - (time.perf_counter_ns() - t0) / 1e9,
+                                                    _dt.UTC).isoformat(timespec="milliseconds")
         cap["events"] = events_json(events, t0)
         # The bytes the recorder kept (for pcapng export and decode) and each event's client.
         attach_raw_bytes(cap, events, t0)

@@ -106,7 +106,8 @@ def add_tpm_options(p: argparse.ArgumentParser, top: bool = False) -> None:
                    help="refuse every action that changes TPM state")
     g.add_argument("--timeout", type=_seconds, default=d(None), metavar="SECONDS",
                    help="how long to wait for the TPM to answer one command before giving up with exit "
-                        "status 1 (default: 120; a slow chip's RSA CreatePrimary can take tens of seconds)")
+                        "status 1 (default: the settings' tpm_deadline, 30, and tpm_deadline_long, 300, for "
+                        "key generation: docs/settings.md)")
 
 
 def _seconds(text: str) -> float:

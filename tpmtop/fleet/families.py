@@ -140,6 +140,15 @@ FAMILIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
      "Seconds the lockout hierarchy waits after a failed lockout authorization (TPM2_PT_LOCKOUT_RECOVERY)."),
     (name("tpm_da_in_lockout"), "gauge", (),
      "1 while the TPM is in dictionary-attack lockout (TPMA_PERMANENT inLockout), 0 when not; with --probe."),
+    # -- --probe: the TPM's clock counters and NV room (ReadClock, GetCapability; tpmtop health) --
+    (name("tpm_clock_resets"), "gauge", (),
+     "TPM Resets since the TPM was last cleared (ReadClock resetCount: one per reboot; TPM2_Clear sets it "
+     "to 0), with --probe."),
+    (name("tpm_clock_restarts"), "gauge", (),
+     "TPM Restarts since the last TPM Reset (ReadClock restartCount: resume from hibernation), with --probe."),
+    (name("tpm_nv_persistent_available"), "gauge", (),
+     "The TPM's estimate of how many more persistent objects fit in its NV (TPM2_PT_HR_PERSISTENT_AVAIL: it "
+     "shrinks as NV indices take space), with --probe."),
     # -- the exporter itself (plus prometheus_client's process_* families) --------------------------
     (name("exporter_info"), "gauge", ("version", "source"), "tpmtop's version and what feeds it (value 1)."),
 )

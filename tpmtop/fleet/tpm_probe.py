@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from tpmtop.fleet.facts_feed import FactsMetrics
     from tpmtop.health.lockout import DaState
     from tpmtop.tpm.connection import TpmConnection
+    from tpmtop.tpm.status import ClockInfo
 
 _SLOT_PROPS = {SlotKind.TRANSIENT: "HR_TRANSIENT_AVAIL", SlotKind.LOADED_SESSION: "HR_LOADED_AVAIL",
                SlotKind.ACTIVE_SESSION: "HR_ACTIVE_AVAIL"}
@@ -52,6 +53,8 @@ class TpmProbe(Collector):
         self.slots: dict[SlotKind, int] = {}
         self.replay: dict[str, bool] | None = None  # bank -> the event log replays to its PCRs
         self.da: DaState | None = None
+        self.clock: ClockInfo | None = None
+        self.nv_avail: int | None = None
         self.ok: bool | None = None
         self.error: str | None = None
         self._said: str | None = None
@@ -70,10 +73,13 @@ class TpmProbe(Collector):
                         timeout=getattr(a, "timeout", None))
 
     def read_once(self) -> bool:
-        """One probe: GetCapability only. True when the TPM answered."""
+        """One probe: GetCapability and ReadClock, both read-only and without authorization.
+        True when the TPM answered."""
+        from tpmtop.errors import TpmError
         from tpmtop.pcrs.live import log_readable, replay_matches
         from tpmtop.pcrs.tpmread import read_all
         from tpmtop.tpm.identity import read_identity, read_variable
+        from tpmtop.tpm.status import read_clock
 
         root = getattr(self.args, "root", "/") or "/"
         try:
@@ -86,6 +92,10 @@ class TpmProbe(Collector):
                         self.facts.tpm_identity = {"manufacturer": ident.manufacturer, "firmware": ident.firmware}
                 self.identified = True
             var = self.conn.call(read_variable, origin=Origin.EXPORTER)
+            try:  # read-only, no authorization; a TPM that refuses it leaves the gauges out
+                clock: ClockInfo | None = self.conn.call(read_clock, origin=Origin.EXPORTER)
+            except TpmError:
+                clock = None
             # PCR_Read (read-only, no authorization) only where an event log can explain the values
             tpm_pcrs = self.conn.call(read_all, origin=Origin.EXPORTER) if log_readable(root) else None
         except Exception as e:  # a TPM that went away: said once, tried again next time
@@ -109,6 +119,8 @@ class TpmProbe(Collector):
             self.slots = {k: var[p] for k, p in _SLOT_PROPS.items() if p in var}
             self.replay = matches
             self.da = da
+            self.clock = clock
+            self.nv_avail = var.get("HR_PERSISTENT_AVAIL")
             self.ok, self.error = True, None
         return True
 
@@ -117,6 +129,7 @@ class TpmProbe(Collector):
 
         with self.lock:
             self.ok, self.error, self.slots, self.da = False, why, {}, None
+            self.clock, self.nv_avail = None, None
         if self.conn is not None:
             try:
                 self.conn.close()
@@ -152,8 +165,15 @@ class TpmProbe(Collector):
     def collect(self) -> Iterator[Metric]:
         with self.lock:
             ok, slots, replay, da = self.ok, dict(self.slots), self.replay, self.da
+            clock, nv_avail = self.clock, self.nv_avail
         if ok is None:
             return
+        if clock is not None:
+            for short, v in (("tpm_clock_resets", clock.reset_count), ("tpm_clock_restarts", clock.restart_count)):
+                yield GaugeMetricFamily(fam.name(short), fam.HELP[fam.name(short)], value=float(v))
+        if nv_avail is not None:
+            n = fam.name("tpm_nv_persistent_available")
+            yield GaugeMetricFamily(n, fam.HELP[n], value=float(nv_avail))
         if da is not None:
             for short, v in (("tpm_da_lockout_counter", da.counter), ("tpm_da_max_auth_fail", da.max_tries),
                              ("tpm_da_lockout_interval_seconds", da.interval_s),

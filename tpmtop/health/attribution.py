@@ -1,5 +1,6 @@
 """Who sent each wrong password: every TPM_RC_AUTH_FAIL / TPM_RC_BAD_AUTH response tied to the
-client that caused it, wherever tpmtop sees the traffic — its proxy and ``tpmtop run`` (the
+client that caused it (and every command refused with TPM_RC_LOCKOUT while the TPM was locked
+out: who kept trying, not who caused it), wherever tpmtop sees the traffic — its proxy and ``tpmtop run`` (the
 client's process), the kernel view (the task that sent it) — from the same command/response
 events a capture holds. The proxy feeds :class:`AuthFailureLog` as it forwards; ``tpmtop health
 --capture FILE`` feeds it from a capture written by ``tpmtop run --json``, ``tpmtop proxy
@@ -16,7 +17,7 @@ from typing import Any
 from tpmtop.health.verdicts import Kind, Level, Verdict
 from tpmtop.textsafe import safe
 from tpmtop.tpm import names
-from tpmtop.tpm.rcformat import RC_AUTH_FAIL, decode, is_auth_failure
+from tpmtop.tpm.rcformat import RC_AUTH_FAIL, RC_LOCKOUT, decode, is_auth_failure
 
 KEPT = 256  # the latest failures kept whole; the per-client counts cover every one
 
@@ -43,6 +44,7 @@ class AuthFailure:
     rc: int
     t_ns: int | None = None  # from the capture's origin, when known
     count: int = 1  # > 1 only when read from per-client error counts (no events kept)
+    wall: str | None = None  # when it happened (UTC), where the capture says when its t_ns 0 was
 
     @property
     def counted(self) -> bool:
@@ -51,18 +53,26 @@ class AuthFailure:
         return d is not None and d.base == RC_AUTH_FAIL
 
     @property
+    def refused(self) -> bool:
+        """Refused with TPM_RC_LOCKOUT: the TPM was already locked out (not a wrong password)."""
+        return self.rc == RC_LOCKOUT
+
+    @property
     def line(self) -> str:
         d = decode(self.rc)
         pos = f" on {d.position}" if d is not None and d.position else ""
         times = f" ×{self.count}" if self.count > 1 else ""
-        return (f"{self.who.text} via {self.who.origin}: {self.command} → 0x{self.rc:x}{pos} "
-                f"{'TPM_RC_AUTH_FAIL (counted)' if self.counted else 'TPM_RC_BAD_AUTH (noDA: not counted)'}{times}")
+        when = f"{self.wall} " if self.wall else ""
+        what = ("TPM_RC_LOCKOUT (refused: locked out)" if self.refused else
+                "TPM_RC_AUTH_FAIL (counted)" if self.counted else "TPM_RC_BAD_AUTH (noDA: not counted)")
+        return f"{when}{self.who.text} via {self.who.origin}: {self.command} → 0x{self.rc:x}{pos} {what}{times}"
 
     def to_json(self) -> dict[str, Any]:
         d = decode(self.rc)
         return {"who": self.who.to_json(), "command": self.command, "rc": f"0x{self.rc:x}",
-                "rc_text": names.rc_text(self.rc), "where": d.position if d else "", "counted": self.counted,
-                "t_ns": self.t_ns, "count": self.count}
+                "rc_text": names.rc_text(self.rc), "where": d.position if d and not self.refused else "",
+                "counted": self.counted, "refused": self.refused, "t_ns": self.t_ns, "wall": self.wall,
+                "count": self.count}
 
 
 class AuthFailureLog:
@@ -75,15 +85,17 @@ class AuthFailureLog:
         self.by_who: Counter[Who] = Counter()
 
     def observe(self, command: str, rc: int | None, who: Who, t_ns: int | None = None,
-                count: int = 1) -> AuthFailure | None:
-        """Record one response; returns the failure when it was one (None otherwise)."""
-        if not is_auth_failure(rc):
+                count: int = 1, wall: str | None = None) -> AuthFailure | None:
+        """Record one response; returns the failure when it was one (None otherwise): a wrong
+        password, or a command refused with TPM_RC_LOCKOUT (kept, not counted as a culprit's)."""
+        if rc != RC_LOCKOUT and not is_auth_failure(rc):
             return None
         assert rc is not None
-        f = AuthFailure(who, command, rc, t_ns, count)
+        f = AuthFailure(who, command, rc, t_ns, count, wall)
         with self._lock:
             self.latest.append(f)
-            self.by_who[who] += count
+            if not f.refused:
+                self.by_who[who] += count
         return f
 
     def failures(self) -> list[AuthFailure]:
@@ -112,25 +124,48 @@ class AuthFailureLog:
         # a kernel capture names the task on its operations (an event's op_seq), not its events
         tasks = {o.get("op_seq"): o for o in cap.get("ops") or [] if isinstance(o, dict) and "comm" in o}
         origin_default = "run" if isinstance(cap.get("command"), dict) else "proxy"
+        t0 = _wall_origin(cap.get("t0_wall"))
         n = 0
         events = cap.get("events")
         if isinstance(events, list):
             for e in events:
-                if not isinstance(e, dict) or not is_auth_failure(e.get("rc")):
+                if not isinstance(e, dict) or (e.get("rc") != RC_LOCKOUT and not is_auth_failure(e.get("rc"))):
                     continue
                 who = _who_of_event(e, clients, tasks, origin_default)
                 cmd = str(e.get("command", "?")).removeprefix("TPM2_CC_")
-                if self.observe(cmd, e["rc"], who, e.get("t_ns")) is not None:
+                t_ns = e.get("t_ns")
+                if self.observe(cmd, e["rc"], who, t_ns, wall=_wall(t0, t_ns)) is not None:
                     n += 1
             return n
         for c in clients.values():
             for row in c.get("errors_by_code") or []:
                 rc = row.get("rc")
-                if is_auth_failure(rc):
+                if rc == RC_LOCKOUT or is_auth_failure(rc):
                     who = Who(str(c.get("name") or "?"), c.get("pid"), origin_default)
                     self.observe(str(row.get("command", "?")), rc, who, None, int(row.get("count") or 1))
                     n += int(row.get("count") or 1)
         return n
+
+
+def _wall_origin(text: object) -> float | None:
+    """A capture's ``t0_wall`` as seconds since the epoch (None: absent or not a time)."""
+    import datetime as dt
+
+    if not isinstance(text, str):
+        return None
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return t.timestamp() if t.tzinfo is not None else None
+
+
+def _wall(t0: float | None, t_ns: object) -> str | None:
+    import datetime as dt
+
+    if t0 is None or not isinstance(t_ns, int) or isinstance(t_ns, bool):
+        return None
+    return dt.datetime.fromtimestamp(t0 + t_ns / 1e9, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 def _who_of_event(e: dict[str, Any], clients: dict[Any, dict[str, Any]], tasks: dict[Any, dict[str, Any]],
@@ -156,10 +191,14 @@ def verdict(log: AuthFailureLog, sources: list[str]) -> Verdict:
                        "no traffic watched: give --capture FILE (a tpmtop run/proxy/kernel capture) "
                        "to name who caused failures")
     counted = sum(f.count for f in fails if f.counted)
-    total = sum(f.count for f in fails)
+    refused = sum(f.count for f in fails if f.refused)
+    total = sum(f.count for f in fails) - refused
     # The failures explain the lockout counter; the counter is the problem (and it decays):
     # history alone does not make `tpmtop health` fail once the TPM has forgiven it.
-    return Verdict(Kind.AUTH_FAILURES, Level.INFO,
-                   f"{total} wrong password(s) {seen}, {counted} counted towards lockout: {log.culprits()}",
-                   tuple(f.line for f in fails),
+    text = f"{total} wrong password(s) {seen}, {counted} counted towards lockout"
+    text += f": {log.culprits()}" if total else ""
+    if refused:
+        who = sorted({f.who.text for f in fails if f.refused})
+        text += f"; {refused} command(s) refused with TPM_RC_LOCKOUT while locked out ({', '.join(who)})"
+    return Verdict(Kind.AUTH_FAILURES, Level.INFO, text, tuple(f.line for f in fails),
                    (("failures", [f.to_json() for f in fails]),))

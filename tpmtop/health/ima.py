@@ -59,19 +59,31 @@ def verdict(r: RootReader, sf: SystemFacts, sample_s: float = 1.0, top_files: bo
         data.append(("policy_rules", len(rules)))
     except Unavailable as e:
         hints = sf.value("ima.policy_hints") or {}
-        ev.append(f"policy: {e}" + (f"; command line: {hints}" if hints else ""))
+        shown = (" ".join(k if v is None else f"{k}={v}" for k, v in hints.items()) if isinstance(hints, dict)
+                 else str(hints))
+        ev.append(f"policy: {e}" + (f"; command line: {safe(shown)}" if hints else ""))
     try:
         if not top_files:
             raise Unavailable("not read here (tpmtop health reads it)")
-        raw = r.read_bytes(f"{IMA_DIR}/ascii_runtime_measurements")[:LIST_READ_MAX]
+        whole = r.read_bytes(f"{IMA_DIR}/ascii_runtime_measurements")
+        raw = whole[:LIST_READ_MAX]
         paths: Counter[str] = Counter()
         for line in raw.decode("utf-8", "replace").splitlines():
             parts = line.split(" ")  # PCR template-hash template algo:digest path [signature]
             if len(parts) >= 5:
                 paths[parts[4]] += 1
+        entries = sum(paths.values())
+        cut = len(whole) > LIST_READ_MAX
+        where = f"the first {entries} entries" if cut else f"the {entries} entries"
         top = [(p, k) for p, k in paths.most_common(TOP) if k > 1]
         ev += [f"measured {k}×: {safe(p)}" for p, k in top] or [
-            f"no file measured more than once in the {sum(paths.values())} entries read"]
+            f"no file measured more than once in {where} of the list"]
+        if not cut and entries > n0:
+            # the count is read first, the list after: IMA's list grows in between (and a saved
+            # tree's two files may have been copied at different times); the list is the later
+            ev[0] += f" (read first; the list, read after it, holds {entries}: IMA measured meanwhile)"
+            n0 = entries
+            data[0] = ("measurements", n0)
         data.append(("top_files", [{"path": p, "count": k} for p, k in top]))
     except Unavailable as e:
         ev.append(f"list: {e}")

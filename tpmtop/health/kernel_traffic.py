@@ -41,12 +41,17 @@ class KernelTraffic:
     rest: list[int] = field(default_factory=list)  # wire ns of every other kernel command
     extends: Counter[str] = field(default_factory=Counter)  # task -> IMA/kernel extends
     extend_ns: Counter[str] = field(default_factory=Counter)  # task -> their wire ns
+    # every command of every capture that says when its t_ns 0 was on the wall clock (a kernel
+    # capture's t0_unix_ns, a run/proxy capture's t0_wall): (start unix ns, wire ns, command, who)
+    timeline: list[tuple[int, int, str, str]] = field(default_factory=list)
 
     def feed_capture(self, cap: dict[str, Any]) -> int:
-        """The kernel's events of one capture (none in a proxy or run capture); returns how many."""
+        """The kernel's events of one capture (none in a proxy or run capture); returns how many.
+        Every event with a wall-clock time goes on :attr:`timeline`, the kernel's or not."""
         events = cap.get("events")
         if not isinstance(events, list):
             return 0
+        self._feed_timeline(cap, events)
         n = 0
         for e in events:
             if not isinstance(e, dict) or e.get("origin") != "kernel":
@@ -67,6 +72,44 @@ class KernelTraffic:
                 self.extends[task] += 1
                 self.extend_ns[task] += wire
         return n
+
+    def _feed_timeline(self, cap: dict[str, Any], events: list[Any]) -> None:
+        import datetime as dt
+
+        t0 = cap.get("t0_unix_ns")
+        if not (isinstance(t0, int) and not isinstance(t0, bool)):
+            t0 = None
+            wall = cap.get("t0_wall")
+            if isinstance(wall, str):
+                try:
+                    w = dt.datetime.fromisoformat(wall)
+                    t0 = int(w.timestamp() * 1e9) if w.tzinfo is not None else None
+                except ValueError:
+                    t0 = None
+        if t0 is None:
+            return
+        clients = {c.get("id"): c for c in cap.get("clients") or [] if isinstance(c, dict)}
+        for e in events:
+            if not isinstance(e, dict):
+                continue
+            t, wire = e.get("t_ns"), e.get("wire_ns")
+            if not (isinstance(t, int) and isinstance(wire, int)) or isinstance(t, bool) or isinstance(wire, bool):
+                continue
+            c = clients.get(e.get("client"))
+            who = str(e.get("comm") or (c.get("name") if c else None) or e.get("origin") or "?")
+            self.timeline.append((t0 + t, wire, str(e.get("command", "?")).removeprefix("TPM2_CC_"), who))
+
+    def command_at(self, unix_ns: int, slack_ns: int = 1_000_000_000) -> tuple[str, str, float] | None:
+        """The command in flight at ``unix_ns`` (started before it and answered no earlier than
+        ``slack_ns`` before it: a time-out message is printed when the wait ends), latest start
+        first: (command, who, seconds from its start to then). None: nothing seen then."""
+        best = None
+        for start, wire, cmd, who in self.timeline:
+            if start <= unix_ns <= start + wire + slack_ns and (best is None or start > best[0]):
+                best = (start, cmd, who)
+        if best is None:
+            return None
+        return best[1], best[2], (unix_ns - best[0]) / 1e9
 
     # -- the hwrng -------------------------------------------------------------------------------
     def hwrng_lines(self) -> list[str]:

@@ -34,6 +34,8 @@ TIMEOUT_KINDS = ("timeout", "transmit", "tpm-sts", "suspend", "selftest")
 _PM_MARK = re.compile(r"^(?:PM: (?P<what>suspend entry|suspend exit|hibernation entry|hibernation exit|"
                       r"resume from hibernation)|ACPI: PM: (?P<acpi>Waking up from system sleep state S\d))")
 _TIME = re.compile(r"^\[\s*(\d+\.\d+)\]")
+# the kernel's line when it leaves a stuttering AMD fTPM out of the hwrng (tpm-chip.c, 6.3+)
+_AMD_STUTTER = re.compile(r"AMD fTPM version 0x[0-9a-fA-F]+ causes system stutter; hwrng disabled")
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,14 @@ def device(inp: Inputs) -> Verdict:
                    tuple(ev + lines), (("declared", declared), ("devices", devs)))
 
 
+def _hmac_on(sf: SystemFacts) -> bool | None:
+    """Whether the kernel is built with HMAC sessions: its config, else the null_name sysfs
+    file that only such a kernel makes (None: neither could be read)."""
+    cfg = sf.value("config.CONFIG_TCG_TPM2_HMAC")
+    null = sf.value("tpm.null_name")
+    return cfg in ("y", "m") if cfg is not None else (bool(null) if null is not None else None)
+
+
 def hmac_build(inp: Inputs) -> Verdict:
     sf = inp.facts
     cfg = sf.value("config.CONFIG_TCG_TPM2_HMAC")
@@ -130,7 +140,7 @@ def hmac_build(inp: Inputs) -> Verdict:
     if null is not None:
         ev.append(f"/sys/class/tpm/{sf.chips[0] if sf.chips else 'tpm0'}/null_name "
                   f"{'present (HMAC built in)' if null else 'absent'}")
-    on = cfg in ("y", "m") if cfg is not None else (bool(null) if null is not None else None)
+    on = _hmac_on(sf)
     if on is None:
         return Verdict(Kind.HMAC_BUILD, Level.UNKNOWN, "cannot tell whether the kernel uses HMAC sessions: "
                        + "; ".join(ev), tuple(ev))
@@ -156,9 +166,16 @@ def pcr_integrity(inp: Inputs) -> Verdict:
     if val is None:
         return Verdict(Kind.PCR_INTEGRITY, Level.INFO, "tpm.disable_pcr_integrity not set (kernel before 6.12 "
                        "or parameter absent)", tuple(ev))
+    if _hmac_on(sf) is False:
+        # the parameter exists either way (tpm module), but without CONFIG_TCG_TPM2_HMAC there is
+        # no session for it to skip or use
+        return Verdict(Kind.PCR_INTEGRITY, Level.INFO,
+                       f"tpm.disable_pcr_integrity={int(bool(val))} has no effect: the kernel is built without "
+                       "HMAC sessions (CONFIG_TCG_TPM2_HMAC off), so PCR extends use none",
+                       tuple(ev), (("disable_pcr_integrity", val),))
     return Verdict(Kind.PCR_INTEGRITY, Level.INFO,
                    "PCR extends skip the HMAC session (tpm.disable_pcr_integrity=1)" if val else
-                   "PCR extends use the HMAC session where HMAC is built (tpm.disable_pcr_integrity=0)",
+                   "PCR extends use the HMAC session (tpm.disable_pcr_integrity=0)",
                    tuple(ev), (("disable_pcr_integrity", val),))
 
 
@@ -176,6 +193,14 @@ def hmac_messages(inp: Inputs) -> Verdict:
     lvl = Level.FAIL if any(k in ("interference", "null-key") for k in kinds) else Level.WARN
     text = "; ".join(KIND_TEXT[k] for k in kinds)
     ev = [_p_line(p) for p in found] + [f"journal: {safe(e.message)} ×{e.count}" for e in jn]
+    if _hmac_on(sf) is False:
+        # only the HMAC code (drivers/char/tpm/tpm2-sessions.c) prints these: a kernel built
+        # without it cannot have, so the log is another kernel's (an earlier boot in the
+        # journal, a saved tree's dmesg from another build) — not this kernel's failure
+        return Verdict(Kind.HMAC_MESSAGES, Level.WARN,
+                       f"{text} — but this kernel is built without HMAC sessions (CONFIG_TCG_TPM2_HMAC off) and "
+                       "cannot print these lines: they are from another kernel or boot", tuple(ev),
+                       (("kinds", kinds), ("hmac_built", False)))
     return Verdict(Kind.HMAC_MESSAGES, lvl, text, tuple(ev), (("kinds", kinds),))
 
 
@@ -273,6 +298,19 @@ def _pm_marks(r: RootReader, sf: SystemFacts) -> list[tuple[float | None, str]]:
     return out
 
 
+def _boot_unix(r: RootReader) -> float | None:
+    """When this machine booted, on the wall clock (dmesg's times are seconds since then): only
+    for the running system, whose uptime is now."""
+    import time
+
+    if not r.live:
+        return None
+    try:
+        return time.time() - float(r.read_line("/proc/uptime").split()[0])
+    except (Unavailable, ValueError, IndexError):
+        return None
+
+
 def timeouts(inp: Inputs) -> Verdict:
     r, sf = inp.reader, inp.facts
     reason = _dmesg_reason(sf)
@@ -284,14 +322,19 @@ def timeouts(inp: Inputs) -> Verdict:
     marks = _pm_marks(r, sf)
     ev = []
     after_resume = 0
+    boot_unix = _boot_unix(r) if inp.traffic is not None and inp.traffic.timeline else None
     for p in found:
         t = float(p.time_s) if p.time_s is not None else None
         note = ""
+        if boot_unix is not None and t is not None and inp.traffic is not None:
+            hit = inp.traffic.command_at(int((boot_unix + t) * 1e9))
+            note += (f"  (then in flight: {hit[0]} from {safe(hit[1])}, sent {hit[2]:.1f} s before)" if hit
+                     else "  (no captured command was in flight then)")
         prior = [(mt, w) for mt, w in marks if mt is not None and t is not None and mt <= t]
         if t is not None and prior and any(k in prior[-1][1] for k in ("exit", "Waking", "resume")):
             mt, w = prior[-1]
             after_resume += 1
-            note = f"  ({t - (mt or 0.0):.1f} s after `{w}`)"
+            note += f"  ({t - (mt or 0.0):.1f} s after `{w}`)"
         ev.append(_p_line(p) + note)
     ev += [f"journal: [{e.first}] {safe(e.ident)}: {safe(e.message)} ×{e.count}" for e in jn]
     ev += [f"dmesg: [{t}] PM: {w}" for t, w in marks]
@@ -329,6 +372,15 @@ def hwrng(inp: Inputs) -> Verdict:
     kernel = t.hwrng_data() if t is not None else None
     if kernel is not None:
         data += (("kernel", kernel),)
+    amd = [ln for ln in (inp.facts.kernel_log.tpm_lines if inp.facts.kernel_log else []) if _AMD_STUTTER.search(ln)]
+    if amd:
+        # drivers/char/tpm/tpm-chip.c since v6.3 (f1324bbc4011, "tpm: disable hwrng for fTPM on
+        # some AMD designs"): AMD's PA-410 firmware stutters on GetRandom; the kernel says so once
+        ev.append(f"dmesg: {safe(amd[0])}")
+        data += (("amd_ftpm_disabled", True),)
+        if not current.startswith("tpm-rng"):
+            return Verdict(Kind.HWRNG, Level.OK, f"hwrng {safe(current) or 'none'}: the kernel turned the AMD "
+                           "fTPM's off (its firmware stutters on GetRandom: f1324bbc4011, Linux 6.3)", tuple(ev), data)
     if not current.startswith("tpm-rng"):
         return Verdict(Kind.HWRNG, Level.OK, f"hwrng {safe(current) or 'none'}: the TPM is not the kernel's "
                        "random source", tuple(ev), data)

@@ -34,6 +34,7 @@ _RANK = {lv: i for i, lv in enumerate(Level)}
 
 class Area(StrEnum):
     LOCKOUT = "lockout"
+    STATE = "tpm state"
     SETUP = "setup"
     DRIVER = "driver"
     IMA = "ima"
@@ -45,12 +46,21 @@ class Kind(Enum):
     TPM = ("tpm", Area.LOCKOUT, "TPM")
     LOCKOUT = ("lockout", Area.LOCKOUT, "lockout")
     AUTH_FAILURES = ("auth-failures", Area.LOCKOUT, "auth failures")
+    FLAGS = ("flags", Area.STATE, "flags")
+    SELFTEST = ("self-test", Area.STATE, "self-test")
+    CLOCK = ("clock", Area.STATE, "clock")
+    EK_CERTS = ("ek-certs", Area.STATE, "EK certs")
+    NV = ("nv", Area.STATE, "NV")
+    SLOTS = ("slots", Area.STATE, "slots")
+    ADVISORIES = ("advisories", Area.STATE, "advisories")
     DEVICE = ("device", Area.SETUP, "device")
+    HOLDERS = ("holders", Area.SETUP, "held by")
     HMAC_BUILD = ("hmac-build", Area.SETUP, "HMAC build")
     HMAC_MESSAGES = ("hmac-messages", Area.SETUP, "HMAC messages")
     PCR_INTEGRITY = ("pcr-integrity", Area.SETUP, "PCR integrity")
     INTERRUPTS = ("interrupts", Area.DRIVER, "interrupts")
     TIMEOUTS = ("timeouts", Area.DRIVER, "time-outs")
+    CMD_TIMEOUTS = ("cmd-timeouts", Area.DRIVER, "kernel waits")
     HWRNG = ("hwrng", Area.DRIVER, "hwrng")
     IMA = ("ima", Area.IMA, "IMA")
 

@@ -18,26 +18,14 @@ from typing import Any
 from tpmtop.errors import TpmError
 from tpmtop.tpm.commands import CC_READ_PUBLIC, Transacts, build, check, get_handles
 from tpmtop.tpm.identity import read_identity
+from tpmtop.tpm.status import read_clock
 
-CC_READ_CLOCK = 0x181  # TPM2_CC.ReadClock
 EK_HANDLES = {0x81010001: "rsa", 0x81010002: "ecc"}
 HR_PERSISTENT = 0x81000000
 HR_NV_INDEX = 0x01000000
 # systemd 259's NvPCRs are NV indices from 0x01d10200 (TPM_NT_EXTEND); the block they sit in
 # ends at 0x01d1ffff. Listed by handle only: reading one needs its authorization.
 NVPCR_FIRST, NVPCR_END = 0x01D10200, 0x01D20000
-
-
-def read_clock(transport: Transacts) -> dict[str, int]:
-    """TPMS_TIME_INFO: time (ms since the last power-up), then TPMS_CLOCK_INFO: clock (ms the
-    TPM has been powered, ever), resetCount, restartCount, safe."""
-    body = check(transport.transact(build(CC_READ_CLOCK)), CC_READ_CLOCK)
-    try:
-        time_ms, clock, reset_count, restart_count, safe = struct.unpack_from(">QQIIB", body)
-    except struct.error:
-        raise TpmError("ReadClock: malformed response", None, "TPM2_CC_ReadClock") from None
-    return {"time_ms": time_ms, "clock_ms": clock, "reset_count": reset_count,
-            "restart_count": restart_count, "safe": safe}
 
 
 def _name(transport: Transacts, handle: int) -> str:
@@ -66,7 +54,10 @@ def read(transport: Transacts) -> dict[str, Any]:
     except TpmError as e:
         out["unread"]["identity"] = str(e)
     try:
-        out["clock"] = read_clock(transport)
+        # ints only in a snapshot: safe is TPMI_YES_NO on the wire (0/1) and stays so in JSON
+        c = read_clock(transport)
+        out["clock"] = {"time_ms": c.time_ms, "clock_ms": c.clock_ms, "reset_count": c.reset_count,
+                        "restart_count": c.restart_count, "safe": int(c.safe)}
     except TpmError as e:
         out["unread"]["clock"] = str(e)
     try:

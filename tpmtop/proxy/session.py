@@ -68,7 +68,7 @@ class Session(ServerState):
             from tpmtop.tpm.transport import DeviceBackend, InstrumentedTransport, TctiLdrBackend
 
             target = self.conn.target
-            timeout = getattr(self.conn, "timeout", 120.0)
+            timeout = getattr(self.conn, "fixed_timeout", None)  # None: the deadline by command
             backend = (DeviceBackend(target.device_path, timeout) if target.device_path
                        else TctiLdrBackend(target.kind, target.conf, timeout))
             t = self._client_transports[client.id] = InstrumentedTransport(backend, self.conn.recorder)

@@ -21,6 +21,7 @@ from tpmtop.tpm.owner import TpmOwner
 from tpmtop.tpm.transport import (
     DEFAULT_TIMEOUT,
     Backend,
+    Deadline,
     DeviceBackend,
     InstrumentedTransport,
     SocketBackend,
@@ -35,9 +36,12 @@ if TYPE_CHECKING:
 
 class TpmConnection:
     def __init__(self, target: tcti_mod.Target, sink: ExchangeSink | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float | None = DEFAULT_TIMEOUT) -> None:
         self.target = target
-        self.timeout = timeout  # every backend's wait for the TPM (--timeout)
+        # --timeout (one wait for every command), or None: the settings' deadline by command
+        # (tpmtop.tpm.transport.Deadline). ``timeout`` is the wait for an ordinary command.
+        self.fixed_timeout = timeout
+        self.timeout: float = Deadline(timeout).ordinary
         # Named for what it is in tpmtop (tpmtop.recorder.Recorder); any ExchangeSink works.
         self.recorder = sink
         self.sim: Swtpm | None = None
@@ -71,14 +75,14 @@ class TpmConnection:
             from tpmtop.tpm.sim import Swtpm
 
             sim = self.sim = Swtpm().start()
-            return sim.backend(self.timeout)
+            return sim.backend(self.fixed_timeout)
         if t.kind is tcti_mod.TargetKind.DEVICE:
-            return DeviceBackend(t.device_path or "/dev/tpm0", self.timeout)
+            return DeviceBackend(t.device_path or "/dev/tpm0", self.fixed_timeout)
         if t.kind is tcti_mod.TargetKind.SWTPM:
             # swtpm's data channel speaks raw TPM commands; keep one connection open.
             host, port = tcti_mod.parse_host_port(t.conf or "", 2321)
-            return SocketBackend(connect_tcp(host, port, self.timeout), f"swtpm {host}:{port}", self.timeout)
-        return TctiLdrBackend(t.kind, t.conf, self.timeout)
+            return SocketBackend(connect_tcp(host, port, self.timeout), f"swtpm {host}:{port}", self.fixed_timeout)
+        return TctiLdrBackend(t.kind, t.conf, self.fixed_timeout)
 
     def reconnect(self) -> str:
         """After the TPM went away: a new backend under the same transport and recorder.
@@ -89,7 +93,7 @@ class TpmConnection:
         if self.sim is not None:
             note = self.sim.exit_note()
             self.sim.restart()
-            self.transport.backend = self.sim.backend(self.timeout)
+            self.transport.backend = self.sim.backend(self.fixed_timeout)
         else:
             self.transport.backend.close()
             self.transport.backend = self._backend()

@@ -59,6 +59,12 @@ class Identity:
                 f"(TPM {self.spec_family} rev {self.spec_revision})")
 
 
+def software_tpm(manufacturer: str, vendor: str) -> bool:
+    """The TPM says it is libtpms (swtpm's engine: manufacturer "IBM", vendor "SWTPM" or "SW
+    TPM"): a simulator by its own identity, whoever started it. A chip never says so."""
+    return manufacturer == "IBM" and vendor.replace(" ", "").upper().startswith("SWTPM")
+
+
 def firmware_string(fw1: int, fw2: int) -> str:
     # The common reading (tpm2-tools' tpm2_getcap, Infineon and Nuvoton documentation):
     # FIRMWARE_VERSION_1 = major.minor (16 bits each), FIRMWARE_VERSION_2 = build.patch.

@@ -177,7 +177,7 @@ class Swtpm:
         err = self._stderr_tail()
         return f"swtpm pid {proc.pid} ended ({how}){': ' + err if err else ''}"
 
-    def backend(self, timeout: float = DEFAULT_TIMEOUT) -> SocketBackend:
+    def backend(self, timeout: float | None = DEFAULT_TIMEOUT) -> SocketBackend:
         if self.data is None or self.proc is None:
             raise TpmConnectionError("swtpm is not running")
         # swtpm is tpmtop's own: with the placement knob on it follows the thread that sends it

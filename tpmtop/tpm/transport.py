@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from tpmtop.errors import TpmConnectionError, TpmTimeout
+from tpmtop.settings import current
 from tpmtop.tpm import wire
 from tpmtop.tpm.busypoll import AnswerBudget, recv_soon
 from tpmtop.tpm.exchange import _LABELS, _WIRE_LOG, ExchangeSink, labelled, wire_log
@@ -34,12 +35,35 @@ from tpmtop.tpm.placement import HELD, FollowCaller
 MAX_RESPONSE = 4096
 _now = time.perf_counter_ns
 
-# How long a backend waits for the TPM to take a command or answer it. Long enough for a slow
-# chip's RSA CreatePrimary (tens of seconds on some chips); a busy TPM (another program holds
-# a standalone swtpm's one connection) or a hung one is reported after it. --timeout sets it.
-DEFAULT_TIMEOUT = 120.0
+# How long a backend waits for the TPM to take a command or answer it: the settings'
+# tpm_deadline for most commands, tpm_deadline_long for the few the kernel itself waits longest
+# for (LONG_COMMANDS); --timeout SECONDS replaces both (None: the settings decide). A busy TPM
+# (another program holds a standalone swtpm's one connection) or a hung one is reported after it.
+DEFAULT_TIMEOUT: float | None = None
 # Connecting is quick or never: a host that does not answer is not worth the full wait.
 CONNECT_TIMEOUT = 10.0
+# Key generation and signature checks: the kernel's TPM_LONG_LONG class (drivers/char/tpm/
+# tpm2-cmd.c: 300 s before 6.18, where 207696b17f38 cut CreatePrimary's to 30 s) — CreatePrimary,
+# Create, CreateLoaded, VerifySignature. Everything else the kernel gives at most 2 s (its
+# TPM_LONG) or its 120 s default for commands it does not list.
+LONG_COMMANDS = frozenset({0x131, 0x153, 0x191, 0x177})
+
+
+class Deadline:
+    """How long one command may take: ``fixed`` (--timeout) for every command, else the
+    settings' two deadlines by command code. Read once, when the backend is made."""
+
+    def __init__(self, fixed: float | None = None) -> None:
+        s = current()
+        self.fixed = fixed
+        self.ordinary = fixed if fixed is not None else s.tpm_deadline
+        self.long = fixed if fixed is not None else max(s.tpm_deadline_long, s.tpm_deadline)
+
+    def of(self, command: bytes) -> float:
+        if self.long != self.ordinary and len(command) >= 10 \
+                and int.from_bytes(command[6:10], "big") in LONG_COMMANDS:
+            return self.long
+        return self.ordinary
 
 
 def no_answer(description: str, command: bytes | None, timeout: float) -> TpmTimeout:
@@ -69,16 +93,18 @@ class SocketBackend:
     before the next command, so the stream never falls out of step — the clean-up that
     follows an interruption (flushing tpmtop's handles) must still be able to talk to the TPM.
 
-    Every send and receive is bounded by *timeout* (the kernel's SO_SNDTIMEO/SO_RCVTIMEO: no
-    extra system call per command). A TPM that stays silent that long ends the connection:
+    Every send and receive is bounded by the command's :class:`Deadline` (the kernel's
+    SO_SNDTIMEO/SO_RCVTIMEO: no extra system call per command, but for the few long commands,
+    which set it and set it back). A TPM that stays silent that long ends the connection:
     its late answer would put the stream out of step, and clean-up must not wait again.
     """
 
-    def __init__(self, sock: socket.socket, description: str, timeout: float = DEFAULT_TIMEOUT,
+    def __init__(self, sock: socket.socket, description: str, timeout: float | None = DEFAULT_TIMEOUT,
                  follow: FollowCaller | None = None):
         self.sock = sock
         self.description = description
-        self.timeout = timeout
+        self.deadline = Deadline(timeout)
+        self.timeout = self.deadline.ordinary
         self._buf = bytearray()
         self._pending = False
         self._answers = AnswerBudget()  # how long to poll for each command's answer
@@ -88,10 +114,13 @@ class SocketBackend:
         # Set once the connection is gone (closed, failed, timed out): every later command
         # gets the same error at once, and ESAPI's follow-on errors are reported as it.
         self.lost: TpmConnectionError | None = None
-        tv = struct.pack("@ll", int(timeout), int((timeout % 1) * 1e6))
+        self._wait(self.timeout)
+
+    def _wait(self, seconds: float) -> None:
+        tv = struct.pack("@ll", int(seconds), int((seconds % 1) * 1e6))
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
         except OSError:
             pass  # a closed socket: the first command says so
 
@@ -129,6 +158,9 @@ class SocketBackend:
             follow = self._follow
             here = follow.before() if follow is not None else 0
             poll_ns = 0 if here else self._answers.budget(cc)
+            wait = self.deadline.of(command)
+            if wait != self.timeout:
+                self._wait(wait)
             try:
                 self.sock.sendall(command)
                 self._pending = True
@@ -143,10 +175,12 @@ class SocketBackend:
             finally:
                 if here == HELD and follow is not None:  # the caller was held on swtpm's CPU
                     follow.after()
+                if wait != self.timeout:
+                    self._wait(self.timeout)
             self._answers.learn(cc, _now() - t0, polled=poll_ns > 0)
             return rsp
         except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO/SO_SNDTIMEO ran out
-            self.lost = no_answer(self.description, command, self.timeout)
+            self.lost = no_answer(self.description, command, self.deadline.of(command))
         except OSError as e:
             self.lost = TpmConnectionError(f"TPM connection lost ({self.description}): {e.strerror or e}")
         except TpmConnectionError as e:
@@ -160,12 +194,12 @@ class SocketBackend:
             pass
 
 
-def connect_tcp(host: str, port: int, timeout: float = CONNECT_TIMEOUT) -> socket.socket:
+def connect_tcp(host: str, port: int, timeout: float | None = CONNECT_TIMEOUT) -> socket.socket:
+    wait = min(timeout, CONNECT_TIMEOUT) if timeout is not None else CONNECT_TIMEOUT
     try:
-        s = socket.create_connection((host, port), timeout=min(timeout, CONNECT_TIMEOUT))
+        s = socket.create_connection((host, port), timeout=wait)
     except TimeoutError:
-        raise TpmTimeout(f"cannot connect to TPM at {host}:{port}: no answer within "
-                         f"{min(timeout, CONNECT_TIMEOUT):g} s") from None
+        raise TpmTimeout(f"cannot connect to TPM at {host}:{port}: no answer within {wait:g} s") from None
     except OSError as e:
         raise TpmConnectionError(f"cannot connect to TPM at {host}:{port}: {e.strerror or e}") from None
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -176,10 +210,11 @@ def connect_tcp(host: str, port: int, timeout: float = CONNECT_TIMEOUT) -> socke
 class DeviceBackend:
     """A TPM character device (/dev/tpmrm0): one write, one read per command."""
 
-    def __init__(self, path: str, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, path: str, timeout: float | None = DEFAULT_TIMEOUT):
         self.path = path
         self.description = path
-        self.timeout = timeout
+        self.deadline = Deadline(timeout)
+        self.timeout = self.deadline.ordinary
         self._pending = False
         self.lost: TpmConnectionError | None = None  # set by a time-out: see SocketBackend
         try:
@@ -199,8 +234,9 @@ class DeviceBackend:
     def _read(self, command: bytes) -> bytes:
         # The TPM driver supports poll(): wait for the answer at most `timeout` (a real chip
         # answers in ms, so the extra system call is noise).
-        if not self._poll.poll(int(self.timeout * 1000)):
-            self.lost = no_answer(self.description, command, self.timeout)
+        wait = self.deadline.of(command)
+        if not self._poll.poll(int(wait * 1000)):
+            self.lost = no_answer(self.description, command, wait)
             raise self.lost
         return os.read(self.fd, MAX_RESPONSE)
 
@@ -244,11 +280,12 @@ _TCTI_RC_TRY_AGAIN = 0xA0009  # TSS2_TCTI_RC_TRY_AGAIN: the TCTI's receive timed
 class TctiLdrBackend:
     """Any tpm2-tss TCTI (tabrmd, mssim, libtpms …) through tpm2-pytss's TCTILdr."""
 
-    def __init__(self, name: str, conf: str | None, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, name: str, conf: str | None, timeout: float | None = DEFAULT_TIMEOUT):
         from tpm2_pytss.TCTILdr import TCTILdr
 
         self.description = f"{name}:{conf}" if conf else name
-        self.timeout = timeout
+        self.deadline = Deadline(timeout)
+        self.timeout = self.deadline.ordinary
         self.lost: TpmConnectionError | None = None  # set by a time-out: see SocketBackend
         try:
             self.tcti = TCTILdr(name, conf)
@@ -258,12 +295,13 @@ class TctiLdrBackend:
     def transact(self, command: bytes) -> bytes:
         if self.lost:
             raise self.lost
+        wait = self.deadline.of(command)
         try:
             self.tcti.transmit(command)
-            return bytes(self.tcti.receive(-1, int(self.timeout * 1000)))
+            return bytes(self.tcti.receive(-1, int(wait * 1000)))
         except Exception as e:
             if getattr(e, "rc", None) == _TCTI_RC_TRY_AGAIN:  # receive's timeout ran out
-                self.lost = no_answer(f"TCTI {self.description}", command, self.timeout)
+                self.lost = no_answer(f"TCTI {self.description}", command, wait)
                 raise self.lost from None
             raise TpmConnectionError(f"TCTI {self.description} failed: {e}") from None
 

@@ -1,7 +1,7 @@
 """The Health panel's part: ``tpmtop health``'s verdicts, from what the source already has.
 
-Lockout from the variable properties the source's handle poll reads anyway (no command of its
-own); who sent wrong passwords from its proxy's per-client response codes (``--listen``); the
+Lockout, and NV nearly full, from the variable properties the source's handle poll reads anyway
+(no command of its own); who sent wrong passwords from its proxy's per-client response codes (``--listen``); the
 set-up, driver and IMA verdicts (IMA's rate over the boot) from its sysfs root, read again at most every
 :data:`SYSTEM_EVERY_S` (they include a ``dmesg`` run; the journal is left to ``tpmtop health``).
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tpmtop.boot.facts import collect_health
 from tpmtop.boot.rootfs import RootReader
-from tpmtop.health import attribution, ima, lockout, system
+from tpmtop.health import attribution, ima, lockout, nvspace, system
 from tpmtop.health.verdicts import Kind, Level, Verdict, unknown
 from tpmtop.sources.protocol import Source
 from tpmtop.tpm.names import cc_short
@@ -83,6 +83,11 @@ def part(source: Source) -> HealthPart:
             verdicts.append(lockout.verdict(lockout.DaState.from_properties(var), log.culprits()))
         except KeyError as e:
             verdicts.append(unknown(Kind.LOCKOUT, f"the TPM did not report {e.args[0]}"))
+        # the TPM's own state from the same poll (no command of its own), shown when it is a
+        # problem: the panel has a few lines (tpmtop health lists every one)
+        room = nvspace.room_verdict(var)
+        if room is not None and room.level.problem:
+            verdicts.append(room)
     elif source.caps.handles:
         verdicts.append(unknown(Kind.LOCKOUT, "waiting for the first poll"))
     else:
