@@ -130,6 +130,14 @@ class Admission(ServerState):
             # the port too: a swtpm-TCTI client opens the TPM port and the control port, so one
             # refused program gives two lines, which should not look like a repeat
             where = "a Unix socket" if sock.family == socket.AF_UNIX else f"TCP port {sock.getsockname()[1]}"
+            if uid is None:
+                # Fail closed: bytes came from a peer whose owner is gone (it closed before the
+                # accept) or could not be asked; whose they are cannot be known, so none is run.
+                self.unattributed += 1
+                self.peer_log("refused", f"refused a connection on {where}: its owner cannot be established "
+                              "(the peer's socket was closed before the accept, or its owner could not be "
+                              "read); nothing it sent was run; connection closed", LineKind.DROPPED)
+                return
             self.peer_log("refused", f"refused a connection on {where} from {access.user_text(uid)}"
                           f"{f' pid {pid}' if pid else ''}: only {self.policy.describe()} may use this TPM "
                           f"(--allow-user / --allow-group let more in); connection closed", LineKind.DROPPED)

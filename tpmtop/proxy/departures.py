@@ -80,6 +80,7 @@ class Departures(ServerState):
         over; clients without a pidfd whose process is gone depart."""
         self.loop.call_later(REAP_INTERVAL_S, self._tick)
         self.peer_log.tick()
+        self.client_log.tick()
         watched = {x.id for x in self._pidfds.values()}
         for c in self.accounts.live():
             try:
@@ -112,7 +113,7 @@ class Departures(ServerState):
             self.log(f"{head}; LEAK: left {len(leaked)} handle(s) behind: " + ", ".join(h.text() for h in leaked),
                      LineKind.LEAK)
         else:
-            self.log(f"{head}; left nothing loaded")
+            self.client_log("clients left", f"{head}; left nothing loaded", LineKind.INFO)
 
 
 def _readable(pidfds: list[int]) -> bool:

@@ -37,7 +37,14 @@ from tpmtop.proxy.lines import LineKind, ProxyLine
 from tpmtop.proxy.listening import _listen_unix, _refuse_existing, _unlink_own, listen_pair
 from tpmtop.proxy.loop import Loop
 from tpmtop.proxy.protocol import FRAME_DEADLINE_S
-from tpmtop.proxy.serving import IDLE_TIMEOUT_S, MAX_CONNECTIONS, REAP_INTERVAL_S, TURN_IDLE_S, Serving
+from tpmtop.proxy.serving import (
+    CLIENT_LINES_PER_S,
+    IDLE_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    REAP_INTERVAL_S,
+    TURN_IDLE_S,
+    Serving,
+)
 from tpmtop.proxy.session import ClientConn, Session
 from tpmtop.proxy.side import SideConn
 from tpmtop.proxy.turns import Turns
@@ -72,6 +79,7 @@ class ProxyServer(Admission, Session, Faults, Departures):
         self.interleave = interleave
         self.max_connections, self.idle_timeout, self.turn_idle = max_connections, idle_timeout, turn_idle
         self.refused = 0
+        self.unattributed = 0  # of them: peers whose owner could not be established (fail closed)
         self.over_limit = 0
         self._own_paths: list[tuple[str, tuple[int, int]]] = []  # sockets this process bound
         self._bound: list[tuple[socket.socket, str]] | None = None  # (listening socket, role) once listen() ran
@@ -84,6 +92,10 @@ class ProxyServer(Admission, Session, Faults, Departures):
         # most, the rest counted in a summary line (tpmtop.ratelog). A refused user must not
         # decide how big the operator's journal grows (45,000 refusals were 24,037 lines).
         self.peer_log = RateLimitedLog(self.log)
+        # "client N connected" / "left" lines: a script's tools each get theirs, a flood of
+        # connections or processes (74 a second from one user wrote 8,975 lines a minute) is
+        # held to CLIENT_LINES_PER_S a second and counted; a LEAK line is always said
+        self.client_log = RateLimitedLog(self.log, burst=CLIENT_LINES_PER_S)
 
         self.accounts = accounts or Accounts()
         self.resolver = peers.TcpResolver()
@@ -259,12 +271,13 @@ class ProxyServer(Admission, Session, Faults, Departures):
         for conn in list(self._conns.values()):
             conn.close()
         self._unlink_own_paths()
-        self.peer_log.flush()
         departed = []
         for c in self.accounts.live():
             if c.id != 0:
                 self._depart(c)
                 departed.append(c)
+        self.peer_log.flush()
+        self.client_log.flush()
         for transport in list(self._client_transports.values()):
             self.upstream.submit(transport.close)
         self._client_transports.clear()

@@ -48,8 +48,11 @@ class Session(ServerState):
             if known:
                 self._watch_exit(c)
             who = f"pid {peer.pid}" if known else "pid unknown"
-            self.log(f"client {c.id} connected: {peer.name} ({who}, uid {peer.uid if peer.uid is not None else '?'})"
-                     f"{': ' + _short(peer.cmdline) if peer.cmdline and peer.cmdline != peer.name else ''}")
+            self.client_log("clients connected",
+                            f"client {c.id} connected: {peer.name} ({who}, uid "
+                            f"{peer.uid if peer.uid is not None else '?'})"
+                            f"{': ' + _short(peer.cmdline) if peer.cmdline and peer.cmdline != peer.name else ''}",
+                            LineKind.INFO)
         return c
 
     def _answered(self, client: ClientStats) -> None:

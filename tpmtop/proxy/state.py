@@ -32,9 +32,11 @@ class ServerState:
     idle_timeout: float
     turn_idle: float
     refused: int
+    unattributed: int
     over_limit: int
     dropped: int
     peer_log: RateLimitedLog
+    client_log: RateLimitedLog  # who came and went (rate-limited with a burst)
     accounts: Accounts
     resolver: peers.TcpResolver
     serving: Serving
