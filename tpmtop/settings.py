@@ -79,6 +79,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         "second process (on a machine with two CPUs or more). Off by default: measured on "
         "2026-12-06 it made a 1,000,000-event export ×1.09 slower without busy loops and ×0.74 "
         "with two (benchmarks/export.py --split-knob; docs/benchmarks.md).")] = False
+    proxy_max_turn_s: Annotated[float, _knob(
+        "`tpmtop proxy` over a raw TPM: the longest a client holds its turn while another client "
+        "waits, in seconds; then the waiting client gets the TPM after the holder's command in "
+        "flight, and the holder waits behind it (a client polling every second otherwise kept "
+        "the turn until it exited: issue 50). 0: off, a turn ends only when its holder leaves or "
+        "is idle for --turn-idle. A holder cut short may find the TPM's object or session slots "
+        "taken by the next client (TPM_RC_OBJECT_MEMORY 0x902).", ge=0)] = 10.0
 
 
 NAMES: tuple[str, ...] = Settings.__struct_fields__

@@ -72,6 +72,9 @@ def _serving_args(p: argparse.ArgumentParser) -> None:
                         "while others wait (default 2)")
     p.add_argument("--max-connections", type=int, default=None, metavar="N",
                    help="open client connections at most (default 1024)")
+    p.add_argument("--max-per-user", type=int, default=None, metavar="N",
+                   help="open connections of one user at most, root's and the proxy's own user's aside "
+                        "(default a quarter of --max-connections)")
     p.add_argument("--idle-timeout", type=float, default=None, metavar="S",
                    help="close a connection that sends nothing for S seconds (default 600)")
 
@@ -101,6 +104,10 @@ def _serving(args: argparse.Namespace) -> dict[str, Any]:
         if args.max_connections < 1:
             raise UsageError(f"--max-connections {args.max_connections}: expected 1 or more")
         kw["max_connections"] = args.max_connections
+    if args.max_per_user is not None:
+        if args.max_per_user < 1:
+            raise UsageError(f"--max-per-user {args.max_per_user}: expected 1 or more")
+        kw["max_per_user"] = args.max_per_user
     if args.turn_idle is not None:
         if not args.turn_idle > 0:
             raise UsageError(f"--turn-idle {args.turn_idle:g}: expected seconds above 0")

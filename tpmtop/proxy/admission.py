@@ -49,10 +49,13 @@ class Admission(ServerState):
             self.loop.unregister(lsock)
             self.loop.call_later(ACCEPT_RETRY_S, lambda: self._listen_again(lsock, ready))
             return
-        ok, owner = self._admit(sock, addr, local, tcp)
+        ok, owner, uid = self._admit(sock, addr, local, tcp)
         if ok:
             conn = make(self, sock, owner, tcp)
             self._conns[sock] = conn
+            if uid is not None and self._capped(uid):
+                conn.uid = uid
+                self._per_uid[uid] = self._per_uid.get(uid, 0) + 1
             conn.start()
 
     def _listen_again(self, lsock: socket.socket, ready: Callable[[int], None]) -> None:
@@ -62,28 +65,41 @@ class Admission(ServerState):
             except (OSError, ValueError):
                 pass  # closed meanwhile (the proxy stops)
 
-    def _admit(self, sock: socket.socket, peer: tuple[Any, ...] | None,
-               local: tuple[Any, ...] | None, tcp: bool) -> tuple[bool, tuple[int, int] | None]:
-        """(served?, the peer's (uid, inode), None where unknown); a connection refused or
-        over the limit is closed here."""
+    def _admit(self, sock: socket.socket, peer: tuple[Any, ...] | None, local: tuple[Any, ...] | None,
+               tcp: bool) -> tuple[bool, tuple[int, int] | None, int | None]:
+        """(served?, the peer's (uid, inode), None where unknown, its uid); a connection refused
+        or over a limit is closed here."""
         uid, pid, inode = access.peer_owner(sock, peer, local, unix=not tcp)
         if not self.policy.allows(uid):
             self._refuse(sock, uid, pid)
-            return False, None
+            return False, None, None
         if len(self._conns) >= self.max_connections and self._open() >= self.max_connections:
             self._over_limit(sock)
-            return False, None
+            return False, None, None
+        assert uid is not None  # allows() let no unknown uid through
+        if (self._capped(uid) and self._per_uid.get(uid, 0) >= self.max_per_user
+                and self._open(uid) >= self.max_per_user):
+            self._over_user_limit(sock, uid)
+            return False, None, None
         if tcp:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return True, ((uid, inode) if uid is not None and inode is not None else None)
+        return True, ((uid, inode) if inode is not None else None), uid
 
-    def _open(self) -> int:
-        """The counted connections whose peer has not closed them: a closed one keeps its place
-        until the loop reads its end, which can come after the next connection's accept (the
-        swtpm: TCTI opens and closes a probe on each port, then connects for every command, so
-        one client alone once filled a limit of 2). Asked only at the limit."""
+    def _capped(self, uid: int) -> bool:
+        """Does the per-user cap apply to ``uid``? To every user but root and the proxy's own
+        (the operator, who can open the TPM itself)."""
+        return uid not in (0, self._own_uid)
+
+    def _open(self, uid: int | None = None) -> int:
+        """The counted connections (of ``uid``, or everyone's) whose peer has not closed them:
+        a closed one keeps its place until the loop reads its end, which can come after the
+        next connection's accept (the swtpm: TCTI opens and closes a probe on each port, then
+        connects for every command, so one client alone once filled a limit of 2). Asked only
+        at the limit."""
         n = 0
-        for sock in self._conns:
+        for sock, conn in self._conns.items():
+            if uid is not None and conn.uid != uid:
+                continue
             try:
                 if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
                     continue  # the peer closed it and nothing of it is left to serve
@@ -107,6 +123,16 @@ class Admission(ServerState):
         self.over_limit += 1
         self.peer_log("over the limit", f"{self.max_connections} connections are open (the limit): connection "
                       f"refused ({self.over_limit} so far)", LineKind.DROPPED)
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+    def _over_user_limit(self, sock: socket.socket, uid: int) -> None:
+        self.over_user_limit += 1
+        self.peer_log("over the per-user limit", f"{access.user_text(uid)} has {self.max_per_user} connections open "
+                      f"(the per-user limit, --max-per-user): connection refused ({self.over_user_limit} so far)",
+                      LineKind.DROPPED)
         try:
             sock.close()
         except OSError:

@@ -40,7 +40,7 @@ class Conn:
     requests in ``buf``) and :meth:`ended` (what its end means)."""
 
     __slots__ = ("buf", "busy", "closed", "draining", "frame_since", "interest", "last", "need", "out",
-                 "owner", "poll_cap", "sock", "srv", "tcp", "timer")
+                 "owner", "poll_cap", "sock", "srv", "tcp", "timer", "uid")
 
     def __init__(self, srv: ServerState, sock: socket.socket, owner: tuple[int, int] | None, tcp: bool):
         self.srv, self.sock, self.owner, self.tcp = srv, sock, owner, tcp
@@ -55,6 +55,7 @@ class Conn:
         self.frame_since: float | None = None
         self.poll_cap = poll_cap_ns()  # the rest of a request is microseconds away: poll for it
         self.timer: Timer | None = None
+        self.uid: int | None = None  # set by admission where a per-user cap counts it
 
     # -- in the loop ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -234,6 +235,8 @@ class Conn:
         if self.timer is not None:
             self.timer.cancel()
         self.srv._conns.pop(self.sock, None)
+        if self.uid is not None:
+            self.srv.user_closed(self.uid)
         try:
             self.sock.close()
         except OSError:

@@ -20,11 +20,13 @@ tpm2-abrmd) every client gets its own upstream connection; over a raw one client
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tpmtop import settings
 from tpmtop.errors import UsageError
 from tpmtop.limits import raise_nofile
 from tpmtop.proxy import access, peers
@@ -67,7 +69,8 @@ class ProxyServer(Admission, Session, Faults, Departures):
                  accounts: Accounts | None = None, socket_mode: int = 0o600, socket_gid: int | None = None,
                  policy: access.AccessPolicy | None = None, interleave: bool = False,
                  max_connections: int = MAX_CONNECTIONS, idle_timeout: float = IDLE_TIMEOUT_S,
-                 turn_idle: float = TURN_IDLE_S) -> None:
+                 turn_idle: float = TURN_IDLE_S, max_turn: float | None = None,
+                 max_per_user: int | None = None) -> None:
         if protocol not in ("swtpm", "mssim"):
             raise UsageError(f"unknown protocol {protocol!r}: use swtpm or mssim")
         self.conn = conn
@@ -78,6 +81,14 @@ class ProxyServer(Admission, Session, Faults, Departures):
         self.policy = policy or access.AccessPolicy.default()
         self.interleave = interleave
         self.max_connections, self.idle_timeout, self.turn_idle = max_connections, idle_timeout, turn_idle
+        # the longest turn while others wait (0: none); Settings.proxy_max_turn_s unless given
+        self.max_turn = settings.current().proxy_max_turn_s if max_turn is None else max_turn
+        # one user (but root and this uid) holds at most this many of the connections: the
+        # others still get in when it holds all it may (1,024 idle ones locked everyone out)
+        self.max_per_user = max(1, max_connections // 4) if max_per_user is None else max_per_user
+        self._per_uid: dict[int, int] = {}
+        self._own_uid = os.geteuid()
+        self.over_user_limit = 0
         self.refused = 0
         self.unattributed = 0  # of them: peers whose owner could not be established (fail closed)
         self.over_limit = 0
@@ -164,7 +175,7 @@ class ProxyServer(Admission, Session, Faults, Departures):
             self.serving = Serving.PER_CLIENT
         elif self.serving is Serving.TURNS:
             wait = float(getattr(self.conn, "timeout", 120.0))
-            self.turns = Turns(self.turn_idle, wait, on_queue=self._queued)
+            self.turns = Turns(self.turn_idle, wait, on_queue=self._queued, max_turn_s=self.max_turn)
         mssim = self.protocol == "mssim"
         kinds: dict[str, MakeConn] = {
             "data": lambda srv, sock, owner, tcp: ClientConn(srv, sock, owner, tcp, mssim),
@@ -244,8 +255,10 @@ class ProxyServer(Admission, Session, Faults, Departures):
             return ("--interleave: clients share one TPM connection command by command: they see and can flush "
                     "each other's objects and sessions, and together they can run the TPM out of object or "
                     "session slots (TPM_RC_OBJECT_MEMORY 0x902, TPM_RC_SESSION_MEMORY 0x903)")
+        longest = (f", or has held it {self.max_turn:g} s (proxy_max_turn_s)" if self.max_turn
+                   else "; no longest turn (proxy_max_turn_s 0)")
         return (f"a raw TPM: clients take turns, one client (process) at a time as swtpm serves; a turn ends "
-                f"when its client leaves or has been idle {self.turn_idle:g} s while others wait")
+                f"when its client leaves or has been idle {self.turn_idle:g} s while others wait{longest}")
 
     def stop(self) -> list[ClientStats]:
         """Close everything; every client still known departs (its leak report is returned).

@@ -29,6 +29,10 @@ class ServerState:
     protocol: str
     policy: access.AccessPolicy
     max_connections: int
+    max_per_user: int  # open connections of one user (not root's, not the proxy's own uid)
+    over_user_limit: int
+    _own_uid: int
+    _per_uid: dict[int, int]  # uid -> its open connections, for the capped users
     idle_timeout: float
     turn_idle: float
     refused: int
@@ -50,6 +54,14 @@ class ServerState:
     _client_transports: dict[int, InstrumentedTransport]
     _pidfds: dict[int, ClientStats]  # a client process's pidfd (departure watch) -> the client
     _recover_lock: threading.Lock
+
+    def user_closed(self, uid: int) -> None:
+        """A connection counted against ``uid``'s cap (:mod:`.admission`) is closed."""
+        n = self._per_uid.get(uid, 0) - 1
+        if n > 0:
+            self._per_uid[uid] = n
+        else:
+            self._per_uid.pop(uid, None)
 
     def check_period(self) -> float:
         """How often a connection's deadlines are looked at (:mod:`.conn`)."""
