@@ -28,10 +28,20 @@ from tpmtop.proxy.lines import LineKind, ProxyLine
 from tpmtop.proxy.session_use import SessionUse, parse_start_auth_session
 from tpmtop.tpm import names, wire
 from tpmtop.tpm.names import HandleType
-from tpmtop.tpm.rcformat import auth_failure_text
+from tpmtop.tpm.rcformat import RC_LOCKOUT, auth_failure_text
 
 if TYPE_CHECKING:
     from tpmtop.proxy.peers import Peer
+
+
+def wall_clock() -> str:
+    """Now, as a person reads a journal (a failure line's t_ns alone says nothing to them)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class LockoutLine(ProxyLine):
+    """A command the TPM refused in lockout: said through the proxy's rate-limited log."""
+
 
 RECENT_DEPARTED = 64  # departed clients kept whole (the rest: their program's summary)
 MAX_PROGRAMS = 256  # program summaries; beyond, one "other programs" row
@@ -259,7 +269,13 @@ class Accounts:
                 wrong = auth_failure_text(rc)
                 if wrong:  # who caused it, as it happens (tpmtop health counts and names them too)
                     notes.append(ProxyLine(f"client {c.id} {c.name} (pid {c.peer.pid}): {names.cc_short(cc)} "
-                                           f"{wrong}", LineKind.AUTH))
+                                           f"{wrong} (at {wall_clock()})", LineKind.AUTH))
+                elif rc == RC_LOCKOUT:
+                    # refused, not counted: said (rate-limited: a locked-out TPM refuses fast) so
+                    # that the operator sees who is still knocking, and when
+                    notes.append(LockoutLine(f"client {c.id} {c.name} (pid {c.peer.pid}): {names.cc_short(cc)} "
+                                             f"refused: 0x921 TPM_RC_LOCKOUT, the TPM is in dictionary-attack "
+                                             f"lockout (at {wall_clock()})", LineKind.AUTH))
                 return notes
             for sh, attrs in info.sessions:
                 if sh != TPM_RS_PW and not attrs & 0x01:  # without continueSession the TPM ends it

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tpmtop.proxy import peers
 from tpmtop.proxy import protocol as P
-from tpmtop.proxy.accounting import ClientStats
+from tpmtop.proxy.accounting import ClientStats, LockoutLine
 from tpmtop.proxy.conn import RECV_SIZE, Conn
 from tpmtop.proxy.forward import forward
 from tpmtop.proxy.lines import LineKind
@@ -201,7 +201,11 @@ class ClientConn(Conn):
         srv = self.srv
         assert self.client is not None
         for note in srv.accounts.record(self.client, self.cmd, rsp, wire_ns):
-            srv.log(note, getattr(note, "kind", LineKind.FOREIGN))
+            kind = getattr(note, "kind", LineKind.FOREIGN)
+            if isinstance(note, LockoutLine):
+                srv.peer_log("refused in lockout", note, kind)
+            else:
+                srv.log(note, kind)
 
     def _after_queue(self, fut: Any, own: bool) -> None:
         self._finished(fut, own)
