@@ -115,7 +115,8 @@ def wrap(sw_port: int, clients: int) -> dict[str, float]:
     try:
         with _proxy(sw_port) as (px, port):
             _getrandom(port)  # warm
-            top = int(open("/proc/sys/kernel/pid_max").read())
+            with open("/proc/sys/kernel/pid_max") as f:
+                top = int(f.read())
             half = clients // 2
             # the first half's pids end just below pid_max (each client one pid, a few spare)
             with open("/proc/sys/kernel/ns_last_pid", "w") as f:

@@ -92,7 +92,8 @@ def test_a_peer_that_closes_before_the_accept_is_refused_never_run_as_root(tcp_s
                 assert r.returncode == 0, r.stderr
                 # every one of them closed and acknowledged: the kernel holds only time-wait
                 # entries for them now (uid 0, inode 0: what was taken for root)
-                wait_until(lambda: len(_closed_peers(port) - earlier) >= 50, "the peers' time-wait entries")
+                wait_until(lambda earlier=earlier: len(_closed_peers(port) - earlier) >= 50,
+                           "the peers' time-wait entries")
             finally:
                 gate.set()
             # this process (root: let in) asks after them: answered once the loop is past them

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(shutil.which("tpm2_unseal") is None, reason="tpm
 _WALL = re.compile(r"\(at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)\)")
 
 
-def test_commands_refused_in_lockout_are_said_with_who_and_when(da_swtpm_factory, tmp_path):  # noqa: F811
+def test_commands_refused_in_lockout_are_said_with_who_and_when(da_swtpm_factory, tmp_path):
     swtpm = da_swtpm_factory(1, 600)  # one wrong password locks it out for 10 minutes
     ctx = str(swtpm.work / "s.ctx")
     p = Proxy(swtpm.tcti, "swtpm", tmp_path)

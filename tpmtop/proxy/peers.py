@@ -267,13 +267,17 @@ class TcpResolver:
         # process to the recent ones meanwhile (1,000 connections of one process resolved at
         # once), and skipping it then named most of them "unknown".
         looked = {pid for pid, _ in recent}
+        newest = procfs.last_pid() or self._last_new
+        pids = self._newest(newest, looked)
+        found = self._probe_hint(pids, target)
+        if found is not None:
+            return self._found(*found, uid)
         now = _live_owner(sock)
         if not isinstance(now, tuple) or now[1] != inode:
-            # closed since the accept: no process holds it any more, and looking would only
-            # cost the proxy (a peer that connects, sends a byte and closes, in a loop)
+            # closed since the accept: no process holds it any more, and looking further would
+            # only cost the proxy (a peer that connects, sends a byte and closes, in a loop)
             return Peer(None, "gone before it was named", "", uid, _user(uid))
-        newest = procfs.last_pid() or self._last_new
-        found = self._probe_newest(newest, target, looked)
+        found = self._probe(pids, target)
         if found is not None:
             return self._found(*found, uid)
         # newest first, across a wrap: a client is usually a process that just started
@@ -290,23 +294,31 @@ class TcpResolver:
             return Peer(None, UNKNOWN_NOT_ROOT, "", uid, _user(uid))
         return Peer(None, "unknown", "", uid, _user(uid))
 
-    def _probe_newest(self, newest: int, target: str, looked: set[int]) -> tuple[int, int] | None:
-        """The process holding ``target`` among the PROBE newest pids (``newest`` and below,
-        wrapping at pid_max), or None. Listing /proc costs ~230 µs on this project's VM while
-        a client starts on the other CPU, a missing pid one failed open. A thread's id also
-        opens /proc/ID/fd, so a match counts only if it is a process's own id (its Tgid)."""
+    def _newest(self, newest: int, looked: set[int]) -> list[int]:
+        """The PROBE newest pids (``newest`` and below, wrapping at pid_max), less ``looked``.
+        Listing /proc costs ~230 µs on this project's VM while a client starts on the other
+        CPU; a pid that does not exist costs one failed open."""
         if newest <= 0:
-            return None
+            return []
         top = procfs.pid_max()
-        pids = [pid for pid in ((newest - i) % top for i in range(self.PROBE)) if pid > 0 and pid not in looked]
+        return [pid for pid in ((newest - i) % top for i in range(self.PROBE)) if pid > 0 and pid not in looked]
+
+    def _probe_hint(self, pids: list[int], target: str) -> tuple[int, int] | None:
+        """The process among ``pids`` holding ``target`` through the descriptor number the last
+        new client used, one readlink per pid: a script's tools open their connections alike
+        (listing a process's descriptors and reading them newest first cost ~9 system calls
+        per new client). A thread's id also opens /proc/ID/fd, so a match counts only if it
+        is a process's own id (its Tgid)."""
         hint = self._new_fd
-        if hint is not None:
-            # First the descriptor number the last new client used, one readlink per pid: a
-            # script's tools open their connections alike (listing a process's descriptors
-            # and reading them newest first cost ~9 system calls per new client)
-            for pid in pids:
-                if _holds(pid, hint, target) and procfs.tgid(pid) == pid:
-                    return pid, hint
+        if hint is None:
+            return None
+        for pid in pids:
+            if _holds(pid, hint, target) and procfs.tgid(pid) == pid:
+                return pid, hint
+        return None
+
+    def _probe(self, pids: list[int], target: str) -> tuple[int, int] | None:
+        """The process among ``pids`` holding ``target`` through any descriptor."""
         for pid in pids:
             fd = _holding_fd(pid, target, None)
             if fd is not None and fd != _GONE and procfs.tgid(pid) == pid:

@@ -15,7 +15,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from tpmtop.proxy import peers
+from tpmtop.proxy import peers, reconcile
 from tpmtop.proxy import protocol as P
 from tpmtop.proxy.accounting import ClientStats, LockoutLine
 from tpmtop.proxy.conn import RECV_SIZE, Conn
@@ -221,6 +221,8 @@ class ClientConn(Conn):
         if srv.turns is not None:
             srv.turns.done(client)
         srv._answered(client)
+        if e is None and srv.accounts.verify_due is not None:
+            reconcile.after_flush(srv)  # a Clear or the like: what is still loaded, the TPM says
         if e is not None:
             srv._tpm_failed(self, client, e, own)
         elif self.gone_n:
