@@ -131,7 +131,10 @@ def run_phases(a: argparse.Namespace, sw_port: int) -> dict[str, dict[str, float
     script = os.path.join(HERE, "proxy_phases.py")
     n = max(a.clients, 20)
     out: dict[str, dict[str, float]] = {}
-    for phase in filter(None, a.phases.split(",")):
+    runs = [(phase, None) for phase in filter(None, a.phases.split(","))]
+    runs += [(phase + " " + src, src) for phase, _ in list(runs) for src in a.baseline]
+    for key, src in runs:
+        phase = key.split()[0]
         if phase == "wrap":
             if os.geteuid() != 0 or not shutil.which("unshare"):
                 print("wrap phase skipped: it needs root and unshare (a private pid namespace)")
@@ -141,18 +144,26 @@ def run_phases(a: argparse.Namespace, sw_port: int) -> dict[str, dict[str, float
             argv = [sys.executable, script, "flood", str(sw_port), str(max(n // 4, 20)), str(a.flood_rate)]
         else:
             raise SystemExit(f"--phases: unknown phase {phase!r} (wrap, flood)")
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+        env = dict(os.environ, BENCH_PROXY_SRC=os.path.abspath(src)) if src else None
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=3600, env=env)
         if r.returncode != 0:
-            raise SystemExit(f"phase {phase} failed: {r.stderr.strip()[-500:]}")
-        out[phase] = json.loads(r.stdout.strip().splitlines()[-1])
+            raise SystemExit(f"phase {key} failed: {r.stderr.strip()[-500:]}")
+        out[key] = json.loads(r.stdout.strip().splitlines()[-1])
     return out
 
 
 def print_phases(phases: dict[str, dict[str, float]], abrmd_s: float | None) -> None:
-    w = phases.get("wrap")
+    for key in sorted(phases):
+        print_phase(key, phases[key], abrmd_s)
+
+
+def print_phase(key: str, x: dict[str, float], abrmd_s: float | None) -> None:
+    phase, _, src = key.partition(" ")
+    who = f" [baseline {os.path.basename(os.path.abspath(src))}]" if src else ""
+    w = x if phase == "wrap" else None
     if w:
         ratio = w["after_ms"] / w["before_ms"]
-        line = (f"pid wrap (mssim: TCTI, private pid namespace, pid_max {w['pid_max']:.0f}): CPU per client "
+        line = (f"pid wrap{who} (mssim: TCTI, private pid namespace, pid_max {w['pid_max']:.0f}): CPU per client "
                 f"{w['before_ms']:.2f} ms before, {w['after_ms']:.2f} ms after (x{ratio:.2f}; target ≤ x1.2: "
                 f"{'within' if ratio <= 1.2 else 'OVER'})")
         print(line)
@@ -160,10 +171,10 @@ def print_phases(phases: dict[str, dict[str, float]], abrmd_s: float | None) -> 
             ab = abrmd_s * 1e3
             print(f"  after the wrap: x{w['after_ms'] / ab:.2f} of abrmd+dbus's {ab:.2f} ms (target ≤ x0.5: "
                   f"{'within' if w['after_ms'] <= ab / 2 else 'OVER'})")
-    f = phases.get("flood")
+    f = x if phase == "flood" else None
     if f:
         ratio = f["flood_p50_ms"] / f["idle_p50_ms"]
-        print(f"flood ({f['rate']:g} connect-send-close a second): bystander tpm2_getrandom p50 "
+        print(f"flood{who} ({f['rate']:g} connect-send-close a second): bystander tpm2_getrandom p50 "
               f"{f['idle_p50_ms']:.1f} ms idle, {f['flood_p50_ms']:.1f} ms under the flood (x{ratio:.2f}; "
               f"target ≤ x3: {'within' if ratio <= 3 else 'OVER'}); proxy CPU {f['proxy_cpu_share'] * 100:.0f} % "
               "of a core meanwhile")

@@ -12,6 +12,8 @@
     python benchmarks/proxy_phases.py wrap  SWTPM_PORT CLIENTS      (inside unshare; prints JSON)
     python benchmarks/proxy_phases.py flood SWTPM_PORT CLIENTS RATE (prints JSON)
 
+BENCH_PROXY_SRC=DIR runs the proxy from another checkout (benchmarks/proxy.py --baseline).
+
 benchmarks/proxy.py runs both and prints their figures beside tpm2-abrmd's from the same run.
 """
 
@@ -70,9 +72,10 @@ def _wait_port(port: int) -> None:
 @contextmanager
 def _proxy(sw_port: int) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     port = _free_pair()
+    src = os.environ.get("BENCH_PROXY_SRC", REPO)  # another checkout's proxy (a before/after in one run)
     px = subprocess.Popen([sys.executable, "-m", "tpmtop", "proxy", "-T", f"swtpm:host=127.0.0.1,port={sw_port}",
-                           "--port", str(port), "--protocol", "mssim"], cwd=REPO,
-                          env=dict(os.environ, PYTHONPATH=os.path.abspath(REPO)),
+                           "--port", str(port), "--protocol", "mssim"], cwd=src,
+                          env=dict(os.environ, PYTHONPATH=os.path.abspath(src)),
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_port(port)
@@ -137,20 +140,26 @@ def wrap(sw_port: int, clients: int) -> dict[str, float]:
 
 
 def flood(sw_port: int, clients: int, rate: float) -> dict[str, float]:
+    """Idle and flooded blocks alternate (two of each), so the machine's noise hits both alike."""
     with _proxy(sw_port) as (px, port):
         _getrandom(port)  # warm
-        idle = [_getrandom(port) for _ in range(clients)]
-        fl = subprocess.Popen([sys.executable, "-c", _FLOODER, str(port), str(rate)])
-        try:
-            time.sleep(2)  # under way
-            cpu0, t0 = _cpu_s(px.pid), time.monotonic()
-            busy = [_getrandom(port) for _ in range(clients)]
-            cpu_share = (_cpu_s(px.pid) - cpu0) / (time.monotonic() - t0)
-        finally:
-            fl.kill()
-            fl.wait()
+        idle: list[float] = []
+        busy: list[float] = []
+        cpu = wall = 0.0
+        for _half in range(2):
+            idle += [_getrandom(port) for _ in range(clients // 2)]
+            fl = subprocess.Popen([sys.executable, "-c", _FLOODER, str(port), str(rate)])
+            try:
+                time.sleep(1)  # under way
+                cpu0, t0 = _cpu_s(px.pid), time.monotonic()
+                busy += [_getrandom(port) for _ in range(clients // 2)]
+                cpu += _cpu_s(px.pid) - cpu0
+                wall += time.monotonic() - t0
+            finally:
+                fl.kill()
+                fl.wait()
         return {"idle_p50_ms": statistics.median(idle) * 1e3, "flood_p50_ms": statistics.median(busy) * 1e3,
-                "proxy_cpu_share": cpu_share, "rate": rate}
+                "proxy_cpu_share": cpu / wall, "rate": rate}
 
 
 def main() -> int:
