@@ -130,18 +130,20 @@ def test_a_polling_holder_passes_the_turn_on_after_the_longest_turn():
 
 def test_no_longest_turn_when_it_is_off_or_nobody_waits():
     clock, said = Clock(), []
-    turns = Turns(idle_s=2.0, max_wait_s=600.0, clock=clock, max_turn_s=0.0)
+    alone = Turns(idle_s=2.0, max_wait_s=600.0, clock=clock, max_turn_s=5.0)
     poller, other = object(), object()
-    assert turns.ask(poller, Waiter("p", said))
-    turns.done(poller)
-    for _ in range(30):  # alone: the turn stays its own however long
+    for _ in range(30):  # nobody waits: the turn stays its own however long
         clock.t += 1.0
-        assert turns.ask(poller, Waiter("p", said))
-        turns.done(poller)
-    assert not turns.ask(other, Waiter("o", said))
-    for _ in range(30):  # off: a polling holder keeps it
+        assert alone.ask(poller, Waiter("p", said))
+        alone.done(poller)
+    assert alone.holder is poller
+    off = Turns(idle_s=2.0, max_wait_s=600.0, clock=clock, max_turn_s=0.0)
+    assert off.ask(poller, Waiter("p", said))
+    off.done(poller)
+    assert not off.ask(other, Waiter("o", said))
+    for _ in range(30):  # off: a polling holder keeps it while another waits
         clock.t += 1.0
-        assert turns.ask(poller, Waiter("p", said))
-        turns.done(poller)
-        _pump(turns)
-    assert said == [] and turns.holder is poller
+        assert off.ask(poller, Waiter("p", said))
+        off.done(poller)
+        _pump(off)
+    assert said == [] and off.holder is poller

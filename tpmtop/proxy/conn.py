@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import TYPE_CHECKING
 
 from tpmtop.proxy import protocol as P
 from tpmtop.proxy.loop import EVENT_READ as READ
 from tpmtop.proxy.loop import EVENT_WRITE as WRITE
+from tpmtop.proxy.loop import Timer
+from tpmtop.proxy.state import ServerState
 from tpmtop.tpm.busypoll import poll_cap_ns, recv_soon
 
-if TYPE_CHECKING:
-    from tpmtop.proxy.loop import Timer
-    from tpmtop.proxy.state import ServerState
 RECV_SIZE = 65536
 _DONTWAIT = socket.MSG_DONTWAIT
 DRAIN_LIMIT = 65536  # bytes read and dropped after a refused control request, at most
@@ -82,7 +80,7 @@ class Conn:
             elif mask & READ:
                 self.read()
         except Exception as e:  # a bug must cost one connection, not the proxy
-            self.srv._handler_failed(e)
+            self.srv.handler_failed(e)
             self.close()
 
     def read(self) -> None:
@@ -112,7 +110,7 @@ class Conn:
 
     def received(self) -> None:
         """New bytes are in ``buf``: serve what they complete (framing errors end the connection)."""
-        if self.srv._stop.is_set():
+        if self.srv.stopping.is_set():
             return  # the proxy stops: nothing more goes to the TPM
         try:
             self.process()
@@ -234,7 +232,7 @@ class Conn:
         self.closed = True
         if self.timer is not None:
             self.timer.cancel()
-        self.srv._conns.pop(self.sock, None)
+        self.srv.conns.pop(self.sock, None)
         if self.uid is not None:
             self.srv.user_closed(self.uid)
         try:
