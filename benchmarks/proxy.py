@@ -124,6 +124,62 @@ def cpu_per_client(server_pids: list[int], tcti: str, n: int) -> float:
     return (_cpu_s(server_pids) - before) / n
 
 
+def run_phases(a: argparse.Namespace, sw_port: int) -> dict[str, dict[str, float]]:
+    """Issue 50's phases (proxy_phases.py), each with a proxy of its own in front of the swtpm."""
+    import json
+
+    script = os.path.join(HERE, "proxy_phases.py")
+    n = max(a.clients, 20)
+    out: dict[str, dict[str, float]] = {}
+    runs = [(phase, None) for phase in filter(None, a.phases.split(","))]
+    runs += [(phase + " " + src, src) for phase, _ in list(runs) for src in a.baseline]
+    for key, src in runs:
+        phase = key.split()[0]
+        if phase == "wrap":
+            if os.geteuid() != 0 or not shutil.which("unshare"):
+                print("wrap phase skipped: it needs root and unshare (a private pid namespace)")
+                continue
+            argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, script, "wrap", str(sw_port), str(n)]
+        elif phase == "flood":
+            argv = [sys.executable, script, "flood", str(sw_port), str(max(n // 4, 20)), str(a.flood_rate)]
+        else:
+            raise SystemExit(f"--phases: unknown phase {phase!r} (wrap, flood)")
+        env = dict(os.environ, BENCH_PROXY_SRC=os.path.abspath(src)) if src else None
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=3600, env=env)
+        if r.returncode != 0:
+            raise SystemExit(f"phase {key} failed: {r.stderr.strip()[-500:]}")
+        out[key] = json.loads(r.stdout.strip().splitlines()[-1])
+    return out
+
+
+def print_phases(phases: dict[str, dict[str, float]], abrmd_s: float | None) -> None:
+    for key in sorted(phases):
+        print_phase(key, phases[key], abrmd_s)
+
+
+def print_phase(key: str, x: dict[str, float], abrmd_s: float | None) -> None:
+    phase, _, src = key.partition(" ")
+    who = f" [baseline {os.path.basename(os.path.abspath(src))}]" if src else ""
+    w = x if phase == "wrap" else None
+    if w:
+        ratio = w["after_ms"] / w["before_ms"]
+        line = (f"pid wrap{who} (mssim: TCTI, private pid namespace, pid_max {w['pid_max']:.0f}): CPU per client "
+                f"{w['before_ms']:.2f} ms before, {w['after_ms']:.2f} ms after (x{ratio:.2f}; target ≤ x1.2: "
+                f"{'within' if ratio <= 1.2 else 'OVER'})")
+        print(line)
+        if abrmd_s:
+            ab = abrmd_s * 1e3
+            print(f"  after the wrap: x{w['after_ms'] / ab:.2f} of abrmd+dbus's {ab:.2f} ms (target ≤ x0.5: "
+                  f"{'within' if w['after_ms'] <= ab / 2 else 'OVER'})")
+    f = x if phase == "flood" else None
+    if f:
+        ratio = f["flood_p50_ms"] / f["idle_p50_ms"]
+        print(f"flood{who} ({f['rate']:g} connect-send-close a second): bystander tpm2_getrandom p50 "
+              f"{f['idle_p50_ms']:.1f} ms idle, {f['flood_p50_ms']:.1f} ms under the flood (x{ratio:.2f}; "
+              f"target ≤ x3: {'within' if ratio <= 3 else 'OVER'}); proxy CPU {f['proxy_cpu_share'] * 100:.0f} % "
+              "of a core meanwhile")
+
+
 def measure(tcti: str, rounds: int) -> list[int]:
     from tpm2_pytss import ESAPI, TCTILdr
     from tpm2_pytss.constants import ESYS_TR, TPM2_ALG
@@ -157,6 +213,11 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=8, help="blocks; each runs every path once, in a rotating order")
     ap.add_argument("--clients", type=int, default=300,
                     help="tpm2_getrandom processes for the CPU-per-client figures (0: skip them)")
+    ap.add_argument("--phases", default="wrap,flood",
+                    help="issue 50's phases, comma-separated ('' to skip): wrap (CPU per client before and after "
+                         "the pid counter wraps, in a private pid namespace: root and unshare), flood (a bystander's "
+                         "tpm2_getrandom idle and under a connect-and-close flood); see proxy_phases.py")
+    ap.add_argument("--flood-rate", type=float, default=100.0, help="flood connections a second")
     ap.add_argument("--baseline", metavar="DIR", action="append", default=[],
                     help="also the mssim and swtpm paths through a proxy run from another checkout of tpmtop "
                          "(a before/after in one run, e.g. from `git archive <commit> | tar -x -C DIR`); repeatable")
@@ -252,6 +313,7 @@ def main() -> int:
                         procs.remove(px)
                 cpu.setdefault("abrmd", []).append(
                     cpu_per_client([abrmd.proc.pid, abrmd.bus_pid], "tabrmd:bus_type=session", a.clients // 2))
+        phases = run_phases(a, sw_port)
     finally:
         if abrmd is not None:
             abrmd.stop()
@@ -305,6 +367,7 @@ def main() -> int:
             x = statistics.mean(cpu[src])
             print(f"  baseline {os.path.basename(os.path.abspath(src))} (mssim: TCTI): {x * 1e3:6.2f} ms  "
                   f"x{x / ab:.2f} of abrmd+dbus")
+    print_phases(phases, statistics.mean(cpu["abrmd"]) if cpu else None)
     print(f"swtpm: TCTI through the proxy: {d_swtpm:+.0f} µs per command (p50): that TCTI opens a TCP connection "
           "for every command, so each one also pays an accept and a peer look-up in the proxy")
     ok = delta <= TARGET_US and delta < d_abrmd

@@ -21,12 +21,16 @@ INTERVAL_S = 1.0
 
 class RateLimitedLog:
     def __init__(self, log: Callable[..., None], interval_s: float = INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, burst: int = 1) -> None:
         self._log = log
         self.interval_s = interval_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._last = -1e18  # when the last line was said
+        # Lines said at once per interval (the proxy's "client N connected" lines: a script's
+        # tools each say theirs, a flood of new processes is held back to this many a second)
+        self.burst = burst
+        self._said_in = 0  # lines said in the interval that began at _last
+        self._last = -1e18  # when the interval of the lines said last began
         self._held: dict[str, int] = {}  # kind -> lines counted, not said, since then
         self._latest: tuple[str, tuple[Any, ...]] | None = None
         self.said = 0  # lines written (tests and the proxy's report read it)
@@ -38,8 +42,12 @@ class RateLimitedLog:
         with self._lock:
             self.total[kind] = self.total.get(kind, 0) + 1
             now = self._clock()
-            if now - self._last >= self.interval_s and not self._held:
-                self._last = now
+            fresh = now - self._last >= self.interval_s
+            if not self._held and (fresh or self._said_in < self.burst):
+                if fresh:
+                    self._last = now
+                    self._said_in = 0
+                self._said_in += 1
                 self.said += 1
                 out: tuple[str, tuple[Any, ...]] | None = (text, args)
             else:
@@ -63,6 +71,7 @@ class RateLimitedLog:
         self._held.clear()
         self._latest = None
         self._last = now
+        self._said_in = self.burst  # a summary ends its interval: the next line waits for the next one
         self.said += 1
         return (f"{counts} in the last {since:.1f} s (lines held back to one per {self.interval_s:g} s); "
                 f"the latest: {text}", args)

@@ -89,6 +89,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         "Seconds for the commands the kernel itself waits longest for (CreatePrimary, Create, "
         "CreateLoaded, VerifySignature: its TPM_LONG_LONG, 300 s before Linux 6.18): a slow "
         "chip's RSA key generation takes seconds to tens of seconds.", gt=0, le=86400)] = 300.0
+    proxy_max_turn_s: Annotated[float, _knob(
+        "`tpmtop proxy` over a raw TPM: the longest a client holds its turn while another client "
+        "waits, in seconds; then the waiting client gets the TPM after the holder's command in "
+        "flight, and the holder waits behind it (a client polling every second otherwise kept "
+        "the turn until it exited: issue 50). 0: off, a turn ends only when its holder leaves or "
+        "is idle for --turn-idle. A holder cut short may find the TPM's object or session slots "
+        "taken by the next client (TPM_RC_OBJECT_MEMORY 0x902).", ge=0)] = 10.0
 
 
 NAMES: tuple[str, ...] = Settings.__struct_fields__

@@ -18,15 +18,15 @@ def test_an_exited_client_departs_and_a_live_one_stays():
     try:
         a = srv.accounts.client_for(peers.describe_pid(live.pid), "swtpm")
         b = srv.accounts.client_for(peers.describe_pid(gone.pid), "swtpm")
-        srv._watch_exit(a)
-        srv._watch_exit(b)
-        (fd_a,) = [fd for fd, c in srv._pidfds.items() if c is a]
-        (fd_b,) = [fd for fd, c in srv._pidfds.items() if c is b]
+        srv.departures.watch_exit(a)
+        srv.departures.watch_exit(b)
+        (fd_a,) = [fd for fd, c in srv.state.pidfds.items() if c is a]
+        (fd_b,) = [fd for fd, c in srv.state.pidfds.items() if c is b]
         gone.wait()
         # what a new client's arrival does: every exited one departs first (its pidfd polled)
-        wait_until(lambda: (srv._reap_exited(), b.departed_ns is not None)[1], "the exited client to depart")
-        assert b.exited and fd_b not in srv._pidfds
-        assert a.departed_ns is None and not a.exited and fd_a in srv._pidfds
+        wait_until(lambda: (srv.departures.reap_exited(), b.departed_ns is not None)[1], "the exited client to depart")
+        assert b.exited and fd_b not in srv.state.pidfds
+        assert a.departed_ns is None and not a.exited and fd_a in srv.state.pidfds
     finally:
         live.kill()
         live.wait()

@@ -5,9 +5,11 @@ Real swtpm, real tpm2-tools, real client processes."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import struct
+import subprocess
 
 import psutil
 import pytest
@@ -107,7 +109,8 @@ def test_flushing_another_clients_object_and_clear_are_reported(tcp_swtpm, tmp_p
         p.tool("tpm2_createprimary", "-C", "o", "-G", "ecc", "-c", "q.ctx", cwd=tmp_path)
         assert {0x80000000, 0x80000001} <= set(_tpm_handles(p))
         p.tool("tpm2_clear")  # (a throw-away swtpm: its lockout auth is empty)
-        p.wait_line("cleared the TPM (TPM2_Clear): 2 transient object(s)")
+        line = p.wait_line("sent Clear: the TPM flushed", "(asked of the TPM)")
+        assert "0x80000000 transient object" in line and "0x80000001 transient object" in line, line
         assert not [h for h in _tpm_handles(p) if h >> 24 == 0x80]  # the TPM holds none
         status, _, cap = p.stop()
         assert status == 130
@@ -230,4 +233,62 @@ def test_a_stderr_nobody_reads_does_not_stall_the_clients(tcp_swtpm, tmp_path):
             proc.kill()
             proc.wait()
     assert proc.returncode == 130
-    assert err.count(" connected: ") >= 400, err[-2000:]
+    # every client said: in its own line, or counted in a summary (CLIENT_LINES_PER_S a second)
+    said = sum(1 for ln in err.splitlines() if " connected: " in ln and " in the last " not in ln)
+    counted = sum(int(n.replace(",", "")) for n in re.findall(r"([\d,]+) clients connected(?:,| in the last)", err))
+    assert said + counted >= 400, err[-2000:]
+
+
+def _tpm_lists(tcti: str) -> set[tuple[str, int]]:
+    """What the TPM holds, by tpm2_getcap straight to the swtpm: transient handles, and session
+    slots loaded or saved (the saved list names a policy session with the HMAC range's top byte)."""
+    env = dict(os.environ, TPM2TOOLS_TCTI=tcti, TSS2_LOG="all+NONE")
+    out: set[tuple[str, int]] = set()
+    for what in ("handles-transient", "handles-loaded-session", "handles-saved-session"):
+        r = subprocess.run(["tpm2_getcap", what], env=env, capture_output=True, text=True, timeout=TIMEOUT)
+        assert r.returncode == 0, r.stderr
+        for h in (int(x, 16) for x in re.findall(r"0x[0-9a-fA-F]+", r.stdout)):
+            out.add(("transient", h) if h >> 24 == 0x80 else ("session", h & 0xFFFFFF))
+    return out
+
+
+def _model(cap: dict) -> set[tuple[str, int]]:
+    """What the proxy's report says clients left loaded."""
+    out: set[tuple[str, int]] = set()
+    for c in cap["clients"]:
+        for h in (int(x["handle"], 16) for x in c["held"]):
+            out.add(("transient", h) if h >> 24 == 0x80 else ("session", h & 0xFFFFFF))
+    return out
+
+
+@pytest.mark.parametrize("protocol", ["swtpm", "mssim"])
+def test_what_clients_left_after_a_clear_is_what_the_tpm_says(tcp_swtpm, tmp_path, protocol):
+    """Issue 55 item 10: an NV workload with policy sessions and a TPM2_Clear through the
+    proxy (tpm2-tools, a fresh swtpm: empty lockout and platform auth). A Clear flushes the
+    owner's and endorsement's objects, not the platform's, nor sessions: the proxy guessed
+    "every transient object" and reported a platform primary gone that the TPM still held.
+    Its report is now what the TPM lists."""
+    (tmp_path / "data").write_bytes(b"hello")
+    p = Proxy(tcp_swtpm.tcti, protocol, tmp_path)
+    try:
+        for argv in (["tpm2_nvdefine", "0x1500016", "-C", "o", "-s", "32", "-a", "ownerread|ownerwrite"],
+                     ["tpm2_nvwrite", "0x1500016", "-C", "o", "-i", "data"],
+                     ["tpm2_nvread", "0x1500016", "-C", "o", "-s", "5"],
+                     ["tpm2_startauthsession", "-S", "s.ctx", "--policy-session"],
+                     ["tpm2_policypcr", "-S", "s.ctx", "-l", "sha256:0"],
+                     ["tpm2_startauthsession", "-S", "h.ctx", "--hmac-session"],
+                     ["tpm2_createprimary", "-C", "p", "-c", "pp.ctx"],
+                     ["tpm2_createprimary", "-C", "o", "-c", "op.ctx"],
+                     ["tpm2_clear"],
+                     ["tpm2_nvdefine", "0x1500017", "-C", "o", "-s", "8"],
+                     ["tpm2_nvundefine", "0x1500017", "-C", "o"]):
+            p.tool(*argv, cwd=tmp_path)
+        status, _, cap = p.stop()
+        assert status == 130
+    finally:
+        p.kill()
+    tpm = _tpm_lists(tcp_swtpm.tcti)
+    assert ("transient", 0x80000000) in tpm  # the platform primary outlived the Clear
+    assert _model(cap) == tpm, (_model(cap), tpm, p.lines)
+    line = next(ln for ln in p.lines if "sent Clear: the TPM flushed" in ln)
+    assert "0x80000001 transient object" in line and "(asked of the TPM)" in line, line

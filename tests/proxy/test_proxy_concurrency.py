@@ -173,3 +173,47 @@ def test_concurrent_clients_over_tpm2_abrmd(abrmd, tmp_path, monkeypatch):
         p.kill()
     assert _failures(cap) == []
     assert {x["name"] for x in cap["programs"]} >= {"tpm2_getrandom", "tpm2_flushcontext"}
+
+
+# a daemon that asks the TPM for a few random bytes every half second, for up to 120 s
+_POLLER = """
+import sys, time
+from tpm2_pytss import ESAPI, TCTILdr
+ectx = ESAPI(TCTILdr("swtpm", sys.argv[1]))
+ectx.get_random(8)
+print("polling", flush=True)
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:
+    ectx.get_random(8)
+    time.sleep(0.5)
+"""
+
+
+def test_a_polling_client_cannot_hold_the_turn_past_the_longest_turn(tcp_swtpm, tmp_path, monkeypatch):
+    """Issue 50: a client that polls every half second is never idle for --turn-idle, and kept
+    the raw TPM's turn until it exited (a bystander waited 48 s). With proxy_max_turn_s 3 the
+    bystander is served while the poller still runs, and the poller goes on being served."""
+    monkeypatch.setenv("TPMTOP_PROXY_MAX_TURN_S", "3")
+    p = Proxy(tcp_swtpm.tcti, "swtpm", tmp_path, ("--turn-idle", "2"))
+    poller = None
+    try:
+        p.wait_line("clients take turns", "has held it 3 s")
+        poller = subprocess.Popen([sys.executable, "-c", _POLLER, f"host=127.0.0.1,port={p.port}"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=dict(os.environ, TSS2_LOG="all+NONE"))
+        assert poller.stdout.readline() == "polling\n", poller.stderr.read()
+        got = p.tool("tpm2_getrandom", "--hex", "8")
+        assert len(got.stdout.strip()) == 16
+        assert poller.poll() is None, poller.stderr.read()  # served while the poller still holds on
+        poller.kill()
+        poller.wait()
+        status, _, cap = p.stop()
+        assert status == 130
+    finally:
+        if poller is not None and poller.poll() is None:
+            poller.kill()
+            poller.wait()
+        p.kill()
+    programs = {x["name"]: x for x in cap["programs"]}
+    assert programs["tpm2_getrandom"]["commands"] >= 1 and programs["tpm2_getrandom"]["errors"] == 0
+    assert programs["tpm2_getrandom"]["turn_waits"]["count"] >= 1  # it did wait for the poller's turn

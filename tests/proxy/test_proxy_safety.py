@@ -397,3 +397,47 @@ def test_a_port_pair_is_found_below_the_ephemeral_range_when_it_is_full(monkeypa
     monkeypatch.setattr(server, "PAIR_TRIES", 20)  # the fallback's tries too: 20 are plenty
     p, _ = _pair_while_taking(monkeypatch, (-1, +1))
     assert server.BELOW_EPHEMERAL_FROM <= p < server.ephemeral_low() - 1
+
+
+# -- issue 50: per-user caps ------------------------------------------------------------------------
+
+# nobody opens N connections to the TPM port and holds them, silent, until killed
+_HOLDER = """
+import socket, sys, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+held = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_one_user_cannot_take_every_connection_slot(tcp_swtpm, tmp_path):
+    """Issue 50: one allowed user holding idle connections filled the global cap and locked
+    every other user out for the idle time-out. With --max-per-user 4 (of 8) its fifth and
+    later connections are refused with a line naming the per-user limit, and this user's
+    tool is still served."""
+    p = Proxy(tcp_swtpm.tcti, "swtpm", tmp_path,
+              ("--allow-user", "nobody", "--max-connections", "8", "--max-per-user", "4"))
+    holder = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                               "/usr/bin/python3", "-c", _HOLDER, str(p.port), "8"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+    try:
+        assert holder.stdout.readline() == "held\n", holder.stderr.read()
+        line = p.wait_line("per-user limit", f"uid {NOBODY}")
+        assert "connection refused" in line
+        got = _tool(p.tcti, "tpm2_getrandom", "--hex", "8")
+        assert got.returncode == 0 and len(got.stdout.strip()) == 16, got.stderr + "\n".join(p.lines)
+        assert not any("connections are open (the limit)" in ln for ln in p.lines), p.lines
+        holder.kill()
+        holder.wait()
+        assert p.stop()[0] == 130
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        p.kill()
+
+
+def test_the_per_user_limit_is_checked_as_a_usage(tcp_swtpm):
+    r = run_tpmtop("proxy", "-T", tcp_swtpm.tcti, "--port", str(free_port_pair()), "--max-per-user", "0")
+    assert r.returncode == 2 and "--max-per-user 0" in r.stderr, r.stderr

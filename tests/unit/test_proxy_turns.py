@@ -94,3 +94,56 @@ def test_every_command_of_the_granted_client_goes_and_closing_refuses_the_rest()
     assert not turns.ask(a, Waiter("late", said))
     _pump(turns)
     assert said[-1] == "late refused: the proxy is stopping"
+
+
+def test_a_polling_holder_passes_the_turn_on_after_the_longest_turn():
+    """Issue 50: a client that sends a command every second is never idle for idle_s, so it
+    kept the turn while another waited, until it exited. With max_turn_s the waiting client
+    gets the TPM once the holder has held it that long (after its command in flight), and the
+    holder's next command waits behind it."""
+    clock, said = Clock(), []
+    turns = Turns(idle_s=2.0, max_wait_s=60.0, clock=clock, max_turn_s=5.0)
+    poller, other = object(), object()
+    assert turns.ask(poller, Waiter("p", said))
+    turns.done(poller)
+    assert not turns.ask(other, Waiter("o", said))
+    for _ in range(4):  # a command a second: never idle for 2 s
+        clock.t += 1.0
+        assert _pump(turns) is not None and said == []
+        assert turns.ask(poller, Waiter("p", said))
+        turns.done(poller)
+    clock.t += 0.5  # 4.5 s into its turn: still its own
+    assert turns.ask(poller, Waiter("p", said))
+    assert _pump(turns) is not None and said == []  # in flight: never cut mid-command
+    turns.done(poller)
+    due = _pump(turns)
+    assert said == [] and due == 105.0  # the turn's end is what is due next
+    clock.t = 105.0
+    assert not turns.ask(poller, Waiter("p-late", said))  # over its turn while other waits: queued
+    _pump(turns)
+    assert said == ["o granted"] and turns.holder is other
+    turns.done(other)
+    turns.release(other)
+    _pump(turns)
+    assert said == ["o granted", "p-late granted"]
+
+
+def test_no_longest_turn_when_it_is_off_or_nobody_waits():
+    clock, said = Clock(), []
+    alone = Turns(idle_s=2.0, max_wait_s=600.0, clock=clock, max_turn_s=5.0)
+    poller, other = object(), object()
+    for _ in range(30):  # nobody waits: the turn stays its own however long
+        clock.t += 1.0
+        assert alone.ask(poller, Waiter("p", said))
+        alone.done(poller)
+    assert alone.holder is poller
+    off = Turns(idle_s=2.0, max_wait_s=600.0, clock=clock, max_turn_s=0.0)
+    assert off.ask(poller, Waiter("p", said))
+    off.done(poller)
+    assert not off.ask(other, Waiter("o", said))
+    for _ in range(30):  # off: a polling holder keeps it while another waits
+        clock.t += 1.0
+        assert off.ask(poller, Waiter("p", said))
+        off.done(poller)
+        _pump(off)
+    assert said == [] and off.holder is poller

@@ -75,6 +75,9 @@ def _serving_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--luks", action="append", metavar="DEVICE",
                    help="a LUKS2 device or image whose tokens a failing Unseal (0x99d, 0x128) is matched with "
                         "(repeatable; default: /etc/crypttab's and the LUKS2 block devices, read at the first one)")
+    p.add_argument("--max-per-user", type=int, default=None, metavar="N",
+                   help="open connections of one user at most, root's and the proxy's own user's aside "
+                        "(default a quarter of --max-connections)")
     p.add_argument("--idle-timeout", type=float, default=None, metavar="S",
                    help="close a connection that sends nothing for S seconds (default 600)")
 
@@ -104,6 +107,10 @@ def _serving(args: argparse.Namespace) -> dict[str, Any]:
         if args.max_connections < 1:
             raise UsageError(f"--max-connections {args.max_connections}: expected 1 or more")
         kw["max_connections"] = args.max_connections
+    if args.max_per_user is not None:
+        if args.max_per_user < 1:
+            raise UsageError(f"--max-per-user {args.max_per_user}: expected 1 or more")
+        kw["max_per_user"] = args.max_per_user
     if args.turn_idle is not None:
         if not args.turn_idle > 0:
             raise UsageError(f"--turn-idle {args.turn_idle:g}: expected seconds above 0")

@@ -29,11 +29,21 @@ from tpmtop.proxy.session_use import SessionUse, parse_start_auth_session
 from tpmtop.textsafe import safe
 from tpmtop.tpm import names, wire
 from tpmtop.tpm.names import HandleType
-from tpmtop.tpm.rcformat import auth_failure_text
+from tpmtop.tpm.rcformat import RC_LOCKOUT, auth_failure_text
 from tpmtop.unlock.live import UnsealWatch
 
 if TYPE_CHECKING:
     from tpmtop.proxy.peers import Peer
+
+
+def wall_clock() -> str:
+    """Now, as a person reads a journal (a failure line's t_ns alone says nothing to them)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class LockoutLine(ProxyLine):
+    """A command the TPM refused in lockout: said through the proxy's rate-limited log."""
+
 
 RECENT_DEPARTED = 64  # departed clients kept whole (the rest: their program's summary)
 MAX_PROGRAMS = 256  # program summaries; beyond, one "other programs" row
@@ -48,6 +58,9 @@ CC_CONTEXT_LOAD = 0x161
 CC_CONTEXT_SAVE = 0x162
 CC_FLUSH_CONTEXT = 0x165
 CC_CLEAR = 0x126
+# commands after which what is loaded is asked of the TPM (they flush what they flush by
+# hierarchy): Clear, ChangeEPS, ChangePPS, HierarchyControl (a hierarchy disabled)
+MAY_FLUSH = {CC_CLEAR, 0x124, 0x125, 0x121}
 CREATING = {CC_CREATE_PRIMARY, CC_LOAD, CC_LOAD_EXTERNAL, CC_CREATE_LOADED, CC_START_AUTH_SESSION,
             CC_CONTEXT_LOAD}
 TPM_RS_PW = 0x40000009
@@ -214,6 +227,8 @@ class Accounts:
         self._next = 1
         self.pcr_watch = PcrChangeWatch()  # names the extend behind a 0x128 (tpmtop.pcrs.attribution)
         self.unseal_watch = UnsealWatch()  # names the LUKS2 token behind a failing Unseal (tpmtop.unlock.live)
+        # (client, command) of a MAY_FLUSH command answered and not yet checked with the TPM
+        self.verify_due: tuple[ClientStats, int] | None = None
 
     def client_for(self, peer: Peer, protocol: str, shared_key: bool = True) -> ClientStats:
         """The client of a new connection: a live process already seen is the same client."""
@@ -266,7 +281,13 @@ class Accounts:
                 wrong = auth_failure_text(rc)
                 if wrong:  # who caused it, as it happens (tpmtop health counts and names them too)
                     notes.append(ProxyLine(f"client {c.id} {c.name} (pid {c.peer.pid}): {names.cc_short(cc)} "
-                                           f"{wrong}", LineKind.AUTH))
+                                           f"{wrong} (at {wall_clock()})", LineKind.AUTH))
+                elif rc == RC_LOCKOUT:
+                    # refused, not counted: said (rate-limited: a locked-out TPM refuses fast) so
+                    # that the operator sees who is still knocking, and when
+                    notes.append(LockoutLine(f"client {c.id} {c.name} (pid {c.peer.pid}): {names.cc_short(cc)} "
+                                             f"refused: 0x921 TPM_RC_LOCKOUT, the TPM is in dictionary-attack "
+                                             f"lockout (at {wall_clock()})", LineKind.AUTH))
                 return notes
             for sh, attrs in info.sessions:
                 if sh != TPM_RS_PW and not attrs & 0x01:  # without continueSession the TPM ends it
@@ -304,13 +325,35 @@ class Accounts:
                 o = self._owner.get(h0)
                 if o is not None and HandleType.of(h0) in _SESSION_TYPES:
                     o[1].state = "saved"  # a saved session leaves the loaded list, not the TPM
-            elif cc == CC_CLEAR:
-                gone = [hd for hd in self._owner if HandleType.of(hd) is HandleType.TRANSIENT]
-                for hd in gone:
-                    del self._owner[hd]
-                notes.append(f"client {c.id} {c.name} (pid {c.peer.pid}) cleared the TPM (TPM2_Clear): "
-                             f"{len(gone)} transient object(s) flushed with it")
+            elif cc in MAY_FLUSH:
+                # What it flushed is the TPM's to say, not ours to guess (a Clear flushes the
+                # owner's and endorsement's objects, not the platform's, nor sessions): the
+                # server asks the TPM once the answer is out (:meth:`reconcile`)
+                self.verify_due = (c, cc)
         return notes
+
+    def reconcile(self, transient: set[int], sessions: set[int]) -> tuple[int, list[tuple[ClientStats, Held]]]:
+        """What the TPM says it holds (its transient handles; its sessions, loaded or saved, by
+        slot: the saved list names a policy session with the HMAC range's top byte): every
+        handle held here that the TPM no longer holds is dropped. Returns (how many the TPM
+        still holds of those known here, the dropped ones)."""
+        with self._lock:
+            gone: list[tuple[ClientStats, Held]] = []
+            kept = 0
+            for hd, (owner, held) in list(self._owner.items()):
+                kind = HandleType.of(hd)
+                if kind is HandleType.TRANSIENT:
+                    there = hd in transient
+                elif kind in _SESSION_TYPES:
+                    there = hd & 0xFFFFFF in sessions
+                else:
+                    continue
+                if there:
+                    kept += 1
+                else:
+                    del self._owner[hd]
+                    gone.append((owner, held))
+            return kept, gone
 
     def tpm_reset(self) -> None:
         """The TPM was replaced (a private swtpm restarted): nothing is loaded any more."""

@@ -17,14 +17,17 @@ from tpmtop.proxy.state import ServerState
 
 ACCEPT_RETRY_S = 0.1  # after a failed accept (out of descriptors), the listener is watched again after this
 
-# a listener's kind of connection: (server, socket, its peer's (uid, inode), TCP?) -> the connection
-MakeConn = Callable[[ServerState, socket.socket, "tuple[int, int] | None", bool], Conn]
+# a listener's kind of connection: (socket, its peer's (uid, inode), TCP?) -> the connection
+MakeConn = Callable[[socket.socket, "tuple[int, int] | None", bool], Conn]
 
 
-class Admission(ServerState):
-    """ProxyServer's accept path; state lives in ProxyServer.__init__."""
+class Admission:
+    """ProxyServer's accept path, over the server's state."""
 
-    def _listen_in_loop(self, lsock: socket.socket, make: MakeConn) -> None:
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+
+    def listen_in_loop(self, lsock: socket.socket, make: MakeConn) -> None:
         lsock.setblocking(False)
         local = self._local_address(lsock)
         tcp = lsock.family != socket.AF_UNIX  # asked once (a socket's family is an enum built per call)
@@ -32,7 +35,7 @@ class Admission(ServerState):
         def ready(_mask: int) -> None:
             self._accept(lsock, local, tcp, make, ready)
 
-        self.loop.register(lsock, READ, ready)
+        self.state.loop.register(lsock, READ, ready)
 
     def _accept(self, lsock: socket.socket, local: tuple[Any, ...] | None, tcp: bool, make: MakeConn,
                 ready: Callable[[int], None]) -> None:
@@ -44,46 +47,62 @@ class Admission(ServerState):
         except (BlockingIOError, InterruptedError):
             return
         except OSError as e:  # EMFILE and the like: the connection waits in the backlog
-            self.peer_log("accept failures", f"cannot accept a connection: {e.strerror or e}", LineKind.FAULT)
+            self.state.peer_log("accept failures", f"cannot accept a connection: {e.strerror or e}", LineKind.FAULT)
             # The listener stays readable: watched again in a moment, not spun on meanwhile
-            self.loop.unregister(lsock)
-            self.loop.call_later(ACCEPT_RETRY_S, lambda: self._listen_again(lsock, ready))
+            self.state.loop.unregister(lsock)
+            self.state.loop.call_later(ACCEPT_RETRY_S, lambda: self._listen_again(lsock, ready))
             return
-        ok, owner = self._admit(sock, addr, local, tcp)
+        ok, owner, uid = self._admit(sock, addr, local, tcp)
         if ok:
-            conn = make(self, sock, owner, tcp)
-            self._conns[sock] = conn
+            conn = make(sock, owner, tcp)
+            self.state.conns[sock] = conn
+            if uid is not None and self._capped(uid):
+                conn.uid = uid
+                self.state.per_uid[uid] = self.state.per_uid.get(uid, 0) + 1
             conn.start()
 
     def _listen_again(self, lsock: socket.socket, ready: Callable[[int], None]) -> None:
-        if not self._stop.is_set():
+        if not self.state.stopping.is_set():
             try:
-                self.loop.register(lsock, READ, ready)
+                self.state.loop.register(lsock, READ, ready)
             except (OSError, ValueError):
                 pass  # closed meanwhile (the proxy stops)
 
-    def _admit(self, sock: socket.socket, peer: tuple[Any, ...] | None,
-               local: tuple[Any, ...] | None, tcp: bool) -> tuple[bool, tuple[int, int] | None]:
-        """(served?, the peer's (uid, inode), None where unknown); a connection refused or
-        over the limit is closed here."""
+    def _admit(self, sock: socket.socket, peer: tuple[Any, ...] | None, local: tuple[Any, ...] | None,
+               tcp: bool) -> tuple[bool, tuple[int, int] | None, int | None]:
+        """(served?, the peer's (uid, inode), None where unknown, its uid); a connection refused
+        or over a limit is closed here."""
         uid, pid, inode = access.peer_owner(sock, peer, local, unix=not tcp)
-        if not self.policy.allows(uid):
+        if not self.state.policy.allows(uid):
             self._refuse(sock, uid, pid)
-            return False, None
-        if len(self._conns) >= self.max_connections and self._open() >= self.max_connections:
+            return False, None, None
+        if len(self.state.conns) >= self.state.max_connections and self._open() >= self.state.max_connections:
             self._over_limit(sock)
-            return False, None
+            return False, None, None
+        assert uid is not None  # allows() let no unknown uid through
+        if (self._capped(uid) and self.state.per_uid.get(uid, 0) >= self.state.max_per_user
+                and self._open(uid) >= self.state.max_per_user):
+            self._over_user_limit(sock, uid)
+            return False, None, None
         if tcp:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return True, ((uid, inode) if uid is not None and inode is not None else None)
+        return True, ((uid, inode) if inode is not None else None), uid
 
-    def _open(self) -> int:
-        """The counted connections whose peer has not closed them: a closed one keeps its place
-        until the loop reads its end, which can come after the next connection's accept (the
-        swtpm: TCTI opens and closes a probe on each port, then connects for every command, so
-        one client alone once filled a limit of 2). Asked only at the limit."""
+    def _capped(self, uid: int) -> bool:
+        """Does the per-user cap apply to ``uid``? To every user but root and the proxy's own
+        (the operator, who can open the TPM itself)."""
+        return uid not in (0, self.state.own_uid)
+
+    def _open(self, uid: int | None = None) -> int:
+        """The counted connections (of ``uid``, or everyone's) whose peer has not closed them:
+        a closed one keeps its place until the loop reads its end, which can come after the
+        next connection's accept (the swtpm: TCTI opens and closes a probe on each port, then
+        connects for every command, so one client alone once filled a limit of 2). Asked only
+        at the limit."""
         n = 0
-        for sock in self._conns:
+        for sock, conn in self.state.conns.items():
+            if uid is not None and conn.uid != uid:
+                continue
             try:
                 if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
                     continue  # the peer closed it and nothing of it is left to serve
@@ -104,9 +123,21 @@ class Admission(ServerState):
         return None
 
     def _over_limit(self, sock: socket.socket) -> None:
-        self.over_limit += 1
-        self.peer_log("over the limit", f"{self.max_connections} connections are open (the limit): connection "
-                      f"refused ({self.over_limit} so far)", LineKind.DROPPED)
+        st = self.state
+        st.over_limit += 1
+        st.peer_log("over the limit", f"{st.max_connections} connections are open (the limit): connection "
+                    f"refused ({st.over_limit} so far)", LineKind.DROPPED)
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+    def _over_user_limit(self, sock: socket.socket, uid: int) -> None:
+        st = self.state
+        st.over_user_limit += 1
+        st.peer_log("over the per-user limit", f"{access.user_text(uid)} has {st.max_per_user} connections open "
+                    f"(the per-user limit, --max-per-user): connection refused ({st.over_user_limit} so far)",
+                    LineKind.DROPPED)
         try:
             sock.close()
         except OSError:
@@ -126,19 +157,24 @@ class Admission(ServerState):
                     pass
                 except OSError:
                     return
-            self.refused += 1
+            st = self.state
+            st.refused += 1
             # the port too: a swtpm-TCTI client opens the TPM port and the control port, so one
             # refused program gives two lines, which should not look like a repeat
             where = "a Unix socket" if sock.family == socket.AF_UNIX else f"TCP port {sock.getsockname()[1]}"
-            self.peer_log("refused", f"refused a connection on {where} from {access.user_text(uid)}"
-                          f"{f' pid {pid}' if pid else ''}: only {self.policy.describe()} may use this TPM "
-                          f"(--allow-user / --allow-group let more in); connection closed", LineKind.DROPPED)
+            if uid is None:
+                # Fail closed: bytes came from a peer whose owner is gone (it closed before the
+                # accept) or could not be asked; whose they are cannot be known, so none is run.
+                st.unattributed += 1
+                st.peer_log("refused", f"refused a connection on {where}: its owner cannot be established "
+                            "(the peer's socket was closed before the accept, or its owner could not be "
+                            "read); nothing it sent was run; connection closed", LineKind.DROPPED)
+                return
+            st.peer_log("refused", f"refused a connection on {where} from {access.user_text(uid)}"
+                        f"{f' pid {pid}' if pid else ''}: only {st.policy.describe()} may use this TPM "
+                        f"(--allow-user / --allow-group let more in); connection closed", LineKind.DROPPED)
         finally:
             try:
                 sock.close()
             except OSError:
                 pass
-
-    @property
-    def open_connections(self) -> int:
-        return len(self._conns)

@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import TYPE_CHECKING
 
 from tpmtop.proxy import protocol as P
 from tpmtop.proxy.loop import EVENT_READ as READ
 from tpmtop.proxy.loop import EVENT_WRITE as WRITE
+from tpmtop.proxy.loop import Timer
+from tpmtop.proxy.state import ServerState
 from tpmtop.tpm.busypoll import poll_cap_ns, recv_soon
 
-if TYPE_CHECKING:
-    from tpmtop.proxy.loop import Timer
-    from tpmtop.proxy.state import ServerState
 RECV_SIZE = 65536
 _DONTWAIT = socket.MSG_DONTWAIT
 DRAIN_LIMIT = 65536  # bytes read and dropped after a refused control request, at most
@@ -40,7 +38,7 @@ class Conn:
     requests in ``buf``) and :meth:`ended` (what its end means)."""
 
     __slots__ = ("buf", "busy", "closed", "draining", "frame_since", "interest", "last", "need", "out",
-                 "owner", "poll_cap", "sock", "srv", "tcp", "timer")
+                 "owner", "poll_cap", "sock", "srv", "tcp", "timer", "uid")
 
     def __init__(self, srv: ServerState, sock: socket.socket, owner: tuple[int, int] | None, tcp: bool):
         self.srv, self.sock, self.owner, self.tcp = srv, sock, owner, tcp
@@ -55,6 +53,7 @@ class Conn:
         self.frame_since: float | None = None
         self.poll_cap = poll_cap_ns()  # the rest of a request is microseconds away: poll for it
         self.timer: Timer | None = None
+        self.uid: int | None = None  # set by admission where a per-user cap counts it
 
     # -- in the loop ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -81,7 +80,7 @@ class Conn:
             elif mask & READ:
                 self.read()
         except Exception as e:  # a bug must cost one connection, not the proxy
-            self.srv._handler_failed(e)
+            self.srv.handler_failed(e)
             self.close()
 
     def read(self) -> None:
@@ -111,7 +110,7 @@ class Conn:
 
     def received(self) -> None:
         """New bytes are in ``buf``: serve what they complete (framing errors end the connection)."""
-        if self.srv._stop.is_set():
+        if self.srv.stopping.is_set():
             return  # the proxy stops: nothing more goes to the TPM
         try:
             self.process()
@@ -233,7 +232,9 @@ class Conn:
         self.closed = True
         if self.timer is not None:
             self.timer.cancel()
-        self.srv._conns.pop(self.sock, None)
+        self.srv.conns.pop(self.sock, None)
+        if self.uid is not None:
+            self.srv.user_closed(self.uid)
         try:
             self.sock.close()
         except OSError:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tpmtop.errors import TpmConnectionError
 from tpmtop.proxy.accounting import ClientStats
@@ -15,17 +15,25 @@ from tpmtop.proxy.serving import RECOVER_GIVE_UP_MIN_S, TPM_RC_RETRY, error_resp
 from tpmtop.proxy.state import ServerState
 from tpmtop.tpm.commands import Transacts
 
-if TYPE_CHECKING:
-    from tpmtop.proxy.session import ClientConn
+
+class Answerable(Protocol):
+    """A client's connection, as a failure answers it (:class:`.session.ClientConn`)."""
+
+    def answer(self, rsp: bytes) -> None: ...
+
+    def close(self) -> None: ...
 
 
-class Faults(ServerState):
-    """ProxyServer's fault recovery; state lives in ProxyServer.__init__."""
+class Faults:
+    """ProxyServer's fault recovery, over the server's state."""
 
-    def _tpm_failed(self, conn: ClientConn, client: ClientStats, e: BaseException, own: bool) -> None:
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+
+    def tpm_failed(self, conn: Answerable, client: ClientStats, e: BaseException, own: bool) -> None:
         """On the loop: a command of ``client`` failed at the TPM (its transport raised)."""
         if own or not isinstance(e, TpmConnectionError):
-            self.peer_log("TPM failures",
+            self.state.peer_log("TPM failures",
                           f"client {client.id} {client.name}: the TPM failed ({e}); connection closed", LineKind.FAULT)
             conn.close()
             return
@@ -35,22 +43,22 @@ class Faults(ServerState):
         self._recover(str(e))
 
     def _recover(self, why: str) -> None:
-        if self.failed or not self._recover_lock.acquire(blocking=False):
+        if self.state.failed or not self.state.recover_lock.acquire(blocking=False):
             return
-        self.recovering = True
+        self.state.recovering = True
         threading.Thread(target=self._recovery, args=(why,), daemon=True, name="proxy-recover").start()
 
     def _recovery(self, why: str) -> None:
-        conn = self.conn
+        conn = self.state.conn
         private = getattr(conn, "sim", None) is not None
-        self.log(f"the TPM was lost ({why}); "
+        self.state.log(f"the TPM was lost ({why}); "
                  + ("restarting the private swtpm" if private else "reconnecting")
                  + "; clients are answered TPM_RC_RETRY meanwhile", LineKind.FAULT)
         give_up = max(RECOVER_GIVE_UP_MIN_S, float(getattr(conn, "timeout", RECOVER_GIVE_UP_MIN_S)))
         deadline = time.monotonic() + give_up
         last = why
         try:
-            while not self._stop.is_set():
+            while not self.state.stopping.is_set():
                 try:
                     conn.owner.call(conn.reconnect, timeout=give_up + 30)
                     conn.owner.call(_probe, conn.transport, timeout=give_up + 30)
@@ -58,21 +66,21 @@ class Faults(ServerState):
                     last = str(e)
                     conn.owner.lost = None
                     if time.monotonic() >= deadline:
-                        self.failed = f"the TPM is gone: {last} (tried again for {give_up:g} s)"
-                        self.log(self.failed, LineKind.FAULT)
+                        self.state.failed = f"the TPM is gone: {last} (tried again for {give_up:g} s)"
+                        self.state.log(self.state.failed, LineKind.FAULT)
                         return
-                    self._stop.wait(1.0)
+                    self.state.stopping.wait(1.0)
                     continue
                 if private:
                     # a new swtpm holds nothing: every handle the clients had is gone with the old one
-                    self.accounts.tpm_reset()
-                self.log("the TPM answers again" + (" (a new private swtpm: every object and session of "
+                    self.state.accounts.tpm_reset()
+                self.state.log("the TPM answers again" + (" (a new private swtpm: every object and session of "
                                                     "the clients is gone)" if private else ""),
                          LineKind.FAULT)
                 return
         finally:
-            self.recovering = False
-            self._recover_lock.release()
+            self.state.recovering = False
+            self.state.recover_lock.release()
 
 
 def _probe(transport: Transacts) -> None:

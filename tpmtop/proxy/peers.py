@@ -167,10 +167,17 @@ def _socket_owner(peer: tuple[Any, ...], local: tuple[Any, ...], v6: bool) -> tu
 
 def socket_owner(peer: tuple[Any, ...], local: tuple[Any, ...], v6: bool) -> tuple[int, int] | None:
     """(uid, inode) of the peer's end of our loopback TCP connection (an IPv4 peer on an IPv6
-    listener is looked up as IPv4)."""
+    listener is looked up as IPv4), or None when it has no live owner.
+
+    Only a socket some process still holds has an owner: one its process has closed is
+    orphaned (inode 0) and soon a TIME_WAIT entry, which the kernel reports as uid 0, inode 0.
+    Taken at its word, that made a peer that sent a command and closed before the accept
+    "root", let in and served (issue 50). Such a peer is None here: the proxy refuses it."""
     owner = _socket_owner(peer, local, v6)
     if owner is None and v6 and peer[0].startswith("::ffff:"):
         owner = _socket_owner((peer[0][7:], peer[1]), (local[0][7:], local[1]), False)
+    if owner is None or owner[1] == 0:
+        return None
     return owner
 
 
@@ -210,31 +217,39 @@ def _holding_fd(pid: int, target: str, hint: int | None) -> int | None:
 
 
 class TcpResolver:
-    """Find the process at the other end of an accepted loopback TCP connection."""
+    """Find the process at the other end of an accepted loopback TCP connection.
+
+    In order, each step only if the one before found nothing: the processes found before
+    (the swtpm TCTI connects for every command, from the same process); the PROBE newest
+    pids of this pid namespace (``ns_last_pid`` and below, across a wrap of the counter: a
+    new client is one of the newest processes, wherever the counter is); then, only if the
+    peer's socket is still open, every process, newest first. A peer whose socket has closed
+    meanwhile is named "gone" without that scan: a peer that connects and closes at once
+    cannot make each of its connections cost a walk of /proc (issue 50)."""
 
     RECENT = 16
-    PROBE = 32  # pids above the newest client's looked at before /proc is listed
+    PROBE = 32  # the newest pids looked at before /proc is listed
 
     def __init__(self) -> None:
         # pid -> (Peer, fd of its last connection), most recent first: the swtpm TCTI opens a
         # connection per command from the same process, found again in ~10 µs
         self._recent: dict[int, tuple[Peer, int]] = {}
         self._lock = threading.Lock()
-        self._last_new = 0  # the highest pid a look-up found (the next client is likely above it)
+        # The pid of the newest client found: where the probe starts when ns_last_pid cannot
+        # be read. The last one found, never a maximum: after the counter wraps, new clients
+        # are low pids, and a maximum kept every look-up probing above them (issue 50)
+        self._last_new = 0
         self._new_fd: int | None = None  # the descriptor through which the last new client held its connection
+        self.scans = 0  # walks of /proc (the benchmark and the tests read it)
 
     def resolve(self, sock: socket.socket, owner: tuple[int, int] | None = None) -> Peer:
         """``owner``: the peer socket's (uid, inode), when the caller has already looked it up
         (on loopback: only there is it known)."""
         if owner is None:
-            try:
-                peer = sock.getpeername()[:2]
-                local = sock.getsockname()[:2]
-            except OSError:
-                return Peer(None, "disconnected", "", None, None)
-            if not is_loopback(peer[0]):
-                return Peer(None, f"remote {peer[0]}:{peer[1]}", "", None, None)
-            owner = socket_owner(peer, local, sock.family == socket.AF_INET6)
+            asked = _live_owner(sock)
+            if isinstance(asked, Peer):
+                return asked
+            owner = asked
         if owner is None:
             return Peer(None, "unknown", "", None, None)
         uid, inode = owner
@@ -252,12 +267,24 @@ class TcpResolver:
         # process to the recent ones meanwhile (1,000 connections of one process resolved at
         # once), and skipping it then named most of them "unknown".
         looked = {pid for pid, _ in recent}
-        found = self._probe_after(target, looked)
+        newest = procfs.last_pid() or self._last_new
+        pids = self._newest(newest, looked)
+        found = self._probe_hint(pids, target)
         if found is not None:
             return self._found(*found, uid)
-        # newest first: a client is usually a process that just started (a higher pid than
-        # the long-running ones), found after a few look-ups rather than a whole scan
-        for pid in sorted((int(n) for n in os.listdir("/proc") if n.isdigit()), reverse=True):
+        now = _live_owner(sock)
+        if not isinstance(now, tuple) or now[1] != inode:
+            # closed since the accept: no process holds it any more, and looking further would
+            # only cost the proxy (a peer that connects, sends a byte and closes, in a loop)
+            return Peer(None, "gone before it was named", "", uid, _user(uid))
+        found = self._probe(pids, target)
+        if found is not None:
+            return self._found(*found, uid)
+        # newest first, across a wrap: a client is usually a process that just started
+        self.scans += 1
+        top = procfs.pid_max()
+        for pid in sorted((int(n) for n in os.listdir("/proc") if n.isdigit()),
+                          key=lambda p: (newest - p) % top):
             if pid in looked:
                 continue
             fd = _holding_fd(pid, target, None)
@@ -267,24 +294,31 @@ class TcpResolver:
             return Peer(None, UNKNOWN_NOT_ROOT, "", uid, _user(uid))
         return Peer(None, "unknown", "", uid, _user(uid))
 
-    def _probe_after(self, target: str, looked: set[int]) -> tuple[int, int] | None:
-        """The process holding ``target`` among the PROBE pids just above the newest client
-        found so far, or None. A script's next tool is usually there: listing /proc costs
-        ~230 µs on this project's VM while a client starts on the other CPU, a missing pid
-        one failed open. A thread's id also opens /proc/ID/fd, so a match counts only if it
+    def _newest(self, newest: int, looked: set[int]) -> list[int]:
+        """The PROBE newest pids (``newest`` and below, wrapping at pid_max), less ``looked``.
+        Listing /proc costs ~230 µs on this project's VM while a client starts on the other
+        CPU; a pid that does not exist costs one failed open."""
+        if newest <= 0:
+            return []
+        top = procfs.pid_max()
+        return [pid for pid in ((newest - i) % top for i in range(self.PROBE)) if pid > 0 and pid not in looked]
+
+    def _probe_hint(self, pids: list[int], target: str) -> tuple[int, int] | None:
+        """The process among ``pids`` holding ``target`` through the descriptor number the last
+        new client used, one readlink per pid: a script's tools open their connections alike
+        (listing a process's descriptors and reading them newest first cost ~9 system calls
+        per new client). A thread's id also opens /proc/ID/fd, so a match counts only if it
         is a process's own id (its Tgid)."""
-        start = self._last_new
-        if start <= 0:
-            return None
-        pids = [pid for pid in range(start + 1, start + 1 + self.PROBE) if pid not in looked]
         hint = self._new_fd
-        if hint is not None:
-            # First the descriptor number the last new client used, one readlink per pid: a
-            # script's tools open their connections alike (listing a process's descriptors
-            # and reading them newest first cost ~9 system calls per new client)
-            for pid in pids:
-                if _holds(pid, hint, target) and procfs.tgid(pid) == pid:
-                    return pid, hint
+        if hint is None:
+            return None
+        for pid in pids:
+            if _holds(pid, hint, target) and procfs.tgid(pid) == pid:
+                return pid, hint
+        return None
+
+    def _probe(self, pids: list[int], target: str) -> tuple[int, int] | None:
+        """The process among ``pids`` holding ``target`` through any descriptor."""
         for pid in pids:
             fd = _holding_fd(pid, target, None)
             if fd is not None and fd != _GONE and procfs.tgid(pid) == pid:
@@ -292,10 +326,11 @@ class TcpResolver:
         return None
 
     def _found(self, pid: int, fd: int, uid: int) -> Peer:
-        """A new client process: named, remembered, and the newest pid the next look-up starts above."""
+        """A new client process: named, remembered, and where the next probe starts (when
+        ns_last_pid cannot be read)."""
         p = describe_pid(pid, uid)
         self._remember(pid, p, fd)
-        self._last_new = max(self._last_new, pid)
+        self._last_new = pid
         self._new_fd = fd
         return p
 
@@ -309,6 +344,19 @@ class TcpResolver:
             self._recent = {pid: (p, fd), **self._recent}
             while len(self._recent) > self.RECENT:
                 self._recent.pop(next(reversed(self._recent)))
+
+
+def _live_owner(sock: socket.socket) -> tuple[int, int] | Peer | None:
+    """The (uid, inode) of the peer's live socket now; a Peer naming why there is none (gone,
+    remote), or None (not found)."""
+    try:
+        peer = sock.getpeername()[:2]
+        local = sock.getsockname()[:2]
+    except OSError:
+        return Peer(None, "disconnected", "", None, None)
+    if not is_loopback(peer[0]):
+        return Peer(None, f"remote {peer[0]}:{peer[1]}", "", None, None)
+    return socket_owner(peer, local, sock.family == socket.AF_INET6)
 
 
 def is_loopback(ip: str) -> bool:

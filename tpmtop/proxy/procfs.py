@@ -77,3 +77,25 @@ def tgid(pid: int) -> int | None:
         return status_field(pid, b"Tgid:")
     except (OSError, ValueError):
         return None
+
+
+def last_pid() -> int | None:
+    """The pid this pid namespace gave last (/proc/sys/kernel/ns_last_pid), None if unreadable:
+    a new client is one of the newest processes, wherever the pid counter is (it wraps)."""
+    try:
+        return int(read("/proc/sys/kernel/ns_last_pid", 64))
+    except (OSError, ValueError):
+        return None
+
+
+_pid_max: list[int] = []  # read once
+
+
+def pid_max() -> int:
+    """The highest pid plus one (/proc/sys/kernel/pid_max): where the counter wraps."""
+    if not _pid_max:
+        try:
+            _pid_max.append(int(read("/proc/sys/kernel/pid_max", 64)))
+        except (OSError, ValueError):
+            _pid_max.append(1 << 22)  # the kernel's own upper bound
+    return _pid_max[0]

@@ -15,6 +15,8 @@ IDLE_TIMEOUT_S = 600.0  # a connection that sends nothing this long is closed
 # alive between commands — and a tool descheduled for a moment on a loaded machine must not
 # lose its turn in the middle of its work (0.25 s did: 1 worker in 8 failed with 0x902).
 TURN_IDLE_S = 2.0
+# "client N connected" / "left" lines said at once per second; more are counted in a summary
+CLIENT_LINES_PER_S = 20
 RECOVER_GIVE_UP_MIN_S = 5.0  # a TPM unreachable for max(this, --timeout) seconds is gone
 TPM_RC_RETRY = 0x922  # the TPM is busy: try again (tpm2-tss's ESAPI retries by itself)
 TPM_RC_FAILURE = 0x101  # the TPM is in failure mode (here: it is gone)

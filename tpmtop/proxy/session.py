@@ -15,13 +15,16 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from tpmtop.proxy import peers
+from tpmtop.proxy import peers, reconcile
 from tpmtop.proxy import protocol as P
-from tpmtop.proxy.accounting import ClientStats
+from tpmtop.proxy.accounting import ClientStats, LockoutLine
 from tpmtop.proxy.conn import RECV_SIZE, Conn
+from tpmtop.proxy.departures import Departures
+from tpmtop.proxy.faults import Faults
 from tpmtop.proxy.forward import forward
 from tpmtop.proxy.lines import LineKind
 from tpmtop.proxy.loop import EVENT_WRITE as WRITE
+from tpmtop.proxy.pump import TurnPump
 from tpmtop.proxy.serving import TPM_RC_FAILURE, TPM_RC_RETRY, Serving, error_response
 from tpmtop.proxy.state import ServerState
 from tpmtop.tpm.busypoll import RequestPoll, recv_soon
@@ -29,60 +32,68 @@ from tpmtop.tpm.busypoll import RequestPoll, recv_soon
 if TYPE_CHECKING:
     from tpmtop.tpm.transport import InstrumentedTransport
 
-class Session(ServerState):
-    """ProxyServer's side of a client's session; state lives in ProxyServer.__init__."""
+class Session:
+    """ProxyServer's side of a client's session, over the server's state; a client's
+    connection (:class:`ClientConn`) calls it, and it calls the parts it is given."""
 
-    def _attach(self, conn: ClientConn) -> ClientStats:
+    def __init__(self, state: ServerState, departures: Departures, faults: Faults, pump: TurnPump) -> None:
+        self.state, self.departures, self.faults, self.pump = state, departures, faults, pump
+
+    def attach(self, conn: ClientConn) -> ClientStats:
         """The client a connection belongs to (its process), named at its first byte, while it
         is surely alive (a client killed mid-command must still be named); a connection
         closed without a byte (the swtpm TCTI's start-up probe) costs no look-up."""
         sock = conn.sock
-        peer = peers.unix_peer(sock) if not conn.tcp else self.resolver.resolve(sock, conn.owner)
+        peer = peers.unix_peer(sock) if not conn.tcp else self.state.resolver.resolve(sock, conn.owner)
         known = peer.pid is not None
-        before = self.accounts._next
-        c = self.accounts.client_for(peer, self.protocol, shared_key=known)
+        before = self.state.accounts._next
+        c = self.state.accounts.client_for(peer, self.state.protocol, shared_key=known)
         if c.id >= before:  # a new client
             # Processes that have exited depart first, before this one's commands count: a
             # script's next tool cannot change what the previous one is reported to leave.
-            self._reap_exited()
+            self.departures.reap_exited()
             if known:
-                self._watch_exit(c)
+                self.departures.watch_exit(c)
             who = f"pid {peer.pid}" if known else "pid unknown"
-            self.log(f"client {c.id} connected: {peer.name} ({who}, uid {peer.uid if peer.uid is not None else '?'})"
-                     f"{': ' + _short(peer.cmdline) if peer.cmdline and peer.cmdline != peer.name else ''}")
+            self.state.client_log("clients connected",
+                            f"client {c.id} connected: {peer.name} ({who}, uid "
+                            f"{peer.uid if peer.uid is not None else '?'})"
+                            f"{': ' + _short(peer.cmdline) if peer.cmdline and peer.cmdline != peer.name else ''}",
+                            LineKind.INFO)
         return c
 
-    def _answered(self, client: ClientStats) -> None:
+    def answered(self, client: ClientStats) -> None:
         """A command of ``client`` is answered and accounted: if its process has exited
         meanwhile (it got the answer and left), it departs now, its last command counted."""
         client.inflight -= 1
         if client.inflight <= 0 and client.exited:
-            self._depart(client)
+            self.departures.depart(client)
 
-    def _transport_for(self, client: ClientStats) -> InstrumentedTransport:
+    def transport_for(self, client: ClientStats) -> InstrumentedTransport:
         """Over a resource manager, the client's own upstream (its /dev/tpmrm0 descriptor, its
         tpm2-abrmd connection), reporting to the same recorder; opened at its first command, on
         the upstream thread (:mod:`.upstream`)."""
-        t = self._client_transports.get(client.id)
+        t = self.state.client_transports.get(client.id)
         if t is None:
             from tpmtop.tpm.transport import DeviceBackend, InstrumentedTransport, TctiLdrBackend
 
-            target = self.conn.target
-            timeout = getattr(self.conn, "fixed_timeout", None)  # None: the deadline by command
+            target = self.state.conn.target
+            timeout = getattr(self.state.conn, "fixed_timeout", None)  # None: the deadline by command
             backend = (DeviceBackend(target.device_path, timeout) if target.device_path
                        else TctiLdrBackend(target.kind, target.conf, timeout))
-            t = self._client_transports[client.id] = InstrumentedTransport(backend, self.conn.recorder)
+            t = self.state.client_transports[client.id] = InstrumentedTransport(backend, self.state.conn.recorder)
         return t
 
 
 class ClientConn(Conn):
     """One connection on the TPM port (swtpm's raw framing, or mssim's)."""
 
-    __slots__ = ("client", "cmd", "gone_n", "mssim", "next_request")
+    __slots__ = ("client", "cmd", "gone_n", "mssim", "next_request", "session")
 
-    def __init__(self, srv: ServerState, sock: socket.socket, owner: tuple[int, int] | None, tcp: bool,
+    def __init__(self, session: Session, sock: socket.socket, owner: tuple[int, int] | None, tcp: bool,
                  mssim: bool):
-        super().__init__(srv, sock, owner, tcp)
+        super().__init__(session.state, sock, owner, tcp)
+        self.session = session
         self.mssim = mssim
         self.client: ClientStats | None = None
         self.cmd = b""  # the command in flight
@@ -93,9 +104,8 @@ class ClientConn(Conn):
         self.next_request = RequestPoll(skip=0 if mssim else 1)
 
     def process(self) -> None:
-        srv = self.srv
         if self.client is None:
-            self.client = srv._attach(self)
+            self.client = self.session.attach(self)
             if self.mssim:
                 self.client.locality = 0
         reader = P.mssim_request if self.mssim else P.raw_command
@@ -149,7 +159,7 @@ class ClientConn(Conn):
         self.cmd = cmd
         if srv.turns is not None and not srv.turns.ask(self.client, self):
             self.pause()  # its turn comes (turn_granted) or not (turn_refused)
-            srv._pump_turns()  # at once if the holder has been idle long enough; else a timer
+            self.session.pump.pump()  # at once if the holder has been idle long enough; else a timer
             return
         self.exchange()
 
@@ -178,7 +188,7 @@ class ClientConn(Conn):
         self.busy = True
         own = srv.serving is Serving.PER_CLIENT
         fut = forward(srv.conn, client.id, self.cmd, self._then,
-                      (lambda: srv._transport_for(client)) if own else None, srv.upstream.submit)
+                      (lambda: self.session.transport_for(client)) if own else None, srv.upstream.submit)
         if fut.done():
             self._finished(fut, own)
             return
@@ -198,7 +208,11 @@ class ClientConn(Conn):
         srv = self.srv
         assert self.client is not None
         for note in srv.accounts.record(self.client, self.cmd, rsp, wire_ns):
-            srv.log(note, getattr(note, "kind", LineKind.FOREIGN))
+            kind = getattr(note, "kind", LineKind.FOREIGN)
+            if isinstance(note, LockoutLine):
+                srv.peer_log("refused in lockout", note, kind)
+            else:
+                srv.log(note, kind)
 
     def _after_queue(self, fut: Any, own: bool) -> None:
         self._finished(fut, own)
@@ -213,15 +227,17 @@ class ClientConn(Conn):
         e = fut.exception()
         if srv.turns is not None:
             srv.turns.done(client)
-        srv._answered(client)
+        self.session.answered(client)
+        if e is None and srv.accounts.verify_due is not None:
+            reconcile.after_flush(srv)  # a Clear or the like: what is still loaded, the TPM says
         if e is not None:
-            srv._tpm_failed(self, client, e, own)
+            self.session.faults.tpm_failed(self, client, e, own)
         elif self.gone_n:
             self.gone(self.gone_n)
         elif self.out:
             self._want(WRITE)
         if srv.turns is not None:
-            srv._pump_turns()
+            self.session.pump.pump()
 
     def answer(self, rsp: bytes) -> None:
         """A response of the proxy's own (a TPM it cannot reach, a turn that did not come)."""
@@ -254,7 +270,7 @@ class ClientConn(Conn):
 
     def closed_now(self) -> None:
         if self.client is not None:
-            self.srv._closed(self.client)
+            self.session.departures.closed(self.client)
 
 
 def _short(text: str, n: int = 80) -> str:

@@ -14,6 +14,10 @@ The rule:
 - the turn ends when its holder departs (its process exited and its connections closed), or
   when the holder has had no command in flight for ``idle_s`` (it is doing something else:
   waiting for a user, computing, sleeping) while someone waits;
+- the turn also ends once its holder has held it ``max_turn_s`` while someone waits (0: no
+  maximum), at the end of the command it has in flight: a client that sends a command every
+  second never stays idle for ``idle_s``, and held the turn until it exited (a bystander
+  waited 48 s, issue 50). Its next command then waits behind the others, like anyone's;
 - waiting clients get the turn in the order they first asked (FIFO);
 - a client that waits longer than ``max_wait_s`` is told so (:class:`TurnTimeout`): the proxy
   answers its command with TPM_RC_RETRY instead of leaving it hanging.
@@ -49,11 +53,13 @@ _Waiting = tuple[Waiter, int, float]
 
 class Turns:
     def __init__(self, idle_s: float, max_wait_s: float, on_queue: Callable[[int], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, max_turn_s: float = 0.0):
         self.idle_s = idle_s
         self.max_wait_s = max_wait_s
+        self.max_turn_s = max_turn_s  # 0: a turn has no maximum length
         self._clock = clock
         self.holder: object | None = None
+        self._since = 0.0  # when the holder got the turn
         self._inflight = 0
         self._last_done = 0.0
         # waiting clients (by id(): a client need not be hashable), in the order they first asked
@@ -67,7 +73,16 @@ class Turns:
         h = self.holder
         if h is None or h is client:
             return True
-        return self._inflight == 0 and now - self._last_done >= self.idle_s
+        return self._inflight == 0 and (now - self._last_done >= self.idle_s or self._over(now))
+
+    def _over(self, now: float) -> bool:
+        """The holder has had its longest turn (someone waits: asked only then)."""
+        return bool(self.max_turn_s) and now - self._since >= self.max_turn_s
+
+    def _take(self, client: object) -> None:
+        self.holder = client
+        self._since = self._clock()
+        self._inflight = 0
 
     def ask(self, client: object, waiter: Waiter) -> bool:
         """True: ``client``'s turn now (one more command of it in flight). False: ``waiter``
@@ -75,8 +90,9 @@ class Turns:
         if self.closed:
             self._refuse.append((waiter, "the proxy is stopping"))
             return False
-        if self.holder is client or (self.holder is None and not self._order):
-            self.holder = client
+        if self.holder is None and not self._order:
+            self._take(client)
+        if self.holder is client and not (self._order and self._over(self._clock())):
             self._inflight += 1
             return True
         if id(client) not in self._waiters:
@@ -131,8 +147,7 @@ class Turns:
             client = self._order[0]
             waiting = self._drop(client)
             if self.holder is not client:
-                self.holder = client
-                self._inflight = 0
+                self._take(client)
             self._inflight += len(waiting)
             t = time.perf_counter_ns()
             granted = [(w, max(t - t0, 1)) for (w, t0, _dl) in waiting]
@@ -141,6 +156,8 @@ class Turns:
             due = min(w[2] for ws in self._waiters.values() for w in ws)
             if self.holder is not None and self._inflight == 0:
                 due = min(due, self._last_done + self.idle_s)
+                if self.max_turn_s:
+                    due = min(due, self._since + self.max_turn_s)
         return granted, refused, due
 
     @property

@@ -1,0 +1,178 @@
+"""Two phases of benchmarks/proxy.py (issue 50), each against a `tpmtop proxy` of its own:
+
+  wrap  — CPU per client process before and after the pid counter wraps. Run in a private
+          pid namespace (`unshare --pid --fork --mount-proc`, root), where the counter may be
+          set (/proc/sys/kernel/ns_last_pid): the first half of the clients get pids just
+          below pid_max, the second half pids after the wrap. PROCS idle processes stand in
+          for a machine's (a namespace's /proc is otherwise nearly empty, and a walk of it
+          would cost nothing).
+  flood — a bystander's `tpm2_getrandom` (wall time, p50) idle and while another process
+          connects, sends a byte and closes RATE times a second; the proxy's CPU meanwhile.
+
+    python benchmarks/proxy_phases.py wrap  SWTPM_PORT CLIENTS      (inside unshare; prints JSON)
+    python benchmarks/proxy_phases.py flood SWTPM_PORT CLIENTS RATE (prints JSON)
+
+BENCH_PROXY_SRC=DIR runs the proxy from another checkout (benchmarks/proxy.py --baseline).
+
+benchmarks/proxy.py runs both and prints their figures beside tpm2-abrmd's from the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.join(HERE, "..")
+PROCS = 300  # idle processes in the wrap phase's namespace
+
+_FLOODER = """
+import socket, sys, time
+port, rate = int(sys.argv[1]), float(sys.argv[2])
+gap = 1.0 / rate
+nxt = time.monotonic()
+while True:
+    try:
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"\\x80")
+        s.close()
+    except OSError:
+        pass
+    nxt += gap
+    time.sleep(max(0.0, nxt - time.monotonic()))
+"""
+
+
+def _free_pair() -> int:
+    sys.path.insert(0, REPO)
+    from tests.helpers.processes import free_port_pair
+
+    return free_port_pair()
+
+
+def _wait_port(port: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on {port}")
+
+
+@contextmanager
+def _proxy(sw_port: int) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    port = _free_pair()
+    src = os.environ.get("BENCH_PROXY_SRC", REPO)  # another checkout's proxy (a before/after in one run)
+    px = subprocess.Popen([sys.executable, "-m", "tpmtop", "proxy", "-T", f"swtpm:host=127.0.0.1,port={sw_port}",
+                           "--port", str(port), "--protocol", "mssim"], cwd=src,
+                          env=dict(os.environ, PYTHONPATH=os.path.abspath(src)),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_port(port)
+        yield px, port
+    finally:
+        px.send_signal(signal.SIGTERM)
+        try:
+            px.wait(30)
+        except subprocess.TimeoutExpired:
+            px.kill()
+            px.wait()
+
+
+def _cpu_s(pid: int) -> float:
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
+def _getrandom(port: int) -> float:
+    """One client process: wall seconds of `tpm2_getrandom 8` through the proxy."""
+    env = dict(os.environ, TPM2TOOLS_TCTI=f"mssim:host=127.0.0.1,port={port}", TSS2_LOG="all+NONE")
+    t = time.perf_counter()
+    subprocess.run(["tpm2_getrandom", "8"], env=env, check=True, capture_output=True, timeout=120)
+    return time.perf_counter() - t
+
+
+def _per_client(pid: int, port: int, n: int) -> float:
+    before = _cpu_s(pid)
+    for _ in range(n):
+        _getrandom(port)
+    return (_cpu_s(pid) - before) / n
+
+
+def wrap(sw_port: int, clients: int) -> dict[str, float]:
+    if os.getpid() > 10:
+        raise SystemExit("the wrap phase runs in a private pid namespace: unshare --pid --fork --mount-proc")
+    idle = [subprocess.Popen(["sleep", "3600"]) for _ in range(PROCS)]
+    try:
+        with _proxy(sw_port) as (px, port):
+            _getrandom(port)  # warm
+            with open("/proc/sys/kernel/pid_max") as f:
+                top = int(f.read())
+            half = clients // 2
+            # the first half's pids end just below pid_max (each client one pid, a few spare)
+            with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+                f.write(str(top - half - 40))
+            before = _per_client(px.pid, port, half)
+            while True:  # processes until the counter wraps on its own
+                p = subprocess.Popen(["true"])
+                p.wait()
+                if p.pid < top // 2:
+                    break
+            after = _per_client(px.pid, port, half)  # low pids now
+            return {"before_ms": before * 1e3, "after_ms": after * 1e3, "pid_after": float(p.pid),
+                    "pid_max": float(top)}
+    finally:
+        for p in idle:
+            p.kill()
+            p.wait()
+
+
+def flood(sw_port: int, clients: int, rate: float) -> dict[str, float]:
+    """Idle and flooded blocks alternate (two of each), so the machine's noise hits both alike."""
+    with _proxy(sw_port) as (px, port):
+        _getrandom(port)  # warm
+        idle: list[float] = []
+        busy: list[float] = []
+        cpu = wall = 0.0
+        for _half in range(2):
+            idle += [_getrandom(port) for _ in range(clients // 2)]
+            fl = subprocess.Popen([sys.executable, "-c", _FLOODER, str(port), str(rate)])
+            try:
+                time.sleep(1)  # under way
+                cpu0, t0 = _cpu_s(px.pid), time.monotonic()
+                busy += [_getrandom(port) for _ in range(clients // 2)]
+                cpu += _cpu_s(px.pid) - cpu0
+                wall += time.monotonic() - t0
+            finally:
+                fl.kill()
+                fl.wait()
+        return {"idle_p50_ms": statistics.median(idle) * 1e3, "flood_p50_ms": statistics.median(busy) * 1e3,
+                "proxy_cpu_share": cpu / wall, "rate": rate}
+
+
+def main() -> int:
+    phase = sys.argv[1]
+    if phase == "wrap":
+        out = wrap(int(sys.argv[2]), int(sys.argv[3]))
+    elif phase == "flood":
+        out = flood(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
+    else:
+        raise SystemExit(f"unknown phase {phase!r}: wrap or flood")
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
