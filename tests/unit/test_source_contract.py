@@ -65,5 +65,5 @@ def test_what_a_source_cannot_do_it_refuses_in_one_line(source):
         with pytest.raises(UsageError):
             source.flush(0x80000000)
     if caps.timings and not caps.live:  # a capture: its whole stream, its own events, itself
-        assert source.stream_rows() and source.events()
+        assert source.captured_stream().events and source.events()
         assert source.capture()["runs"]

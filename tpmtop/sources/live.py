@@ -22,9 +22,10 @@ from tpmtop.sessions.modes import ENGINES, MODES, OPS, Engine, Mode, Op
 from tpmtop.sources.gate import UiGate
 from tpmtop.sources.live_workload import PauseCause, WorkloadDriver
 from tpmtop.sources.pacing import DEFAULT_RATE, baseline_pacing_json, burst_size, pacing_json
-from tpmtop.sources.protocol import Capabilities, HeaderInfo, PollResult, SourceBase, SourceKind, TimingsView
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, PollResult, SourceBase, SourceKind
 from tpmtop.sources.runs import RunView
 from tpmtop.sources.timeline import OpsTimeline
+from tpmtop.sources.timings import TimingsView, command_timings
 from tpmtop.tpm.exchange import Origin
 from tpmtop.tpm.tcti import TargetKind
 
@@ -146,25 +147,19 @@ class LiveSource(WorkloadDriver, SourceBase):
     def timings(self, runs: list[RunView] | None = None) -> TimingsView:
         """The current (engine, mode, op) run: its operation rows and its commands, as replay
         shows a capture's run — never commands of other modes beside this mode's operations."""
-        from tpmtop.viewmodel.rows.latency import command_rows_live, command_rows_run, op_rows
-
         runs = self.runs() if runs is None else runs
         current = next((r for r in runs if r.key == (self.engine, self.mode, self.op)), None)
         label = f"{self.engine}/{self.mode}"
         note = ""
         if current is None:
-            rows = command_rows_live(self.recorder, None)  # nothing of this run yet: what went on the wire
+            # nothing of this run yet: what went on the wire
+            view = TimingsView(commands=command_timings(self.recorder.command_stats(None)))
             subtitle = f"no {label} operation yet; all origins"
         else:
-            live = {r.key: r for r in command_rows_live(self.recorder, "workload")}
-            rows = command_rows_run(current)
-            for r in rows:  # the newest samples (sparkline, last) come from the wire
-                w = live.get(r.key)
-                if w is not None:
-                    r.last_us, r.recent_us = w.last_us, w.recent_us
-            # Error counts: the view-model's, of this run and this TPM period only (the wire's
-            # count is every run's: an error one mode met once showed in every later run).
-            rows = op_rows(current) + rows
+            # the run's commands, with the newest samples (sparkline, last) from the wire. Error
+            # counts: the view-model's, of this run and this TPM period only (the wire's count is
+            # every run's: an error one mode met once showed in every later run).
+            view = TimingsView(current, recent=command_timings(self.recorder.command_stats("workload")))
             subtitle = f"run {label}/{self.op} · {current.ops} ops"
         if self.boundaries:
             since = time.strftime("%H:%M:%S", time.localtime(self.boundaries[-1][0]))
@@ -172,7 +167,8 @@ class LiveSource(WorkloadDriver, SourceBase):
             earlier = sum(a.ops for p in self.periods for a in p.values())
             note = (f"since {since}; {len(self.periods)} earlier period{'s' if len(self.periods) != 1 else ''} "
                     f"kept apart ({earlier} ops)")
-        return TimingsView(rows, subtitle, label, note)
+        view.subtitle, view.run_label, view.modes_note = subtitle, label, note
+        return view
 
     def values(self, what: str) -> list[str]:
         return list({"engine": ENGINES, "mode": MODES, "op": OPS}[what])

@@ -11,16 +11,16 @@ override where a source has it. ``tests/unit/test_source_contract.py`` walks all
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tpmtop.sources.gate import UiGate
 from tpmtop.sources.runs import RunView
 from tpmtop.sources.timeline import OpsTimeline
-from tpmtop.viewmodel.rows.latency import CommandRow, ErrorBook
-from tpmtop.viewmodel.rows.stream import StreamRow
+from tpmtop.sources.timings import TimingsView
 
 if TYPE_CHECKING:
     from tpmtop.recorder import Recorder
@@ -83,15 +83,13 @@ class HeaderInfo:
     tooltip: str | None = None
 
 
-@dataclass
-class TimingsView:
-    """The Latency panel's rows for what is selected now, and notes for it and Modes."""
+@dataclass(frozen=True)
+class CapturedStream:
+    """A saved capture's newest events as the capture holds them (dicts of tpmtop.capture/1):
+    the view-model makes the stream's rows of them."""
 
-    rows: list[CommandRow] = field(default_factory=list)
-    subtitle: str = ""
-    run_label: str = ""
-    modes_note: str = ""
-    modes_lines: list[str] = field(default_factory=list)  # plain text under the Modes bars (a kernel's verdict)
+    events: list[Any]  # the capture's last MAX_STREAM_ROWS entries; a row's key is its index here
+    decoded: bool = False  # --decode: the handles column shows the decoded handles and parameters
 
 
 @runtime_checkable
@@ -107,7 +105,7 @@ class Source(Protocol):
 
     engine: str
     op: str
-    errors: ErrorBook  # response codes known from the source itself (a capture's); live ones the view-model counts
+    failures: Counter[tuple[int | None, int | None]]  # (cc, rc) -> count known from the source itself (a capture's)
     connected: bool
     running: bool
     read_only: bool
@@ -140,7 +138,7 @@ class Source(Protocol):
     def choose(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> bool: ...
     def values(self, what: str) -> list[str]: ...
     def events(self) -> list[dict[str, Any]]: ...
-    def stream_rows(self) -> list[StreamRow]: ...
+    def captured_stream(self) -> CapturedStream: ...
     def stream_note(self) -> str: ...
     def capture(self) -> dict[str, Any]: ...
     def poll(self) -> PollResult: ...
@@ -179,7 +177,8 @@ class SourceBase:
     proxy: Any = None
 
     def __init__(self) -> None:
-        self.errors = ErrorBook()
+        # failures known from the source itself (a capture's); live ones the view-model counts
+        self.failures: Counter[tuple[int | None, int | None]] = Counter()
         self.boundaries: list[tuple[float, str]] = []
         self.periods: list[dict[Any, Any]] = []
         self.timeline = OpsTimeline()
@@ -228,9 +227,9 @@ class SourceBase:
         replay), or None: a source with ``caps.pcrs`` reads it in the background."""
         return None
 
-    def stream_rows(self) -> list[StreamRow]:
+    def captured_stream(self) -> CapturedStream:
         """A saved capture's whole stream (replay); live sources stream from the recorder."""
-        return []
+        return CapturedStream([])
 
     def stream_note(self) -> str:
         """What the stream says while it has no command to show, when "no commands yet" would

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from tpmtop.sources.protocol import HeaderInfo, TimingsView
+from tpmtop.sources.protocol import HeaderInfo
 from tpmtop.sources.timeline import TimelinePoint as TimelinePoint  # a part of StatsView: the widgets take it from here
 from tpmtop.viewmodel.rows.handles import HandleRow
-from tpmtop.viewmodel.rows.latency import ErrorBook
+from tpmtop.viewmodel.rows.latency import CommandRow, ErrorBook
 from tpmtop.viewmodel.rows.modes import CompareRow
 from tpmtop.viewmodel.rows.resources import Gauge
 from tpmtop.viewmodel.rows.stream import StreamRow
@@ -47,10 +47,21 @@ class HeaderView:
 
 
 @dataclass(frozen=True)
+class TimingsPart:
+    """The Latency panel's rows for what is selected now, and notes for it and Modes."""
+
+    rows: list[CommandRow]
+    subtitle: str = ""
+    run_label: str = ""
+    modes_note: str = ""
+    modes_lines: list[str] = field(default_factory=list)  # plain text under the Modes bars (a kernel's verdict)
+
+
+@dataclass(frozen=True)
 class StatsView:
     """Latency and Modes: the current run's rows and the comparison of every run."""
 
-    timings: TimingsView
+    timings: TimingsPart
     errors: ErrorBook
     compare: list[CompareRow]
     op: str

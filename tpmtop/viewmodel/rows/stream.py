@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tpmtop.sources.protocol import CapturedStream
+from tpmtop.sources.replay import MAX_STREAM_ROWS, rc_not_traced
 from tpmtop.tpm import names
 from tpmtop.tpm.exchange import Origin
 from tpmtop.viewmodel.numbers import fmt_us
@@ -14,8 +16,6 @@ from tpmtop.viewmodel.numbers import fmt_us
 if TYPE_CHECKING:
     from tpmtop.decode.plaintext import History
     from tpmtop.recorder import Event
-
-MAX_STREAM_ROWS = 100_000  # a capture's newest events shown (as many as the recorder's ring keeps live)
 CC_FLUSH_CONTEXT = 0x165  # its handle is a parameter, not in the handle area
 
 
@@ -157,12 +157,19 @@ def stream_row_from_dict(i: int, e: dict[str, Any]) -> StreamRow:
                      short_rc(rc, None), fmt_us(wire / 1000) if isinstance(wire, (int, float)) else "", ok)
 
 
-def rc_not_traced(e: dict[str, Any]) -> bool:
-    """A capture event that was answered though nobody saw its response code (tpmtop kernel:
-    a user-space command where tpm2_commit_space could not be probed)."""
-    from tpmtop.importers.observed import RC_NOT_TRACED
+def captured_rows(stream: CapturedStream) -> list[StreamRow]:
+    """A capture's stream: a row per event, keyed by its index among the events kept; with
+    ``decoded`` the handles column shows the decoded handles and parameters (--decode)."""
+    rows = [stream_row_from_dict(i, e) for i, e in enumerate(stream.events) if isinstance(e, dict)]
+    if stream.decoded:
+        from dataclasses import replace
 
-    return e.get("rc") is None and e.get("rc_text") == RC_NOT_TRACED
+        from tpmtop.decode.listing import event_text
+
+        kept = [e for e in stream.events if isinstance(e, dict)]
+        rows = [replace(r, handles=t) if (t := event_text(e)) is not None else r
+                for r, e in zip(rows, kept, strict=True)]
+    return rows
 
 
 def _session_text(s: Any) -> str:
