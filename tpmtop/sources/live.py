@@ -31,6 +31,7 @@ from tpmtop.tpm.tcti import TargetKind
 
 if TYPE_CHECKING:
     from tpmtop.recorder import Recorder
+    from tpmtop.sessions.accounting import RunAccount
     from tpmtop.tpm.connection import TpmConnection
     from tpmtop.tpm.handles import HandleEntry
 
@@ -75,7 +76,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.errors_in_row = 0
         # Accounts of earlier TPM lives (a reset, or a restart found by reconnecting), oldest
         # first: never merged with the current one, so no panel mixes two TPMs' numbers.
-        self.periods: list[dict[str, Any]] = []
+        self.periods: list[dict[tuple[str, str, str], RunAccount]] = []
         self.boundaries: list[tuple[float, str]] = []  # (time.time(), why) of each new TPM life
         self.connected = True
         self.last_error: str | None = None
@@ -164,7 +165,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         if self.boundaries:
             since = time.strftime("%H:%M:%S", time.localtime(self.boundaries[-1][0]))
             subtitle += f" · this TPM period (since {since})"
-            earlier = sum(a.ops for p in self.periods for a in p.values())
+            earlier = self.earlier_ops()
             note = (f"since {since}; {len(self.periods)} earlier period{'s' if len(self.periods) != 1 else ''} "
                     f"kept apart ({earlier} ops)")
         view.subtitle, view.run_label, view.modes_note = subtitle, label, note

@@ -15,8 +15,6 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.theme import Theme
 
-from tpmtop.sources.gate import UiHold
-from tpmtop.sources.protocol import Source
 from tpmtop.tui.actions import palette_entries
 from tpmtop.tui.compat import check_hooks
 from tpmtop.tui.screens.main import MainScreen
@@ -31,6 +29,7 @@ from tpmtop.tui.themes import (
     remembered_theme,
 )
 from tpmtop.tui.widgets.messages import LoggedMessage, MessageLine, MessageLog
+from tpmtop.viewmodel.commands import Commands, Source, UiHold
 
 KEY_HOLD_MAX_S = 1.0  # past this a key no longer counts as in flight (a refresh stops giving way)
 
@@ -49,7 +48,8 @@ class TpmtopApp(App[None]):
         self.startup_notices = list(notices or [])  # said once the screen is up (what tpmtop cannot show here)
         # A Textual hook tpmtop relies on that this Textual changed (tui/compat.py; none today).
         self.startup_notices += [f"this Textual changed what tpmtop uses: {why}" for why in check_hooks()]
-        self.source = source
+        self.source = source  # handed to the main screen's view-model, which alone calls it
+        self.commands = Commands(source)  # the gate a key holds
         self.boot_root = boot_root  # the Boot screen's --root; tests point it at a fixture tree
         self.export_dir = export_dir  # None: tpmtop's data directory
         self.exported: list[str] = []  # captures written by x, named again on exit
@@ -122,8 +122,7 @@ class TpmtopApp(App[None]):
         self._held_for = event
         self._key_at = time.monotonic()
         # The workload's thread waits while the key is handled and its screen drawn.
-        if self.source.gate is not None:
-            self.source.gate.hold(UiHold.KEY)
+        self.commands.hold(UiHold.KEY)
         try:
             await super().on_event(event)
         finally:
@@ -144,8 +143,7 @@ class TpmtopApp(App[None]):
         if event is not self._held_for:
             return  # a newer key holds, or this one was released already
         self._held_for = None
-        if self.source.gate is not None:
-            self.source.gate.release(UiHold.KEY)
+        self.commands.release(UiHold.KEY)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(VARIABLE_DEFAULTS)

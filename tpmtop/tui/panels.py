@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from tpmtop.sources.protocol import Capabilities, Source
 from tpmtop.tui.widgets.clients import ClientsPanel
 from tpmtop.tui.widgets.handles import HandlesPanel
 from tpmtop.tui.widgets.health import HealthPanel
@@ -26,6 +25,7 @@ from tpmtop.tui.widgets.pcrs import PcrsPanel
 from tpmtop.tui.widgets.resources import ResourcesPanel
 from tpmtop.tui.widgets.stream import StreamPanel
 from tpmtop.tui.widgets.system import SystemPanel
+from tpmtop.viewmodel.commands import Capabilities, Source
 from tpmtop.viewmodel.rows import health, pcrs
 
 

@@ -23,6 +23,7 @@ from tpmtop.textsafe import counted
 from tpmtop.tpm.exchange import Origin
 from tpmtop.tpm.handles import HandleKind
 from tpmtop.viewmodel.alerts import PatternAlerts
+from tpmtop.viewmodel.commands import Commands
 from tpmtop.viewmodel.frame import (
     ClientsView,
     Frame,
@@ -57,6 +58,7 @@ class Dashboard:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.source = source
         self.caps = source.caps
+        self.commands = Commands(source)  # what the screen asks of the source (it calls no source itself)
         self.clock = clock
         self.part_builders = dict(part_builders or {})
         # A capture's response codes come with it; live ones are counted here as they arrive.
@@ -234,8 +236,7 @@ class Dashboard:
         runs = src.runs()
         self._last_runs = runs
         if self.caps.live:
-            self._ops_per_s = self.ops_rate.add(sum(r.ops for r in runs) + sum(
-                a.ops for p in src.periods for a in p.values()))
+            self._ops_per_s = self.ops_rate.add(sum(r.ops for r in runs) + src.earlier_ops())
         t = src.timings(runs)
         view = TimingsPart(timing_rows(t), t.subtitle, t.run_label, t.modes_note, t.modes_lines)
         engine = self.engine_for_projection()

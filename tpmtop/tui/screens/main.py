@@ -15,7 +15,6 @@ from textual.app import ComposeResult
 from textual.events import Key, Resize
 from textual.widgets import DataTable, Static, Tab, Tabs
 
-from tpmtop.sources.protocol import Capabilities, Source
 from tpmtop.tui import messages as m
 from tpmtop.tui.availability import KEY_ACTIONS, allowed, refused_why
 from tpmtop.tui.panels import CONTAINERS, PANELS, Group, available
@@ -29,6 +28,7 @@ from tpmtop.tui.widgets.messages import MessageLine
 from tpmtop.tui.widgets.modes import ModesPanel
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.stream import StreamPanel, StreamView
+from tpmtop.viewmodel.commands import Capabilities, Source
 from tpmtop.viewmodel.dashboard import Dashboard
 from tpmtop.viewmodel.frame import Frame
 
@@ -71,10 +71,6 @@ class MainScreen(BackdropScreen):
         return self.clock.refresh_s
 
     @property
-    def source(self) -> Source:
-        return self.dash.source
-
-    @property
     def caps(self) -> Capabilities:
         return self.dash.caps
 
@@ -101,13 +97,13 @@ class MainScreen(BackdropScreen):
         yield KeyBar(id="keybar")
 
     def on_mount(self) -> None:
-        src, caps = self.source, self.caps
+        cmds, caps = self.dash.commands, self.caps
         banner = self.query_one("#observer", Static)
-        if caps.handles and src.kernel_device:
-            banner.update(OBSERVER.format(interval=src.poll_interval))
+        if caps.handles and cmds.kernel_device:
+            banner.update(OBSERVER.format(interval=cmds.poll_interval))
         else:
             banner.display = False
-        self.query_one(StatusHeader).tooltip = src.header().tooltip
+        self.query_one(StatusHeader).tooltip = self.dash.header().info.tooltip
         self.set_class(self.panels == ["system"], "-sysfs-only")
         if caps.handles:
             self.jobs.poll_tpm()
@@ -212,7 +208,7 @@ class MainScreen(BackdropScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # Textual 8: False hides the binding, None shows it disabled. A key refused here is
         # explained by on_key (a notification), never ignored silently.
-        return allowed(action, self.caps, self.dash.source, self.actions)
+        return allowed(action, self.caps, self.dash.commands, self.actions)
 
     def on_key(self, event: Key) -> None:
         """A key whose action makes no sense here says why instead of doing nothing."""
@@ -220,10 +216,10 @@ class MainScreen(BackdropScreen):
         if binding is None or self.app.screen is not self:
             return
         name = binding.split("(")[0]
-        if allowed(name, self.caps, self.dash.source, self.actions):
+        if allowed(name, self.caps, self.dash.commands, self.actions):
             return
         event.stop()
-        self.notify(refused_why(name, self.caps, self.dash.source), title="not available", severity="warning",
+        self.notify(refused_why(name, self.caps, self.dash.commands), title="not available", severity="warning",
                     timeout=4)
 
     def on_stream_view_decode_requested(self, event: StreamView.DecodeRequested) -> None:
@@ -239,7 +235,7 @@ class MainScreen(BackdropScreen):
 
     # -- worker results ---------------------------------------------------------------------------
     def on_poll_done(self, message: m.PollDone) -> None:
-        self.set_timer(self.source.poll_interval, self.jobs.poll_tpm)
+        self.set_timer(self.dash.commands.poll_interval, self.jobs.poll_tpm)
         self.clock.apply_or_wait(message)
 
     def on_stats_ready(self, message: m.StatsReady) -> None:
@@ -247,7 +243,7 @@ class MainScreen(BackdropScreen):
 
     def on_poll_failed(self, message: m.PollFailed) -> None:
         self.notify(message.error, title="poll failed", severity="warning", timeout=5)
-        self.set_timer(max(self.source.poll_interval, RETRY_S), self.jobs.poll_tpm)
+        self.set_timer(max(self.dash.commands.poll_interval, RETRY_S), self.jobs.poll_tpm)
 
     def on_disconnected(self, message: m.Disconnected) -> None:
         self.show(self.dash.on_lost(message.error))

@@ -172,12 +172,10 @@ class KeyActions:
         self.screen.notify("statistics reset", timeout=2)
 
     def action_export(self) -> None:
-        from tpmtop.sources.export_file import export_target
-
         # The name is chosen here (a few stat calls) so the full path shows at once; the
         # capture itself takes seconds with many events and is written by a worker.
         try:
-            target = export_target(self.screen.jobs.export_dir)
+            target = self.screen.dash.commands.export_target(self.screen.jobs.export_dir)
         except OSError as e:
             where = e.filename or self.screen.jobs.export_dir or "the data directory"
             self.screen.notify(f"cannot write captures in {where}: {e.strerror or e}", title="export failed",
@@ -189,7 +187,7 @@ class KeyActions:
     def decode_requested(self, event: StreamView.DecodeRequested) -> None:
         from tpmtop.tui.screens.decode import DecodeScreen
 
-        self.screen.app.push_screen(DecodeScreen(self.screen.dash.source, event.row))
+        self.screen.app.push_screen(DecodeScreen(self.screen.dash.commands, event.row))
 
     def action_toggle_stream(self) -> None:
         panel = self.screen.query_one(StreamPanel)
@@ -254,8 +252,9 @@ class KeyActions:
         from tpmtop.tui.screens.help import HelpScreen
 
         # Keys this source can never act on (False, not "not now") are named, not listed as keys.
+        cmds = self.screen.dash.commands
         never = frozenset(a.action for a in ACTIONS
-                          if allowed(a.action.split("(")[0], self.screen.caps, self.screen.dash.source, self) is False)
+                          if allowed(a.action.split("(")[0], self.screen.caps, cmds, self) is False)
         # Built once per content and width, then kept installed: composing the help (markup,
         # wrapping, a new screen's styles) took 0.2-0.5 s of each ? under load.
         args = (never, self.screen.caps.why_not if never else "", tuple(self.screen.panels))

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from textual.timer import Timer
 
-from tpmtop.sources.gate import UiHold
 from tpmtop.tui import messages as m
 from tpmtop.tui.settled import after_frame
 from tpmtop.tui.widgets.header import StatusHeader
+from tpmtop.viewmodel.commands import UiHold
 from tpmtop.viewmodel.frame import Frame
 
 if TYPE_CHECKING:
@@ -72,18 +72,18 @@ class RefreshClock:
             self._skipped = True
             return
         self._skipped = False
-        gate = screen.source.gate
-        if gate is not None:
-            gate.hold(UiHold.REFRESH)  # a burst under way stops after this operation
-            if gate.busy:
+        cmds = screen.dash.commands
+        if cmds.gated:
+            cmds.hold(UiHold.REFRESH)  # a burst under way stops after this operation
+            if cmds.busy:
                 self._quiet_since = time.monotonic()
                 screen.set_timer(QUIET_POLL_S, self._tick_when_quiet)
                 return
         self.draw()
 
     def _tick_when_quiet(self) -> None:
-        screen, gate = self.screen, self.screen.source.gate
-        if gate is not None and gate.busy and time.monotonic() - (self._quiet_since or 0.0) < QUIET_WAIT_MAX_S:
+        screen = self.screen
+        if screen.dash.commands.busy and time.monotonic() - (self._quiet_since or 0.0) < QUIET_WAIT_MAX_S:
             screen.set_timer(QUIET_POLL_S, self._tick_when_quiet)
             return
         self._quiet_since = None
@@ -108,14 +108,12 @@ class RefreshClock:
         for message in waiting:
             self._apply(message)
         screen.draw_tick()
-        if screen.source.gate is not None:
+        if screen.dash.commands.gated:
             # after the frame this refresh drew (queued behind what it queued itself)
             screen.call_next(screen.call_after_refresh, after_frame, screen, self._drawn)
 
     def _drawn(self) -> None:
-        gate = self.screen.source.gate
-        if gate is not None:
-            gate.release(UiHold.REFRESH)
+        self.screen.dash.commands.release(UiHold.REFRESH)
 
     # Where there are ticks, a worker's result waits for the next one (a refresh interval at
     # most): drawn at once, it was a frame of its own in the middle of the workload's

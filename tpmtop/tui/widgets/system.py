@@ -7,8 +7,8 @@ from textual.content import Content
 from textual.markup import escape
 from textual.widgets import Static
 
-from tpmtop.sources.sysfs import SysfsSnapshot
 from tpmtop.tui.widgets.panel import Panel
+from tpmtop.viewmodel.commands import SysfsSnapshot
 
 
 def system_markup(s: SysfsSnapshot, ima_rate: float | None) -> str:
