@@ -9,8 +9,6 @@ up. Polls are one-shot timers re-armed after each poll. Below 110×32 the panels
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual.app import ComposeResult
 from textual.events import Key, Resize
 from textual.widgets import DataTable, Static, Tab, Tabs
@@ -41,8 +39,8 @@ OBSERVER = ("[b $warning]Observer effect[/]: on Linux 6.12+ each command tpmtop 
             "session setup again. Polling every {interval:g} s; [b]--passive[/] sends nothing.")
 class MainScreen(BackdropScreen):
     """Places the panels and hands each its part of a frame. Its keys' actions are
-    :class:`KeyActions`' (found by :meth:`__getattr__`), its workers :class:`TpmWorkers`' (``jobs``)', its
-    refresh :class:`RefreshClock`'s: collaborators, not mixins."""
+    :class:`KeyActions`' (each ``action_*`` here hands the key to it), its workers
+    :class:`TpmWorkers`' (``jobs``), its refresh :class:`RefreshClock`'s: collaborators, not mixins."""
 
     BINDINGS = main_bindings()
 
@@ -50,8 +48,8 @@ class MainScreen(BackdropScreen):
         super().__init__()
         self.dash = Dashboard(source, {p.id: p.rows for p in PANELS if p.rows is not None})
         self.jobs = TpmWorkers(self, self.dash, export_dir)
-        self.actions = KeyActions(self)
-        self.clock = RefreshClock(self, refresh_s)
+        self.actions = KeyActions(self, self)
+        self.clock = RefreshClock(self, self.dash, self.draw_tick, self.show, refresh_s)
         self.panels = available(source.caps)
         # At 80×24 one panel shows at a time: start on the timings (an empty Handles table
         # is a poor first screen), then what the source has.
@@ -59,12 +57,81 @@ class MainScreen(BackdropScreen):
         self.compact = False
         self._retry_armed = False
 
-    def __getattr__(self, name: str) -> Any:
-        """Textual looks a binding's action up as ``action_<name>`` on the screen: the key
-        actions are :class:`KeyActions`'."""
-        if name.startswith("action_"):
-            return getattr(self.actions, name)
-        raise AttributeError(name)
+    # -- the keys' actions: Textual looks a binding's action up on the screen; each is KeyActions' --
+    def action_toggle_workload(self) -> None:
+        self.actions.action_toggle_workload()
+
+    def action_rate(self, direction: int) -> None:
+        self.actions.action_rate(direction)
+
+    def action_next_mode(self) -> None:
+        self.actions.action_next_mode()
+
+    def action_next_engine(self) -> None:
+        self.actions.action_next_engine()
+
+    def action_next_op(self) -> None:
+        self.actions.action_next_op()
+
+    def action_set_mode(self, mode: str) -> None:
+        self.actions.action_set_mode(mode)
+
+    def action_set_engine(self, engine: str) -> None:
+        self.actions.action_set_engine(engine)
+
+    def action_set_op(self, op: str) -> None:
+        self.actions.action_set_op(op)
+
+    def action_flush_selected(self) -> None:
+        self.actions.action_flush_selected()
+
+    def action_inspect_selected(self) -> None:
+        self.actions.action_inspect_selected()
+
+    def action_flush_ours(self) -> None:
+        self.actions.action_flush_ours()
+
+    def action_show_tcti(self) -> None:
+        self.actions.action_show_tcti()
+
+    def action_sort_table(self, step: int = 1) -> None:
+        self.actions.action_sort_table(step)
+
+    def action_next_panel(self, step: int) -> None:
+        self.actions.action_next_panel(step)
+
+    def action_refresh_rate(self, step: int) -> None:
+        self.actions.action_refresh_rate(step)
+
+    def action_reset_stats(self) -> None:
+        self.actions.action_reset_stats()
+
+    def action_export(self) -> None:
+        self.actions.action_export()
+
+    def action_toggle_stream(self) -> None:
+        self.actions.action_toggle_stream()
+
+    def action_filter_stream(self) -> None:
+        self.actions.action_filter_stream()
+
+    def action_next_theme(self) -> None:
+        self.actions.action_next_theme()
+
+    def action_show_boot(self) -> None:
+        self.actions.action_show_boot()
+
+    def action_show_projection(self) -> None:
+        self.actions.action_show_projection()
+
+    def action_help(self) -> None:
+        self.actions.action_help()
+
+    def action_show_messages(self) -> None:
+        self.actions.action_show_messages()
+
+    def action_quit(self) -> None:
+        self.actions.action_quit()
 
     @property
     def refresh_s(self) -> float:

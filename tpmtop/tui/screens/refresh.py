@@ -8,18 +8,18 @@ interval, the results waiting for the next tick and the refresh's hold of the wo
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
+from textual.screen import Screen
 from textual.timer import Timer
 
 from tpmtop.tui import messages as m
 from tpmtop.tui.settled import after_frame
 from tpmtop.tui.widgets.header import StatusHeader
 from tpmtop.viewmodel.commands import UiHold
+from tpmtop.viewmodel.dashboard import Dashboard
 from tpmtop.viewmodel.frame import Frame
-
-if TYPE_CHECKING:
-    from tpmtop.tui.screens.main import MainScreen
 
 REFRESH_S = 0.2  # ≤ 10 refreshes a second, as the issue asks; 5 keeps a paused dashboard idle
 REFRESH_STEPS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)  # [ and ] move along these (htop's delay, live)
@@ -30,9 +30,15 @@ QUIET_WAIT_MAX_S = 0.05
 
 
 class RefreshClock:
-    def __init__(self, screen: MainScreen, refresh_s: float = REFRESH_S) -> None:
-        """``refresh_s``: the interval to start with (a parameter until the settings object has it)."""
+    def __init__(self, screen: Screen[Any], dash: Dashboard, draw_tick: Callable[[], None],
+                 show: Callable[[Frame], None], refresh_s: float = REFRESH_S) -> None:
+        """``screen``: where the interval runs and the frame is drawn; ``draw_tick``: the screen's
+        own refresh (a frame of the view-model); ``show``: hands a frame's parts to the panels;
+        ``refresh_s``: the interval to start with."""
         self.screen = screen
+        self.dash = dash
+        self._draw_tick = draw_tick
+        self._show = show
         self.refresh_s = refresh_s
         self.timer: Timer | None = None
         self._skipped = False  # the last tick gave way to a key (tick)
@@ -72,7 +78,7 @@ class RefreshClock:
             self._skipped = True
             return
         self._skipped = False
-        cmds = screen.dash.commands
+        cmds = self.dash.commands
         if cmds.gated:
             cmds.hold(UiHold.REFRESH)  # a burst under way stops after this operation
             if cmds.busy:
@@ -83,7 +89,7 @@ class RefreshClock:
 
     def _tick_when_quiet(self) -> None:
         screen = self.screen
-        if screen.dash.commands.busy and time.monotonic() - (self._quiet_since or 0.0) < QUIET_WAIT_MAX_S:
+        if self.dash.commands.busy and time.monotonic() - (self._quiet_since or 0.0) < QUIET_WAIT_MAX_S:
             screen.set_timer(QUIET_POLL_S, self._tick_when_quiet)
             return
         self._quiet_since = None
@@ -107,13 +113,13 @@ class RefreshClock:
         waiting, self._waiting = self._waiting, []
         for message in waiting:
             self._apply(message)
-        screen.draw_tick()
-        if screen.dash.commands.gated:
+        self._draw_tick()
+        if self.dash.commands.gated:
             # after the frame this refresh drew (queued behind what it queued itself)
             screen.call_next(screen.call_after_refresh, after_frame, screen, self._drawn)
 
     def _drawn(self) -> None:
-        self.screen.dash.commands.release(UiHold.REFRESH)
+        self.dash.commands.release(UiHold.REFRESH)
 
     # Where there are ticks, a worker's result waits for the next one (a refresh interval at
     # most): drawn at once, it was a frame of its own in the middle of the workload's
@@ -126,12 +132,12 @@ class RefreshClock:
             self._apply(message)
 
     def _apply(self, message: m.PollDone | m.StatsReady) -> None:
-        screen, dash = self.screen, self.screen.dash
+        dash = self.dash
         if self._torn_down():
             return
         if isinstance(message, m.PollDone):
-            screen.show(dash.on_poll(message.result))
+            self._show(dash.on_poll(message.result))
         elif message.generation == dash.generation:  # else a key changed the run meanwhile
-            screen.show(Frame(dash.header(), stats=message.view))
+            self._show(Frame(dash.header(), stats=message.view))
         else:
             dash.changed()
