@@ -148,11 +148,12 @@ class Runs(Protocol):
     """What was measured, and which run is shown (caps.timings; m/e/o choose with
     caps.selects_runs). Raises nothing: choose() answers False for a run the source lacks."""
 
-    engine: str
-    op: str
-
+    @property
+    def engine(self) -> str: ...
     @property
     def mode(self) -> str: ...
+    @property
+    def op(self) -> str: ...
     @property
     def timeline(self) -> OpsTimeline: ...  # operation p50 per second: the Modes time series
     @property
@@ -173,7 +174,9 @@ class TpmControl(Protocol):
     tpmtop.errors.TpmConnectionError when the TPM stops answering (the poller reconnects);
     tpmtop.errors.TpmError for a command the TPM refused."""
 
-    connected: bool
+    @property
+    def connected(self) -> bool: ...
+
     kernel_device: bool  # polls a kernel's TPM: the observer-effect banner
     poll_interval: float
     identity: Identity | None  # what the TPM said it is (None until it answered)
@@ -195,11 +198,14 @@ class Workload(Protocol):
     tpmtop.errors.TpmConnectionError from the loop when the TPM stops answering; the other
     members are no-ops where there is no workload."""
 
-    running: bool
     read_only: bool
-    workload_error: str | None
-    pause_reason: str | None
 
+    @property
+    def running(self) -> bool: ...
+    @property
+    def workload_error(self) -> str | None: ...
+    @property
+    def pause_reason(self) -> str | None: ...
     @property
     def gate(self) -> UiGate | None: ...  # the dashboard holds it while it draws (None: no workload)
 
