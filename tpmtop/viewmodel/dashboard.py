@@ -52,9 +52,10 @@ CONTEXT_CCS = (0x161, 0x162, 0x165)  # ContextLoad, ContextSave, FlushContext: t
 
 class Dashboard:
     """One per dashboard screen. ``part_builders``: panel id -> a function of the source that
-    returns that panel's part (:attr:`Frame.parts`, once a second), for panels the table adds."""
+    returns that panel's part (:attr:`Frame.parts`, once a second): the panels declared with a
+    build (tpmtop.tui.panels.PanelSpec.build)."""
 
-    def __init__(self, source: Source, part_builders: dict[str, Callable[[Source], Any]] | None = None,
+    def __init__(self, source: Source, part_builders: dict[str, Callable[[Source], object]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.source = source
         self.caps = source.caps
@@ -130,7 +131,7 @@ class Dashboard:
         notices += self._boundaries()
         self.cpu.sample()
         stats = handles = clients = None
-        parts: dict[str, Any] = {}
+        parts: dict[str, object] = {}
         now = self.clock()
         if now - self._last_slow >= SLOW_S:
             self._last_slow = now

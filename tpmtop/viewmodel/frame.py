@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from tpmtop.sources.protocol import HeaderInfo
+from tpmtop.sources.sysfs import SysfsSnapshot
 from tpmtop.sources.timeline import TimelinePoint as TimelinePoint  # a part of StatsView: the widgets take it from here
 from tpmtop.viewmodel.rows.handles import HandleRow
 from tpmtop.viewmodel.rows.latency import CommandRow, ErrorBook
@@ -97,20 +98,18 @@ class StreamPart:
 
 @dataclass(frozen=True)
 class Frame:
-    """One tick of the dashboard. ``None``: that part did not change (nothing to redraw)."""
+    """One tick of the dashboard. ``None``: that part did not change (nothing to redraw).
+
+    The typed parts are the view-model's own (their state outlives a frame: the handle book,
+    slot peaks, the stream's filter); ``parts`` holds what the panels built from the source
+    return (tpmtop.tui.panels.PanelSpec.build), by the panel's id. Each panel's spec says which
+    part is its own (PanelSpec.part_of)."""
 
     header: HeaderView | None = None
     stream: StreamPart | None = None
     stats: StatsView | None = None
     handles: HandlesView | None = None
     clients: ClientsView | None = None
-    parts: Mapping[str, Any] = field(default_factory=dict)  # each panel's part, by the panel's id
+    parts: Mapping[str, object] = field(default_factory=dict)  # PanelSpec.build's parts, by panel id
     notices: tuple[Notice, ...] = ()
-
-    def __post_init__(self) -> None:
-        """Every panel finds its part in ``parts`` under its id, the built-in ones too: the
-        typed fields above are how the view-model builds them (their state outlives a frame),
-        ``parts`` is the one place a panel reads (tpmtop.tui.widgets.panel.Panel.show_frame)."""
-        built_in = {"handles": self.handles, "resources": self.handles.gauges if self.handles is not None else None,
-                    "latency": self.stats, "modes": self.stats, "stream": self.stream, "clients": self.clients}
-        object.__setattr__(self, "parts", {**{k: v for k, v in built_in.items() if v is not None}, **self.parts})
+    system: tuple[SysfsSnapshot, float | None] | None = None  # a sysfs reading, and the IMA rate it shows

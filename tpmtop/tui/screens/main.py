@@ -46,7 +46,7 @@ class MainScreen(BackdropScreen):
 
     def __init__(self, source: Source, export_dir: str | None = None, refresh_s: float = REFRESH_S) -> None:
         super().__init__()
-        self.dash = Dashboard(source, {p.id: p.rows for p in PANELS if p.rows is not None})
+        self.dash = Dashboard(source, {p.id: p.build for p in PANELS if p.build is not None})
         self.jobs = TpmWorkers(self, self.dash, export_dir)
         self.actions = KeyActions(self, self)
         self.clock = RefreshClock(self, self.dash, self.draw_tick, self.show, refresh_s)
@@ -262,7 +262,9 @@ class MainScreen(BackdropScreen):
                 profile=h.profile, marker=h.marker, cpu=frame.header.cpu, simulated_reason=h.simulated_reason,
                 vs_none=frame.header.vs_none)
         for p in PANELS:
-            self.query_one(f"#{p.id}", Panel).show_frame(frame)
+            part = p.part_of(frame)
+            if part is not None:
+                self.query_one(f"#{p.id}", Panel).show_part(part)
         if frame.clients is not None:
             self._apply_layout()  # Clients shows only when someone holds the device
         for n in frame.notices:
@@ -329,7 +331,7 @@ class MainScreen(BackdropScreen):
 
     def on_sysfs_read(self, message: m.SysfsRead) -> None:
         rate = self.dash.on_sysfs(message.snapshot)
-        self.show(Frame(parts={"system": (message.snapshot, rate)}))
+        self.show(Frame(system=(message.snapshot, rate)))
         self.jobs.read_sysfs_later(beside_tpm=self.caps.handles)
 
     def on_handles_flushed(self, message: m.HandlesFlushed) -> None:

@@ -176,7 +176,7 @@ class StreamView(Widget, can_focus=True):
         return Content("\n").join(lines)
 
 
-class StreamPanel(Panel):
+class StreamPanel(Panel[StreamPart]):
     title = "Command stream"
 
     def __init__(self, **kw: Any) -> None:
