@@ -49,7 +49,8 @@ class MainScreen(BackdropScreen):
         self.dash = Dashboard(source, {p.id: p.build for p in PANELS if p.build is not None})
         self.jobs = TpmWorkers(self, self.dash, export_dir)
         self.actions = KeyActions(self, self)
-        self.clock = RefreshClock(self, self.dash, self.draw_tick, self.show, refresh_s)
+        # looked up at each call, not bound now: a test (or a subclass) may replace show
+        self.clock = RefreshClock(self, self.dash, lambda: self.draw_tick(), lambda frame: self.show(frame), refresh_s)
         self.panels = available(source.caps)
         # At 80×24 one panel shows at a time: start on the timings (an empty Handles table
         # is a poor first screen), then what the source has.
@@ -111,6 +112,12 @@ class MainScreen(BackdropScreen):
 
     def action_toggle_stream(self) -> None:
         self.actions.action_toggle_stream()
+
+    def action_stream_scroll(self, n: int) -> None:
+        self.actions.action_stream_scroll(n)
+
+    def action_stream_page(self, direction: int) -> None:
+        self.actions.action_stream_page(direction)
 
     def action_filter_stream(self) -> None:
         self.actions.action_filter_stream()

@@ -33,6 +33,13 @@ def main_bindings() -> list[Binding | tuple[str, str] | tuple[str, str, str]]:
                     tooltip="The next panel (a tab below 110×32)"),
             Binding("shift+tab", "next_panel(-1)", "Previous panel", show=False, id="previous-panel",
                     tooltip="The previous panel")]
+    # A frozen stream (s) scrolls with these whatever has focus; else they are the focused widget's.
+    out += [Binding(key, action, show=False, priority=True, id=f"frozen-stream-{name}", tooltip=why)
+            for key, action, name, why in (
+                ("home", "stream_scroll(1_000_000)", "oldest", "The frozen stream's oldest command"),
+                ("end", "stream_scroll(-1_000_000)", "newest", "The frozen stream's newest command"),
+                ("pageup", "stream_page(1)", "page-back", "A page of older commands in the frozen stream"),
+                ("pagedown", "stream_page(-1)", "page-forward", "A page of newer commands in the frozen stream"))]
     return out
 
 
@@ -190,6 +197,23 @@ class KeyActions:
         from tpmtop.tui.screens.decode import DecodeScreen
 
         self.screen.app.push_screen(DecodeScreen(self.host.dash.commands, event.row))
+
+    def _frozen_stream(self) -> StreamView:
+        """The frozen stream's view, shown; else the key is the focused widget's (SkipAction),
+        and an input's keys are its own."""
+        from textual.actions import SkipAction
+        from textual.widgets import Input
+
+        panel = self.screen.query_one(StreamPanel)
+        if not panel.frozen or not panel.display or isinstance(self.screen.focused, Input):
+            raise SkipAction()
+        return panel.view
+
+    def action_stream_scroll(self, n: int) -> None:
+        self._frozen_stream().action_scroll_back(n)
+
+    def action_stream_page(self, direction: int) -> None:
+        self._frozen_stream().action_page(direction)
 
     def action_toggle_stream(self) -> None:
         panel = self.screen.query_one(StreamPanel)
