@@ -11,18 +11,17 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.events import Key, Resize
-from textual.widgets import DataTable, Static, Tab, Tabs
+from textual.widgets import DataTable, Static, Tabs
 
 from tpmtop.tui import messages as m
 from tpmtop.tui.availability import KEY_ACTIONS, allowed, refused_why
-from tpmtop.tui.panels import CONTAINERS, PANELS, Group, available
-from tpmtop.tui.screens.main_actions import KeyActions, main_bindings
+from tpmtop.tui.panels import PANELS, available
+from tpmtop.tui.screens.layout import apply_layout, compose_main, focus_first
+from tpmtop.tui.screens.main_actions import KeyActions, key_action, main_bindings
 from tpmtop.tui.screens.refresh import REFRESH_S, RefreshClock
 from tpmtop.tui.screens.workers import TpmWorkers
-from tpmtop.tui.widgets.backdrop import BackdropScreen, Column, Row
-from tpmtop.tui.widgets.footer import KeyBar
+from tpmtop.tui.widgets.backdrop import BackdropScreen
 from tpmtop.tui.widgets.header import StatusHeader
-from tpmtop.tui.widgets.messages import MessageLine
 from tpmtop.tui.widgets.modes import ModesPanel
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.stream import StreamPanel, StreamView
@@ -31,8 +30,6 @@ from tpmtop.viewmodel.dashboard import Dashboard
 from tpmtop.viewmodel.frame import Frame
 
 RETRY_S = 2.0
-COMPACT_W, COMPACT_H = 110, 32
-NARROW_W = 120  # below: the footer shows only the essential keys
 
 OBSERVER = ("[b $warning]Observer effect[/]: on Linux 6.12+ each command tpmtop sends to /dev/tpmrm0 "
             "ends the kernel's kept HMAC session, so the kernel's next PCR extend pays the whole "
@@ -59,86 +56,33 @@ class MainScreen(BackdropScreen):
         self._retry_armed = False
 
     # -- the keys' actions: Textual looks a binding's action up on the screen; each is KeyActions' --
-    def action_toggle_workload(self) -> None:
-        self.actions.action_toggle_workload()
-
-    def action_rate(self, direction: int) -> None:
-        self.actions.action_rate(direction)
-
-    def action_next_mode(self) -> None:
-        self.actions.action_next_mode()
-
-    def action_next_engine(self) -> None:
-        self.actions.action_next_engine()
-
-    def action_next_op(self) -> None:
-        self.actions.action_next_op()
-
-    def action_set_mode(self, mode: str) -> None:
-        self.actions.action_set_mode(mode)
-
-    def action_set_engine(self, engine: str) -> None:
-        self.actions.action_set_engine(engine)
-
-    def action_set_op(self, op: str) -> None:
-        self.actions.action_set_op(op)
-
-    def action_flush_selected(self) -> None:
-        self.actions.action_flush_selected()
-
-    def action_inspect_selected(self) -> None:
-        self.actions.action_inspect_selected()
-
-    def action_flush_ours(self) -> None:
-        self.actions.action_flush_ours()
-
-    def action_show_tcti(self) -> None:
-        self.actions.action_show_tcti()
-
-    def action_sort_table(self, step: int = 1) -> None:
-        self.actions.action_sort_table(step)
-
-    def action_next_panel(self, step: int) -> None:
-        self.actions.action_next_panel(step)
-
-    def action_refresh_rate(self, step: int) -> None:
-        self.actions.action_refresh_rate(step)
-
-    def action_reset_stats(self) -> None:
-        self.actions.action_reset_stats()
-
-    def action_export(self) -> None:
-        self.actions.action_export()
-
-    def action_toggle_stream(self) -> None:
-        self.actions.action_toggle_stream()
-
-    def action_stream_scroll(self, n: int) -> None:
-        self.actions.action_stream_scroll(n)
-
-    def action_stream_page(self, direction: int) -> None:
-        self.actions.action_stream_page(direction)
-
-    def action_filter_stream(self) -> None:
-        self.actions.action_filter_stream()
-
-    def action_next_theme(self) -> None:
-        self.actions.action_next_theme()
-
-    def action_show_boot(self) -> None:
-        self.actions.action_show_boot()
-
-    def action_show_projection(self) -> None:
-        self.actions.action_show_projection()
-
-    def action_help(self) -> None:
-        self.actions.action_help()
-
-    def action_show_messages(self) -> None:
-        self.actions.action_show_messages()
-
-    def action_quit(self) -> None:
-        self.actions.action_quit()
+    action_toggle_workload = key_action(KeyActions.action_toggle_workload)
+    action_rate = key_action(KeyActions.action_rate)
+    action_next_mode = key_action(KeyActions.action_next_mode)
+    action_next_engine = key_action(KeyActions.action_next_engine)
+    action_next_op = key_action(KeyActions.action_next_op)
+    action_set_mode = key_action(KeyActions.action_set_mode)
+    action_set_engine = key_action(KeyActions.action_set_engine)
+    action_set_op = key_action(KeyActions.action_set_op)
+    action_flush_selected = key_action(KeyActions.action_flush_selected)
+    action_inspect_selected = key_action(KeyActions.action_inspect_selected)
+    action_flush_ours = key_action(KeyActions.action_flush_ours)
+    action_show_tcti = key_action(KeyActions.action_show_tcti)
+    action_sort_table = key_action(KeyActions.action_sort_table)
+    action_next_panel = key_action(KeyActions.action_next_panel)
+    action_refresh_rate = key_action(KeyActions.action_refresh_rate)
+    action_reset_stats = key_action(KeyActions.action_reset_stats)
+    action_export = key_action(KeyActions.action_export)
+    action_toggle_stream = key_action(KeyActions.action_toggle_stream)
+    action_stream_scroll = key_action(KeyActions.action_stream_scroll)
+    action_stream_page = key_action(KeyActions.action_stream_page)
+    action_filter_stream = key_action(KeyActions.action_filter_stream)
+    action_next_theme = key_action(KeyActions.action_next_theme)
+    action_show_boot = key_action(KeyActions.action_show_boot)
+    action_show_projection = key_action(KeyActions.action_show_projection)
+    action_help = key_action(KeyActions.action_help)
+    action_show_messages = key_action(KeyActions.action_show_messages)
+    action_quit = key_action(KeyActions.action_quit)
 
     @property
     def refresh_s(self) -> float:
@@ -150,25 +94,7 @@ class MainScreen(BackdropScreen):
 
     # -- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield StatusHeader(id="header")
-        yield Static(id="observer")
-        yield Tabs(*[Tab(f"{p.key} {p.title}", id=f"tab-{p.id}") for p in PANELS if p.id in self.panels],
-                   active=f"tab-{self.active_panel}", id="panel-tabs")
-
-        def group(g: Group) -> ComposeResult:
-            for p in PANELS:
-                if p.group is g:
-                    yield p.widget(id=p.id)
-
-        with Column(id="body"):
-            with Row(id="top"):
-                with Column(id="left"):
-                    yield from group(Group.LEFT)
-                yield from group(Group.RIGHT)
-            with Row(id="bottom"):
-                yield from group(Group.BOTTOM)
-        yield MessageLine(id="message-bar")
-        yield KeyBar(id="keybar")
+        yield from compose_main(self.panels, self.active_panel)
 
     def on_mount(self) -> None:
         cmds, caps = self.dash.commands, self.caps
@@ -195,29 +121,10 @@ class MainScreen(BackdropScreen):
         self._apply_layout()
 
     def _apply_layout(self) -> None:
-        w, h = self.size
-        self.compact = bool(w and h) and (w < COMPACT_W or h < COMPACT_H)
-        self.set_class(self.compact, "-compact")
-        self.set_class(bool(w) and w < NARROW_W, "-narrow")
-        self.query_one("#panel-tabs").display = self.compact
-        visible = set(self.panels) if not self.compact else {self.active_panel}
-        for p in PANELS:
-            panel = self.query_one(f"#{p.id}", Panel)
-            panel.display = p.id in visible and (panel.has_content or self.compact)
-        for cid, groups in CONTAINERS.items():
-            self.query_one(f"#{cid}").display = any(p.id in visible for p in PANELS if p.group in groups)
-        if self.compact:
-            tabs = self.query_one("#panel-tabs", Tabs)
-            if tabs.active != f"tab-{self.active_panel}":
-                tabs.active = f"tab-{self.active_panel}"
+        self.compact = apply_layout(self, self.panels, self.active_panel)
 
     def _focus_panel(self, pid: str) -> None:
-        panel = self.query_one(f"#{pid}")
-        # A panel with nothing focusable inside (Resources, Modes, System) takes the focus itself:
-        # its key then visibly lands on it (the focused border), also when every panel shows.
-        focusable = [w for w in panel.query("*") if w.can_focus and w.display] or [panel] * panel.can_focus
-        if focusable:
-            focusable[0].focus()
+        focus_first(self.query_one(f"#{pid}"))
 
     def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
         if event.tab is not None and event.tab.id:

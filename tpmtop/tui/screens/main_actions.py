@@ -3,7 +3,8 @@ view-model (``screen.dash``) or a worker; refused keys say why (tpmtop.tui.avail
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from textual.binding import Binding
 from textual.screen import Screen
@@ -45,6 +46,25 @@ def main_bindings() -> list[Binding | tuple[str, str] | tuple[str, str, str]]:
 
 FLUSHABLE_TOPS = (0x80, 0x02, 0x03)  # transient objects, HMAC and policy sessions
 KIND_WORDS = {"transient": "transient object", "loaded-session": "loaded session", "saved-session": "saved session"}
+
+
+class key_action:
+    """``MainScreen.action_x = key_action(KeyActions.action_x)``: Textual looks a binding's action
+    up on the screen; this hands it to the screen's :class:`KeyActions` (``screen.actions``).
+    One line per key on the screen, each naming the method that does the work."""
+
+    def __init__(self, method: Callable[..., None]) -> None:
+        self.method = method
+
+    def __get__(self, screen: HasKeyActions | None, owner: type | None = None) -> Callable[..., None]:
+        if screen is None:
+            return self.method
+        bound: Callable[..., None] = self.method.__get__(screen.actions, KeyActions)
+        return bound
+
+
+class HasKeyActions(Protocol):
+    actions: KeyActions
 
 
 class KeyActions:
