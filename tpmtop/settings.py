@@ -79,6 +79,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         "second process (on a machine with two CPUs or more). Off by default: measured on "
         "2026-12-06 it made a 1,000,000-event export ×1.09 slower without busy loops and ×0.74 "
         "with two (benchmarks/export.py --split-knob; docs/benchmarks.md).")] = False
+    refresh_s: Annotated[float, _knob(
+        "The dashboard's refresh interval at start, in seconds ([ and ] change it live). 0.2: at "
+        "most 5 frames a second, so a paused dashboard stays idle; each frame costs the UI thread "
+        "a few ms (benchmarks/ui_load.py).", gt=0, le=60)] = 0.2
 
 
 NAMES: tuple[str, ...] = Settings.__struct_fields__

@@ -15,10 +15,10 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.theme import Theme
 
+from tpmtop import settings
 from tpmtop.tui.actions import palette_entries
 from tpmtop.tui.compat import check_hooks
 from tpmtop.tui.screens.main import MainScreen
-from tpmtop.tui.screens.refresh import REFRESH_S
 from tpmtop.tui.settled import when_settled
 from tpmtop.tui.themes import (
     DEFAULT_THEME,
@@ -41,10 +41,11 @@ class TpmtopApp(App[None]):
     def __init__(self, source: Source, *, theme: str | None = None, remember: bool = True,
                  export_dir: str | None = None, themes: LoadedThemes | None = None, boot_root: str = "/",
                  notices: list[str] | None = None,
-                 refresh_s: float = REFRESH_S) -> None:
-        """``refresh_s``: the screen's refresh interval to start with ([ and ] change it)."""
+                 refresh_s: float | None = None) -> None:
+        """``refresh_s``: the screen's refresh interval to start with ([ and ] change it; None:
+        the refresh_s setting, tpmtop.settings)."""
         super().__init__()
-        self.refresh_s = refresh_s
+        self.refresh_s = settings.current().refresh_s if refresh_s is None else refresh_s
         self.startup_notices = list(notices or [])  # said once the screen is up (what tpmtop cannot show here)
         # A Textual hook tpmtop relies on that this Textual changed (tui/compat.py; none today).
         self.startup_notices += [f"this Textual changed what tpmtop uses: {why}" for why in check_hooks()]

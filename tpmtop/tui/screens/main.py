@@ -13,12 +13,13 @@ from textual.app import ComposeResult
 from textual.events import Key, Resize
 from textual.widgets import DataTable, Static, Tabs
 
+from tpmtop import settings
 from tpmtop.tui import messages as m
 from tpmtop.tui.availability import KEY_ACTIONS, allowed, refused_why
 from tpmtop.tui.panels import PANELS, available
 from tpmtop.tui.screens.layout import apply_layout, compose_main, focus_first
 from tpmtop.tui.screens.main_actions import KeyActions, key_action, main_bindings
-from tpmtop.tui.screens.refresh import REFRESH_S, RefreshClock
+from tpmtop.tui.screens.refresh import RefreshClock
 from tpmtop.tui.screens.workers import TpmWorkers
 from tpmtop.tui.widgets.backdrop import BackdropScreen
 from tpmtop.tui.widgets.header import StatusHeader
@@ -41,13 +42,15 @@ class MainScreen(BackdropScreen):
 
     BINDINGS = main_bindings()
 
-    def __init__(self, source: Source, export_dir: str | None = None, refresh_s: float = REFRESH_S) -> None:
+    def __init__(self, source: Source, export_dir: str | None = None, refresh_s: float | None = None) -> None:
+        """``refresh_s``: the refresh interval to start with (None: the refresh_s setting)."""
         super().__init__()
         self.dash = Dashboard(source, {p.id: p.build for p in PANELS if p.build is not None})
         self.jobs = TpmWorkers(self, self.dash, export_dir)
         self.actions = KeyActions(self, self)
         # looked up at each call, not bound now: a test (or a subclass) may replace show
-        self.clock = RefreshClock(self, self.dash, lambda: self.draw_tick(), lambda frame: self.show(frame), refresh_s)
+        self.clock = RefreshClock(self, self.dash, lambda: self.draw_tick(), lambda frame: self.show(frame),
+                                  settings.current().refresh_s if refresh_s is None else refresh_s)
         self.panels = available(source.caps)
         # At 80×24 one panel shows at a time: start on the timings (an empty Handles table
         # is a poor first screen), then what the source has.

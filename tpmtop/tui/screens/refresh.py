@@ -21,7 +21,6 @@ from tpmtop.viewmodel.commands import UiHold
 from tpmtop.viewmodel.dashboard import Dashboard
 from tpmtop.viewmodel.frame import Frame
 
-REFRESH_S = 0.2  # ≤ 10 refreshes a second, as the issue asks; 5 keeps a paused dashboard idle
 REFRESH_STEPS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)  # [ and ] move along these (htop's delay, live)
 # A refresh due while the workload's operation is under way looks again this often for its end,
 # and draws anyway after the longest (a slow chip's operation takes 150 ms: tpmtop.profiles).
@@ -31,7 +30,7 @@ QUIET_WAIT_MAX_S = 0.05
 
 class RefreshClock:
     def __init__(self, screen: Screen[Any], dash: Dashboard, draw_tick: Callable[[], None],
-                 show: Callable[[Frame], None], refresh_s: float = REFRESH_S) -> None:
+                 show: Callable[[Frame], None], refresh_s: float) -> None:
         """``screen``: where the interval runs and the frame is drawn; ``draw_tick``: the screen's
         own refresh (a frame of the view-model); ``show``: hands a frame's parts to the panels;
         ``refresh_s``: the interval to start with."""
