@@ -94,11 +94,18 @@ async def live_ratios(src, pilot, default_rate: float, seconds: float, rounds: i
 PENDING = object()  # a probe's "not drawn yet" (a theme whose styles are still being applied)
 
 
+def themed(app, screen) -> bool:
+    """``screen`` draws in the app's theme: its background is the theme's (public styles, not
+    Textual's CSS update counters)."""
+    from textual.color import Color
+
+    return screen.styles.background == Color.parse(app.get_css_variables()["background"])
+
+
 def drawn_messages(screen) -> list[str]:
     """The messages drawn on ``screen``: the dashboard's message line above the footer (it draws
     no toasts: tpmtop.tui.widgets.messages), and any toast the compositor placed."""
     from textual.errors import NoWidget
-    from textual.widgets._toast import Toast
 
     def placed(w) -> bool:
         try:
@@ -110,7 +117,7 @@ def drawn_messages(screen) -> list[str]:
     # same again (T) is told apart by the log's count in the hint beside it ("l messages (N)").
     hint = " ".join(str(w.render()) for w in screen.query("#message-hint") if placed(w))
     out = [f"{w.render()} [{hint}]" for w in screen.query("#message-text") if placed(w)]
-    out += [f"{w._notification.title} {w._notification.message}" for w in screen.query(Toast) if placed(w)]
+    out += [str(w.render()) for w in screen.query("Toast") if placed(w)]  # by its type's name: public
     return out
 
 
@@ -188,7 +195,7 @@ async def time_keys(app, main, src, pilot, presses: int, export_dir: str, only: 
         src.rate = 100.0  # a step with a faster and a slower one beside it
 
     def restyled(screen):
-        return app.theme if screen._css_update_count == app._css_update_count else PENDING
+        return app.theme if themed(app, screen) else PENDING
 
     # (label, key, character, probe of the drawn screen, setup before each press, close after it)
     keys: list[tuple] = [
@@ -276,7 +283,6 @@ async def time_floor_keys(floor, pilot, presses: int, only: set[str] | None = No
     from textual import events
     from textual.app import App
     from textual.widgets import Input
-    from textual.widgets._toast import Toast
 
     stamps: list[tuple[float, object]] = []
     probe: list = [lambda screen: None]
@@ -291,10 +297,10 @@ async def time_floor_keys(floor, pilot, presses: int, only: set[str] | None = No
     main = floor.main
 
     def restyled(screen):
-        return floor.theme if screen._css_update_count == floor._css_update_count else PENDING
+        return floor.theme if themed(floor, screen) else PENDING
 
     def toasts(screen):
-        return len([t for t in screen.query(Toast) if t.region.area])
+        return len([t for t in screen.query("Toast") if t.region.area])
 
     state = lambda s: main.state  # noqa: E731
     keys = [(label, key, char, state) for label, key, char in (

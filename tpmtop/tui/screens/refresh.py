@@ -40,12 +40,14 @@ class RefreshClock:
         self._show = show
         self.refresh_s = refresh_s
         self.timer: Timer | None = None
+        self.armed_s: float | None = None  # the interval the running timer was armed with
         self._skipped = False  # the last tick gave way to a key (tick)
         self._quiet_since: float | None = None  # a refresh waits for the workload's gap since then
         self._waiting: list[m.PollDone | m.StatsReady] = []  # worker results, drawn by the next tick
 
     def start(self) -> None:
         self.timer = self.screen.set_interval(self.refresh_s, self.tick)
+        self.armed_s = self.refresh_s
 
     @property
     def waiting(self) -> bool:
