@@ -156,7 +156,7 @@ def test_tests_and_benchmarks_use_no_other_private_textual_name():
             if isinstance(node, ast.Attribute) and node.attr in textuals and node.attr not in TEST_ONLY:
                 if not (isinstance(node.value, ast.Name) and node.value.id == "os"):
                     found.append((rel, node.lineno, node.attr))
-            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("textual"):
-                if any(_private(part) for part in node.module.split(".")):
-                    found.append((rel, node.lineno, f"from {node.module} import"))
+            elif (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("textual")
+                  and any(_private(part) for part in node.module.split("."))):
+                found.append((rel, node.lineno, f"from {node.module} import"))
     assert found == []

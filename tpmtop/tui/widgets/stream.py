@@ -45,7 +45,8 @@ COLUMNS = (("t s", 8), ("origin", 8), ("command", 16), ("µs", 7), ("rc", 6))
 RC_WIDE = 22  # the rc column's width when the line has room for the response code's name
 LAST = "handles · sessions"
 KEEP = 2000  # rows kept while following; frozen, the whole recorder ring is browsable
-LINE_CACHE = 1024  # rendered lines kept: a few pages at any terminal size
+LINE_CACHE = 128  # rendered lines kept: two pages at 200x50. Each Strip holds 7 caches of its own (~20 objects the
+# garbage collector walks): a bigger cache made every full collection longer (benchmarks/ui_load.py --gc-only)
 
 
 def _rc_text(rc: str, width: int) -> str:
