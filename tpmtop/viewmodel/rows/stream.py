@@ -4,8 +4,9 @@ boundaries (marks) between TPM periods. No Textual here."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from tpmtop.sources.protocol import CapturedStream
 from tpmtop.sources.replay import MAX_STREAM_ROWS, rc_not_traced
@@ -19,8 +20,12 @@ if TYPE_CHECKING:
 CC_FLUSH_CONTEXT = 0x165  # its handle is a parameter, not in the handle area
 
 
-@dataclass(slots=True)
-class StreamRow:
+class StreamRow(msgspec.Struct, gc=False):
+    """One line of the stream. Strings and a flag only, so the garbage collector need not track
+    it (gc=False: it can be in no reference cycle): a replay holds up to MAX_STREAM_ROWS of them
+    and a live stream makes one per command shown, and each tracked object lengthens every full
+    collection, which stops every thread (benchmarks/ui_load.py --gc-only)."""
+
     key: str
     t: str
     origin: str
@@ -162,12 +167,10 @@ def captured_rows(stream: CapturedStream) -> list[StreamRow]:
     ``decoded`` the handles column shows the decoded handles and parameters (--decode)."""
     rows = [stream_row_from_dict(i, e) for i, e in enumerate(stream.events) if isinstance(e, dict)]
     if stream.decoded:
-        from dataclasses import replace
-
         from tpmtop.decode.listing import event_text
 
         kept = [e for e in stream.events if isinstance(e, dict)]
-        rows = [replace(r, handles=t) if (t := event_text(e)) is not None else r
+        rows = [msgspec.structs.replace(r, handles=t) if (t := event_text(e)) is not None else r
                 for r, e in zip(rows, kept, strict=True)]
     return rows
 
