@@ -94,11 +94,18 @@ async def live_ratios(src, pilot, default_rate: float, seconds: float, rounds: i
 PENDING = object()  # a probe's "not drawn yet" (a theme whose styles are still being applied)
 
 
+def themed(app, screen) -> bool:
+    """``screen`` draws in the app's theme: its background is the theme's (public styles, not
+    Textual's CSS update counters)."""
+    from textual.color import Color
+
+    return screen.styles.background == Color.parse(app.get_css_variables()["background"])
+
+
 def drawn_messages(screen) -> list[str]:
     """The messages drawn on ``screen``: the dashboard's message line above the footer (it draws
     no toasts: tpmtop.tui.widgets.messages), and any toast the compositor placed."""
     from textual.errors import NoWidget
-    from textual.widgets._toast import Toast
 
     def placed(w) -> bool:
         try:
@@ -110,7 +117,7 @@ def drawn_messages(screen) -> list[str]:
     # same again (T) is told apart by the log's count in the hint beside it ("l messages (N)").
     hint = " ".join(str(w.render()) for w in screen.query("#message-hint") if placed(w))
     out = [f"{w.render()} [{hint}]" for w in screen.query("#message-text") if placed(w)]
-    out += [f"{w._notification.title} {w._notification.message}" for w in screen.query(Toast) if placed(w)]
+    out += [str(w.render()) for w in screen.query("Toast") if placed(w)]  # by its type's name: public
     return out
 
 
@@ -188,7 +195,7 @@ async def time_keys(app, main, src, pilot, presses: int, export_dir: str, only: 
         src.rate = 100.0  # a step with a faster and a slower one beside it
 
     def restyled(screen):
-        return app.theme if screen._css_update_count == app._css_update_count else PENDING
+        return app.theme if themed(app, screen) else PENDING
 
     # (label, key, character, probe of the drawn screen, setup before each press, close after it)
     keys: list[tuple] = [
@@ -276,7 +283,6 @@ async def time_floor_keys(floor, pilot, presses: int, only: set[str] | None = No
     from textual import events
     from textual.app import App
     from textual.widgets import Input
-    from textual.widgets._toast import Toast
 
     stamps: list[tuple[float, object]] = []
     probe: list = [lambda screen: None]
@@ -291,10 +297,10 @@ async def time_floor_keys(floor, pilot, presses: int, only: set[str] | None = No
     main = floor.main
 
     def restyled(screen):
-        return floor.theme if screen._css_update_count == floor._css_update_count else PENDING
+        return floor.theme if themed(floor, screen) else PENDING
 
     def toasts(screen):
-        return len([t for t in screen.query(Toast) if t.region.area])
+        return len([t for t in screen.query("Toast") if t.region.area])
 
     state = lambda s: main.state  # noqa: E731
     keys = [(label, key, char, state) for label, key, char in (
@@ -358,7 +364,8 @@ def floor_ratio(ours: dict, floor: dict) -> tuple[float, str, float, dict]:
 
 
 async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_seconds: float = 1.5,
-              ratio_rounds: int = 5, profile: str | None = None, only: set[str] | None = None) -> dict:
+              ratio_rounds: int = 5, profile: str | None = None, only: set[str] | None = None,
+              gc_only: bool = False) -> dict:
     import psutil
 
     from tpmtop.connect import open_tpm
@@ -393,15 +400,17 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
     Dashboard.stats = timed_stats
     # Full (generation 2) collections stop every thread: their pauses while the workload runs.
     gc_pauses: list[float] = []
-    gc_started = [0.0]
+    gc_cpu: list[float] = []  # the same collections' CPU time (the thread that ran them): the machine's load left out
+    gc_started = [0.0, 0.0]
 
     def on_gc(phase, info):
         if info.get("generation") != 2:
             return
         if phase == "start":
-            gc_started[0] = time.perf_counter()
+            gc_started[:] = [time.perf_counter(), time.thread_time()]
         else:
             gc_pauses.append(time.perf_counter() - gc_started[0])
+            gc_cpu.append(time.thread_time() - gc_started[1])
     conn = open_tpm(sim=True)
     if profile:  # a slow chip: keys must still act at once (the Pilot test checks that they act)
         from tpmtop.profiles import load_profile
@@ -418,7 +427,8 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
         async with app.run_test(size=(140, 44), notifications=True) as pilot:
             main = next(s for s in app.screen_stack if isinstance(s, MainScreen))
             await pilot.pause(1.0)  # warm up
-            r = await live_ratios(src, pilot, DEFAULT_RATE, ratio_seconds, ratio_rounds)
+            r = await live_ratios(src, pilot, DEFAULT_RATE, ratio_seconds, ratio_rounds) if not gc_only else \
+                {"default": [], "max": [], "detail": {}}
             out["ratios_default"] = [round(x, 1) for x in r["default"]]
             out["ratios_max"] = [round(x, 1) for x in r["max"]]
             out["ratio_default"] = round(statistics.median(r["default"]), 1) if r["default"] else None
@@ -456,6 +466,11 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             out["gc_full_collections"] = len(gc_pauses)
             out["gc_full_pause_ms_p50"] = round(statistics.median(gc_pauses) * 1000, 1) if gc_pauses else None
             out["gc_full_pause_ms_max"] = round(max(gc_pauses) * 1000, 1) if gc_pauses else None
+            out["gc_full_pauses_ms"] = [round(x * 1000, 1) for x in gc_pauses]
+            out["gc_full_cpu_ms"] = [round(x * 1000, 1) for x in gc_cpu]
+            out["gc_tracked_objects"] = len(gc.get_objects())  # what a full collection walks, at the end
+            if gc_only:
+                return out
 
             # key -> screen, under load: every key in the help, each with the state it changes
             out["keys"] = await time_keys(app, main, src, pilot, presses, export_dir, only)
@@ -505,6 +520,9 @@ def main() -> int:
     ap.add_argument("--profile", metavar="NAME", help="a chip latency profile on the simulator (e.g. slb9670)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keys", help="only these keys, space-separated labels as printed (e.g. 't ? tab')")
+    ap.add_argument("--gc-only", action="store_true",
+                    help="only the ingestion and its full-GC pauses (give --rate 8000: the issue's 8,000 events/s "
+                         "in mode none, one command per operation); no key timing, ratios or floor")
     ap.add_argument("--busy", type=int, default=2, metavar="N",
                     help="busy loops (`while 1: pass` processes) run for the whole benchmark (default 2: the "
                          "loaded machine the targets are set for; 0: none)")
@@ -515,7 +533,7 @@ def main() -> int:
     try:
         load0 = os.getloadavg()
         r = asyncio.run(run(args.seconds, args.mode, args.presses, args.rate, args.ratio_seconds, args.ratio_rounds,
-                            args.profile, set(args.keys.split()) if args.keys else None))
+                            args.profile, set(args.keys.split()) if args.keys else None, args.gc_only))
         load1 = os.getloadavg()
     finally:
         for p in loops:
@@ -523,6 +541,21 @@ def main() -> int:
             p.wait()
     r["busy_loops"] = args.busy
     r["load_average_start"], r["load_average_end"] = load0, load1
+    gc_line = (f"longest full-GC pause at {r['events_per_s']:,} events/s: {r['gc_full_pause_ms_max']} ms "
+               f"({r['gc_full_collections']} full collections in {args.seconds:g} s; target <= 50 ms)")
+    if args.gc_only:
+        if args.json:
+            print(json.dumps(r, indent=2))
+        else:
+            print(f"machine: {r['machine']}")
+            print(f"load: {args.busy} busy loops; load average {' '.join(f'{x:.2f}' for x in load0)} at start, "
+                  f"{' '.join(f'{x:.2f}' for x in load1)} at the end")
+            pace = "unpaced" if not r["rate"] else f"{r['rate']:g} ops/s"
+            print(f"workload: native/{r['mode']}/extend, {pace}; dashboard 140x44, headless driver")
+            print(f"full GC pauses (ms): {r['gc_full_pauses_ms']}, their CPU (ms): {r['gc_full_cpu_ms']}; "
+                  f"tracked objects at the end {r['gc_tracked_objects']:,}")
+        print(gc_line)
+        return 0
     keys = r["keys"]
     slowest = max(keys, key=lambda k: keys[k]["worst_ms"])
     a, b = r["ratio_default"], r["ratio_max"]
@@ -550,6 +583,7 @@ def main() -> int:
           f"({r['stats_calls']} calls in {args.seconds:g} s)")
     print(f"full GC collections                 {r['gc_full_collections']} in {args.seconds:g} s, pause p50 / max "
           f"{r['gc_full_pause_ms_p50']} / {r['gc_full_pause_ms_max']} ms")
+    print(gc_line)
     print(f"key -> screen (ms, {args.presses} presses each; target <= 100):")
     print(f"  {'key':<6}{'median':>8}{'worst':>8}   UI-thread CPU median / worst")
     for k, v in keys.items():

@@ -96,6 +96,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         "the turn until it exited: issue 50). 0: off, a turn ends only when its holder leaves or "
         "is idle for --turn-idle. A holder cut short may find the TPM's object or session slots "
         "taken by the next client (TPM_RC_OBJECT_MEMORY 0x902).", ge=0)] = 10.0
+    refresh_s: Annotated[float, _knob(
+        "The dashboard's refresh interval at start, in seconds ([ and ] change it live). 0.2: at "
+        "most 5 frames a second, so a paused dashboard stays idle; each frame costs the UI thread "
+        "a few ms (benchmarks/ui_load.py).", gt=0, le=60)] = 0.2
 
 
 NAMES: tuple[str, ...] = Settings.__struct_fields__

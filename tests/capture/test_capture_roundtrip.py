@@ -81,6 +81,7 @@ def test_flushcontext_events_name_what_they_flushed(bench_captures, tmp_path):
     in the handle area), so replay showed the flush of nothing. Every FlushContext a per-command
     bench sent names the handle it flushed, and replay's stream shows it."""
     from tpmtop.sources.replay import ReplaySource
+    from tpmtop.viewmodel.rows.stream import captured_rows
 
     out = bench_captures.copy("per-command", tmp_path)
     cap = load_capture(out)
@@ -92,5 +93,5 @@ def test_flushcontext_events_name_what_they_flushed(bench_captures, tmp_path):
         assert len(e["handles"]) == 1 and int(e["handles"][0], 16) >> 24 in (0x80, 0x02, 0x03), e
     loaded = {e["handles"][0] for e in flushes}
     assert loaded, loaded
-    rows = [r for r in ReplaySource(cap, out).stream if "FlushContext" in r.command]
+    rows = [r for r in captured_rows(ReplaySource(cap, out).captured_stream()) if "FlushContext" in r.command]
     assert rows and all(r.handles.strip() for r in rows), rows[:2]

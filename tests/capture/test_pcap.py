@@ -82,10 +82,11 @@ def test_tcti_pcap_file_imports_with_the_commands_tpm2_tools_sent(tcp_swtpm, tmp
 def test_replay_opens_a_pcap_file_directly(tcp_swtpm, tmp_path):
     """`tpmtop replay FILE.pcap` loads the file as a capture (the loader the dashboard uses)."""
     from tpmtop.sources.replay import ReplaySource, load
+    from tpmtop.viewmodel.rows.stream import captured_rows
 
     pcap, _ = record_getrandom(tcp_swtpm, tmp_path)
     src = ReplaySource(load(pcap), pcap)
-    assert [row.command for row in src.stream][-1].endswith("GetRandom")
+    assert [row.command for row in captured_rows(src.captured_stream())][-1].endswith("GetRandom")
     runs = src.runs()
     assert runs and (runs[0].engine, runs[0].mode) == ("observed", "imported")
 

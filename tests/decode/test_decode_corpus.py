@@ -105,7 +105,9 @@ def test_import_and_replay_decode_option(corpus, tmp_path):
     assert any("NV_Write" in x and "nvIndex=" in x and "offset=0" in x for x in rows)
     r = run_tpmtop("import", str(pcap), "-o", "-", "--decode")
     assert r.returncode == 2 and r.stdout == ""
-    stream = ReplaySource(load(str(pcap)), str(pcap), decode=True).stream
+    from tpmtop.viewmodel.rows.stream import captured_rows
+
+    stream = captured_rows(ReplaySource(load(str(pcap)), str(pcap), decode=True).captured_stream())
     assert any(row.command == "GetRandom" and row.handles == "bytesRequested=8" for row in stream)
-    plain = ReplaySource(load(str(pcap)), str(pcap)).stream
+    plain = captured_rows(ReplaySource(load(str(pcap)), str(pcap)).captured_stream())
     assert not any("bytesRequested" in row.handles for row in plain)

@@ -48,3 +48,25 @@ def message_line(screen) -> str:
     """What the dashboard's message line above the footer says now ("" if the screen has none):
     messages are drawn there, never as toasts."""
     return " ".join(str(w.render()) for w in screen.query("#message-text"))
+
+
+def drawn(app) -> list[tuple[object, list]]:
+    """The screen as its widgets draw it, through Textual's public API: each displayed widget
+    with an area (the screen first, then its descendants in order) and the strips its
+    ``render_lines`` gives for its whole region (border, padding and content)."""
+    from textual.geometry import Region
+
+    out = []
+    for w in [app.screen, *app.screen.query("*")]:
+        if w.display and w.region.area:
+            out.append((w, w.render_lines(Region(0, 0, w.region.width, w.region.height))))
+    return out
+
+
+def theme_applied(app) -> bool:
+    """The screen draws in the app's theme: its background is the theme's (what waiting on
+    Textual's private CSS update counters told before)."""
+    from textual.color import Color
+
+    return app.screen.styles.background == Color.parse(app.get_css_variables()["background"])
+

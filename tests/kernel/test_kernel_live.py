@@ -63,9 +63,10 @@ def test_user_space_commands_are_named_by_their_client_and_device_while_tracing(
     assert not any(e["pid"] == raw.pid and e["path"].startswith("resource manager") for e in evs)  # no RM
 
     from tpmtop.sources.replay import ReplaySource, load
+    from tpmtop.viewmodel.rows.stream import captured_rows
 
     src = ReplaySource(load(out), out)
-    assert any(r.command == "GetRandom" and r.ok for r in src.stream)
+    assert any(r.command == "GetRandom" and r.ok for r in captured_rows(src.captured_stream()))
     r = run_tpmtop("compare", str(out), str(out), "--json")
     assert r.returncode == 0, r.stderr
     assert "TPM2_CC_GetRandom" in r.stdout or "GetRandom" in r.stdout

@@ -431,6 +431,8 @@ def test_replay_of_a_kernel_capture_shows_untraced_response_codes_as_answered(tm
     the real errors: none here — the resource manager's three ContextSave 0x910 in the real
     6.12 trace are the kernel's expected answer for a session the TPM had already ended."""
     from tpmtop.sources.replay import ReplaySource, load
+    from tpmtop.viewmodel.rows.latency import ErrorBook
+    from tpmtop.viewmodel.rows.stream import captured_rows
 
     full = tmp_path / "full.txt"
     full.write_text(_text("trace-6.12-debian-qemu-tpmrm.txt"))
@@ -441,11 +443,11 @@ def test_replay_of_a_kernel_capture_shows_untraced_response_codes_as_answered(tm
         r = run_tpmtop("kernel", "--from-trace", str(trace), "-q", "--json", str(out))
         assert r.returncode == 0, r.stderr
         src = ReplaySource(load(out), out)
-        assert {k: dict(v) for k, v in src.errors.by_key.items()} == errors
-        assert not any(row.rc == "no response" for row in src.stream)
-    rows = ReplaySource(load(tmp_path / "bare.json")).stream
+        assert {k: dict(v) for k, v in ErrorBook.of(src.failures).by_key.items()} == errors
+        assert not any(row.rc == "no response" for row in captured_rows(src.captured_stream()))
+    rows = captured_rows(ReplaySource(load(tmp_path / "bare.json")).captured_stream())
     assert any(row.command == "GetRandom" and row.rc == "rc ?" and row.ok for row in rows)
-    full_rows = ReplaySource(load(tmp_path / "full.json")).stream
+    full_rows = captured_rows(ReplaySource(load(tmp_path / "full.json")).captured_stream())
     ref = [row for row in full_rows if row.command == "ContextSave" and row.rc.startswith("0x910")]
     assert len(ref) == 3 and all(row.ok and row.origin == "rm" for row in ref)  # shown, not as failures
     r = run_tpmtop("kernel", "--from-trace", str(full), "-q")

@@ -92,7 +92,9 @@ def _filtered_segments(app):
     from textual.color import Color
 
     background = Color(0, 0, 0)
-    for strip in app.screen._compositor.render_strips():
+    from tests.helpers.tui import drawn
+
+    for strip in (s for _, strips in drawn(app) for s in strips):
         segments = list(strip)
         for f in app.get_line_filters():
             segments = f.apply(segments, background)

@@ -3,8 +3,6 @@ a number (they covered Handles, Latency's p50 column, the whole left column, the
 
 from __future__ import annotations
 
-from textual.widgets._toast import Toast
-
 from tests.helpers.tui import SIZE, app_for, main_screen, message_line, until
 from tpmtop.tui.screens.boot import BootScreen
 from tpmtop.tui.widgets.messages import MessageLine, MessageLogScreen
@@ -15,7 +13,7 @@ def _overlaps(a, b) -> bool:
 
 
 def _shown_toasts(app) -> list:
-    return [t for t in app.screen.query(Toast) if t.display and t.region.area]
+    return [t for t in app.screen.query("Toast") if t.display and t.region.area]  # by its type's name: public
 
 
 class TestMessages:

@@ -135,10 +135,10 @@ class TestSortAndKeys:
             await pilot.press("left_square_bracket", "left_square_bracket", "left_square_bracket")
             assert screen.refresh_s == 2.0
             await until(pilot, lambda: "refresh 2 s" in header_text(app), what="the interval in the header")
-            assert screen.clock.timer._interval == 2.0  # the frames follow it
+            assert screen.clock.armed_s == 2.0  # the frames follow it
             await pilot.press("right_square_bracket", "right_square_bracket", "right_square_bracket",
                               "right_square_bracket")
-            assert screen.refresh_s == 0.1 and screen.clock.timer._interval == 0.1
+            assert screen.refresh_s == 0.1 and screen.clock.armed_s == 0.1
             await until(pilot, lambda: "refresh 0.1 s" in header_text(app), what="0.1 s in the header")
 
     async def test_f10_quits(self, live, tmp_path):
@@ -147,4 +147,4 @@ class TestSortAndKeys:
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: src.identity is not None, what="first poll")
             await pilot.press("f10")
-            await until(pilot, lambda: not app.is_running or app._exit, what="exit")
+            await until(pilot, lambda: not app.is_running or app.return_code is not None, what="exit")

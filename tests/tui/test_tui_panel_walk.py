@@ -86,8 +86,9 @@ def test_the_documented_panel_walk_adds_a_panel_in_three_files(tmp_path):
 
 
 def test_every_built_in_panel_draws_its_part_through_show_part():
-    """One path for every panel: the frame's part under the panel's id, drawn by show_part; no
-    built-in panel reads the frame itself."""
+    """One path for every panel: each spec declares its part (a build from the source, or which
+    of the view-model's typed parts is its own), the screen hands it to show_part; the frame
+    keeps no map from panel ids to its typed parts."""
     from tpmtop.tui.panels import PANELS
     from tpmtop.tui.widgets.panel import Panel
     from tpmtop.viewmodel.frame import Frame, HandlesView
@@ -95,6 +96,12 @@ def test_every_built_in_panel_draws_its_part_through_show_part():
     assert len(PANELS) >= 7
     for p in PANELS:
         assert p.widget.show_part is not Panel.show_part, p.id
-        assert p.widget.show_frame is Panel.show_frame, p.id
-    frame = Frame(handles=HandlesView([], []))
-    assert set(frame.parts) == {"handles", "resources"}  # a typed part is found under its panel's id
+        assert (p.build is None) != (p.part is None), p.id
+        assert not hasattr(p.widget, "show_frame"), p.id
+    handles = HandlesView([], [])
+    frame = Frame(handles=handles)
+    assert not frame.parts  # the typed part stays in its field
+    found = {p.id: p.part_of(frame) for p in PANELS}
+    assert {k for k, v in found.items() if v is not None} == {"handles", "resources"}
+    assert found["handles"] is handles and found["resources"] == []
+    assert next(p for p in PANELS if p.id == "pcrs").part_of(Frame(parts={"pcrs": "x"})) == "x"

@@ -10,7 +10,7 @@ from textual.css.stylesheet import Stylesheet
 from textual.widgets import DataTable
 
 from tests.helpers.processes import wait_until
-from tests.helpers.tui import SIZE, app_for, main_screen, until
+from tests.helpers.tui import SIZE, app_for, main_screen, theme_applied, until
 from tpmtop.sources.gate import UiHold
 from tpmtop.tui import messages as m
 from tpmtop.tui.screens.help import HelpScreen
@@ -41,8 +41,7 @@ async def test_t_applies_each_theme_as_textual_parses_it(live, tmp_path):
             for _ in names:
                 before = app.theme
                 await pilot.press("t")
-                await until(pilot, lambda b=before: app.theme != b and
-                            app.screen._css_update_count == app._css_update_count, what="the theme applied")
+                await until(pilot, lambda b=before: app.theme != b and theme_applied(app), what="the theme applied")
                 assert described(app.stylesheet.rules) == fresh_rules(app)
                 # What the user sees: the tables take the theme's surface colour.
                 table = main_screen(app).query_one("#latency-table", DataTable)

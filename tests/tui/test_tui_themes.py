@@ -86,18 +86,18 @@ async def test_unknown_theme_falls_back_with_notice():
 def _cells(app) -> list[list[tuple[str, str]]]:
     """Every cell of the screen as drawn, its character and style (colours included), but the
     message line's: a switch says "theme …" there."""
+    from tests.helpers.tui import drawn
     from tpmtop.tui.widgets.messages import MessageLine
 
-    update = app.screen._compositor.render_update(full=True)  # the whole screen, as sent
-    skip = {y for w in app.screen.query(MessageLine) for y in range(w.region.y, w.region.bottom)}
-    return [[(seg.text, str(seg.style)) for strip in line for seg in strip]
-            for y, line in enumerate(update.strips) if y not in skip]
+    skip = {*app.screen.query(MessageLine), *(c for w in app.screen.query(MessageLine) for c in w.query("*"))}
+    return [[(seg.text, str(seg.style)) for seg in strip] for w, strips in drawn(app) if w not in skip
+            for strip in strips]
 
 
 def _styles(app) -> list:
     """Every node's rules and its component classes' rules, in the screen's order."""
     def rules(styles) -> list:
-        return sorted((k, repr(v)) for k, v in styles.base._rules.items())
+        return sorted((k, repr(v)) for k, v in styles.base.get_rules().items())
 
     return [(type(n).__name__, n.id, rules(n.styles),
              sorted((name, rules(st)) for name, st in n._component_styles.items()))

@@ -133,3 +133,30 @@ def test_the_main_screen_is_one_class_under_250_lines_without_mixins():
     assert len(lines) < 250
     ours = [c for c in MainScreen.__mro__[1:] if c.__module__.startswith("tpmtop.")]
     assert ours == [BackdropScreen, *[c for c in BackdropScreen.__mro__[1:] if c.__module__.startswith("tpmtop.")]]
+
+
+# Where tests and benchmarks still reach a Textual private name, and why there is no public way:
+# App._display is where a frame leaves for the terminal (a key's latency is timed to it), and a
+# node's _component_styles is what a component class's rules are (the theme test compares them).
+TEST_ONLY = {"_display": "a frame drawn", "_component_styles": "a component class's rules"}
+
+
+def test_tests_and_benchmarks_use_no_other_private_textual_name():
+    """Issue 54: tests and benchmarks too (private Textual modules, _compositor, timer._interval,
+    _css_update_count, app._exit, …), but for the hooks above; ``os._exit`` is the stdlib's."""
+    repo = TUI.parent.parent
+    ours: set[str] = set()
+    for path in (repo / "tpmtop").rglob("*.py"):
+        ours |= _defined_in(ast.parse(path.read_text(encoding="utf-8")))
+    textuals = textual_private_names() - ours
+    found = []
+    for path in sorted([*(repo / "tests").rglob("*.py"), *(repo / "benchmarks").rglob("*.py")]):
+        rel = str(path.relative_to(repo))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in textuals and node.attr not in TEST_ONLY:
+                if not (isinstance(node.value, ast.Name) and node.value.id == "os"):
+                    found.append((rel, node.lineno, node.attr))
+            elif (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("textual")
+                  and any(_private(part) for part in node.module.split("."))):
+                found.append((rel, node.lineno, f"from {node.module} import"))
+    assert found == []

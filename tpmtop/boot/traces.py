@@ -1,8 +1,8 @@
 """Loading an imported kernel trace: sniff the format, hand the lines to its parser.
 
 The data model (Series, TraceResult, the kernel TPM function tables) lives in
-:mod:`tpmtop.boot.series`; the parsers import only that, so this module can import them at
-the top without a cycle. Names of the model are re-exported here for older imports.
+:mod:`tpmtop.boot.series`, imported from there; the parsers import only that, so this module
+can import them at the top without a cycle.
 """
 
 from __future__ import annotations
@@ -13,18 +13,7 @@ from typing import IO
 
 from tpmtop.boot.bpftrace import parse_bpftrace
 from tpmtop.boot.ftrace import parse_function_graph
-from tpmtop.boot.series import (  # noqa: F401
-    HMAC_FUNCS,
-    OP_EXTEND,
-    OP_EXTEND_HMAC,
-    OP_FUNCS,
-    OP_SETUP_UNATTRIBUTED,
-    SETUP_SEQUENCE,
-    TRANSMIT_FUNCS,
-    Series,
-    TraceResult,
-    merged_operations,
-)
+from tpmtop.boot.series import TraceResult
 from tpmtop.errors import UsageError
 
 

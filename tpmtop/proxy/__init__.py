@@ -16,3 +16,15 @@ Layer: next to capture/bench (it uses tpm/ and recorder, stats; nothing above it
 - :mod:`.server` — listeners, connection threads (bounded), serving model, departures, recovery.
 - :mod:`.report` — capture additions and the ``tpmtop run`` table.
 """
+
+# The front door: the modules the rest of tpmtop uses (tests/unit/test_front_doors.py keeps it
+# so); the others are the server's own parts. Listed, not imported.
+__all__ = [
+    "access",  # who may use the TPM through the proxy
+    "accounting",  # per-client accounts
+    "holders",  # who holds a TPM device open
+    "latency",  # a per-client latency distribution
+    "lines",  # the proxy's log lines and their kinds
+    "report",  # capture additions and the `tpmtop run` table
+    "server",  # the server
+]

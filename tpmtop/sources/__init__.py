@@ -1,5 +1,26 @@
 """Where the dashboard's data comes from, as plain Python (no Textual): a live TPM
 (:mod:`.live`: polling, user actions, the workload loop), a saved capture (:mod:`.replay`),
-or the kernel's sysfs/securityfs without a TPM command (:mod:`.passive`); and what the
-panels show, as plain data built the same way from any of them (:mod:`.model`).
+the kernel's own traffic (:mod:`.kernel`), or the kernel's sysfs/securityfs without a TPM
+command (:mod:`.passive`). Each hands up plain data (runs, timings, events: numbers and
+strings) through the roles of :mod:`.protocol`; the view-model (tpmtop.viewmodel) alone makes
+the panels' rows of it.
 """
+
+# The front door: the modules the view-model and the CLI use (tests/unit/test_front_doors.py
+# keeps it so); live_workload, pacing and inspect are the live source's own parts. Listed, not
+# imported: the replay source must not load the live one's TPM stack.
+__all__ = [
+    "export_file",  # where x's capture goes, and writing it
+    "gate",  # the workload's gate the dashboard holds while it draws
+    "histreads",  # a histogram read as plain numbers
+    "kernel",  # tpmtop --kernel: the kernel's own commands (kprobes)
+    "live",  # a TPM
+    "meters",  # rate and CPU meters
+    "passive",  # sysfs only
+    "protocol",  # the roles a source has (Feed, Runs, TpmControl, Workload, Export, Where) and Capabilities
+    "replay",  # a saved capture
+    "runs",  # one run per (engine, mode, op), as plain numbers
+    "sysfs",  # a sysfs/securityfs reading
+    "timeline",  # operation p50 per second
+    "timings",  # what a source knows of the commands' timings
+]

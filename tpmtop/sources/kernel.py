@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase, SourceKind, TimingsView
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase, SourceKind
 from tpmtop.sources.runs import RunView, run_from_account
 from tpmtop.sources.sysfs import Sysfs
+from tpmtop.sources.timings import CommandTiming, TimingsView, command_timing
 from tpmtop.textsafe import counted
-from tpmtop.viewmodel.numbers import buckets_of, summary_of
-from tpmtop.viewmodel.rows.latency import CommandRow, op_rows
 
 if TYPE_CHECKING:
     from tpmtop.kernel.tap import KernelTap
@@ -90,7 +89,7 @@ class KernelSource(SourceBase):
             kinds = sorted(tap.accounts.by_kind.items(), key=lambda kv: kv[0] != "extend")  # extend first
             return [run_from_account((ENGINE, mode, kind), st) for kind, st in kinds if st.ops]
 
-    def timings(self, runs: list[Any] | None = None) -> TimingsView:
+    def timings(self, runs: list[RunView] | None = None) -> TimingsView:
         runs = self.runs() if runs is None else runs
         current = next((r for r in runs if r.op == self.op), None)
         with self.tap.lock:
@@ -99,10 +98,8 @@ class KernelSource(SourceBase):
             after = dict(st.setup_after) if st is not None else {}
             estimated = bool(st and st.estimated)
             blind = bool(st and st.ops and st.blind == st.ops)
-        ops = op_rows(current)
-        if blind:  # one command per extend and no operation probes: no host time can be seen
-            ops = [r for r in ops if r.key != "op:host"]
-        rows = ops + self._command_rows()
+        # blind: one command per extend and no operation probes: no host time can be seen
+        commands = self._command_timings()
         subtitle = (f"kernel · {counted(current.ops, self.op + ' op', self.op + ' ops')}" if current
                     else "kernel · no extend yet")
         lines = [f"sessions: {mode or 'cannot tell'}: {why}"]
@@ -119,29 +116,19 @@ class KernelSource(SourceBase):
             lines.append("no operation probes: an extend is its PCR_Extend alone, its host time not seen")
         elif estimated:
             lines.append("no operation probes: an extend is timed from its first command to its last")
-        return TimingsView(rows, subtitle, f"{ENGINE}/{mode or 'unknown'}", modes_lines=lines)
+        return TimingsView(current, commands, host_seen=not blind, subtitle=subtitle,
+                           run_label=f"{ENGINE}/{mode or 'unknown'}", modes_lines=lines)
 
-    def _command_rows(self) -> list[CommandRow]:
-        """One row per (command, kernel path): a label names the path where it is not the
-        command's usual one (hwrng, user space, tpmtop's own sysfs read) or the command came
-        by several."""
-        from tpmtop.tpm import names
-
+    def _command_timings(self) -> list[CommandTiming]:
+        """One per (command, kernel path): the path is named where it is not the command's
+        usual one (hwrng, user space, tpmtop's own sysfs read) or the command came by several."""
         with self.tap.lock:
             items = list(self.tap.by_path.items())
         paths: dict[int | None, int] = {}
         for (_, cc), _st in items:
             paths[cc] = paths.get(cc, 0) + 1
-        rows = []
-        for (label, cc), st in sorted(items, key=lambda kv: (kv[0][1] is None, kv[0][1] or 0, kv[0][0])):
-            name = names.cc_short(cc)
-            if paths[cc] > 1 or label in UNUSUAL:
-                name = f"{name} · {label}"
-            rows.append(CommandRow(
-                key=f"k:{label}:{cc if cc is not None else -1}", label=name, summary=summary_of(st.hist),
-                last_us=st.last_ns / 1000 if st.last_ns else None, errors=st.errors, buckets=buckets_of(st.hist),
-                recent_us=[v / 1000 for v in list(st.recent)]))
-        return rows
+        return [command_timing(cc, st, label, paths[cc] > 1 or label in UNUSUAL)
+                for (label, cc), st in sorted(items, key=lambda kv: (kv[0][1] is None, kv[0][1] or 0, kv[0][0]))]
 
     # -- actions ---------------------------------------------------------------------------------
     def reset_stats(self) -> None:

@@ -16,19 +16,21 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from tpmtop.errors import TpmConnectionError, TpmtopError, UsageError
+from tpmtop.errors import TpmtopError, UsageError
 from tpmtop.pcrs.live import log_readable
 from tpmtop.sessions.modes import ENGINES, MODES, OPS, Engine, Mode, Op
 from tpmtop.sources.gate import UiGate
-from tpmtop.sources.live_workload import PauseCause, WorkloadDriver
+from tpmtop.sources.live_workload import TpmLink, WorkloadDriver
 from tpmtop.sources.pacing import DEFAULT_RATE, baseline_pacing_json, burst_size, pacing_json
-from tpmtop.sources.protocol import Capabilities, HeaderInfo, PollResult, SourceBase, SourceKind, TimingsView
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, PollResult, SourceBase, SourceKind
 from tpmtop.sources.runs import RunView
-from tpmtop.sources.timeline import OpsTimeline
+from tpmtop.sources.timings import TimingsView, command_timings
 from tpmtop.tpm.exchange import Origin
 from tpmtop.tpm.tcti import TargetKind
 
 if TYPE_CHECKING:
+    from tpmtop.pcrs.live import PcrSnapshot
+    from tpmtop.pcrs.tpmread import PcrValues
     from tpmtop.recorder import Recorder
     from tpmtop.tpm.connection import TpmConnection
     from tpmtop.tpm.handles import HandleEntry
@@ -39,8 +41,9 @@ if TYPE_CHECKING:
 PCRS_REFRESH_S = 10.0
 
 
-class LiveSource(WorkloadDriver, SourceBase):
-    """A TPM: polled for handles and slots, driven by a workload, recorded command by command."""
+class LiveSource(SourceBase):
+    """A TPM: polled for handles and slots, driven by a workload (its :class:`WorkloadDriver`,
+    ``driver``), recorded command by command. The connection its parts share is ``link``."""
 
     pcrs_root = "/"  # where securityfs' event log and IMA list are read (a test's tree)
 
@@ -52,6 +55,7 @@ class LiveSource(WorkloadDriver, SourceBase):
         (``--listen``), whose ``log`` appends to ``proxy_log``; the source stops it on close."""
         super().__init__()
         self.conn = conn
+        self.link = TpmLink(conn)
         self.proxy = proxy
         self._last_var: dict[str, int] | None = None  # the latest poll's variable properties (Health)
         self.proxy_log = proxy_log if proxy_log is not None else []
@@ -64,44 +68,105 @@ class LiveSource(WorkloadDriver, SourceBase):
         self.poll_interval = poll_interval or (1.0 if self.simulated else 5.0)
         if start_running is None:
             start_running = self.simulated  # a real TPM's PCR 16 is not ours to change unasked
-        self.running = bool(start_running) and not read_only
-        self.engine, self.mode, self.op, self.pcr = engine, mode, op, pcr
-        self.rate = rate
-        self.workload = None
-        self.workload_error: str | None = None
-        self.pause_reason: str | None = None  # why the workload paused itself (header)
-        self.pause_cause: PauseCause | None = None
-        self.errors_in_row = 0
-        # Accounts of earlier TPM lives (a reset, or a restart found by reconnecting), oldest
-        # first: never merged with the current one, so no panel mixes two TPMs' numbers.
-        self.periods: list[dict[str, Any]] = []
-        self.boundaries: list[tuple[float, str]] = []  # (time.time(), why) of each new TPM life
-        self.connected = True
-        self.last_error: str | None = None
-        self.stopping = threading.Event()
-        self.resume = threading.Event()
-        self.workload_gate = UiGate()  # the dashboard holds the workload here while it draws
-        if self.running:
-            self.resume.set()
+        self.driver = WorkloadDriver(self.link, read_only=read_only, running=bool(start_running) and not read_only,
+                                     rate=rate, engine=engine, mode=mode, op=op, pcr=pcr, periods=self.periods,
+                                     boundaries=self.boundaries, timeline=self.timeline,
+                                     baseline_ops=self.baseline_ops)
         self.identity = None
         self.tcti = conn.target.tcti
         # Set by tpmtop.profiles.apply.apply_profile: every latency shown is then the profile's.
         self.profile: str | None = getattr(conn, "profile_name", None)
         self.profile_note = profile_note or (f"profile {self.profile}" if self.profile else None)
-        self._old_accounts: dict[str, Any] = {}
-        # (engine, mode, op) -> every rate its operations ran at: a capture says so per run.
-        self.rates_run: dict[tuple[str, str, str], set[float]] = {}
-        self.baseline_ops: dict[tuple[str, str], int] = {}
-        self._mode_s = self._baseline_s = 0.0
-        # Operation p50 per second: the Modes panel's time series across mode switches.
-        self.timeline = OpsTimeline()
         self._close_lock = threading.Lock()
         self._closed = False
+
+    # -- the workload's state, as the source's roles name it (the driver owns it) -----------------
+    @property
+    def engine(self) -> str:  # type: ignore[override]
+        return self.driver.engine
+
+    @property
+    def mode(self) -> str:
+        return self.driver.mode
+
+    @property
+    def op(self) -> str:  # type: ignore[override]
+        return self.driver.op
+
+    @property
+    def running(self) -> bool:  # type: ignore[override]
+        return self.driver.running
+
+    @property
+    def rate(self) -> float:
+        return self.driver.rate
+
+    @rate.setter
+    def rate(self, rate: float) -> None:
+        self.driver.rate = rate
+
+    @property
+    def workload(self) -> Any:  # tpmtop.sessions.workload.Workload, or None
+        return self.driver.workload
+
+    @property
+    def workload_error(self) -> str | None:  # type: ignore[override]
+        return self.driver.workload_error
+
+    @property
+    def pause_reason(self) -> str | None:  # type: ignore[override]
+        return self.driver.pause_reason
+
+    @property
+    def rates_run(self) -> dict[tuple[str, str, str], set[float]]:
+        return self.driver.rates_run
+
+    @property
+    def connected(self) -> bool:  # type: ignore[override]
+        return self.link.connected
+
+    @property
+    def last_error(self) -> str | None:
+        return self.link.last_error
+
+    @property
+    def stopping(self) -> threading.Event:
+        return self.link.stopping
+
+    def workload_loop(self, cancelled: Callable[[], bool]) -> None:
+        self.driver.workload_loop(cancelled)
+
+    def step(self, n: int = 1) -> tuple[int, bool]:
+        return self.driver.step(n)
+
+    def _step_job(self, t: Any) -> bool:
+        return self.driver._step_job(t)
+
+    def set_running(self, running: bool) -> None:
+        self.driver.set_running(running)
+
+    def set_rate_step(self, direction: int) -> float:
+        return self.driver.set_rate_step(direction)
+
+    def choose(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> bool:
+        return self.driver.choose(engine, mode, op)
+
+    def slot_freed(self) -> None:
+        self.driver.slot_freed()
+
+    def lost(self, error: str) -> None:
+        self.link.lost(error)
+
+    def accounts(self) -> dict[tuple[str, str, str], Any]:
+        return self.driver.accounts()
+
+    def pacing(self) -> dict[str, Any]:
+        return self.driver.pacing()
 
     # -- what the dashboard reads (tpmtop.sources.protocol.Source) ------------------------------
     @property
     def gate(self) -> UiGate:
-        return self.workload_gate
+        return self.driver.gate
 
     @property
     def caps(self) -> Capabilities:
@@ -158,33 +223,28 @@ class LiveSource(WorkloadDriver, SourceBase):
     def timings(self, runs: list[RunView] | None = None) -> TimingsView:
         """The current (engine, mode, op) run: its operation rows and its commands, as replay
         shows a capture's run — never commands of other modes beside this mode's operations."""
-        from tpmtop.viewmodel.rows.latency import command_rows_live, command_rows_run, op_rows
-
         runs = self.runs() if runs is None else runs
         current = next((r for r in runs if r.key == (self.engine, self.mode, self.op)), None)
         label = f"{self.engine}/{self.mode}"
         note = ""
         if current is None:
-            rows = command_rows_live(self.recorder, None)  # nothing of this run yet: what went on the wire
+            # nothing of this run yet: what went on the wire
+            view = TimingsView(commands=command_timings(self.recorder.command_stats(None)))
             subtitle = f"no {label} operation yet; all origins"
         else:
-            live = {r.key: r for r in command_rows_live(self.recorder, "workload")}
-            rows = command_rows_run(current)
-            for r in rows:  # the newest samples (sparkline, last) come from the wire
-                w = live.get(r.key)
-                if w is not None:
-                    r.last_us, r.recent_us = w.last_us, w.recent_us
-            # Error counts: the view-model's, of this run and this TPM period only (the wire's
-            # count is every run's: an error one mode met once showed in every later run).
-            rows = op_rows(current) + rows
+            # the run's commands, with the newest samples (sparkline, last) from the wire. Error
+            # counts: the view-model's, of this run and this TPM period only (the wire's count is
+            # every run's: an error one mode met once showed in every later run).
+            view = TimingsView(current, recent=command_timings(self.recorder.command_stats("workload")))
             subtitle = f"run {label}/{self.op} · {current.ops} ops"
         if self.boundaries:
             since = time.strftime("%H:%M:%S", time.localtime(self.boundaries[-1][0]))
             subtitle += f" · this TPM period (since {since})"
-            earlier = sum(a.ops for p in self.periods for a in p.values())
+            earlier = self.earlier_ops()
             note = (f"since {since}; {len(self.periods)} earlier period{'s' if len(self.periods) != 1 else ''} "
                     f"kept apart ({earlier} ops)")
-        return TimingsView(rows, subtitle, label, note)
+        view.subtitle, view.run_label, view.modes_note = subtitle, label, note
+        return view
 
     def values(self, what: str) -> list[str]:
         return list({"engine": ENGINES, "mode": MODES, "op": OPS}[what])
@@ -192,30 +252,24 @@ class LiveSource(WorkloadDriver, SourceBase):
     # -- the TPM's owner thread -------------------------------------------------------------
     def run_on_owner(self, fn: Callable[..., Any], *args: Any, origin: str = Origin.USER,
                      check_stopping: bool = True) -> Any:
-        """Run ``fn(transport, *args)`` as one job on the TPM's owner thread (after any job
-        already queued) and return its result. A lost connection is noted here."""
-        if check_stopping and self.stopping.is_set():
-            raise TpmtopError("tpmtop is stopping")
-        try:
-            return self.conn.call(fn, *args, origin=origin)
-        except TpmConnectionError as e:
-            self.connected = False
-            self.last_error = str(e)
-            raise
+        """Run ``fn(transport, *args)`` as one job on the TPM's owner thread (tpmtop.sources.live_workload.TpmLink)."""
+        return self.link.run_on_owner(fn, *args, origin=origin, check_stopping=check_stopping)
 
     def barrier(self) -> None:
         """Return once every job queued before it (an operation in flight) has finished."""
-        self.conn.owner.call(lambda: None)
+        owner = self.conn.owner
+        if owner is not None:
+            owner.call(lambda: None)
 
     # -- the PCRs panel ----------------------------------------------------------------------------
-    def pcr_report(self) -> Any:
+    def pcr_report(self) -> PcrSnapshot | None:
         """The latest PCR snapshot (tpmtop.pcrs.live), read again in the background at most
         every PCRS_REFRESH_S: 3 PCR_Reads per bank on the owner thread (read-only, no
         authorization), and the event log parsed, never on the screen's thread."""
         self._refresh_pcrs()
         return getattr(self, "_pcrs", None)
 
-    def pcr_values(self) -> Any:
+    def pcr_values(self) -> PcrValues | None:
         """The PCR values of the same reading (the Unlock panel judges tokens against them)."""
         self._refresh_pcrs()
         return getattr(self, "_pcr_values", None)
@@ -265,22 +319,15 @@ class LiveSource(WorkloadDriver, SourceBase):
     def _reconnect_job(self, _t: Any) -> None:
         lost = self.last_error or "the TPM stopped answering"
         swtpm = self.conn.reconnect()
-        # The old engine's sessions and null key died with the TPM; never flush "its"
-        # handles on the new one (they could be someone else's).
-        w, self.workload = self.workload, None
-        self.connected = True
-        self.last_error = None
+        self.link.connected = True
+        self.link.last_error = None
         # A TPM that comes back has been through TPM2_Startup: a new null seed, a new life.
         # Said with its cause: a new period at start-up once went unexplained (issue 24).
         if swtpm:
             why = f"tpmtop started a new private swtpm after: {lost} ({swtpm})"
         else:
             why = f"the TPM restarted (it answers again after: {lost})"
-        acc = w.accounts if w is not None else self._old_accounts
-        if w is not None:
-            self.periods.extend(w.periods)
-        self._old_accounts = {}
-        self._end_period(acc, why)
+        self.driver.new_life(why)
         self.recorder.mark(f"reconnected: {why}")
 
     # -- user actions (worker threads) -----------------------------------------------------------
@@ -318,7 +365,7 @@ class LiveSource(WorkloadDriver, SourceBase):
 
         before = self.recorder.owned_handles()
         done: list[int] = []
-        self._drop_workload()  # the engine flushes what it made
+        self.driver._drop_workload()  # the engine flushes what it made
         listed = {e.handle for e in list_handles(t, self.recorder.owned_handles())}
         for h in sorted(self.recorder.owned_handles() & listed):
             if h >> 24 in FLUSHABLE:
@@ -332,16 +379,7 @@ class LiveSource(WorkloadDriver, SourceBase):
 
     def reset_stats(self) -> None:
         self.recorder.reset_stats()
-        w = self.workload
-        acc = getattr(w, "accounts", None) if w is not None else None
-        if isinstance(acc, dict):
-            acc.clear()
-        self._old_accounts = {}
-        self.periods = []
-        self.rates_run = {}
-        self.baseline_ops = {}
-        self._mode_s = self._baseline_s = 0.0
-        self.timeline.clear()
+        self.driver.reset()
 
     def capture(self, max_events: int = 20_000) -> dict[str, Any]:
         """The ``tpmtop bench --json`` contract (the same builder,
@@ -391,13 +429,11 @@ class LiveSource(WorkloadDriver, SourceBase):
             self._closed = True
         if self.proxy is not None:
             self.proxy.stop()  # first: no client's command queued behind the clean-up
-        self.running = False
         self.stopping.set()
-        self.resume.set()  # wake a paused loop so it sees `stopping`
-        self.workload_gate.open()  # and one waiting for the screen
+        self.driver.stop()  # wake a paused loop, and one waiting for the screen, so they see `stopping`
 
         def job() -> None:  # queued behind an operation in flight, which finishes first
-            w, self.workload = self.workload, None
+            w = self.driver.detach()
             if w is not None and self.connected:
                 w.close()
 

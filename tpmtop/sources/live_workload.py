@@ -36,42 +36,79 @@ class PauseCause(StrEnum):
     SLOT_FREED = "slot freed"
 
 
+class TpmLink:
+    """The live source's connection as its parts share it: the TPM's owner thread, whether the
+    TPM answers, and the stop of the whole source. Owned by :class:`tpmtop.sources.live.LiveSource`,
+    handed to its :class:`WorkloadDriver`."""
 
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn  # tpmtop.tpm.connection.TpmConnection
+        self.connected = True
+        self.last_error: str | None = None
+        self.stopping = threading.Event()
+
+    def run_on_owner(self, fn: Callable[..., Any], *args: Any, origin: str = Origin.USER,
+                     check_stopping: bool = True) -> Any:
+        """Run ``fn(transport, *args)`` as one job on the TPM's owner thread (after any job
+        already queued) and return its result. A lost connection is noted here."""
+        if check_stopping and self.stopping.is_set():
+            raise TpmtopError("tpmtop is stopping")
+        try:
+            return self.conn.call(fn, *args, origin=origin)
+        except TpmConnectionError as e:
+            self.connected = False
+            self.last_error = str(e)
+            raise
+
+    def lost(self, error: str) -> None:
+        """A worker found the TPM gone (the poller re-arms and reconnects)."""
+        self.connected = False
+        self.last_error = error
 
 
 class WorkloadDriver:
-    """The workload half of a live source (the attributes are set by ``LiveSource.__init__``)."""
+    """The live source's workload: a part the source owns (``LiveSource.driver``). It runs
+    operations through the source's :class:`TpmLink`, and appends the TPM's lives it sees end
+    (a reset) to the source's ``periods`` and ``boundaries``; its timeline and baseline counts
+    are the source's too (shared objects, read by the view-model)."""
 
-    conn: Any
-    read_only: bool
-    connected: bool
-    running: bool
-    rate: float
-    engine: str
-    mode: str
-    op: str
-    pcr: int
-    workload: Any
-    workload_error: str | None
-    pause_reason: str | None
-    pause_cause: PauseCause | None
-    last_error: str | None
-    errors_in_row: int
-    periods: list[dict[Any, Any]]
-    boundaries: list[tuple[float, str]]
-    stopping: threading.Event
-    resume: threading.Event
-    workload_gate: UiGate  # the dashboard's holds between two operations (tpmtop.sources.gate)
-    timeline: OpsTimeline
-    rates_run: dict[tuple[str, str, str], set[float]]
-    # (engine, op) -> `none` operations run as the interleaved baseline (the Modes panel says so)
-    baseline_ops: dict[tuple[str, str], int]
-    _mode_s: float  # the running choice's operation time and its baseline's, since the last reset
-    _baseline_s: float
-    _old_accounts: dict[Any, Any]
+    def __init__(self, link: TpmLink, *, read_only: bool, running: bool, rate: float, engine: str, mode: str,
+                 op: str, pcr: int, periods: list[dict[Any, Any]], boundaries: list[tuple[float, str]],
+                 timeline: OpsTimeline, baseline_ops: dict[tuple[str, str], int]) -> None:
+        self.link = link
+        self.read_only = read_only
+        self.running = running
+        self.rate = rate
+        self.engine, self.mode, self.op, self.pcr = engine, mode, op, pcr
+        self.workload: Any = None  # tpmtop.sessions.workload.Workload, made at the first operation
+        self.workload_error: str | None = None
+        self.pause_reason: str | None = None  # why the workload paused itself (header)
+        self.pause_cause: PauseCause | None = None
+        self.errors_in_row = 0
+        # Accounts of earlier TPM lives (a reset, or a restart found by reconnecting), oldest
+        # first: never merged with the current one, so no panel mixes two TPMs' numbers.
+        self.periods = periods
+        self.boundaries = boundaries  # (time.time(), why) of each new TPM life
+        self.resume = threading.Event()
+        self.gate = UiGate()  # the dashboard holds the workload here while it draws
+        if self.running:
+            self.resume.set()
+        self._old_accounts: dict[Any, Any] = {}
+        # (engine, mode, op) -> every rate its operations ran at: a capture says so per run.
+        self.rates_run: dict[tuple[str, str, str], set[float]] = {}
+        # (engine, op) -> `none` operations run as the interleaved baseline (the Modes panel says so)
+        self.baseline_ops = baseline_ops
+        # the running choice's operation time and its baseline's, since the last reset
+        self._mode_s = self._baseline_s = 0.0
+        self.timeline = timeline  # operation p50 per second: the Modes panel's time series
 
-    def run_on_owner(self, fn: Any, *args: Any, origin: str = Origin.USER, check_stopping: bool = True) -> Any:
-        raise NotImplementedError
+    @property
+    def stopping(self) -> threading.Event:
+        return self.link.stopping
+
+    @property
+    def connected(self) -> bool:
+        return self.link.connected
 
     # -- the workload (its own worker thread) ---------------------------------------------------
     def workload_loop(self, cancelled: Callable[[], bool]) -> None:
@@ -90,7 +127,7 @@ class WorkloadDriver:
                 self.resume.wait(0.2)
                 next_t = time.perf_counter()
                 continue
-            self.workload_gate.wait(self.stopping)
+            self.gate.wait(self.stopping)
             if self.stopping.is_set():
                 break
             rate = self.rate
@@ -117,7 +154,7 @@ class WorkloadDriver:
             n -= done
             if not held or self.stopping.is_set():
                 return
-            self.workload_gate.wait(self.stopping)
+            self.gate.wait(self.stopping)
             if not self.running or not self.connected:
                 return
 
@@ -134,7 +171,7 @@ class WorkloadDriver:
         if self.read_only:
             return 0, False
         try:
-            done, held = self.run_on_owner(self._burst_job, n, origin=Origin.WORKLOAD)
+            done, held = self.link.run_on_owner(self._burst_job, n, origin=Origin.WORKLOAD)
         except TpmConnectionError:
             raise
         except TpmError as e:
@@ -169,9 +206,9 @@ class WorkloadDriver:
         # Busy first, then the hold: a refresh holds first, then reads busy. Whichever of the
         # two threads comes second sees the other (the GIL orders them), so no operation
         # starts once a refresh has found the workload idle.
-        self.workload_gate.busy = True
-        if self.workload_gate.held():
-            self.workload_gate.busy = False
+        self.gate.busy = True
+        if self.gate.held():
+            self.gate.busy = False
             return 0, True
         try:
             while done < n and not self.stopping.is_set():
@@ -182,12 +219,12 @@ class WorkloadDriver:
                 self._mode_s += now() - t0
                 if self._baseline_due() and not self._baseline_one():
                     break
-                if self.workload_gate.held():
+                if self.gate.held():
                     return done, True
                 if now() >= deadline:
                     break
         finally:
-            self.workload_gate.busy = False
+            self.gate.busy = False
         return done, False
 
     def _baseline_due(self) -> bool:
@@ -258,10 +295,6 @@ class WorkloadDriver:
             self.set_running(False)
             self.pause_reason, self.pause_cause = pause, cause
 
-    def lost(self, error: str) -> None:
-        self.connected = False
-        self.last_error = error
-
     def slot_freed(self) -> None:
         if not self.running and self.pause_cause is PauseCause.SLOTS_FULL:
             self.pause_reason, self.pause_cause = "paused: a slot was freed, space resumes", PauseCause.SLOT_FREED
@@ -276,7 +309,7 @@ class WorkloadDriver:
         if self.workload is None:
             from tpmtop.sessions.workload import Workload  # imported here: replay never needs it
 
-            self.workload = Workload(self.conn, engine=self.engine, mode=self.mode, op=self.op, pcr=self.pcr)
+            self.workload = Workload(self.link.conn, engine=self.engine, mode=self.mode, op=self.op, pcr=self.pcr)
             self._accounts_from_old()
         else:
             w = self.workload
@@ -301,7 +334,7 @@ class WorkloadDriver:
             # one answer taken by the wrong thread, the other thread waiting for ever. Inside a
             # job already (F's flush-ours) it runs in place.
             try:
-                self.run_on_owner(lambda _t: w.close(), origin=Origin.WORKLOAD, check_stopping=False)
+                self.link.run_on_owner(lambda _t: w.close(), origin=Origin.WORKLOAD, check_stopping=False)
             except Exception:
                 pass
 
@@ -347,3 +380,39 @@ class WorkloadDriver:
         self.mode = mode or self.mode
         self.op = op or self.op
         return True
+
+    def reset(self) -> None:
+        """r: the accounts and what was measured start again (the shared timeline and baseline
+        counts with them)."""
+        w = self.workload
+        acc = getattr(w, "accounts", None) if w is not None else None
+        if isinstance(acc, dict):
+            acc.clear()
+        self._old_accounts = {}
+        del self.periods[:]
+        self.rates_run = {}
+        self.baseline_ops.clear()
+        self._mode_s = self._baseline_s = 0.0
+        self.timeline.clear()
+
+    def new_life(self, why: str) -> None:
+        """The TPM came back (reconnected): the old engine's sessions and null key died with
+        it, so its handles are never flushed on the new one (they could be someone else's);
+        what it measured ends a period."""
+        w, self.workload = self.workload, None
+        acc = w.accounts if w is not None else self._old_accounts
+        if w is not None:
+            self.periods.extend(w.periods)
+        self._old_accounts = {}
+        self._end_period(acc, why)
+
+    def stop(self) -> None:
+        """The source closes: the loop ends, a paused or held one wakes to see it."""
+        self.running = False
+        self.resume.set()
+        self.gate.open()
+
+    def detach(self) -> Any:
+        """The engine, taken out (the source closes it on the owner thread), or None."""
+        w, self.workload = self.workload, None
+        return w

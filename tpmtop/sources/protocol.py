@@ -1,31 +1,38 @@
 """What every dashboard source offers, and what it can do: the dashboard reads
 :class:`Capabilities` instead of asking which kind of source it has.
 
-:class:`Source` is the whole contract: every member the view-model
-(:mod:`tpmtop.viewmodel.dashboard`), the screens' workers and the CLI use. The four sources —
-live (a TPM), replay (a capture), passive (sysfs only) and kernel (kprobes) — derive from
-:class:`SourceBase`, which gives the defaults of a source that cannot do a thing (no TPM to
-poll, no workload to pause), so a new capability is one field here with its default and an
+A source is six small roles (:class:`Feed`, :class:`Runs`, :class:`TpmControl`,
+:class:`Workload`, :class:`Export`, :class:`Where`), each a few documented members with what
+they raise; :class:`Source` is their sum, the view-model's one handle on a source (the TUI
+reaches it only through the view-model's commands, tpmtop.viewmodel.commands). The four
+sources — live (a TPM), replay (a capture), passive (sysfs only) and kernel (kprobes) — derive
+from :class:`SourceBase`, which gives the defaults of a source that cannot do a thing (no TPM
+to poll, no workload to pause), so a new capability is one field here with its default and an
 override where a source has it. ``tests/unit/test_source_contract.py`` walks all four. No Textual here.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from tpmtop.sources.gate import UiGate
 from tpmtop.sources.runs import RunView
 from tpmtop.sources.timeline import OpsTimeline
-from tpmtop.viewmodel.rows.latency import CommandRow, ErrorBook
-from tpmtop.viewmodel.rows.stream import StreamRow
+from tpmtop.sources.timings import TimingsView
 
 if TYPE_CHECKING:
+    from tpmtop.pcrs.live import PcrSnapshot
+    from tpmtop.pcrs.tpmread import PcrValues
+    from tpmtop.proxy.server import ProxyServer
     from tpmtop.recorder import Recorder
+    from tpmtop.sessions.accounting import RunAccount
     from tpmtop.sources.sysfs import Sysfs
     from tpmtop.tpm.handles import HandleEntry
+    from tpmtop.tpm.identity import Identity
 
 
 UNSET = "-"  # no engine, mode or op: a source without runs (passive, an empty capture); shown as is
@@ -39,6 +46,16 @@ class SourceKind(StrEnum):
     PASSIVE = "passive"
     KERNEL = "kernel"
     NONE = "-"
+
+
+class Role(StrEnum):
+    """The roles a source can fill (:class:`Capabilities.roles`); the protocols of the same names below."""
+
+    FEED = "feed"
+    RUNS = "runs"
+    TPM_CONTROL = "tpm-control"
+    WORKLOAD = "workload"
+    EXPORT = "export"
 
 
 @dataclass(frozen=True)
@@ -57,6 +74,13 @@ class Capabilities:
     health: bool = False  # a TPM whose lockout state the polls read, or a kernel worth judging (Health)
     unlock: bool = False  # PCRs to read and a LUKS2 device whose tokens are judged against them (Unlock)
     why_not: str = ""  # said when a key is refused: "replay shows a capture: nothing to change"
+
+    @property
+    def roles(self) -> frozenset[Role]:
+        """The roles that do something here (the others answer empty or refuse, UsageError)."""
+        has = {Role.FEED: True, Role.RUNS: self.timings, Role.TPM_CONTROL: self.handles,
+               Role.WORKLOAD: self.workload, Role.EXPORT: self.export or (self.timings and not self.live)}
+        return frozenset(r for r, yes in has.items() if yes)
 
 
 @dataclass
@@ -84,82 +108,146 @@ class HeaderInfo:
     tooltip: str | None = None
 
 
-@dataclass
-class TimingsView:
-    """The Latency panel's rows for what is selected now, and notes for it and Modes."""
+@dataclass(frozen=True)
+class CapturedStream:
+    """A saved capture's newest events as the capture holds them (dicts of tpmtop.capture/1):
+    the view-model makes the stream's rows of them."""
 
-    rows: list[CommandRow] = field(default_factory=list)
-    subtitle: str = ""
-    run_label: str = ""
-    modes_note: str = ""
-    modes_lines: list[str] = field(default_factory=list)  # plain text under the Modes bars (a kernel's verdict)
+    events: list[object]  # the capture's last MAX_STREAM_ROWS entries; a row's key is its index here
+    decoded: bool = False  # --decode: the handles column shows the decoded handles and parameters
+
+
+# -- the roles ---------------------------------------------------------------------------------
+# A source is several small roles (Harlequin's adapter, connection and cursor): each consumer
+# depends on the role it uses, and Capabilities says which roles do something for this source
+# (Capabilities.roles). Every source has every member (SourceBase's defaults): a role a source
+# lacks refuses in one line (UsageError, with caps.why_not) or answers "nothing" ([], None, "").
+# tests/unit/test_source_contract.py counts each role's members (at most 12, no Any).
 
 
 @runtime_checkable
-class Source(Protocol):
-    """Everything a consumer of a source uses; :class:`SourceBase` has the defaults."""
+class Feed(Protocol):
+    """What happened, read by the view-model each frame. Raises nothing: a source with nothing
+    to say answers empty."""
 
     @property
     def caps(self) -> Capabilities: ...
     @property
+    def recorder(self) -> Recorder | None: ...  # live and kernel: the commands as they happen
+
+    failures: Counter[tuple[int | None, int | None]]  # (cc, rc) -> count known from the source itself (a capture's)
+    boundaries: list[tuple[float, str]]  # (time.time(), why) of each new TPM life
+
+    def header(self) -> HeaderInfo: ...
+    def events(self) -> list[dict[str, object]]: ...  # a capture's events (the failure patterns read them once)
+    def captured_stream(self) -> CapturedStream: ...
+    def stream_note(self) -> str: ...
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Runs(Protocol):
+    """What was measured, and which run is shown (caps.timings; m/e/o choose with
+    caps.selects_runs). Raises nothing: choose() answers False for a run the source lacks."""
+
+    @property
+    def engine(self) -> str: ...
+    @property
     def mode(self) -> str: ...
     @property
-    def tcti(self) -> str: ...
-
-    engine: str
-    op: str
-    errors: ErrorBook  # response codes known from the source itself (a capture's); live ones the view-model counts
-    connected: bool
-    running: bool
-    read_only: bool
-    simulated: bool
-    simulated_reason: str | None  # why a simulator answers (the dashboard's fallback says it first)
-    kernel_device: bool  # polls a kernel's TPM: the observer-effect banner
-    poll_interval: float
-    identity: Any  # what the TPM said it is (None until it answered): export waits for it
-    boundaries: list[tuple[float, str]]  # (time.time(), why) of each new TPM life
-    periods: list[dict[Any, Any]]  # accounts of earlier TPM lives
-    timeline: OpsTimeline  # operation p50 per second: the Modes time series
-    baseline_ops: dict[tuple[str, str], int]  # (engine, op) -> `none` ops run as the interleaved baseline
-    workload_error: str | None
-    pause_reason: str | None
-    proxy: Any  # tpmtop.proxy.server.ProxyServer with --listen
-    proxy_log: list[str]
-
+    def op(self) -> str: ...
     @property
-    def sysfs(self) -> Sysfs | None: ...  # read-only here: passive and kernel always have one
-
+    def timeline(self) -> OpsTimeline: ...  # operation p50 per second: the Modes time series
     @property
-    def recorder(self) -> Recorder | None: ...  # live and kernel: the commands as they happen
-    @property
-    def gate(self) -> UiGate | None: ...  # a workload's: the dashboard holds it while it draws (None: none)
+    def baseline_ops(self) -> dict[tuple[str, str], int]: ...  # (engine, op) -> `none` ops run as the baseline
 
-    def ready(self) -> bool: ...
-    def header(self) -> HeaderInfo: ...
     def runs(self) -> list[RunView]: ...
     def timings(self, runs: list[RunView] | None = None) -> TimingsView: ...
+    def earlier_ops(self) -> int: ...  # operations of earlier TPM lives (kept apart from runs())
     def choose(self, engine: str | None = None, mode: str | None = None, op: str | None = None) -> bool: ...
     def values(self, what: str) -> list[str]: ...
-    def events(self) -> list[dict[str, Any]]: ...
-    def stream_rows(self) -> list[StreamRow]: ...
-    def stream_note(self) -> str: ...
-    def capture(self) -> dict[str, Any]: ...
+    def reset_stats(self) -> None: ...
+
+
+@runtime_checkable
+class TpmControl(Protocol):
+    """The TPM itself: poll, flush, inspect, reconnect (caps.handles; flush needs caps.changes_tpm).
+    Raises UsageError where the source has no TPM to ask or may not change it;
+    tpmtop.errors.TpmConnectionError when the TPM stops answering (the poller reconnects);
+    tpmtop.errors.TpmError for a command the TPM refused."""
+
+    @property
+    def connected(self) -> bool: ...
+
+    kernel_device: bool  # polls a kernel's TPM: the observer-effect banner
+    poll_interval: float
+    identity: Identity | None  # what the TPM said it is (None until it answered)
+
     def poll(self) -> PollResult: ...
     def reconnect(self) -> None: ...
     def lost(self, error: str) -> None: ...
-    def slot_freed(self) -> None: ...
-    def workload_loop(self, cancelled: Callable[[], bool]) -> None: ...
-    def da_properties(self) -> dict[str, int] | None: ...
-    def set_running(self, running: bool) -> None: ...
-    def set_rate_step(self, direction: int) -> float: ...
     def flush(self, handle: int) -> None: ...
     def flush_ours(self) -> list[int]: ...
     def inspect(self, handle: int, kind: str, ours: bool,
                 created_by: str | None = None) -> tuple[str, list[tuple[str, str]]]: ...
-    def reset_stats(self) -> None: ...
-    def pcr_report(self) -> Any: ...
-    def pcr_values(self) -> Any: ...
-    def close(self) -> None: ...
+    def da_properties(self) -> dict[str, int] | None: ...
+    def pcr_report(self) -> PcrSnapshot | None: ...
+    def pcr_values(self) -> PcrValues | None: ...  # the PCRs panel's last reading (the Unlock panel's input)
+
+
+@runtime_checkable
+class Workload(Protocol):
+    """The workload tpmtop runs on the TPM: its loop, pause, rate (caps.workload). Raises
+    tpmtop.errors.TpmConnectionError from the loop when the TPM stops answering; the other
+    members are no-ops where there is no workload."""
+
+    read_only: bool
+
+    @property
+    def running(self) -> bool: ...
+    @property
+    def workload_error(self) -> str | None: ...
+    @property
+    def pause_reason(self) -> str | None: ...
+    @property
+    def gate(self) -> UiGate | None: ...  # the dashboard holds it while it draws (None: no workload)
+
+    def workload_loop(self, cancelled: Callable[[], bool]) -> None: ...
+    def set_running(self, running: bool) -> None: ...
+    def set_rate_step(self, direction: int) -> float: ...
+    def slot_freed(self) -> None: ...
+
+
+@runtime_checkable
+class Export(Protocol):
+    """A capture of what the source holds (caps.export, or a replay's own). capture() raises
+    UsageError where there is nothing a capture could hold."""
+
+    def ready(self) -> bool: ...  # something to export yet (the TPM answered, the kernel sent a command)
+    def capture(self) -> dict[str, object]: ...
+
+
+@runtime_checkable
+class Where(Protocol):
+    """Where the commands come from and who else is there (the header, System and Clients
+    panels). Plain reads: raises nothing."""
+
+    @property
+    def tcti(self) -> str: ...
+    @property
+    def sysfs(self) -> Sysfs | None: ...  # passive and kernel always have one
+
+    simulated: bool
+    simulated_reason: str | None  # why a simulator answers (the dashboard's fallback says it first)
+    proxy: ProxyServer | None  # with --listen
+    proxy_log: list[str]
+    unlock_devices: list[str] | None  # the Unlock panel's devices (None: crypttab's and LUKS2 block devices)
+
+
+@runtime_checkable
+class Source(Feed, Runs, TpmControl, Workload, Export, Where, Protocol):
+    """A dashboard source: every role (the view-model's one handle on it). Consumers that need
+    one role take that role's type."""
 
 
 class SourceBase:
@@ -174,17 +262,18 @@ class SourceBase:
     simulated_reason: str | None = None  # "--sim was given", or why no TPM was usable (dashboard fallback)
     kernel_device = False
     poll_interval = 1.0
-    identity: Any = None
+    identity: Identity | None = None
     workload_error: str | None = None
     pause_reason: str | None = None
     sysfs: Sysfs | None = None
-    proxy: Any = None
+    proxy: ProxyServer | None = None
     unlock_devices: list[str] | None = None  # the Unlock panel's devices (None: crypttab's and LUKS2 block devices)
 
     def __init__(self) -> None:
-        self.errors = ErrorBook()
+        # failures known from the source itself (a capture's); live ones the view-model counts
+        self.failures: Counter[tuple[int | None, int | None]] = Counter()
         self.boundaries: list[tuple[float, str]] = []
-        self.periods: list[dict[Any, Any]] = []
+        self.periods: list[dict[tuple[str, str, str], RunAccount]] = []  # accounts of earlier TPM lives
         self.timeline = OpsTimeline()
         self.baseline_ops: dict[tuple[str, str], int] = {}
         self.proxy_log: list[str] = []
@@ -222,30 +311,33 @@ class SourceBase:
     def values(self, what: str) -> list[str]:
         return []
 
-    def events(self) -> list[dict[str, Any]]:
+    def earlier_ops(self) -> int:
+        return sum(a.ops for p in self.periods for a in p.values())
+
+    def events(self) -> list[dict[str, object]]:
         """A saved capture's events (replay): what the failure patterns read once."""
         return []
 
-    def pcr_report(self) -> Any:
+    def pcr_report(self) -> PcrSnapshot | None:
         """The latest :class:`tpmtop.pcrs.live.PcrSnapshot` (PCRs beside the event log's
         replay), or None: a source with ``caps.pcrs`` reads it in the background."""
         return None
 
-    def pcr_values(self) -> Any:
+    def pcr_values(self) -> PcrValues | None:
         """The latest :class:`tpmtop.pcrs.tpmread.PcrValues` read with the PCRs panel's reading,
         or None: what the Unlock panel judges LUKS2 tokens against (``caps.unlock``)."""
         return None
 
-    def stream_rows(self) -> list[StreamRow]:
+    def captured_stream(self) -> CapturedStream:
         """A saved capture's whole stream (replay); live sources stream from the recorder."""
-        return []
+        return CapturedStream([])
 
     def stream_note(self) -> str:
         """What the stream says while it has no command to show, when "no commands yet" would
         mislead (a capture recorded without events, a trace file of another kind); "" else."""
         return ""
 
-    def capture(self) -> dict[str, Any]:
+    def capture(self) -> dict[str, object]:
         raise self._cannot("export a capture")
 
     def poll(self) -> PollResult:

@@ -8,15 +8,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpmtop.sources.protocol import UNSET, Capabilities, HeaderInfo, SourceBase, SourceKind, TimingsView
+from tpmtop.sources.protocol import UNSET, Capabilities, CapturedStream, HeaderInfo, SourceBase, SourceKind
 from tpmtop.sources.runs import RunView, run_from_capture
-from tpmtop.viewmodel.rows.latency import command_rows_run, op_rows
-from tpmtop.viewmodel.rows.stream import MAX_STREAM_ROWS, StreamRow, rc_not_traced, stream_row_from_dict
+from tpmtop.sources.timings import TimingsView
 
 if TYPE_CHECKING:
     from tpmtop.capture import CaptureReader
     from tpmtop.capture.spec import EventLine
 
+MAX_STREAM_ROWS = 100_000  # a capture's newest events shown (as many as the recorder's ring keeps live)
+
+
+def rc_not_traced(e: dict[str, Any]) -> bool:
+    """A capture event that was answered though nobody saw its response code (tpmtop kernel:
+    a user-space command where tpm2_commit_space could not be probed)."""
+    from tpmtop.importers.observed import RC_NOT_TRACED
+
+    return e.get("rc") is None and e.get("rc_text") == RC_NOT_TRACED
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -82,16 +90,7 @@ class ReplaySource(SourceBase):
                 if isinstance(n, int) and n > 0:
                     self.baseline_ops[(str(r.get("engine")), str(r.get("op")))] = n
         events = capture.get("events") or []
-        self.stream: list[StreamRow] = [stream_row_from_dict(i, e) for i, e in
-                                        enumerate(events[-MAX_STREAM_ROWS:]) if isinstance(e, dict)]
-        if decode:  # --decode: the handles column shows the decoded handles and parameters
-            from dataclasses import replace
-
-            from tpmtop.decode.listing import event_text
-
-            kept = [e for e in events[-MAX_STREAM_ROWS:] if isinstance(e, dict)]
-            self.stream = [replace(r, handles=t) if (t := event_text(e)) is not None else r
-                           for r, e in zip(self.stream, kept, strict=True)]
+        self._stream = CapturedStream(list(events[-MAX_STREAM_ROWS:]), decoded=decode)
         for e in events[-MAX_STREAM_ROWS:]:
             if isinstance(e, dict):
                 rc = e.get("rc")
@@ -101,7 +100,7 @@ class ReplaySource(SourceBase):
                 if rc != 0 and (rc is None or isinstance(rc, int)):
                     from tpmtop.tpm import names
 
-                    self.errors.add(names.cc_from_name(str(e.get("command") or e.get("cc") or "")), rc)
+                    self.failures[(names.cc_from_name(str(e.get("command") or e.get("cc") or "")), rc)] += 1
         self._no_events = not events
         self.created = str(capture.get("created", ""))
         self.host = capture.get("host") or {}
@@ -153,8 +152,8 @@ class ReplaySource(SourceBase):
     def events(self) -> list[dict[str, Any]]:
         return list(self.doc.get("events") or [])
 
-    def stream_rows(self) -> list[StreamRow]:
-        return self.stream
+    def captured_stream(self) -> CapturedStream:
+        return self._stream
 
     def stream_note(self) -> str:
         if not self._no_events:
@@ -164,9 +163,8 @@ class ReplaySource(SourceBase):
 
     def timings(self, runs: list[RunView] | None = None) -> TimingsView:
         run = self.current_run()
-        rows = op_rows(run) + (command_rows_run(run) if run else [])
-        return TimingsView(rows, f"run {self.engine}/{self.mode}/{self.op} · {run.ops if run else 0} ops",
-                           f"{self.engine}/{self.mode}")
+        return TimingsView(run, subtitle=f"run {self.engine}/{self.mode}/{self.op} · {run.ops if run else 0} ops",
+                           run_label=f"{self.engine}/{self.mode}")
 
     def header(self) -> HeaderInfo:
         t = self.tpm

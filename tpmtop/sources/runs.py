@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tpmtop.sources.histreads import EMPTY, buckets_of, summary_of
 from tpmtop.tpm import names
-from tpmtop.viewmodel.numbers import EMPTY, buckets_of, summary_of
 
 
 @dataclass

@@ -15,12 +15,10 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.theme import Theme
 
-from tpmtop.sources.gate import UiHold
-from tpmtop.sources.protocol import Source
+from tpmtop import settings
 from tpmtop.tui.actions import palette_entries
 from tpmtop.tui.compat import check_hooks
 from tpmtop.tui.screens.main import MainScreen
-from tpmtop.tui.screens.refresh import REFRESH_S
 from tpmtop.tui.settled import when_settled
 from tpmtop.tui.themes import (
     DEFAULT_THEME,
@@ -31,6 +29,7 @@ from tpmtop.tui.themes import (
     remembered_theme,
 )
 from tpmtop.tui.widgets.messages import LoggedMessage, MessageLine, MessageLog
+from tpmtop.viewmodel.commands import Commands, Source, UiHold
 
 KEY_HOLD_MAX_S = 1.0  # past this a key no longer counts as in flight (a refresh stops giving way)
 
@@ -42,14 +41,16 @@ class TpmtopApp(App[None]):
     def __init__(self, source: Source, *, theme: str | None = None, remember: bool = True,
                  export_dir: str | None = None, themes: LoadedThemes | None = None, boot_root: str = "/",
                  notices: list[str] | None = None,
-                 refresh_s: float = REFRESH_S) -> None:
-        """``refresh_s``: the screen's refresh interval to start with ([ and ] change it)."""
+                 refresh_s: float | None = None) -> None:
+        """``refresh_s``: the screen's refresh interval to start with ([ and ] change it; None:
+        the refresh_s setting, tpmtop.settings)."""
         super().__init__()
-        self.refresh_s = refresh_s
+        self.refresh_s = settings.current().refresh_s if refresh_s is None else refresh_s
         self.startup_notices = list(notices or [])  # said once the screen is up (what tpmtop cannot show here)
         # A Textual hook tpmtop relies on that this Textual changed (tui/compat.py; none today).
         self.startup_notices += [f"this Textual changed what tpmtop uses: {why}" for why in check_hooks()]
-        self.source = source
+        self.source = source  # handed to the main screen's view-model, which alone calls it
+        self.commands = Commands(source)  # the gate a key holds
         self.boot_root = boot_root  # the Boot screen's --root; tests point it at a fixture tree
         self.export_dir = export_dir  # None: tpmtop's data directory
         self.exported: list[str] = []  # captures written by x, named again on exit
@@ -122,8 +123,7 @@ class TpmtopApp(App[None]):
         self._held_for = event
         self._key_at = time.monotonic()
         # The workload's thread waits while the key is handled and its screen drawn.
-        if self.source.gate is not None:
-            self.source.gate.hold(UiHold.KEY)
+        self.commands.hold(UiHold.KEY)
         try:
             await super().on_event(event)
         finally:
@@ -144,8 +144,7 @@ class TpmtopApp(App[None]):
         if event is not self._held_for:
             return  # a newer key holds, or this one was released already
         self._held_for = None
-        if self.source.gate is not None:
-            self.source.gate.release(UiHold.KEY)
+        self.commands.release(UiHold.KEY)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(VARIABLE_DEFAULTS)

@@ -1,5 +1,6 @@
-"""What the main screen allows now, from the source's capabilities (tpmtop.sources.protocol)
-and its state: which panels exist, which keys act, and why a refused key does nothing.
+"""What the main screen allows now, from the source's capabilities and its state (through the
+view-model's commands, tpmtop.viewmodel.commands): which panels exist, which keys act, and
+why a refused key does nothing.
 
 One place for it, so a new panel or action (a decode screen, a Clients panel) adds a line
 here instead of another branch in the screen. No widget is touched here.
@@ -9,8 +10,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from tpmtop.sources.protocol import Capabilities, Source, SourceKind
 from tpmtop.tui.actions import ACTIONS
+from tpmtop.viewmodel.commands import Capabilities, Commands, SourceKind
 
 SELECTS_RUN = {"next_mode", "next_engine", "next_op", "set_mode", "set_engine", "set_op"}
 KEY_ACTIONS = {k: a.action for a in ACTIONS for k in a.key.split(",")}
@@ -23,7 +24,7 @@ class HasSelection(Protocol):
     def selected_handle(self) -> int | None: ...
 
 
-def allowed(action: str, caps: Capabilities, src: Source, screen: HasSelection) -> bool | None:
+def allowed(action: str, caps: Capabilities, src: Commands, screen: HasSelection) -> bool | None:
     """check_action's answer, from the source's capabilities and state."""
     if action in SELECTS_RUN:
         if caps.selects_runs:
@@ -58,7 +59,7 @@ def allowed(action: str, caps: Capabilities, src: Source, screen: HasSelection) 
     return True
 
 
-def refused_why(action: str, caps: Capabilities, src: Source) -> str:
+def refused_why(action: str, caps: Capabilities, src: Commands) -> str:
     if action == "export" and caps.export:  # allowed here, only not yet
         return ("nothing to export yet: no kernel command seen" if caps.kind is SourceKind.KERNEL
                 else "nothing to export yet: the TPM has not answered")

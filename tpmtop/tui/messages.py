@@ -6,8 +6,7 @@ from pathlib import Path
 
 from textual.message import Message
 
-from tpmtop.sources.protocol import PollResult
-from tpmtop.sources.sysfs import SysfsSnapshot
+from tpmtop.viewmodel.commands import PollResult, SysfsSnapshot
 from tpmtop.viewmodel.frame import StatsView
 
 

@@ -23,12 +23,23 @@ from tpmtop.textsafe import counted
 from tpmtop.tpm.exchange import Origin
 from tpmtop.tpm.handles import HandleKind
 from tpmtop.viewmodel.alerts import PatternAlerts
-from tpmtop.viewmodel.frame import ClientsView, Frame, HandlesView, HeaderView, Notice, Severity, StatsView, StreamPart
+from tpmtop.viewmodel.commands import Commands
+from tpmtop.viewmodel.frame import (
+    ClientsView,
+    Frame,
+    HandlesView,
+    HeaderView,
+    Notice,
+    Severity,
+    StatsView,
+    StreamPart,
+    TimingsPart,
+)
 from tpmtop.viewmodel.rows.handles import HandleBook, HandleState
-from tpmtop.viewmodel.rows.latency import ErrorBook
+from tpmtop.viewmodel.rows.latency import ErrorBook, timing_rows
 from tpmtop.viewmodel.rows.modes import PER_MODE_WHAT, comparison, headline, projection_summary, vs_none
 from tpmtop.viewmodel.rows.resources import ContextGapTracker, Gauge, GaugeLevel, SlotPeaks, gauges
-from tpmtop.viewmodel.rows.stream import event_matches, failed, mark_row, merge_marks, stream_row
+from tpmtop.viewmodel.rows.stream import captured_rows, event_matches, failed, mark_row, merge_marks, stream_row
 
 STREAM_INGEST = 500  # with a filter: newest events searched per refresh
 STREAM_ROWS = 120  # newest events turned into rows per refresh; older ones are only counted
@@ -41,16 +52,18 @@ CONTEXT_CCS = (0x161, 0x162, 0x165)  # ContextLoad, ContextSave, FlushContext: t
 
 class Dashboard:
     """One per dashboard screen. ``part_builders``: panel id -> a function of the source that
-    returns that panel's part (:attr:`Frame.parts`, once a second), for panels the table adds."""
+    returns that panel's part (:attr:`Frame.parts`, once a second): the panels declared with a
+    build (tpmtop.tui.panels.PanelSpec.build)."""
 
-    def __init__(self, source: Source, part_builders: dict[str, Callable[[Source], Any]] | None = None,
+    def __init__(self, source: Source, part_builders: dict[str, Callable[[Source], object]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.source = source
         self.caps = source.caps
+        self.commands = Commands(source)  # what the screen asks of the source (it calls no source itself)
         self.clock = clock
         self.part_builders = dict(part_builders or {})
         # A capture's response codes come with it; live ones are counted here as they arrive.
-        self.errors = source.errors if not self.caps.live else ErrorBook()
+        self.errors = ErrorBook.of(source.failures) if not self.caps.live else ErrorBook()
         # Live: the workload's failed commands per (engine, mode, op) run, so a run's Latency rows
         # count its own errors, not those another mode met (once, the start-up's lost connection).
         self.run_errors: dict[tuple[Any, Any, Any], ErrorBook] = {}
@@ -118,7 +131,7 @@ class Dashboard:
         notices += self._boundaries()
         self.cpu.sample()
         stats = handles = clients = None
-        parts: dict[str, Any] = {}
+        parts: dict[str, object] = {}
         now = self.clock()
         if now - self._last_slow >= SLOW_S:
             self._last_slow = now
@@ -206,7 +219,7 @@ class Dashboard:
             return None
         self._replayed = True
         notices += self.alerts.feed(self.source.events())
-        rows = self.source.stream_rows()
+        rows = captured_rows(self.source.captured_stream())
         return StreamPart(rows, keep_all=True, empty_note="" if rows else
                           (self.source.stream_note() or "the capture has no events"))
 
@@ -224,9 +237,9 @@ class Dashboard:
         runs = src.runs()
         self._last_runs = runs
         if self.caps.live:
-            self._ops_per_s = self.ops_rate.add(sum(r.ops for r in runs) + sum(
-                a.ops for p in src.periods for a in p.values()))
-        view = src.timings(runs)
+            self._ops_per_s = self.ops_rate.add(sum(r.ops for r in runs) + src.earlier_ops())
+        t = src.timings(runs)
+        view = TimingsPart(timing_rows(t), t.subtitle, t.run_label, t.modes_note, t.modes_lines)
         engine = self.engine_for_projection()
         comps = boot_components(runs, engine)
         per_mode = boot_per_mode(runs, engine)

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from tpmtop.sources.protocol import HeaderInfo, TimingsView
+from tpmtop.sources.protocol import HeaderInfo
+from tpmtop.sources.sysfs import SysfsSnapshot
 from tpmtop.sources.timeline import TimelinePoint as TimelinePoint  # a part of StatsView: the widgets take it from here
 from tpmtop.viewmodel.rows.handles import HandleRow
-from tpmtop.viewmodel.rows.latency import ErrorBook
+from tpmtop.viewmodel.rows.latency import CommandRow, ErrorBook
 from tpmtop.viewmodel.rows.modes import CompareRow
 from tpmtop.viewmodel.rows.resources import Gauge
 from tpmtop.viewmodel.rows.stream import StreamRow
@@ -47,10 +48,21 @@ class HeaderView:
 
 
 @dataclass(frozen=True)
+class TimingsPart:
+    """The Latency panel's rows for what is selected now, and notes for it and Modes."""
+
+    rows: list[CommandRow]
+    subtitle: str = ""
+    run_label: str = ""
+    modes_note: str = ""
+    modes_lines: list[str] = field(default_factory=list)  # plain text under the Modes bars (a kernel's verdict)
+
+
+@dataclass(frozen=True)
 class StatsView:
     """Latency and Modes: the current run's rows and the comparison of every run."""
 
-    timings: TimingsView
+    timings: TimingsPart
     errors: ErrorBook
     compare: list[CompareRow]
     op: str
@@ -86,20 +98,18 @@ class StreamPart:
 
 @dataclass(frozen=True)
 class Frame:
-    """One tick of the dashboard. ``None``: that part did not change (nothing to redraw)."""
+    """One tick of the dashboard. ``None``: that part did not change (nothing to redraw).
+
+    The typed parts are the view-model's own (their state outlives a frame: the handle book,
+    slot peaks, the stream's filter); ``parts`` holds what the panels built from the source
+    return (tpmtop.tui.panels.PanelSpec.build), by the panel's id. Each panel's spec says which
+    part is its own (PanelSpec.part_of)."""
 
     header: HeaderView | None = None
     stream: StreamPart | None = None
     stats: StatsView | None = None
     handles: HandlesView | None = None
     clients: ClientsView | None = None
-    parts: Mapping[str, Any] = field(default_factory=dict)  # each panel's part, by the panel's id
+    parts: Mapping[str, object] = field(default_factory=dict)  # PanelSpec.build's parts, by panel id
     notices: tuple[Notice, ...] = ()
-
-    def __post_init__(self) -> None:
-        """Every panel finds its part in ``parts`` under its id, the built-in ones too: the
-        typed fields above are how the view-model builds them (their state outlives a frame),
-        ``parts`` is the one place a panel reads (tpmtop.tui.widgets.panel.Panel.show_frame)."""
-        built_in = {"handles": self.handles, "resources": self.handles.gauges if self.handles is not None else None,
-                    "latency": self.stats, "modes": self.stats, "stream": self.stream, "clients": self.clients}
-        object.__setattr__(self, "parts", {**{k: v for k, v in built_in.items() if v is not None}, **self.parts})
+    system: tuple[SysfsSnapshot, float | None] | None = None  # a sysfs reading, and the IMA rate it shows

@@ -15,13 +15,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tpmtop.sources.protocol import Source
-from tpmtop.viewmodel.rows.stream import StreamRow, command_bytes, decode_history
-
-
-def buffers_for(source: Source, row: StreamRow) -> tuple[bytes | None, bytes | None, str]:
-    """(command, response, why not) for a stream row of a live or replay source."""
-    return command_bytes(source, row)
+from tpmtop.viewmodel.commands import Commands
+from tpmtop.viewmodel.rows.stream import StreamRow
 
 
 class DecodeScreen(ModalScreen[None]):
@@ -37,14 +32,14 @@ class DecodeScreen(ModalScreen[None]):
         Binding("x", "toggle_hex", "Hex", id="decode-hex", tooltip="Show or hide the hex view"),
     ]
 
-    def __init__(self, source: Source, row: StreamRow) -> None:
+    def __init__(self, commands: Commands, row: StreamRow) -> None:
         super().__init__()
         self.row = row
-        self.command, self.response, self.why = buffers_for(source, row)
+        self.command, self.response, self.why = commands.command_bytes(row)
         self.show_hex = True
         # Live: the commands before this one, for the plaintext of tpmtop's own encrypted
         # parameters; a replay's sessions are over, their keys gone.
-        self.history = decode_history(source, row)
+        self.history = commands.decode_history(row)
 
     def compose(self) -> ComposeResult:
         rc = self.row.rc if self.row.rc.startswith("rc ") else f"rc {self.row.rc}"

@@ -9,49 +9,48 @@ up. Polls are one-shot timers re-armed after each poll. Below 110×32 the panels
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual.app import ComposeResult
 from textual.events import Key, Resize
-from textual.widgets import DataTable, Static, Tab, Tabs
+from textual.widgets import DataTable, Static, Tabs
 
-from tpmtop.sources.protocol import Capabilities, Source
+from tpmtop import settings
 from tpmtop.tui import messages as m
 from tpmtop.tui.availability import KEY_ACTIONS, allowed, refused_why
-from tpmtop.tui.panels import CONTAINERS, PANELS, Group, available
-from tpmtop.tui.screens.main_actions import KeyActions, main_bindings
-from tpmtop.tui.screens.refresh import REFRESH_S, RefreshClock
+from tpmtop.tui.panels import PANELS, available
+from tpmtop.tui.screens.layout import apply_layout, compose_main, focus_first
+from tpmtop.tui.screens.main_actions import KeyActions, key_action, main_bindings
+from tpmtop.tui.screens.refresh import RefreshClock
 from tpmtop.tui.screens.workers import TpmWorkers
-from tpmtop.tui.widgets.backdrop import BackdropScreen, Column, Row
-from tpmtop.tui.widgets.footer import KeyBar
+from tpmtop.tui.widgets.backdrop import BackdropScreen
 from tpmtop.tui.widgets.header import StatusHeader
-from tpmtop.tui.widgets.messages import MessageLine
 from tpmtop.tui.widgets.modes import ModesPanel
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.stream import StreamPanel, StreamView
+from tpmtop.viewmodel.commands import Capabilities, Source
 from tpmtop.viewmodel.dashboard import Dashboard
 from tpmtop.viewmodel.frame import Frame
 
 RETRY_S = 2.0
-COMPACT_W, COMPACT_H = 110, 32
-NARROW_W = 120  # below: the footer shows only the essential keys
 
 OBSERVER = ("[b $warning]Observer effect[/]: on Linux 6.12+ each command tpmtop sends to /dev/tpmrm0 "
             "ends the kernel's kept HMAC session, so the kernel's next PCR extend pays the whole "
             "session setup again. Polling every {interval:g} s; [b]--passive[/] sends nothing.")
 class MainScreen(BackdropScreen):
     """Places the panels and hands each its part of a frame. Its keys' actions are
-    :class:`KeyActions`' (found by :meth:`__getattr__`), its workers :class:`TpmWorkers`' (``jobs``)', its
-    refresh :class:`RefreshClock`'s: collaborators, not mixins."""
+    :class:`KeyActions`' (each ``action_*`` here hands the key to it), its workers
+    :class:`TpmWorkers`' (``jobs``), its refresh :class:`RefreshClock`'s: collaborators, not mixins."""
 
     BINDINGS = main_bindings()
 
-    def __init__(self, source: Source, export_dir: str | None = None, refresh_s: float = REFRESH_S) -> None:
+    def __init__(self, source: Source, export_dir: str | None = None, refresh_s: float | None = None) -> None:
+        """``refresh_s``: the refresh interval to start with (None: the refresh_s setting)."""
         super().__init__()
-        self.dash = Dashboard(source, {p.id: p.rows for p in PANELS if p.rows is not None})
+        self.dash = Dashboard(source, {p.id: p.build for p in PANELS if p.build is not None})
         self.jobs = TpmWorkers(self, self.dash, export_dir)
-        self.actions = KeyActions(self)
-        self.clock = RefreshClock(self, refresh_s)
+        self.actions = KeyActions(self, self)
+        # looked up at each call, not bound now: a test (or a subclass) may replace show
+        self.clock = RefreshClock(self, self.dash, lambda: self.draw_tick(), lambda frame: self.show(frame),
+                                  settings.current().refresh_s if refresh_s is None else refresh_s)
         self.panels = available(source.caps)
         # At 80×24 one panel shows at a time: start on the timings (an empty Handles table
         # is a poor first screen), then what the source has.
@@ -59,20 +58,38 @@ class MainScreen(BackdropScreen):
         self.compact = False
         self._retry_armed = False
 
-    def __getattr__(self, name: str) -> Any:
-        """Textual looks a binding's action up as ``action_<name>`` on the screen: the key
-        actions are :class:`KeyActions`'."""
-        if name.startswith("action_"):
-            return getattr(self.actions, name)
-        raise AttributeError(name)
+    # -- the keys' actions: Textual looks a binding's action up on the screen; each is KeyActions' --
+    action_toggle_workload = key_action(KeyActions.action_toggle_workload)
+    action_rate = key_action(KeyActions.action_rate)
+    action_next_mode = key_action(KeyActions.action_next_mode)
+    action_next_engine = key_action(KeyActions.action_next_engine)
+    action_next_op = key_action(KeyActions.action_next_op)
+    action_set_mode = key_action(KeyActions.action_set_mode)
+    action_set_engine = key_action(KeyActions.action_set_engine)
+    action_set_op = key_action(KeyActions.action_set_op)
+    action_flush_selected = key_action(KeyActions.action_flush_selected)
+    action_inspect_selected = key_action(KeyActions.action_inspect_selected)
+    action_flush_ours = key_action(KeyActions.action_flush_ours)
+    action_show_tcti = key_action(KeyActions.action_show_tcti)
+    action_sort_table = key_action(KeyActions.action_sort_table)
+    action_next_panel = key_action(KeyActions.action_next_panel)
+    action_refresh_rate = key_action(KeyActions.action_refresh_rate)
+    action_reset_stats = key_action(KeyActions.action_reset_stats)
+    action_export = key_action(KeyActions.action_export)
+    action_toggle_stream = key_action(KeyActions.action_toggle_stream)
+    action_stream_scroll = key_action(KeyActions.action_stream_scroll)
+    action_stream_page = key_action(KeyActions.action_stream_page)
+    action_filter_stream = key_action(KeyActions.action_filter_stream)
+    action_next_theme = key_action(KeyActions.action_next_theme)
+    action_show_boot = key_action(KeyActions.action_show_boot)
+    action_show_projection = key_action(KeyActions.action_show_projection)
+    action_help = key_action(KeyActions.action_help)
+    action_show_messages = key_action(KeyActions.action_show_messages)
+    action_quit = key_action(KeyActions.action_quit)
 
     @property
     def refresh_s(self) -> float:
         return self.clock.refresh_s
-
-    @property
-    def source(self) -> Source:
-        return self.dash.source
 
     @property
     def caps(self) -> Capabilities:
@@ -80,34 +97,16 @@ class MainScreen(BackdropScreen):
 
     # -- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield StatusHeader(id="header")
-        yield Static(id="observer")
-        yield Tabs(*[Tab(f"{p.key} {p.title}", id=f"tab-{p.id}") for p in PANELS if p.id in self.panels],
-                   active=f"tab-{self.active_panel}", id="panel-tabs")
-
-        def group(g: Group) -> ComposeResult:
-            for p in PANELS:
-                if p.group is g:
-                    yield p.widget(id=p.id)
-
-        with Column(id="body"):
-            with Row(id="top"):
-                with Column(id="left"):
-                    yield from group(Group.LEFT)
-                yield from group(Group.RIGHT)
-            with Row(id="bottom"):
-                yield from group(Group.BOTTOM)
-        yield MessageLine(id="message-bar")
-        yield KeyBar(id="keybar")
+        yield from compose_main(self.panels, self.active_panel)
 
     def on_mount(self) -> None:
-        src, caps = self.source, self.caps
+        cmds, caps = self.dash.commands, self.caps
         banner = self.query_one("#observer", Static)
-        if caps.handles and src.kernel_device:
-            banner.update(OBSERVER.format(interval=src.poll_interval))
+        if caps.handles and cmds.kernel_device:
+            banner.update(OBSERVER.format(interval=cmds.poll_interval))
         else:
             banner.display = False
-        self.query_one(StatusHeader).tooltip = src.header().tooltip
+        self.query_one(StatusHeader).tooltip = self.dash.header().info.tooltip
         self.set_class(self.panels == ["system"], "-sysfs-only")
         if caps.handles:
             self.jobs.poll_tpm()
@@ -125,29 +124,10 @@ class MainScreen(BackdropScreen):
         self._apply_layout()
 
     def _apply_layout(self) -> None:
-        w, h = self.size
-        self.compact = bool(w and h) and (w < COMPACT_W or h < COMPACT_H)
-        self.set_class(self.compact, "-compact")
-        self.set_class(bool(w) and w < NARROW_W, "-narrow")
-        self.query_one("#panel-tabs").display = self.compact
-        visible = set(self.panels) if not self.compact else {self.active_panel}
-        for p in PANELS:
-            panel = self.query_one(f"#{p.id}", Panel)
-            panel.display = p.id in visible and (panel.has_content or self.compact)
-        for cid, groups in CONTAINERS.items():
-            self.query_one(f"#{cid}").display = any(p.id in visible for p in PANELS if p.group in groups)
-        if self.compact:
-            tabs = self.query_one("#panel-tabs", Tabs)
-            if tabs.active != f"tab-{self.active_panel}":
-                tabs.active = f"tab-{self.active_panel}"
+        self.compact = apply_layout(self, self.panels, self.active_panel)
 
     def _focus_panel(self, pid: str) -> None:
-        panel = self.query_one(f"#{pid}")
-        # A panel with nothing focusable inside (Resources, Modes, System) takes the focus itself:
-        # its key then visibly lands on it (the focused border), also when every panel shows.
-        focusable = [w for w in panel.query("*") if w.can_focus and w.display] or [panel] * panel.can_focus
-        if focusable:
-            focusable[0].focus()
+        focus_first(self.query_one(f"#{pid}"))
 
     def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
         if event.tab is not None and event.tab.id:
@@ -199,7 +179,9 @@ class MainScreen(BackdropScreen):
                 profile=h.profile, marker=h.marker, cpu=frame.header.cpu, simulated_reason=h.simulated_reason,
                 vs_none=frame.header.vs_none)
         for p in PANELS:
-            self.query_one(f"#{p.id}", Panel).show_frame(frame)
+            part = p.part_of(frame)
+            if part is not None:
+                self.query_one(f"#{p.id}", Panel).show_part(part)
         if frame.clients is not None:
             self._apply_layout()  # Clients shows only when someone holds the device
         for n in frame.notices:
@@ -212,7 +194,7 @@ class MainScreen(BackdropScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # Textual 8: False hides the binding, None shows it disabled. A key refused here is
         # explained by on_key (a notification), never ignored silently.
-        return allowed(action, self.caps, self.dash.source, self.actions)
+        return allowed(action, self.caps, self.dash.commands, self.actions)
 
     def on_key(self, event: Key) -> None:
         """A key whose action makes no sense here says why instead of doing nothing."""
@@ -220,10 +202,10 @@ class MainScreen(BackdropScreen):
         if binding is None or self.app.screen is not self:
             return
         name = binding.split("(")[0]
-        if allowed(name, self.caps, self.dash.source, self.actions):
+        if allowed(name, self.caps, self.dash.commands, self.actions):
             return
         event.stop()
-        self.notify(refused_why(name, self.caps, self.dash.source), title="not available", severity="warning",
+        self.notify(refused_why(name, self.caps, self.dash.commands), title="not available", severity="warning",
                     timeout=4)
 
     def on_stream_view_decode_requested(self, event: StreamView.DecodeRequested) -> None:
@@ -239,7 +221,7 @@ class MainScreen(BackdropScreen):
 
     # -- worker results ---------------------------------------------------------------------------
     def on_poll_done(self, message: m.PollDone) -> None:
-        self.set_timer(self.source.poll_interval, self.jobs.poll_tpm)
+        self.set_timer(self.dash.commands.poll_interval, self.jobs.poll_tpm)
         self.clock.apply_or_wait(message)
 
     def on_stats_ready(self, message: m.StatsReady) -> None:
@@ -247,7 +229,7 @@ class MainScreen(BackdropScreen):
 
     def on_poll_failed(self, message: m.PollFailed) -> None:
         self.notify(message.error, title="poll failed", severity="warning", timeout=5)
-        self.set_timer(max(self.source.poll_interval, RETRY_S), self.jobs.poll_tpm)
+        self.set_timer(max(self.dash.commands.poll_interval, RETRY_S), self.jobs.poll_tpm)
 
     def on_disconnected(self, message: m.Disconnected) -> None:
         self.show(self.dash.on_lost(message.error))
@@ -266,7 +248,7 @@ class MainScreen(BackdropScreen):
 
     def on_sysfs_read(self, message: m.SysfsRead) -> None:
         rate = self.dash.on_sysfs(message.snapshot)
-        self.show(Frame(parts={"system": (message.snapshot, rate)}))
+        self.show(Frame(system=(message.snapshot, rate)))
         self.jobs.read_sysfs_later(beside_tpm=self.caps.handles)
 
     def on_handles_flushed(self, message: m.HandlesFlushed) -> None:

@@ -3,20 +3,20 @@ view-model (``screen.dash``) or a worker; refused keys say why (tpmtop.tui.avail
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from textual.binding import Binding
+from textual.screen import Screen
 
 from tpmtop.sessions.modes import ENGINES, MODES, OPS
 from tpmtop.tui.actions import ACTIONS
 from tpmtop.tui.availability import allowed
 from tpmtop.tui.panels import PANELS
+from tpmtop.tui.screens.host import MainHost
 from tpmtop.tui.widgets.handles import HandlesPanel
 from tpmtop.tui.widgets.stream import StreamPanel, StreamView
 from tpmtop.tui.widgets.table import KeyedTable
-
-if TYPE_CHECKING:
-    from tpmtop.tui.screens.main import MainScreen
 
 KEY_DISPLAY = {"question_mark,f1": "?", "plus": "+", "minus": "-", "slash": "/", "greater_than_sign": ">",
                "less_than_sign": "<", "left_square_bracket": "[", "right_square_bracket": "]", "q,f10": "q"}
@@ -34,6 +34,13 @@ def main_bindings() -> list[Binding | tuple[str, str] | tuple[str, str, str]]:
                     tooltip="The next panel (a tab below 110×32)"),
             Binding("shift+tab", "next_panel(-1)", "Previous panel", show=False, id="previous-panel",
                     tooltip="The previous panel")]
+    # A frozen stream (s) scrolls with these whatever has focus; else they are the focused widget's.
+    out += [Binding(key, action, show=False, priority=True, id=f"frozen-stream-{name}", tooltip=why)
+            for key, action, name, why in (
+                ("home", "stream_scroll(1_000_000)", "oldest", "The frozen stream's oldest command"),
+                ("end", "stream_scroll(-1_000_000)", "newest", "The frozen stream's newest command"),
+                ("pageup", "stream_page(1)", "page-back", "A page of older commands in the frozen stream"),
+                ("pagedown", "stream_page(-1)", "page-forward", "A page of newer commands in the frozen stream"))]
     return out
 
 
@@ -41,13 +48,35 @@ FLUSHABLE_TOPS = (0x80, 0x02, 0x03)  # transient objects, HMAC and policy sessio
 KIND_WORDS = {"transient": "transient object", "loaded-session": "loaded session", "saved-session": "saved session"}
 
 
+class key_action:
+    """``MainScreen.action_x = key_action(KeyActions.action_x)``: Textual looks a binding's action
+    up on the screen; this hands it to the screen's :class:`KeyActions` (``screen.actions``).
+    One line per key on the screen, each naming the method that does the work."""
+
+    def __init__(self, method: Callable[..., None]) -> None:
+        self.method = method
+
+    def __get__(self, screen: HasKeyActions | None, owner: type | None = None) -> Callable[..., None]:
+        if screen is None:
+            return self.method
+        bound: Callable[..., None] = self.method.__get__(screen.actions, KeyActions)
+        return bound
+
+
+class HasKeyActions(Protocol):
+    actions: KeyActions
+
+
 class KeyActions:
     """What the main screen's keys do: a collaborator of
-    :class:`~tpmtop.tui.screens.main.MainScreen` (not a mixin), which finds its ``action_*``
-    methods here. Each asks the view-model (``screen.dash``) or a worker."""
+    :class:`~tpmtop.tui.screens.main.MainScreen` (not a mixin), whose ``action_*`` methods
+    hand each key here. Each asks the view-model (``screen.dash``) or a worker."""
 
-    def __init__(self, screen: MainScreen) -> None:
+    def __init__(self, screen: Screen[Any], host: MainHost) -> None:
+        """``screen`` and ``host``: the main screen, as Textual's screen and as what the
+        actions use of it beyond that (tpmtop.tui.screens.host)."""
         self.screen = screen
+        self.host = host
 
     def selected_handle(self) -> int | None:
         return self.screen.query_one(HandlesPanel).selected
@@ -55,36 +84,36 @@ class KeyActions:
     def _changed(self) -> None:
         """After a key changed what is shown: the header now, the tables at the next tick."""
         self.screen.refresh_bindings()
-        if self.screen.caps.live:
-            self.screen.dash.changed()
-            self.screen.show(self.screen.dash.tick_header())
+        if self.host.caps.live:
+            self.host.dash.changed()
+            self.host.show(self.host.dash.tick_header())
         else:
-            self.screen.refresh_all()
+            self.host.refresh_all()
 
     def action_toggle_workload(self) -> None:
-        if self.screen.dash.toggle_workload() and not self.screen.jobs.running("workload"):
-            self.screen.jobs.run_workload()
-        self.screen.show(self.screen.dash.tick_header())
+        if self.host.dash.toggle_workload() and not self.host.jobs.running("workload"):
+            self.host.jobs.run_workload()
+        self.host.show(self.host.dash.tick_header())
 
     def action_rate(self, direction: int) -> None:
-        rate = self.screen.dash.rate(direction)
+        rate = self.host.dash.rate(direction)
         self.screen.notify("as fast as the TPM allows" if rate == 0 else f"{rate:g} operations/s", title="rate",
                            timeout=2)
-        self.screen.show(self.screen.dash.tick_header())
+        self.host.show(self.host.dash.tick_header())
 
     def _choose(self, **kw: str) -> None:
-        if not self.screen.dash.choose(**kw):
+        if not self.host.dash.choose(**kw):
             self.screen.notify(f"the capture has no run with {kw}", severity="warning", timeout=3)
         self._changed()
 
     def action_next_mode(self) -> None:
-        self._choose(mode=self.screen.dash.next_value("mode", MODES))
+        self._choose(mode=self.host.dash.next_value("mode", MODES))
 
     def action_next_engine(self) -> None:
-        self._choose(engine=self.screen.dash.next_value("engine", ENGINES))
+        self._choose(engine=self.host.dash.next_value("engine", ENGINES))
 
     def action_next_op(self) -> None:
-        self._choose(op=self.screen.dash.next_value("op", OPS))
+        self._choose(op=self.host.dash.next_value("op", OPS))
 
     def action_set_mode(self, mode: str) -> None:
         self._choose(mode=mode)
@@ -108,12 +137,12 @@ class KeyActions:
                         severity="warning", timeout=5)
             return
         if row.ours:
-            self.screen.jobs.flush_handles([row.handle])
+            self.host.jobs.flush_handles([row.handle])
             return
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self.screen.jobs.flush_handles([row.handle])
+                self.host.jobs.flush_handles([row.handle])
 
         from tpmtop.textsafe import safe
         from tpmtop.viewmodel.rows.handles import HandleOwner
@@ -134,14 +163,14 @@ class KeyActions:
             self.screen.notify("select a handle the TPM still lists (keys 1, then the arrows)", severity="warning",
                                timeout=3)
             return
-        self.screen.jobs.inspect_handle(row.handle, row.kind, row.ours,
+        self.host.jobs.inspect_handle(row.handle, row.kind, row.ours,
                             safe(row.created_by) if row.owner is HandleOwner.CLIENT else None)
 
     def action_flush_ours(self) -> None:
-        self.screen.jobs.flush_handles(None)
+        self.host.jobs.flush_handles(None)
 
     def action_show_tcti(self) -> None:
-        text, title, timeout, copy = self.screen.dash.tcti_hint()
+        text, title, timeout, copy = self.host.dash.tcti_hint()
         if copy:
             self.screen.app.copy_to_clipboard(copy)
         self.screen.notify(text, title=title, timeout=timeout)
@@ -155,45 +184,60 @@ class KeyActions:
 
     def action_next_panel(self, step: int) -> None:
         """Tab / Shift-Tab: the next panel's tab in compact mode, the next widget otherwise."""
-        if not self.screen.compact:
+        if not self.host.compact:
             self.screen.focus_next() if step > 0 else self.screen.focus_previous()
             return
-        i = self.screen.panels.index(self.screen.active_panel) if self.screen.active_panel in self.screen.panels else 0
-        self.screen.action_show_panel(self.screen.panels[(i + step) % len(self.screen.panels)])
+        i = self.host.panels.index(self.host.active_panel) if self.host.active_panel in self.host.panels else 0
+        self.host.action_show_panel(self.host.panels[(i + step) % len(self.host.panels)])
 
     def action_refresh_rate(self, step: int) -> None:
-        seconds = self.screen.set_refresh(step)
+        seconds = self.host.set_refresh(step)
         self.screen.notify(f"the screen refreshes every {seconds:g} s", title="refresh", timeout=2)
 
     def action_reset_stats(self) -> None:
-        self.screen.dash.reset()
+        self.host.dash.reset()
         self.screen.query_one(StreamPanel).clear()
-        self.screen.refresh_all()
+        self.host.refresh_all()
         self.screen.notify("statistics reset", timeout=2)
 
     def action_export(self) -> None:
-        from tpmtop.sources.export_file import export_target
-
         # The name is chosen here (a few stat calls) so the full path shows at once; the
         # capture itself takes seconds with many events and is written by a worker.
         try:
-            target = export_target(self.screen.jobs.export_dir)
+            target = self.host.dash.commands.export_target(self.host.jobs.export_dir)
         except OSError as e:
-            where = e.filename or self.screen.jobs.export_dir or "the data directory"
+            where = e.filename or self.host.jobs.export_dir or "the data directory"
             self.screen.notify(f"cannot write captures in {where}: {e.strerror or e}", title="export failed",
                         severity="error", timeout=8)
             return
         self.screen.notify(f"writing {target}", title="export", timeout=10)
-        self.screen.jobs.export_capture(target)
+        self.host.jobs.export_capture(target)
 
     def decode_requested(self, event: StreamView.DecodeRequested) -> None:
         from tpmtop.tui.screens.decode import DecodeScreen
 
-        self.screen.app.push_screen(DecodeScreen(self.screen.dash.source, event.row))
+        self.screen.app.push_screen(DecodeScreen(self.host.dash.commands, event.row))
+
+    def _frozen_stream(self) -> StreamView:
+        """The frozen stream's view, shown; else the key is the focused widget's (SkipAction),
+        and an input's keys are its own."""
+        from textual.actions import SkipAction
+        from textual.widgets import Input
+
+        panel = self.screen.query_one(StreamPanel)
+        if not panel.frozen or not panel.display or isinstance(self.screen.focused, Input):
+            raise SkipAction()
+        return panel.view
+
+    def action_stream_scroll(self, n: int) -> None:
+        self._frozen_stream().action_scroll_back(n)
+
+    def action_stream_page(self, direction: int) -> None:
+        self._frozen_stream().action_page(direction)
 
     def action_toggle_stream(self) -> None:
         panel = self.screen.query_one(StreamPanel)
-        frozen = panel.toggle(self.screen.dash.stream_snapshot() if not panel.frozen else None)
+        frozen = panel.toggle(self.host.dash.stream_snapshot() if not panel.frozen else None)
         self.screen.notify("stream frozen (recording goes on)" if frozen else "stream follows", timeout=2)
 
     def action_filter_stream(self) -> None:
@@ -213,12 +257,12 @@ class KeyActions:
             def done(needle: str | None) -> None:
                 if needle is not None:
                     table.set_filter(needle)  # the panel's subtitle names it at its next refresh
-                    self.screen.refresh_all()
+                    self.host.refresh_all()
 
             panel.mount(PanelFilter(panel.id or "", table.needle, done, "table-filter"), before=0)
             return
-        if self.screen.compact and self.screen.active_panel != "stream":
-            self.screen.action_show_panel("stream")
+        if self.host.compact and self.host.active_panel != "stream":
+            self.host.action_show_panel("stream")
         stream = self.screen.query_one(StreamPanel)
 
         def stream_done(needle: str | None) -> None:
@@ -246,19 +290,20 @@ class KeyActions:
 
         def done(new_n: int | None) -> None:
             if new_n is not None:
-                self.screen.dash.set_boot_n(new_n)
+                self.host.dash.set_boot_n(new_n)
 
-        self.screen.app.push_screen(ProjectionScreen(*self.screen.dash.projection(MISSING_LIVE)), done)
+        self.screen.app.push_screen(ProjectionScreen(*self.host.dash.projection(MISSING_LIVE)), done)
 
     def action_help(self) -> None:
         from tpmtop.tui.screens.help import HelpScreen
 
         # Keys this source can never act on (False, not "not now") are named, not listed as keys.
+        cmds = self.host.dash.commands
         never = frozenset(a.action for a in ACTIONS
-                          if allowed(a.action.split("(")[0], self.screen.caps, self.screen.dash.source, self) is False)
+                          if allowed(a.action.split("(")[0], self.host.caps, cmds, self) is False)
         # Built once per content and width, then kept installed: composing the help (markup,
         # wrapping, a new screen's styles) took 0.2-0.5 s of each ? under load.
-        args = (never, self.screen.caps.why_not if never else "", tuple(self.screen.panels))
+        args = (never, self.host.caps.why_not if never else "", tuple(self.host.panels))
         name = f"help-{self.screen.app.size.width}-{abs(hash(args)):x}"
         if not self.screen.app.is_screen_installed(name):
             self.screen.app.install_screen(HelpScreen(*args), name)

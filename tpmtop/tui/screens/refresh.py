@@ -8,20 +8,19 @@ interval, the results waiting for the next tick and the refresh's hold of the wo
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
+from textual.screen import Screen
 from textual.timer import Timer
 
-from tpmtop.sources.gate import UiHold
 from tpmtop.tui import messages as m
 from tpmtop.tui.settled import after_frame
 from tpmtop.tui.widgets.header import StatusHeader
+from tpmtop.viewmodel.commands import UiHold
+from tpmtop.viewmodel.dashboard import Dashboard
 from tpmtop.viewmodel.frame import Frame
 
-if TYPE_CHECKING:
-    from tpmtop.tui.screens.main import MainScreen
-
-REFRESH_S = 0.2  # ≤ 10 refreshes a second, as the issue asks; 5 keeps a paused dashboard idle
 REFRESH_STEPS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)  # [ and ] move along these (htop's delay, live)
 # A refresh due while the workload's operation is under way looks again this often for its end,
 # and draws anyway after the longest (a slow chip's operation takes 150 ms: tpmtop.profiles).
@@ -30,17 +29,25 @@ QUIET_WAIT_MAX_S = 0.05
 
 
 class RefreshClock:
-    def __init__(self, screen: MainScreen, refresh_s: float = REFRESH_S) -> None:
-        """``refresh_s``: the interval to start with (a parameter until the settings object has it)."""
+    def __init__(self, screen: Screen[Any], dash: Dashboard, draw_tick: Callable[[], None],
+                 show: Callable[[Frame], None], refresh_s: float) -> None:
+        """``screen``: where the interval runs and the frame is drawn; ``draw_tick``: the screen's
+        own refresh (a frame of the view-model); ``show``: hands a frame's parts to the panels;
+        ``refresh_s``: the interval to start with."""
         self.screen = screen
+        self.dash = dash
+        self._draw_tick = draw_tick
+        self._show = show
         self.refresh_s = refresh_s
         self.timer: Timer | None = None
+        self.armed_s: float | None = None  # the interval the running timer was armed with
         self._skipped = False  # the last tick gave way to a key (tick)
         self._quiet_since: float | None = None  # a refresh waits for the workload's gap since then
         self._waiting: list[m.PollDone | m.StatsReady] = []  # worker results, drawn by the next tick
 
     def start(self) -> None:
         self.timer = self.screen.set_interval(self.refresh_s, self.tick)
+        self.armed_s = self.refresh_s
 
     @property
     def waiting(self) -> bool:
@@ -72,18 +79,18 @@ class RefreshClock:
             self._skipped = True
             return
         self._skipped = False
-        gate = screen.source.gate
-        if gate is not None:
-            gate.hold(UiHold.REFRESH)  # a burst under way stops after this operation
-            if gate.busy:
+        cmds = self.dash.commands
+        if cmds.gated:
+            cmds.hold(UiHold.REFRESH)  # a burst under way stops after this operation
+            if cmds.busy:
                 self._quiet_since = time.monotonic()
                 screen.set_timer(QUIET_POLL_S, self._tick_when_quiet)
                 return
         self.draw()
 
     def _tick_when_quiet(self) -> None:
-        screen, gate = self.screen, self.screen.source.gate
-        if gate is not None and gate.busy and time.monotonic() - (self._quiet_since or 0.0) < QUIET_WAIT_MAX_S:
+        screen = self.screen
+        if self.dash.commands.busy and time.monotonic() - (self._quiet_since or 0.0) < QUIET_WAIT_MAX_S:
             screen.set_timer(QUIET_POLL_S, self._tick_when_quiet)
             return
         self._quiet_since = None
@@ -107,15 +114,13 @@ class RefreshClock:
         waiting, self._waiting = self._waiting, []
         for message in waiting:
             self._apply(message)
-        screen.draw_tick()
-        if screen.source.gate is not None:
+        self._draw_tick()
+        if self.dash.commands.gated:
             # after the frame this refresh drew (queued behind what it queued itself)
             screen.call_next(screen.call_after_refresh, after_frame, screen, self._drawn)
 
     def _drawn(self) -> None:
-        gate = self.screen.source.gate
-        if gate is not None:
-            gate.release(UiHold.REFRESH)
+        self.dash.commands.release(UiHold.REFRESH)
 
     # Where there are ticks, a worker's result waits for the next one (a refresh interval at
     # most): drawn at once, it was a frame of its own in the middle of the workload's
@@ -128,12 +133,12 @@ class RefreshClock:
             self._apply(message)
 
     def _apply(self, message: m.PollDone | m.StatsReady) -> None:
-        screen, dash = self.screen, self.screen.dash
+        dash = self.dash
         if self._torn_down():
             return
         if isinstance(message, m.PollDone):
-            screen.show(dash.on_poll(message.result))
+            self._show(dash.on_poll(message.result))
         elif message.generation == dash.generation:  # else a key changed the run meanwhile
-            screen.show(Frame(dash.header(), stats=message.view))
+            self._show(Frame(dash.header(), stats=message.view))
         else:
             dash.changed()

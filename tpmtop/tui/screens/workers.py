@@ -20,7 +20,7 @@ from tpmtop.tui import messages as m
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from tpmtop.sources.protocol import Source
+    from tpmtop.viewmodel.commands import Commands
     from tpmtop.viewmodel.dashboard import Dashboard
 
 
@@ -35,8 +35,8 @@ class TpmWorkers:
         self._sysfs_reads = 0
 
     @property
-    def source(self) -> Source:
-        return self.dash.source
+    def commands(self) -> Commands:
+        return self.dash.commands
 
     def post_message(self, message: Message) -> None:
         self.screen.post_message(message)
@@ -78,12 +78,11 @@ class TpmWorkers:
         self._start(lambda: self._export_capture(target), "export", "export a capture")
 
     def _poll_tpm(self) -> None:
-        src = self.source
+        cmds = self.commands
         try:
-            if not src.connected:
-                src.reconnect()
+            if cmds.reconnect_if_lost():
                 self.post_message(m.Reconnected())
-            self.post_message(m.PollDone(src.poll()))
+            self.post_message(m.PollDone(cmds.poll()))
         except TpmConnectionError as e:
             self.post_message(m.Disconnected(str(e)))
         except Exception as e:
@@ -99,28 +98,22 @@ class TpmWorkers:
     def _run_workload(self) -> None:
         worker = get_current_worker()
         try:
-            self.source.workload_loop(lambda: worker.is_cancelled)
+            self.commands.run_workload(lambda: worker.is_cancelled)
         except TpmConnectionError as e:
             self.post_message(m.Disconnected(str(e)))
 
     def _read_sysfs(self, with_pcrs: bool) -> None:
         try:
-            sysfs = self.source.sysfs
-            if sysfs is not None:
-                self.post_message(m.SysfsRead(sysfs.read(with_pcrs=with_pcrs)))
+            snapshot = self.commands.read_sysfs(with_pcrs)
+            if snapshot is not None:
+                self.post_message(m.SysfsRead(snapshot))
         except Exception as e:
             self.post_message(m.PollFailed(f"sysfs: {e}"))
 
     def _flush_handles(self, handles: list[int] | None) -> None:
         """``None``: every handle tpmtop created."""
-        src = self.source
         try:
-            if handles is None:
-                done = src.flush_ours()
-            else:
-                for h in handles:
-                    src.flush(h)
-                done = handles
+            done = self.commands.flush(handles)
         except TpmConnectionError as e:
             self.post_message(m.Disconnected(str(e)))
         except Exception as e:
@@ -130,7 +123,7 @@ class TpmWorkers:
 
     def _inspect_handle(self, handle: int, kind: str, ours: bool, created_by: str | None = None) -> None:
         try:
-            title, rows = self.source.inspect(handle, kind, ours, created_by)
+            title, rows = self.commands.inspect(handle, kind, ours, created_by)
         except TpmConnectionError as e:
             self.post_message(m.Disconnected(str(e)))
         except Exception as e:
@@ -140,12 +133,9 @@ class TpmWorkers:
 
     def _export_capture(self, target: Path) -> None:
         """``target``: the file named to the user when the key was pressed."""
-        from tpmtop.sources.export_file import export_capture, release_target
-
         try:
-            path = export_capture(self.source.capture(), target)
+            path = self.commands.export(target)
         except Exception as e:
-            release_target(target)
             self.post_message(m.ActionFailed("export", str(e)))
         else:
             self.post_message(m.CaptureExported(path))

@@ -30,7 +30,7 @@ def _table_columns(columns: Sequence[tuple[str, int]],
     return [(columns[i][0], columns[i][0], columns[i][1] if i != 1 else 14, rank) for i, rank in shown]
 
 
-class ClientsPanel(Panel):
+class ClientsPanel(Panel[ClientsView]):
     title = "Clients"
     DEFAULT_CSS = """
     ClientsPanel { height: auto; max-height: 16; padding: 0 1; display: none; }

@@ -22,7 +22,7 @@ COLUMNS = (("handle", "handle", 10, 0), ("kind", "kind", 7, 1), ("by", "created 
 KINDS = {"transient": "object", "loaded-session": "session", "saved-session": "saved", "persistent": "persist"}
 
 
-class HandlesPanel(Panel):
+class HandlesPanel(Panel[HandlesView]):
     title = "Handles"
 
     def compose(self) -> ComposeResult:

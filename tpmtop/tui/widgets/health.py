@@ -33,7 +33,7 @@ def subtitle(part: HealthPart) -> str:
     return f"{n} problem(s): tpmtop health has the evidence" if n else "no problem found"
 
 
-class HealthPanel(Panel):
+class HealthPanel(Panel[HealthPart]):
     """One line per verdict, cut at the panel's width (an ellipsis), never wrapped: a verdict
     that wraps pushes the next one below the border at 120×40, where the left column is short."""
 

@@ -62,7 +62,7 @@ class HistogramView(Widget):
         return Content.from_markup("\n".join([f"{title} {head}{tail}", *lines]))
 
 
-class LatencyPanel(Panel):
+class LatencyPanel(Panel[StatsView]):
     title = "Latency"
 
     def compose(self) -> ComposeResult:

@@ -49,7 +49,7 @@ def timeline_markup(series: list[TimelinePoint | None], width: int) -> list[str]
             "".join(top), "[dim]" + "".join(marks).replace("[", "\\[") + "[/]"]
 
 
-class ModesPanel(Panel):
+class ModesPanel(Panel[StatsView]):
     title = "Modes"
     can_focus = True  # nothing inside takes the focus: its key and Tab land on the panel itself
 

@@ -3,18 +3,20 @@ capabilities, tpmtop.sources.protocol), so no panel needs to say it has nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from textual.content import Content
 from textual.widgets import Static
 
 from tpmtop.tui.widgets.backdrop import Column
-from tpmtop.viewmodel.frame import Frame
+
+P = TypeVar("P")
 
 
-class Panel(Column):
-    """A panel of the table in :mod:`tpmtop.tui.panels`: it draws its part of each frame of
-    the view-model (:class:`tpmtop.viewmodel.frame.Frame`), and never asks the source itself."""
+class Panel(Column, Generic[P]):
+    """A panel of the table in :mod:`tpmtop.tui.panels`: it draws its part (``P``) of each frame
+    of the view-model, which the screen hands it (tpmtop.tui.panels.PanelSpec.part_of), and
+    never asks the source itself."""
 
     title = ""
     has_content = True  # False: nothing to show now (the layout hides it, as Clients without holders)
@@ -23,16 +25,9 @@ class Panel(Column):
         super().__init__(classes="panel", **kw)
         self.border_title = self.title
 
-    def show_frame(self, frame: Frame) -> None:
-        """Draw this panel's part of ``frame``: ``frame.parts`` under the panel's id, the
-        built-in panels' as the table's (absent: it did not change)."""
-        part = frame.parts.get(self.id or "")
-        if part is not None:
-            self.show_part(part)
-
-    def show_part(self, part: Any) -> None:
-        """Draw the part (what the panel's rows builder, or the view-model, gave)."""
-        raise NotImplementedError
+    def show_part(self, part: P) -> None:
+        """Draw the part (what the panel's build, or the view-model, gave)."""
+        raise NotImplementedError  # each panel draws its own part
 
 
 class QuietStatic:

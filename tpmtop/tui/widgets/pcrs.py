@@ -14,7 +14,7 @@ from tpmtop.tui.widgets.panel import Panel, QuietStatic
 from tpmtop.viewmodel.rows.pcrs import PcrsPart
 
 
-class PcrsPanel(Panel):
+class PcrsPanel(Panel[PcrsPart]):
     title = "PCRs"
     DEFAULT_CSS = """
     PcrsPanel #pcrs-text { height: auto; }

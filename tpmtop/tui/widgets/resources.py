@@ -13,7 +13,7 @@ from tpmtop.viewmodel.rows.resources import Gauge, GaugeLevel
 BAR = 20
 
 
-class ResourcesPanel(Panel):
+class ResourcesPanel(Panel[list[Gauge]]):
     title = "Resources"
     can_focus = True  # nothing inside takes the focus: its key and Tab land on the panel itself
 

@@ -15,9 +15,14 @@ from typing import Any, ClassVar
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.cache import LRUCache
 from textual.content import Content
+from textual.geometry import Size
 from textual.message import Message
-from textual.widget import Widget
+from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollDown, ScrollTo, ScrollUp
+from textual.strip import Strip
+from textual.visual import Visual
 
 from tpmtop.textsafe import safe
 from tpmtop.tui.widgets.panel import Panel
@@ -40,6 +45,8 @@ COLUMNS = (("t s", 8), ("origin", 8), ("command", 16), ("µs", 7), ("rc", 6))
 RC_WIDE = 22  # the rc column's width when the line has room for the response code's name
 LAST = "handles · sessions"
 KEEP = 2000  # rows kept while following; frozen, the whole recorder ring is browsable
+LINE_CACHE = 128  # rendered lines kept: two pages at 200x50. Each Strip holds 7 caches of its own (~20 objects the
+# garbage collector walks): a bigger cache made every full collection longer (benchmarks/ui_load.py --gc-only)
 
 
 def _rc_text(rc: str, width: int) -> str:
@@ -65,9 +72,17 @@ def _fit(text: str, width: int, right: bool = False) -> str:
 
 EMPTY_TEXT = "no commands yet"
 
-class StreamView(Widget, can_focus=True):
+class StreamView(ScrollView, can_focus=True):
+    """The rows on Textual's :class:`~textual.scroll_view.ScrollView`: each visible line is
+    rendered alone (:meth:`render_line`) and kept in a line cache (Toolong's log view), so a
+    refresh costs the lines that changed, whatever the number of rows kept. Line 0 is the
+    column header and stays put; below it, ``back`` rows back from the newest (0: following)
+    end the page, the scroll offset follows it, and the scrollbar (frozen only) or the wheel
+    move both."""
+
     DEFAULT_CSS = """
-    StreamView { height: 1fr; padding: 0 1; }
+    StreamView { height: 1fr; padding: 0 1; overflow-x: hidden; overflow-y: hidden; }
+    StreamView.-frozen { overflow-y: auto; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up", "scroll_back(1)", "Back", show=False, id="stream-back", tooltip="Older commands (frozen)"),
@@ -87,9 +102,70 @@ class StreamView(Widget, can_focus=True):
             super().__init__()
             self.row = row
 
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.rows: list[StreamRow] | LazyStreamRows = []
+        self._back = 0  # rows scrolled back from the newest
+        self.empty_text = EMPTY_TEXT  # the source's word for an empty stream (Source.stream_note)
+        # Rendered lines by what they show (the row's text, the column widths, highlighted or not):
+        # a refresh that only scrolls or adds rows renders the new lines alone.
+        self._lines: LRUCache[tuple[object, ...], Strip] = LRUCache(LINE_CACHE)
+
+    # -- which rows are shown ------------------------------------------------------------------
+    @property
+    def back(self) -> int:
+        return self._back
+
+    @back.setter
+    def back(self, n: int) -> None:
+        self._back = max(0, min(len(self.rows) - 1, n))
+        self._follow()
+
+    @property
+    def _height(self) -> int:
+        """The lines below the header line."""
+        return max(1, self.scrollable_content_region.height) - 1
+
+    def _start(self) -> int:
+        """The first row shown: the page ending at the selected row; scrolled back to the oldest
+        (Home), the first page whole with the selected row in it, not one row above blank lines."""
+        return max(0, len(self.rows) - self._back - self._height)
+
+    def _follow(self) -> None:
+        """Draw the page ``back`` chose; the scroll offset (the scrollbar's thumb) follows it once
+        the layout has the view's size. The page is drawn from ``back``, not from the offset,
+        which Textual clamps to sizes of the moment (a frame before the first layout)."""
+        self.virtual_size = Size(self.scrollable_content_region.width, len(self.rows) + 1)
+        self.scroll_to(y=self._start(), animate=False)
+        self.refresh()
+
+    def _to_top(self, top: float) -> None:
+        """The scrollbar put the page's first row at ``top``: the selected row is its bottom one."""
+        end = min(len(self.rows), round(top) + self._height)
+        self.back = len(self.rows) - end
+
+    def on_scroll_to(self, message: ScrollTo) -> None:
+        message.prevent_default()
+        message.stop()
+        if message.y is not None:
+            self._to_top(message.y)
+
+    def on_scroll_up(self, message: ScrollUp) -> None:
+        message.prevent_default()
+        message.stop()
+        self.action_page(1)
+
+    def on_scroll_down(self, message: ScrollDown) -> None:
+        message.prevent_default()
+        message.stop()
+        self.action_page(-1)
+
+    def on_resize(self) -> None:
+        self._follow()
+
     def selected(self) -> StreamRow | None:
         """The bottom visible row: the newest when following, the scrolled-to one when frozen."""
-        end = len(self.rows) - self.back
+        end = len(self.rows) - self._back
         last = self.rows[max(end - 1, 0):end]  # slicing: rows may be a lazy sequence
         return last[0] if end > 0 and len(last) else None
 
@@ -107,76 +183,108 @@ class StreamView(Widget, can_focus=True):
         if row is not None and row.origin != "mark":
             self.post_message(self.DecodeRequested(row))
 
-    def __init__(self, **kw: Any) -> None:
-        super().__init__(**kw)
-        self.rows: list[StreamRow] | LazyStreamRows = []
-        self.back = 0  # rows scrolled back from the newest
-        self.empty_text = EMPTY_TEXT  # the source's word for an empty stream (Source.stream_note)
-
     def set_rows(self, rows: list[StreamRow] | LazyStreamRows) -> None:
         """``rows``: a list of StreamRow, or anything with len() and slicing (LazyStreamRows)."""
         self.rows = rows
-        self.back = max(0, min(self.back, len(rows) - 1))  # a shorter (filtered) list stays in view
-        self.refresh()
+        self._back = max(0, min(self._back, len(rows) - 1))  # a shorter (filtered) list stays in view
+        self._follow()
 
     def action_page(self, direction: int) -> None:
         self.action_scroll_back(direction * max(1, self.size.height - 2))  # the rows shown, less one
 
     def action_scroll_back(self, n: int) -> None:
-        self.back = max(0, min(len(self.rows) - 1, self.back + n))
-        self.refresh()
+        self.back = self._back + n
 
     def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        event.prevent_default()  # scrolled here, following or frozen (the view's own wheel needs a scrollbar)
         self.action_scroll_back(3)
 
     def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        event.prevent_default()
         self.action_scroll_back(-3)
 
-    def render(self) -> Content:
-        # Every piece of text is a markup *variable* ($t, $origin …): substituted as plain text,
-        # never parsed. A row's text can be anyone's (a task named "x[" under the kernel probes,
-        # a replayed capture), and a cut "[" once paired with the next line's tag: MarkupError.
-        height = max(1, self.size.height)
-        end = len(self.rows) - self.back
-        # The page ending at the selected row; scrolled back to the oldest (Home), the first page
-        # whole with the selected row in it, not one row above blank lines.
-        start = max(0, end - (height - 1))
-        shown = self.rows[start:start + height - 1]
-        selected = end - 1 - start  # its place among the shown rows
+    # -- drawing -------------------------------------------------------------------------------
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._lines.clear()  # a theme's colours are in the rendered lines
+
+    def _layout(self, shown: list[StreamRow]) -> tuple[dict[str, int], int]:
+        """The columns' widths for the rows shown, and the last column's."""
         widths = dict(COLUMNS)
         # µs whole ("12345678" for a command over ten seconds), the column no wider than the page needs
         widths["µs"] = max([widths["µs"], *(len(r.us) for r in shown)])
-        if self.size.width >= 110:
+        if self.scrollable_content_region.width >= 110:
             widths["rc"] = RC_WIDE
-        rest = max(8, self.size.width - sum(w + 1 for w in widths.values()))
+        rest = max(8, self.scrollable_content_region.width - sum(w + 1 for w in widths.values()))
+        return widths, rest
+
+    def _page(self) -> tuple[list[Content], int]:
+        """The visible lines as Content (the header first), and where the page starts."""
+        # Every piece of text is a markup *variable* ($t, $origin …): substituted as plain text,
+        # never parsed. A row's text can be anyone's (a task named "x[" under the kernel probes,
+        # a replayed capture), and a cut "[" once paired with the next line's tag: MarkupError.
+        start = self._start()
+        shown = self.rows[start:start + self._height]
+        selected = len(self.rows) - self._back - 1 - start  # its place among the shown rows
+        widths, rest = self._layout(shown)
         last_header = LAST if rest >= len(LAST) else "handles sessions"
         header = " ".join(_fit(h, w, right=h == "µs") for h, w in widths.items()) + " " + _fit(last_header, rest)
         lines = [Content.from_markup("[b $foreground-muted]$h[/]", h=header)]
-        for i, r in enumerate(shown):
-            t = _fit(safe(r.t), widths["t s"], right=True)
-            if r.origin == "mark":  # a boundary: one line across every column
-                lines.append(Content.from_markup("$t [b $warning]── $m ──[/]", t=t, m=safe(r.command)))
-                continue
-            last = _handles_text(r.handles, r.sessions, rest)
-            fields = {"t": t, "origin": _fit(safe(r.origin), 8), "cmd": _fit(safe(r.command), widths["command"]),
-                      "us": _fit(safe(r.us), widths["µs"], right=True), "rc": _fit(safe(_rc_text(r.rc, widths["rc"])),
-                                                                                   widths["rc"]),
-                      "last": _fit(safe(last), rest)}
-            origin = "$origin" if r.origin == "workload" else "[dim]$origin[/]"
-            rc = "$rc" if r.ok else "[$error]$rc[/]"
-            line = f"$t {origin} $cmd $us {rc} $last"
-            if self.has_focus and i == selected:  # what Enter decodes
-                line = f"[reverse]{line}[/]"
-            lines.append(Content.from_markup(line, **fields))
+        lines += [self._row_content(r, widths, rest, self.has_focus and i == selected) for i, r in enumerate(shown)]
         if not shown:
             needle = getattr(self.parent, "needle", "")
-            lines.append(Content.from_markup("[dim]no command matches '$n'[/]", n=safe(needle)) if needle
-                         else Content.from_markup("[dim]$e[/]", e="\n".join(
-                             textwrap.wrap(safe(self.empty_text), max(20, self.size.width - 1)))))
-        return Content("\n").join(lines)
+            note = (Content.from_markup("[dim]no command matches '$n'[/]", n=safe(needle)) if needle
+                    else Content.from_markup("[dim]$e[/]", e="\n".join(
+                        textwrap.wrap(safe(self.empty_text), max(20, self.size.width - 1)))))
+            lines += note.split("\n")
+        return lines, start
+
+    @staticmethod
+    def _row_content(r: StreamRow, widths: dict[str, int], rest: int, highlight: bool) -> Content:
+        t = _fit(safe(r.t), widths["t s"], right=True)
+        if r.origin == "mark":  # a boundary: one line across every column
+            return Content.from_markup("$t [b $warning]── $m ──[/]", t=t, m=safe(r.command))
+        last = _handles_text(r.handles, r.sessions, rest)
+        fields = {"t": t, "origin": _fit(safe(r.origin), 8), "cmd": _fit(safe(r.command), widths["command"]),
+                  "us": _fit(safe(r.us), widths["µs"], right=True), "rc": _fit(safe(_rc_text(r.rc, widths["rc"])),
+                                                                               widths["rc"]),
+                  "last": _fit(safe(last), rest)}
+        origin = "$origin" if r.origin == "workload" else "[dim]$origin[/]"
+        rc = "$rc" if r.ok else "[$error]$rc[/]"
+        line = f"$t {origin} $cmd $us {rc} $last"
+        if highlight:  # what Enter decodes
+            line = f"[reverse]{line}[/]"
+        return Content.from_markup(line, **fields)
+
+    def render(self) -> Content:
+        """The visible page as text, header first: what :meth:`render_line` draws line by line."""
+        return Content("\n").join(self._page()[0])
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        start = self._start()
+        i = start + y - 1
+        row = self.rows[i] if 0 <= i < len(self.rows) and y > 0 else None
+        shown = self.rows[start:start + self._height]
+        widths, rest = self._layout(shown)
+        if row is not None:
+            highlight = self.has_focus and i == len(self.rows) - self._back - 1
+            key: tuple[object, ...] = (row.key, row.t, row.origin, row.command, row.handles, row.sessions, row.rc,
+                                       row.us, row.ok, highlight, width, rest, *widths.values())
+            strip = self._lines.get(key)
+            if strip is None:
+                strip = self._strip(self._row_content(row, widths, rest, highlight), width)
+                self._lines[key] = strip
+            return strip
+        lines = self._page()[0]  # the header, or the note of an empty page: few, not cached
+        return self._strip(lines[y], width) if y < len(lines) else Strip.blank(width, self.rich_style)
+
+    def _strip(self, content: Content, width: int) -> Strip:
+        strips = Visual.to_strips(self, content, width, 1, self.visual_style, pad=True)
+        return strips[0].crop_extend(0, width, self.rich_style) if strips else Strip.blank(width, self.rich_style)
 
 
-class StreamPanel(Panel):
+class StreamPanel(Panel[StreamPart]):
     title = "Command stream"
 
     def __init__(self, **kw: Any) -> None:
@@ -215,8 +323,8 @@ class StreamPanel(Panel):
 
     def clear(self) -> None:
         self.buffer.clear()
-        self.view.back = 0
         self._render_rows()
+        self.view.back = 0
 
     def _render_rows(self) -> None:
         if self.frozen and self.snapshot is not None:
@@ -243,6 +351,7 @@ class StreamPanel(Panel):
         event the recorder kept, and the marks) when given; unfrozen: follow the newest."""
         self.frozen = not self.frozen
         self.snapshot = snapshot if self.frozen else None
+        self.view.set_class(self.frozen, "-frozen")  # its scrollbar shows
         if not self.frozen:
             self.view.back = 0
         self._render_rows()

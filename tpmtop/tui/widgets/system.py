@@ -7,8 +7,8 @@ from textual.content import Content
 from textual.markup import escape
 from textual.widgets import Static
 
-from tpmtop.sources.sysfs import SysfsSnapshot
 from tpmtop.tui.widgets.panel import Panel
+from tpmtop.viewmodel.commands import SysfsSnapshot
 
 
 def system_markup(s: SysfsSnapshot, ima_rate: float | None) -> str:
@@ -25,7 +25,7 @@ def system_markup(s: SysfsSnapshot, ima_rate: float | None) -> str:
     return "\n".join(lines)
 
 
-class SystemPanel(Panel):
+class SystemPanel(Panel[tuple[SysfsSnapshot, float | None]]):
     title = "System · sysfs, no TPM traffic"
     can_focus = True  # nothing inside takes the focus: its key and Tab land on the panel itself
 

@@ -14,11 +14,12 @@ from tpmtop.tui.widgets.panel import Panel, QuietStatic
 from tpmtop.unlock.judge import Verdict
 from tpmtop.viewmodel.rows.unlock import UnlockPart
 
-_STYLE = {Verdict.WOULD_UNSEAL: "green", Verdict.WOULD_NOT: "bold red", Verdict.CANNOT_JUDGE: "bold yellow",
-          Verdict.NOT_TPM: "", Verdict.UNREADABLE: "yellow"}
+# The verdict's theme colour (as the Health panel's levels): a theme may change what carries meaning.
+_STYLE = {Verdict.WOULD_UNSEAL: "$success", Verdict.WOULD_NOT: "bold $error", Verdict.CANNOT_JUDGE: "bold $warning",
+          Verdict.NOT_TPM: "", Verdict.UNREADABLE: "$warning"}
 
 
-class UnlockPanel(Panel):
+class UnlockPanel(Panel[UnlockPart]):
     title = "Unlock"
     DEFAULT_CSS = """
     UnlockPanel #unlock-text { height: auto; }

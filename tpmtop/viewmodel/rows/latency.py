@@ -4,18 +4,18 @@ total, wire and host rows), and the response codes each command got. No Textual 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tpmtop.sources.histreads import EMPTY
 from tpmtop.sources.runs import RunView
+from tpmtop.sources.timings import CommandTiming, TimingsView
 from tpmtop.tpm import names
-from tpmtop.tpm.exchange import Origin
-from tpmtop.viewmodel.numbers import EMPTY, buckets_of, summary_of
 from tpmtop.viewmodel.rows.stream import failed, short_rc
 
 if TYPE_CHECKING:
-    from tpmtop.recorder import Event, Recorder
+    from tpmtop.recorder import Event
 
 
 @dataclass
@@ -33,14 +33,36 @@ class CommandRow:
         return b() if callable(b) else list(b or [])
 
 
-def command_rows_live(recorder: Recorder, origin: str | None = Origin.WORKLOAD) -> list[CommandRow]:
-    rows = []
-    for cc, st in sorted(recorder.command_stats(origin).items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
-        rows.append(CommandRow(
-            key=f"cc:{cc if cc is not None else -1}", label=names.cc_short(cc), summary=summary_of(st.hist),
-            last_us=st.last_ns / 1000 if st.last_ns else None, errors=st.errors, buckets=buckets_of(st.hist),
-            recent_us=[v / 1000 for v in list(st.recent)]))
-    return rows
+def timing_rows(view: TimingsView) -> list[CommandRow]:
+    """The Latency panel's rows for what a source says is selected: the operation's total, wire
+    and host rows, then one per command (the wire's, or the run's with the wire's newest samples)."""
+    ops = op_rows(view.run)
+    if not view.host_seen:
+        ops = [r for r in ops if r.key != "op:host"]
+    if view.commands is not None:
+        return ops + [command_row(t) for t in view.commands]
+    rows = command_rows_run(view.run) if view.run is not None else []
+    if view.recent:
+        live = {r.key: r for r in map(command_row, view.recent)}
+        for r in rows:  # the newest samples (sparkline, last) come from the wire
+            w = live.get(r.key)
+            if w is not None:
+                r.last_us, r.recent_us = w.last_us, w.recent_us
+    return ops + rows
+
+
+def command_row(t: CommandTiming) -> CommandRow:
+    """A command's row; the kernel's are one per (path, command), the path named where it says something."""
+    cc = t.cc if t.cc is not None else -1
+    name = names.cc_short(t.cc)
+    if t.path is None:
+        key = f"cc:{cc}"
+    else:
+        key = f"k:{t.path}:{cc}"
+        if t.path_named:
+            name = f"{name} · {t.path}"
+    return CommandRow(key=key, label=name, summary=t.summary, last_us=t.last_us, errors=t.errors,
+                      buckets=t.buckets, recent_us=t.recent_us)
 
 
 def command_rows_run(run: RunView) -> list[CommandRow]:
@@ -70,6 +92,18 @@ class ErrorBook:
     def __init__(self) -> None:
         self.by_key: dict[str, Counter[int | None]] = {}
         self.lost: dict[str, str] = {}  # row key -> why the last unanswered command got no response
+
+    @classmethod
+    def of(cls, failures: Mapping[tuple[int | None, int | None], int]) -> ErrorBook:
+        """A book of a source's own failures ((cc, rc) -> count: a capture's)."""
+        book = cls()
+        for (cc, rc), n in failures.items():
+            key = f"cc:{cc if cc is not None else -1}"
+            c = book.by_key.get(key)
+            if c is None:
+                c = book.by_key[key] = Counter()
+            c[rc] += n
+        return book
 
     def add(self, cc: int | None, rc: int | None) -> None:
         key = f"cc:{cc if cc is not None else -1}"

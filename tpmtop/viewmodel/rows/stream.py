@@ -4,9 +4,12 @@ boundaries (marks) between TPM periods. No Textual here."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
+from tpmtop.sources.protocol import CapturedStream
+from tpmtop.sources.replay import MAX_STREAM_ROWS, rc_not_traced
 from tpmtop.tpm import names
 from tpmtop.tpm.exchange import Origin
 from tpmtop.viewmodel.numbers import fmt_us
@@ -14,13 +17,15 @@ from tpmtop.viewmodel.numbers import fmt_us
 if TYPE_CHECKING:
     from tpmtop.decode.plaintext import History
     from tpmtop.recorder import Event
-
-MAX_STREAM_ROWS = 100_000  # a capture's newest events shown (as many as the recorder's ring keeps live)
 CC_FLUSH_CONTEXT = 0x165  # its handle is a parameter, not in the handle area
 
 
-@dataclass(slots=True)
-class StreamRow:
+class StreamRow(msgspec.Struct, gc=False):
+    """One line of the stream. Strings and a flag only, so the garbage collector need not track
+    it (gc=False: it can be in no reference cycle): a replay holds up to MAX_STREAM_ROWS of them
+    and a live stream makes one per command shown, and each tracked object lengthens every full
+    collection, which stops every thread (benchmarks/ui_load.py --gc-only)."""
+
     key: str
     t: str
     origin: str
@@ -157,12 +162,17 @@ def stream_row_from_dict(i: int, e: dict[str, Any]) -> StreamRow:
                      short_rc(rc, None), fmt_us(wire / 1000) if isinstance(wire, (int, float)) else "", ok)
 
 
-def rc_not_traced(e: dict[str, Any]) -> bool:
-    """A capture event that was answered though nobody saw its response code (tpmtop kernel:
-    a user-space command where tpm2_commit_space could not be probed)."""
-    from tpmtop.importers.observed import RC_NOT_TRACED
+def captured_rows(stream: CapturedStream) -> list[StreamRow]:
+    """A capture's stream: a row per event, keyed by its index among the events kept; with
+    ``decoded`` the handles column shows the decoded handles and parameters (--decode)."""
+    rows = [stream_row_from_dict(i, e) for i, e in enumerate(stream.events) if isinstance(e, dict)]
+    if stream.decoded:
+        from tpmtop.decode.listing import event_text
 
-    return e.get("rc") is None and e.get("rc_text") == RC_NOT_TRACED
+        kept = [e for e in stream.events if isinstance(e, dict)]
+        rows = [msgspec.structs.replace(r, handles=t) if (t := event_text(e)) is not None else r
+                for r, e in zip(rows, kept, strict=True)]
+    return rows
 
 
 def _session_text(s: Any) -> str:

@@ -61,7 +61,7 @@ def part(source: Source) -> UnlockPart:
     if not source.caps.unlock:  # a capture or a kernel trace: no PCRs to judge against, no device read
         return UnlockPart("", ())
     values = source.pcr_values()
-    devices = source.unlock_devices if hasattr(source, "unlock_devices") else None
+    devices = source.unlock_devices
     key = tuple(devices) if devices is not None else None
     cache = _CACHES.setdefault(key, _Cache())
     with cache.lock:
