@@ -16,6 +16,7 @@ __all__ = [
     "owner",  # the thread that owns the TPM
     "rcformat",  # response codes as text
     "sim",  # a private swtpm
+    "status",  # the TPM's own state without authorization: flags, clock, self-test, NV publics
     "tcti",  # choosing a TPM: a TCTI string, a device, a simulator
     "transport",  # the instrumented transport
     "wire",  # the wire format of commands and responses
