@@ -444,11 +444,13 @@ def parse_file(path: str, progress: Progress | None = None) -> EventLog:
     tpm2_eventlog; a smaller one, or one whose size the kernel does not say (securityfs), is
     read whole."""
     reader = _open_large(path)
+    data = read_file(path) if reader is None else None  # its errors name the file already
     try:
-        if reader is None:
-            return parse(read_file(path), progress=progress)
+        if data is not None:
+            return parse(data, progress=progress)
+        assert reader is not None
         return _parse_windows(reader, progress)
-    except EventLogError as e:
+    except EventLogError as e:  # a parse error: which file
         raise EventLogError(f"{path}: {e}") from None
 
 
