@@ -90,10 +90,12 @@ def projection_of(components_us: dict[str, float], n: int, per_mode_us: dict[str
 def projection_summary(components_us: dict[str, float], n: int, per_mode_us: dict[str, float] | None = None) -> str:
     """One line for the Modes panel: each mode's estimate for N extends. A mode that ran here
     is N × the op p50 shown above it (one set of numbers); one that did not is priced from
-    the commands' p50s plus H, per-command's host time per operation, so that it is op time
-    too (one basis on the line). Without H it would be TPM time only: left to ``p``, which
-    says so in its row, rather than shown beside op times. ``saved`` needs C (ContextSave),
-    measured only when saved ran: until then it is not priced."""
+    the commands it would send, each at its p50 wire time plus its own host work (hEh …), so
+    that it is op time too (one basis on the line); where the commands' host work is not known
+    apart (a capture), plus H, per-command's host time per operation. Without either it would
+    be TPM time only: left to ``p``, which says so in its row, rather than shown beside op
+    times. ``saved`` needs C (ContextSave), measured only when saved ran: until then it is not
+    priced."""
     from tpmtop.boot.projection import fmt_estimate
 
     per_mode_us = per_mode_us or {}
@@ -103,7 +105,8 @@ def projection_summary(components_us: dict[str, float], n: int, per_mode_us: dic
         return fmt_estimate(mc.estimate_s).removeprefix("about ")
 
     ran = [f"{m} {est(mc)}" for m, mc in proj.modes.items() if mc.estimate_s is not None and m in per_mode_us]
-    host = "H" in components_us
+    own_host = any(k.startswith("h") for k in components_us)
+    host = own_host or "H" in components_us
     priced = [f"{m} ≈{est(mc)}" for m, mc in proj.modes.items() if mc.estimate_s is not None
               and m not in per_mode_us and (host or not ran)]
     if not ran and not priced:
@@ -112,6 +115,7 @@ def projection_summary(components_us: dict[str, float], n: int, per_mode_us: dic
     if ran:
         text += ": N × op p50: " + " · ".join(ran)
     if priced:
-        how = "commands + per-command's host time" if host and ran else "TPM time only"
+        how = ("its commands' wire + host time" if own_host else "commands + per-command's host time") \
+            if host and ran else "TPM time only"
         text += (f"; [dim]not run, {how}:[/] " if ran else f": [dim]{how}:[/] ") + " · ".join(priced)
     return text
