@@ -303,6 +303,8 @@ def project(extends: int | None, extends_source: str, components: dict[str, Cost
         if mode in per_mode:
             c = per_mode[mode]
             mc.formula = f"N × ({per_mode_what} for this mode)"
+            if not info.note_when_measured:
+                mc.note = None  # priced by its own p50, not from its commands
             mc.sources = [f"{c.source}: {c.detail}"]
             if n is None:
                 mc.reason = "number of extends unknown"

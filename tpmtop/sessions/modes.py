@@ -53,6 +53,9 @@ class ModeInfo:
     each: tuple[str, ...]
     commands_per_op: int  # TPM commands one operation puts on the wire (tests check the wire)
     projection_note: str | None = None  # what the formula leaves out
+    # False: the note is about pricing the mode from its commands, moot once the mode ran here
+    # and is priced by its own op p50 (saved's session ContextLoad: measured then, not priced)
+    note_when_measured: bool = True
 
     @property
     def formula(self) -> str:
@@ -76,7 +79,8 @@ MODE_INFO: dict[Mode, ModeInfo] = {
                          "a lower bound: each user-space TPM command, hwrng read (before 6.15) or resume "
                          "pays L + S + F again"),
     Mode.SAVED: ModeInfo("proposed: ContextLoad session, command, ContextSave", "latency-mid", _SETUP,
-                         ("L", "Eh", "C"), 3, "the saved session's ContextLoad priced as the null primary's"),
+                         ("L", "Eh", "C"), 3, "the saved session's ContextLoad priced as the null primary's",
+                         note_when_measured=False),
 }
 HMAC_MODES: tuple[Mode, ...] = tuple(m for m in Mode if m is not Mode.NONE)
 
