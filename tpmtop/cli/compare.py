@@ -107,13 +107,11 @@ def run_compare(args: argparse.Namespace) -> int:
 
     def who(doc: dict[str, Any], path: str) -> str:
         t, host = doc.get("tpm") or {}, doc.get("host") or {}
-        # Only what the capture knows (an imported capture names no TPM: "( fw , kernel
-        # unknown)" said nothing). Every string from a capture goes through safe().
-        parts = [" ".join(x for x in (str(t.get("manufacturer") or ""),
-                                      f"fw {t['firmware']}" if t.get("firmware") else "") if x),
-                 f"kernel {host['kernel']}" if host.get("kernel") and host["kernel"] != "unknown" else ""]
-        known = ", ".join(x for x in parts if x)
-        return safe(f"{path}  ({known})" if known else path)
+        # What the capture knows, and "not named"/"unknown" for what it does not (an imported
+        # capture names no TPM: "( fw , kernel unknown)"). Every capture string goes through safe().
+        tpm = " ".join(x for x in (str(t.get("manufacturer") or ""),
+                                   f"fw {t['firmware']}" if t.get("firmware") else "") if x) or "TPM not named"
+        return safe(f"{path}  ({tpm}, kernel {host.get('kernel') or 'unknown'})")
 
     for res, doc in zip(results, docs[1:], strict=False):
         print(f"A: {who(base, res['baseline'])}")
