@@ -9,6 +9,8 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 from tests.helpers.paths import TESTS
 from tests.helpers.tui import HIST_LINE, SIZE, app_for, header_text, histogram_counts, main_screen, until
 from tpmtop.sources.live import burst_size, pacing_json
@@ -652,3 +654,24 @@ class TestResilience:
             assert not src.running
             assert not any(e.origin == "workload" for e in src.recorder.events())
             assert "read-only" in header_text(app)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_p_opens_at_its_top(live, tmp_path, size):
+    """Issue 55 item 6: at 80×24 the `p` dialog opened scrolled to its bottom (its input took
+    the focus and was scrolled into view), past N and the costs it is priced with."""
+    from tpmtop.tui.screens.projection import ProjectionScreen
+
+    src = live(start_running=True, rate=0, mode="per-command")
+    app = app_for(src, tmp_path)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: src.accounts().get(("native", "per-command", "extend")) is not None
+                    and src.accounts()[("native", "per-command", "extend")].ops >= 5, what="per-command ops")
+        src.set_running(False)
+        await pilot.press("p")
+        await until(pilot, lambda: isinstance(app.screen, ProjectionScreen), what="projection screen")
+        box = app.screen.query_one("#projection-box")
+        await until(pilot, lambda: box.max_scroll_y > 0 or size == (120, 40), what="the dialog laid out")
+        await pilot.pause(0.2)
+        assert box.scroll_y == 0, (box.scroll_y, box.max_scroll_y)
+        assert app.screen.focused is app.screen.query_one("#projection-n")  # N can still be typed at once

@@ -91,7 +91,10 @@ class ProjectionScreen(ModalScreen[int | None]):
             yield Input(str(self.n), placeholder="number of extends", id="projection-n", type="integer")
 
     def on_mount(self) -> None:
-        self.query_one("#projection-n", Input).focus()  # type another N straight away
+        # type another N straight away, but open at the top: focusing the input (below the
+        # arithmetic) scrolled the box to its bottom, past N and the costs it is priced with
+        self.query_one("#projection-n", Input).focus(scroll_visible=False)
+        self.query_one("#projection-box", VerticalScroll).scroll_home(animate=False)
 
     def _markup(self) -> Content:
         # The box is 110 wide (95 % of a narrower screen), less its border, padding and scrollbar.
