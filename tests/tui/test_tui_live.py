@@ -675,3 +675,24 @@ async def test_p_opens_at_its_top(live, tmp_path, size):
         await pilot.pause(0.2)
         assert box.scroll_y == 0, (box.scroll_y, box.max_scroll_y)
         assert app.screen.focused is app.screen.query_one("#projection-n")  # N can still be typed at once
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_s_freezes_the_stream_where_it_is_seen(live, tmp_path, size):
+    """Issue 55 item 6: at 80×24 one panel shows at a time, and `s` froze the stream behind
+    the panel on show: the stream is shown first. At 120×40 it is on screen already."""
+    from tpmtop.tui.widgets.stream import StreamPanel
+
+    src = live(start_running=True, rate=0, mode="none")
+    app = app_for(src, tmp_path)
+    async with app.run_test(size=size) as pilot:
+        screen = main_screen(app)
+        await until(pilot, lambda: src.accounts().get(("native", "none", "extend")) is not None, what="none ops")
+        await pilot.press("3")  # Latency
+        await until(pilot, lambda: not screen.compact or screen.active_panel == "latency", what="latency shown")
+        await pilot.press("s")
+        stream = screen.query_one(StreamPanel)
+        await until(pilot, lambda: stream.frozen, what="stream frozen")
+        assert stream.display and stream.region.height > 0  # where it can be seen
+        if screen.compact:
+            assert screen.active_panel == "stream"

@@ -192,6 +192,10 @@ class KeyActions:
         self.screen.app.push_screen(DecodeScreen(self.screen.dash.source, event.row))
 
     def action_toggle_stream(self) -> None:
+        if self.screen.compact and self.screen.active_panel != "stream" and "stream" in self.screen.panels:
+            # one panel at a time (80×24): freeze the stream where it can be seen, as `/` does,
+            # not behind the panel on show (it froze out of sight and stayed so)
+            self.screen.action_show_panel("stream")
         panel = self.screen.query_one(StreamPanel)
         frozen = panel.toggle(self.screen.dash.stream_snapshot() if not panel.frozen else None)
         self.screen.notify("stream frozen (recording goes on)" if frozen else "stream follows", timeout=2)
