@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpmtop.tpm import names
-from tpmtop.viewmodel.numbers import EMPTY, buckets_of, summary_of
+from tpmtop.viewmodel.numbers import EMPTY, frozen_of, summary_of
 
 
 @dataclass
@@ -45,12 +45,18 @@ def run_from_account(key: tuple[str, str, str], acc: Any) -> RunView:
     cmds = dict(getattr(acc, "commands", {}) or {})
     hists = dict(getattr(acc, "command_hists", {}) or {})
     host = dict(getattr(acc, "command_host_hists", {}) or {})
+    # Each summary with the buckets of the same moment (a snapshot): the Latency table and
+    # the histogram under it then count the same samples (tpmtop.viewmodel.numbers.FrozenBuckets)
+    (op_s, op_b), (wire_s, wire_b), (host_s, host_b) = (frozen_of(h) for h in (acc.op_hist, acc.wire_hist,
+                                                                                 acc.host_hist))
+    commands = {}
+    for cc, h in hists.items():
+        summ, b = frozen_of(h)
+        commands[names.cc_name(cc)] = summ | {"histogram": b}
     return RunView(
-        engine, mode, op, ops, summary_of(acc.op_hist), summary_of(acc.wire_hist), summary_of(acc.host_hist),
+        engine, mode, op, ops, op_s, wire_s, host_s,
         commands_per_op={names.cc_name(cc): n / ops for cc, n in cmds.items()} if ops else {},
-        commands={names.cc_name(cc): summary_of(h) | {"histogram": buckets_of(h)} for cc, h in hists.items()},
-        op_buckets=buckets_of(acc.op_hist), wire_buckets=buckets_of(acc.wire_hist),
-        host_buckets=buckets_of(acc.host_hist),
+        commands=commands, op_buckets=op_b, wire_buckets=wire_b, host_buckets=host_b,
         command_host={names.cc_name(cc): summary_of(h) for cc, h in host.items()})
 
 
