@@ -80,7 +80,7 @@ def test_a_mode_not_run_is_priced_from_its_own_commands_host_and_wire(live):
         _run(src, dash, "reuse", 100)
         _run(src, dash, "per-command", 100)
     dash.stats(80)
-    comps, n, _, _, _, per_mode, what = dash.projection("-")
+    comps, n, _, _, _, per_mode, _ = dash.projection("-")
     measured = projection_of(comps, n, per_mode).modes["reuse"]
     estimate = projection_of(comps, n, {m: v for m, v in per_mode.items() if m != "reuse"}).modes["reuse"]
     assert "op p50" in measured.formula and "hEh" in estimate.formula
