@@ -162,7 +162,7 @@ def _head(runs: list[dict[str, Any]], ident: dict[str, Any], source: str, simula
 
 
 def capture_from_exchanges(exchanges: list[ObservedExchange], *, origin: str, source: str,
-                           simulated: bool = False, extra: dict[str, Any] | None = None,
+                           simulated: bool | None = None, extra: dict[str, Any] | None = None,
                            served_here: bool = False) -> dict[str, Any]:
     """The ``tpmtop.capture/1`` document for observed traffic (events in time order).
     ``served_here``: the exchanges went through this tpmtop's own transport (the lab serves
