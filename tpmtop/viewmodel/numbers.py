@@ -124,7 +124,18 @@ class FrozenBuckets:
         return self._summary
 
 
+_frozen: dict[int, tuple[Any, int, FrozenBuckets]] = {}  # id(h) -> (h, its count then, its latest snapshot)
+
+
 def frozen_of(h: Any) -> tuple[dict[str, Any], FrozenBuckets]:
-    """(summary, buckets) of ``h`` as of now, from one snapshot."""
+    """(summary, buckets) of ``h`` as of now, from one snapshot; the same snapshot again while
+    nothing was recorded (a run not running is not copied every refresh)."""
+    n = h.count
+    hit = _frozen.get(id(h))
+    if hit is not None and hit[0] is h and hit[1] == n:
+        return hit[2].summary(), hit[2]
+    if len(_frozen) > 4096:
+        _frozen.clear()
     f = FrozenBuckets(h.snapshot())
+    _frozen[id(h)] = (h, n, f)
     return f.summary(), f
