@@ -19,8 +19,15 @@ sample, and no change in it can be told from noise. Without a histogram on eithe
 interval exists: ``no histogram``.
 
 Non-overlapping 95 % intervals is a stricter test than a 5 % significance test — deliberately:
-a kernel regression report should not rest on a borderline result. It only covers sampling
-noise; drift during a run (thermal, another process on the TPM) is not in the histograms.
+a kernel regression report should not rest on a borderline result.
+
+Sampling noise is not all the noise: two identical `tpmtop bench` runs one after the other on
+a shared machine differ by more than their histograms' intervals (another process takes a
+core, caches and frequency differ between runs). So the difference must also exceed the
+run-to-run variation: the interval of the ratio B/A (B's low bound over A's high bound, B's
+high bound over A's low bound) must lie wholly beyond ×``MIN_EFFECT`` of that percentile (or
+below its inverse): ×1.5 for p50, ×4 for p99, from the ratios found between identical runs
+(docs/compare.md, "Run-to-run noise"); a smaller change needs repeated runs to be told.
 """
 
 from __future__ import annotations
@@ -34,6 +41,12 @@ Summary = dict[str, Any]
 Hist = list[Any]
 
 Z95 = 1.959964
+# Run-to-run variation of identical runs, by percentile (docs/compare.md, "Run-to-run noise":
+# six `bench --sim --engine native -n 3000` runs on this project's 2-core shared VM at load
+# 8–9; ratios between any two of them, every row). p50: 95 % of them within ×1.35, all but one
+# burst of load (×2.5, one run's per-command) within ×1.41. p99: 95 % within ×3.1 — a tail on
+# a shared machine is its scheduler's.
+MIN_EFFECT = {0.5: 1.5, 0.99: 4.0}
 BUCKETS_PER_DECADE = 4  # tpmtop.stats.LatencyHistogram.buckets()
 _STEP = 10 ** (1 / BUCKETS_PER_DECADE)
 
@@ -135,12 +148,26 @@ def verdict(a: Summary, b: Summary, p: float) -> str:
     if ia is None or ib is None:
         return "no samples"
     # ">=": in the tail the bounds are bucket edges and buckets are (lower, upper], so two
-    # intervals that meet at an edge do not overlap.
-    if ib[0] >= ia[1]:
+    # intervals that meet at an edge do not overlap. Beyond sampling noise, the ratio's whole
+    # interval must also be beyond the run-to-run variation (MIN_EFFECT).
+    m = min_effect(p)
+    if ib[0] >= ia[1] and ib[0] >= ia[1] * m:
         return "slower"
-    if ib[1] <= ia[0]:
+    if ib[1] <= ia[0] and ib[1] * m <= ia[0]:
         return "faster"
     return "within noise"
+
+
+def min_effect(p: float) -> float:
+    """The run-to-run minimum effect for percentile ``p``: the nearest measured one at or above it."""
+    at_or_above = [q for q in MIN_EFFECT if q >= p]
+    return MIN_EFFECT[min(at_or_above)] if at_or_above else MIN_EFFECT[max(MIN_EFFECT)]
+
+
+def judged(verdict_text: str) -> bool:
+    """False for a verdict that judged nothing (too few samples, no histogram): its figures
+    are not printed beside it."""
+    return verdict_text in ("slower", "faster", "within noise")
 
 
 def _ratio(a: float, b: float) -> float | None:

@@ -62,6 +62,15 @@ _UNIT_BITS = math.floor(math.log2(LOWEST_NS))
 _SUB_BITS = max(math.ceil(math.log2(2 * 10 ** SIGNIFICANT_DIGITS)), 1)
 
 
+EXACT_MAX = 256  # samples a LatencyHistogram keeps as they are (its percentiles then exact)
+
+
+def _nearest_rank(xs: list[int], p: float) -> int:
+    """The ``p`` percentile of sorted ``xs``: the smallest sample with at least p % of the
+    samples at or below it (nearest rank)."""
+    return xs[max(math.ceil(p / 100 * len(xs)) - 1, 0)]
+
+
 def _new_hdr() -> HdrHistogram:
     from hdrh.histogram import HdrHistogram
 
@@ -92,7 +101,7 @@ def recorded(h: HdrHistogram) -> list[tuple[int, int]]:
 class LatencyHistogram:
     """One latency distribution. Values are nanoseconds; summaries are microseconds."""
 
-    __slots__ = ("_h", "_lock", "_max_ns", "_min_ns", "_pending", "_sum_ns")
+    __slots__ = ("_exact", "_h", "_lock", "_max_ns", "_min_ns", "_pending", "_sum_ns")
 
     def __init__(self) -> None:
         self._h: HdrHistogram | None = None  # made by the first drain that has a value
@@ -104,9 +113,19 @@ class LatencyHistogram:
         # Every percentile is clamped into [min, max] of what was recorded.
         self._max_ns: int | None = None
         self._pending: list[int] = []
+        # Every sample, sorted when read, while there are at most EXACT_MAX: a percentile of a
+        # few samples is one of them (the p50 of 36,977, 36,977 and 36,978 µs is 36,977), not
+        # an HDR slot's edge clamped into [min, max] (which read 36,978). None past that.
+        self._exact: list[int] | None = []
 
     def record(self, ns: int, count: int = 1) -> None:
         with self._lock:
+            ex = self._exact
+            if ex is not None:
+                if len(ex) + count <= EXACT_MAX:
+                    ex.extend([ns] * count)
+                else:
+                    self._exact = None
             if count == 1:
                 self._pending.append(ns)
                 if len(self._pending) < 1024:
@@ -144,8 +163,12 @@ class LatencyHistogram:
             snap = _new_hdr()
             snap.add(other._h)
             s, m, mx = other._sum_ns, other._min_ns, other._max_ns
+            theirs = None if other._exact is None else list(other._exact)
         with self._lock:
             self._drain()
+            mine = self._exact
+            self._exact = (mine + theirs if mine is not None and theirs is not None
+                           and len(mine) + len(theirs) <= EXACT_MAX else None)
             if self._h is None:
                 self._h = _new_hdr()
             self._h.add(snap)
@@ -155,6 +178,13 @@ class LatencyHistogram:
             if mx is not None and (self._max_ns is None or mx > self._max_ns):
                 self._max_ns = mx
 
+    def snapshot(self) -> LatencyHistogram:
+        """A copy as of now (an HDR copy, ~0.4 ms for 200,000 samples here): a summary and
+        the buckets drawn from it then agree, whatever is recorded meanwhile."""
+        copy = LatencyHistogram()
+        copy.merge(self)
+        return copy
+
     def reset(self) -> None:
         with self._lock:
             self._pending.clear()
@@ -163,6 +193,7 @@ class LatencyHistogram:
             self._sum_ns = 0
             self._min_ns = None
             self._max_ns = None
+            self._exact = []
 
     @property
     def count(self) -> int:
@@ -175,6 +206,8 @@ class LatencyHistogram:
             self._drain()
             if self._h is None or self._h.get_total_count() == 0:
                 return 0
+            if self._exact:
+                return _nearest_rank(sorted(self._exact), p)
             return self._clamp(int(self._h.get_value_at_percentile(p)))
 
     def _clamp(self, ns: float) -> int:  # caller holds the lock, after a drain
@@ -189,7 +222,11 @@ class LatencyHistogram:
             n = 0 if self._h is None else self._h.get_total_count()
             if self._h is None or n == 0:
                 return {"count": 0, "p50": 0.0, "p90": 0.0, "p99": 0.0, "max": 0.0, "mean": 0.0}
-            vals = self._h.get_percentile_to_value_dict(list(PERCENTILES))
+            if self._exact:
+                xs = sorted(self._exact)
+                vals = {q: float(_nearest_rank(xs, q)) for q in PERCENTILES}
+            else:
+                vals = self._h.get_percentile_to_value_dict(list(PERCENTILES))
             return {
                 "count": n,
                 "p50": round(self._clamp(vals[50.0]) / 1000, 3),

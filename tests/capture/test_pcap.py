@@ -321,3 +321,7 @@ def test_an_imported_capture_does_not_claim_this_machine(bench_captures, tmp_pat
     assert socket.gethostname() not in json.dumps(host) and platform.release() not in json.dumps(host)
     r = run_tpmtop("compare", str(back), str(back))
     assert r.returncode == 0 and "kernel unknown" in r.stdout and platform.release() not in r.stdout
+    # issue 55 item 6: the file does not say whether a simulator answered: not claimed either way
+    assert load_capture(back)["tpm"]["simulated"] is None
+    # issue 55 item 6: no empty fields in the header ("( fw , kernel unknown)")
+    assert "(TPM not named, kernel unknown)" in r.stdout and "( fw" not in r.stdout, r.stdout

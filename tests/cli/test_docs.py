@@ -342,3 +342,19 @@ def test_the_benchmarks_page_names_every_benchmark_in_at_most_300_lines() -> Non
     assert len(page.splitlines()) <= 300
     scripts = sorted(p.name for p in (REPO / "benchmarks").glob("*.py") if p.name != "machine.py")
     assert [s for s in scripts if s not in page] == []
+
+
+def test_the_panel_keys_the_docs_name_are_the_dashboards():
+    """Issue 55 item 6: Health is key 9 (PCRs took 8) while the README, docs/health.md and
+    docs/dashboard.md said 8. Every "**Panel** (key `N`" and the README's keys row are read
+    against the dashboard's own panel list."""
+    from tpmtop.tui.panels import PANELS
+
+    keys = {p.title: p.key for p in PANELS}
+    texts = {path: path.read_text(encoding="utf-8") for path in [REPO / "README.md", *DOCS.glob("*.md")]}
+    named = [(path.name, title, key) for path, text in texts.items()
+             for title, key in re.findall(r"\*\*(\w+)\*\*(?: panel)? \(key `(\d)`", text)]
+    assert named, "no panel key named in the docs"
+    assert [n for n in named if keys.get(n[1]) != n[2]] == []
+    row = next(ln for ln in texts[REPO / "README.md"].splitlines() if ln.startswith("| `1`–"))
+    assert row.startswith(f"| `1`–`{len(PANELS)}` ") and ", ".join(p.title for p in PANELS) in row, row

@@ -263,3 +263,27 @@ def test_bench_marks_the_rows_a_profile_does_not_cover(tmp_path):
     r = run_tpmtop("bench", "--sim", "--profile", "slb9670", "--op", "extend", "--modes", "none,per-command",
                    "--engine", "native", "-n", "2", "--warmup", "0", "-q", timeout=300)
     assert r.returncode == 0 and "swtpm speed" not in r.stdout.split("\n", 2)[2] and "not the chip's" not in r.stdout
+
+
+def test_bench_marks_a_row_the_profile_prices_by_estimate():
+    """Issue 55 item 3: slb9670's ContextSave is an estimate (equal to its ContextLoad) and its
+    ContextLoad is the null primary's, not a saved session's: `bench --modes saved` marks the
+    saved row and says which; none and reuse, all published figures, carry no mark."""
+    r = run_tpmtop("bench", "--sim", "--profile", "slb9670", "--modes", "none,reuse,saved",
+                   "--engine", "native", "-n", "2", "--warmup", "0", "-q", timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = {ln.split()[1]: ln for ln in r.stdout.splitlines() if ln.startswith("native")}
+    assert set(rows) == {"none", "reuse", "saved*"}, rows
+    assert "# saved*: ContextLoad priced as the null primary's, ContextSave estimated" in r.stdout
+    assert all(len(ln) <= 80 for ln in r.stdout.splitlines() if ln.startswith("# saved*")), r.stdout
+
+
+def test_p_drops_the_saved_caveat_once_saved_ran():
+    """`p`: the caveat "the saved session's ContextLoad priced as the null primary's" is about
+    pricing saved from its commands; once saved ran here it is N × its own op p50."""
+    from tpmtop.tui.screens.projection import projection_markup
+
+    comps = {"E0": 20.0, "L": 45.0, "S": 370.0, "F": 22.0, "Eh": 22.0, "C": 25.0, "H": 150.0}
+    caveat = "priced as the null primary's"
+    assert caveat in projection_markup(comps, 1000, "-", "-", per_mode_us={"none": 27.0})
+    assert caveat not in projection_markup(comps, 1000, "-", "-", per_mode_us={"none": 27.0, "saved": 90.0})

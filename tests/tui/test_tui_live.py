@@ -9,6 +9,8 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 from tests.helpers.paths import TESTS
 from tests.helpers.tui import HIST_LINE, SIZE, app_for, header_text, histogram_counts, main_screen, until
 from tpmtop.sources.live import burst_size, pacing_json
@@ -652,3 +654,78 @@ class TestResilience:
             assert not src.running
             assert not any(e.origin == "workload" for e in src.recorder.events())
             assert "read-only" in header_text(app)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_p_opens_at_its_top(live, tmp_path, size):
+    """Issue 55 item 6: at 80×24 the `p` dialog opened scrolled to its bottom (its input took
+    the focus and was scrolled into view), past N and the costs it is priced with."""
+    from tpmtop.tui.screens.projection import ProjectionScreen
+
+    src = live(start_running=True, rate=0, mode="per-command")
+    app = app_for(src, tmp_path)
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: src.accounts().get(("native", "per-command", "extend")) is not None
+                    and src.accounts()[("native", "per-command", "extend")].ops >= 5, what="per-command ops")
+        src.set_running(False)
+        await pilot.press("p")
+        await until(pilot, lambda: isinstance(app.screen, ProjectionScreen), what="projection screen")
+        box = app.screen.query_one("#projection-box")
+        await until(pilot, lambda: box.max_scroll_y > 0 or size == (120, 40), what="the dialog laid out")
+        await pilot.pause(0.2)
+        assert box.scroll_y == 0, (box.scroll_y, box.max_scroll_y)
+        assert app.screen.focused is app.screen.query_one("#projection-n")  # N can still be typed at once
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_s_freezes_the_stream_where_it_is_seen(live, tmp_path, size):
+    """Issue 55 item 6: at 80×24 one panel shows at a time, and `s` froze the stream behind
+    the panel on show: the stream is shown first. At 120×40 it is on screen already."""
+    from tpmtop.tui.widgets.stream import StreamPanel
+
+    src = live(start_running=True, rate=0, mode="none")
+    app = app_for(src, tmp_path)
+    async with app.run_test(size=size) as pilot:
+        screen = main_screen(app)
+        await until(pilot, lambda: src.accounts().get(("native", "none", "extend")) is not None, what="none ops")
+        await pilot.press("3")  # Latency
+        await until(pilot, lambda: not screen.compact or screen.active_panel == "latency", what="latency shown")
+        await pilot.press("s")
+        stream = screen.query_one(StreamPanel)
+        await until(pilot, lambda: stream.frozen, what="stream frozen")
+        assert stream.display and stream.region.height > 0  # where it can be seen
+        if screen.compact:
+            assert screen.active_panel == "stream"
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_the_latency_table_and_its_histogram_count_the_same_samples(live, tmp_path, size):
+    """Issue 55 item 5: while the workload ran, the Latency table's count and the histogram
+    under it disagreed (473 against 492; max 3,613 µs against a 6.29 ms bucket): the table was
+    one refresh's, the histogram read the live samples later. Both read one frame's snapshot
+    now: whenever the histogram shows the row's current frame, its buckets add up to the
+    table's count, and its top bucket holds the table's max."""
+    src = live(start_running=True, rate=0, mode="reuse")
+    app = app_for(src, tmp_path)
+    async with app.run_test(size=size) as pilot:
+        screen = main_screen(app)
+        panel = screen.query_one("#latency")
+        await pilot.press("3")
+        await until(pilot, lambda: "op:total" in panel.table._shadow, what="the operation's row")
+        panel.table.focus()
+        panel.table.move_cursor(row=panel.table.get_row_index("op:total"))
+        checked = 0
+        for _ in range(400):
+            row = panel._rows.get("op:total")
+            if row is not None and panel._hist_drawn is row.buckets and panel.table.selected_key == "op:total":
+                hist = screen.query_one("#latency").query_one("HistogramView")
+                buckets, _, _ = hist._data
+                table_count = int(str(panel.table._shadow["op:total"][1]).replace(",", ""))
+                assert sum(c for _, c in buckets) == table_count == row.summary["count"]
+                assert max(ub for ub, c in buckets if c) >= row.summary["max"]
+                checked += 1
+                if checked >= 3:
+                    break
+            await pilot.pause(0.05)
+        assert checked >= 3, "the histogram never showed the table's frame"
+        assert src.running

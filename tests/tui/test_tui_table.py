@@ -53,3 +53,21 @@ async def test_a_narrow_panel_drops_p90_and_last_before_it_cuts_a_name_then_cuts
     assert first == len(LONG) and "max" in shown and "p90" not in shown and "last" not in shown
     first, shown = await _fit(67, [LONG])
     assert first == 21 and "max" in shown and "last" not in shown
+
+
+@pytest.mark.parametrize("order", [None, lambda first: first])
+async def test_the_cursor_stays_on_its_row_when_a_row_above_it_goes(order):
+    """A poll drops a flushed handle's row above the cursor: the cursor stays on the row it was
+    on, not on the row that slid into its place (``f`` then flushed the wrong handle: the flaky
+    test_object_slots_exhausted_pauses_and_flushing_in_handles_resumes)."""
+    app = _TableApp()
+    async with app.run_test(size=(120, 10)) as pilot:
+        table = app.query_one(KeyedTable)
+        keys = ["0x80000000", "0x80000001", "0x80000002"]
+        table.sync([(k, _row(k)) for k in keys], order=order)
+        await pilot.pause()
+        table.move_cursor(row=table.get_row_index("0x80000001"))
+        assert table.selected_key == "0x80000001"
+        table.sync([(k, _row(k)) for k in keys[1:]], order=order)
+        await pilot.pause()
+        assert table.selected_key == "0x80000001"

@@ -122,3 +122,23 @@ def test_histogram_layout_is_hdrhs():
     assert (stats._UNIT_BITS, stats._SUB_BITS) == (h.unit_magnitude, h.sub_bucket_half_count_magnitude + 1)
     for ns in (1_000, 1_023, 2_047, 2_048, 30_123, 999_999, 123_456_789, 59_999_999_999):
         assert stats._bucket_floor(ns) == h.get_lowest_equivalent_value(ns)
+
+
+def test_version_and_help_import_nothing_heavy():
+    """Issue 55 item 8: to list the modes in its help the CLI imported tpmtop.sessions.modes,
+    and with it dataclasses, inspect and ast: half the CLI's import, `--help` ×2.2 `python -c
+    pass`. The names alone (tpmtop.sessions.names) are an enum. A fresh interpreter each, so
+    that nothing the test runner loaded counts."""
+    heavy = ("dataclasses", "inspect", "ast", "tpmtop.sessions.modes")
+    for argv in (["--version"], ["--help"]):
+        code = ("import sys, contextlib, io\n"
+                "from tpmtop.cli import main\n"
+                "with contextlib.redirect_stdout(io.StringIO()):\n"
+                "    try:\n"
+                f"        main({argv!r})\n"
+                "    except SystemExit:\n"
+                "        pass\n"
+                f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == "[]", (argv, r.stdout)

@@ -54,3 +54,17 @@ def test_saved_is_priced_with_contextsave_or_not_at_all():
     proj = projection_of(comps | {"C": 36977.0}, 1000, {})
     assert proj.modes["saved"].formula == "(L + S + F) + N × (L + Eh + C)"
     assert float(proj.modes["saved"].total_s) == (36977 + 84747 + 3195 + 1000 * (36977 + 24356 + 36977)) / 1e6
+
+
+def test_a_ratio_from_few_operations_says_so():
+    """Issue 55 item 5: the first "×45.0 vs none" came from 6 operations and settled at ×23.7,
+    with no mark. Fewer than FEW_OPS on either side: the ratio says how many."""
+    from tpmtop.viewmodel.rows.modes import FEW_OPS, vs_none
+
+    few = comparison([run("none", 40.0, ops=100), run("per-command", 1800.0, ops=6)], "extend", MODES)
+    assert vs_none(few, ("native", "per-command")) == "×45.0 vs none (6 ops: few)"
+    assert "(6 ops: few)" in headline(few, ("native", "per-command"), measuring=True)
+    base_few = comparison([run("none", 40.0, ops=4), run("per-command", 1800.0, ops=100)], "extend", MODES)
+    assert vs_none(base_few, ("native", "per-command")) == "×45.0 vs none (4 ops: few)"
+    enough = comparison([run("none", 40.0, ops=FEW_OPS), run("per-command", 948.0, ops=FEW_OPS)], "extend", MODES)
+    assert vs_none(enough, ("native", "per-command")) == "×23.7 vs none"

@@ -27,3 +27,20 @@ def test_percentiles_stay_inside_the_recorded_range_after_a_merge():
     a.reset()
     a.record(6_360_000)
     assert a.summary()["max"] == 6_360.0 == a.summary()["p50"]
+
+
+def test_a_percentile_of_a_few_samples_is_one_of_them():
+    """Issue 55 item 5: three ContextLoads held at the slb9670 profile's 36,977 µs, one of them a
+    microsecond late: the dashboard's p50 read 36,978 (the HDR slot's edge, clamped to the
+    max). Of few samples every percentile is a sample, by nearest rank."""
+    from tpmtop.stats import LatencyHistogram
+
+    h = LatencyHistogram()
+    for us in (36_977, 36_977, 36_978):
+        h.record(us * 1000)
+    s = h.summary()
+    assert (s["p50"], s["max"], s["count"]) == (36_977.0, 36_978.0, 3)
+    assert h.percentile_ns(50) == 36_977_000
+    merged = LatencyHistogram()
+    merged.merge(h)
+    assert merged.summary()["p50"] == 36_977.0

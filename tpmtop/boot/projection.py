@@ -40,9 +40,16 @@ COMPONENTS = {
     "Eh": OP_EXTEND_HMAC,
     "C": "ContextSave",
     # not a command: the host time of one operation (op p50 − its TPM time), added to a mode
-    # priced from its commands when the modes beside it are priced by operation time
+    # priced from its commands when the modes beside it are priced by operation time and the
+    # commands' own host time (below) is not known
     "H": "host time per operation",
 }
+# The host work of each command (a live sitting measures it apart from its wire time:
+# tpmtop.sessions.accounting): a mode priced from its commands beside modes priced by
+# operation time adds the host work of the commands it sends, its own basis. H, a whole
+# per-command operation's host time, priced reuse ×5 too high at swtpm speed (its salt and
+# key derivation, which reuse does once, counted on every extend).
+HOST_COMPONENTS = {"h" + k: f"host work of {v}" for k, v in COMPONENTS.items() if k != "H"}
 PUBLISHED_SOURCE = "published SLB9670 figures (last resort)"
 PUBLISHED_ABOUT = ("Infineon SLB9670 via ftrace on kernel 6.11-rc2, Sept 2024: another machine's TPM, "
                    "so the estimates only show the order of magnitude")
@@ -282,7 +289,11 @@ def project(extends: int | None, extends_source: str, components: dict[str, Cost
         once, each = list(info.once), list(info.each)
         mc = ModeCost(mode, info.formula, note=info.projection_note)
         if per_mode and mode not in per_mode:
-            if "H" in components:
+            if all("h" + x in components for x in once + each):
+                # each command's own host work: the basis of the modes priced by op p50
+                once, each = once + ["h" + x for x in once], each + ["h" + x for x in each]
+                mc.formula = _formula(once, each)
+            elif "H" in components:
                 each.append("H")  # host time per operation: the basis of the modes priced by op p50
                 mc.formula = _formula(once, each)
             else:
@@ -292,6 +303,8 @@ def project(extends: int | None, extends_source: str, components: dict[str, Cost
         if mode in per_mode:
             c = per_mode[mode]
             mc.formula = f"N × ({per_mode_what} for this mode)"
+            if not info.note_when_measured:
+                mc.note = None  # priced by its own p50, not from its commands
             mc.sources = [f"{c.source}: {c.detail}"]
             if n is None:
                 mc.reason = "number of extends unknown"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from tpmtop import __version__
 from tpmtop.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, Interrupted, TpmtopError
-from tpmtop.sessions.modes import mode_help
+from tpmtop.sessions.names import mode_help  # not .modes: its dataclasses/inspect/ast doubled --help
 from tpmtop.tpm import interrupts
 
 # name -> (module, one-line help). The module defines add_<name>_arguments(parser) and

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
     # a run's commands -> those a chip profile did not cover (tpmtop.profiles.apply.gaps)
     GapsFn = Callable[[Iterable[int | str | None]], list[str]]
+    # a run's commands and mode -> those whose profile figure is an estimate (profiles.apply.estimated)
+    EstimatesFn = Callable[[Iterable[int | str | None], str], list[str]]
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -79,10 +81,13 @@ def _plan(args: argparse.Namespace) -> BenchPlan:
                      allow_pcr=args.allow_pcr)
 
 
-def format_table(accounts: Sequence[RunAccount], gaps: GapsFn | None = None) -> str:
+def format_table(accounts: Sequence[RunAccount], gaps: GapsFn | None = None,
+                 estimates: EstimatesFn | None = None) -> str:
     """``gaps``: a run's commands a chip profile did not cover (tpmtop.profiles.apply.gaps):
     such a row says which ran at swtpm speed, and a ratio that depends on one is marked. An op
-    p99 from fewer than 100 operations is not shown as a figure (:func:`tpmtop.stats.judged`)."""
+    p99 from fewer than 100 operations is not shown as a figure (:func:`tpmtop.stats.judged`).
+    ``estimates``: a run's commands whose profile latency is an estimate
+    (tpmtop.profiles.apply.estimated): its mode is marked "*" (the footnote says which)."""
     from tpmtop.cli.common import table
     from tpmtop.stats import tail_cell, tail_note
 
@@ -100,7 +105,8 @@ def format_table(accounts: Sequence[RunAccount], gaps: GapsFn | None = None) -> 
             if missing[id(a)] or base_gap.get(a.engine):
                 ratio += " (not the chip's)"
         cmds = sum(a.commands.values()) / a.ops if a.ops else 0
-        row = [a.engine, a.mode, str(a.ops), f"{1e6 / s['mean']:.0f}" if s["mean"] else "-",
+        marked = bool(estimates and estimates(a.commands, a.mode))
+        row = [a.engine, a.mode + ("*" if marked else ""), str(a.ops), f"{1e6 / s['mean']:.0f}" if s["mean"] else "-",
                _us(s["p50"]), tail_cell(s, fmt=_us), _us(w["p50"]), _us(h["p50"]),
                f"{cmds:g}", ratio]
         if gaps is not None:
@@ -196,13 +202,26 @@ def run_bench(args: argparse.Namespace) -> int:
             return gaps(conn, commands)
 
         gap_of = run_gaps if profile is not None else None
+        from tpmtop.profiles.apply import estimated
+
+        def run_estimates(commands: Iterable[int | str | None], mode: str) -> list[str]:
+            return estimated(profile, commands, mode)
+
+        est_of = run_estimates if profile is not None else None
         for i, period in enumerate(result.periods):
             print(f"## period {i + 1}, ended by: {result.resets[i]}", file=report)
-            print(format_table(period, gap_of), file=report)
+            print(format_table(period, gap_of, est_of), file=report)
         if result.periods:
             print(f"## period {len(result.periods) + 1}, after the TPM reset", file=report)
         if result.accounts:
-            print(format_table(result.accounts, gap_of), file=report)
+            print(format_table(result.accounts, gap_of, est_of), file=report)
+        if profile is not None and any(estimated(profile, a.commands, a.mode) for a in result.accounts):
+            print(f"# *: not only the chip's published figures (`tpmtop profile show {profile.name}`):",
+                  file=report)
+        for a in result.accounts:
+            est = estimated(profile, a.commands, a.mode)
+            if est:  # the row is not all the chip's published figures: say which are estimates
+                print(f"# {a.mode}*: {', '.join(est)}", file=report)
         unheld = gaps(conn, {c for a in result.accounts for c in a.commands})
         if profile is not None and unheld:
             print(f"# not in profile {profile.name}, so at swtpm speed (the simulator's, not the chip's): "

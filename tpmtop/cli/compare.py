@@ -20,8 +20,13 @@ when the two intervals do not overlap is a difference called "slower" or "faster
 "within noise". A percentile is judged only when both captures hold enough samples for its
 interval to be closed on both sides (p50: 8, p90: 53, p99: 563); with fewer the verdict is
 "too few samples (n=N < MIN)" whatever the ratio (a p99 of 20 runs is their largest one).
-"no histogram": a capture without histograms.
-This covers sampling noise only, not drift during a run.
+"no histogram": a capture without histograms; the figures of a percentile not judged are
+not printed ("-").
+Run-to-run noise: two identical runs on a shared machine differ by more than sampling noise,
+so a difference is named only when the whole interval of the ratio B/A also lies beyond
+x{min_effect} (or below its inverse), p50, and x{min_effect99}, p99: above the ratios
+measured between identical `tpmtop bench` runs (docs/compare.md). Smaller changes need
+repeated runs.
 
 examples:
   tpmtop compare kernel-6.10.json kernel-6.12.json
@@ -29,7 +34,11 @@ examples:
 
 
 def add_compare_arguments(p: argparse.ArgumentParser) -> None:
-    p.epilog = HELP_RULE + "\n\n" + (p.epilog or "")
+    from tpmtop.compare import MIN_EFFECT
+
+    rule = HELP_RULE.replace("{min_effect}", f"{MIN_EFFECT[0.5]:g}").replace("{min_effect99}",
+                                                                             f"{MIN_EFFECT[0.99]:g}")
+    p.epilog = rule + "\n\n" + (p.epilog or "")
     p.add_argument("captures", nargs="+", metavar="CAPTURE.json",
                    help="two or more captures (tpmtop bench --json); the first is the baseline")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
@@ -62,7 +71,7 @@ def _print_patterns(label: str, pats: list[dict[str, Any]]) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     from tpmtop.cli.common import print_json, table
-    from tpmtop.compare import compare, only_in
+    from tpmtop.compare import compare, judged, only_in
     from tpmtop.errors import UsageError
     from tpmtop.textsafe import safe
 
@@ -97,9 +106,12 @@ def run_compare(args: argparse.Namespace) -> int:
         return 0
 
     def who(doc: dict[str, Any], path: str) -> str:
-        t = doc["tpm"]
-        # Every string from a capture goes through safe(): it may hold terminal escapes.
-        return safe(f"{path}  ({t['manufacturer']} fw {t['firmware']}, kernel {doc['host']['kernel']})")
+        t, host = doc.get("tpm") or {}, doc.get("host") or {}
+        # What the capture knows, and "not named"/"unknown" for what it does not (an imported
+        # capture names no TPM: "( fw , kernel unknown)"). Every capture string goes through safe().
+        tpm = " ".join(x for x in (str(t.get("manufacturer") or ""),
+                                   f"fw {t['firmware']}" if t.get("firmware") else "") if x) or "TPM not named"
+        return safe(f"{path}  ({tpm}, kernel {host.get('kernel') or 'unknown'})")
 
     for res, doc in zip(results, docs[1:], strict=False):
         print(f"A: {who(base, res['baseline'])}")
@@ -116,9 +128,14 @@ def run_compare(args: argparse.Namespace) -> int:
                 what = f"{r['engine']}/{r['mode']}/{r['op']}"
             else:
                 what = f"  {r['command'].removeprefix('TPM2_CC_')}"
-            out.append([safe(what), f"{r['count'][0]}/{r['count'][1]}",
-                        _fmt_us(r["p50"][0]), _fmt_us(r["p50"][1]), _fmt_ratio(r["p50_ratio"]), r["p50_verdict"],
-                        _fmt_us(r["p99"][0]), _fmt_us(r["p99"][1]), _fmt_ratio(r["p99_ratio"]), r["p99_verdict"]])
+            cells = [safe(what), f"{r['count'][0]}/{r['count'][1]}"]
+            for pn in ("p50", "p99"):
+                v = r[f"{pn}_verdict"]
+                # a percentile too few samples cannot judge is not printed beside that verdict
+                shown = judged(v) or v == "no histogram"
+                cells += [_fmt_us(r[pn][0]) if shown else "-", _fmt_us(r[pn][1]) if shown else "-",
+                          _fmt_ratio(r[f"{pn}_ratio"]) if shown else "-", v]
+            out.append(cells)
         print(table(out, ["operation / command", "n A/B", "p50 A", "p50 B", "B/A", "p50 verdict",
                           "p99 A", "p99 B", "B/A", "p99 verdict"], right={1, 2, 3, 4, 6, 7, 8}))
         for label, keys in (("only in A", res["only_in_baseline"]), ("only in B", res["only_in_capture"])):

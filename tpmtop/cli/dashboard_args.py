@@ -13,7 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from tpmtop.errors import UsageError
-from tpmtop.sessions.modes import ENGINES, MODES, OPS, Engine, Mode, Op
+from tpmtop.sessions.names import ENGINES, MODES, OPS, Engine, Mode, Op  # light: help
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

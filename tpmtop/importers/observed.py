@@ -149,17 +149,20 @@ class _Runs:
         return out
 
 
-def _head(runs: list[dict[str, Any]], ident: dict[str, Any], source: str, simulated: bool,
+def _head(runs: list[dict[str, Any]], ident: dict[str, Any], source: str, simulated: bool | None,
           served_here: bool) -> dict[str, Any]:
+    """``simulated`` None: not known (an imported file: whoever recorded it knew, the file does
+    not say), and null in the capture unless the TPM named itself a simulator."""
     from tpmtop.capture.build import capture_head
 
     # swtpm and the IBM simulator answer "IBM" / "SW   TPM"
-    sim = simulated or (ident["manufacturer"] == "IBM" and ident["vendor"].startswith("SW"))
+    sim = simulated or (ident["manufacturer"] == "IBM" and ident["vendor"].startswith("SW")) or (
+        None if simulated is None else False)
     return capture_head({"tcti": source, **ident, "simulated": sim}, runs, recorded_here=False, tuned=served_here)
 
 
 def capture_from_exchanges(exchanges: list[ObservedExchange], *, origin: str, source: str,
-                           simulated: bool = False, extra: dict[str, Any] | None = None,
+                           simulated: bool | None = None, extra: dict[str, Any] | None = None,
                            served_here: bool = False) -> dict[str, Any]:
     """The ``tpmtop.capture/1`` document for observed traffic (events in time order).
     ``served_here``: the exchanges went through this tpmtop's own transport (the lab serves
@@ -316,7 +319,7 @@ def capture_from_stream(exchanges: Iterable[ObservedExchange], *, origin: str, s
         t0 = t if t0 is None or t < t0 else t0
         spool.append((t, x.client, text))
     t0 = t0 or 0
-    cap = _head(runs.runs(), ident.result(), source, False, False)
+    cap = _head(runs.runs(), ident.result(), source, None, False)  # a file: whether a simulator answered is not known
     cap |= {"t0_unix_ns": t0, "events": SpooledEvents(spool, t0, clients())}
     if extra:
         cap.update(extra)

@@ -93,3 +93,32 @@ def describe(profile: Profile, seed: int | None = None) -> str:
     if seed is not None:
         s += f", seed {seed}"
     return s + ": latencies are the chip's where it has a figure, reproduced on the simulator (others: swtpm speed)"
+
+
+# A kept session loaded from its saved context: the profile has one ContextLoad figure, the
+# null primary's (nothing is published for a session's), so a mode that loads its session
+# each operation has that command priced by analogy.
+_SESSION_LOADS = {"saved"}
+
+
+def estimated(profile: Profile | None, commands: Iterable[int | str | None], mode: str) -> list[str]:
+    """Of a run's ``commands`` (codes or TPM2_CC_ names), those whose latency under ``profile``
+    is an estimate rather than a published or recorded figure, each with why ("ContextSave
+    estimated", "ContextLoad priced as the null primary's"): the row must not read as the
+    chip's own."""
+    from tpmtop.profiles.profile import HMAC_SESSION, NO_SESSION
+    from tpmtop.tpm import names
+
+    if profile is None:
+        return []
+    by_name = {names.cc_name(k): k for k in profile.commands}
+    out = []
+    for c in sorted({c if isinstance(c, str) else names.cc_name(c) for c in commands if c is not None}):
+        cc = by_name.get(c)
+        short = c.removeprefix("TPM2_CC_")
+        fig = profile.figure(cc, NO_SESSION if mode == "none" else HMAC_SESSION) if cc is not None else None
+        if fig is not None and fig.source.get("kind") == "estimated":
+            out.append(f"{short} estimated")
+        elif fig is not None and short == "ContextLoad" and mode in _SESSION_LOADS:
+            out.append(f"{short} priced as the null primary's")
+    return out

@@ -25,19 +25,24 @@ class RunAccount:
     host_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
     commands: Counter[int | None] = field(default_factory=Counter)  # cc -> commands sent in counted operations
     command_hists: dict[int | None, LatencyHistogram] = field(default_factory=dict)
+    # The host time of each command: the gap between the previous answer (or the operation's
+    # start) and its send, and after the operation's last answer, the rest of the operation
+    # (checking that answer's HMAC). Salt and ECDH land on StartAuthSession, the command HMAC
+    # and its check on the HMAC'd command: a mode that was not run is priced from the host
+    # work of the commands it would send, not from another mode's whole host time.
+    command_host_hists: dict[int | None, LatencyHistogram] = field(default_factory=dict)
 
-    def add(self, total_ns: int, wire: list[tuple[int | None, int]]) -> None:
-        wire_ns = sum(w for _, w in wire)
+    def add(self, total_ns: int, wire: list[tuple[int | None, int, int]], t0_ns: int | None = None) -> None:
+        wire_ns = sum(w for _, w, _ in wire)
         self.ops += 1
         self.op_hist.record(total_ns)
         self.wire_hist.record(wire_ns)
         self.host_hist.record(max(total_ns - wire_ns, 0))
-        for cc, w in wire:
+        for cc, _, _ in wire:
             self.commands[cc] += 1
-            h = self.command_hists.get(cc)
-            if h is None:
-                h = self.command_hists[cc] = LatencyHistogram()
-            h.record(w)
+        _record(self.command_hists, [(cc, w) for cc, w, _ in wire])
+        if t0_ns is not None and wire:
+            _record(self.command_host_hists, _host_split(total_ns, wire, t0_ns))
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -56,6 +61,26 @@ class RunAccount:
             "commands_per_op": self.commands_per_op(),
             "commands": {names.cc_name(cc): h.to_json() for cc, h in sorted(self.command_hists.items(), key=_cc_key)},
         }
+
+
+def _host_split(total_ns: int, wire: list[tuple[int | None, int, int]], t0_ns: int) -> list[tuple[int | None, int]]:
+    """(cc, host ns) for each command of one operation (see ``command_host_hists``)."""
+    out: list[tuple[int | None, int]] = []
+    prev = t0_ns
+    for cc, w, sent in wire:
+        out.append((cc, max(sent - prev, 0)))
+        prev = sent + w
+    cc, host = out[-1]
+    out[-1] = (cc, host + max(t0_ns + total_ns - prev, 0))
+    return out
+
+
+def _record(hists: dict[int | None, LatencyHistogram], values: list[tuple[int | None, int]]) -> None:
+    for cc, v in values:
+        h = hists.get(cc)
+        if h is None:
+            h = hists[cc] = LatencyHistogram()
+        h.record(v)
 
 
 def _cc_key(item: tuple[int | None, Any]) -> int:

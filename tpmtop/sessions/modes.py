@@ -13,31 +13,16 @@ three and the capture schema's enum agree.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
-
-class Mode(StrEnum):
-    NONE = "none"
-    PER_COMMAND = "per-command"
-    REUSE = "reuse"
-    SAVED = "saved"
-
-
-class Engine(StrEnum):
-    """The crypto engine's *name* (the classes are :mod:`tpmtop.sessions.engines`)."""
-
-    NATIVE = "native"
-    ESYS = "esys"
-
-
-class Op(StrEnum):
-    EXTEND = "extend"
-    GET_RANDOM = "get_random"
-    CREATE_PRIMARY = "create_primary"
-
-
-# The TPM command each operation is (tpm2-pytss's TPM2_CC spelling).
-OP_COMMANDS = {Op.EXTEND: "PCR_Extend", Op.GET_RANDOM: "GetRandom", Op.CREATE_PRIMARY: "CreatePrimary"}
+# The closed sets, defined once in tpmtop.sessions.names (light: the CLI's help lists them).
+from tpmtop.sessions.names import ENGINES as ENGINES
+from tpmtop.sessions.names import MODES as MODES
+from tpmtop.sessions.names import OP_COMMANDS as OP_COMMANDS
+from tpmtop.sessions.names import OPS as OPS
+from tpmtop.sessions.names import Engine as Engine
+from tpmtop.sessions.names import Mode as Mode
+from tpmtop.sessions.names import Op as Op
+from tpmtop.sessions.names import mode_help as mode_help
 
 
 @dataclass(frozen=True)
@@ -53,6 +38,9 @@ class ModeInfo:
     each: tuple[str, ...]
     commands_per_op: int  # TPM commands one operation puts on the wire (tests check the wire)
     projection_note: str | None = None  # what the formula leaves out
+    # False: the note is about pricing the mode from its commands, moot once the mode ran here
+    # and is priced by its own op p50 (saved's session ContextLoad: measured then, not priced)
+    note_when_measured: bool = True
 
     @property
     def formula(self) -> str:
@@ -76,24 +64,16 @@ MODE_INFO: dict[Mode, ModeInfo] = {
                          "a lower bound: each user-space TPM command, hwrng read (before 6.15) or resume "
                          "pays L + S + F again"),
     Mode.SAVED: ModeInfo("proposed: ContextLoad session, command, ContextSave", "latency-mid", _SETUP,
-                         ("L", "Eh", "C"), 3, "the saved session's ContextLoad priced as the null primary's"),
+                         ("L", "Eh", "C"), 3, "the saved session's ContextLoad priced as the null primary's",
+                         note_when_measured=False),
 }
 HMAC_MODES: tuple[Mode, ...] = tuple(m for m in Mode if m is not Mode.NONE)
-
-MODES: tuple[str, ...] = tuple(Mode)
-ENGINES: tuple[str, ...] = tuple(Engine)
-OPS: tuple[str, ...] = tuple(Op)
 
 # TPM commands one operation puts on the wire, by mode (the tests check this from the
 # transport, not from here; this is what the kernel's strategies imply).
 EXPECTED_COMMANDS_PER_OP = {m: info.commands_per_op for m, info in MODE_INFO.items()}
 
 DEFAULT_PCR = 16
-
-
-def mode_help() -> str:
-    """``none, per-command, reuse, saved``: the words a CLI help lists."""
-    return ", ".join(MODES)
 
 
 def parse_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:

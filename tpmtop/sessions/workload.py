@@ -24,7 +24,7 @@ from tpmtop.sessions.engine import ATTR_CONTINUE, ATTR_DECRYPT, ATTR_ENCRYPT, CO
 from tpmtop.sessions.engines import make_engine
 from tpmtop.sessions.modes import DEFAULT_PCR, Engine, Mode, Op, check_pcr
 from tpmtop.tpm import names
-from tpmtop.tpm.exchange import Labels, Origin, labelled, wire_log
+from tpmtop.tpm.exchange import Labels, Origin, WireEntry, labelled, wire_log
 
 if TYPE_CHECKING:
     from tpmtop.tpm.commands import Transacts
@@ -210,7 +210,7 @@ class Workload:
     def _timed(self, e: AnyEngine) -> int:
         acct = self.account()
         self._op_seq = self.conn.recorder.next_op_seq()
-        wire: list[tuple[int | None, int]] = []
+        wire: list[WireEntry] = []
         ok = False
         t0 = 0
         try:
@@ -228,8 +228,8 @@ class Workload:
             # book-keeping after the timed scope
             if self.ops_log is not None:
                 self.ops_log.append((self._op_seq, self.engine_name, self.mode, self.op, t0, total,
-                                     sum(w for _, w in wire), ok))
-        acct.add(total, wire)
+                                     sum(w for _, w, _ in wire), ok))
+        acct.add(total, wire, t0)
         return total
 
     def _run_mode(self, e: AnyEngine) -> None:

@@ -5,10 +5,10 @@ No Textual here."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from tpmtop.sources.histreads import EMPTY, buckets_of, summary_of
+from tpmtop.sources.histreads import EMPTY, frozen_of, summary_of
 from tpmtop.tpm import names
 
 
@@ -26,6 +26,8 @@ class RunView:
     op_buckets: Callable[[], list[Any]] | list[Any] | None = None
     wire_buckets: Callable[[], list[Any]] | list[Any] | None = None
     host_buckets: Callable[[], list[Any]] | list[Any] | None = None
+    # spec name -> summary of each command's host time (tpmtop.sessions.accounting); live only
+    command_host: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -42,12 +44,20 @@ def run_from_account(key: tuple[str, str, str], acc: Any) -> RunView:
     ops = int(getattr(acc, "ops", 0) or 0)
     cmds = dict(getattr(acc, "commands", {}) or {})
     hists = dict(getattr(acc, "command_hists", {}) or {})
+    host = dict(getattr(acc, "command_host_hists", {}) or {})
+    # Each summary with the buckets of the same moment (a snapshot): the Latency table and
+    # the histogram under it then count the same samples (tpmtop.sources.histreads.FrozenBuckets)
+    (op_s, op_b), (wire_s, wire_b), (host_s, host_b) = (frozen_of(h) for h in (acc.op_hist, acc.wire_hist,
+                                                                                 acc.host_hist))
+    commands = {}
+    for cc, h in hists.items():
+        summ, b = frozen_of(h)
+        commands[names.cc_name(cc)] = summ | {"histogram": b}
     return RunView(
-        engine, mode, op, ops, summary_of(acc.op_hist), summary_of(acc.wire_hist), summary_of(acc.host_hist),
+        engine, mode, op, ops, op_s, wire_s, host_s,
         commands_per_op={names.cc_name(cc): n / ops for cc, n in cmds.items()} if ops else {},
-        commands={names.cc_name(cc): summary_of(h) | {"histogram": buckets_of(h)} for cc, h in hists.items()},
-        op_buckets=buckets_of(acc.op_hist), wire_buckets=buckets_of(acc.wire_hist),
-        host_buckets=buckets_of(acc.host_hist))
+        commands=commands, op_buckets=op_b, wire_buckets=wire_b, host_buckets=host_b,
+        command_host={names.cc_name(cc): summary_of(h) for cc, h in host.items()})
 
 
 def runs_from_accounts(accounts: dict[tuple[str, str, str], Any]) -> list[RunView]:
@@ -81,18 +91,19 @@ def boot_components(runs: list[RunView], engine: str = "native") -> dict[str, fl
     want = {"E0": ("none", "TPM2_CC_PCR_Extend"), "L": ("per-command", "TPM2_CC_ContextLoad"),
             "S": ("per-command", "TPM2_CC_StartAuthSession"), "F": ("per-command", "TPM2_CC_FlushContext"),
             "Eh": ("per-command", "TPM2_CC_PCR_Extend")}
+    want["C"] = ("saved", "TPM2_CC_ContextSave")  # measured only where it is sent
     for letter, (mode, cc) in want.items():
         run = by_mode.get(mode)
         d = run.commands.get(cc) if run is not None else None
         if d and d.get("p50"):
             out[letter] = float(d["p50"])
-    # ContextSave from the run that sends it (saved); H, the host time of one operation, from
-    # per-command (the most host work of any mode: salt, key derivation, HMAC), which puts a
-    # mode priced from its commands on the op p50s' basis without pricing it below them
-    saved = by_mode.get("saved")
-    d = saved.commands.get("TPM2_CC_ContextSave") if saved is not None else None
-    if d and d.get("p50"):
-        out["C"] = float(d["p50"])
+        # and the host work of that command, apart (hL, hS, …): a mode not run is priced from
+        # its own commands' wire and host time, not from another mode's whole host time
+        h = run.command_host.get(cc) if run is not None else None
+        if h and h.get("count"):
+            out["h" + letter] = float(h["p50"])
+    # H, the host time of one per-command operation: the fallback basis where the commands'
+    # host time is not known apart (a capture)
     pc = by_mode.get("per-command")
     if pc is not None and pc.host_us.get("p50"):
         out["H"] = float(pc.host_us["p50"])

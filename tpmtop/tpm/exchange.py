@@ -58,9 +58,11 @@ class Labels:
 
 USER = Labels()
 _LABELS: ContextVar[Labels] = ContextVar("tpmtop_labels", default=USER)
-# When set, (command code, wire ns) of each exchange is appended: the session engine sums an
-# operation's wire time from it. A list per operation, owned by the job that set it.
-_WIRE_LOG: ContextVar[list[tuple[int | None, int]] | None] = ContextVar("tpmtop_wire_log", default=None)
+# When set, (command code, wire ns, send time ns) of each exchange is appended: the session
+# engine sums an operation's wire time from it, and splits its host time by command (the gap
+# before each send). A list per operation, owned by the job that set it.
+WireEntry = tuple[int | None, int, int]
+_WIRE_LOG: ContextVar[list[WireEntry] | None] = ContextVar("tpmtop_wire_log", default=None)
 
 
 def current_labels() -> Labels:

@@ -27,7 +27,7 @@ from tpmtop.errors import TpmConnectionError, TpmTimeout
 from tpmtop.settings import current
 from tpmtop.tpm import wire
 from tpmtop.tpm.busypoll import AnswerBudget, recv_soon
-from tpmtop.tpm.exchange import _LABELS, _WIRE_LOG, ExchangeSink, labelled, wire_log
+from tpmtop.tpm.exchange import _LABELS, _WIRE_LOG, ExchangeSink, WireEntry, labelled, wire_log
 from tpmtop.tpm.holdclock import sleep_until
 from tpmtop.tpm.interrupts import held
 from tpmtop.tpm.placement import HELD, FollowCaller
@@ -348,7 +348,7 @@ class InstrumentedTransport:
         the general way, with the same result."""
         put, sink = self._put, self._sink
         if put is None or sink is None or not sink.enabled or self.shaper is not None or _log() is not None:
-            log: list[tuple[int | None, int]] = []
+            log: list[WireEntry] = []
             with labelled(labels), wire_log(log):
                 rsp = self.transact(command)
             return rsp, (log[-1][1] if log else 0)
@@ -398,7 +398,7 @@ class InstrumentedTransport:
         except Exception as e:
             wire_ns = _now() - t0
             if log is not None:
-                log.append((_cc(command), wire_ns))
+                log.append((_cc(command), wire_ns, t0))
             if report and sink is not None:
                 sink.put((t0, wire_ns, command, None, str(e), _labels()))
             raise
@@ -408,7 +408,7 @@ class InstrumentedTransport:
                 sleep_until(t0 + hold)
         wire_ns = _now() - t0
         if log is not None:
-            log.append((int.from_bytes(command[6:10], "big") if len(command) >= 10 else None, wire_ns))
+            log.append((int.from_bytes(command[6:10], "big") if len(command) >= 10 else None, wire_ns, t0))
         if report and sink is not None:
             # A plain tuple in Exchange's field order: building the NamedTuple itself (even by
             # tuple.__new__) cost ~0.25 µs here, half of what recording adds to a command.

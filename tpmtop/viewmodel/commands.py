@@ -5,7 +5,7 @@ workers (tpmtop.tui.screens.workers), and raise what the source's role says it r
 (tpmtop.sources.protocol). No Textual here.
 
 The types a screen names (a poll's result, a sysfs reading, the gate's holds, the source's
-capabilities) are re-exported here, so the TUI needs no import from tpmtop.sources.
+capabilities, a frame's frozen histogram) are re-exported here, so the TUI needs no import from tpmtop.sources.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tpmtop.sources.gate import UiHold as UiHold
+from tpmtop.sources.histreads import FrozenBuckets as FrozenBuckets
 from tpmtop.sources.protocol import Capabilities as Capabilities
 from tpmtop.sources.protocol import PollResult as PollResult
 from tpmtop.sources.protocol import Source as Source

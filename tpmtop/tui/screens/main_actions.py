@@ -236,6 +236,10 @@ class KeyActions:
         self._frozen_stream().action_page(direction)
 
     def action_toggle_stream(self) -> None:
+        if self.host.compact and self.host.active_panel != "stream" and "stream" in self.host.panels:
+            # one panel at a time (80×24): freeze the stream where it can be seen, as `/` does,
+            # not behind the panel on show (it froze out of sight and stayed so)
+            self.host.action_show_panel("stream")
         panel = self.screen.query_one(StreamPanel)
         frozen = panel.toggle(self.host.dash.stream_snapshot() if not panel.frozen else None)
         self.screen.notify("stream frozen (recording goes on)" if frozen else "stream follows", timeout=2)

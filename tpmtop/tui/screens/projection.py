@@ -39,8 +39,10 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
     lines = [f"[b]{n:,} PCR extends[/] ({escape(n_source)}), priced with {escape(where)}", ""]
     for letter, what in COMPONENTS.items():
         v = components_us.get(letter)
+        h = components_us.get("h" + letter)  # its host work, measured apart (live only)
         lines.append(f"  {letter:<2} {what:<28} " + (f"{v:,.1f} µs" if v is not None else
-                                                      f"[dim]{escape(missing)}[/]"))
+                                                      f"[dim]{escape(missing)}[/]")
+                     + (f"  [dim]host h{letter}[/] {h:,.1f} µs" if h is not None else ""))
     lines.append("")
 
     def under(text: str, style: str = "") -> None:
@@ -59,10 +61,13 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
         if mc.note:
             under(mc.note, "dim")
     if per_mode and len(per_mode) < len(proj.modes):
+        own = any(k.startswith("h") for k in components_us)
+        how = ("the commands it would send, each at its wire p50 plus its own host work (hL, hEh …, measured "
+               "apart in this sitting)" if own else "the commands above plus H, per-command's host time per operation")
         lines += ["", f"[dim]A mode that ran here is N × its {escape(per_mode_what)} (host work included, as in "
-                      "the Modes panel); one that did not is priced from the commands above plus H, per-command's "
-                      "host time per operation, so that it is operation time too (without H its row says it is "
-                      "TPM time only); saved needs C, ContextSave, measured when saved runs.[/]"]
+                      f"the Modes panel); one that did not is priced from {how}, so that it is operation time too "
+                      "(without host time its row says it is TPM time only); saved needs C, ContextSave, measured "
+                      "when saved runs.[/]"]
     lines += ["", "[dim]The same model as `tpmtop boot` (docs/boot.md says how each mode is priced). "
                   "Type another N, or a chip (slb9670, npct750 …: tpmtop profile list), and Enter; Esc closes.[/]"]
     return "\n".join(lines)
@@ -87,7 +92,10 @@ class ProjectionScreen(ModalScreen[int | None]):
             yield Input(str(self.n), placeholder="number of extends, or a chip: slb9672 …", id="projection-n")
 
     def on_mount(self) -> None:
-        self.query_one("#projection-n", Input).focus()  # type another N straight away
+        # type another N straight away, but open at the top: focusing the input (below the
+        # arithmetic) scrolled the box to its bottom, past N and the costs it is priced with
+        self.query_one("#projection-n", Input).focus(scroll_visible=False)
+        self.query_one("#projection-box", VerticalScroll).scroll_home(animate=False)
 
     def _markup(self) -> Content:
         # The box is 110 wide (95 % of a narrower screen), less its border, padding and scrollbar.

@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Sparkline
 from tpmtop.tui.widgets.backdrop import Row
 from tpmtop.tui.widgets.panel import Panel
 from tpmtop.tui.widgets.table import KeyedTable
+from tpmtop.viewmodel.commands import FrozenBuckets
 from tpmtop.viewmodel.frame import StatsView
 from tpmtop.viewmodel.numbers import fmt_us, tail_us
 from tpmtop.viewmodel.rows.histogram import CAPTURE_PER_DECADE, FINE_PER_DECADE, histogram_lines
@@ -124,11 +125,16 @@ class LatencyPanel(Panel[StatsView]):
         if why:  # which errors, decoded: the count alone does not say what went wrong
             tail += f" [$error]errors: {escape(why)}[/]"
         if callable(row.buckets):
-            # Live: walking an HDR histogram takes up to ~170 ms of Python, so it runs in a
-            # worker, for the selected row only, at most every HIST_EVERY_S.
+            # Live: the buckets are walked in a worker, for the selected row only, once per
+            # frame: each frame's row holds its own snapshot (tpmtop.sources.histreads.
+            # FrozenBuckets), so the histogram counts what the table's row counts (redrawn every
+            # HIST_EVERY_S, the histogram counted samples the table had not: 492 against 473).
+            # A live histogram without a snapshot (not a frame's) keeps the time limit.
             now = time.monotonic()
-            if force or key != self._hist_key or now - self._hist_t >= HIST_EVERY_S:
-                self._hist_key, self._hist_t = key, now
+            fresh = (row.buckets is not self._hist_src if isinstance(row.buckets, FrozenBuckets)
+                     else now - self._hist_t >= HIST_EVERY_S)
+            if force or key != self._hist_key or fresh:
+                self._hist_key, self._hist_t, self._hist_src = key, now, row.buckets
                 self.compute_histogram(key, row.buckets, s, title, tail)
             if key != self._hist_for:
                 hist.show(title, None, tail + "\n[dim]…[/]")
@@ -143,11 +149,15 @@ class LatencyPanel(Panel[StatsView]):
 
     _hist_key: str | None = None
     _hist_for: str | None = None
+    _hist_src: object = None  # the frame's buckets the histogram was asked for
+    _hist_drawn: object = None  # …and those it shows
     _hist_t = 0.0
 
     class HistogramReady(Message):
-        def __init__(self, key: str, title: str, tail: str, buckets: list[Any], summary: dict[str, Any]) -> None:
+        def __init__(self, key: str, title: str, tail: str, buckets: list[Any], summary: dict[str, Any],
+                     source: object = None) -> None:
             super().__init__()
+            self.source = source  # the row's buckets (a frame's snapshot) these were read from
             self.key = key
             self.title = title
             self.tail = tail
@@ -167,11 +177,11 @@ class LatencyPanel(Panel[StatsView]):
             summary = now()
             if summary.get("count") == sum(c for _, c in b):
                 break  # nothing recorded between the two reads
-        self.post_message(self.HistogramReady(key, title, tail, b, summary))
+        self.post_message(self.HistogramReady(key, title, tail, b, summary, buckets))
 
     def on_latency_panel_histogram_ready(self, message: LatencyPanel.HistogramReady) -> None:
         if message.key == self.table.selected_key:
-            self._hist_for = message.key
+            self._hist_for, self._hist_drawn = message.key, message.source
             self.query_one(HistogramView).show(message.title, (message.buckets, FINE_PER_DECADE, message.summary),
                                                message.tail)
 

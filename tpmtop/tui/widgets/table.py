@@ -207,6 +207,9 @@ class KeyedTable(DataTable[Any]):
             rows = [(k, c) for k, c in rows if (self.pinned and k.startswith(self.pinned))
                     or any(n in str(x).lower() for x in c)]
         wanted = {k: tuple(cells[i] for i in shown) for k, cells in rows}
+        # Taken before any row goes: removing a row above the cursor slides the next row under it
+        # (the cursor keeps its index), and `f` then flushed that row's handle, not the one chosen.
+        selected = self.selected_key
         structural = False
         col_keys = [self._all[i][0] for i in shown]
         for key in [k for k in self._shadow if k not in wanted]:
@@ -226,10 +229,9 @@ class KeyedTable(DataTable[Any]):
         if self.sort_column is not None:
             self._resort()  # values change every second: keep the chosen order
         elif structural and order is not None and self.row_count > 1:
-            selected = self.selected_key
             self.sort(key=lambda values: order(str(values[0])))
-            if selected in self._shadow:
-                self.move_cursor(row=self.get_row_index(selected), animate=False)
+        if structural and selected in self._shadow and self.selected_key != selected:
+            self.move_cursor(row=self.get_row_index(selected), animate=False)
         return structural
 
     def set_filter(self, needle: str) -> None:

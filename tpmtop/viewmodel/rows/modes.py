@@ -72,7 +72,16 @@ def vs_none(rows: list[CompareRow], current: tuple[str, str]) -> str:
     row = next((r for r in rows if (r.engine, r.mode) == current), None)
     if current[1] == "none" or row is None or row.ratio is None:
         return ""
-    return f"{fmt_ratio(row.ratio)} vs none"
+    base = next((r for r in rows if (r.engine, r.mode) == (current[0], "none")), None)
+    n = min(row.ops, base.ops) if base is not None else row.ops
+    few = f" ({n} ops: few)" if n < FEW_OPS else ""
+    return f"{fmt_ratio(row.ratio)} vs none{few}"
+
+
+# Fewer operations on either side and the ratio of two p50s is marked: the p50 of n samples
+# has a 95 % interval of ranks n/2 ± 0.98·√n, at 30 the 32nd to 68th percentiles, below it
+# wider still (the first "×45.0 vs none", from 6 operations, settled at ×23.7).
+FEW_OPS = 30
 
 
 PER_MODE_WHAT = "op p50 measured here"  # the projection's wording for the Modes panel's own p50s
@@ -90,10 +99,12 @@ def projection_of(components_us: dict[str, float], n: int, per_mode_us: dict[str
 def projection_summary(components_us: dict[str, float], n: int, per_mode_us: dict[str, float] | None = None) -> str:
     """One line for the Modes panel: each mode's estimate for N extends. A mode that ran here
     is N × the op p50 shown above it (one set of numbers); one that did not is priced from
-    the commands' p50s plus H, per-command's host time per operation, so that it is op time
-    too (one basis on the line). Without H it would be TPM time only: left to ``p``, which
-    says so in its row, rather than shown beside op times. ``saved`` needs C (ContextSave),
-    measured only when saved ran: until then it is not priced."""
+    the commands it would send, each at its p50 wire time plus its own host work (hEh …), so
+    that it is op time too (one basis on the line); where the commands' host work is not known
+    apart (a capture), plus H, per-command's host time per operation. Without either it would
+    be TPM time only: left to ``p``, which says so in its row, rather than shown beside op
+    times. ``saved`` needs C (ContextSave), measured only when saved ran: until then it is not
+    priced."""
     from tpmtop.boot.projection import fmt_estimate
 
     per_mode_us = per_mode_us or {}
@@ -103,7 +114,8 @@ def projection_summary(components_us: dict[str, float], n: int, per_mode_us: dic
         return fmt_estimate(mc.estimate_s).removeprefix("about ")
 
     ran = [f"{m} {est(mc)}" for m, mc in proj.modes.items() if mc.estimate_s is not None and m in per_mode_us]
-    host = "H" in components_us
+    own_host = any(k.startswith("h") for k in components_us)
+    host = own_host or "H" in components_us
     priced = [f"{m} ≈{est(mc)}" for m, mc in proj.modes.items() if mc.estimate_s is not None
               and m not in per_mode_us and (host or not ran)]
     if not ran and not priced:
@@ -112,6 +124,7 @@ def projection_summary(components_us: dict[str, float], n: int, per_mode_us: dic
     if ran:
         text += ": N × op p50: " + " · ".join(ran)
     if priced:
-        how = "commands + per-command's host time" if host and ran else "TPM time only"
+        how = ("its commands' wire + host time" if own_host else "commands + per-command's host time") \
+            if host and ran else "TPM time only"
         text += (f"; [dim]not run, {how}:[/] " if ran else f": [dim]{how}:[/] ") + " · ".join(priced)
     return text
