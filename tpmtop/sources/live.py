@@ -21,8 +21,9 @@ from tpmtop.pcrs.live import log_readable
 from tpmtop.sessions.modes import ENGINES, MODES, OPS, Engine, Mode, Op
 from tpmtop.sources.gate import UiGate
 from tpmtop.sources.live_workload import TpmLink, WorkloadDriver
+from tpmtop.sources.luks import FIRST_LOOK_S, LuksReader
 from tpmtop.sources.pacing import DEFAULT_RATE, baseline_pacing_json, burst_size, pacing_json
-from tpmtop.sources.protocol import Capabilities, HeaderInfo, PollResult, SourceBase, SourceKind
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, PollResult, SourceBase, SourceKind, UnlockReading
 from tpmtop.sources.runs import RunView
 from tpmtop.sources.timings import TimingsView, command_timings
 from tpmtop.tpm.exchange import Origin
@@ -30,7 +31,6 @@ from tpmtop.tpm.tcti import TargetKind
 
 if TYPE_CHECKING:
     from tpmtop.pcrs.live import PcrSnapshot
-    from tpmtop.pcrs.tpmread import PcrValues
     from tpmtop.recorder import Recorder
     from tpmtop.tpm.connection import TpmConnection
     from tpmtop.tpm.handles import HandleEntry
@@ -79,6 +79,11 @@ class LiveSource(SourceBase):
         self.profile_note = profile_note or (f"profile {self.profile}" if self.profile else None)
         self._close_lock = threading.Lock()
         self._closed = False
+        # The Unlock panel's devices: looked for now, before the dashboard reads caps on the
+        # screen's thread (discovery opens every block device), and waited for at most FIRST_LOOK_S.
+        self.luks = LuksReader(lambda: self.unlock_devices)
+        self.luks.refresh()
+        self._luks_found = self.luks.found(FIRST_LOOK_S)
 
     # -- the workload's state, as the source's roles name it (the driver owns it) -----------------
     @property
@@ -180,15 +185,8 @@ class LiveSource(SourceBase):
 
     def _luks_here(self) -> bool:
         """The Unlock panel only where there is a LUKS2 device to judge (the devices given, or
-        /etc/crypttab's and the block devices with a LUKS2 header: looked for once)."""
-        if self.unlock_devices:
-            return True
-        found = getattr(self, "_luks_found", None)
-        if found is None:
-            from tpmtop.unlock.report import discover
-
-            found = self._luks_found = bool(discover())
-        return found
+        /etc/crypttab's and the block devices with a LUKS2 header: looked for once, at the start)."""
+        return bool(self.unlock_devices) or self._luks_found
 
     def state(self) -> str:
         if not self.connected:
@@ -269,10 +267,12 @@ class LiveSource(SourceBase):
         self._refresh_pcrs()
         return getattr(self, "_pcrs", None)
 
-    def pcr_values(self) -> PcrValues | None:
-        """The PCR values of the same reading (the Unlock panel judges tokens against them)."""
+    def unlock_reading(self) -> UnlockReading | None:
+        """The LUKS2 tokens judged against the PCRs panel's reading (the same PCR_Reads, judged
+        as each arrives); the headers read again in the background (tpmtop.sources.luks)."""
         self._refresh_pcrs()
-        return getattr(self, "_pcr_values", None)
+        self.luks.refresh()
+        return self.luks.reading()
 
     def _refresh_pcrs(self) -> None:
         now = time.monotonic()
@@ -286,7 +286,8 @@ class LiveSource(SourceBase):
         from tpmtop.pcrs.tpmread import read_all
 
         try:
-            values = self._pcr_values = self.run_on_owner(read_all, origin=Origin.POLL)
+            values = self.run_on_owner(read_all, origin=Origin.POLL)
+            self.luks.judge(values)
             self._pcrs = snapshot(values, self.pcrs_root)
         except Exception:  # a lost TPM says so in the header; the panel keeps its last reading
             pass

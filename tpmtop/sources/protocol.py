@@ -26,13 +26,13 @@ from tpmtop.sources.timings import TimingsView
 
 if TYPE_CHECKING:
     from tpmtop.pcrs.live import PcrSnapshot
-    from tpmtop.pcrs.tpmread import PcrValues
     from tpmtop.proxy.server import ProxyServer
     from tpmtop.recorder import Recorder
     from tpmtop.sessions.accounting import RunAccount
     from tpmtop.sources.sysfs import Sysfs
     from tpmtop.tpm.handles import HandleEntry
     from tpmtop.tpm.identity import Identity
+    from tpmtop.unlock.report import DeviceReport
 
 
 UNSET = "-"  # no engine, mode or op: a source without runs (passive, an empty capture); shown as is
@@ -117,6 +117,15 @@ class CapturedStream:
     decoded: bool = False  # --decode: the handles column shows the decoded handles and parameters
 
 
+@dataclass(frozen=True)
+class UnlockReading:
+    """This machine's LUKS2 devices, their tokens judged against one PCR reading (the Unlock
+    panel's input; the view-model makes its rows of it)."""
+
+    devices: tuple[DeviceReport, ...]  # as last read; a header that could not be read has its error
+    update_counter: int | None  # pcrUpdateCounter of the PCRs judged against; None: no PCR reading yet
+
+
 # -- the roles ---------------------------------------------------------------------------------
 # A source is several small roles (Harlequin's adapter, connection and cursor): each consumer
 # depends on the role it uses, and Capabilities says which roles do something for this source
@@ -192,7 +201,6 @@ class TpmControl(Protocol):
                 created_by: str | None = None) -> tuple[str, list[tuple[str, str]]]: ...
     def da_properties(self) -> dict[str, int] | None: ...
     def pcr_report(self) -> PcrSnapshot | None: ...
-    def pcr_values(self) -> PcrValues | None: ...  # the PCRs panel's last reading (the Unlock panel's input)
 
 
 @runtime_checkable
@@ -229,8 +237,8 @@ class Export(Protocol):
 
 @runtime_checkable
 class Where(Protocol):
-    """Where the commands come from and who else is there (the header, System and Clients
-    panels). Plain reads: raises nothing."""
+    """Where the commands come from, who else is there, and the LUKS2 devices sealed to its
+    PCRs (the header, System, Clients and Unlock panels). Plain reads: raises nothing."""
 
     @property
     def tcti(self) -> str: ...
@@ -242,6 +250,8 @@ class Where(Protocol):
     proxy: ProxyServer | None  # with --listen
     proxy_log: list[str]
     unlock_devices: list[str] | None  # the Unlock panel's devices (None: crypttab's and LUKS2 block devices)
+
+    def unlock_reading(self) -> UnlockReading | None: ...  # caps.unlock; None: the first header reading is under way
 
 
 @runtime_checkable
@@ -323,9 +333,9 @@ class SourceBase:
         replay), or None: a source with ``caps.pcrs`` reads it in the background."""
         return None
 
-    def pcr_values(self) -> PcrValues | None:
-        """The latest :class:`tpmtop.pcrs.tpmread.PcrValues` read with the PCRs panel's reading,
-        or None: what the Unlock panel judges LUKS2 tokens against (``caps.unlock``)."""
+    def unlock_reading(self) -> UnlockReading | None:
+        """The LUKS2 devices' tokens judged against the latest PCR reading, or None: a source
+        with ``caps.unlock`` reads both in the background."""
         return None
 
     def captured_stream(self) -> CapturedStream:

@@ -1,19 +1,18 @@
-"""The Unlock panel's part: each LUKS2 token sealed to PCRs (tpmtop unlock) judged against the
-source's latest PCR reading, the one the PCRs panel makes (every 10 s, PCR_Read, no
-authorization). The headers are read again at most every :data:`HEADERS_EVERY_S` (they change
-when someone enrolls a token); the verdicts are worked out again when a PCR value changed."""
+"""The Unlock panel's part: each LUKS2 token sealed to PCRs (tpmtop unlock) as the source
+judged it against its latest PCR reading, the one the PCRs panel makes (every 10 s, PCR_Read, no
+authorization). The source reads the headers and judges (tpmtop.sources.luks); this module only
+makes rows of what it hands up."""
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tpmtop.sources.protocol import Source
-from tpmtop.unlock.judge import Verdict
-from tpmtop.unlock.report import DeviceReport, discover, judge_all, load
+from tpmtop.unlock.judge import Verdict, pcr_words
 
-HEADERS_EVERY_S = 30.0
+if TYPE_CHECKING:
+    from tpmtop.unlock.report import DeviceReport
 
 
 @dataclass(frozen=True)
@@ -30,22 +29,7 @@ class UnlockPart:
     rows: tuple[UnlockRow, ...]
 
 
-class _Cache:
-    """Per device list: the headers read, and the rows of the last PCR values judged."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.read_at = -HEADERS_EVERY_S
-        self.reports: list[DeviceReport] = []
-        self.judged: tuple[object, tuple[UnlockRow, ...]] | None = None
-
-
-_CACHES: dict[tuple[str, ...] | None, _Cache] = {}
-
-
-def _rows(reports: list[DeviceReport]) -> tuple[UnlockRow, ...]:
-    from tpmtop.unlock.judge import pcr_words
-
+def _rows(reports: tuple[DeviceReport, ...]) -> tuple[UnlockRow, ...]:
     out: list[UnlockRow] = []
     for r in reports:
         if r.error is not None:
@@ -60,25 +44,15 @@ def _rows(reports: list[DeviceReport]) -> tuple[UnlockRow, ...]:
 def part(source: Source) -> UnlockPart:
     if not source.caps.unlock:  # a capture or a kernel trace: no PCRs to judge against, no device read
         return UnlockPart("", ())
-    values = source.pcr_values()
-    devices = source.unlock_devices
-    key = tuple(devices) if devices is not None else None
-    cache = _CACHES.setdefault(key, _Cache())
-    with cache.lock:
-        now = time.monotonic()
-        if now - cache.read_at >= HEADERS_EVERY_S:
-            cache.reports = [load(p) for p in (devices if devices is not None else discover())]
-            cache.read_at, cache.judged = now, None
-        if not cache.reports:
-            return UnlockPart("no LUKS2 device found (/etc/crypttab, block devices with a LUKS2 header)", ())
-        if values is None:
-            return UnlockPart("reading the PCRs…", ())
-        stamp = tuple(sorted((b, tuple(sorted(v.items()))) for b, v in values.values.items()))
-        if cache.judged is None or cache.judged[0] != stamp:
-            judge_all(cache.reports, values.values, None)
-            cache.judged = (stamp, _rows(cache.reports))
-        rows = cache.judged[1]
+    reading = source.unlock_reading()
+    if reading is None:
+        return UnlockPart("reading the LUKS2 headers…", ())
+    if not reading.devices:
+        return UnlockPart("no LUKS2 device found (/etc/crypttab, block devices with a LUKS2 header)", ())
+    if reading.update_counter is None:
+        return UnlockPart("reading the PCRs…", ())
+    rows = _rows(reading.devices)
     n = sum(1 for r in rows if r.verdict in (Verdict.WOULD_UNSEAL, Verdict.WOULD_NOT, Verdict.CANNOT_JUDGE))
-    return UnlockPart(f"{n} TPM token{'s' if n != 1 else ''} on {len(cache.reports)} device"
-                      f"{'s' if len(cache.reports) != 1 else ''}, against the PCRs read at pcrUpdateCounter "
-                      f"{values.update_counter}", rows)
+    d = len(reading.devices)
+    return UnlockPart(f"{n} TPM token{'s' if n != 1 else ''} on {d} device{'s' if d != 1 else ''}, "
+                      f"against the PCRs read at pcrUpdateCounter {reading.update_counter}", rows)
