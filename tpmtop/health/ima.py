@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+from tpmtop.boot.cmdline import shown
 from tpmtop.boot.facts import IMA_DIR, SystemFacts
 from tpmtop.boot.rootfs import RootReader, Unavailable
 from tpmtop.health.kernel_traffic import KernelTraffic
@@ -59,7 +60,7 @@ def verdict(r: RootReader, sf: SystemFacts, sample_s: float = 1.0, top_files: bo
         data.append(("policy_rules", len(rules)))
     except Unavailable as e:
         hints = sf.value("ima.policy_hints") or {}
-        ev.append(f"policy: {e}" + (f"; command line: {hints}" if hints else ""))
+        ev.append(f"policy: {e}" + (f"; command line: {shown(hints)}" if hints else ""))
     try:
         if not top_files:
             raise Unavailable("not read here (tpmtop health reads it)")
