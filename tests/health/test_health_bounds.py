@@ -76,3 +76,19 @@ def test_the_untouched_tree_is_still_read(tmp_path):
     assert m.rc in (0, 1), m.err[-500:]
     assert "refused" not in m.err and "holds binary data" not in m.err
     assert "dmesg" in m.out
+
+
+def test_a_list_longer_than_any_bound_is_sampled_from_its_start(tmp_path):
+    """IMA's list of 70 MB (over the 64 MiB a whole file may be): its first 8 MiB are read for
+    the files measured most, not the whole list, and not a refusal (a busy server's list grows
+    all day)."""
+    root = copy_tree(TREE, tmp_path / "root")
+    line = (b"10 2bc3a403a5a64a5cdc9f12bff2a7b21ba6414cdf ima-sig sha256:941b57d5a9f2c197d3134170f304ce85b0348fd0"
+            b"aa029dcdce451e78089952fa /usr/bin/busy \n")
+    with open(root / IMA_LIST, "wb") as f:
+        for _ in range(70):
+            f.write(line * ((1 << 20) // len(line) + 1))
+    m = run_measured("health", "--root", str(root), "--ima-sample", "0")
+    assert m.rc in (0, 1), m.err[-500:]
+    assert "measured" in m.out and "/usr/bin/busy" in m.out, m.out
+    assert m.peak_mb < 200

@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import sys
 
-from tpmtop.boundedread import LIMIT_LOG, LIMIT_SMALL, FileKindError, FileTooLarge, excerpt, read_bounded
+from tpmtop.boundedread import LIMIT_LOG, LIMIT_SMALL, FileKindError, FileTooLarge, excerpt, open_bounded, read_bounded
 from tpmtop.errors import UsageError
 
 SAVED_OUTPUT_DIR = "/run/tpmtop"
@@ -61,8 +61,22 @@ class RootReader:
 
     # Tests subclass these two to play a non-root reader: CI runs as root, and root ignores
     # chmod, so an unreadable file cannot be made on disk there.
-    def _read(self, host_path: str, limit: int) -> bytes:
-        return read_bounded(host_path, limit, what="system file")
+    def _read(self, host_path: str, limit: int, *, whole: bool = True) -> bytes:
+        if whole:
+            return read_bounded(host_path, limit, what="system file")
+        fd = open_bounded(host_path, what="system file")
+        try:
+            parts: list[bytes] = []
+            got = 0
+            while got < limit:
+                chunk = os.read(fd, min(1 << 20, limit - got))
+                if not chunk:
+                    break
+                parts.append(chunk)
+                got += len(chunk)
+            return b"".join(parts)
+        finally:
+            os.close(fd)
 
     def _listdir(self, host_path: str) -> list[str]:
         return os.listdir(host_path)
@@ -80,17 +94,24 @@ class RootReader:
             return Unavailable(f"{path} is a directory")
         return Unavailable(f"cannot read {path}: {e.strerror or e}")
 
-    def read_bytes(self, path: str) -> bytes:
+    def read_bytes(self, path: str, limit: int | None = None, *, whole: bool = True) -> bytes:
+        """The file, refused over ``limit`` (:func:`limit_for` by default); with ``whole`` False
+        only its first ``limit`` bytes, whatever follows."""
         if "\0" in path:  # a name made from a file's bytes (a garbled osrelease): no such file
             raise Unavailable(f"{excerpt(path)} is not a path")
         try:
-            return self._read(self.host_path(path), limit_for(path))
+            return self._read(self.host_path(path), limit_for(path) if limit is None else limit, whole=whole)
         except (FileKindError, FileTooLarge) as e:
             if self.live:
                 raise Unavailable(str(e)) from None
             raise
         except OSError as e:
             raise self._why(path, e) from None
+
+    def read_start(self, path: str, n: int) -> bytes:
+        """The first ``n`` bytes at most (a sample of a list that may be longer than any bound:
+        IMA's on a busy server); the file's kind is checked as for :meth:`read_bytes`."""
+        return self.read_bytes(path, n, whole=False)
 
     def read_text(self, path: str) -> str:
         """The file as text. A NUL byte means it is not: random bytes, a binary file saved under a

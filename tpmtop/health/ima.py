@@ -64,7 +64,7 @@ def verdict(r: RootReader, sf: SystemFacts, sample_s: float = 1.0, top_files: bo
     try:
         if not top_files:
             raise Unavailable("not read here (tpmtop health reads it)")
-        raw = r.read_bytes(f"{IMA_DIR}/ascii_runtime_measurements")[:LIST_READ_MAX]
+        raw = r.read_start(f"{IMA_DIR}/ascii_runtime_measurements", LIST_READ_MAX)
         paths: Counter[str] = Counter()
         for line in raw.decode("utf-8", "replace").splitlines():
             parts = line.split(" ")  # PCR template-hash template algo:digest path [signature]
