@@ -120,7 +120,7 @@ class RootReader:
         raw = self.read_bytes(path)
         nul = raw.find(b"\0")
         if nul >= 0:
-            why = f"{self.host_path(path)} holds binary data (a NUL byte at offset {nul:,}), not text"
+            why = f"{self.host_path(path)}: binary data, not text (a NUL byte at offset {nul:,})"
             if self.live:
                 raise Unavailable(why)
             raise UsageError(why)
