@@ -98,6 +98,32 @@ def test_pending_tls_handshakes_are_capped_timed_out_counted_and_logged_at_a_rat
     assert any("no TLS handshake within 4 s" in ln for ln in said)
 
 
+def test_a_client_that_leaves_while_waiting_for_a_handshake_turn_costs_no_handshake(tmp_path):
+    """One handshake slot, held by a client that sent a ClientHello and stays; 5 more send theirs
+    and leave while they wait: none of them gets a handshake (each was a full one, ECDHE and a
+    signature, against a closed socket: 3,000 of them left 200 MB of RSS behind)."""
+    c = _certs(tmp_path)
+    tls = fleet.tls_context(str(c["server"]), str(c["server-key"]), str(c["ca"]))
+    srv, _log, port = _server(tls, max_handshakes=1, read_deadline_s=60.0)
+    hello = _client_hello()
+    socks: list[socket.socket] = []
+    try:
+        first = socket.create_connection(("127.0.0.1", port), timeout=30)
+        first.sendall(hello)
+        socks.append(first)
+        wait_until(lambda: srv.handshaking == 1, "the first handshake to start", 60)
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+                s.sendall(hello)
+        wait_until(lambda: srv.open == 6, "the 5 to be accepted", 60)
+        first.close()  # its handshake fails; the slot goes to the waiting ones, which have left
+        wait_until(lambda: srv.open == 0, "every connection to end", 60)
+        assert srv.handshakes == 1
+        assert srv.ended[ConnectionEnd.HANDSHAKE_FAILED] == 6
+    finally:
+        _stop(srv, socks)
+
+
 def _get_as(uid: int, port: int) -> str:
     """The status line another user's HTTP GET gets (a forked child that gave up root)."""
     r, w = os.pipe()

@@ -211,6 +211,7 @@ class HttpServer:
         self.open = 0  # connections open now, TLS handshakes included
         self.handshaking = 0  # TLS handshakes under way now
         self.handshaking_peak = 0  # the most at once so far
+        self.handshakes = 0  # started so far
         self.served = 0
         self.ended: dict[ConnectionEnd, int] = dict.fromkeys(ConnectionEnd, 0)  # not served, by why
         self._per_peer: dict[str, int] = {}  # peer key -> connections open
@@ -368,7 +369,10 @@ class HttpServer:
                                  turns: _Turns, first: bytes) -> _Tls:
         assert self.tls is not None
         async with turns.slots, self._handshake_slots:
+            if reader.at_eof():  # the client left while it waited: no handshake (its CPU, OpenSSL's memory) for no one
+                raise _Ended(ConnectionEnd.HANDSHAKE_FAILED, "closed by the client before its handshake's turn")
             self.handshaking += 1
+            self.handshakes += 1
             self.handshaking_peak = max(self.handshaking_peak, self.handshaking)
             try:
                 conn = _Tls(reader, writer, self.tls, first)
