@@ -17,7 +17,7 @@ Prints a line per round and last:
 
     exporter TLS: RSS after rounds <a> <b> <c> <d> MB (last/first ×<r>), peak <p> MB, scrapes <ok>/<n>
 
-    .venv/bin/python benchmarks/exporter_tls.py [--rounds 4] [--connections 3000] [--mode silent|hello]
+    .venv/bin/python benchmarks/exporter_tls.py [--rounds 4] [--connections 3000] [--mode silent|hello] [--hold S]
 """
 
 from __future__ import annotations
@@ -166,6 +166,8 @@ def main() -> int:
     ap.add_argument("--connections", type=int, default=3000)
     ap.add_argument("--mode", choices=("silent", "hello"), default="silent")
     ap.add_argument("--users", type=int, default=3, help="uids the connections come from (root only)")
+    ap.add_argument("--hold", type=float, default=0.0,
+                    help="seconds the clients stay after the scrape (12: past the exporter's 10 s deadline)")
     a = ap.parse_args()
     faulthandler.dump_traceback_later(1800, exit=True)  # a bound on the whole run, whatever hangs
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -225,6 +227,7 @@ def main() -> int:
                 print(f"  scrape failed: {e}")
             ok += scraped
             scrape_ms = (time.monotonic() - t0) * 1000
+            time.sleep(a.hold)
             for h in holders:
                 h.close()
             wait(lambda: established(exp.pid, port) == 0 and open_now() == 0, 120)
