@@ -175,8 +175,11 @@ def main() -> int:
     print(describe())
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {os.getloadavg()[0]:.2f}; "
           f"{a.rounds} rounds of {a.connections:,} {a.mode} TLS connections")
-    tmp = tempfile.mkdtemp(prefix="exporter-tls-")
-    c = certs(tmp)
+    # A SIGTERM (a `timeout` around the run) unwinds through the finally below, which stops the
+    # exporter; the certificates go with their folder.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    tmpdir = tempfile.TemporaryDirectory(prefix="exporter-tls-")
+    c = certs(tmpdir.name)
     env = dict(os.environ, PYTHONPATH=REPO)
     exp = subprocess.Popen([sys.executable, "-m", "tpmtop", "exporter", "--no-kernel", "--listen", "127.0.0.1:0",
                             "--tls-cert", c["server"], "--tls-key", c["server-key"], "--tls-client-ca", c["ca"]],
@@ -242,6 +245,7 @@ def main() -> int:
         ended = re.findall(r'^tpmtop_exporter_connections_ended_total\{reason="(\w+)"\} (\S+)', text, re.M)
         print("ended unserved: " + ", ".join(f"{r} {float(v):,.0f}" for r, v in ended if float(v)))
     finally:
+        tmpdir.cleanup()
         exp.terminate()
         try:
             exp.communicate(timeout=30)
