@@ -109,11 +109,11 @@ class NonRootReader(RootReader):
 
     DENIED = ("/sys/kernel/security/", "/run/tpmtop/dmesg.txt")
 
-    def _read(self, host_path):
+    def _read(self, host_path, limit, **kw):
         rel = "/" + str(Path(host_path).relative_to(self.root))
         if rel.startswith(self.DENIED):
             raise PermissionError(13, "Permission denied", host_path)
-        return super()._read(host_path)
+        return super()._read(host_path, limit, **kw)
 
 
 def test_non_root_reader_gets_reasons_not_failures():

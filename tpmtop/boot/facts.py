@@ -28,6 +28,7 @@ from tpmtop.boot.systemd import (
     parse_systemd_analyze,
     tpm_units,
 )
+from tpmtop.boundedread import excerpt
 from tpmtop.errors import UsageError
 
 IMA_DIR = "/sys/kernel/security/ima"
@@ -186,9 +187,18 @@ def read_pcrs(reader: RootReader, chip: str, pcrs: Iterable[int], bank: str = "s
     return out
 
 
+_RELEASE = re.compile(r"[0-9A-Za-z._+~-]{1,128}")  # what `uname -r` prints; it names /boot/config-<release>
+
+
+def _read_release(r: RootReader) -> str:
+    text = r.read_line("/proc/sys/kernel/osrelease")
+    if not _RELEASE.fullmatch(text):
+        raise Unavailable(f"/proc/sys/kernel/osrelease holds no kernel release: {excerpt(text)}")
+    return text
+
+
 def _release(sf: SystemFacts, r: RootReader) -> None:
-    rel = _fact(sf, "kernel.release", lambda: r.read_line("/proc/sys/kernel/osrelease"),
-                "/proc/sys/kernel/osrelease")
+    rel = _fact(sf, "kernel.release", lambda: _read_release(r), "/proc/sys/kernel/osrelease")
     kl = sf.kernel_log
     if kl is None or kl.release is None:
         return

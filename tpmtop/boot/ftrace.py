@@ -42,6 +42,21 @@ _EXIT = re.compile(r"^\}\s*(?:/\*(?P<c>.*?)\*/)?\s*$")
 # The context-switch banner verif_pid() prints whenever another task runs on a CPU, whatever
 # the columns: ` 1)  migrati-7     =>  systemd-1   ` (comm cut to 7 characters, then -pid).
 _SWITCH = re.compile(r"^\s*\|?\s*(?P<cpu>\d+)\)\s*(?P<prev>\S.*?-\d+)\s*=>\s*(?P<next>\S.*?-\d+)\s*$")
+
+
+def looks_like_row(line: str) -> bool:
+    """Whether ``line`` is a function_graph row: columns, a ``|``, then a call (``f() {``,
+    ``f();``) or a closing ``}``. The format sniffer asks this, so random bytes that happen to
+    hold a ``|`` and a ``}`` are not called an ftrace trace."""
+    if "\0" in line or "\ufffd" in line:
+        return False
+    m = _ROW.match(line)
+    if m is None:
+        return False
+    func = m.group("func").strip()
+    return bool(_CALL.match(func) or _EXIT.match(func))
+
+
 _SKIP = (
     re.compile(r"^\s*-{3,}\s*$"),                     # context-switch rule
     re.compile(r"=>"),                                 # ` 1)  bash-12 => cat-34 ` (a banner without a CPU)

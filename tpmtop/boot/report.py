@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from tpmtop.boot import projection as pj
+from tpmtop.boot.cmdline import shown
 from tpmtop.boot.dmesg import KIND_TEXT
 from tpmtop.boot.facts import SystemFacts, collect
 from tpmtop.boot.rootfs import RootReader
@@ -429,8 +430,8 @@ def _table(rows: list[list[str]], header: list[str], right: Set[int] = frozenset
 def _show(v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
-    if isinstance(v, dict):
-        return " ".join(k if x is None else f"{k}={x}" for k, x in v.items()) or "(none)"
+    if isinstance(v, dict):  # command-line parameters: a value can be a megabyte long
+        return " ".join(k if x is None else f"{k}={shown(x)}" for k, x in v.items()) or "(none)"
     if isinstance(v, list):
         return ", ".join(map(str, v)) or "(none)"
     return str(v)

@@ -9,6 +9,13 @@ Output of commands (``dmesg``, ``systemd-analyze``) has no file on a live system
 when ``root`` is ``/`` the command runs; under any other root the output is read from
 ``<root>/run/tpmtop/<command>.txt``, which is also where a user can save a copy taken on
 another machine (``dmesg > /mnt/x/run/tpmtop/dmesg.txt``).
+
+Every file is read with :mod:`tpmtop.boundedread`: a FIFO, socket or device (``dmesg.txt``
+linked to /dev/zero, a FIFO at ``proc/cmdline``) is refused without blocking, and a file over
+its bound (:func:`limit_for`) is refused before it is read. Under a ``--root`` tree that is the
+input's fault: :class:`tpmtop.errors.UsageError`, one line, exit status 2. On the live system
+(root ``/``) it becomes an :class:`Unavailable` like any other unreadable fact, so one odd file
+does not end a report or the exporter.
 """
 
 from __future__ import annotations
@@ -18,7 +25,21 @@ import shutil
 import subprocess
 import sys
 
+from tpmtop.boundedread import LIMIT_LOG, LIMIT_SMALL, FileKindError, FileTooLarge, excerpt, open_bounded, read_bounded
+from tpmtop.errors import UsageError
+
 SAVED_OUTPUT_DIR = "/run/tpmtop"
+
+# Files that are logs or lists (read whole up to LIMIT_LOG, 64 MiB); every other file under a
+# root is a sysfs/procfs attribute or /proc/cmdline, a few KB at most (LIMIT_SMALL, 1 MiB: the
+# kernel's own command line is at most a few KB, COMMAND_LINE_SIZE).
+_LOG_PREFIXES = (SAVED_OUTPUT_DIR + "/", "/sys/kernel/security/", "/boot/config-", "/proc/config.gz",
+                 "/proc/interrupts")
+
+
+def limit_for(path: str) -> int:
+    """The most bytes tpmtop reads of ``path`` (as it appears on the running system)."""
+    return LIMIT_LOG if path.startswith(_LOG_PREFIXES) else LIMIT_SMALL
 
 
 class Unavailable(Exception):
@@ -40,9 +61,22 @@ class RootReader:
 
     # Tests subclass these two to play a non-root reader: CI runs as root, and root ignores
     # chmod, so an unreadable file cannot be made on disk there.
-    def _read(self, host_path: str) -> bytes:
-        with open(host_path, "rb") as f:
-            return f.read()
+    def _read(self, host_path: str, limit: int, *, whole: bool = True) -> bytes:
+        if whole:
+            return read_bounded(host_path, limit, what="system file")
+        fd = open_bounded(host_path, what="system file")
+        try:
+            parts: list[bytes] = []
+            got = 0
+            while got < limit:
+                chunk = os.read(fd, min(1 << 20, limit - got))
+                if not chunk:
+                    break
+                parts.append(chunk)
+                got += len(chunk)
+            return b"".join(parts)
+        finally:
+            os.close(fd)
 
     def _listdir(self, host_path: str) -> list[str]:
         return os.listdir(host_path)
@@ -60,14 +94,37 @@ class RootReader:
             return Unavailable(f"{path} is a directory")
         return Unavailable(f"cannot read {path}: {e.strerror or e}")
 
-    def read_bytes(self, path: str) -> bytes:
+    def read_bytes(self, path: str, limit: int | None = None, *, whole: bool = True) -> bytes:
+        """The file, refused over ``limit`` (:func:`limit_for` by default); with ``whole`` False
+        only its first ``limit`` bytes, whatever follows."""
+        if "\0" in path:  # a name made from a file's bytes (a garbled osrelease): no such file
+            raise Unavailable(f"{excerpt(path)} is not a path")
         try:
-            return self._read(self.host_path(path))
+            return self._read(self.host_path(path), limit_for(path) if limit is None else limit, whole=whole)
+        except (FileKindError, FileTooLarge) as e:
+            if self.live:
+                raise Unavailable(str(e)) from None
+            raise
         except OSError as e:
             raise self._why(path, e) from None
 
+    def read_start(self, path: str, n: int) -> bytes:
+        """The first ``n`` bytes at most (a sample of a list that may be longer than any bound:
+        IMA's on a busy server); the file's kind is checked as for :meth:`read_bytes`."""
+        return self.read_bytes(path, n, whole=False)
+
     def read_text(self, path: str) -> str:
-        return self.read_bytes(path).decode("utf-8", "replace")
+        """The file as text. A NUL byte means it is not: random bytes, a binary file saved under a
+        text file's name. Under a ``--root`` tree that is bad input (UsageError, exit 2), never a
+        report built on garbage; on the live system the fact is unavailable."""
+        raw = self.read_bytes(path)
+        nul = raw.find(b"\0")
+        if nul >= 0:
+            why = f"{self.host_path(path)}: binary data, not text (a NUL byte at offset {nul:,})"
+            if self.live:
+                raise Unavailable(why)
+            raise UsageError(why)
+        return raw.decode("utf-8", "replace")
 
     def read_line(self, path: str) -> str:
         return self.read_text(path).strip()

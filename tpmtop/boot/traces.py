@@ -8,12 +8,15 @@ can import them at the top without a cycle.
 from __future__ import annotations
 
 import itertools
+import os
+import stat
 from collections.abc import Iterable, Iterator
 from typing import IO
 
 from tpmtop.boot.bpftrace import parse_bpftrace
-from tpmtop.boot.ftrace import parse_function_graph
+from tpmtop.boot.ftrace import looks_like_row, parse_function_graph
 from tpmtop.boot.series import TraceResult
+from tpmtop.boundedread import LIMIT_TRACE, FileTooLarge, MiB, open_bounded
 from tpmtop.errors import UsageError
 
 
@@ -28,7 +31,7 @@ def _classify(line: str) -> str | None:
         return "bpftrace"
     if line.startswith("#"):
         return None
-    if "|" in s and ("()" in s or s.endswith("|") or "}" in s):
+    if looks_like_row(line):
         return "ftrace"
     return "neither"
 
@@ -48,9 +51,23 @@ def sniff_format(lines: Iterable[str]) -> str | None:
     return None
 
 
+MAX_LINE = 64 * 1024  # an ftrace row is ~100 bytes, a bpftrace map line a few hundred
+
+
 def _text_lines(f: IO[bytes], path: str) -> Iterator[str]:
-    """The file's lines as text, one at a time (a trace can be hundreds of MB)."""
-    for lineno, raw in enumerate(f, 1):
+    """The file's lines as text, one at a time (a trace can be hundreds of MB). A line is read
+    with a bound (a 1 GB file of zeros is one line: it was read whole) and must be text."""
+    lineno = 0
+    while True:
+        raw = f.readline(MAX_LINE + 1)
+        if not raw:
+            return
+        lineno += 1
+        if len(raw) > MAX_LINE:
+            raise UsageError(f"{path}:{lineno}: a line longer than {MAX_LINE // 1024} KiB: not a text trace")
+        nul = raw.find(b"\0")
+        if nul >= 0:
+            raise UsageError(f"{path}:{lineno}: not a text trace (a NUL byte at column {nul + 1})")
         try:
             yield raw.decode("utf-8").rstrip("\r\n")
         except UnicodeDecodeError as e:
@@ -58,11 +75,23 @@ def _text_lines(f: IO[bytes], path: str) -> Iterator[str]:
 
 
 def load_trace(path: str, unit: str | None = None) -> TraceResult:
-    """Streams the file: memory grows with the number of TPM calls, not with the file."""
+    """Streams the file: memory grows with the number of TPM calls, not with the file. A FIFO is
+    read as it is written (a trace piped from a running ftrace); a device or socket is refused
+    and a file over LIMIT_TRACE (512 MiB) too (:mod:`tpmtop.boundedread`); every line has a
+    bound (MAX_LINE), so neither a FIFO nor a sparse file is held whole."""
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed by the generator that reads it
+        if stat.S_ISFIFO(os.stat(path).st_mode):
+            fd, size = os.open(path, os.O_RDONLY | os.O_CLOEXEC), 0
+        else:
+            fd = open_bounded(path, what="trace")
+            size = os.fstat(fd).st_size
     except OSError as e:
         raise UsageError(f"{path}: cannot read trace: {e.strerror or e}") from None
+    f = os.fdopen(fd, "rb")
+    if size > LIMIT_TRACE:
+        f.close()
+        raise FileTooLarge(f"{path} is {size / MiB:,.0f} MiB, more than the {LIMIT_TRACE // MiB} MiB "
+                           "tpmtop reads as a trace")
     with f:
         lines = _text_lines(f, path)
         head: list[str] = []

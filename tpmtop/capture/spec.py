@@ -141,7 +141,23 @@ def _strict_validator_class() -> Any:
 
     checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda _c, x: isinstance(x, int) and not isinstance(x, bool))
-    return validators.extend(jsonschema.Draft202012Validator, type_checker=checker)
+    return validators.extend(jsonschema.Draft202012Validator, type_checker=checker,
+                             validators={"pattern": _pattern_within_length})
+
+
+def _pattern_within_length(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[Any]:
+    """Draft 2020-12's "pattern", not run on a string over the same schema's maxLength (that
+    error is said anyway): Python's re keeps ~115 bytes per repeat of the hex fields' group, so
+    a 3 MB command_hex cost 170 MB of RSS to be refused."""
+    from jsonschema.exceptions import ValidationError
+
+    if not isinstance(instance, str):
+        return
+    limit = schema.get("maxLength")
+    if isinstance(limit, int) and len(instance) > limit:
+        return
+    if re.search(pattern, instance) is None:
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
 class _Lazy:
@@ -178,7 +194,21 @@ def first_error(part: str | None, doc: Any, prefix: str = "") -> str | None:
     # among independent errors, the one earliest in the file reads most naturally.
     errors.sort(key=lambda e: [(0, p) if isinstance(p, int) else (1, str(p)) for p in e.absolute_path])
     e = best_match(errors[:1])
-    return f"{path_text(prefix, e.absolute_path)}: {e.message}"
+    return f"{path_text(prefix, e.absolute_path)}: {_short_message(e.message, e.instance)}"
+
+
+MESSAGE_MAX = 200  # characters of a schema error's text; a value in it is cut to an excerpt
+
+
+def _short_message(message: str, instance: Any) -> str:
+    """jsonschema's message quotes the value whole (a 3 MB command_hex made a 3,000,085-character
+    "one line"): the value becomes a short excerpt, and whatever else is long is cut."""
+    from tpmtop.boundedread import excerpt
+
+    quoted = repr(instance)
+    if len(quoted) > 60 and quoted in message:
+        message = message.replace(quoted, excerpt(instance), 1)
+    return message if len(message) <= MESSAGE_MAX else excerpt(message, MESSAGE_MAX)
 
 
 def check_version(value: Any) -> None:

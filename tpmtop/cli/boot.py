@@ -52,10 +52,13 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
 def _load(load_trace: Callable[..., TraceResult], path: str, unit: str | None) -> TraceResult:
     """A trace for the report; tpmtop's own kprobe events are named, with the command that reads
     them (the three ways to read a trace share the option name, so the wrong one gets tried)."""
+    from tpmtop.boundedread import FileKindError, FileTooLarge
     from tpmtop.errors import UsageError
 
     try:
         return load_trace(path, unit=unit)
+    except (FileKindError, FileTooLarge):
+        raise
     except UsageError as e:
         if _has_probe_events(path):
             raise UsageError(f"{path} holds tpmtop's kprobe events, not an ftrace function_graph or bpftrace "
@@ -65,15 +68,25 @@ def _load(load_trace: Callable[..., TraceResult], path: str, unit: str | None) -
 
 
 def _has_probe_events(path: str, lines: int = 2000) -> bool:
+    """Whether the first ``lines`` lines hold tpmtop's kprobe events (each line read with a
+    bound: the file already failed as a trace, and may be anything)."""
+    import os
+    import stat
+
+    from tpmtop.boot.traces import MAX_LINE
+    from tpmtop.boundedread import open_bounded
     from tpmtop.kernel.trace_pipe import Parser
 
     p = Parser()
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for i, line in enumerate(f):
-                if i >= lines:
+        if stat.S_ISFIFO(os.stat(path).st_mode):
+            return False  # what was read of it is gone: no second look
+        with os.fdopen(open_bounded(path, what="trace"), "rb") as f:
+            for _ in range(lines):
+                raw = f.readline(MAX_LINE)
+                if not raw:
                     break
-                p.feed(line.rstrip("\n"))
+                p.feed(raw.decode("utf-8", "replace").rstrip("\n"))
     except OSError:
         return False
     return p.events > 0

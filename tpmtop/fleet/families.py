@@ -67,6 +67,18 @@ class SlotKind(enum.StrEnum):
     ACTIVE_SESSION = "active_session"  # HR_ACTIVE_AVAIL
 
 
+class ConnectionEnd(enum.StrEnum):
+    """Why the exporter's HTTP(S) endpoint ended a connection before serving it
+    (:mod:`tpmtop.fleet.http`)."""
+
+    LIMIT = "limit"  # max_connections open already: refused at accept
+    PEER_LIMIT = "peer_limit"  # this user (loopback) or address already holds its share
+    HANDSHAKE_TIMEOUT = "handshake_timeout"  # no finished TLS handshake within the deadline (silent client)
+    HANDSHAKE_FAILED = "handshake_failed"  # a TLS alert, no certificate, not TLS at all
+    READ_TIMEOUT = "read_timeout"  # no whole request head within the deadline
+    BAD_REQUEST = "bad_request"  # not HTTP, or a head over the limit
+
+
 UNKNOWN_COMMAND = "unknown"  # a command code outside tpm2-pytss's table (garbled, or vendor)
 
 
@@ -151,6 +163,12 @@ FAMILIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
      "shrinks as NV indices take space), with --probe."),
     # -- the exporter itself (plus prometheus_client's process_* families) --------------------------
     (name("exporter_info"), "gauge", ("version", "source"), "tpmtop's version and what feeds it (value 1)."),
+    (name("exporter_connections_ended_total"), "counter", ("reason",),
+     "Connections to /metrics ended before a request was served, by why (over the limit or this user's "
+     "share, TLS handshake time-out or failure, no whole request in time, a bad request)."),
+    (name("exporter_connections_open"), "gauge", (), "Connections to /metrics open now (TLS handshakes included)."),
+    (name("exporter_tls_handshakes_pending"), "gauge", (),
+     "TLS handshakes under way now (a client that sent its first bytes and has not finished)."),
 )
 
 FAMILY_NAMES = frozenset(n for n, _t, _l, _h in FAMILIES)

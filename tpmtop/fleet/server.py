@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, disable_created_metrics
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
@@ -79,6 +79,28 @@ class ExporterInfo(Collector):
         g = GaugeMetricFamily(n, fam.HELP[n], labels=("version", "source"))
         g.add_metric((__version__, self.source), 1.0)
         yield g
+
+
+class HttpMetrics(Collector):
+    """The endpoint's own connections: open, TLS handshakes under way, and those ended unserved
+    by why (a silent TLS client's time-out is ``handshake_timeout``)."""
+
+    def __init__(self, registry: CollectorRegistry, server: HttpServer):
+        self.server = server
+        registry.register(self)
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        n = fam.name("exporter_connections_ended_total")
+        c = CounterMetricFamily(n.removesuffix("_total"), fam.HELP[n], labels=("reason",))
+        for reason, count in list(self.server.ended.items()):
+            c.add_metric((reason.value,), float(count))
+        yield c
+        for short, value in (("exporter_connections_open", self.server.open),
+                             ("exporter_tls_handshakes_pending", self.server.handshaking)):
+            yield GaugeMetricFamily(fam.name(short), fam.HELP[fam.name(short)], value=float(value))
 
 
 def new_registry() -> CollectorRegistry:
@@ -161,6 +183,8 @@ def serve(registry: CollectorRegistry, listen: Listen, *, certfile: str | None =
 
     tls = tls_context(certfile, keyfile, client_cafile) if certfile and keyfile else None
     sock = _listen_socket(listen)
-    server = HttpServer(sock, RenderedOnceASecond(make_wsgi_app(registry)), tls=tls, log=log).start()
+    server = HttpServer(sock, RenderedOnceASecond(make_wsgi_app(registry)), tls=tls, log=log)
+    HttpMetrics(registry, server)
+    server.start()
     host, port = sock.getsockname()[:2]
     return server, Listen(str(host), int(port))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+from tpmtop.boot.cmdline import shown
 from tpmtop.boot.facts import IMA_DIR, SystemFacts
 from tpmtop.boot.rootfs import RootReader, Unavailable
 from tpmtop.health.kernel_traffic import KernelTraffic
@@ -59,21 +60,22 @@ def verdict(r: RootReader, sf: SystemFacts, sample_s: float = 1.0, top_files: bo
         data.append(("policy_rules", len(rules)))
     except Unavailable as e:
         hints = sf.value("ima.policy_hints") or {}
-        shown = (" ".join(k if v is None else f"{k}={v}" for k, v in hints.items()) if isinstance(hints, dict)
+        words = (" ".join(k if v is None else f"{k}={v}" for k, v in hints.items()) if isinstance(hints, dict)
                  else str(hints))
-        ev.append(f"policy: {e}" + (f"; command line: {safe(shown)}" if hints else ""))
+        ev.append(f"policy: {e}" + (f"; command line: {safe(shown(words))}" if hints else ""))
     try:
         if not top_files:
             raise Unavailable("not read here (tpmtop health reads it)")
-        whole = r.read_bytes(f"{IMA_DIR}/ascii_runtime_measurements")
-        raw = whole[:LIST_READ_MAX]
+        # one byte past the sample says whether the list went on (a busy server's is longer than any bound)
+        raw = r.read_start(f"{IMA_DIR}/ascii_runtime_measurements", LIST_READ_MAX + 1)
+        cut = len(raw) > LIST_READ_MAX
+        raw = raw[:LIST_READ_MAX]
         paths: Counter[str] = Counter()
         for line in raw.decode("utf-8", "replace").splitlines():
             parts = line.split(" ")  # PCR template-hash template algo:digest path [signature]
             if len(parts) >= 5:
                 paths[parts[4]] += 1
         entries = sum(paths.values())
-        cut = len(whole) > LIST_READ_MAX
         where = f"the first {entries} entries" if cut else f"the {entries} entries"
         top = [(p, k) for p, k in paths.most_common(TOP) if k > 1]
         ev += [f"measured {k}×: {safe(p)}" for p, k in top] or [

@@ -161,7 +161,7 @@ def pcr_integrity(inp: Inputs) -> Verdict:
     elif f is not None:
         ev.append(f"{f.source}: {f.reason}")
     if cmd:
-        ev.append(f"/proc/cmdline: tpm.disable_pcr_integrity={cmd[-1]}")
+        ev.append(f"/proc/cmdline: tpm.disable_pcr_integrity={cmdline_mod.shown(cmd[-1])}")
     val = cmdline_mod.truthy(f.value) if f is not None and f.ok else (cmdline_mod.truthy(cmd[-1]) if cmd else None)
     if val is None:
         return Verdict(Kind.PCR_INTEGRITY, Level.INFO, "tpm.disable_pcr_integrity not set (kernel before 6.12 "
@@ -251,7 +251,7 @@ def interrupts(inp: Inputs) -> Verdict:
     cmd = (sf.params or {}).get("tpm_tis.interrupts")
     on_cmdline = cmd is not None and cmdline_mod.truthy(cmd[-1]) is False
     if cmd:
-        ev.append(f"/proc/cmdline: tpm_tis.interrupts={cmd[-1]}")
+        ev.append(f"/proc/cmdline: tpm_tis.interrupts={cmdline_mod.shown(cmd[-1])}")
         if raw is None:
             param = cmdline_mod.truthy(cmd[-1])
     fell_back = _problems(sf, ("polling",))

@@ -166,7 +166,9 @@ def _ipv4_tcp(linktype: int, buf: bytes) -> tuple[bytes, int, bytes, int, int, b
     return buf[off + 12:off + 16], sport, buf[off + 16:off + 20], dport, seq, buf[start:off + total]
 
 
-MAX_EMPTY_RUN = 10_000  # records without a byte, in a row, before a file is no capture
+MAX_EMPTY_RUN = 10_000  # records too short to hold an IP header, in a row, before a file is no capture
+MIN_FRAME = 20  # bytes: an IPv4 header alone; a shorter frame carries no TCP byte on any link type
+MAX_PCAPNG_BLOCK = 16 << 20  # a block's length: frames are at most 256 KiB (tcpdump's snaplen)
 
 
 def _check_pcap_header(path: str, head: bytes) -> None:
@@ -177,6 +179,30 @@ def _check_pcap_header(path: str, head: bytes) -> None:
     major, minor = struct.unpack(order + "HH", head[4:8])
     if major != 2:
         raise PcapError(f"{path}: pcap version {major}.{minor} (only 2.x exists): not a pcap file")
+
+
+def _check_pcapng_header(path: str, f: Any) -> None:
+    """The first two blocks' lengths (the section header, then an interface description), checked
+    before dpkt reads them: a length of 0 or 4 GB (a sparse file, zeros) made dpkt ask for a
+    negative read ("ValueError: read length must be non-negative") or read the whole file."""
+    shb = f.read(12)
+    if len(shb) < 12:
+        raise PcapError(f"{path}: cut short inside the pcapng section header")
+    bom = shb[8:12]
+    if bom not in (b"\x4d\x3c\x2b\x1a", b"\x1a\x2b\x3c\x4d"):
+        raise PcapError(f"{path}: a pcapng section header without its byte-order magic: not a pcapng file")
+    order = "<" if bom == b"\x4d\x3c\x2b\x1a" else ">"
+    at = 0
+    for name, least in (("section header", 28), ("interface description", 20)):
+        f.seek(at)
+        h = f.read(8)
+        if len(h) < 8:
+            raise PcapError(f"{path}: cut short before the pcapng {name} block")
+        blen = struct.unpack(order + "I", h[4:8])[0]
+        if blen < least or blen % 4 or blen > MAX_PCAPNG_BLOCK:
+            raise PcapError(f"{path}: a pcapng {name} block of {blen:,} bytes: not a pcapng file")
+        at += blen
+    f.seek(0)
 
 
 _PCAPNG_EPB, _PCAPNG_PB = 6, 2  # enhanced packet block; the obsolete packet block
@@ -208,8 +234,8 @@ def _pcapng_packets(f: Any, reader: Any) -> Iterator[tuple[float, bytes]]:
         if len(h) < 8:
             return
         btype, blen = head.unpack(h)
-        if blen < 12:
-            raise ValueError(f"a pcapng block of {blen} bytes")
+        if blen < 12 or blen > MAX_PCAPNG_BLOCK:
+            raise ValueError(f"a pcapng block of {blen:,} bytes")
         body = read(blen - 8)
         if len(body) < blen - 8:
             raise ValueError("the last pcapng block is cut short")
@@ -231,6 +257,7 @@ def _read_frames(path: str) -> Iterator[tuple[int, bytes, int, bytes, int, int, 
         f.seek(0)
         records: Iterator[tuple[float, bytes]]
         if head == PCAPNG_MAGIC:
+            _check_pcapng_header(path, f)
             reader = dpkt.pcapng.Reader(f)  # the section and interface headers (and their checks)
             records = _pcapng_packets(f, reader)
         elif head in PCAP_MAGICS:
@@ -243,13 +270,14 @@ def _read_frames(path: str) -> Iterator[tuple[int, bytes, int, bytes, int, int, 
         linktype = reader.datalink()
         empty = 0
         for ts, buf in records:
-            if not buf:
+            if len(buf) < MIN_FRAME:
                 # A hole of a sparse file, or zeros, reads as empty records (16 bytes each): a
-                # gigabyte of them was minutes of work before anything was said.
+                # gigabyte of them was minutes of work before anything was said; 12 million
+                # one-byte records took 78 s. No such record can carry a TPM command.
                 empty += 1
                 if empty > MAX_EMPTY_RUN:
-                    raise PcapError(f"{path}: more than {MAX_EMPTY_RUN:,} empty records in a row (zeros or a "
-                                    "sparse file's holes): not a capture of traffic")
+                    raise PcapError(f"{path}: more than {MAX_EMPTY_RUN:,} records in a row too short to hold an IP "
+                                    "packet (zeros, a sparse file's holes): not a capture of traffic")
                 continue
             empty = 0
             # dpkt gives float seconds; round to whole µs so ns-precision files still line up

@@ -25,6 +25,7 @@ __all__ = [
     "holders",  # who holds a TPM device open
     "latency",  # a per-client latency distribution
     "lines",  # the proxy's log lines and their kinds
+    "peers",  # who is at the other end of a socket (its owner's uid; the exporter caps per user by it)
     "report",  # capture additions and the `tpmtop run` table
     "server",  # the server
 ]
