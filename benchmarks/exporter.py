@@ -17,7 +17,7 @@ written), and last:
 
 R is the peak RSS, C the CPU share at 1 scrape/s (Prometheus scrapes every 15–60 s: one a
 second is already more), S the worse of the two p99s. The exporter renders at most once a
-second per format (tpmtop.fleet.server.RenderedOnceASecond), so at 10 scrapes/s most
+second per format (tpmtop.exporter.server.RenderedOnceASecond), so at 10 scrapes/s most
 scrapes get the second's rendering. Not a test.
 
     .venv/bin/python benchmarks/exporter.py --minutes 10

@@ -9,7 +9,7 @@ and waits until the exporter holds none. RSS is read (psutil) while they are hel
 
 The silent clients are spread over ``--users`` (default 3) system uids (daemon, bin, sys),
 1,000 each: one uid may hold at most a quarter of the exporter's 4,096 connections
-(tpmtop.fleet.http.MAX_PER_PEER), so all 3,000 are held; the scraper runs as the invoking user.
+(tpmtop.exporter.http.MAX_PER_PEER), so all 3,000 are held; the scraper runs as the invoking user.
 Needs root for that (otherwise they all come from one uid and the cap refuses the surplus: the
 figures say how many were held). Loopback only; bounded loops.
 

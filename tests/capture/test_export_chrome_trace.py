@@ -11,7 +11,7 @@ import pytest
 from tests.helpers.exports import check_trace
 from tests.helpers.paths import TESTS
 from tpmtop.capture import CaptureError, load_capture
-from tpmtop.exporters.chrome_trace import export_chrome_trace
+from tpmtop.export.chrome_trace import export_chrome_trace
 
 SAMPLE = TESTS / "captures" / "sample-1.0.json"
 TPMTOP = [sys.executable, "-m", "tpmtop"]

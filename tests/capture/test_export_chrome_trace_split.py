@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-import tpmtop.exporters.chrome_trace as ct
+import tpmtop.export.chrome_trace as ct
 from tests.helpers.captures import make_capture
 from tests.helpers.exports import check_trace
 from tests.helpers.paths import TESTS
 from tpmtop.capture import CaptureError, load_capture
-from tpmtop.exporters.chrome_trace import export_chrome_trace
+from tpmtop.export.chrome_trace import export_chrome_trace
 
 SAMPLE = TESTS / "captures" / "sample-1.0.json"
 

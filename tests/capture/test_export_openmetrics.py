@@ -12,7 +12,7 @@ from tests.helpers.exports import check_metrics
 from tests.helpers.paths import TESTS
 from tpmtop.capture import load_capture
 from tpmtop.errors import UsageError
-from tpmtop.exporters.openmetrics import export_openmetrics, render
+from tpmtop.export.openmetrics import export_openmetrics, render
 
 SAMPLE = TESTS / "captures" / "sample-1.0.json"
 TPMTOP = [sys.executable, "-m", "tpmtop"]

@@ -18,7 +18,7 @@ import pytest
 
 from tests.helpers.captures import capture_of
 from tests.helpers.exporter import KERNEL_TRACES, REPO, Exporter, samples, value
-from tpmtop.fleet import families as fam
+from tpmtop.exporter import families as fam
 from tpmtop.importers.observed import RC_NOT_TRACED
 
 PROMTOOL = shutil.which("promtool")
@@ -212,9 +212,9 @@ def test_probe_sends_only_getcapability_and_sees_slots_taken(tcp_swtpm):
     from tpm2_pytss import ESAPI, TCTILdr
     from tpm2_pytss.types import TPM2B_PUBLIC
 
-    from tpmtop.fleet.families import SlotKind
-    from tpmtop.fleet.server import new_registry
-    from tpmtop.fleet.tpm_probe import TpmProbe
+    from tpmtop.exporter.families import SlotKind
+    from tpmtop.exporter.server import new_registry
+    from tpmtop.exporter.tpm_probe import TpmProbe
 
     def other_program(fn):
         """Another program's own connection (a swtpm serves one client at a time)."""
@@ -339,8 +339,8 @@ def test_garbled_codes_stay_one_label_value():
     """A hostile or garbled trace (random command and response codes) adds no series per value."""
     from prometheus_client import generate_latest
 
-    from tpmtop.fleet.kernel_feed import KernelMetrics
-    from tpmtop.fleet.server import new_registry
+    from tpmtop.exporter.kernel_feed import KernelMetrics
+    from tpmtop.exporter.server import new_registry
 
     reg = new_registry()
     km = KernelMetrics(reg, mark_own=False)
@@ -368,8 +368,8 @@ def test_boot_facts_of_a_machine_as_gauges():
     IMA's count, the HMAC build — the values its files hold."""
     from prometheus_client import generate_latest
 
-    from tpmtop.fleet.facts_feed import FactsMetrics
-    from tpmtop.fleet.server import new_registry
+    from tpmtop.exporter.facts_feed import FactsMetrics
+    from tpmtop.exporter.server import new_registry
 
     reg = new_registry()
     FactsMetrics(reg, root=str(REPO / "tests" / "fixtures" / "boot" / "desktop-6.12-systemd")).read_all()

@@ -20,9 +20,9 @@ from prometheus_client.exposition import make_wsgi_app
 from tests.exporter.test_exporter import _certs
 from tests.helpers.exporter import value
 from tests.helpers.processes import wait_until
-from tpmtop.fleet import server as fleet
-from tpmtop.fleet.families import ConnectionEnd
-from tpmtop.fleet.http import HttpServer
+from tpmtop.exporter import server as fleet
+from tpmtop.exporter.families import ConnectionEnd
+from tpmtop.exporter.http import HttpServer
 
 
 class _Lines:

@@ -102,7 +102,7 @@ def test_connections_over_the_cap_are_refused_with_a_503_and_logged_once_a_secon
     summary at stop); the held ones are dropped at the deadline and a scrape is served again."""
     from prometheus_client import CollectorRegistry
 
-    from tpmtop.fleet import server as fleet
+    from tpmtop.exporter import server as fleet
 
     lines: list[str] = []
     lock = threading.Lock()
@@ -117,7 +117,7 @@ def test_connections_over_the_cap_are_refused_with_a_503_and_logged_once_a_secon
     sock = fleet._listen_socket(fleet.Listen("127.0.0.1", 0))
     from prometheus_client.exposition import make_wsgi_app
 
-    from tpmtop.fleet.http import HttpServer
+    from tpmtop.exporter.http import HttpServer
 
     srv = HttpServer(sock, fleet.RenderedOnceASecond(make_wsgi_app(reg)), log=log, max_connections=8,
                      read_deadline_s=5.0).start()

@@ -31,7 +31,7 @@ import pytest
 
 from tests.helpers.captures import capture_of
 from tests.helpers.exporter import KERNEL_TRACES, REPO, Exporter, shifted_copy, span_s
-from tpmtop.fleet.families import BUCKETS
+from tpmtop.exporter.families import BUCKETS
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus package is not installed "

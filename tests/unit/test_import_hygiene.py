@@ -2,7 +2,7 @@
 
 Two checks. ``lint-imports`` (import-linter, contracts in pyproject.toml) reads every import
 statement, including those inside functions: tpm -> sessions/recorder -> capture/bench ->
-boot/exporters/profiles -> sources -> tui -> cli, and no Textual/Rich below the TUI. And at run
+boot/export/profiles -> sources -> tui -> cli, and no Textual/Rich below the TUI. And at run
 time, in fresh interpreters (Harlequin's import-hygiene test): importing every core module
 loads neither, and neither does building the CLI's parser — ``tpmtop handles`` over SSH must
 not pay for a TUI it does not show.

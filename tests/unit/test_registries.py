@@ -67,7 +67,7 @@ def test_every_panel_has_a_key_a_help_line_and_a_place():
 
 def test_every_export_format_is_offered_and_described():
     from tpmtop.cli import build_parser
-    from tpmtop.exporters.registry import EXPORTERS, formats_help
+    from tpmtop.export.registry import EXPORTERS, formats_help
 
     export = next(a for a in build_parser(eager=True)._subparsers._group_actions[0].choices["export"]._actions
                   if "--format" in a.option_strings)

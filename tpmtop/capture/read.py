@@ -369,7 +369,7 @@ class CaptureReader:
         return kept
 
     # Hooks for a subclass that shares the work on the events array with another process
-    # (tpmtop.exporters.split_reader): the plain reader just reads on.
+    # (tpmtop.export.split_reader): the plain reader just reads on.
     def _events_begin(self) -> None:
         """Called right after the '[' of the events array."""
 

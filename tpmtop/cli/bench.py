@@ -259,7 +259,7 @@ def run_bench(args: argparse.Namespace) -> int:
                     write_capture_file(json_out, cap, progress=bar)
                 notice(f"capture written to {'stdout' if args.json == '-' else args.json}")
             if om_out:
-                from tpmtop.exporters.openmetrics import render
+                from tpmtop.export.openmetrics import render
 
                 text = render(cap)
                 om_out.write_keeping(lambda: [text.encode("utf-8")], suffix=".prom", label="OpenMetrics")

@@ -1,5 +1,5 @@
 """``tpmtop export CAPTURE.json --format FORMAT -o FILE``: the formats are
-:data:`tpmtop.exporters.registry.EXPORTERS`."""
+:data:`tpmtop.export.registry.EXPORTERS`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ as output unless --force. An unwritable destination is refused before the captur
 
 
 def _examples() -> str:
-    from tpmtop.exporters.registry import EXPORTERS, formats_help
+    from tpmtop.export.registry import EXPORTERS, formats_help
 
     examples = [f"  {e.example}" for e in EXPORTERS.values()]
     examples.append("  tpmtop export run.json --format openmetrics -o - | grep tpmtop_operation_seconds_count")
@@ -20,7 +20,7 @@ def _examples() -> str:
 
 
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
-    from tpmtop.exporters.registry import EXPORTERS
+    from tpmtop.export.registry import EXPORTERS
 
     p.epilog = _examples() + "\n\n" + (p.epilog or "")
     p.add_argument("capture", metavar="CAPTURE.json", help="a capture (tpmtop bench --json)")
@@ -32,7 +32,7 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_export(args: argparse.Namespace) -> int:
     from tpmtop.cli.common import notice
-    from tpmtop.exporters.registry import EXPORTERS
+    from tpmtop.export.registry import EXPORTERS
     from tpmtop.output import Output
     from tpmtop.textsafe import safe
 

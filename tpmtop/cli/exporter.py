@@ -85,11 +85,11 @@ def run_exporter(args: argparse.Namespace) -> int:
             raise UsageError(f"--trace {args.kernel_trace}: permission denied") from None
     if not os.path.isdir(args.root):
         raise UsageError(f"--root {args.root}: no such folder")
-    from tpmtop.fleet.server import parse_listen
+    from tpmtop.exporter.server import parse_listen
 
     listen = parse_listen(args.listen)
 
-    from tpmtop.fleet import facts_feed, kernel_feed, server
+    from tpmtop.exporter import facts_feed, kernel_feed, server
 
     kernel_feed.preload()
     registry = server.new_registry()
@@ -121,7 +121,7 @@ def run_exporter(args: argparse.Namespace) -> int:
                        "(tpmtop_kernel_trace_up is 0)")
         source = reader.source_text if reader is not None else "system facts only"
         if args.probe:
-            from tpmtop.fleet.tpm_probe import TpmProbe
+            from tpmtop.exporter.tpm_probe import TpmProbe
 
             probe = TpmProbe(registry, args, facts, interval_s=args.probe).start()
         if reader is not None:

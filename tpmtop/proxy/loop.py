@@ -13,7 +13,7 @@ tpm2-abrmd plus dbus spend per client process. A connection here is one object w
 bytearray, handled by plain method calls; asyncio would add a transport, a protocol and
 scheduled call-backs per connection, and its loop must not block, while the exchange above
 blocks by design (the TPM answers one command at a time whoever asks). The exporter, whose
-cost is its rendering, uses asyncio (:mod:`tpmtop.fleet.http`).
+cost is its rendering, uses asyncio (:mod:`tpmtop.exporter.http`).
 
 Deadlines are a heap of timers; a connection's idle and frame deadlines are re-armed lazily
 (a timer that fires early looks at the connection's current deadline and sets itself again),

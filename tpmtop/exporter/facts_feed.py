@@ -3,7 +3,7 @@
 The whole set (dmesg, systemd-analyze, the journal) is read once when the exporter starts,
 before it arms its probes: it does not change while the machine runs. The cheap part (sysfs,
 securityfs, /proc: the IMA count, the PCR-integrity switch) is read again at a scrape when
-the last read is older than ``refresh_s``. None of it talks to the TPM. Layer: fleet; no Textual.
+the last read is older than ``refresh_s``. None of it talks to the TPM. Layer: exporter; no Textual.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from tpmtop.fleet import families as fam
+from tpmtop.exporter import families as fam
 
 if TYPE_CHECKING:
     from tpmtop.boot.facts import SystemFacts

@@ -69,7 +69,7 @@ class SlotKind(enum.StrEnum):
 
 class ConnectionEnd(enum.StrEnum):
     """Why the exporter's HTTP(S) endpoint ended a connection before serving it
-    (:mod:`tpmtop.fleet.http`)."""
+    (:mod:`tpmtop.exporter.http`)."""
 
     LIMIT = "limit"  # max_connections open already: refused at accept
     PEER_LIMIT = "peer_limit"  # this user (loopback) or address already holds its share

@@ -1,11 +1,11 @@
 """The exporter's registry and its HTTP endpoint (prometheus_client's WSGI application, served
-from one event loop: :mod:`tpmtop.fleet.http` says why not from its own threading server).
+from one event loop: :mod:`tpmtop.exporter.http` says why not from its own threading server).
 
 prometheus_client does the exposition and the content negotiation: a scraper that sends
 ``Accept: application/openmetrics-text`` (Prometheus does) gets OpenMetrics 1.0, anything
 else gets the classic text format 0.0.4; ``Accept-Encoding: gzip`` is honoured. TLS, and
 client certificates as the way to authenticate a scraper (``certfile``/``keyfile``/
-``client_cafile``), are Python's ssl module's. Layer: fleet; no Textual.
+``client_cafile``), are Python's ssl module's. Layer: exporter; no Textual.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from prometheus_client.registry import Collector
 
 from tpmtop import __version__
 from tpmtop.errors import UsageError
-from tpmtop.fleet import families as fam
-from tpmtop.fleet.http import LISTEN_BACKLOG, HttpServer, tls_context
+from tpmtop.exporter import families as fam
+from tpmtop.exporter.http import LISTEN_BACKLOG, HttpServer, tls_context
 
 DEFAULT_PORT = 9927  # not in Prometheus' default-port allocations as of writing; --listen changes it
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
@@ -177,7 +177,7 @@ def _listen_socket(listen: Listen) -> socket.socket:
 
 def serve(registry: CollectorRegistry, listen: Listen, *, certfile: str | None = None, keyfile: str | None = None,
           client_cafile: str | None = None, log: Callable[[str], None] | None = None) -> tuple[HttpServer, Listen]:
-    """Start serving from the event loop's thread (:mod:`tpmtop.fleet.http`); returns (server,
+    """Start serving from the event loop's thread (:mod:`tpmtop.exporter.http`); returns (server,
     the address it listens on)."""
     from prometheus_client.exposition import make_wsgi_app
 

@@ -19,7 +19,7 @@ Counts = dict[str, Any]
 @dataclass(frozen=True)
 class Exporter:
     name: str  # --format NAME
-    module: str  # tpmtop.exporters.<module>
+    module: str  # tpmtop.export.<module>
     function: str  # (capture_path, dest) -> counts
     about: str  # the help's "formats:" entry (one paragraph)
     example: str  # one `tpmtop export` command line
@@ -52,17 +52,17 @@ def _openmetrics_report(n: Counts, where: str, stdout: bool) -> list[str]:
 
 
 EXPORTERS: dict[str, Exporter] = {e.name: e for e in (
-    Exporter("chrome-trace", "tpmtop.exporters.chrome_trace", "export_chrome_trace",
+    Exporter("chrome-trace", "tpmtop.export.chrome_trace", "export_chrome_trace",
              "every TPM command as a slice under its operation, one track per engine/mode; open in "
              "https://ui.perfetto.dev or chrome://tracing (needs a capture recorded with --events)",
              "tpmtop export run.json --format chrome-trace -o trace.json", _chrome_report),
-    Exporter("pcapng", "tpmtop.exporters.pcapng", "export_pcapng",
+    Exporter("pcapng", "tpmtop.export.pcapng", "export_pcapng",
              "every command and response as TCP payload on port 2321, framed as tpm2-tss's pcap: TCTI "
              "writes it, for Wireshark/tshark's TPM 2.0 dissector; original timestamps, one TCP stream per "
              "client (needs a capture whose events kept their bytes: bench --events keeps them for the "
              "newest 16,384 commands)",
              "tpmtop export run.json --format pcapng -o run.pcapng", _pcapng_report),
-    Exporter("openmetrics", "tpmtop.exporters.openmetrics", "export_openmetrics",
+    Exporter("openmetrics", "tpmtop.export.openmetrics", "export_openmetrics",
              "latency histograms per (engine, mode, op) and per command code, labelled with the TPM "
              "manufacturer and firmware; for node_exporter's textfile collector",
              "tpmtop export run.json --format openmetrics -o /var/lib/node_exporter/textfile/tpmtop.prom",

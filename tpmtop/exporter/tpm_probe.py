@@ -10,7 +10,7 @@ variable properties (HR_*_AVAIL), and once the fixed ones (manufacturer, firmwar
 commands that change nothing in the TPM, whether --read-only was given or not. The same
 variable properties carry the dictionary-attack state (``tpmtop_tpm_da_*``, as ``tpmtop health``
 reads it): no authorization, nothing that could count as a failure. Its own
-commands show in the kernel metrics under ``path="tpmtop"``. Layer: fleet; no Textual.
+commands show in the kernel metrics under ``path="tpmtop"``. Layer: exporter; no Textual.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from tpmtop.fleet import families as fam
-from tpmtop.fleet.families import SlotKind
+from tpmtop.exporter import families as fam
+from tpmtop.exporter.families import SlotKind
 from tpmtop.tpm.exchange import Origin
 
 if TYPE_CHECKING:
     import argparse
 
-    from tpmtop.fleet.facts_feed import FactsMetrics
+    from tpmtop.exporter.facts_feed import FactsMetrics
     from tpmtop.health.lockout import DaState
     from tpmtop.tpm.connection import TpmConnection
     from tpmtop.tpm.status import ClockInfo

@@ -11,7 +11,7 @@ then not visible).
 
 Streaming: events are read from the capture and written out one by one (see
 :class:`tpmtop.capture.CaptureReader`; the fork protocol below is in
-:mod:`tpmtop.exporters.split_reader`), so a million events need neither 1 GB of dicts nor
+:mod:`tpmtop.export.split_reader`), so a million events need neither 1 GB of dicts nor
 1 GB of output strings in memory.
 
 Speed: the work is a few microseconds of Python per event (regular-expression parse, then
@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from tpmtop.capture import CaptureError
-from tpmtop.exporters.split_reader import SplitReader as CaptureReader
+from tpmtop.export.split_reader import SplitReader as CaptureReader
 
 if TYPE_CHECKING:
     from tpmtop.output import Output

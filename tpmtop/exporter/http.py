@@ -30,7 +30,7 @@ accepting thread, so one silent TCP connection stalled every HTTPS scrape. Here:
 asyncio rather than selectors by hand: its streams give TLS with a handshake time-out and
 per-connection deadlines (``wait_for``) without a state machine of ours, and the exporter's
 cost is its rendering, not the loop's overhead.
-Layer: fleet; no Textual.
+Layer: exporter; no Textual.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from tpmtop.errors import UsageError
-from tpmtop.fleet.families import ConnectionEnd
+from tpmtop.exporter.families import ConnectionEnd
 from tpmtop.limits import raise_nofile
 from tpmtop.ratelog import RateLimitedLog
 

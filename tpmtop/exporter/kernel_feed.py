@@ -9,8 +9,8 @@ response codes, per-operation cost split TPM/host, session set-ups, the session 
 (:class:`tpmtop.patterns.Detector`).
 
 Memory is bounded whatever runs for how long: counters and fixed buckets per label set, and
-every label comes from a closed set (:mod:`tpmtop.fleet.families`). No command is kept.
-tpmtop sends no TPM command here. Layer: fleet; no Textual.
+every label comes from a closed set (:mod:`tpmtop.exporter.families`). No command is kept.
+tpmtop sends no TPM command here. Layer: exporter; no Textual.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from tpmtop.fleet import families as fam
-from tpmtop.fleet.families import Operation, Pattern, RcLabel, SessionMode
+from tpmtop.exporter import families as fam
+from tpmtop.exporter.families import Operation, Pattern, RcLabel, SessionMode
 from tpmtop.kernel import ops as kops
 from tpmtop.kernel.trace_pipe import KernelCommand, KernelOp, Parser, path_label
 from tpmtop.patterns import Detector
