@@ -88,8 +88,8 @@ def test_a_mode_not_run_is_priced_from_its_own_commands_host_and_wire(live):
     a wait costs more than one sent back to back, as a kept session's are. Now its host work
     is priced on the back-to-back basis: none's PCR_Extend host work (hE0) plus the session's
     HMACs timed back to back (hM). Estimate first (reuse not run), then reuse run. The issue's
-    ±20 % does NOT hold: in twenty runs (12:18–12:20 UTC, load 4–5.5) ×1.21–1.45, and ×0.65–0.90
-    in the three where load doubled reuse's measured p50; Eh's wire still follows the wait
+    ±20 % does NOT hold: in thirty runs (12:18–12:27 UTC, load 2–5.5) ×1.21–1.45, none within,
+    and ×0.65–0.90 in the three where load doubled reuse's measured p50; Eh's wire still follows the wait
     (docs/dashboard.md, "How close the estimate gets"). The bound is what those runs support."""
     ratio, est, meas = _reuse_estimate_then_measured(live)
     assert 0.6 <= ratio <= 1.5, (ratio, est, meas)

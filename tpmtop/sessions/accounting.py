@@ -32,7 +32,7 @@ class RunAccount:
     # work of the commands it would send, not from another mode's whole host time.
     command_host_hists: dict[int | None, LatencyHistogram] = field(default_factory=dict)
     # The kept session's own HMAC work (command HMAC and response check), timed after each
-    # extend of an HMAC mode outside the operation (tpmtop.sessions.native.session_hmac_host_ns):
+    # per-command extend, outside the operation (tpmtop.sessions.native.session_hmac_host_ns):
     # back to back, as a kept session's extends run, where hEh follows StartAuthSession's wait.
     hmac_host_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
 
