@@ -41,7 +41,7 @@ def test_modes_line_keeps_one_basis_as_each_mode_runs(live):
     assert "per-command" in dash.projection("-")[5] and "none" in dash.projection("-")[5]
     assert "TPM time only" not in line and "not run, its commands' wire + host time" in line
     # reuse not run: an estimate on the op basis (its commands' own host work), between the two measured modes
-    assert "hEh" in reuse.formula and reuse.total_s is not None
+    assert "hM" in reuse.formula and reuse.total_s is not None
     assert none.total_s <= reuse.total_s <= pc.total_s, (none.arithmetic, reuse.arithmetic, pc.arithmetic)
     # saved not run: no ContextSave measured, so no price rather than one without it
     assert proj.modes["saved"].estimate_s is None and "C (ContextSave)" in proj.modes["saved"].reason
@@ -60,29 +60,36 @@ def test_modes_line_keeps_one_basis_as_each_mode_runs(live):
     assert "TPM time only" not in line
 
 
+def _reuse_estimate_then_measured(live) -> tuple[float, str, str]:
+    """Reuse's not-run estimate as the Modes line shows it after per-command (none interleaved)
+    has run, then reuse itself run on the same private swtpm: (estimate ÷ measured, the
+    estimate's arithmetic, the measured one's)."""
+    src = live(start_running=True, rate=0, mode="per-command")
+    dash = Dashboard(src)
+    _run(src, dash, "per-command", 300)
+    comps = dash.projection("-")[0]
+    assert {"hL", "hS", "hF", "hEh", "hE0", "hM"} <= set(comps)
+    estimate, line = _projection(dash)
+    estimate = estimate.modes["reuse"]
+    assert "reuse" not in dash.projection("-")[5] and "not run, its commands' wire + host time" in line
+    assert estimate.formula == "(L + S + F + hL + hS + hF) + N × (Eh + hE0 + hM)"
+    assert "none's PCR_Extend (hE0)" in estimate.note and "back to back (hM)" in estimate.note
+    _run(src, dash, "reuse", 1000)
+    measured = _projection(dash)[0].modes["reuse"]
+    assert "op p50" in measured.formula
+    return float(estimate.total_s / measured.total_s), estimate.arithmetic, measured.arithmetic
+
+
 def test_a_mode_not_run_is_priced_from_its_own_commands_host_and_wire(live):
     """Issue 55 item 1: at swtpm speed, reuse not yet run was priced as its commands plus a
     whole per-command operation's host time (salt, ECDH, key derivation: ~160 µs), ×3–6 what
-    reuse then measured (~30–55 µs an extend). Now it is priced from the wire and host time of
-    the commands it sends, measured apart in per-command. Blocks of each mode alternate so
-    that both see the same load; the estimate is the one the Modes line shows while reuse has
-    not run (reuse's own p50 left out). It lands within ×2 of the measured p50, not ±20 %: a
-    PCR_Extend that follows StartAuthSession's wait is slower, host and wire, than one sent
-    back to back (docs/dashboard.md, "Modes not run")."""
-    src = live(start_running=True, rate=0, mode="per-command")
-    dash = Dashboard(src)
-    _run(src, dash, "per-command", 100)
-    comps = dash.projection("-")[0]
-    assert {"hL", "hS", "hF", "hEh", "hE0"} <= set(comps)
-    proj, line = _projection(dash)
-    assert "hEh" in proj.modes["reuse"].formula and "not run, its commands' wire + host time" in line
-    for _ in range(3):
-        _run(src, dash, "reuse", 100)
-        _run(src, dash, "per-command", 100)
-    dash.stats(80)
-    comps, n, _, _, _, per_mode, _ = dash.projection("-")
-    measured = projection_of(comps, n, per_mode).modes["reuse"]
-    estimate = projection_of(comps, n, {m: v for m, v in per_mode.items() if m != "reuse"}).modes["reuse"]
-    assert "op p50" in measured.formula and "hEh" in estimate.formula
-    ratio = estimate.total_s / measured.total_s
-    assert 0.8 <= ratio <= 2.0, (estimate.arithmetic, measured.arithmetic)
+    reuse then measured; then from per-command's own PCR_Extend host work (hEh): ×1.49–1.61
+    in ten runs here, because that extend follows StartAuthSession's wait and a command after
+    a wait costs more than one sent back to back, as a kept session's are. Now its host work
+    is priced on the back-to-back basis: none's PCR_Extend host work (hE0) plus the session's
+    HMACs timed back to back (hM). Estimate first (reuse not run), then reuse run. The issue's
+    ±20 % does NOT hold: in thirty runs (12:18–12:27 UTC, load 2–5.5) ×1.21–1.45, none within,
+    and ×0.65–0.90 in the three where load doubled reuse's measured p50; Eh's wire still follows the wait
+    (docs/dashboard.md, "How close the estimate gets"). The bound is what those runs support."""
+    ratio, est, meas = _reuse_estimate_then_measured(live)
+    assert 0.6 <= ratio <= 1.5, (ratio, est, meas)

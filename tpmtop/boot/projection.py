@@ -50,6 +50,13 @@ COMPONENTS = {
 # per-command operation's host time, priced reuse ×5 too high at swtpm speed (its salt and
 # key derivation, which reuse does once, counted on every extend).
 HOST_COMPONENTS = {"h" + k: f"host work of {v}" for k, v in COMPONENTS.items() if k != "H"}
+# A kept session's extends follow each other; the PCR_Extend measured inside per-command
+# follows StartAuthSession's wait, and its host work (hEh) is ×2 what the same extend costs
+# back to back (docs/dashboard.md). So a kept-session extend not yet run is priced on the
+# back-to-back basis: none's PCR_Extend host work (hE0, one command per operation, as reuse)
+# plus the session's HMAC work timed back to back (hM), beside Eh's wire time.
+HOST_COMPONENTS["hM"] = "host work of the session's HMACs, back to back"
+KEPT_EXTEND_HOST = ("hE0", "hM")
 PUBLISHED_SOURCE = "published SLB9670 figures (last resort)"
 PUBLISHED_ABOUT = ("Infineon SLB9670 via ftrace on kernel 6.11-rc2, Sept 2024: another machine's TPM, "
                    "so the estimates only show the order of magnitude")
@@ -289,7 +296,14 @@ def project(extends: int | None, extends_source: str, components: dict[str, Cost
         once, each = list(info.once), list(info.each)
         mc = ModeCost(mode, info.formula, note=info.projection_note)
         if per_mode and mode not in per_mode:
-            if all("h" + x in components for x in once + each):
+            if each == ["Eh"] and all("h" + x in components for x in once) \
+                    and all(x in components for x in KEPT_EXTEND_HOST):
+                # a kept session's extends, back to back: their host work on that basis (above)
+                once, each = once + ["h" + x for x in once], each + list(KEPT_EXTEND_HOST)
+                mc.formula = _formula(once, each)
+                mc.note = "; ".join(x for x in (mc.note, "each extend's host work: none's PCR_Extend (hE0) + "
+                                                         "the session's HMACs timed back to back (hM)") if x)
+            elif all("h" + x in components for x in once + each):
                 # each command's own host work: the basis of the modes priced by op p50
                 once, each = once + ["h" + x for x in once], each + ["h" + x for x in each]
                 mc.formula = _formula(once, each)

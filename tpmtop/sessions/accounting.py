@@ -31,6 +31,10 @@ class RunAccount:
     # and its check on the HMAC'd command: a mode that was not run is priced from the host
     # work of the commands it would send, not from another mode's whole host time.
     command_host_hists: dict[int | None, LatencyHistogram] = field(default_factory=dict)
+    # The kept session's own HMAC work (command HMAC and response check), timed after each
+    # per-command extend, outside the operation (tpmtop.sessions.native.session_hmac_host_ns):
+    # back to back, as a kept session's extends run, where hEh follows StartAuthSession's wait.
+    hmac_host_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
 
     def add(self, total_ns: int, wire: list[tuple[int | None, int, int]], t0_ns: int | None = None) -> None:
         wire_ns = sum(w for _, w, _ in wire)

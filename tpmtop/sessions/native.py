@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, overload
 
@@ -107,16 +108,14 @@ class NativeEngine(CryptoEngine[Session, int]):
             n = int.from_bytes(params[:2], "big")
             sealed = crypto.cfb(key, nonce_caller, session.nonce_tpm, params[2:2 + n], True)
             params = params[:2] + sealed + params[2 + n:]
-        mac = crypto.session_hmac(key, crypto.cp_hash(cc, names_, params), nonce_caller, session.nonce_tpm, attrs)
-        auth = struct.pack(">I", session.handle) + _tpm2b(nonce_caller) + bytes((attrs,)) + _tpm2b(mac)
+        auth = _command_auth(session.handle, key, cc, names_, params, nonce_caller, session.nonce_tpm, attrs)
         body = hbytes + struct.pack(">I", len(auth)) + auth + params
         rsp = self._send(struct.pack(">HII", ST_SESSIONS, 10 + len(body), cc) + body, cc)
         handle, rparams, rsess = self._split(rsp, ST_SESSIONS, rsp_handle)
         if rsess is None:  # success without an authorization area: not a TPM's answer to a sessioned command
             raise IntegrityError(f"{names.cc_short(cc)}: response has no authorization area; response rejected")
         nonce_tpm, rattrs, rmac = rsess
-        expect = crypto.session_hmac(key, crypto.rp_hash(cc, rparams), nonce_tpm, nonce_caller, rattrs)
-        if not crypto.equal(expect, rmac):
+        if not _response_authentic(key, cc, rparams, nonce_tpm, nonce_caller, rattrs, rmac):
             self.integrity_failures += 1
             raise IntegrityError(f"{names.cc_short(cc)}: response HMAC check failed (response altered in "
                                  "transit, or not from this TPM); response rejected")
@@ -216,6 +215,38 @@ class NativeEngine(CryptoEngine[Session, int]):
             self.flush(handle)
         else:
             raise ValueError(op)
+
+
+def _command_auth(handle: int, key: bytes, cc: int, names_: bytes, params: bytes, nonce_caller: bytes,
+                  nonce_tpm: bytes, attrs: int) -> bytes:
+    """A sessioned command's authorization area: its cpHash's HMAC, with the nonces."""
+    mac = crypto.session_hmac(key, crypto.cp_hash(cc, names_, params), nonce_caller, nonce_tpm, attrs)
+    return struct.pack(">I", handle) + _tpm2b(nonce_caller) + bytes((attrs,)) + _tpm2b(mac)
+
+
+def _response_authentic(key: bytes, cc: int, rparams: bytes, nonce_tpm: bytes, nonce_caller: bytes,
+                        rattrs: int, rmac: bytes) -> bool:
+    expect = crypto.session_hmac(key, crypto.rp_hash(cc, rparams), nonce_tpm, nonce_caller, rattrs)
+    return crypto.equal(expect, rmac)
+
+
+_CALIBRATION_KEY = bytes(range(32))  # HMAC-SHA256's time does not depend on the key's bytes
+
+
+def session_hmac_host_ns(pcr: int) -> int:
+    """The host work a kept session adds to one PCR_Extend, timed on its own: the caller's
+    nonce, the command's HMAC and the response's check, through the very functions
+    ``execute`` calls (an extend's bytes; an empty response, as PCR_Extend's). Timed back to
+    back with the operation just run, as a kept session's extends follow each other: the
+    reuse estimate's host basis (tpmtop.boot.projection, hM), where an extend measured inside
+    per-command follows StartAuthSession's wait and its host time is ×2 that."""
+    params = struct.pack(">IH", 1, TPM2_ALG.SHA256) + EXTEND_DIGEST
+    t0 = time.perf_counter_ns()
+    nonce_caller = os.urandom(32)
+    auth = _command_auth(0x02000000, _CALIBRATION_KEY, CC_PCR_EXTEND, struct.pack(">I", pcr), params,
+                         nonce_caller, _CALIBRATION_KEY, 1)
+    _response_authentic(_CALIBRATION_KEY, CC_PCR_EXTEND, b"", _CALIBRATION_KEY, nonce_caller, 1, auth[-32:])
+    return time.perf_counter_ns() - t0
 
 
 def _create_primary_params() -> bytes:

@@ -28,6 +28,8 @@ class RunView:
     host_buckets: Callable[[], list[Any]] | list[Any] | None = None
     # spec name -> summary of each command's host time (tpmtop.sessions.accounting); live only
     command_host: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # summary of the session HMAC work timed back to back (RunAccount.hmac_host_hist); live only
+    hmac_host: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -57,7 +59,8 @@ def run_from_account(key: tuple[str, str, str], acc: Any) -> RunView:
         engine, mode, op, ops, op_s, wire_s, host_s,
         commands_per_op={names.cc_name(cc): n / ops for cc, n in cmds.items()} if ops else {},
         commands=commands, op_buckets=op_b, wire_buckets=wire_b, host_buckets=host_b,
-        command_host={names.cc_name(cc): summary_of(h) for cc, h in host.items()})
+        command_host={names.cc_name(cc): summary_of(h) for cc, h in host.items()},
+        hmac_host=summary_of(hm) if (hm := getattr(acc, "hmac_host_hist", None)) is not None else {})
 
 
 def runs_from_accounts(accounts: dict[tuple[str, str, str], Any]) -> list[RunView]:
@@ -102,6 +105,11 @@ def boot_components(runs: list[RunView], engine: str = "native") -> dict[str, fl
         h = run.command_host.get(cc) if run is not None else None
         if h and h.get("count"):
             out["h" + letter] = float(h["p50"])
+    # hM, the kept session's HMAC work timed back to back (per-command's extends): with E0's
+    # host work, reuse's host basis; hEh follows StartAuthSession's wait (×2 on swtpm)
+    hm = pc_run.hmac_host if (pc_run := by_mode.get("per-command")) is not None else None
+    if hm and hm.get("count"):
+        out["hM"] = float(hm["p50"])
     # H, the host time of one per-command operation: the fallback basis where the commands'
     # host time is not known apart (a capture)
     pc = by_mode.get("per-command")

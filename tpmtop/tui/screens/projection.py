@@ -43,6 +43,8 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
         lines.append(f"  {letter:<2} {what:<28} " + (f"{v:,.1f} µs" if v is not None else
                                                       f"[dim]{escape(missing)}[/]")
                      + (f"  [dim]host h{letter}[/] {h:,.1f} µs" if h is not None else ""))
+    if (hm := components_us.get("hM")) is not None:  # reuse's host basis when it has not run
+        lines.append(f"  {'hM':<2} {'session HMACs, back to back':<28} [dim]host[/] {hm:,.1f} µs")
     lines.append("")
 
     def under(text: str, style: str = "") -> None:
@@ -62,8 +64,9 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
             under(mc.note, "dim")
     if per_mode and len(per_mode) < len(proj.modes):
         own = any(k.startswith("h") for k in components_us)
-        how = ("the commands it would send, each at its wire p50 plus its own host work (hL, hEh …, measured "
-               "apart in this sitting)" if own else "the commands above plus H, per-command's host time per operation")
+        how = ("the commands it would send, each at its wire p50 plus its own host work (hL, hS …, measured "
+               "apart in this sitting; a kept session's extend: none's hE0 + hM, the session's HMACs timed "
+               "back to back)" if own else "the commands above plus H, per-command's host time per operation")
         lines += ["", f"[dim]A mode that ran here is N × its {escape(per_mode_what)} (host work included, as in "
                       f"the Modes panel); one that did not is priced from {how}, so that it is operation time too "
                       "(without host time its row says it is TPM time only); saved needs C, ContextSave, measured "
