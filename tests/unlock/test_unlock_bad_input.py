@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +133,16 @@ def test_a_clevis_header_nested_past_the_stack_is_skipped(tmp_path):
     r = run_tpmtop("unlock", img, "-T", "swtpm:host=127.0.0.1,port=9")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "unreadable, skipped: clevis JWE:" in r.stdout
+
+
+def test_help_states_unlocks_own_exit_statuses_as_the_docs_do():
+    # the generic epilog's "1 the TPM or the system failed" would hide the 1 a script tests for
+    r = run_tpmtop("unlock", "--help")
+    assert r.returncode == 0, r.stderr
+    help_text = " ".join(r.stdout.split())
+    docs = " ".join((Path(__file__).parents[2] / "docs" / "unlock.md").read_text().replace("**", "").split())
+    assert "the TPM or the system failed" not in help_text
+    for words in ("0 no TPM token would fail to unseal", "1 any would not unseal, or the TPM failed",
+                  "2 bad usage, bad input or nothing that could be judged (no header read, no TPM token)",
+                  "130 interrupted"):
+        assert words in help_text and words in docs, words

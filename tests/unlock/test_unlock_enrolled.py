@@ -169,3 +169,22 @@ def test_sealed_to_values_tpmtop_cannot_see_names_every_bound_pcr_as_a_possible_
     assert toks["0"]["reason"] == ("PCRs 16, 23 (sha256) are not the values it was sealed to (the token records only "
                                    "their digest: any of them could be the cause)")
     assert (toks["1"]["reason"], toks["1"]["differs"]) == ("PCR 16 (sha256) differs", [16])
+
+
+def test_on_another_tpm_the_verdict_says_which_tpm_made_the_object_is_not_checked(tcp_swtpm, tmp_path):
+    # sealed on one swtpm, judged on a --sim one whose PCRs 16 and 23 are also at their reset
+    # values: the policy holds there too, and only the policy can be checked without authorization
+    img = make_image(tmp_path)
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=16")
+    enroll_clevis(img, tcp_swtpm.tcti, "tpm2", {"pcr_bank": "sha256", "pcr_ids": "16,23"})
+    caveat = "its PCR policy holds; that the sealed object was made by this TPM is not checked"
+    r = _unlock(img, "--sim")
+    assert r.returncode == 0, r.stderr
+    assert " ".join(r.stdout.split()).count(f"would unseal now ({caveat})") == 2, r.stdout
+    assert all(len(line) <= 80 for line in r.stdout.splitlines() if line != str(img)), r.stdout
+    toks = _by_token(json.loads(_unlock(img, "--sim", "--json").stdout))
+    assert [(t["verdict"], t["reason"]) for t in toks.values()] == [("would-unseal", caveat)] * 2
+    # where the policy does not hold, the verdict says so and claims nothing about the policy holding
+    pcrextend(tcp_swtpm.tcti, 16, {"sha256": bytes(range(32))})
+    r = _unlock(img, "-T", tcp_swtpm.tcti)
+    assert r.returncode == 1 and "would unseal" not in r.stdout and "policy holds" not in r.stdout, r.stdout

@@ -13,6 +13,12 @@ as the possible ones.
 Never "would unseal" for a token that needs more than the PCRs: a PIN (the PCRs can still be
 judged, and a PCR that differs still means "would not"), a signed policy (PolicyAuthorize: the
 PCRs are whatever a signature allows), a pcrlock policy (PolicyAuthorizeNV: an NV index holds it).
+
+"Would unseal" says only that the policy holds: the sealed object can be loaded only under the
+primary key of the TPM that made it, and proving that would need the owner hierarchy's
+authorization (to create the primary), which tpmtop never uses. So the verdict says, every
+time, that which TPM made the sealed object is not checked: a token sealed on another machine's
+TPM, or a ``--sim`` TPM, "would unseal" by its PCRs alone.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from tpmtop.unlock import policy
 from tpmtop.unlock.tokens import Token, TokenKind
 
 MAX_COMBINATIONS = 4096  # 3 candidates for each of 7 PCRs; more bound PCRs: named as possible causes
+# Said with every "would unseal": the one thing the verdict cannot check without authorization.
+NOT_CHECKED = "that the sealed object was made by this TPM is not checked"
 
 
 class Verdict(enum.Enum):
@@ -51,6 +59,8 @@ class Judgement:
 
     @property
     def text(self) -> str:
+        if self.verdict is Verdict.WOULD_UNSEAL:  # its reason is what was checked, and what was not
+            return f"would unseal now ({self.reason})"
         words = {Verdict.WOULD_UNSEAL: "would unseal now", Verdict.WOULD_NOT: "would not",
                  Verdict.CANNOT_JUDGE: "cannot be judged here", Verdict.NOT_TPM: "not a TPM token",
                  Verdict.UNREADABLE: "unreadable, skipped"}[self.verdict]
@@ -118,15 +128,15 @@ def judge(t: Token, live: dict[str, dict[int, bytes]], snapshot: dict[tuple[str,
     if sealed is None:
         return Judgement(t, Verdict.CANNOT_JUDGE, "the token records no policy digest")
     if not sealed and not t.pin:  # an empty authPolicy: no policy at all (clevis without pcr_ids)
-        return Judgement(t, Verdict.WOULD_UNSEAL, "no policy: the sealed object is bound to no PCR",
+        return Judgement(t, Verdict.WOULD_UNSEAL, f"no policy, bound to no PCR; {NOT_CHECKED}",
                          sealed_digest=sealed)
     now = _digest(t, values)
     j = Judgement(t, Verdict.WOULD_UNSEAL, "", software_digest=now, sealed_digest=sealed)
     if now == sealed:
         if t.pin:
             j.verdict, j.reason = Verdict.CANNOT_JUDGE, f"a PIN is also needed ({pcr_words(t.pcrs, bank)} as sealed)"
-        elif not t.pcrs:
-            j.reason = "bound to no PCR"
+        else:
+            j.reason = f"{'its PCR policy holds' if t.pcrs else 'bound to no PCR'}; {NOT_CHECKED}"
         return j
     j.verdict = Verdict.WOULD_NOT
     if not t.pcrs:
