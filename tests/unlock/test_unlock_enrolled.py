@@ -188,3 +188,44 @@ def test_on_another_tpm_the_verdict_says_which_tpm_made_the_object_is_not_checke
     pcrextend(tcp_swtpm.tcti, 16, {"sha256": bytes(range(32))})
     r = _unlock(img, "-T", tcp_swtpm.tcti)
     assert r.returncode == 1 and "would unseal" not in r.stdout and "policy holds" not in r.stdout, r.stdout
+
+
+def _persist_primary(tcti: str, tmp_path, alg: str) -> None:
+    """A primary made persistent at 0x81000001, the SRK's handle, by tpm2-tools (the owner
+    hierarchy's empty authorization is the test's to use, never tpmtop's)."""
+    ctx = str(tmp_path / f"{alg}.ctx")
+    for cmd in (["tpm2_createprimary", "-C", "o", "-g", "sha256", "-G", alg, "-c", ctx],
+                ["tpm2_evictcontrol", "-C", "o", "-c", ctx, "0x81000001"], ["tpm2_flushcontext", "-t"]):
+        subprocess.run([cmd[0], "-T", tcti, *cmd[1:]], check=True, capture_output=True, timeout=300)
+
+
+def test_a_token_that_records_its_srk_is_held_to_the_key_this_tpm_has_there(tcp_swtpm, tmp_path):
+    # systemd 254+ records the SRK (tpm2_srk: the ESYS_TR as tpm2-tss serializes it); systemd 252,
+    # the one here, does not, so its token gets the SRK tpm2-tools serializes the same way
+    import base64
+
+    _persist_primary(tcp_swtpm.tcti, tmp_path, "ecc")
+    tr = tmp_path / "srk.tr"
+    subprocess.run(["tpm2_readpublic", "-T", tcp_swtpm.tcti, "-c", "0x81000001", "-t", str(tr)], check=True,
+                   capture_output=True, timeout=300)
+    img = make_image(tmp_path)
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=16")
+    tok = dict(luks_tokens(img)["0"], tpm2_srk=base64.b64encode(tr.read_bytes()).decode())
+    subprocess.run(["cryptsetup", "token", "remove", "--token-id", "0", img], check=True, timeout=120)
+    import_token(img, tok)
+
+    r = _unlock(img, "-T", tcp_swtpm.tcti)
+    assert r.returncode == 0, r.stderr
+    assert "would unseal now (its PCR policy holds; its SRK (0x81000001) is this TPM's)" in " ".join(r.stdout.split())
+    r = _unlock(img, "--sim")  # a TPM with no key at 0x81000001: unknown, and said so
+    assert r.returncode == 0, r.stderr
+    assert ("would unseal now (its PCR policy holds; its SRK (0x81000001) is not on this TPM, so that the sealed "
+            "object was made by this TPM is not checked)") in " ".join(r.stdout.split()), r.stdout
+    subprocess.run(["tpm2_evictcontrol", "-T", tcp_swtpm.tcti, "-C", "o", "-c", "0x81000001"], check=True,
+                   capture_output=True, timeout=300)
+    _persist_primary(tcp_swtpm.tcti, tmp_path, "rsa")  # another key where the SRK was
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--json")
+    assert r.returncode == 1, r.stderr
+    (t,) = _by_token(json.loads(r.stdout)).values()
+    assert (t["verdict"], t["reason"]) == ("would-not", "its PCR policy holds, but its SRK is not this TPM's "
+                                                        "(0x81000001 holds another key)")

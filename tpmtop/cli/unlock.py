@@ -62,7 +62,8 @@ def run_unlock(args: argparse.Namespace) -> int:
             live = conn.call(read_all)
             tpm_info = {"tcti": conn.target.tcti, "simulated": conn.simulated,
                         "update_counter": live.update_counter}
-            report.judge_all(reports, live.values, _snapshot_values(snap_doc) if snap_doc is not None else None)
+            report.judge_all(reports, live.values, _snapshot_values(snap_doc) if snap_doc is not None else None,
+                             _srk(conn, report.srk_handles(reports)))
             if args.trial:
                 _trial(conn, reports)
     else:
@@ -76,6 +77,22 @@ def run_unlock(args: argparse.Namespace) -> int:
     else:
         print(report.text(reports, args.since, args.trial))
     return report.exit_status(reports)
+
+
+def _srk(conn: Any, handles: list[int]) -> dict[int, bytes | None] | None:
+    """This TPM's keys at the handles the tokens name as their SRK, or None (none named, or
+    the TPM would not say: the verdicts then say the SRK is not checked)."""
+    from tpmtop.errors import TpmError
+    from tpmtop.unlock.srk import srk_names
+
+    if not handles:
+        return None
+    try:
+        names: dict[int, bytes | None] = conn.call(srk_names, handles)
+    except TpmError as e:
+        notice(f"the SRK the tokens name was not read ({e}): not compared")
+        return None
+    return names
 
 
 def _trial(conn: Any, reports: list[Any]) -> None:

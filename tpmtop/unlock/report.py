@@ -78,9 +78,14 @@ def needs_tpm(reports: list[DeviceReport]) -> bool:
 
 
 def judge_all(reports: list[DeviceReport], live: dict[str, dict[int, bytes]],
-              snapshot: dict[tuple[str, int], bytes] | None) -> None:
+              snapshot: dict[tuple[str, int], bytes] | None, srk: dict[int, bytes | None] | None = None) -> None:
     for r in reports:
-        r.judgements = [judge(t, live, snapshot) for t in r.tokens]
+        r.judgements = [judge(t, live, snapshot, srk) for t in r.tokens]
+
+
+def srk_handles(reports: list[DeviceReport]) -> list[int]:
+    """The persistent handles the tokens say their SRK is at (systemd 254+'s tpm2_srk)."""
+    return sorted({t.srk_handle for r in reports for t in r.tokens if t.srk_handle is not None})
 
 
 def add_moved(reports: list[DeviceReport], diff: dict[str, Any]) -> None:
