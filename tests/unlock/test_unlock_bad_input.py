@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -42,11 +43,12 @@ def test_garbage_is_not_a_luks_device(tmp_path):
     _one_line_exit_2(str(junk), "not a LUKS device")
 
 
-def test_a_damaged_json_area_fails_the_checksum(tmp_path):
+def test_damaged_json_areas_fail_the_checksum(tmp_path):
     img = make_image(tmp_path)
-    with open(img, "r+b") as f:
-        f.seek(4096 + 10)
-        f.write(b"X")
+    with open(img, "r+b") as f:  # both copies (the primary's and the secondary's, at 0x4000 + 4096)
+        for off in (4096 + 10, 0x4000 + 4096 + 10):
+            f.seek(off)
+            f.write(b"X")
     _one_line_exit_2(img, "checksum mismatch")
 
 
@@ -98,18 +100,21 @@ def test_a_device_without_read_permission_is_one_line(tmp_path):
 
 
 def _rewrite_json_area(img: str, text: bytes) -> None:
-    """A hostile header by hand: the real header's JSON area replaced, its checksum made
-    right again (SHA-256 over the binary header with the checksum zeroed, then the area)."""
+    """A hostile header by hand: the real header's JSON areas (the primary's and the
+    secondary's, which would stand in for it) replaced, each checksum made right again
+    (SHA-256 over the binary header with the checksum zeroed, then the area)."""
     import hashlib
 
     with open(img, "r+b") as f:
-        hdr = bytearray(f.read(4096))
-        size = int.from_bytes(hdr[8:16], "big") - 4096
-        area = text.ljust(size, b"\0")
-        hdr[448:448 + 64] = bytes(64)
-        hdr[448:448 + 32] = hashlib.sha256(bytes(hdr) + area).digest()
-        f.seek(0)
-        f.write(bytes(hdr) + area)
+        size = int.from_bytes(f.read(16)[8:16], "big")
+        for off in (0, size):
+            f.seek(off)
+            hdr = bytearray(f.read(4096))
+            area = text.ljust(size - 4096, b"\0")
+            hdr[448:448 + 64] = bytes(64)
+            hdr[448:448 + 32] = hashlib.sha256(bytes(hdr) + area).digest()
+            f.seek(off)
+            f.write(bytes(hdr) + area)
 
 
 def test_json_nested_past_the_stack_is_one_line(tmp_path):
@@ -128,3 +133,16 @@ def test_a_clevis_header_nested_past_the_stack_is_skipped(tmp_path):
     r = run_tpmtop("unlock", img, "-T", "swtpm:host=127.0.0.1,port=9")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "unreadable, skipped: clevis JWE:" in r.stdout
+
+
+def test_help_states_unlocks_own_exit_statuses_as_the_docs_do():
+    # the generic epilog's "1 the TPM or the system failed" would hide the 1 a script tests for
+    r = run_tpmtop("unlock", "--help")
+    assert r.returncode == 0, r.stderr
+    help_text = " ".join(r.stdout.split())
+    docs = " ".join((Path(__file__).parents[2] / "docs" / "unlock.md").read_text().replace("**", "").split())
+    assert "the TPM or the system failed" not in help_text
+    for words in ("0 no TPM token would fail to unseal", "1 any would not unseal, or the TPM failed",
+                  "2 bad usage, bad input or nothing that could be judged (no header read, no TPM token)",
+                  "130 interrupted"):
+        assert words in help_text and words in docs, words

@@ -169,3 +169,63 @@ def test_sealed_to_values_tpmtop_cannot_see_names_every_bound_pcr_as_a_possible_
     assert toks["0"]["reason"] == ("PCRs 16, 23 (sha256) are not the values it was sealed to (the token records only "
                                    "their digest: any of them could be the cause)")
     assert (toks["1"]["reason"], toks["1"]["differs"]) == ("PCR 16 (sha256) differs", [16])
+
+
+def test_on_another_tpm_the_verdict_says_which_tpm_made_the_object_is_not_checked(tcp_swtpm, tmp_path):
+    # sealed on one swtpm, judged on a --sim one whose PCRs 16 and 23 are also at their reset
+    # values: the policy holds there too, and only the policy can be checked without authorization
+    img = make_image(tmp_path)
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=16")
+    enroll_clevis(img, tcp_swtpm.tcti, "tpm2", {"pcr_bank": "sha256", "pcr_ids": "16,23"})
+    caveat = "its PCR policy holds; that the sealed object was made by this TPM is not checked"
+    r = _unlock(img, "--sim")
+    assert r.returncode == 0, r.stderr
+    assert " ".join(r.stdout.split()).count(f"would unseal now ({caveat})") == 2, r.stdout
+    assert all(len(line) <= 80 for line in r.stdout.splitlines() if line != str(img)), r.stdout
+    toks = _by_token(json.loads(_unlock(img, "--sim", "--json").stdout))
+    assert [(t["verdict"], t["reason"]) for t in toks.values()] == [("would-unseal", caveat)] * 2
+    # where the policy does not hold, the verdict says so and claims nothing about the policy holding
+    pcrextend(tcp_swtpm.tcti, 16, {"sha256": bytes(range(32))})
+    r = _unlock(img, "-T", tcp_swtpm.tcti)
+    assert r.returncode == 1 and "would unseal" not in r.stdout and "policy holds" not in r.stdout, r.stdout
+
+
+def _persist_primary(tcti: str, tmp_path, alg: str) -> None:
+    """A primary made persistent at 0x81000001, the SRK's handle, by tpm2-tools (the owner
+    hierarchy's empty authorization is the test's to use, never tpmtop's)."""
+    ctx = str(tmp_path / f"{alg}.ctx")
+    for cmd in (["tpm2_createprimary", "-C", "o", "-g", "sha256", "-G", alg, "-c", ctx],
+                ["tpm2_evictcontrol", "-C", "o", "-c", ctx, "0x81000001"], ["tpm2_flushcontext", "-t"]):
+        subprocess.run([cmd[0], "-T", tcti, *cmd[1:]], check=True, capture_output=True, timeout=300)
+
+
+def test_a_token_that_records_its_srk_is_held_to_the_key_this_tpm_has_there(tcp_swtpm, tmp_path):
+    # systemd 254+ records the SRK (tpm2_srk: the ESYS_TR as tpm2-tss serializes it); systemd 252,
+    # the one here, does not, so its token gets the SRK tpm2-tools serializes the same way
+    import base64
+
+    _persist_primary(tcp_swtpm.tcti, tmp_path, "ecc")
+    tr = tmp_path / "srk.tr"
+    subprocess.run(["tpm2_readpublic", "-T", tcp_swtpm.tcti, "-c", "0x81000001", "-t", str(tr)], check=True,
+                   capture_output=True, timeout=300)
+    img = make_image(tmp_path)
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=16")
+    tok = dict(luks_tokens(img)["0"], tpm2_srk=base64.b64encode(tr.read_bytes()).decode())
+    subprocess.run(["cryptsetup", "token", "remove", "--token-id", "0", img], check=True, timeout=120)
+    import_token(img, tok)
+
+    r = _unlock(img, "-T", tcp_swtpm.tcti)
+    assert r.returncode == 0, r.stderr
+    assert "would unseal now (its PCR policy holds; its SRK (0x81000001) is this TPM's)" in " ".join(r.stdout.split())
+    r = _unlock(img, "--sim")  # a TPM with no key at 0x81000001: unknown, and said so
+    assert r.returncode == 0, r.stderr
+    assert ("would unseal now (its PCR policy holds; its SRK (0x81000001) is not on this TPM, so that the sealed "
+            "object was made by this TPM is not checked)") in " ".join(r.stdout.split()), r.stdout
+    subprocess.run(["tpm2_evictcontrol", "-T", tcp_swtpm.tcti, "-C", "o", "-c", "0x81000001"], check=True,
+                   capture_output=True, timeout=300)
+    _persist_primary(tcp_swtpm.tcti, tmp_path, "rsa")  # another key where the SRK was
+    r = _unlock(img, "-T", tcp_swtpm.tcti, "--json")
+    assert r.returncode == 1, r.stderr
+    (t,) = _by_token(json.loads(r.stdout)).values()
+    assert (t["verdict"], t["reason"]) == ("would-not", "its PCR policy holds, but its SRK is not this TPM's "
+                                                        "(0x81000001 holds another key)")

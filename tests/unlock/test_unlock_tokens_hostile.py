@@ -41,11 +41,13 @@ def test_the_real_tokens_read_as_enrolled():
     assert [judge(t, LIVE).verdict.value for t in toks] == ["would-unseal", "would-unseal"]
 
 
-@pytest.mark.parametrize("field", [*SYSTEMD, "tpm2_pubkey", "tpm2_pubkey_pcrs", "tpm2_pcrlock", "tpm2_pcrlock_nv"])
+@pytest.mark.parametrize("field", [*SYSTEMD, "tpm2_pubkey", "tpm2_pubkey_pcrs", "tpm2_pcrlock", "tpm2_pcrlock_nv",
+                                   "tpm2_srk"])
 def test_every_wrong_value_of_a_systemd_field(field):
-    for bad in WRONG:
+    short = [base64.b64encode(b).decode() for b in (b"\x81", b"\x81\0\0\1\0\x22\0\x0b", bytes(40))]
+    for bad in [*WRONG, *(short if field == "tpm2_srk" else [])]:
         for t in parse_tokens({"tokens": {"0": dict(SYSTEMD, **{field: bad})}}):
-            judge(t, LIVE)  # judged or reported: never raises
+            judge(t, LIVE, srk={0x81000001: bytes(34)})  # judged or reported: never raises
 
 
 @pytest.mark.parametrize("field", [*CLEVIS_HEADER["clevis"]["tpm2"], "pin"])

@@ -10,12 +10,19 @@ from tpmtop.cli.common import notice, print_json, refuse_if_read_only, tpm_from_
 from tpmtop.errors import UsageError
 
 DEFAULT_EVENTLOG = "/sys/kernel/security/tpm0/binary_bios_measurements"
+# unlock's own exit statuses (report.exit_status), not the generic "1 the TPM failed": a token
+# that would not unseal is the 1 an operator's script tests for.
+EXIT_STATUS = """exit status: 0 no TPM token would fail to unseal (those that cannot be
+judged are listed); 1 any would not unseal, or the TPM failed; 2 bad usage, bad input or
+nothing that could be judged (no header read, no TPM token); 130 interrupted.
+Diagnostics go to stderr, data to stdout."""
 
 
 def add_unlock_arguments(p: argparse.ArgumentParser) -> None:
-    from tpmtop.cli import add_tpm_options
+    from tpmtop.cli import TPM_SELECTION, add_tpm_options
 
     add_tpm_options(p)
+    p.epilog = f"{EXIT_STATUS}\n{TPM_SELECTION}"
     p.add_argument("devices", nargs="*", metavar="DEVICE|IMAGE",
                    help="LUKS2 block devices or image files (default: /etc/crypttab's, then every block "
                         "device whose header is LUKS2); headers are read, never written")
@@ -55,7 +62,8 @@ def run_unlock(args: argparse.Namespace) -> int:
             live = conn.call(read_all)
             tpm_info = {"tcti": conn.target.tcti, "simulated": conn.simulated,
                         "update_counter": live.update_counter}
-            report.judge_all(reports, live.values, _snapshot_values(snap_doc) if snap_doc is not None else None)
+            report.judge_all(reports, live.values, _snapshot_values(snap_doc) if snap_doc is not None else None,
+                             _srk(conn, report.srk_handles(reports)))
             if args.trial:
                 _trial(conn, reports)
     else:
@@ -69,6 +77,22 @@ def run_unlock(args: argparse.Namespace) -> int:
     else:
         print(report.text(reports, args.since, args.trial))
     return report.exit_status(reports)
+
+
+def _srk(conn: Any, handles: list[int]) -> dict[int, bytes | None] | None:
+    """This TPM's keys at the handles the tokens name as their SRK, or None (none named, or
+    the TPM would not say: the verdicts then say the SRK is not checked)."""
+    from tpmtop.errors import TpmError
+    from tpmtop.unlock.srk import srk_names
+
+    if not handles:
+        return None
+    try:
+        names: dict[int, bytes | None] = conn.call(srk_names, handles)
+    except TpmError as e:
+        notice(f"the SRK the tokens name was not read ({e}): not compared")
+        return None
+    return names
 
 
 def _trial(conn: Any, reports: list[Any]) -> None:

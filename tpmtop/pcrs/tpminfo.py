@@ -28,7 +28,7 @@ HR_NV_INDEX = 0x01000000
 NVPCR_FIRST, NVPCR_END = 0x01D10200, 0x01D20000
 
 
-def _name(transport: Transacts, handle: int) -> str:
+def read_name(transport: Transacts, handle: int) -> str:
     """ReadPublic's name (TPM2B_PUBLIC, then TPM2B_NAME), in hex."""
     body = check(transport.transact(build(CC_READ_PUBLIC, struct.pack(">I", handle))), CC_READ_PUBLIC)
     try:
@@ -64,7 +64,7 @@ def read(transport: Transacts) -> dict[str, Any]:
         persistent = set(get_handles(transport, HR_PERSISTENT))
         for handle, kind in EK_HANDLES.items():
             if handle in persistent:
-                out["ek_names"][f"0x{handle:08x}"] = {"kind": kind, "name": _name(transport, handle)}
+                out["ek_names"][f"0x{handle:08x}"] = {"kind": kind, "name": read_name(transport, handle)}
     except TpmError as e:
         out["unread"]["ek"] = str(e)
     try:

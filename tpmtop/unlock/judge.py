@@ -13,6 +13,15 @@ as the possible ones.
 Never "would unseal" for a token that needs more than the PCRs: a PIN (the PCRs can still be
 judged, and a PCR that differs still means "would not"), a signed policy (PolicyAuthorize: the
 PCRs are whatever a signature allows), a pcrlock policy (PolicyAuthorizeNV: an NV index holds it).
+
+"Would unseal" says only that the policy holds: the sealed object can be loaded only under the
+primary key of the TPM that made it, and proving that would need the owner hierarchy's
+authorization (to create the primary), which tpmtop never uses. So the verdict says that which
+TPM made the sealed object is not checked: a token sealed on another machine's TPM, or a
+``--sim`` TPM, "would unseal" by its PCRs alone. Except where the token records its SRK
+(systemd 254+'s ``tpm2_srk``) and the caller read this TPM's key at that handle (ReadPublic,
+no authorization): then the verdict says whether it is the same key, and another key there
+makes it "would not".
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ from tpmtop.unlock import policy
 from tpmtop.unlock.tokens import Token, TokenKind
 
 MAX_COMBINATIONS = 4096  # 3 candidates for each of 7 PCRs; more bound PCRs: named as possible causes
+# Said with every "would unseal": the one thing the verdict cannot check without authorization.
+NOT_CHECKED = "that the sealed object was made by this TPM is not checked"
 
 
 class Verdict(enum.Enum):
@@ -51,6 +62,8 @@ class Judgement:
 
     @property
     def text(self) -> str:
+        if self.verdict is Verdict.WOULD_UNSEAL:  # its reason is what was checked, and what was not
+            return f"would unseal now ({self.reason})"
         words = {Verdict.WOULD_UNSEAL: "would unseal now", Verdict.WOULD_NOT: "would not",
                  Verdict.CANNOT_JUDGE: "cannot be judged here", Verdict.NOT_TPM: "not a TPM token",
                  Verdict.UNREADABLE: "unreadable, skipped"}[self.verdict]
@@ -93,10 +106,33 @@ def _digest(t: Token, values: dict[int, bytes]) -> bytes:
     return policy.policy_auth_value(t.policy_alg, d) if t.pin else d
 
 
-def judge(t: Token, live: dict[str, dict[int, bytes]], snapshot: dict[tuple[str, int], bytes] | None = None
-          ) -> Judgement:
+def judge(t: Token, live: dict[str, dict[int, bytes]], snapshot: dict[tuple[str, int], bytes] | None = None,
+          srk: dict[int, bytes | None] | None = None) -> Judgement:
     """``live``: bank -> PCR -> value as the TPM answered; ``snapshot``: (bank, PCR) -> value
-    from a ``tpmtop pcrs --save`` snapshot (or None)."""
+    from a ``tpmtop pcrs --save`` snapshot (or None); ``srk``: persistent handle -> the name of
+    the key this TPM holds there (None: none), as ReadPublic answered (or None: not asked)."""
+    j = _judge(t, live, snapshot)
+    if j.verdict is Verdict.WOULD_UNSEAL and t.srk_name is not None and srk is not None and t.srk_handle in srk:
+        _srk_words(j, t, srk[t.srk_handle])
+    return j
+
+
+def _srk_words(j: Judgement, t: Token, here: bytes | None) -> None:
+    """The token records its SRK (systemd 254+): say whether this TPM holds that key, in the
+    place of "not checked". Another key there: the sealed object cannot load, so "would not"."""
+    h = f"0x{t.srk_handle:08x}"
+    policy = j.reason.removesuffix(f"; {NOT_CHECKED}")
+    if here is None:
+        j.reason = f"{policy}; its SRK ({h}) is not on this TPM, so {NOT_CHECKED}"
+    elif here == t.srk_name:
+        j.reason = f"{policy}; its SRK ({h}) is this TPM's"
+    else:
+        j.verdict = Verdict.WOULD_NOT
+        j.reason = f"{policy}, but its SRK is not this TPM's ({h} holds another key)"
+
+
+def _judge(t: Token, live: dict[str, dict[int, bytes]], snapshot: dict[tuple[str, int], bytes] | None
+           ) -> Judgement:
     if t.kind is TokenKind.OTHER:
         return Judgement(t, Verdict.NOT_TPM, "")
     if t.kind is TokenKind.BROKEN:
@@ -118,15 +154,15 @@ def judge(t: Token, live: dict[str, dict[int, bytes]], snapshot: dict[tuple[str,
     if sealed is None:
         return Judgement(t, Verdict.CANNOT_JUDGE, "the token records no policy digest")
     if not sealed and not t.pin:  # an empty authPolicy: no policy at all (clevis without pcr_ids)
-        return Judgement(t, Verdict.WOULD_UNSEAL, "no policy: the sealed object is bound to no PCR",
+        return Judgement(t, Verdict.WOULD_UNSEAL, f"no policy, bound to no PCR; {NOT_CHECKED}",
                          sealed_digest=sealed)
     now = _digest(t, values)
     j = Judgement(t, Verdict.WOULD_UNSEAL, "", software_digest=now, sealed_digest=sealed)
     if now == sealed:
         if t.pin:
             j.verdict, j.reason = Verdict.CANNOT_JUDGE, f"a PIN is also needed ({pcr_words(t.pcrs, bank)} as sealed)"
-        elif not t.pcrs:
-            j.reason = "bound to no PCR"
+        else:
+            j.reason = f"{'its PCR policy holds' if t.pcrs else 'bound to no PCR'}; {NOT_CHECKED}"
         return j
     j.verdict = Verdict.WOULD_NOT
     if not t.pcrs:

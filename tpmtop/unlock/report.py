@@ -23,11 +23,12 @@ class DeviceReport:
     path: str
     uuid: str = ""
     error: str | None = None  # the header could not be read: one line
+    header_note: str | None = None  # the secondary header was read, and why
     tokens: list[Token] = field(default_factory=list)
     judgements: list[Judgement] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"device": self.path, "uuid": self.uuid, "error": self.error,
+        return {"device": self.path, "uuid": self.uuid, "error": self.error, "header_note": self.header_note,
                 "tokens": [j.to_json() for j in self.judgements]}
 
 
@@ -69,7 +70,7 @@ def load(path: str) -> DeviceReport:
         hdr = read_header(path)
     except HeaderError as e:
         return DeviceReport(path, error=str(e))
-    return DeviceReport(path, uuid=hdr.uuid, tokens=parse_tokens(hdr.metadata))
+    return DeviceReport(path, uuid=hdr.uuid, header_note=hdr.note, tokens=parse_tokens(hdr.metadata))
 
 
 def needs_tpm(reports: list[DeviceReport]) -> bool:
@@ -77,9 +78,14 @@ def needs_tpm(reports: list[DeviceReport]) -> bool:
 
 
 def judge_all(reports: list[DeviceReport], live: dict[str, dict[int, bytes]],
-              snapshot: dict[tuple[str, int], bytes] | None) -> None:
+              snapshot: dict[tuple[str, int], bytes] | None, srk: dict[int, bytes | None] | None = None) -> None:
     for r in reports:
-        r.judgements = [judge(t, live, snapshot) for t in r.tokens]
+        r.judgements = [judge(t, live, snapshot, srk) for t in r.tokens]
+
+
+def srk_handles(reports: list[DeviceReport]) -> list[int]:
+    """The persistent handles the tokens say their SRK is at (systemd 254+'s tpm2_srk)."""
+    return sorted({t.srk_handle for r in reports for t in r.tokens if t.srk_handle is not None})
 
 
 def add_moved(reports: list[DeviceReport], diff: dict[str, Any]) -> None:
@@ -136,6 +142,8 @@ def text(reports: list[DeviceReport], snapshot: str | None, trial: bool) -> str:
             lines += _wrap("", safe(r.error), indent="  ")
             continue
         lines += [safe(r.path), f"  LUKS2 UUID {safe(r.uuid)}"]  # a path can be long: the UUID on its own line
+        if r.header_note is not None:
+            lines += _wrap("  ", safe(r.header_note), indent="    ")
         if not r.judgements:
             lines.append("  no tokens")
         for j in r.judgements:

@@ -61,6 +61,8 @@ class Token:
     pcrlock_nv: int | None = None
     primary_alg: str | None = None
     blob: bytes = b""  # the sealed object's public area as recorded (for matching on the wire)
+    srk_handle: int | None = None  # systemd 254+'s tpm2_srk: the persistent SRK it sealed under
+    srk_name: bytes | None = None  # … and that SRK's name (nameAlg ‖ H(its public area))
     problem: str | None = None  # why it was not read, or why it is not a TPM token
 
     @property
@@ -89,6 +91,16 @@ def parse_public(pub: bytes) -> tuple[str, bytes]:
     if alg is None or alg not in hashlib.algorithms_available:  # sm3_256: not in every OpenSSL
         raise ValueError(f"sealed object's nameAlg 0x{name_alg:04x} unknown")
     return alg, pub[12:12 + plen]
+
+
+def parse_srk(raw: bytes) -> tuple[int, bytes]:
+    """systemd's ``tpm2_srk``: the SRK as tpm2-tss serializes an ESYS_TR (Esys_TR_Serialize:
+    its TPM handle, its TPM2B_NAME, then the resource type and public area, unread here)."""
+    handle, size = struct.unpack_from(">IH", raw, 0)
+    name = raw[6:6 + size]
+    if len(name) != size or size < 4 or handle >> 24 != 0x81:
+        raise ValueError(f"tpm2_srk is not a serialized persistent key ({len(raw)} bytes)")
+    return handle, name
 
 
 def _pcr_list(v: object) -> tuple[int, ...]:
@@ -130,6 +142,12 @@ def _systemd(tid: str, tok: dict[str, Any], keyslots: list[str]) -> Token:
         t.pubkey = _b64(pk, url=False)
     t.pubkey_pcrs = _pcr_list(_get(tok, "tpm2_pubkey_pcrs") or [])
     t.pcrlock = _get(tok, "tpm2_pcrlock") is True
+    srk = _get(tok, "tpm2_srk")
+    if srk:
+        try:
+            t.srk_handle, t.srk_name = parse_srk(_b64(srk, url=False))
+        except struct.error:
+            raise ValueError("tpm2_srk is truncated") from None
     nv = _get(tok, "tpm2_pcrlock_nv")
     if nv:
         raw = _b64(nv, url=False)
