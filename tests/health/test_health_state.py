@@ -41,8 +41,8 @@ def test_lockout_auth_and_disable_clear_are_shown(tcp_swtpm, tmp_path):
     flags = _verdict(doc, "flags")
     assert flags["data"]["lockoutAuthSet"] is True and flags["data"]["disableClear"] is True
     assert flags["data"]["ownerAuthSet"] is False
-    line = next(ln for ln in r.stdout.splitlines() if " flags " in ln)
-    assert "lockoutAuthSet yes" in line and "disableClear yes" in line and "ownerAuthSet no" in line, r.stdout
+    text = " ".join(r.stdout.split())  # the flags line may wrap at 80 columns
+    assert "lockoutAuthSet yes" in text and "disableClear yes" in text and "ownerAuthSet no" in text, r.stdout
 
 
 def _restart(s: TcpSwtpm) -> None:
@@ -127,9 +127,28 @@ def test_an_ek_certificate_in_nv_is_shown_with_issuer_and_subject(tcp_swtpm, tmp
     assert {row["index"]: row["owner"] for row in nv["data"]["indices"]}[0x01C00002] == "RSA 2048 EK certificate"
 
 
+def _nv_block(text: str) -> list[str]:
+    """The NV verdict's lines in the text report: its first line and those indented under it."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln[8:].startswith("NV "))
+    block = [lines[start]]
+    for ln in lines[start + 1:]:
+        if not ln.startswith(" " * 23):
+            break
+        block.append(ln)
+    return block
+
+
 def test_nv_filled_close_to_its_limit_warns(tcp_swtpm, tmp_path):
     status, doc, _ = _health(tcp_swtpm, "--state", "none")
     assert _verdict(doc, "nv")["level"] == "info"  # must not fire on an empty NV
+    # an EK certificate's index (the test's own sim, its platform auth) defined before the fill:
+    # its handle sorts after the 0x0150.... ones, and the text must still show it among the first
+    der, _, _ = _self_made_cert()
+    (tmp_path / "ek.der").write_bytes(der)
+    tools(tcp_swtpm, "tpm2_nvdefine", "-C", "p", "-s", str(len(der)), "-a",
+          "ppwrite|ppread|ownerread|authread|no_da|platformcreate", "0x01c00002", cwd=tmp_path)
+    tools(tcp_swtpm, "tpm2_nvwrite", "-C", "p", "-i", "ek.der", "0x01c00002", cwd=tmp_path)
     for i in range(200):  # 2 KB indices until the TPM refuses one (TPM_RC_NV_SPACE)
         r = tools(tcp_swtpm, "tpm2_nvdefine", "-C", "o", "-s", "2048", "-a", "ownerread|ownerwrite",
                   hex(0x01500000 + i), cwd=tmp_path, check=False)
@@ -139,7 +158,17 @@ def test_nv_filled_close_to_its_limit_warns(tcp_swtpm, tmp_path):
     status, doc, _ = _health(tcp_swtpm, "--state", "none")
     v = _verdict(doc, "nv")
     assert status == 1 and v["level"] == "warn" and v["text"].startswith("NV nearly full"), v
-    assert v["data"]["index_count"] == i
+    count = v["data"]["index_count"]
+    assert count == i + 1 == len(v["data"]["indices"])  # the fill and the certificate's index
+    # --json's evidence lists every index, the certificate's first
+    listed = [e for e in v["evidence"] if e.startswith("0x01")]
+    assert len(listed) == count and listed[0].startswith("0x01c00002"), v["evidence"][:3]
+    # the text: the lines shown and the "… N more" add up to the evidence, and the EK index is shown
+    block = _nv_block(run_tpmtop("health", "-T", tcp_swtpm.tcti, "--state", "none").stdout)
+    more = int(next(ln for ln in block if "more (--json has them all)" in ln).split()[1])
+    shown = [ln for ln in block if ln.lstrip().startswith("0x01")]
+    assert any(ln.lstrip().startswith("0x01c00002") for ln in shown), block
+    assert len(shown) + more == count, block
 
 
 def test_restart_is_reported_against_a_pcrs_snapshot(tcp_swtpm, tmp_path):
