@@ -171,6 +171,36 @@ def test_nv_filled_close_to_its_limit_warns(tcp_swtpm, tmp_path):
     assert len(shown) + more == count, block
 
 
+def _readclock(s: TcpSwtpm) -> tuple[int, int, bool]:
+    """(clock ms, resetCount, safe) as tpm2_readclock reports them."""
+    import yaml
+
+    got = yaml.safe_load(tools(s, "tpm2_readclock", cwd="/tmp").stdout)["clock_info"]
+    return int(got["clock"]), int(got["reset_count"]), got["safe"] in (True, "yes", 1)
+
+
+def test_safe_turns_yes_again_while_the_clock_is_behind(tcp_swtpm, tmp_path):
+    """What docs/health.md says of a swtpm restarted without Shutdown(STATE): safe is no at
+    first, yes again once the clock reaches NV (a 4,096 ms boundary), the clock still behind."""
+    deadline = time.monotonic() + 300
+    while (before := _readclock(tcp_swtpm))[0] < 9000:  # a clock well past the 4,096 ms boundary
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    assert before[2] is True
+    _restart(tcp_swtpm)
+    clock, resets, safe = _readclock(tcp_swtpm)
+    assert resets == before[1] + 1 and clock < before[0]
+    if clock < 4096:  # read before the first NV write of the clock: not yet safe (must not fire early)
+        assert safe is False, (clock, safe)
+    while not safe:
+        clock, _, safe = _readclock(tcp_swtpm)
+        assert time.monotonic() < deadline, "safe never turned yes"
+        time.sleep(0.2)
+    assert clock >= 4096
+    # safe is yes while the clock is still behind the one reported before the restart
+    assert clock < before[0], "the machine was too slow to see the clock still behind"
+
+
 def test_restart_is_reported_against_a_pcrs_snapshot(tcp_swtpm, tmp_path):
     snap = tmp_path / "snap.json"
     r = run_tpmtop("pcrs", "-T", tcp_swtpm.tcti, "--save", str(snap), env={"XDG_DATA_HOME": str(tmp_path)})
