@@ -122,9 +122,65 @@ def test_an_ek_certificate_in_nv_is_shown_with_issuer_and_subject(tcp_swtpm, tmp
     assert rsa["issuer"] == issuer and rsa["subject"] == subject and rsa["valid_now"] is True
     ecc = next(c for c in v["data"]["certificates"] if c["index"] == 0x01C0000A)
     assert ecc["read"] is False
-    assert f"issuer: {issuer}" in r.stdout and f"subject: {subject}" in r.stdout
+    text = " ".join(r.stdout.split())  # lines wrap at 80 columns
+    assert f"issuer: {issuer}" in text and f"subject: {subject}" in text
     nv = _verdict(doc, "nv")
     assert {row["index"]: row["owner"] for row in nv["data"]["indices"]}[0x01C00002] == "RSA 2048 EK certificate"
+    # nothing compared it with the TPM's key (no persistent EK), and it signed itself: said, not "ok"
+    assert rsa["matches_ek"] is None and rsa["self_signed"] is True
+    assert v["level"] == "warn" and not text.startswith("ok EK certs"), v
+    assert "not checked against the TPM's endorsement key" in v["text"] and "self-signed" in v["text"], v
+    assert "not checked against the TPM's endorsement key" in text and "self-signed" in text
+
+
+def _cert_for(key_pem: bytes) -> bytes:
+    """A certificate for *key_pem* signed by a separate CA key (not self-signed), as DER."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    ca = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Test EK")]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Test EK CA")]))
+            .public_key(serialization.load_pem_public_key(key_pem))  # type: ignore[arg-type]
+            .serial_number(7).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=365)).sign(ca, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.DER)
+
+
+def test_an_ek_certificate_is_compared_with_a_persistent_ek(tcp_swtpm, tmp_path):
+    """The test's own sim: an RSA EK made persistent at 0x81010001 (its empty endorsement auth is
+    the test's to use); health reads it with ReadPublic and compares keys."""
+    tools(tcp_swtpm, "tpm2_createek", "-c", "0x81010001", "-G", "rsa", "-u", "ek.pub", cwd=tmp_path)
+    tools(tcp_swtpm, "tpm2_readpublic", "-c", "0x81010001", "-f", "pem", "-o", "ek.pem", cwd=tmp_path)
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    other, _, _ = _self_made_cert()  # an ECC key, signed by itself
+    for name, der in (("match", _cert_for((tmp_path / "ek.pem").read_bytes())), ("mismatch", _cert_for(stranger)),
+                      ("other", other)):
+        (tmp_path / "ek.der").write_bytes(der)
+        tools(tcp_swtpm, "tpm2_nvdefine", "-C", "p", "-s", str(len(der)), "-a",
+              "ppwrite|ppread|ownerread|authread|no_da|platformcreate", "0x01c00002", cwd=tmp_path)
+        tools(tcp_swtpm, "tpm2_nvwrite", "-C", "p", "-i", "ek.der", "0x01c00002", cwd=tmp_path)
+        _, doc, _ = _health(tcp_swtpm, "--state", "none")
+        v = _verdict(doc, "ek-certs")
+        cert = v["data"]["certificates"][0]
+        if name == "match":
+            assert cert["matches_ek"] is True and cert["self_signed"] is False, v
+            assert v["level"] == "ok" and "matches the TPM's RSA EK at 0x81010001" in v["text"], v
+        elif name == "mismatch":  # another RSA key, CA-signed: compared and found wrong
+            assert cert["matches_ek"] is False and cert["self_signed"] is False, v
+            assert v["level"] == "warn" and "does NOT match the TPM's RSA EK at 0x81010001" in v["text"], v
+        else:  # an ECC certificate: compared with the ECC EK's place, where there is none
+            assert cert["matches_ek"] is None and "no persistent ECC EK at 0x81010002" in v["text"], v
+            assert v["level"] == "warn"  # self-signed
+        tools(tcp_swtpm, "tpm2_nvundefine", "-C", "p", "0x01c00002", cwd=tmp_path)
 
 
 def _nv_block(text: str) -> list[str]:
