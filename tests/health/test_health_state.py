@@ -225,6 +225,7 @@ def test_nv_filled_close_to_its_limit_warns(tcp_swtpm, tmp_path):
     shown = [ln for ln in block if ln.lstrip().startswith("0x01")]
     assert any(ln.lstrip().startswith("0x01c00002") for ln in shown), block
     assert len(shown) + more == count, block
+    assert all(len(ln) <= 80 for ln in block), block
 
 
 def _readclock(s: TcpSwtpm) -> tuple[int, int, bool]:
