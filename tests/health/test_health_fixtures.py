@@ -153,7 +153,7 @@ def test_pcr_integrity_on_a_kernel_without_hmac_says_it_has_no_effect(tmp_path):
 
 def test_ima_counts_agree_and_the_command_line_is_not_a_python_dict():
     r = run_tpmtop("health", "--root", str(FIXTURES / "debian-6.12-dead-tpm"), "--ima-sample", "0")
-    ima = r.stdout[r.stdout.index("\nima\n"):]
+    ima = " ".join(r.stdout[r.stdout.index("\nima\n"):].split())  # lines wrap at 80 columns
     assert "{" not in ima and "ima_policy=tcb" in ima, ima
     # the count file (read first) says 30, the list read after it holds 33: one figure, explained
     assert "33 measurements" in ima and "in the 33 entries of the list" in ima

@@ -1,5 +1,5 @@
 """``tpmtop health``: the TPM's lockout state and who caused it, the driver's and the kernel's
-set-up, IMA's list — each line a verdict with its evidence. Exit 0 healthy, 1 a problem found."""
+set-up, IMA's list — each line a verdict with its evidence. Exit status: :data:`EXIT_STATUS`."""
 
 from __future__ import annotations
 
@@ -7,13 +7,19 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from tpmtop.cli.common import notice, print_json, tpm_from_args
+from tpmtop.cli.common import print_json, tpm_from_args
 from tpmtop.errors import UsageError
+
+EXIT_STATUS = """exit status: 0 healthy: the TPM answered and nothing warned (with --root on a saved
+tree, whose TPM is not asked by choice: no problem in what was judged); 1 a WARN or FAIL, or
+this machine's TPM not judged (none present, no permission to open it, or it did not answer):
+the TPM or the system failed; 2 bad usage. The last line says what was not judged and why."""
 
 
 def add_health_arguments(p: argparse.ArgumentParser) -> None:
     from tpmtop.cli import add_tpm_options
 
+    p.epilog = EXIT_STATUS  # in place of the common one, as `tpmtop pcrs`; add_tpm_options appends TPM selection
     add_tpm_options(p)
     p.add_argument("--json", action="store_true", help="the report as JSON (schema tpmtop.health/1) on stdout")
     p.add_argument("--capture", metavar="FILE", action="append", default=[],
@@ -107,7 +113,8 @@ def run_health(args: argparse.Namespace) -> int:
             return got
         return savedstate.saved(state_path, _key(tpm, facts)) if state_path and seen else None
 
-    tpm, verdicts, manufacturer = build.tpm_verdicts(read, reason, log, sources, saved, holders)
+    tpm, verdicts, manufacturer = build.tpm_verdicts(read, reason, log, sources, saved, holders,
+                                                       required=not saved_tree)
     for t, facts in seen:
         if state_path is not None and facts.clock is not None:
             try:
@@ -134,6 +141,4 @@ def run_health(args: argparse.Namespace) -> int:
         print_json(rep.to_json())
     else:
         print(render_text(rep))
-    if not args.json and rep.exit_status:
-        notice(f"{sum(1 for v in rep.verdicts if v.level.problem)} problem(s) found: exit status 1")
     return rep.exit_status

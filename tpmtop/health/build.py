@@ -22,7 +22,8 @@ from tpmtop.tpm.identity import software_tpm
 def tpm_verdicts(read: Callable[[], tuple[dict[str, Any], TpmFacts]] | None, reason: str | None,
                  log: attribution.AuthFailureLog, sources: list[str],
                  saved: Callable[[dict[str, Any], TpmFacts], Saved | None] = lambda t, f: None,
-                 holders: slots.SlotHolders | None = None) -> tuple[dict[str, Any], list[Verdict], str | None]:
+                 holders: slots.SlotHolders | None = None,
+                 required: bool = True) -> tuple[dict[str, Any], list[Verdict], str | None]:
     """``read()`` -> (the TPM's JSON line, what :func:`probe.probe` read); ``saved(tpm, facts)``
     -> the state to compare the clock with. Returns the TPM's line, the
     lockout verdicts and its manufacturer (for the fTPM case). A TPM that was chosen and could
@@ -32,7 +33,10 @@ def tpm_verdicts(read: Callable[[], tuple[dict[str, Any], TpmFacts]] | None, rea
     tpm: dict[str, Any] = {"reason": reason} if reason else {}
     manufacturer = None
     if read is None:
-        out.append(unknown(Kind.TPM, reason or "no TPM to ask"))
+        # required: health was to judge this machine's TPM and none could be opened (exit 1);
+        # not when --root judges a saved tree, whose TPM is out of scope by the user's choice
+        out.append(Verdict(Kind.TPM, Level.UNKNOWN, reason or "no TPM to ask", (),
+                           (("answered", False), ("asked", False), ("required", required))))
     else:
         try:
             tpm, facts = read()

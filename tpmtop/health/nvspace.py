@@ -17,7 +17,6 @@ from tpmtop.health.verdicts import Kind, Level, Verdict, unknown
 from tpmtop.tpm.status import NvPublic
 
 NV_WARN_PERSISTENT_AVAIL = 8
-SHOWN = 40  # indices in the evidence (--json has them all)
 # TCG EK Credential Profile 2.2.1.4: the nonce and template indices beside the low-range certificates
 _EK_OTHER = {0x01C00003: "RSA EK nonce", 0x01C00004: "RSA EK template", 0x01C0000B: "ECC EK nonce",
              0x01C0000C: "ECC EK template"}
@@ -40,12 +39,13 @@ def owner(p: NvPublic) -> str:
 def verdict(facts: TpmFacts) -> Verdict:
     if facts.nv is None:
         return unknown(Kind.NV, f"NV indices not listed: {facts.errors.get('nv', '?')}")
-    rows = []
+    rows = [{"index": p.index, "type": p.nv_type, "attributes": p.attr_names, "size": p.data_size,
+             "name": p.name.hex(), "owner": owner(p) or None} for p in sorted(facts.nv, key=lambda p: p.index)]
     ev = []
-    for p in sorted(facts.nv, key=lambda p: p.index):
+    # the indices whose owner tpmtop knows (EK certificates, NvPCRs) first: the text report shows
+    # the first few lines of evidence, and those are the ones an operator looks for; the rest by handle
+    for p in sorted(facts.nv, key=lambda p: (not owner(p), p.index)):
         who = owner(p)
-        rows.append({"index": p.index, "type": p.nv_type, "attributes": p.attr_names, "size": p.data_size,
-                     "name": p.name.hex(), "owner": who or None})
         ev.append(f"0x{p.index:08x} {p.nv_type:<8} {p.data_size:>5} B  {'|'.join(p.attr_names)}"
                   + (f"  ({who})" if who else ""))
     listed = {p.index for p in facts.nv}
@@ -73,8 +73,8 @@ def verdict(facts: TpmFacts) -> Verdict:
     data: tuple[tuple[str, object], ...] = (("indices", rows), ("persistent_avail", avail),
                                             ("counters_avail", counters), ("index_count", len(facts.nv)),
                                             ("index_max", facts.fixed.get(0x117)))
-    shown = ev[:SHOWN + 1]
-    return Verdict(Kind.NV, level, text, tuple(shown), data)
+    # every index in the evidence: the text report shows the first lines and counts the rest
+    return Verdict(Kind.NV, level, text, tuple(ev), data)
 
 
 def room_verdict(var: dict[str, int]) -> Verdict | None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpmtop.health.verdicts import Area, Level, Verdict, exit_status
+from tpmtop.health.verdicts import Area, Kind, Level, Verdict, exit_status
 from tpmtop.textsafe import safe
 
 SCHEMA_ID = "tpmtop.health/1"
 EVIDENCE_SHOWN = 8  # lines of evidence per verdict in the text report (--json has them all)
+WIDTH = 80  # the text report's columns, whatever $COLUMNS says (as `tpmtop pcrs`): it is read in logs and mail
+EVIDENCE_LINES = 3  # wrapped lines one evidence item may take before it is cut with " …" (--json has it whole)
+_INDENT = " " * 23  # under the verdict's text: "  MARK  label          "
 
 
 @dataclass
@@ -31,11 +35,38 @@ class HealthReport:
 _MARK = {Level.OK: "ok", Level.INFO: "info", Level.UNKNOWN: "?", Level.WARN: "WARN", Level.FAIL: "FAIL"}
 
 
+def _wrap(text: str, first: str, max_lines: int | None = None) -> list[str]:
+    """*text* within :data:`WIDTH` columns, *first* before its first line and :data:`_INDENT`
+    before the rest; a word longer than a line is broken (a SHA-256, a path)."""
+    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=_INDENT, break_on_hyphens=False,
+                         max_lines=max_lines, placeholder=" …") or [first.rstrip()]
+
+
+def not_judged(rep: HealthReport) -> list[Verdict]:
+    """The verdicts whose source could not be read (``?``): what "no problem found" does not cover."""
+    return [v for v in rep.verdicts if v.level is Level.UNKNOWN]
+
+
+def summary(rep: HealthReport) -> str:
+    """The last line: "healthy" only when nothing went unjudged; otherwise it says what was not
+    judged and why, the TPM first (a verdict is never better than its evidence)."""
+    problems = sum(1 for v in rep.verdicts if v.level.problem)
+    unread = sorted(not_judged(rep), key=lambda v: v.kind is not Kind.TPM)
+    gaps = "; not judged: " + ", ".join(
+        ("the TPM" if v.kind is Kind.TPM else v.kind.label) + f" ({v.text})" for v in unread) if unread else ""
+    if problems:
+        return f"{problems} problem(s) found{gaps}"
+    if unread:
+        return f"no problem found in what could be read{gaps}"
+    return "healthy: no problem found"
+
+
 def render_text(rep: HealthReport) -> str:
     out = []
     t = rep.tpm
-    out.append(f"TPM  {safe(t.get('tcti') or t.get('reason') or '-')}"
-               + ("  (simulated)" if t.get("simulated") else ""))
+    out += textwrap.wrap(f"TPM  {safe(t.get('tcti') or t.get('reason') or '-')}"
+                         + ("  (simulated)" if t.get("simulated") else ""), WIDTH, subsequent_indent="     ",
+                         break_on_hyphens=False)
     for area in Area:
         vs = [v for v in rep.verdicts if v.kind.area is area]
         if not vs:
@@ -43,15 +74,15 @@ def render_text(rep: HealthReport) -> str:
         out.append("")
         out.append(area.value)
         for v in vs:
-            out.append(f"  {_MARK[v.level]:<4}  {v.kind.label:<14} {safe(v.text)}")
+            out += _wrap(safe(v.text), f"  {_MARK[v.level]:<4}  {v.kind.label:<14} ")
             shown = v.evidence[:EVIDENCE_SHOWN]
-            out += [f"        {' ' * 14} {safe(e)}" for e in shown]
+            for e in shown:
+                out += _wrap(safe(e), _INDENT, EVIDENCE_LINES)
             if len(v.evidence) > len(shown):
-                out.append(f"        {' ' * 14} … {len(v.evidence) - len(shown)} more (--json has them all)")
+                out.append(f"{_INDENT}… {len(v.evidence) - len(shown)} more (--json has them all)")
     for n in rep.notes:
         out.append("")
-        out.append(f"note: {safe(n)}")
-    problems = sum(1 for v in rep.verdicts if v.level.problem)
+        out += textwrap.wrap(f"note: {safe(n)}", WIDTH, subsequent_indent="      ", break_on_hyphens=False)
     out.append("")
-    out.append(f"{problems} problem(s) found" if problems else "healthy: no problem found")
+    out += textwrap.wrap(safe(summary(rep)), WIDTH, subsequent_indent="  ", break_on_hyphens=False)
     return "\n".join(out)

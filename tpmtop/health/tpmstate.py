@@ -99,8 +99,9 @@ def clock_verdict(now: ClockInfo, saved: Saved | None) -> Verdict:
                 "(TPM2_Clear sets resetCount and restartCount to 0)")
         level = Level.WARN
     elif c.reset_count > p.reset_count:
-        # after a disorderly shutdown the clock restarts from the last value saved to NV: it may
-        # be behind the one saved here (and safe is no); the counters are what tell
+        # after a disorderly shutdown the clock starts behind the one saved here; safe is no only
+        # until the clock next reaches NV (every 4,096 ms on libtpms: docs/health.md), the clock
+        # may stay behind longer: the counters are what tell
         what = "reset"
         text = (f"the TPM was reset {c.reset_count - p.reset_count} time(s) {since} (a reboot or power "
                 "cycle: Startup(CLEAR) without a Shutdown(STATE))")

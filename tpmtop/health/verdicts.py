@@ -88,6 +88,16 @@ def unknown(kind: Kind, why: str) -> Verdict:
     return Verdict(kind, Level.UNKNOWN, why)
 
 
+def tpm_required_unjudged(verdicts: list[Verdict]) -> bool:
+    """Whether the TPM was meant to be judged and was not (no TPM on this machine, no permission
+    to open it): its verdict is ``unknown`` with ``required`` in its data. A TPM left out by
+    choice (``--root`` on a saved tree) is not."""
+    return any(v.kind is Kind.TPM and v.level is Level.UNKNOWN and dict(v.data).get("required") is True
+               for v in verdicts)
+
+
 def exit_status(verdicts: list[Verdict]) -> int:
-    """0 healthy, 1 a problem found (a warning or a failure)."""
-    return 1 if any(v.level.problem for v in verdicts) else 0
+    """0 healthy, 1 a problem found (a warning or a failure) or the TPM not judged though it was
+    this machine's to judge (exit 1 is "the TPM or the system failed": a script's ``tpmtop health
+    && …`` must not pass on a machine whose TPM is missing)."""
+    return 1 if any(v.level.problem for v in verdicts) or tpm_required_unjudged(verdicts) else 0
