@@ -167,3 +167,40 @@ def test_the_save_unit_verifies(tmp_path):
     here.write_text(unit.replace("/usr/local/bin/tpmtop", str(Path(sys.executable).with_name("tpmtop"))))
     r = subprocess.run([tool, "verify", str(here)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+SEABIOS_LOG = PCR_FIXTURES / "seabios" / "binary_bios_measurements"
+_PCR16 = {"sha1": b"\x16" * 20, "sha256": b"\x16" * 32, "sha384": b"\x16" * 48, "sha512": b"\x16" * 64}
+
+
+def _row(text: str, pcr: int, bank: str) -> list[str]:
+    return next(line.split() for line in text.splitlines() if line.split()[:2] == [str(pcr), bank])
+
+
+def test_without_a_log_text_and_json_give_pcr_16_the_same_status_word(swtpm):
+    pcrextend(swtpm.tcti, 16, _PCR16)
+    r = run_tpmtop("pcrs", "-T", swtpm.tcti, "--json")
+    assert r.returncode == 0, r.stderr
+    status = next(p["status"] for p in json.loads(r.stdout)["pcrs"] if p["bank"] == "sha256" and p["pcr"] == 16)
+    assert status == "not-replayed"
+    r = run_tpmtop("pcrs", "-T", swtpm.tcti)
+    assert r.returncode == 0, r.stderr
+    assert _row(r.stdout, 16, "sha256")[2] == status
+
+
+def test_nothing_measured_names_the_pcrs_the_log_measures_not_pcr_16(swtpm):
+    """A fresh TPM with PCR 16 extended, against SeaBIOS's log (PCRs 0-7): PCR 16 is
+    unexplained in the table, and the bank-health line speaks only of the log's PCRs."""
+    pcrextend(swtpm.tcti, 16, _PCR16)
+    measured = sorted({e.pcr for e in eventlog.parse_file(str(SEABIOS_LOG)).events})
+    assert 16 not in measured
+    doc = _pcrs(swtpm, SEABIOS_LOG, code=1)
+    assert next(p["status"] for p in doc["pcrs"] if p["bank"] == "sha256" and p["pcr"] == 16) == "unexplained"
+    nothing = [h["detail"] for h in doc["health"] if h["verdict"] == "nothing-measured"]
+    assert len(nothing) == 1
+    assert "no bank's PCRs" not in nothing[0]
+    assert nothing[0].startswith(f"none of the PCRs the log measures ({', '.join(map(str, measured))}) left "
+                                 "their start values in any bank")
+    text = " ".join(run_tpmtop("pcrs", "-T", swtpm.tcti, "--eventlog", str(SEABIOS_LOG)).stdout.split())
+    assert "16 sha256 unexplained" in text
+    assert f"none of the PCRs the log measures ({', '.join(map(str, measured))}) left" in text

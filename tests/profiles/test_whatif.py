@@ -183,6 +183,23 @@ def test_bad_chip_or_mode(tmp_path, args, words):
     assert r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
 
 
+def test_a_file_that_is_no_profile_is_named_as_such(tmp_path):
+    """--chip with a file that is there but no profile: not "unknown chip", but why it is none."""
+    from tests.helpers.processes import REPO
+
+    cap = _kernel_capture(KERNEL_TRACES / "trace-6.10-ima-hmac.txt", tmp_path)
+    other = tmp_path / "other"  # JSON, no .json suffix, not a profile
+    other.write_text('{"a": 1}\n')
+    cases = {str(REPO / "README.md"): "not a profile file: not JSON",
+             "README.md": "not a profile file: not JSON",
+             str(other): "not a profile file: not the profile schema"}
+    for chip, words in cases.items():
+        r = run_tpmtop("whatif", str(cap), "--chip", chip)  # run from the repository
+        assert r.returncode == 2 and r.stdout == "", r.stderr
+        assert r.stderr.count("\n") == 1 and f"--chip {chip}: {words}" in r.stderr, r.stderr
+        assert "unknown chip" not in r.stderr
+
+
 def test_bad_captures(tmp_path):
     text = tmp_path / "notes.txt"
     text.write_text("not a capture\n")
@@ -225,3 +242,8 @@ def test_capture_without_extends_says_the_modes_cost_the_same(bench_captures, tm
     rows = _rows(r.stdout)
     assert len({tuple(rest[:3]) for _c, _m, *rest in rows}) == 1  # one TPM time, no per extend, × 1.00
     assert rows[0][3] == "–" and rows[0][4] == "1.00"
+    # no extend, no ms/extend figure: its note is not printed (the profile note is)
+    assert "ms/extend:" not in r.stdout and "tpmtop profile show CHIP" in head
+    with_extends = run_tpmtop("whatif", str(_kernel_capture(KERNEL_TRACES / "trace-6.10-ima-hmac.txt", tmp_path)),
+                              "--chip", "slb9670")
+    assert with_extends.returncode == 0 and "ms/extend: each extend after" in with_extends.stdout

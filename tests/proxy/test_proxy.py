@@ -14,7 +14,9 @@ import struct
 import subprocess
 import sys
 import threading
+from importlib import resources
 
+import jsonschema
 import pytest
 
 from tests.helpers.processes import REPO, TPMTOP, run_tpmtop
@@ -70,13 +72,20 @@ def test_tpm2_tools_through_the_proxy(proxy_factory, tcp_swtpm, tmp_path, protoc
     assert "tpm2_pcrread" in out  # the summary table on stdout
 
 
-def test_leak_report_names_the_saved_session(proxy_factory, tcp_swtpm, tmp_path):
+@pytest.mark.parametrize(("flag", "handle", "stype", "label"), [
+    ((), "0x03000000", "trial", "trial session"),  # tpm2-tools' default: TPM_SE_TRIAL
+    (("--policy-session",), "0x03000000", "policy", "policy session"),
+    (("--hmac-session",), "0x02000000", "hmac", "HMAC session"),
+])
+def test_leak_report_names_the_saved_session(proxy_factory, tcp_swtpm, tmp_path, flag, handle, stype, label):
     """tpm2_startauthsession starts a session, ContextSaves it to a file and exits: the session
-    stays in the TPM (saved, taking a session slot) until someone loads and flushes it."""
+    stays in the TPM (saved, taking a session slot) until someone loads and flushes it. It is
+    named by the sessionType its StartAuthSession sent: a trial session, in the policy
+    sessions' handle range, is not called a policy session."""
     p = proxy_factory()
-    p.tool("tpm2_startauthsession", "-S", "s.ctx", cwd=tmp_path)
+    p.tool("tpm2_startauthsession", *flag, "-S", "s.ctx", cwd=tmp_path)
     line = p.wait_line("tpm2_startauthsession", "left")
-    assert "LEAK" in line and "0x03000000 policy session (StartAuthSession, saved)" in line
+    assert "LEAK" in line and f"{handle} {label} (StartAuthSession, saved)" in line
     assert "saved-session" in _tpm_handles(p).values()  # the TPM lists it among saved sessions
     p.tool("tpm2_flushcontext", "s.ctx", cwd=tmp_path)
     p.wait_line("tpm2_flushcontext", "left nothing loaded")
@@ -84,8 +93,10 @@ def test_leak_report_names_the_saved_session(proxy_factory, tcp_swtpm, tmp_path)
     status, _, cap = p.stop()
     assert status == 130
     sas = next(c for c in cap["clients"] if c["name"] == "tpm2_startauthsession")
-    assert sas["leaked"] == [{"handle": "0x03000000", "kind": "policy session", "created_by": "StartAuthSession",
-                              "state": "saved"}]
+    assert sas["leaked"] == [{"handle": handle, "kind": label, "session_type": stype,
+                              "created_by": "StartAuthSession", "state": "saved"}]
+    assert [s["type"] for s in sas["sessions"]] == [stype]
+    jsonschema.validate(cap, json.loads((resources.files("tpmtop") / "schema" / "capture-1.json").read_text()))
 
 
 def test_two_clients_at_once(proxy_factory):

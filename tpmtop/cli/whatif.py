@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import textwrap
 from typing import TYPE_CHECKING
 
@@ -51,13 +52,25 @@ def run_whatif(args: argparse.Namespace) -> int:
     from tpmtop.errors import UsageError
     from tpmtop.profiles.loader import BUILTIN, load_profile
     from tpmtop.profiles.whatif import all_modes, parse_choice, read_workload, whatif
+    from tpmtop.textsafe import safe
 
     modes = parse_choice(args.mode, all_modes(), "mode")
     chips = []
     for name in _chips(args.chip):
-        if name not in BUILTIN and not name.endswith(".json") and "/" not in name:
-            raise UsageError(f"unknown chip '{name}' (built-in: {', '.join(BUILTIN)}, or all; or a profile file)")
-        chips.append(load_profile(name))
+        is_file = os.path.isfile(name)
+        if name not in BUILTIN and not is_file and not name.endswith(".json") and "/" not in name:
+            raise UsageError(f"unknown chip '{safe(name)}' (built-in: {', '.join(BUILTIN)}, or all; "
+                             "or a profile file)")
+        try:
+            chips.append(load_profile(name))
+        except UsageError as e:
+            if name in BUILTIN or not is_file:
+                raise
+            # a file that is there but is no profile: say so, and why (the loader's reason)
+            why = str(e).removeprefix(f"profile {name}: ")
+            if not why.startswith("not "):
+                why = f"not the profile schema: {why}"
+            raise UsageError(f"--chip {safe(name)}: not a profile file: {why}") from None
     res = whatif(read_workload(args.capture), chips, modes)
     if args.json:
         print_json(res.to_json())
@@ -114,9 +127,11 @@ def render(res: WhatIf) -> str:
         for text, chips in seen.items():
             out += textwrap.wrap(f"{', '.join(chips)}: {safe_text(text)}", 80, initial_indent="  ",
                                  subsequent_indent="    ")
+    # the ms/extend note only where the column has figures: without a PCR_Extend it is all "–"
     notes = ("ms/extend: each extend after the mode's once-per-boot set-up (reuse and saved pay "
              "ContextLoad + StartAuthSession + FlushContext once, in TPM s); reuse is a lower bound (a "
-             "user-space TPM command or resume pays the set-up again). Figures and how each was derived: "
-             "tpmtop profile show CHIP; estimated ones give the order of magnitude only.")
+             "user-space TPM command or resume pays the set-up again). " if wl.extends else "") + (
+             "Figures and how each was derived: tpmtop profile show CHIP; estimated ones give the order "
+             "of magnitude only.")
     out += textwrap.wrap(notes, 80)
     return "\n".join(out) + "\n"

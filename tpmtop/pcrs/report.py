@@ -186,7 +186,8 @@ def text_lines(report: Report, log: EventLog | None, log_path: str | None, ima: 
             continue
         if nothing:
             if show_all or (r.tpm is not None and r.tpm != initial(r.bank, r.pcr)):
-                lines.append(f"{r.pcr:>3}  {r.bank:<7} {'-':<12} {'':>6}  {_hex(r.tpm, wide)}")
+                # the status word --json gives (not-replayed): one enum for both outputs
+                lines.append(f"{r.pcr:>3}  {r.bank:<7} {r.status.value:<12} {'':>6}  {_hex(r.tpm, wide)}")
             continue
         interesting = r.events or r.ima or r.systemd or r.status not in (PcrStatus.MATCH, PcrStatus.NOT_READ)
         if not (show_all or (interesting and r.status not in _BANK_WIDE)):

@@ -38,7 +38,7 @@ class Health(enum.Enum):
     SHA1_ONLY_LOG = "sha1-only-log"  # the log carries SHA-1 alone (TCG 1.2 format or a one-bank header)
     UNEXPLAINED_VALUES = "unexplained-values"  # PCRs whose value no prefix of the log explains
     LOG_PARTIAL = "log-partial"  # the log was read only as far as it goes
-    NOTHING_MEASURED = "nothing-measured"  # the log has events, no bank's PCRs left their start values
+    NOTHING_MEASURED = "nothing-measured"  # in every bank, none of the PCRs the log measures left its start value
     BEHIND_VALUES = "behind-values"  # PCRs the TPM holds at an earlier point of the log
     NOT_JUDGED = "not-judged"  # PCRs extended by events without this bank's digest
 
@@ -55,8 +55,10 @@ HEALTH_TEXT = {
     Health.NOT_ALLOCATED: "the event log carries it, but this TPM has no such bank",
     Health.SHA1_ONLY_LOG: "the event log carries SHA-1 digests only",
     Health.UNEXPLAINED_VALUES: "PCR values no prefix of the log explains",
-    Health.NOTHING_MEASURED: "no bank's PCRs left their start values, yet the log has events: this TPM is "
-                             "not the one the firmware measured into, or it was reset since",
+    # {pcrs}: the PCRs the log measures, the only ones this verdict speaks of
+    Health.NOTHING_MEASURED: "none of the PCRs the log measures ({pcrs}) left their start values in any bank, "
+                             "yet the log has events: this TPM is not the one the firmware measured into, or it "
+                             "was reset since",
     Health.LOG_PARTIAL: "the event log was read only up to a bad record: later PCR values may not match",
     Health.BEHIND_VALUES: "PCRs the TPM holds at an earlier point of the log: later events never reached it",
     Health.NOT_JUDGED: "PCRs extended by events without a digest for this bank: not judged",
@@ -206,17 +208,22 @@ def _health(log: EventLog | None, rep: Replay, tpm: PcrValues | None, results: l
         return health
     locality = log.startup_locality if log is not None else None
     both = [b for b in rep.banks if b in tpm.allocated]
-    never: list[str] = []
+    never: dict[str, list[int]] = {}  # bank -> the PCRs the log measures in it, all at start values
     if log is not None:
         for bank in both:
-            pcrs = [p for p in rep.events_by_pcr if (bank, p) not in rep.missing]
+            pcrs = sorted(p for p in rep.events_by_pcr if (bank, p) not in rep.missing)
             vals = tpm.values.get(bank, {})
             if pcrs and all(vals.get(p) in (None, initial(bank, p), initial(bank, p, locality)) for p in pcrs):
-                never.append(bank)
+                never[bank] = pcrs
+    # the verdicts judge only the PCRs the log measures, and say which: a PCR outside them (16,
+    # say) may have moved, and the table lists it, without contradicting the verdict
     if never and len(never) == len(both):
-        health.append(BankHealth("*", Health.NOTHING_MEASURED, HEALTH_TEXT[Health.NOTHING_MEASURED]))
+        measured = sorted({p for pcrs in never.values() for p in pcrs})
+        health.append(BankHealth("*", Health.NOTHING_MEASURED,
+                                 HEALTH_TEXT[Health.NOTHING_MEASURED].format(pcrs=_pcr_list(measured))))
     else:
-        health += [BankHealth(b, Health.NEVER_EXTENDED, HEALTH_TEXT[Health.NEVER_EXTENDED]) for b in never]
+        health += [BankHealth(b, Health.NEVER_EXTENDED, f"{HEALTH_TEXT[Health.NEVER_EXTENDED]} (PCR {_pcr_list(p)})")
+                   for b, p in never.items()]
     for bank in tpm.allocated:
         if log is not None and bank not in rep.banks:
             health.append(BankHealth(bank, Health.NOT_IN_LOG, HEALTH_TEXT[Health.NOT_IN_LOG]))

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from tpmtop.pcrs.attribution import Exchange, PcrChangeWatch
 from tpmtop.proxy.latency import CompactLatency
 from tpmtop.proxy.lines import LineKind, ProxyLine
-from tpmtop.proxy.session_use import SessionUse, parse_start_auth_session
+from tpmtop.proxy.session_use import SessionType, SessionUse, parse_start_auth_session, session_type
 from tpmtop.textsafe import safe
 from tpmtop.tpm import names, wire
 from tpmtop.tpm.names import HandleType
@@ -66,14 +66,19 @@ CREATING = {CC_CREATE_PRIMARY, CC_LOAD, CC_LOAD_EXTERNAL, CC_CREATE_LOADED, CC_S
 TPM_RS_PW = 0x40000009
 
 
-# How the proxy's reports and captures (the "kind" of a held handle) name what a client holds;
-# the proxy only ever sees transient objects and sessions created, the rest is a "handle".
+# How the proxy's reports and captures (the "kind" of a held handle) name what a client holds
+# when its StartAuthSession was not seen (a session loaded from a context saved before the
+# proxy started): by handle range, where a trial session is in the policy range. The proxy
+# only ever sees transient objects and sessions created, the rest is a "handle".
 HELD_TEXT = {HandleType.TRANSIENT: "transient object", HandleType.HMAC_SESSION: "HMAC session",
              HandleType.POLICY_SESSION: "policy session"}
 _SESSION_TYPES = (HandleType.HMAC_SESSION, HandleType.POLICY_SESSION)
 
 
-def held_text(kind: HandleType) -> str:
+def held_text(kind: HandleType, stype: SessionType | None = None) -> str:
+    """A held handle's name: the session's type when the proxy saw it started, else its range's."""
+    if stype is not None and kind in _SESSION_TYPES:
+        return stype.label
     return HELD_TEXT.get(kind, "handle")
 
 
@@ -82,17 +87,25 @@ class Held:
     handle: int
     created_by: str
     state: str = "loaded"  # "loaded" or "saved" (a ContextSaved session)
+    session_type: SessionType | None = None  # from its StartAuthSession, when the proxy saw it
 
     @property
     def kind(self) -> HandleType:
         return HandleType.of(self.handle)
 
+    @property
+    def label(self) -> str:
+        return held_text(self.kind, self.session_type)
+
     def to_json(self) -> dict[str, Any]:
-        return {"handle": f"0x{self.handle:08x}", "kind": held_text(self.kind), "created_by": self.created_by,
-                "state": self.state}
+        out = {"handle": f"0x{self.handle:08x}", "kind": self.label, "created_by": self.created_by,
+               "state": self.state}
+        if self.session_type is not None:
+            out["session_type"] = self.session_type.value
+        return out
 
     def text(self) -> str:
-        return f"0x{self.handle:08x} {held_text(self.kind)} ({self.created_by}, {self.state})"
+        return f"0x{self.handle:08x} {self.label} ({self.created_by}, {self.state})"
 
 
 def _per_command(per_cc: dict[int | None, CompactLatency]) -> dict[str, dict[str, Any]]:
@@ -293,7 +306,8 @@ class Accounts:
                 if sh != TPM_RS_PW and not attrs & 0x01:  # without continueSession the TPM ends it
                     self._gone(sh)
             if cc in CREATING and r.handle is not None:
-                held = Held(r.handle, names.cc_short(cc))
+                # a session loaded from a saved context keeps the type its start named
+                held = Held(r.handle, names.cc_short(cc), session_type=session_type(self._sessions.get(r.handle)))
                 prev = self._owner.get(r.handle)
                 if prev is not None and prev[0] is not c and cc == CC_CONTEXT_LOAD:
                     # a context another client saved, now loaded by this one: it holds it now
@@ -308,6 +322,7 @@ class Accounts:
                         # hand sessions from process to process through context files)
                         use = SessionUse(r.handle, stype, salted, bound, sym)
                         c.sessions[r.handle] = self._sessions[r.handle] = use
+                        held.session_type = session_type(use)
             elif cc == CC_FLUSH_CONTEXT and info.flush_handle is not None:
                 o = self._owner.pop(info.flush_handle, None)
                 if o is not None:
@@ -317,7 +332,7 @@ class Accounts:
                         # a transient object is one process's own (sessions and saved
                         # contexts are handed from process to process by tpm2-tools)
                         notes.append(f"client {c.id} {c.name} (pid {c.peer.pid}) flushed 0x{held.handle:08x}, "
-                                     f"a {held_text(held.kind)} client {other.id} {other.name} "
+                                     f"a {held.label} client {other.id} {other.name} "
                                      f"(pid {other.peer.pid}, {'gone' if other.departed_ns else 'still running'}) "
                                      f"created with {held.created_by}")
             elif cc == CC_CONTEXT_SAVE and info.handles:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpmtop.proxy.accounting import held_text
 from tpmtop.proxy.lines import LineKind
 from tpmtop.proxy.serving import Serving
 from tpmtop.proxy.state import ServerState
@@ -49,6 +48,6 @@ def after_flush(srv: ServerState) -> None:
                 LineKind.FAULT)
         return
     kept, gone = srv.accounts.reconcile(transient, sessions)
-    flushed = ", ".join(f"0x{h.handle:08x} {held_text(h.kind)} of client {o.id}" for o, h in gone) or "nothing"
+    flushed = ", ".join(f"0x{h.handle:08x} {h.label} of client {o.id}" for o, h in gone) or "nothing"
     srv.log(f"{what}: the TPM flushed {flushed} of what clients had loaded, and still holds {kept} "
             "(asked of the TPM)", LineKind.FOREIGN)

@@ -3,11 +3,29 @@ session attributes it used the session with: the proxy's per-session record."""
 
 from __future__ import annotations
 
+import enum
 import struct
 from dataclasses import dataclass
 from typing import Any
 
 TPM_RH_NULL = 0x40000007
+
+
+class SessionType(enum.StrEnum):
+    """TPM_SE, the sessionType of a StartAuthSession (Part 2, 6.11). A trial session lives in
+    the policy sessions' handle range: only the command says which it is."""
+
+    HMAC = "hmac"
+    POLICY = "policy"
+    TRIAL = "trial"
+
+    @property
+    def label(self) -> str:
+        """How a report names a session of this type ("trial session")."""
+        return {SessionType.HMAC: "HMAC session"}.get(self, f"{self.value} session")
+
+
+_TPM_SE = {0x00: SessionType.HMAC, 0x01: SessionType.POLICY, 0x03: SessionType.TRIAL}
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 
@@ -17,7 +35,7 @@ class SessionUse:
     """What a client's StartAuthSession asked for, and the attributes it used the session with."""
 
     handle: int
-    type: str  # hmac / policy / trial
+    type: str  # a SessionType's value, or the unknown sessionType byte ("0x05")
     salted: bool
     bound: bool
     symmetric: str
@@ -51,4 +69,14 @@ def parse_start_auth_session(cmd: bytes) -> tuple[bool, bool, str, str] | None:
     except (struct.error, IndexError):
         return None
     return (tpm_key != TPM_RH_NULL, bind != TPM_RH_NULL,
-            {0x00: "hmac", 0x01: "policy", 0x03: "trial"}.get(stype, f"0x{stype:02x}"), sym)
+            str(_TPM_SE[stype]) if stype in _TPM_SE else f"0x{stype:02x}", sym)
+
+
+def session_type(use: SessionUse | None) -> SessionType | None:
+    """The session's type when its StartAuthSession was seen and named a known one."""
+    if use is None:
+        return None
+    try:
+        return SessionType(use.type)
+    except ValueError:
+        return None
