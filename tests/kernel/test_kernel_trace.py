@@ -502,3 +502,19 @@ def test_entries_that_never_return_are_bounded():
         for _ in range(3):
             p.feed(f"  t-{pid} [000] ..... 1.000000: tx: (tpm_transmit+0x0/0x3a0) tag=0x180 size=0x10 cc=0x7b010000")
     assert p.pending() <= 4096 * 8 and p.dropped >= 10_000 * 3 - 4096 * 8
+
+
+def test_a_trace_files_pid_is_never_tpmtops_own_even_when_it_is_a_thread_of_ours_now():
+    """A trace file's pids are another time's: one that happens to be a thread of this process
+    now (pid reuse: docs/kernel.md's `tpm2_getrandom-4242` was once shown as "tpmtop's own")
+    is shown as what the trace says it was. The fixture's pid is replaced by this process's."""
+    from tpmtop.kernel.tap import KernelTap
+
+    me = os.getpid()  # /proc/self/task/<pid> exists for the main thread
+    fixture = _text("trace-6.10-ima-hmac.txt")
+    lines = fixture.replace("tpm2_getrandom-4242", f"tpm2_getrandom-{me}").splitlines()
+    tap = KernelTap(trace_path="/dev/null")
+    done = tap.feed(lines)
+    ours = [c for c in done if c.pid == me]
+    assert ours, "the fixture's user-space GetRandom was not parsed"
+    assert [c.path for c in ours if c.path.startswith("tpmtop's own")] == []

@@ -160,9 +160,12 @@ class KernelTap:
         """Whether a traced task is one of tpmtop's own threads: the kernel sends PCR_Read
         for tpmtop's System panel (sysfs pcr-sha256 files) — tpmtop's one effect on the TPM
         here, shown as such."""
+        # Only while tracing this kernel live: a trace file's pids are another time's (or
+        # another machine's), and one that happens to be a thread of ours now is not tpmtop's
+        # (a fixture's tpm2_getrandom-4242 was shown as "tpmtop's own" under pid reuse).
         # Not cached: the dashboard's workers are new threads, and pids are reused. A stat
         # per kernel command (a few µs; the kernel sends at most thousands a second) is cheap.
-        return os.path.exists(f"/proc/self/task/{pid}")
+        return self.probes is not None and os.path.exists(f"/proc/self/task/{pid}")
 
     def _record(self, kc: KernelCommand) -> None:
         if self._ours(kc.pid):
