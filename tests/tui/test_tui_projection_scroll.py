@@ -9,7 +9,7 @@ import re
 import pytest
 from textual.geometry import Region
 
-from tests.helpers.tui import app_for, until
+from tests.helpers.tui import app_for, main_screen, until
 
 
 def _visible(app) -> list[str]:
@@ -30,6 +30,12 @@ async def test_p_scrolls_to_its_end_and_aligns_its_numbers(live, tmp_path, size)
         await until(pilot, lambda: (a := src.accounts().get(("native", "per-command", "extend"))) is not None
                     and a.ops >= 20, what="per-command ops")
         src.set_running(False)
+        await pilot.pause(0.1)
+        src.barrier()
+        # the tables' p50s (which `p` reads) now, not the last second's: under load that was a
+        # moment before per-command had run, and `p` showed no measured figure at all
+        main_screen(app).refresh_all()
+        await pilot.pause(0.3)
         await pilot.press("p")
         await until(pilot, lambda: isinstance(app.screen, ProjectionScreen), what="projection screen")
         box = app.screen.query_one("#projection-box")
