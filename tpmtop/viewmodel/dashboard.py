@@ -92,6 +92,8 @@ class Dashboard:
         self.generation = 0  # +1 when a key changes what the tables show: older stats are dropped
         self._last_runs: list[Any] | None = None  # as the tables last showed them (the projection's too)
         self._ops_per_s = 0.0
+        self._rate_key: tuple[str, str, str] | None = None  # the run the rate meter counts
+        self._rate_ops = 0
         self._replayed = False
         self._stream_note = ""  # what the stream says while it is empty, as last sent
         self._stream_needle = ""  # the stream filter the panel's rows were last searched with
@@ -237,7 +239,7 @@ class Dashboard:
         runs = src.runs()
         self._last_runs = runs
         if self.caps.live:
-            self._ops_per_s = self.ops_rate.add(sum(r.ops for r in runs) + src.earlier_ops())
+            self._ops_per_s = self._run_rate(runs)
         t = src.timings(runs)
         view = TimingsPart(timing_rows(t), t.subtitle, t.run_label, t.modes_note, t.modes_lines)
         engine = self.engine_for_projection()
@@ -255,6 +257,18 @@ class Dashboard:
         self._vs_none = vs_none(rows, current)  # the header says it too: on the first screen at 80×24
         return StatsView(view, errors, rows, src.op, current, boot, series,
                          headline(rows, current, self.caps.workload and not src.read_only))
+
+    def _run_rate(self, runs: list[Any]) -> float:
+        """Operations a second of the run the rate applies to (the header's engine, mode and
+        op; the Latency panel's run and its count): not every run's sum, which added the
+        interleaved `none` baseline and read 130 ops/s beside "rate 100/s"."""
+        src = self.source
+        key = (src.engine, src.mode, src.op)
+        ops = next((r.ops for r in runs if r.key == key), 0)
+        if key != self._rate_key or ops < self._rate_ops:  # another run, or a new TPM period's
+            self.ops_rate.reset()
+        self._rate_key, self._rate_ops = key, ops
+        return self.ops_rate.add(ops)
 
     def handles(self, notices: list[Notice]) -> HandlesView | None:
         rec = self.source.recorder

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.markup import escape
 from textual.screen import ModalScreen
@@ -20,6 +20,7 @@ from textual.widgets import Input, Static
 
 MISSING_LIVE = "not measured yet (run that mode)"
 INDENT = 13  # the arithmetic's column, under the formula
+NUM_W = 9  # a µs figure's width: "150,000.0" (a chip profile's 150 ms) still lines up
 
 
 def projection_markup(components_us: dict[str, float], n: int, n_source: str, where: str,
@@ -40,11 +41,15 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
     for letter, what in COMPONENTS.items():
         v = components_us.get(letter)
         h = components_us.get("h" + letter)  # its host work, measured apart (live only)
-        lines.append(f"  {letter:<2} {what:<28} " + (f"{v:,.1f} µs" if v is not None else
+        # Numbers right-aligned in a fixed width: a p50 of 411.1 µs beside one of 22.0 µs pushed
+        # the host column a place right.
+        lines.append(f"  {letter:<2} {what:<28} " + (f"{v:>{NUM_W},.1f} µs" if v is not None else
                                                       f"[dim]{escape(missing)}[/]")
-                     + (f"  [dim]host h{letter}[/] {h:,.1f} µs" if h is not None else ""))
+                     + (f"  [dim]host h{letter:<2}[/] {h:>{NUM_W},.1f} µs" if h is not None else ""))
     if (hm := components_us.get("hM")) is not None:  # reuse's host basis when it has not run
-        lines.append(f"  {'hM':<2} {'session HMACs, back to back':<28} [dim]host[/] {hm:,.1f} µs")
+        # no wire figure of its own: blank where the others have theirs, the host column aligned
+        lines.append(f"  {'hM':<2} {'session HMACs, back to back':<28} {'':>{NUM_W + 3}}  "
+                     f"[dim]host hM [/] {hm:>{NUM_W},.1f} µs")
     lines.append("")
 
     def under(text: str, style: str = "") -> None:
@@ -78,7 +83,19 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
 
 class ProjectionScreen(ModalScreen[int | None]):
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q,p", "close", "Close", id="projection-close", tooltip="Back to the dashboard")]
+        Binding("escape,q,p", "close", "Close", id="projection-close", tooltip="Back to the dashboard"),
+        # The input keeps the focus (N can be typed at once), so the text scrolls from here: the
+        # box at 120×40 and 80×24 is shorter than the text, and End/PgDn went to the input only.
+        Binding("pagedown", "scroll('page_down')", show=False, id="projection-page-down",
+                tooltip="Scroll the projection down a page"),
+        Binding("pageup", "scroll('page_up')", show=False, id="projection-page-up",
+                tooltip="Scroll the projection up a page"),
+        Binding("down", "scroll('down')", show=False, id="projection-down", tooltip="Scroll the projection down"),
+        Binding("up", "scroll('up')", show=False, id="projection-up", tooltip="Scroll the projection up"),
+        Binding("end", "scroll('end')", show=False, priority=True, id="projection-end",
+                tooltip="The end of the projection (and of the input's text)"),
+        Binding("home", "scroll('home')", show=False, priority=True, id="projection-home",
+                tooltip="The top of the projection (and the input's start)")]
 
     def __init__(self, components_us: dict[str, float], n: int, n_source: str, where: str,
                  missing: str = MISSING_LIVE, per_mode_us: dict[str, float] | None = None,
@@ -89,9 +106,11 @@ class ProjectionScreen(ModalScreen[int | None]):
         self.per_mode_us, self.per_mode_what = per_mode_us or {}, per_mode_what
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="projection-box"):
-            yield Static(self._markup(), id="projection-text")
-            # N, or a chip profile's name (tpmtop profile list) to price with its figures
+        with Vertical(id="projection-dialog"):
+            with VerticalScroll(id="projection-box"):
+                yield Static(self._markup(), id="projection-text")
+            # N, or a chip profile's name (tpmtop profile list) to price with its figures: below the
+            # scrolled text, so it is seen wherever the text is scrolled to
             yield Input(str(self.n), placeholder="number of extends, or a chip: slb9672 …", id="projection-n")
 
     def on_mount(self) -> None:
@@ -99,6 +118,16 @@ class ProjectionScreen(ModalScreen[int | None]):
         # arithmetic) scrolled the box to its bottom, past N and the costs it is priced with
         self.query_one("#projection-n", Input).focus(scroll_visible=False)
         self.query_one("#projection-box", VerticalScroll).scroll_home(animate=False)
+
+    def action_scroll(self, where: str) -> None:
+        box = self.query_one("#projection-box", VerticalScroll)
+        getattr(box, f"scroll_{where}")(animate=False)
+        if where in ("end", "home"):  # the input's own End and Home still move its cursor
+            field = self.query_one("#projection-n", Input)
+            if where == "end":
+                field.action_end()
+            else:
+                field.action_home()
 
     def _markup(self) -> Content:
         # The box is 110 wide (95 % of a narrower screen), less its border, padding and scrollbar.

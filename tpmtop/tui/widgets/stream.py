@@ -43,6 +43,12 @@ def _warm_decoder() -> None:
 # HMAC session on the wire), so neither is dropped whole on a narrow panel.
 COLUMNS = (("t s", 8), ("origin", 8), ("command", 16), ("µs", 7), ("rc", 6))
 RC_WIDE = 22  # the rc column's width when the line has room for the response code's name
+# Below this text width (the Stream's at 80×24: 76) the µs and rc columns give a place each to
+# the last one: the Stream at 120×40 (68) is narrower than at 80×24, and showed less of each
+# command ("00000010 02000000" where 80×24 showed "00000010 · 02000000:00"). "12,345" and
+# "0x918" still fit; a wider µs figure widens its column, a response code's name is in Enter's view.
+TIGHT_BELOW = 76
+TIGHT = {"µs": 6, "rc": 5}
 LAST = "handles · sessions"
 KEEP = 2000  # rows kept while following; frozen, the whole recorder ring is browsable
 LINE_CACHE = 128  # rendered lines kept: two pages at 200x50. Each Strip holds 7 caches of its own (~20 objects the
@@ -57,11 +63,12 @@ def _rc_text(rc: str, width: int) -> str:
 
 def _handles_text(handles: str, sessions: str, width: int) -> str:
     """The handles a command names, then its sessions: each handle whole. Where the line is too
-    narrow for the sessions' attributes and the separator ("00000010 · 02000000:01" was cut to
-    "00000010 · 020000…"), the handles alone, space-separated."""
-    full = " · ".join(x for x in (handles, sessions) if x)
-    if len(full) <= width:
-        return full
+    narrow for the separator, the two space-separated (a session still tells itself by its
+    ":attributes"); narrower still ("00000010 · 02000000:01" was cut to "00000010 · 020000…"),
+    the handles alone."""
+    for text in (" · ".join(x for x in (handles, sessions) if x), " ".join(x for x in (handles, sessions) if x)):
+        if len(text) <= width:
+            return text
     return " ".join([*handles.split(), *(s.split(":", 1)[0] for s in sessions.split())])
 
 
@@ -81,8 +88,10 @@ class StreamView(ScrollView, can_focus=True):
     move both."""
 
     DEFAULT_CSS = """
-    StreamView { height: 1fr; padding: 0 1; overflow-x: hidden; overflow-y: hidden; }
-    StreamView.-frozen { overflow-y: auto; }
+    /* Frozen, the 1-wide scrollbar takes the right padding's place: the text is as wide frozen
+       as following, so both draw the same columns (a 2-wide one cut the sessions frozen only). */
+    StreamView { height: 1fr; padding: 0 1; overflow-x: hidden; overflow-y: hidden; scrollbar-size-vertical: 1; }
+    StreamView.-frozen { overflow-y: auto; padding: 0 0 0 1; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up", "scroll_back(1)", "Back", show=False, id="stream-back", tooltip="Older commands (frozen)"),
@@ -211,6 +220,8 @@ class StreamView(ScrollView, can_focus=True):
     def _layout(self, shown: list[StreamRow]) -> tuple[dict[str, int], int]:
         """The columns' widths for the rows shown, and the last column's."""
         widths = dict(COLUMNS)
+        if self.scrollable_content_region.width < TIGHT_BELOW:
+            widths.update(TIGHT)
         # µs whole ("12345678" for a command over ten seconds), the column no wider than the page needs
         widths["µs"] = max([widths["µs"], *(len(r.us) for r in shown)])
         if self.scrollable_content_region.width >= 110:
