@@ -39,7 +39,8 @@ def kernel(tmp_path):
     def make(name: str = "trace_pipe.txt"):
         path = tmp_path / name
         path.write_text("")
-        tap = KernelTap(trace_path=str(path), poll_s=0.05).start()
+        # followed as it is written, as the dashboard's --kernel-trace follows one
+        tap = KernelTap(trace_path=str(path), poll_s=0.05, this_machine_now=True).start()
         src = KernelSource(tap, Sysfs(tmp_path))  # an empty sysfs: no TPM files here
         made.append(src)
         return src, path

@@ -284,7 +284,9 @@ def watch_source(args: argparse.Namespace) -> tuple[Source, list[str]]:
 
         preload()  # nothing read from disk while tracing that tpmtop could read now (IMA)
     try:
-        tap = KernelTap(trace_path=args.kernel_trace) if args.kernel_trace else KernelTap.arm()
+        # a file the dashboard follows like tail -f: this machine's trace_pipe as it is written
+        tap = (KernelTap(trace_path=args.kernel_trace, this_machine_now=True) if args.kernel_trace
+               else KernelTap.arm())
     except KernelTraceError as e:
         if args.kernel:
             raise  # one line, exit 1: --kernel asked for what this machine cannot do

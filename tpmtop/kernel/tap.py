@@ -35,11 +35,16 @@ class KernelTap:
     ``close()`` stops the reader and removes the probes (idempotent)."""
 
     def __init__(self, *, probes: Probes | None = None, trace_path: str | None = None, recorder: Recorder | None = None,
-                 poll_s: float = 0.2) -> None:
+                 poll_s: float = 0.2, this_machine_now: bool | None = None) -> None:
+        """``this_machine_now``: the trace is of this kernel as it runs (the probes, or a file the
+        dashboard follows while this machine writes it), so a task that is one of tpmtop's own
+        threads is tpmtop's; default: only with the probes. A saved trace's pids are another
+        time's, and one that is a thread of ours now by reuse is not tpmtop's."""
         if (probes is None) == (trace_path is None):
             raise ValueError("a KernelTap reads either its probes or a trace file")
         self.probes = probes
         self.trace_path = trace_path
+        self.this_machine_now = probes is not None if this_machine_now is None else this_machine_now
         self.recorder = recorder if recorder is not None else Recorder(keep_buffers=False)
         self.parser = Parser()
         self.assembler = kops.Assembler()
@@ -160,12 +165,12 @@ class KernelTap:
         """Whether a traced task is one of tpmtop's own threads: the kernel sends PCR_Read
         for tpmtop's System panel (sysfs pcr-sha256 files) — tpmtop's one effect on the TPM
         here, shown as such."""
-        # Only while tracing this kernel live: a trace file's pids are another time's (or
+        # Only for a trace of this kernel now: a saved trace's pids are another time's (or
         # another machine's), and one that happens to be a thread of ours now is not tpmtop's
         # (a fixture's tpm2_getrandom-4242 was shown as "tpmtop's own" under pid reuse).
         # Not cached: the dashboard's workers are new threads, and pids are reused. A stat
         # per kernel command (a few µs; the kernel sends at most thousands a second) is cheap.
-        return self.probes is not None and os.path.exists(f"/proc/self/task/{pid}")
+        return self.this_machine_now and os.path.exists(f"/proc/self/task/{pid}")
 
     def _record(self, kc: KernelCommand) -> None:
         if self._ours(kc.pid):
