@@ -210,14 +210,21 @@ def read_file(path: str, limit: int = MAX_LOG_BYTES) -> bytes:
             os.close(fd)
         # securityfs reports size 0, a file may grow: read in chunks, with the bound
         return boundedread.read_bounded(path, limit, what="event log")
-    except UsageError as e:
-        raise EventLogError(str(e)) from None
-    except FileNotFoundError:
-        raise EventLogError(f"{path}: no such file") from None
-    except PermissionError:
-        raise EventLogError(f"{path}: permission denied (the firmware log is readable by root only)") from None
-    except OSError as e:
-        raise EventLogError(f"{path}: cannot read: {e.strerror}") from None
+    except (UsageError, OSError) as e:
+        raise unreadable(path, e, "the firmware log") from None
+
+
+def unreadable(path: str, e: UsageError | OSError, what: str) -> EventLogError:
+    """One line for a log tpmtop could not read (the firmware log, IMA's list, systemd's
+    measure log: each is root's alone on a live system). A bound's refusal already names the
+    file (tpmtop.boundedread)."""
+    if isinstance(e, UsageError):
+        return EventLogError(str(e))
+    if isinstance(e, FileNotFoundError):
+        return EventLogError(f"{path}: no such file")
+    if isinstance(e, PermissionError):
+        return EventLogError(f"{path}: permission denied ({what} is readable by root only)")
+    return EventLogError(f"{path}: cannot read: {e.strerror}")
 
 
 class _Short(Exception):

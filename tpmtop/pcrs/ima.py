@@ -23,7 +23,15 @@ from typing import BinaryIO
 
 from tpmtop import boundedread
 from tpmtop.errors import UsageError
-from tpmtop.pcrs.eventlog import ALGORITHMS, MAX_EVENT_BYTES, PROGRESS_EVERY, EventLogError, Progress, layout_of
+from tpmtop.pcrs.eventlog import (
+    ALGORITHMS,
+    MAX_EVENT_BYTES,
+    PROGRESS_EVERY,
+    EventLogError,
+    Progress,
+    layout_of,
+    unreadable,
+)
 
 MAX_ENTRIES = 5_000_000
 def _supported(name: str) -> bool:
@@ -75,12 +83,8 @@ def read(path: str, banks: list[str] | None = None, progress: Progress | None = 
     try:
         # a FIFO with no writer or a device is refused before any read (tpmtop.boundedread)
         fd = boundedread.open_bounded(path, what="IMA list")
-    except UsageError as e:
-        raise EventLogError(str(e)) from None
-    except FileNotFoundError:
-        raise EventLogError(f"{path}: no such file") from None
-    except PermissionError:
-        raise EventLogError(f"{path}: permission denied (IMA's list is readable by root only)") from None
+    except (UsageError, OSError) as e:
+        raise unreadable(path, e, "IMA's list") from None
     try:
         with os.fdopen(fd, "rb") as f:
             head = f.read(4)
@@ -89,10 +93,8 @@ def read(path: str, banks: list[str] | None = None, progress: Progress | None = 
             if not f.seekable():
                 raise EventLogError(f"{path}: IMA's list must be a file tpmtop can read twice")
             return _read_binary(f, path, banks, progress) if binary else _read_ascii(f, path, progress)
-    except FileNotFoundError:
-        raise EventLogError(f"{path}: no such file") from None
-    except PermissionError:
-        raise EventLogError(f"{path}: permission denied (IMA's list is readable by root only)") from None
+    except (FileNotFoundError, PermissionError) as e:
+        raise unreadable(path, e, "IMA's list") from None
     except IsADirectoryError:
         raise EventLogError(f"{path}: is a directory, not IMA's list") from None
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from tpmtop import boundedread
 from tpmtop.errors import UsageError
-from tpmtop.pcrs.eventlog import ALGORITHMS, EventLogError
+from tpmtop.pcrs.eventlog import ALGORITHMS, unreadable
 
 DEFAULT = "/run/log/systemd/tpm2-measure.log"
 NVPCR_BASE = 0x01D10200  # systemd 259's NvPCRs: NV indices from here (TPM_NT_EXTEND)
@@ -131,12 +131,6 @@ def read(path: str) -> MeasureLog:
     """The file at ``path``, read with tpmtop's bounds (a FIFO or device refused)."""
     try:
         buf = boundedread.read_bounded(path, boundedread.LIMIT_LOG, what="measure log")
-    except UsageError as e:
-        raise EventLogError(str(e)) from None
-    except FileNotFoundError:
-        raise EventLogError(f"{path}: no such file") from None
-    except PermissionError:
-        raise EventLogError(f"{path}: permission denied (systemd's measure log is readable by root only)") from None
-    except OSError as e:
-        raise EventLogError(f"{path}: cannot read: {e.strerror}") from None
+    except (UsageError, OSError) as e:
+        raise unreadable(path, e, "systemd's measure log") from None
     return parse(buf, path)
