@@ -22,13 +22,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from proxy import wait_port  # benchmarks/proxy.py: the same wait for a listener
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.join(HERE, "..")
@@ -52,21 +53,9 @@ while True:
 
 
 def _free_pair() -> int:
-    sys.path.insert(0, REPO)
-    from tests.helpers.processes import free_port_pair
+    from proxy import free_pair  # benchmarks/proxy.py (this script runs from benchmarks/)
 
-    return free_port_pair()
-
-
-def _wait_port(port: int) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"nothing listens on {port}")
+    return free_pair()
 
 
 @contextmanager
@@ -78,7 +67,7 @@ def _proxy(sw_port: int) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
                           env=dict(os.environ, PYTHONPATH=os.path.abspath(src)),
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_port(port)
+        wait_port(port, timeout=60)
         yield px, port
     finally:
         px.send_signal(signal.SIGTERM)
