@@ -33,7 +33,7 @@ upgrade:
 	touch $(VENV)/.tpmtop-installed
 	$(PY) -m pytest -q -n logical
 
-# The whole suite three times under two busy loops (scripts/stress-test.sh): a loaded 2-core CI box.
+# The whole suite five times under two busy loops (scripts/stress-test.sh): a loaded 2-core CI box.
 test-stress: bootstrap
 	scripts/stress-test.sh
 
