@@ -24,9 +24,14 @@ def test_every_line_fits_80_columns_on_a_simulator(columns):
     assert r.returncode == 0, r.stderr
     assert "advisories" in r.stdout  # the long evidence (the advisories' sources) is there, wrapped
     assert not _over_80(r.stdout), _over_80(r.stdout)
+    # "healthy" speaks for the simulator only: this machine's set-up was not judged
+    last = " ".join(r.stdout.split("\n\n")[-1].split())
+    assert last == ("healthy: no problem found in the TPM asked (set-up, driver and IMA not judged: "
+                    "see the note)"), last
     # the verdict's text is whole in --json
     doc = check_schema(json.loads(run_tpmtop("health", "--sim", "--ima-sample", "0", "--state", "none",
                                              "--json", timeout=300).stdout))
+    assert doc["machine_judged"] is False
     adv = next(v for v in doc["verdicts"] if v["kind"] == "advisories")
     assert any(len(e) > 80 for e in adv["evidence"])  # must not fire: --json keeps every character
 
@@ -63,3 +68,16 @@ def test_a_saved_tree_without_a_tpm_asked_still_exits_0_but_says_what_was_not_ju
     last = " ".join(r.stdout.split("\n\n")[-1].split())
     assert last.startswith("no problem found in what could be read; not judged: the TPM (not asked:"), last
     assert not _over_80(r.stdout), _over_80(r.stdout)
+
+
+def test_healthy_is_said_whole_when_the_tpm_and_the_machine_were_judged():
+    """Must not fire: with --root the machine's set-up is judged beside the simulator, so the
+    summary is the whole "healthy" and --json says machine_judged."""
+    tree = str(REPO / "tests" / "fixtures" / "health" / "debian-6.12-default")
+    r = run_tpmtop("health", "--sim", "--root", tree, "--ima-sample", "0", "--state", "none", timeout=300)
+    doc = check_schema(json.loads(run_tpmtop("health", "--sim", "--root", tree, "--ima-sample", "0",
+                                             "--state", "none", "--json", timeout=300).stdout))
+    assert doc["machine_judged"] is True
+    last = " ".join(r.stdout.split("\n\n")[-1].split())
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert last == "healthy: no problem found", last

@@ -441,3 +441,32 @@ def test_one_user_cannot_take_every_connection_slot(tcp_swtpm, tmp_path):
 def test_the_per_user_limit_is_checked_as_a_usage(tcp_swtpm):
     r = run_tpmtop("proxy", "-T", tcp_swtpm.tcti, "--port", str(free_port_pair()), "--max-per-user", "0")
     assert r.returncode == 2 and "--max-per-user 0" in r.stderr, r.stderr
+
+
+def test_clients_prints_a_holders_name_terminal_safe(tmp_path):
+    """`tpmtop clients` lists processes that hold the TPM open; their names are other processes'
+    words. A real process renames itself to an escape sequence (prctl PR_SET_NAME, as any user
+    can) and holds a file open; the holders found for that file print escaped, never raw."""
+    from tpmtop.cli.proxy import clients_lines
+    from tpmtop.proxy.holders import tpm_holders
+
+    held = tmp_path / "tpm-stand-in"
+    held.write_bytes(b"")
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import ctypes, sys, time\n"
+        "f = open(sys.argv[1], 'rb')\n"
+        "ctypes.CDLL(None).prctl(15, b'\\x1b[2J\\x1b]0;X\\x07', 0, 0, 0)\n"  # PR_SET_NAME
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"), str(held)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        info = tpm_holders(devices=(str(held),))
+        mine = [h for h in info["holders"] if h["pid"] == child.pid]
+        assert mine and "\x1b" in mine[0]["name"]  # the name really holds the escape
+        text = "\n".join(clients_lines(info))
+        assert str(child.pid) in text
+        assert "\x1b" not in text and "\x07" not in text, text
+        assert "\\x1b[2J" in text
+    finally:
+        child.kill()
+        child.wait()

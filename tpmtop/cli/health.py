@@ -121,7 +121,8 @@ def run_health(args: argparse.Namespace) -> int:
                 savedstate.save(state_path, _key(t, facts), t, facts.clock)
             except OSError as e:
                 notes.append(f"state not saved to {state_path}: {e.strerror or e}")
-    if args.root is not None or target.source == "fallback" or target.device_path is not None:
+    machine_judged = args.root is not None or target.source == "fallback" or target.device_path is not None
+    if machine_judged:
         verdicts += build.system_verdicts(args.root or "/", manufacturer, args.ima_sample, traffic)
     elif tpm.get("simulated"):
         notes.append("set-up, driver and IMA not judged: the TPM is a simulator ("
@@ -136,7 +137,7 @@ def run_health(args: argparse.Namespace) -> int:
     slow = create_primary_verdict(create_times)
     if slow is not None:
         verdicts.append(slow)
-    rep = build.report(tpm, verdicts, notes)
+    rep = build.report(tpm, verdicts, notes, machine_judged)
     if args.json:
         print_json(rep.to_json())
     else:

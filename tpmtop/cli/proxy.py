@@ -381,9 +381,35 @@ def run_clients(args: argparse.Namespace) -> int:
     if args.json:
         print_json(info)
         return 0
+    for line in clients_lines(info):
+        print(line)
+    return 0
+
+
+def clients_lines(info: dict[str, Any]) -> list[str]:
+    """``tpmtop clients``'s text from :func:`tpmtop.proxy.holders.tpm_holders`'s dict."""
+    out = []
+    if not info["devices"]:
+        out.append("no /dev/tpm0 or /dev/tpmrm0 on this machine")
+    # name and exe are another process's words (a comm can hold an escape sequence): made
+    # terminal-safe here; --json keeps them as they are (JSON escapes control characters)
+    rows = [[str(h["pid"]), safe(h["user"] or "?"), safe(h["name"]), h["device"], h["since"], safe(h["exe"])]
+            for h in info["holders"]]
+    if rows:
+        out.append(table(rows, ["pid", "user", "name", "device", "since", "exe"], right={0}))
+    elif info["devices"]:
+        out.append("no process holds " + " or ".join(info["devices"]) + " open")
+    ab = info["abrmd"]
+    out.append(f"tpm2-abrmd: {'running (pid ' + ', '.join(map(str, ab['pids'])) + ')' if ab['running'] else 'not running'}")
+    if info["unreadable_processes"] and not info["root"]:
+        out.append(f"{info['unreadable_processes']} processes of other users could not be inspected (not root)")
+    return out
     if not info["devices"]:
         print("no /dev/tpm0 or /dev/tpmrm0 on this machine")
-    rows = [[str(h["pid"]), h["user"] or "?", h["name"], h["device"], h["since"], h["exe"]] for h in info["holders"]]
+    # name and exe are another process's words (a comm can hold an escape sequence): made
+    # terminal-safe here; --json keeps them as they are (JSON escapes control characters)
+    rows = [[str(h["pid"]), safe(h["user"] or "?"), safe(h["name"]), h["device"], h["since"], safe(h["exe"])]
+            for h in info["holders"]]
     if rows:
         print(table(rows, ["pid", "user", "name", "device", "since", "exe"], right={0}))
     elif info["devices"]:

@@ -105,5 +105,6 @@ def system_verdicts(root: str, manufacturer: str | None, ima_sample: float,
     return out + [ima.verdict(reader, facts, ima_sample, traffic=traffic)]
 
 
-def report(tpm: dict[str, Any], verdicts: list[Verdict], notes: list[str]) -> HealthReport:
-    return HealthReport(tpm, verdicts, notes)
+def report(tpm: dict[str, Any], verdicts: list[Verdict], notes: list[str],
+           machine_judged: bool = True) -> HealthReport:
+    return HealthReport(tpm, verdicts, notes, machine_judged)

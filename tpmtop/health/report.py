@@ -21,6 +21,9 @@ class HealthReport:
     tpm: dict[str, Any]  # what TPM was asked ({"tcti", "simulated"}), or {"reason"} when none
     verdicts: list[Verdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # sections skipped, and why
+    # False when this machine's set-up, driver and IMA were not judged (a simulator, or a TPM
+    # over a TCTI, without --root): "healthy" then speaks for the TPM asked, and says so
+    machine_judged: bool = True
 
     @property
     def exit_status(self) -> int:
@@ -29,7 +32,7 @@ class HealthReport:
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA_ID, "tpm": self.tpm, "verdicts": [v.to_json() for v in self.verdicts],
                 "problems": sum(1 for v in self.verdicts if v.level.problem), "notes": self.notes,
-                "exit_status": self.exit_status}
+                "machine_judged": self.machine_judged, "exit_status": self.exit_status}
 
 
 _MARK = {Level.OK: "ok", Level.INFO: "info", Level.UNKNOWN: "?", Level.WARN: "WARN", Level.FAIL: "FAIL"}
@@ -58,6 +61,8 @@ def summary(rep: HealthReport) -> str:
         return f"{problems} problem(s) found{gaps}"
     if unread:
         return f"no problem found in what could be read{gaps}"
+    if not rep.machine_judged:
+        return "healthy: no problem found in the TPM asked (set-up, driver and IMA not judged: see the note)"
     return "healthy: no problem found"
 
 
