@@ -55,10 +55,17 @@ LINE_CACHE = 128  # rendered lines kept: two pages at 200x50. Each Strip holds 7
 # garbage collector walks): a bigger cache made every full collection longer (benchmarks/ui_load.py --gc-only)
 
 
+# What a narrow rc column shows for a word that is no code: "no response" cut at its space
+# read "no", which looks like an answer; "lost" says the command got none (Enter says why).
+_RC_SHORT = {"no response": "lost"}
+
+
 def _rc_text(rc: str, width: int) -> str:
     """The response code whole: its name goes where the column is too narrow for it
     ("0x918 TPM_RC_…" was cut to "0x918…"; the decode view, Enter, names it)."""
-    return rc if len(rc) <= width else rc.split(" ", 1)[0]
+    if len(rc) <= width:
+        return rc
+    return _RC_SHORT.get(rc) or rc.split(" ", 1)[0]
 
 
 def _handles_text(handles: str, sessions: str, width: int) -> str:
