@@ -42,6 +42,11 @@ class TpmConnectionError(TpmtopError):
     """The TPM stopped answering (swtpm killed, device gone, socket closed)."""
 
 
+class NoTpm(TpmConnectionError):
+    """No TPM to use on this machine (no device, no -T, no $TPM2TOOLS_TCTI): a command that can
+    work without one (``pcrs --no-tpm``) names its way, matched by type, not by words."""
+
+
 class TpmTimeout(TpmConnectionError):
     """The TPM did not answer within --timeout: busy (another program holds it) or hung."""
 

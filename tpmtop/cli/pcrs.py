@@ -95,7 +95,7 @@ def run_pcrs(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, late: _Late) -> int:
-    from tpmtop.errors import TpmConnectionError
+    from tpmtop.errors import NoTpm
     from tpmtop.pcrs import datacheck, ima, measurelog, replay, report, snapshot, verdict
 
     log_path = args.eventlog or DEFAULT_EVENTLOG
@@ -116,10 +116,8 @@ def _run(args: argparse.Namespace, late: _Late) -> int:
                 local = conn.target.kind in (TargetKind.DEVICE, TargetKind.TABRMD)
                 tpm_info = {"tcti": conn.target.tcti, "simulated": conn.simulated, "local": local,
                             **conn.call(tpminfo.read)}
-        except TpmConnectionError as e:
-            if "no TPM to use" not in str(e):
-                raise
-            raise TpmConnectionError(f"{e}; --no-tpm replays the event log alone") from None
+        except NoTpm as e:
+            raise NoTpm(f"{e}; --no-tpm replays the event log alone") from None
     log = _read_log(log_path, explicit=args.eventlog is not None, progress=late, quiet=args.no_tpm)
     ima_path = args.ima
     if ima_path is None and args.eventlog is None and os.access(DEFAULT_IMA, os.R_OK):

@@ -400,7 +400,8 @@ def clients_lines(info: dict[str, Any]) -> list[str]:
     elif info["devices"]:
         out.append("no process holds " + " or ".join(info["devices"]) + " open")
     ab = info["abrmd"]
-    out.append(f"tpm2-abrmd: {'running (pid ' + ', '.join(map(str, ab['pids'])) + ')' if ab['running'] else 'not running'}")
+    running = f"running (pid {', '.join(map(str, ab['pids']))})" if ab["running"] else "not running"
+    out.append(f"tpm2-abrmd: {running}")
     if info["unreadable_processes"] and not info["root"]:
         out.append(f"{info['unreadable_processes']} processes of other users could not be inspected (not root)")
     return out

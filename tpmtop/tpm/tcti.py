@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from tpmtop.errors import TpmConnectionError, UsageError
+from tpmtop.errors import NoTpm, UsageError
 
 
 class TargetKind(StrEnum):
@@ -134,7 +134,7 @@ def choose(tcti: str | None, sim: bool, env: Mapping[str, str] | None = None, ra
         why = "; ".join(tried) + ("" if raw_device else ", no -T, no $TPM2TOOLS_TCTI")
         if fallback and not raw_device:
             return Target(TargetKind.SIM, source="fallback", note=f"{why}: using a private swtpm (simulated TPM)")
-        raise TpmConnectionError(f"no TPM to use: {why} (--sim runs on a private swtpm)")
+        raise NoTpm(f"no TPM to use: {why} (--sim runs on a private swtpm)")
     check_raw_device(t, raw_device)
     return t
 
