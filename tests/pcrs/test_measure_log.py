@@ -120,3 +120,37 @@ def test_nv_indices_in_the_nvpcr_range_are_listed(swtpm, tmp_path):
     text = run_tpmtop("pcrs", "-T", swtpm.tcti, "--eventlog", str(OVMF_LOG), "--measure-log", str(mlog)).stdout
     assert "NvPCRs     NV indices in systemd's NvPCR range on the TPM: 0x01d10200" in text
     assert "NvPCRs 0x01d10200 (1)" in text
+
+
+def test_records_written_after_the_pcrs_were_read_are_a_longer_log_not_a_mismatch(swtpm, tmp_path):
+    """tpmtop reads the PCRs, then the measure log; systemd appends a record after its extend,
+    so a phase that ran in between leaves the log longer than the PCRs. The TPM's value is then
+    a prefix of the replay: a match that says how many records came late, as for IMA's list.
+    Here PCR 11's last record ("ready") is in the log but not yet extended."""
+    boot(swtpm.tcti, OVMF_LOG.read_bytes())
+    for pcr, _, text in MEASURED[:-1]:
+        pcrextend(swtpm.tcti, pcr, {b: hashlib.new(b, text.encode()).digest() for b in BANKS})
+    mlog = tmp_path / "tpm2-measure.log"
+    mlog.write_bytes(b"".join(_record(*m) for m in MEASURED))
+    r = run_tpmtop("pcrs", "-T", swtpm.tcti, "--eventlog", str(OVMF_LOG), "--measure-log", str(mlog), "--json")
+    assert r.returncode == 0, r.stderr + r.stdout[-2000:]
+    pcr11 = [x for x in json.loads(r.stdout)["pcrs"] if x["pcr"] == 11]
+    assert {x["status"] for x in pcr11} == {"match"}
+    assert {x["reason"] for x in pcr11} == {"the TPM's value is the replay up to systemd record 3 of 4 for PCR 11: "
+                                            "the later 1 were written after the PCRs were read"}
+
+
+def test_a_record_the_tpm_never_saw_in_the_middle_is_still_unexplained(swtpm, tmp_path):
+    """Must not fire: a log whose second record was never extended (the later ones were) is no
+    prefix of anything the TPM holds: PCR 11 stays unexplained, exit 1."""
+    boot(swtpm.tcti, OVMF_LOG.read_bytes())
+    for i, (pcr, _, text) in enumerate(MEASURED):
+        if i != 1:
+            pcrextend(swtpm.tcti, pcr, {b: hashlib.new(b, text.encode()).digest() for b in BANKS})
+    mlog = tmp_path / "tpm2-measure.log"
+    mlog.write_bytes(b"".join(_record(*m) for m in MEASURED))
+    r = run_tpmtop("pcrs", "-T", swtpm.tcti, "--eventlog", str(OVMF_LOG), "--measure-log", str(mlog), "--json")
+    assert r.returncode == 1, r.stdout[-2000:]
+    doc = json.loads(r.stdout)
+    assert {x["status"] for x in doc["pcrs"] if x["pcr"] == 11} == {"unexplained"}
+    assert {x["status"] for x in doc["pcrs"] if x["pcr"] == 15} == {"match"}

@@ -49,6 +49,9 @@ class Replay:
     # (bank, pcr) -> after how many IMA entries the running value last equalled the TPM's:
     # the list is read after the PCRs, so files measured in between make it longer, never shorter
     ima_match_at: dict[tuple[str, int], int] = field(default_factory=dict)
+    # the same for systemd's measure log, which also only grows and is read after the PCRs:
+    # (bank, pcr) -> after how many of its records for that PCR the value equalled the TPM's
+    measure_match_at: dict[tuple[str, int], int] = field(default_factory=dict)
     # the same for the kernel's fallback: a bank whose hash the kernel lacks (no crypto module
     # for it at IMA's start) is extended with the SHA-1 template hash padded with zeros
     # (security/integrity/ima/ima_crypto.c, ima_calc_field_array_hash): (bank, pcr) -> (entries
@@ -65,7 +68,8 @@ def replay(log: EventLog | None, ima: ImaList | None = None, banks: list[str] | 
            measure: MeasureLog | None = None) -> Replay:
     """Replay ``log``, then systemd's ``measure`` log, then ``ima``, for ``banks`` (default: the
     firmware log's own, else the measure log's, else IMA's).
-    ``targets``: the TPM's values (bank -> pcr -> value), looked for among IMA's prefixes.
+    ``targets``: the TPM's values (bank -> pcr -> value), looked for among the prefixes of IMA's
+    list and of systemd's measure log (both only grow, and are read after the PCRs).
 
     Only the banks the log carries are replayed: a bank it lacks has no replay (a replay of no
     event would be the start values, a false verdict either way)."""
@@ -108,6 +112,7 @@ def replay(log: EventLog | None, ima: ImaList | None = None, banks: list[str] | 
                     vals = r.values[b]
                     vals[ev.pcr] = ctor(vals[ev.pcr] + raw[lo:hi]).digest()
     if measure is not None:
+        goal = targets or {}
         for rec in measure.records:
             if rec.pcr is None:
                 continue  # an NvPCR: listed with its records, not a PCR
@@ -116,13 +121,15 @@ def replay(log: EventLog | None, ima: ImaList | None = None, banks: list[str] | 
                 if len(r.skipped) < MAX_SKIPPED_LINES:
                     r.skipped.append(f"systemd record {rec.index} (line {rec.line}) names PCR {rec.pcr}: not replayed")
                 continue
-            r.measure_by_pcr[rec.pcr] = r.measure_by_pcr.get(rec.pcr, 0) + 1
+            k = r.measure_by_pcr[rec.pcr] = r.measure_by_pcr.get(rec.pcr, 0) + 1
             for b in banks:
                 d = rec.digests.get(b)
                 if d is None:
                     r.missing.setdefault((b, rec.pcr), f"systemd record {rec.index}")
                 else:
-                    r.values[b][rec.pcr] = ctors[b](r.values[b][rec.pcr] + d).digest()
+                    v = r.values[b][rec.pcr] = ctors[b](r.values[b][rec.pcr] + d).digest()
+                    if v == goal.get(b, {}).get(rec.pcr):
+                        r.measure_match_at[(b, rec.pcr)] = k
     if ima is not None:
         targets = targets or {}
         done = total - len(ima.entries)

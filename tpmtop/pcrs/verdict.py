@@ -163,6 +163,10 @@ def compare(log: EventLog | None, ima: ImaList | None, rep: Replay, tpm: PcrValu
             elif (bank, pcr) in rep.incomplete:
                 res.status = PcrStatus.NOT_JUDGED
                 res.reason = f"not judged: {rep.incomplete[(bank, pcr)]}"
+            elif actual != expected and nima == 0 and (bank, pcr) in rep.measure_match_at:
+                k = rep.measure_match_at[(bank, pcr)]
+                res.reason = (f"the TPM's value is the replay up to systemd record {k} of {nsd} for PCR {pcr}: "
+                              f"the later {nsd - k} were written after the PCRs were read")
             elif actual != expected and (bank, pcr) in rep.ima_match_at:
                 k = rep.ima_match_at[(bank, pcr)]
                 res.reason = (f"the TPM's value is the replay up to IMA entry {k} of {nima}: the later "
