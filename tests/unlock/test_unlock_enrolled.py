@@ -229,3 +229,41 @@ def test_a_token_that_records_its_srk_is_held_to_the_key_this_tpm_has_there(tcp_
     (t,) = _by_token(json.loads(r.stdout)).values()
     assert (t["verdict"], t["reason"]) == ("would-not", "its PCR policy holds, but its SRK is not this TPM's "
                                                         "(0x81000001 holds another key)")
+
+
+def test_the_panel_holds_a_token_to_its_srk_as_tpmtop_unlock_does(tcp_swtpm, tmp_path):
+    """The Unlock panel's reading asks the TPM for the key at the token's SRK handle beside the
+    PCRs: another key there is "would not", as in `tpmtop unlock` (it said "would unseal now …
+    not checked" while the command said "would not")."""
+    import base64
+
+    from tests.helpers.processes import wait_until
+    from tpmtop.sources.live import LiveSource
+    from tpmtop.unlock.judge import Verdict
+    from tpmtop.viewmodel.rows import unlock
+
+    _persist_primary(tcp_swtpm.tcti, tmp_path, "ecc")
+    tr = tmp_path / "srk.tr"
+    subprocess.run(["tpm2_readpublic", "-T", tcp_swtpm.tcti, "-c", "0x81000001", "-t", str(tr)], check=True,
+                   capture_output=True, timeout=300)
+    img = make_image(tmp_path)
+    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=16")
+    tok = dict(luks_tokens(img)["0"], tpm2_srk=base64.b64encode(tr.read_bytes()).decode())
+    subprocess.run(["cryptsetup", "token", "remove", "--token-id", "0", img], check=True, timeout=120)
+    import_token(img, tok)
+    subprocess.run(["tpm2_evictcontrol", "-T", tcp_swtpm.tcti, "-C", "o", "-c", "0x81000001"], check=True,
+                   capture_output=True, timeout=300)
+    _persist_primary(tcp_swtpm.tcti, tmp_path, "rsa")  # another key where the SRK was
+
+    src = LiveSource(tcp_swtpm.connect(), poll_interval=0.3, start_running=False)
+    src.unlock_devices = [str(img)]
+    try:
+        # the first PCR reading may come before the header's: until the next one (at most
+        # SRK_SOON_S later) the token says "not checked"; then the SRK's verdict
+        wait_until(lambda: [r.verdict for r in unlock.part(src).rows] == [Verdict.WOULD_NOT],
+                   "the panel's reading with the SRK asked", timeout=120)
+        (row,) = unlock.part(src).rows
+        assert row.verdict is Verdict.WOULD_NOT, row
+        assert "its SRK is not this TPM's (0x81000001 holds another key)" in row.text, row.text
+    finally:
+        src.close()

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 # The PCRs panel's reading: PCRs change on extends only, and each reading is ~3 PCR_Reads per
 # bank in the stream; 10 s keeps it current without crowding the workload's commands.
 PCRS_REFRESH_S = 10.0
+SRK_SOON_S = 1.0  # at most this often while a token's SRK is still to be asked (a failing TPM is not hammered)
 
 
 class LiveSource(SourceBase):
@@ -276,7 +277,9 @@ class LiveSource(SourceBase):
 
     def _refresh_pcrs(self) -> None:
         now = time.monotonic()
-        stale = now - getattr(self, "_pcrs_at", -PCRS_REFRESH_S) >= PCRS_REFRESH_S
+        since = now - getattr(self, "_pcrs_at", -PCRS_REFRESH_S)
+        # sooner when LUKS2 headers arrived naming an SRK the last reading did not ask about
+        stale = since >= PCRS_REFRESH_S or (since >= SRK_SOON_S and self.luks.needs_srk())
         if stale and not getattr(self, "_pcrs_busy", False) and not self.stopping.is_set():
             self._pcrs_busy, self._pcrs_at = True, now
             threading.Thread(target=self._read_pcrs, name="tpmtop-pcrs", daemon=True).start()
@@ -287,7 +290,13 @@ class LiveSource(SourceBase):
 
         try:
             values = self.run_on_owner(read_all, origin=Origin.POLL)
-            self.luks.judge(values)
+            handles = self.luks.srk_handles()
+            srk = None
+            if handles:
+                from tpmtop.unlock.srk import srk_names
+
+                srk = self.run_on_owner(srk_names, handles, origin=Origin.POLL)
+            self.luks.judge(values, srk)
             self._pcrs = snapshot(values, self.pcrs_root)
         except Exception:  # a lost TPM says so in the header; the panel keeps its last reading
             pass

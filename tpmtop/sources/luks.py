@@ -43,6 +43,9 @@ class LuksReader:
         self._read_for: tuple[str, ...] | None = None  # the devices given to the last reading (None: discovered)
         self._headers: list[DeviceReport] | None = None  # as read, not judged
         self._values: PcrValues | None = None  # the latest PCR reading
+        # persistent handle -> the name of the key this TPM holds there (None: none), read with
+        # the PCRs for the handles the tokens name as their SRK; None: not asked
+        self._srk: dict[int, bytes | None] | None = None
         self._reading: UnlockReading | None = None
         self._first = threading.Event()
 
@@ -64,10 +67,31 @@ class LuksReader:
         reading = self._reading
         return reading is not None and bool(reading.devices)
 
-    def judge(self, values: PcrValues) -> None:
-        """A new PCR reading (on the source's PCR reader thread): the tokens judged against it."""
+    def srk_handles(self) -> list[int]:
+        """The persistent handles the tokens read so far name as their SRK (systemd 254+'s
+        ``tpm2_srk``): the PCR reader asks the TPM what it holds there (ReadPublic, no
+        authorization), as ``tpmtop unlock`` does."""
+        from tpmtop.unlock.report import srk_handles
+
         with self._lock:
-            self._values = values
+            return srk_handles(self._headers) if self._headers else []
+
+    def needs_srk(self) -> bool:
+        """Headers read whose tokens name an SRK handle the last PCR reading did not ask about
+        (the headers came after it): until the next reading those tokens say "not checked"."""
+        from tpmtop.unlock.report import srk_handles
+
+        with self._lock:
+            if not self._headers:
+                return False
+            asked = self._srk or {}
+            return any(h not in asked for h in srk_handles(self._headers))
+
+    def judge(self, values: PcrValues, srk: dict[int, bytes | None] | None = None) -> None:
+        """A new PCR reading (on the source's PCR reader thread), with the keys at the SRK
+        handles read beside it: the tokens judged against both."""
+        with self._lock:
+            self._values, self._srk = values, srk
             self._judge()
 
     def reading(self) -> UnlockReading | None:
@@ -96,5 +120,5 @@ class LuksReader:
         reports = [replace(r) for r in self._headers]
         values = self._values
         if values is not None:
-            judge_all(reports, values.values, None)
+            judge_all(reports, values.values, None, self._srk)
         self._reading = UnlockReading(tuple(reports), values.update_counter if values is not None else None)
