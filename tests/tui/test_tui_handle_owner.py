@@ -138,3 +138,24 @@ def test_the_book_names_each_handles_creator_and_keeps_it_when_the_handle_goes()
     book.update(entries[1:])
     gone = {r.handle: r for r in book.rows({}, {0x02000000}, 0, {})}[0x80000000]
     assert gone.state is HandleState.GONE and gone.owner is HandleOwner.CLIENT and gone.who == "tpmtop"
+
+
+def test_a_poll_older_than_the_flush_does_not_bring_the_flushed_row_back():
+    """Issue 55 item 5, the race a stress run found: a poll that ran before `f` flushed a handle
+    (its list as of an earlier command) arrived after the flush and put the row back; the next
+    poll found it gone, and it lingered struck through. Polls carry the recorder's command count
+    they ran at; the book keeps the count at the flush."""
+    from tpmtop.tpm.handles import HandleEntry, HandleKind
+    from tpmtop.viewmodel.rows.handles import HandleBook
+
+    t = [0.0]
+    book = HandleBook(clock=lambda: t[0])
+    a, b = (HandleEntry(h, HandleKind.TRANSIENT, None, False) for h in (0x80000000, 0x80000001))
+    book.update([a, b], seq=10)
+    book.forget(0x80000000, seq=14)  # flushed by tpmtop's 14th command
+    book.update([a, b], seq=12)  # a poll that ran before the flush, arriving late
+    assert [r.handle for r in book.rows({}, set(), 0)] == [0x80000001]
+    book.update([b], seq=15)  # the TPM's word after the flush: gone, no struck-through row
+    assert [r.handle for r in book.rows({}, set(), 0)] == [0x80000001]
+    book.update([a, b], seq=20)  # the number used again by a new object after the flush: shown
+    assert [r.handle for r in book.rows({}, set(), 0)] == [0x80000000, 0x80000001]

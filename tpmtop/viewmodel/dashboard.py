@@ -341,7 +341,7 @@ class Dashboard:
         entries = result.entries
         self.peaks.baseline(sum(1 for e in entries if e.kind is HandleKind.TRANSIENT),
                             sum(1 for e in entries if e.kind is HandleKind.LOADED_SESSION), result.seq)
-        self.book.update(entries)
+        self.book.update(entries, result.seq if self.source.recorder is not None else None)
         notices: list[Notice] = []
         return Frame(self.header(), handles=self.handles(notices), notices=tuple(notices))
 
@@ -363,8 +363,10 @@ class Dashboard:
 
     def on_flushed(self, handles: list[int], only_ours: bool = False) -> Frame:
         """``only_ours``: F flushed tpmtop's own handles; the notice counts the others it left."""
+        rec = self.source.recorder
+        seq = rec.total if rec is not None else None  # at least the flush's own command
         for h in handles:
-            self.book.forget(h)
+            self.book.forget(h, seq)
         if handles:
             self.source.slot_freed()
         notices: list[Notice] = []

@@ -89,11 +89,20 @@ class HandleBook:
         self.current: dict[int, tuple[str, bool]] = {}  # handle -> (kind, ours)
         self.polled = False
         self.owners: dict[int, Owner] = {}  # as last shown (kept for a gone row)
+        # handle -> the recorder's command count when tpmtop flushed it: a poll that ran before
+        # (its list as of an earlier command) still names it, and must not bring its row back
+        self.flushed_at: dict[int, int] = {}
 
-    def update(self, entries: Iterable[HandleEntry]) -> None:
+    def update(self, entries: Iterable[HandleEntry], seq: int | None = None) -> None:
+        """``seq``: the recorder's command count when the poll ran (None: not known, so every
+        listed handle is taken as it is)."""
         now = self.clock()
         seen: dict[int, tuple[str, bool]] = {}
+        if seq is not None:  # a poll as of a command after the flush has the TPM's word on it
+            self.flushed_at = {h: at for h, at in self.flushed_at.items() if seq < at}
         for e in entries:
+            if e.handle in self.flushed_at:  # listed by a poll that ran before tpmtop flushed it
+                continue
             seen[e.handle] = (e.kind, e.ours)
             self.first_seen.setdefault(e.handle, now if self.polled else now - 1e9)
             self.gone.pop(e.handle, None)
@@ -106,10 +115,14 @@ class HandleBook:
         self.current = seen
         self.polled = True
 
-    def forget(self, handle: int) -> None:
+    def forget(self, handle: int, seq: int | None = None) -> None:
         """A handle tpmtop flushed: its row goes at once. (Kept struck through like one a poll
         found gone, it lingered under the cursor, counted by the table and not by the panel's
-        subtitle, and a second `f` on it said "select a handle the TPM still lists".)"""
+        subtitle, and a second `f` on it said "select a handle the TPM still lists".) ``seq``:
+        the recorder's command count after the flush; a poll older than it does not bring the
+        row back (one did under load, and the row then lingered struck through)."""
+        if seq is not None:
+            self.flushed_at[handle] = seq
         self.current.pop(handle, None)
         self.first_seen.pop(handle, None)
         self.owners.pop(handle, None)
