@@ -35,6 +35,7 @@ from tpmtop.viewmodel.frame import (
     StreamPart,
     TimingsPart,
 )
+from tpmtop.viewmodel.labels import cpu_text, header_text, timing_notes
 from tpmtop.viewmodel.rows.handles import HandleBook, HandleState
 from tpmtop.viewmodel.rows.latency import ErrorBook, timing_rows
 from tpmtop.viewmodel.rows.modes import PER_MODE_WHAT, comparison, headline, projection_summary, vs_none
@@ -228,8 +229,8 @@ class Dashboard:
     # -- the parts -----------------------------------------------------------------------------
     def header(self) -> HeaderView:
         live = self.caps.live
-        return HeaderView(self.source.header(), self._ops_per_s if live else None, self.cpu.text() if live else "",
-                          self._vs_none)
+        return HeaderView(header_text(self.source.header()), self._ops_per_s if live else None,
+                          cpu_text(self.cpu) if live else "", self._vs_none)
 
     def stats(self, modes_width: int) -> StatsView | None:
         src = self.source
@@ -241,7 +242,7 @@ class Dashboard:
         if self.caps.live:
             self._ops_per_s = self._run_rate(runs)
         t = src.timings(runs)
-        view = TimingsPart(timing_rows(t), t.subtitle, t.run_label, t.modes_note, t.modes_lines)
+        view = TimingsPart(timing_rows(t), *timing_notes(t))
         engine = self.engine_for_projection()
         comps = boot_components(runs, engine)
         per_mode = boot_per_mode(runs, engine)
