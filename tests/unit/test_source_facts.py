@@ -1,7 +1,8 @@
 """Issue 54: a source hands up facts (states, names, numbers), the view-model writes the words
-(tpmtop.viewmodel.labels). Two checks on what the view-model reads from a source — the header
-(``Feed.header() -> HeaderInfo``) and the selected run's timings (``Runs.timings() -> TimingsView``),
-and every struct reachable from their fields:
+(tpmtop.viewmodel.labels, tpmtop.viewmodel.rows.inspect). Two checks on what the view-model reads
+from a source — the header (``Feed.header() -> HeaderInfo``), the selected run's timings
+(``Runs.timings() -> TimingsView``) and a handle's inspection (``TpmControl.inspect() ->
+HandleFacts``), and every struct reachable from their fields:
 
 - no field of them is a label: each is a number, a flag, an enum, a nested struct, or a string
   the source is *given* (a name the TPM, a capture or the OS says, or a reason handed to it),
@@ -12,7 +13,8 @@ and every struct reachable from their fields:
 
 Before this change both failed: ``TimingsView.subtitle``/``run_label``/``modes_note``/
 ``modes_lines`` and ``HeaderInfo.identity``/``rate``/``extra``/``tooltip`` were labels made in
-the sources (``f"run {label}/{op} · {n} ops"``, ``" · ".join(bits)``, …).
+the sources (``f"run {label}/{op} · {n} ops"``, ``" · ".join(bits)``, …), and the inspector's
+rows were (field, value) text (``f"{s:,.1f} s ago"``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import types
 import typing
 from pathlib import Path
 
+from tpmtop.sources.inspect import HandleFacts
 from tpmtop.sources.protocol import HeaderInfo
 from tpmtop.sources.timings import TimingsView
 
@@ -61,8 +64,16 @@ GIVEN = {
     ("RunView", "mode"): "a session mode's name",
     ("RunView", "op"): "an operation's name",
     ("CommandTiming", "path"): "the kernel path a command came by (tpmtop.kernel)",
+    ("HandleFacts", "kind"): "the handles table's kind (tpmtop.tpm.handles.HandleKind's value)",
+    ("HandleFacts", "created_by"): "the proxied program that created it, as the caller names it",
+    ("HandleFacts", "read_public_error"): "the TPM's refusal (tpmtop.errors.TpmError)",
+    ("PublicFacts", "type"): "a TPM_ALG name (tpm2-pytss)",
+    ("PublicFacts", "name_alg"): "a TPM_ALG name (tpm2-pytss)",
+    ("PublicFacts", "attributes"): "TPMA_OBJECT's bit names (tpm2-pytss)",
+    ("PublicFacts", "ecc_curve"): "a TPM_ECC name (tpm2-pytss)",
+    ("SessionFacts", "last_command"): "a TPM2_CC name",
 }
-PLAIN = (int, float, bool, type(None), typing.Any)
+PLAIN = (int, float, bool, bytes, type(None), typing.Any)
 
 
 def _hints(cls: type) -> dict[str, object]:
@@ -82,9 +93,9 @@ def _parts(tp: object) -> list[object]:
 
 
 def structs() -> dict[str, type]:
-    """HeaderInfo, TimingsView and every dataclass their fields reach."""
+    """HeaderInfo, TimingsView, HandleFacts and every dataclass their fields reach."""
     seen: dict[str, type] = {}
-    todo: list[type] = [HeaderInfo, TimingsView]
+    todo: list[type] = [HeaderInfo, TimingsView, HandleFacts]
     while todo:
         cls = todo.pop()
         if cls.__name__ in seen:
@@ -144,7 +155,7 @@ def built_from_words() -> list[tuple[str, int, str]]:
             for call in [n for n in ast.walk(fn) if isinstance(n, ast.Call)]:
                 callee = call.func.id if isinstance(call.func, ast.Name) else \
                     call.func.attr if isinstance(call.func, ast.Attribute) else ""
-                if callee not in names:
+                if callee not in names and callee != "replace":  # dataclasses.replace(facts, field=…) too
                     continue
                 args = [*call.args, *(k.value for k in call.keywords)]
                 values = args + [v for a in args for n in ast.walk(a) if isinstance(n, ast.Name)
@@ -166,7 +177,9 @@ def header(self):
     return HeaderInfo(state=s, identity=who, extra=" · ".join(bits))
 def timings(self):
     return TimingsView(run, subtitle="run " + label)
+def inspect(self):
+    return replace(facts, ago=f"{s:,.1f} s ago")
 '''
     (tmp_path / "old.py").write_text(old)
     monkeypatch.setattr(sys.modules[__name__], "SOURCES", tmp_path)
-    assert built_from_words() == [("old.py", 4, "HeaderInfo"), ("old.py", 6, "TimingsView")]
+    assert built_from_words() == [("old.py", 4, "HeaderInfo"), ("old.py", 6, "TimingsView"), ("old.py", 8, "replace")]

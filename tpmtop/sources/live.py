@@ -42,6 +42,7 @@ from tpmtop.tpm.tcti import TargetKind
 if TYPE_CHECKING:
     from tpmtop.pcrs.live import PcrSnapshot
     from tpmtop.recorder import Recorder
+    from tpmtop.sources.inspect import HandleFacts
     from tpmtop.tpm.connection import TpmConnection
     from tpmtop.tpm.handles import HandleEntry
 
@@ -333,14 +334,12 @@ class LiveSource(SourceBase):
         self.run_on_owner(flush, handle)
         self.recorder.forget_handle(handle)
 
-    def inspect(self, handle: int, kind: str, ours: bool,
-                created_by: str | None = None) -> tuple[str, list[tuple[str, str]]]:
+    def inspect(self, handle: int, kind: str, ours: bool, created_by: str | None = None) -> HandleFacts:
         """What the TPM says about ``handle`` (ReadPublic) and what the wire showed: read-only,
         allowed with --read-only (it changes nothing)."""
         from tpmtop.sources.inspect import describe
 
-        result: tuple[str, list[tuple[str, str]]] = self.run_on_owner(
-            lambda t: describe(handle, kind, ours, t, self.recorder, created_by))
+        result: HandleFacts = self.run_on_owner(lambda t: describe(handle, kind, ours, t, self.recorder, created_by))
         return result
 
     def flush_ours(self) -> list[int]:

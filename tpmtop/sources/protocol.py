@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from tpmtop.proxy.server import ProxyServer
     from tpmtop.recorder import Recorder
     from tpmtop.sessions.accounting import RunAccount
+    from tpmtop.sources.inspect import HandleFacts
     from tpmtop.sources.sysfs import Sysfs
     from tpmtop.tpm.handles import HandleEntry
     from tpmtop.tpm.identity import Identity
@@ -265,8 +266,7 @@ class TpmControl(Protocol):
     def lost(self, error: str) -> None: ...
     def flush(self, handle: int) -> None: ...
     def flush_ours(self) -> list[int]: ...
-    def inspect(self, handle: int, kind: str, ours: bool,
-                created_by: str | None = None) -> tuple[str, list[tuple[str, str]]]: ...
+    def inspect(self, handle: int, kind: str, ours: bool, created_by: str | None = None) -> HandleFacts: ...
     def da_properties(self) -> dict[str, int] | None: ...
     def pcr_report(self) -> PcrSnapshot | None: ...
 
@@ -451,8 +451,7 @@ class SourceBase:
     def flush_ours(self) -> list[int]:
         raise self._cannot("flush")
 
-    def inspect(self, handle: int, kind: str, ours: bool,
-                created_by: str | None = None) -> tuple[str, list[tuple[str, str]]]:
+    def inspect(self, handle: int, kind: str, ours: bool, created_by: str | None = None) -> HandleFacts:
         raise self._cannot("inspect a handle")
 
     def reset_stats(self) -> None:
