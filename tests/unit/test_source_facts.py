@@ -41,7 +41,7 @@ GIVEN = {
     ("HeaderInfo", "op"): "an operation's name (Op), or the capture's",
     ("HeaderInfo", "simulated_reason"): "why a simulator answers, as tpmtop.connect said it",
     ("HeaderInfo", "profile"): "a latency profile's name",
-    ("HeaderInfo", "marker"): "a reason handed to the source (the workload's pause, the CLI's note)",
+    ("HeaderInfo", "marker"): "a reason handed to the source (--passive: the CLI's note of why only sysfs)",
     ("TpmName", "manufacturer"): "GetCapability's or the capture's string",
     ("TpmName", "vendor"): "GetCapability's or the capture's string",
     ("TpmName", "firmware"): "GetCapability's or the capture's string",

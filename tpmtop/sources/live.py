@@ -27,6 +27,7 @@ from tpmtop.sources.protocol import (
     Capabilities,
     HeaderInfo,
     LiveFacts,
+    PauseReason,
     PollResult,
     SourceBase,
     SourceKind,
@@ -130,7 +131,7 @@ class LiveSource(SourceBase):
         return self.driver.workload_error
 
     @property
-    def pause_reason(self) -> str | None:  # type: ignore[override]
+    def pause_reason(self) -> PauseReason | None:  # type: ignore[override]
         return self.driver.pause_reason
 
     @property
@@ -212,10 +213,11 @@ class LiveSource(SourceBase):
         name = TpmName(ident.manufacturer, ident.vendor, ident.firmware) if ident else None
         live = LiveFacts(rate=self.rate, burst=burst_size(self.rate), poll_s=self.poll_interval,
                          last_error=self.last_error if st is SourceState.DISCONNECTED else None,
-                         period=len(self.boundaries) + 1, profile_note=self.profile_note)
+                         period=len(self.boundaries) + 1,
+                         pause=self.pause_reason if st is SourceState.PAUSED else None, profile_note=self.profile_note)
         return HeaderInfo(state=st, tcti=self.tcti, simulated=self.simulated, engine=self.engine, mode=self.mode,
                           op=self.op, name=name, simulated_reason=self.simulated_reason, profile=self.profile,
-                          marker=(self.pause_reason or "") if st is SourceState.PAUSED else "", facts=live)
+                          facts=live)
 
     def runs(self) -> list[RunView]:
         from tpmtop.sources.runs import runs_from_accounts

@@ -25,7 +25,7 @@ class PassiveSource(SourceBase):
         self.sysfs: Sysfs = sysfs or Sysfs()
         self.note = note  # why there is no more than sysfs (kept in the header: a notice goes away)
         self.poll_interval = interval
-        self.tcti = f"none (--passive: {self.sysfs.tpm_dir} and securityfs only)"
+        self.tcti = "none"  # no TPM connection (the header says what is read instead)
 
     def header(self) -> HeaderInfo:
         # Say what sysfs says: "not contacted" only when there is a TPM not to contact.

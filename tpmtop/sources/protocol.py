@@ -104,6 +104,23 @@ class SourceState(StrEnum):
     KERNEL = "kernel"
 
 
+class PauseCause(StrEnum):
+    """Why the workload paused itself."""
+
+    SLOTS_FULL = "slots full"
+    ERRORS = "errors in a row"
+    SLOT_FREED = "slot freed"
+
+
+@dataclass(frozen=True)
+class PauseReason:
+    """Why the workload paused itself (the view-model says it in words in the header)."""
+
+    cause: PauseCause
+    rc: int | None = None  # SLOTS_FULL: the response code of the slot that is full (0x902, 0x903, 0x905)
+    failed: int = 0  # ERRORS: failed operations in a row
+
+
 @dataclass(frozen=True)
 class TpmName:
     """Who the TPM says it is (GetCapability's strings, or a capture's); None: not said."""
@@ -122,6 +139,7 @@ class LiveFacts:
     poll_s: float
     last_error: str | None  # why it stopped answering (the TPM's or the OS's words), while disconnected
     period: int  # this TPM life's number: 1 until the TPM restarted
+    pause: PauseReason | None  # why the workload paused itself, while it is paused
     profile_note: str | None  # what the --profile given says of itself (tpmtop.profiles), if any
 
 
@@ -173,7 +191,7 @@ class HeaderInfo:
     name: TpmName | None = None  # who the TPM said it is (None: not yet, or no TPM asked)
     simulated_reason: str | None = None  # why a simulator answers: on the first screen
     profile: str | None = None
-    marker: str = ""  # a reason given to the source as is: why the workload paused, why only sysfs
+    marker: str = ""  # a reason given to the source as is: why only sysfs (the CLI's words)
     facts: LiveFacts | CaptureFacts | KernelFacts | PassiveFacts | None = None
 
 
@@ -284,7 +302,7 @@ class Workload(Protocol):
     @property
     def workload_error(self) -> str | None: ...
     @property
-    def pause_reason(self) -> str | None: ...
+    def pause_reason(self) -> PauseReason | None: ...
     @property
     def gate(self) -> UiGate | None: ...  # the dashboard holds it while it draws (None: no workload)
 
@@ -342,7 +360,7 @@ class SourceBase:
     poll_interval = 1.0
     identity: Identity | None = None
     workload_error: str | None = None
-    pause_reason: str | None = None
+    pause_reason: PauseReason | None = None
     sysfs: Sysfs | None = None
     proxy: ProxyServer | None = None
     unlock_devices: list[str] | None = None  # the Unlock panel's devices (None: crypttab's and LUKS2 block devices)

@@ -11,11 +11,24 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from tpmtop.sources.meters import CpuMeter
-from tpmtop.sources.protocol import CaptureFacts, HeaderInfo, KernelFacts, LiveFacts, PassiveFacts, SourceState, TpmName
+from tpmtop.sources.protocol import (
+    CaptureFacts,
+    HeaderInfo,
+    KernelFacts,
+    LiveFacts,
+    PassiveFacts,
+    PauseCause,
+    PauseReason,
+    SourceState,
+    TpmName,
+)
 from tpmtop.sources.timings import KernelSessions, TimingsView
 from tpmtop.textsafe import counted
+from tpmtop.tpm.names import RC_OBJECT_MEMORY, RC_SESSION_HANDLES, RC_SESSION_MEMORY
 from tpmtop.viewmodel.frame import HeaderText
 
+# A full TPM's response code, and what is full (the workload pauses: tpmtop.sources.live_workload)
+SLOTS = {RC_OBJECT_MEMORY: "object slots", RC_SESSION_MEMORY: "session slots", RC_SESSION_HANDLES: "session handles"}
 KERNEL_TOOLTIP = ("the kernel's own TPM commands through kprobes on tpm_transmit: tpmtop sends nothing to the TPM, "
                   "so the kernel's kept HMAC session is not disturbed")
 
@@ -33,7 +46,7 @@ def header_text(h: HeaderInfo) -> HeaderText:
             extra = f"retrying: {f.last_error or ''}"[:80]
         return replace(base,
             rate="rate max" if f.rate == 0 else f"rate {f.rate:g}/s, bursts of {f.burst}", extra=extra,
-            marker=h.marker or (f"TPM period {f.period}" if f.period > 1 else ""),
+            marker=_paused(f.pause) if f.pause else f"TPM period {f.period}" if f.period > 1 else "",
             tooltip=f.profile_note or (f"profile {h.profile}" if h.profile else None))
     if isinstance(f, CaptureFacts):
         return replace(base, extra=_capture_line(f), tooltip=(
@@ -44,8 +57,18 @@ def header_text(h: HeaderInfo) -> HeaderText:
     if isinstance(f, PassiveFacts):
         # Say what sysfs says: "not contacted" only when there is a TPM not to contact.
         return replace(base, identity="kernel TPM (not contacted)" if f.tpm_here else f"no TPM here (no {f.tpm_dir})",
+                             tcti=f"{h.tcti} (--passive: {f.tpm_dir} and securityfs only)",
                              extra="no TPM traffic: sysfs and securityfs only", tooltip=f.note)
     return base
+
+
+def _paused(p: PauseReason) -> str:
+    """Why the workload paused itself."""
+    if p.cause is PauseCause.SLOTS_FULL:
+        return f"paused: TPM {SLOTS.get(p.rc or 0, 'slots')} full, see Handles"
+    if p.cause is PauseCause.SLOT_FREED:
+        return "paused: a slot was freed, space resumes"
+    return f"paused after {p.failed} failed operations in a row"
 
 
 def _identity(name: TpmName | None) -> str:
