@@ -548,7 +548,7 @@ def main() -> int:
             print(f"load: {args.busy} busy loops; load average {' '.join(f'{x:.2f}' for x in load0)} at start, "
                   f"{' '.join(f'{x:.2f}' for x in load1)} at the end")
             pace = "unpaced" if not r["rate"] else f"{r['rate']:g} ops/s"
-            print(f"workload: native/{r['mode']}/extend, {pace}; dashboard 140x44, headless driver")
+            print(f"workload: native/{r['mode']}/extend, {pace}; dashboard 140x44, frames kept by a driver")
             print(f"full GC pauses (ms): {r['gc_full_pauses_ms']}, their CPU (ms): {r['gc_full_cpu_ms']}; "
                   f"tracked objects at the end {r['gc_tracked_objects']:,}")
         print(gc_line)
@@ -570,7 +570,7 @@ def main() -> int:
     print(f"load: {args.busy} busy loops; load average {' '.join(f'{x:.2f}' for x in load0)} at start, "
           f"{' '.join(f'{x:.2f}' for x in load1)} at the end")
     pace = "unpaced" if not r["rate"] else f"{r['rate']:g} ops/s"
-    print(f"workload: native/{r['mode']}/extend, {pace}; dashboard 140x44, headless driver")
+    print(f"workload: native/{r['mode']}/extend, {pace}; dashboard 140x44, frames kept by a driver")
     print(f"events/s ingested (recorder)        {r['events_per_s']:>8,}")
     print(f"events/s read by the refresh loop   {r['events_read_by_ui_per_s']:>8,}")
     print(f"operations/s                        {r['ops_per_s']:>8,}")
