@@ -111,7 +111,6 @@ class ReplaySource(SourceBase):
                     from tpmtop.tpm import names
 
                     self.failures[(names.cc_from_name(str(e.get("command") or e.get("cc") or "")), rc)] += 1
-        self._no_events = not events
         self.created = str(capture.get("created", ""))
         self.host = capture.get("host") or {}
         # A kernel capture opens on the kernel's extends (its operations, priced whole), not on
@@ -164,12 +163,6 @@ class ReplaySource(SourceBase):
 
     def captured_stream(self) -> CapturedStream:
         return self._stream
-
-    def stream_note(self) -> str:
-        if not self._no_events:
-            return ""
-        return ("this capture holds no per-command events, only each run's summary: "
-                "record them with tpmtop bench --events --json FILE")
 
     def timings(self, runs: list[RunView] | None = None) -> TimingsView:
         return TimingsView(self.current_run(), engine=self.engine, mode=self.mode, op=self.op)

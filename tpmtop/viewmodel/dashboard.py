@@ -49,6 +49,8 @@ SLOW_S = 1.0  # tables of percentiles: once a second, and only when a command ar
 HOLDERS_S = 10.0  # a /proc scan for a device's holders: not every second
 DEFAULT_N = 1000  # the projection's extends when no IMA count is readable
 CONTEXT_CCS = (0x161, 0x162, 0x165)  # ContextLoad, ContextSave, FlushContext: the gap tracker's
+NO_EVENTS = ("this capture holds no per-command events, only each run's summary: "
+             "record them with tpmtop bench --events --json FILE")  # a capture of summaries only
 
 
 class Dashboard:
@@ -222,9 +224,10 @@ class Dashboard:
             return None
         self._replayed = True
         notices += self.alerts.feed(self.source.events())
-        rows = captured_rows(self.source.captured_stream())
-        return StreamPart(rows, keep_all=True, empty_note="" if rows else
-                          (self.source.stream_note() or "the capture has no events"))
+        captured = self.source.captured_stream()
+        rows = captured_rows(captured)
+        empty = NO_EVENTS if not captured.events else "the capture has no events"
+        return StreamPart(rows, keep_all=True, empty_note="" if rows else (self.source.stream_note() or empty))
 
     # -- the parts -----------------------------------------------------------------------------
     def header(self) -> HeaderView:
