@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/ui_load.py [--busy 2] [--seconds 10] [--mode none] [--json]
 
 Starts two busy loops (``--busy N``; the loaded 2-core machine the targets are set for) and
-stops them at the end, then runs the real app (headless Textual driver, 140×44) on a private
+stops them at the end, then runs the real app (140×44, its frames kept by a driver instead of a terminal) on a private
 swtpm with the workload unpaced (``rate 0``) and reports:
 
 - **events/s ingested**: TPM commands the recorder took in per second while the dashboard
@@ -15,8 +15,9 @@ swtpm with the workload unpaced (``rate 0``) and reports:
   under it and ``q`` ends the app: not pressed), each pressed ``--presses`` times: the time
   from the key event reaching the app (posted as the terminal driver posts it) until the
   first screen update that draws the key's effect — the state it changed, the screen it
-  opened, the restyled theme, the message naming the export's path. The update is also
-  rendered to terminal sequences (the write the headless driver skips). Target ≤ 100 ms;
+  opened, the restyled theme, the message naming the export's path. The update is rendered
+  to terminal sequences by Textual itself, as for a terminal (tests/helpers/frames.py: the
+  frame is stamped when it reaches the driver's flush). Target ≤ 100 ms;
 - **UI-thread CPU per key**: the UI thread's CPU time over the same span (time.thread_time):
   what the key cost, nearly independent of what else the machine runs;
 - **stats worker, full GCs**: while events are ingested, the thread CPU of each once-a-second
@@ -54,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from machine import describe
 
+from tests.helpers.frames import FrameTap
 from tpmtop.sessions.modes import MODES
 
 
@@ -134,17 +136,17 @@ def message_probe(needle):
     return lambda screen: Messages(t for t in drawn_messages(screen) if needle() in t)
 
 
-async def time_keys(app, main, src, pilot, presses: int, export_dir: str, only: set[str] | None = None) -> dict:
+async def time_keys(app, frames: FrameTap, main, src, pilot, presses: int, export_dir: str,
+                    only: set[str] | None = None) -> dict:
     """Each key in the help, ``presses`` times: the time from the key event reaching the app
     (posted as the terminal driver posts it) to the first screen update that draws its effect.
 
-    Each screen update handed to ``App._display`` is stamped with a probe of the key's effect
-    *as that update draws it* (the screen it draws, the state then); waiting instead for "an
-    update after the effect was seen" would miss a frame drawn in the same millisecond. The
-    headless driver skips the terminal write, so the hook renders the update to terminal
-    sequences itself (what the Linux driver would write), and that cost is in the figure."""
+    Each frame that leaves for the terminal (the app's driver is ``frames``' own: Textual renders
+    the update to terminal sequences, the Linux driver's write, and that cost is in the figure)
+    is stamped with a probe of the key's effect *as that frame draws it* (the screen on top,
+    the state then); waiting instead for "a frame after the effect was seen" would miss a frame
+    drawn in the same millisecond."""
     from textual import events
-    from textual.app import App
     from textual.widgets import Input
 
     from tpmtop.tui.widgets.handles import HandlesPanel
@@ -153,13 +155,9 @@ async def time_keys(app, main, src, pilot, presses: int, export_dir: str, only: 
 
     stamps: list[tuple[float, float, object]] = []  # (wall clock, UI thread's CPU time, probe)
     probe: list = [lambda screen: None]
-    orig_display = App._display
 
-    def display(self, screen, renderable):
-        if renderable is not None:
-            renderable.render_segments(self.console)  # the terminal write the headless driver skips
-            stamps.append((time.perf_counter(), time.thread_time(), probe[0](screen)))
-        return orig_display(self, screen, renderable)
+    def on_frame(_data: str) -> None:
+        stamps.append((time.perf_counter(), time.thread_time(), probe[0](app.screen)))
 
     resets = [0]
     orig_reset = Dashboard.reset
@@ -223,7 +221,7 @@ async def time_keys(app, main, src, pilot, presses: int, export_dir: str, only: 
                             ("5", "stream"), ("6", "system"), ("7", "clients")) if pid in main.panels]
     rate0 = src.rate
     out: dict = {}
-    App._display = display
+    frames.on_frame = on_frame
     Dashboard.reset = counted_reset
     try:
         for label, key, char, state, setup, close in keys:
@@ -272,27 +270,22 @@ async def time_keys(app, main, src, pilot, presses: int, export_dir: str, only: 
             if label in ("+", "-"):
                 src.rate = rate0
     finally:
-        App._display = orig_display
+        frames.on_frame = lambda _data: None
         Dashboard.reset = orig_reset
     return out
 
 
-async def time_floor_keys(floor, pilot, presses: int, only: set[str] | None = None) -> dict:
+async def time_floor_keys(floor, frames: FrameTap, pilot, presses: int, only: set[str] | None = None) -> dict:
     """The same keys on Textual's floor (benchmarks/textual_floor.py), timed as :func:`time_keys`
     times them: from the key event reaching the app to the first screen update that draws it."""
     from textual import events
-    from textual.app import App
     from textual.widgets import Input
 
     stamps: list[tuple[float, object]] = []
     probe: list = [lambda screen: None]
-    orig_display = App._display
 
-    def display(self, screen, renderable):
-        if renderable is not None:
-            renderable.render_segments(self.console)
-            stamps.append((time.perf_counter(), probe[0](screen)))
-        return orig_display(self, screen, renderable)
+    def on_frame(_data: str) -> None:
+        stamps.append((time.perf_counter(), probe[0](floor.screen)))
 
     main = floor.main
 
@@ -313,7 +306,7 @@ async def time_floor_keys(floor, pilot, presses: int, only: set[str] | None = No
              (("?", "question_mark", "?"), ("p", "p", "p"), ("b", "b", "b"), ("i", "i", "i"))]
     keys += [(p, p, p, lambda s: floor.focused) for p in "1234567"]
     out: dict = {}
-    App._display = display
+    frames.on_frame = on_frame
     try:
         for label, key, char, probe_fn in keys:
             if only and label not in only:
@@ -344,7 +337,7 @@ async def time_floor_keys(floor, pilot, presses: int, only: set[str] | None = No
                 out[label] = {"times_ms": [round(t * 1000, 2) for t in times], "worst_ms": round(max(times) * 1000, 1),
                               "median_ms": round(statistics.median(times) * 1000, 1), "presses": len(times)}
     finally:
-        App._display = orig_display
+        frames.on_frame = lambda _data: None
     return out
 
 
@@ -424,7 +417,9 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
     try:
         export_dir = tempfile.mkdtemp(prefix="tpmtop-bench-exports-")
         app = TpmtopApp(src, theme="dark", remember=False, export_dir=export_dir)
-        async with app.run_test(size=(140, 44), notifications=True) as pilot:
+        frames = FrameTap()
+        app.driver_class = frames.driver  # not headless: each frame rendered for a terminal, kept here
+        async with app.run_test(size=(140, 44), notifications=True, headless=False) as pilot:
             main = next(s for s in app.screen_stack if isinstance(s, MainScreen))
             await pilot.pause(1.0)  # warm up
             r = await live_ratios(src, pilot, DEFAULT_RATE, ratio_seconds, ratio_rounds) if not gc_only else \
@@ -473,7 +468,7 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
                 return out
 
             # key -> screen, under load: every key in the help, each with the state it changes
-            out["keys"] = await time_keys(app, main, src, pilot, presses, export_dir, only)
+            out["keys"] = await time_keys(app, frames, main, src, pilot, presses, export_dir, only)
             worst = {k: v["worst_ms"] for k, v in out["keys"].items()}
             out["key_to_screen_ms_worst"] = worst
             if not src.running:
@@ -493,7 +488,7 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             out["poll_interval_s"] = src.poll_interval
             # Against Textual's floor: the keys again with the workload paused (the floor has
             # none), then the same keys on a plain Textual app with this screen's widget tree.
-            out["keys_paused"] = await time_keys(app, main, src, pilot, presses, export_dir, only)
+            out["keys_paused"] = await time_keys(app, frames, main, src, pilot, presses, export_dir, only)
             if not src.running:
                 await pilot.press("space")  # what the paused pass's space left running is stopped again
             from textual_floor import floor_app
@@ -503,9 +498,11 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
         RefreshClock.tick = orig_tick
         Dashboard.stats = orig_stats
         src.close()
-    async with floor.run_test(size=(140, 44), notifications=True) as pilot:
+    floor_frames = FrameTap()
+    floor.driver_class = floor_frames.driver
+    async with floor.run_test(size=(140, 44), notifications=True, headless=False) as pilot:
         await pilot.pause(1.0)
-        out["keys_floor"] = await time_floor_keys(floor, pilot, presses, only)
+        out["keys_floor"] = await time_floor_keys(floor, floor_frames, pilot, presses, only)
     return out
 
 
@@ -551,7 +548,7 @@ def main() -> int:
             print(f"load: {args.busy} busy loops; load average {' '.join(f'{x:.2f}' for x in load0)} at start, "
                   f"{' '.join(f'{x:.2f}' for x in load1)} at the end")
             pace = "unpaced" if not r["rate"] else f"{r['rate']:g} ops/s"
-            print(f"workload: native/{r['mode']}/extend, {pace}; dashboard 140x44, headless driver")
+            print(f"workload: native/{r['mode']}/extend, {pace}; dashboard 140x44, frames kept by a driver")
             print(f"full GC pauses (ms): {r['gc_full_pauses_ms']}, their CPU (ms): {r['gc_full_cpu_ms']}; "
                   f"tracked objects at the end {r['gc_tracked_objects']:,}")
         print(gc_line)
@@ -573,7 +570,7 @@ def main() -> int:
     print(f"load: {args.busy} busy loops; load average {' '.join(f'{x:.2f}' for x in load0)} at start, "
           f"{' '.join(f'{x:.2f}' for x in load1)} at the end")
     pace = "unpaced" if not r["rate"] else f"{r['rate']:g} ops/s"
-    print(f"workload: native/{r['mode']}/extend, {pace}; dashboard 140x44, headless driver")
+    print(f"workload: native/{r['mode']}/extend, {pace}; dashboard 140x44, frames kept by a driver")
     print(f"events/s ingested (recorder)        {r['events_per_s']:>8,}")
     print(f"events/s read by the refresh loop   {r['events_read_by_ui_per_s']:>8,}")
     print(f"operations/s                        {r['ops_per_s']:>8,}")

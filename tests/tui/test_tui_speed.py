@@ -9,6 +9,7 @@ from textual.color import Color
 from textual.css.stylesheet import Stylesheet
 from textual.widgets import DataTable
 
+from tests.helpers.frames import FrameTap
 from tests.helpers.processes import wait_until
 from tests.helpers.tui import SIZE, app_for, main_screen, theme_applied, until
 from tpmtop.sources.gate import UiHold
@@ -108,11 +109,14 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
     src.gate.idle.set()
     release = src.gate.release
     app = app_for(src, tmp_path)
+    # Not headless: Textual renders each frame and hands it to the driver, which keeps it.
+    frames = FrameTap()
+    app.driver_class = frames.driver
 
     def ops() -> int:
         return sum(a.ops for a in src.accounts().values())
 
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZE, headless=False) as pilot:
         await until(pilot, lambda: ops() > 20, what="the workload running")
         # Held by hand: the loop stops between operations and stays stopped.
         src.gate.hold()
@@ -141,16 +145,10 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
         assert screen_frozen(app) != frozen and UiHold.KEY not in src.gate.holds
         after = ops()
         await until(pilot, lambda: ops() > after, what="the workload running after the key")
-        # t's restyle runs after the key's handler: the release waits for the frame that draws it.
+        # t's restyle runs after the key's handler: the release waits for the frame that draws it
+        # (the theme each frame that left for the terminal was drawn in).
         drawn: list[str] = []
-        display = type(app)._display
-
-        def record(self, screen, renderable):
-            if renderable is not None:
-                drawn.append(self.theme)
-            return display(self, screen, renderable)
-
-        monkeypatch.setattr(type(app), "_display", record)
+        frames.on_frame = lambda _data: drawn.append(app.theme)
         before = app.theme
         at_release: list[bool] = []
         def theme_drawn(why: UiHold = UiHold.KEY) -> None:
@@ -167,13 +165,7 @@ async def test_a_key_holds_the_workload_until_its_screen_is_drawn(live, tmp_path
         from tpmtop.tui.screens.filter import FilterInput
 
         shown: list[bool] = []
-
-        def record_filter(self, screen, renderable):
-            if renderable is not None:
-                shown.append(isinstance(self.focused, FilterInput) and self.focused.is_mounted)
-            return display(self, screen, renderable)
-
-        monkeypatch.setattr(type(app), "_display", record_filter)
+        frames.on_frame = lambda _data: shown.append(isinstance(app.focused, FilterInput) and app.focused.is_mounted)
         at_release.clear()
         def filter_drawn(why: UiHold = UiHold.KEY) -> None:
             if why is UiHold.KEY:

@@ -94,13 +94,26 @@ def _cells(app) -> list[list[tuple[str, str]]]:
             for strip in strips]
 
 
+def component_styles(node) -> dict:
+    """A node's component classes (COMPONENT_CLASSES of its class and its bases) and the
+    styles Textual resolved for each (get_component_styles), as the widget draws them; a
+    name a subclass does not inherit is not the node's (KeyError)."""
+    out = {}
+    for name in {c for cls in type(node).__mro__ for c in getattr(cls, "COMPONENT_CLASSES", ())}:
+        try:
+            out[name] = node.get_component_styles(name)
+        except KeyError:
+            continue
+    return out
+
+
 def _styles(app) -> list:
     """Every node's rules and its component classes' rules, in the screen's order."""
     def rules(styles) -> list:
         return sorted((k, repr(v)) for k, v in styles.base.get_rules().items())
 
     return [(type(n).__name__, n.id, rules(n.styles),
-             sorted((name, rules(st)) for name, st in n._component_styles.items()))
+             sorted((name, rules(st)) for name, st in component_styles(n).items()))
             for n in app.screen.walk_children(with_self=True)]
 
 

@@ -135,10 +135,11 @@ def test_the_main_screen_is_one_class_under_250_lines_without_mixins():
     assert ours == [BackdropScreen, *[c for c in BackdropScreen.__mro__[1:] if c.__module__.startswith("tpmtop.")]]
 
 
-# Where tests and benchmarks still reach a Textual private name, and why there is no public way:
-# App._display is where a frame leaves for the terminal (a key's latency is timed to it), and a
-# node's _component_styles is what a component class's rules are (the theme test compares them).
-TEST_ONLY = {"_display": "a frame drawn", "_component_styles": "a component class's rules"}
+# Where tests and benchmarks may still reach a Textual private name, and why there is no public
+# way: none now. A frame leaving for the terminal is seen by a driver of the test's own
+# (App.driver_class, run_test(headless=False): tests/helpers/frames.py), and a component class's
+# rules through Widget.get_component_styles (tests/tui/test_tui_themes.py).
+TEST_ONLY: dict[str, str] = {}
 
 
 def test_tests_and_benchmarks_use_no_other_private_textual_name():

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tpmtop.sources.protocol import Capabilities, HeaderInfo, SourceBase, SourceKind
+from tpmtop.sources.protocol import Capabilities, HeaderInfo, KernelFacts, SourceBase, SourceKind, SourceState
 from tpmtop.sources.runs import RunView, run_from_account
 from tpmtop.sources.sysfs import Sysfs
-from tpmtop.sources.timings import CommandTiming, TimingsView, command_timing
-from tpmtop.textsafe import counted
+from tpmtop.sources.timings import CommandTiming, KernelSessions, TimingsView, command_timing
 
 if TYPE_CHECKING:
     from tpmtop.kernel.tap import KernelTap
@@ -59,25 +58,13 @@ class KernelSource(SourceBase):
 
     def header(self) -> HeaderInfo:
         tap = self.tap
-        p = tap.parser
         with tap.lock:
             n, acc = len(tap.commands), tap.accounts
             extends = acc.by_kind["extend"].ops if "extend" in acc.by_kind else 0
-        bits = [counted(n, "kernel command"), counted(extends, "extend")]
-        if p.lost:  # before the long tail of the line: the header is cut at the terminal's width
-            bits.append(f"{p.lost:,} events lost")
-        bits.append("tpmtop sends no TPM command")
-        if tap.error:
-            bits.insert(0, f"stopped: {tap.error}")
-        elif tap.foreign is not None and not n:  # first, where a cut header still shows it
-            bits.insert(0, "not a tpmtop probe trace (see the stream)")
-        there = self.sysfs.tpm_dir.is_dir()
-        return HeaderInfo(state="passive" if self.passive else "kernel",
-                          identity="kernel TPM (not contacted)" if there else "kernel TPM",
-                          tcti=self.tcti, simulated=False, engine=ENGINE, mode=self.mode, op=self.op,
-                          extra=" · ".join(bits),
-                          tooltip="the kernel's own TPM commands through kprobes on tpm_transmit: tpmtop sends "
-                                  "nothing to the TPM, so the kernel's kept HMAC session is not disturbed")
+        facts = KernelFacts(commands=n, extends=extends, lost=tap.parser.lost, error=tap.error or None,
+                            foreign=tap.foreign is not None and not n, tpm_here=self.sysfs.tpm_dir.is_dir())
+        return HeaderInfo(state=SourceState.PASSIVE if self.passive else SourceState.KERNEL, tcti=self.tcti,
+                          simulated=False, engine=ENGINE, mode=self.mode, op=self.op, facts=facts)
 
     def stream_note(self) -> str:
         return "" if self.tap.commands else (self.tap.no_events_note() or "")
@@ -99,25 +86,10 @@ class KernelSource(SourceBase):
             estimated = bool(st and st.estimated)
             blind = bool(st and st.ops and st.blind == st.ops)
         # blind: one command per extend and no operation probes: no host time can be seen
-        commands = self._command_timings()
-        subtitle = (f"kernel · {counted(current.ops, self.op + ' op', self.op + ' ops')}" if current
-                    else "kernel · no extend yet")
-        lines = [f"sessions: {mode or 'cannot tell'}: {why}"]
-        note = self.stream_note()
-        if note:  # a trace file of another kind: say so here too, not only in the stream
-            lines.insert(0, note)
-        lost = self.tap.parser.lost
-        if lost:
-            lines.append(f"{lost:,} trace events lost (the buffer overran): commands are missing from these numbers")
-        if mode == "reuse" and after:
-            most = sorted(after.items(), key=lambda kv: -kv[1])
-            lines.append("set-ups after: " + ", ".join(f"{k} ×{n}" for k, n in most))
-        if blind:
-            lines.append("no operation probes: an extend is its PCR_Extend alone, its host time not seen")
-        elif estimated:
-            lines.append("no operation probes: an extend is timed from its first command to its last")
-        return TimingsView(current, commands, host_seen=not blind, subtitle=subtitle,
-                           run_label=f"{ENGINE}/{mode or 'unknown'}", modes_lines=lines)
+        sessions = KernelSessions(mode, why, self.tap.parser.lost, after, blind=blind, estimated=estimated,
+                                  note=self.stream_note())
+        return TimingsView(current, self._command_timings(), host_seen=not blind, engine=ENGINE,
+                           mode=mode or "unknown", op=self.op, kernel=sessions)
 
     def _command_timings(self) -> list[CommandTiming]:
         """One per (command, kernel path): the path is named where it is not the command's

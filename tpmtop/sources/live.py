@@ -23,15 +23,27 @@ from tpmtop.sources.gate import UiGate
 from tpmtop.sources.live_workload import TpmLink, WorkloadDriver
 from tpmtop.sources.luks import FIRST_LOOK_S, LuksReader
 from tpmtop.sources.pacing import DEFAULT_RATE, baseline_pacing_json, burst_size, pacing_json
-from tpmtop.sources.protocol import Capabilities, HeaderInfo, PollResult, SourceBase, SourceKind, UnlockReading
+from tpmtop.sources.protocol import (
+    Capabilities,
+    HeaderInfo,
+    LiveFacts,
+    PauseReason,
+    PollResult,
+    SourceBase,
+    SourceKind,
+    SourceState,
+    TpmName,
+    UnlockReading,
+)
 from tpmtop.sources.runs import RunView
-from tpmtop.sources.timings import TimingsView, command_timings
+from tpmtop.sources.timings import PeriodFacts, TimingsView, command_timings
 from tpmtop.tpm.exchange import Origin
 from tpmtop.tpm.tcti import TargetKind
 
 if TYPE_CHECKING:
     from tpmtop.pcrs.live import PcrSnapshot
     from tpmtop.recorder import Recorder
+    from tpmtop.sources.inspect import HandleFacts
     from tpmtop.tpm.connection import TpmConnection
     from tpmtop.tpm.handles import HandleEntry
 
@@ -77,7 +89,7 @@ class LiveSource(SourceBase):
         self.tcti = conn.target.tcti
         # Set by tpmtop.profiles.apply.apply_profile: every latency shown is then the profile's.
         self.profile: str | None = getattr(conn, "profile_name", None)
-        self.profile_note = profile_note or (f"profile {self.profile}" if self.profile else None)
+        self.profile_note = profile_note  # the header's tooltip (None: it names the profile)
         self._close_lock = threading.Lock()
         self._closed = False
         # The Unlock panel's devices: looked for now, before the dashboard reads caps on the
@@ -120,7 +132,7 @@ class LiveSource(SourceBase):
         return self.driver.workload_error
 
     @property
-    def pause_reason(self) -> str | None:  # type: ignore[override]
+    def pause_reason(self) -> PauseReason | None:  # type: ignore[override]
         return self.driver.pause_reason
 
     @property
@@ -189,30 +201,24 @@ class LiveSource(SourceBase):
         /etc/crypttab's and the block devices with a LUKS2 header: looked for once, at the start)."""
         return bool(self.unlock_devices) or self._luks_found
 
-    def state(self) -> str:
+    def state(self) -> SourceState:
         if not self.connected:
-            return "disconnected"
+            return SourceState.DISCONNECTED
         if self.read_only:
-            return "read-only"
-        return "running" if self.running else "paused"
+            return SourceState.READ_ONLY
+        return SourceState.RUNNING if self.running else SourceState.PAUSED
 
     def header(self) -> HeaderInfo:
         st = self.state()
         ident = self.identity
-        rate = "rate max" if self.rate == 0 else f"rate {self.rate:g}/s, bursts of {burst_size(self.rate)}"
-        extra = f"poll {self.poll_interval:g} s"
-        if st == "disconnected":
-            extra = f"retrying: {self.last_error or ''}"[:80]
-        marker = ""
-        if st == "paused" and self.pause_reason:
-            marker = self.pause_reason
-        elif self.boundaries:
-            marker = f"TPM period {len(self.boundaries) + 1}"
-        who = f"{ident.manufacturer} {ident.vendor} fw {ident.firmware}" if ident else "…"
-        return HeaderInfo(state=st, identity=who,
-                          tcti=self.tcti, simulated=self.simulated, engine=self.engine, mode=self.mode, op=self.op,
-                          rate=rate, extra=extra, profile=self.profile, marker=marker, tooltip=self.profile_note,
-                          simulated_reason=self.simulated_reason)
+        name = TpmName(ident.manufacturer, ident.vendor, ident.firmware) if ident else None
+        live = LiveFacts(rate=self.rate, burst=burst_size(self.rate), poll_s=self.poll_interval,
+                         last_error=self.last_error if st is SourceState.DISCONNECTED else None,
+                         period=len(self.boundaries) + 1,
+                         pause=self.pause_reason if st is SourceState.PAUSED else None, profile_note=self.profile_note)
+        return HeaderInfo(state=st, tcti=self.tcti, simulated=self.simulated, engine=self.engine, mode=self.mode,
+                          op=self.op, name=name, simulated_reason=self.simulated_reason, profile=self.profile,
+                          facts=live)
 
     def runs(self) -> list[RunView]:
         from tpmtop.sources.runs import runs_from_accounts
@@ -224,26 +230,16 @@ class LiveSource(SourceBase):
         shows a capture's run — never commands of other modes beside this mode's operations."""
         runs = self.runs() if runs is None else runs
         current = next((r for r in runs if r.key == (self.engine, self.mode, self.op)), None)
-        label = f"{self.engine}/{self.mode}"
-        note = ""
+        period = PeriodFacts(self.boundaries[-1][0], len(self.periods), self.earlier_ops()) if self.boundaries else None
         if current is None:
             # nothing of this run yet: what went on the wire
-            view = TimingsView(commands=command_timings(self.recorder.command_stats(None)))
-            subtitle = f"no {label} operation yet; all origins"
-        else:
-            # the run's commands, with the newest samples (sparkline, last) from the wire. Error
-            # counts: the view-model's, of this run and this TPM period only (the wire's count is
-            # every run's: an error one mode met once showed in every later run).
-            view = TimingsView(current, recent=command_timings(self.recorder.command_stats("workload")))
-            subtitle = f"run {label}/{self.op} · {current.ops} ops"
-        if self.boundaries:
-            since = time.strftime("%H:%M:%S", time.localtime(self.boundaries[-1][0]))
-            subtitle += f" · this TPM period (since {since})"
-            earlier = self.earlier_ops()
-            note = (f"since {since}; {len(self.periods)} earlier period{'s' if len(self.periods) != 1 else ''} "
-                    f"kept apart ({earlier} ops)")
-        view.subtitle, view.run_label, view.modes_note = subtitle, label, note
-        return view
+            return TimingsView(commands=command_timings(self.recorder.command_stats(None)), engine=self.engine,
+                               mode=self.mode, op=self.op, period=period)
+        # the run's commands, with the newest samples (sparkline, last) from the wire. Error
+        # counts: the view-model's, of this run and this TPM period only (the wire's count is
+        # every run's: an error one mode met once showed in every later run).
+        return TimingsView(current, recent=command_timings(self.recorder.command_stats("workload")),
+                           engine=self.engine, mode=self.mode, op=self.op, period=period)
 
     def values(self, what: str) -> list[str]:
         return list({"engine": ENGINES, "mode": MODES, "op": OPS}[what])
@@ -349,14 +345,12 @@ class LiveSource(SourceBase):
         self.run_on_owner(flush, handle)
         self.recorder.forget_handle(handle)
 
-    def inspect(self, handle: int, kind: str, ours: bool,
-                created_by: str | None = None) -> tuple[str, list[tuple[str, str]]]:
+    def inspect(self, handle: int, kind: str, ours: bool, created_by: str | None = None) -> HandleFacts:
         """What the TPM says about ``handle`` (ReadPublic) and what the wire showed: read-only,
         allowed with --read-only (it changes nothing)."""
         from tpmtop.sources.inspect import describe
 
-        result: tuple[str, list[tuple[str, str]]] = self.run_on_owner(
-            lambda t: describe(handle, kind, ours, t, self.recorder, created_by))
+        result: HandleFacts = self.run_on_owner(lambda t: describe(handle, kind, ours, t, self.recorder, created_by))
         return result
 
     def flush_ours(self) -> list[int]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from enum import StrEnum
 from typing import Any
 
 from tpm2_pytss.constants import TPM2_RC
@@ -18,22 +17,14 @@ from tpmtop.sessions.modes import Mode
 from tpmtop.sources import pacing
 from tpmtop.sources.gate import UiGate
 from tpmtop.sources.pacing import BURST_JOB_S, RATES, burst_size, pacing_json
+from tpmtop.sources.protocol import PauseCause, PauseReason
 from tpmtop.sources.timeline import OpsTimeline
 from tpmtop.tpm.exchange import Origin
 
 MAX_CONSECUTIVE_ERRORS = 3
 # A full TPM (object slots, session slots, session handles): retrying cannot help until
 # someone frees a slot, and every retry is one more failed command on the operator's TPM.
-SLOTS_FULL = {int(TPM2_RC.OBJECT_MEMORY): "object slots", int(TPM2_RC.SESSION_MEMORY): "session slots",
-              int(TPM2_RC.SESSION_HANDLES): "session handles"}
-
-
-class PauseCause(StrEnum):
-    """Why the workload paused itself (the header says it in words)."""
-
-    SLOTS_FULL = "slots full"
-    ERRORS = "errors in a row"
-    SLOT_FREED = "slot freed"
+SLOTS_FULL = frozenset({int(TPM2_RC.OBJECT_MEMORY), int(TPM2_RC.SESSION_MEMORY), int(TPM2_RC.SESSION_HANDLES)})
 
 
 class TpmLink:
@@ -82,8 +73,7 @@ class WorkloadDriver:
         self.engine, self.mode, self.op, self.pcr = engine, mode, op, pcr
         self.workload: Any = None  # tpmtop.sessions.workload.Workload, made at the first operation
         self.workload_error: str | None = None
-        self.pause_reason: str | None = None  # why the workload paused itself (header)
-        self.pause_cause: PauseCause | None = None
+        self.pause_reason: PauseReason | None = None  # why the workload paused itself (header)
         self.errors_in_row = 0
         # Accounts of earlier TPM lives (a reset, or a restart found by reconnecting), oldest
         # first: never merged with the current one, so no panel mixes two TPMs' numbers.
@@ -175,14 +165,12 @@ class WorkloadDriver:
         except TpmConnectionError:
             raise
         except TpmError as e:
-            what = SLOTS_FULL.get(e.rc or 0)
-            if what is None:
+            if (e.rc or 0) not in SLOTS_FULL:
                 self._workload_failed(str(e))
             else:
                 self._workload_failed(f"{e}. The workload is paused: in the Handles panel select a handle "
                                       "tpmtop did not create, press f to flush it (it asks first), then space to "
-                                      "resume", pause=f"paused: TPM {what} full, see Handles",
-                                      cause=PauseCause.SLOTS_FULL)
+                                      "resume", pause=PauseReason(PauseCause.SLOTS_FULL, rc=e.rc))
             return 0, False
         except TpmtopError as e:
             self._workload_failed(str(e))
@@ -284,20 +272,19 @@ class WorkloadDriver:
             return False
         return True
 
-    def _workload_failed(self, message: str, pause: str | None = None,
-                         cause: PauseCause = PauseCause.ERRORS) -> None:
+    def _workload_failed(self, message: str, pause: PauseReason | None = None) -> None:
         self.workload_error = message
         self.errors_in_row += 1
         self._drop_workload()
         if pause is None and self.errors_in_row >= MAX_CONSECUTIVE_ERRORS:
-            pause = f"paused after {self.errors_in_row} failed operations in a row"
+            pause = PauseReason(PauseCause.ERRORS, failed=self.errors_in_row)
         if pause is not None:
             self.set_running(False)
-            self.pause_reason, self.pause_cause = pause, cause
+            self.pause_reason = pause
 
     def slot_freed(self) -> None:
-        if not self.running and self.pause_cause is PauseCause.SLOTS_FULL:
-            self.pause_reason, self.pause_cause = "paused: a slot was freed, space resumes", PauseCause.SLOT_FREED
+        if not self.running and self.pause_reason is not None and self.pause_reason.cause is PauseCause.SLOTS_FULL:
+            self.pause_reason = PauseReason(PauseCause.SLOT_FREED)
 
     def _end_period(self, accounts: dict[Any, Any], why: str) -> None:
         done = {k: a for k, a in accounts.items() if getattr(a, "ops", 0)}
@@ -358,7 +345,7 @@ class WorkloadDriver:
     def set_running(self, running: bool) -> None:
         self.running = running and not self.read_only
         if self.running:
-            self.pause_reason = self.pause_cause = None
+            self.pause_reason = None
             self.errors_in_row = 0  # the operator resumed: a fresh streak
             self.resume.set()
         else:

@@ -46,6 +46,3 @@ class CpuMeter:
         self.ui = (th - th0) / (now - t0) * 100
         self.process = (pr - pr0) / (now - t0) * 100
         self._last = (now, th, pr)
-
-    def text(self) -> str:
-        return f"CPU ui {self.ui:.0f}% all {self.process:.0f}%"

@@ -8,7 +8,7 @@ a PCR_Read, which uses no session; it is read rarely all the same. No Textual he
 
 from __future__ import annotations
 
-from tpmtop.sources.protocol import UNSET, Capabilities, HeaderInfo, SourceBase, SourceKind
+from tpmtop.sources.protocol import UNSET, Capabilities, HeaderInfo, PassiveFacts, SourceBase, SourceKind, SourceState
 from tpmtop.sources.sysfs import Sysfs
 
 
@@ -25,13 +25,11 @@ class PassiveSource(SourceBase):
         self.sysfs: Sysfs = sysfs or Sysfs()
         self.note = note  # why there is no more than sysfs (kept in the header: a notice goes away)
         self.poll_interval = interval
-        self.tcti = f"none (--passive: {self.sysfs.tpm_dir} and securityfs only)"
+        self.tcti = "none"  # no TPM connection (the header says what is read instead)
 
     def header(self) -> HeaderInfo:
         # Say what sysfs says: "not contacted" only when there is a TPM not to contact.
-        there = self.sysfs.tpm_dir.is_dir()
-        return HeaderInfo(state="passive", identity="kernel TPM (not contacted)" if there else
-                          f"no TPM here (no {self.sysfs.tpm_dir})", tcti=self.tcti, simulated=False,
-                          engine=UNSET, mode=UNSET, op=UNSET, extra="no TPM traffic: sysfs and securityfs only",
-                          marker=self.note.removeprefix("sysfs only, ") if self.note else "",
-                          tooltip=self.note)
+        facts = PassiveFacts(str(self.sysfs.tpm_dir), self.sysfs.tpm_dir.is_dir(), self.note)
+        # the note's reason alone beside the state: "sysfs only" is what the state says already
+        return HeaderInfo(state=SourceState.PASSIVE, tcti=self.tcti, simulated=False, engine=UNSET, mode=UNSET,
+                          op=UNSET, marker=self.note.removeprefix("sysfs only, ") if self.note else "", facts=facts)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from tpmtop.proxy.server import ProxyServer
     from tpmtop.recorder import Recorder
     from tpmtop.sessions.accounting import RunAccount
+    from tpmtop.sources.inspect import HandleFacts
     from tpmtop.sources.sysfs import Sysfs
     from tpmtop.tpm.handles import HandleEntry
     from tpmtop.tpm.identity import Identity
@@ -91,21 +92,107 @@ class PollResult:
     seq: int = 0  # the recorder's last command when the poll ran (the TPM's list is as of it)
 
 
-@dataclass
+class SourceState(StrEnum):
+    """What the header says the source is doing (its first word)."""
+
+    RUNNING = "running"
+    PAUSED = "paused"
+    DISCONNECTED = "disconnected"
+    READ_ONLY = "read-only"
+    REPLAY = "replay"
+    PASSIVE = "passive"
+    KERNEL = "kernel"
+
+
+class PauseCause(StrEnum):
+    """Why the workload paused itself."""
+
+    SLOTS_FULL = "slots full"
+    ERRORS = "errors in a row"
+    SLOT_FREED = "slot freed"
+
+
+@dataclass(frozen=True)
+class PauseReason:
+    """Why the workload paused itself (the view-model says it in words in the header)."""
+
+    cause: PauseCause
+    rc: int | None = None  # SLOTS_FULL: the response code of the slot that is full (0x902, 0x903, 0x905)
+    failed: int = 0  # ERRORS: failed operations in a row
+
+
+@dataclass(frozen=True)
+class TpmName:
+    """Who the TPM says it is (GetCapability's strings, or a capture's); None: not said."""
+
+    manufacturer: str | None = None
+    vendor: str | None = None
+    firmware: str | None = None
+
+
+@dataclass(frozen=True)
+class LiveFacts:
+    """A live TPM's pacing, polling and life (tpmtop.sources.live)."""
+
+    rate: float  # operations a second asked for; 0: unpaced
+    burst: int  # operations back to back at that rate
+    poll_s: float
+    last_error: str | None  # why it stopped answering (the TPM's or the OS's words), while disconnected
+    period: int  # this TPM life's number: 1 until the TPM restarted
+    pause: PauseReason | None  # why the workload paused itself, while it is paused
+    profile_note: str | None  # what the --profile given says of itself (tpmtop.profiles), if any
+
+
+@dataclass(frozen=True)
+class CaptureFacts:
+    """Where a replayed capture came from (tpmtop.sources.replay); None: the capture does not say."""
+
+    file: str
+    created: str
+    hostname: str | None
+    kernel: str | None
+    paced: bool  # the capture records its pacing (then ``rate`` and ``burst``)
+    rate: float = 0.0  # operations a second; 0: unpaced
+    burst: int | float | None = None  # None: not recorded
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    """What a kernel tap saw so far (tpmtop.sources.kernel)."""
+
+    commands: int
+    extends: int
+    lost: int  # trace events the buffer lost
+    error: str | None  # why the tap stopped (the OS's or the trace's words)
+    foreign: bool  # a trace file that is not tpmtop's probes' (and no command read from it)
+    tpm_here: bool  # this machine has the TPM the kernel talks to (sysfs)
+
+
+@dataclass(frozen=True)
+class PassiveFacts:
+    """What --passive has: sysfs's TPM directory, and whether it is there."""
+
+    tpm_dir: str
+    tpm_here: bool
+    note: str | None  # why there is no more than sysfs (the caller's words), kept: a notice goes away
+
+
+@dataclass(frozen=True)
 class HeaderInfo:
-    state: str
-    identity: str
+    """What a source says of itself in the header, as facts (states, names, numbers); the
+    view-model writes the header's words (tpmtop.viewmodel.header)."""
+
+    state: SourceState
     tcti: str
     simulated: bool
     engine: str
     mode: str
     op: str
-    rate: str = ""
+    name: TpmName | None = None  # who the TPM said it is (None: not yet, or no TPM asked)
     simulated_reason: str | None = None  # why a simulator answers: on the first screen
-    extra: str = ""
     profile: str | None = None
-    marker: str = ""
-    tooltip: str | None = None
+    marker: str = ""  # a reason given to the source as is: why only sysfs (the CLI's words)
+    facts: LiveFacts | CaptureFacts | KernelFacts | PassiveFacts | None = None
 
 
 @dataclass(frozen=True)
@@ -197,8 +284,7 @@ class TpmControl(Protocol):
     def lost(self, error: str) -> None: ...
     def flush(self, handle: int) -> None: ...
     def flush_ours(self) -> list[int]: ...
-    def inspect(self, handle: int, kind: str, ours: bool,
-                created_by: str | None = None) -> tuple[str, list[tuple[str, str]]]: ...
+    def inspect(self, handle: int, kind: str, ours: bool, created_by: str | None = None) -> HandleFacts: ...
     def da_properties(self) -> dict[str, int] | None: ...
     def pcr_report(self) -> PcrSnapshot | None: ...
 
@@ -216,7 +302,7 @@ class Workload(Protocol):
     @property
     def workload_error(self) -> str | None: ...
     @property
-    def pause_reason(self) -> str | None: ...
+    def pause_reason(self) -> PauseReason | None: ...
     @property
     def gate(self) -> UiGate | None: ...  # the dashboard holds it while it draws (None: no workload)
 
@@ -274,7 +360,7 @@ class SourceBase:
     poll_interval = 1.0
     identity: Identity | None = None
     workload_error: str | None = None
-    pause_reason: str | None = None
+    pause_reason: PauseReason | None = None
     sysfs: Sysfs | None = None
     proxy: ProxyServer | None = None
     unlock_devices: list[str] | None = None  # the Unlock panel's devices (None: crypttab's and LUKS2 block devices)
@@ -383,8 +469,7 @@ class SourceBase:
     def flush_ours(self) -> list[int]:
         raise self._cannot("flush")
 
-    def inspect(self, handle: int, kind: str, ours: bool,
-                created_by: str | None = None) -> tuple[str, list[tuple[str, str]]]:
+    def inspect(self, handle: int, kind: str, ours: bool, created_by: str | None = None) -> HandleFacts:
         raise self._cannot("inspect a handle")
 
     def reset_stats(self) -> None:

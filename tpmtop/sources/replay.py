@@ -8,7 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tpmtop.sources.protocol import UNSET, Capabilities, CapturedStream, HeaderInfo, SourceBase, SourceKind
+from tpmtop.sources.protocol import (
+    UNSET,
+    Capabilities,
+    CapturedStream,
+    CaptureFacts,
+    HeaderInfo,
+    SourceBase,
+    SourceKind,
+    SourceState,
+    TpmName,
+)
 from tpmtop.sources.runs import RunView, run_from_capture
 from tpmtop.sources.timings import TimingsView
 
@@ -101,7 +111,6 @@ class ReplaySource(SourceBase):
                     from tpmtop.tpm import names
 
                     self.failures[(names.cc_from_name(str(e.get("command") or e.get("cc") or "")), rc)] += 1
-        self._no_events = not events
         self.created = str(capture.get("created", ""))
         self.host = capture.get("host") or {}
         # A kernel capture opens on the kernel's extends (its operations, priced whole), not on
@@ -155,29 +164,25 @@ class ReplaySource(SourceBase):
     def captured_stream(self) -> CapturedStream:
         return self._stream
 
-    def stream_note(self) -> str:
-        if not self._no_events:
-            return ""
-        return ("this capture holds no per-command events, only each run's summary: "
-                "record them with tpmtop bench --events --json FILE")
-
     def timings(self, runs: list[RunView] | None = None) -> TimingsView:
-        run = self.current_run()
-        return TimingsView(run, subtitle=f"run {self.engine}/{self.mode}/{self.op} · {run.ops if run else 0} ops",
-                           run_label=f"{self.engine}/{self.mode}")
+        return TimingsView(self.current_run(), engine=self.engine, mode=self.mode, op=self.op)
 
     def header(self) -> HeaderInfo:
         t = self.tpm
         host = self.host
         pacing = self.doc.get("pacing")
-        paced = ""
-        if isinstance(pacing, dict) and isinstance(pacing.get("rate_ops_per_s"), (int, float)):
-            r = pacing["rate_ops_per_s"]
-            paced = " · unpaced" if not r else f" · paced {r:g}/s, bursts of {pacing.get('burst', '?')}"
-        profile = str(t["profile"]) if t.get("profile") else None
-        return HeaderInfo(
-            state="replay", identity=f"{t.get('manufacturer', '?')} {t.get('vendor', '')} fw {t.get('firmware', '?')}",
-            tcti=self.tcti, simulated=bool(t.get("simulated")), engine=self.engine, mode=self.mode, op=self.op,
-            extra=f"{self.path.name} · {self.created} · {host.get('hostname', '?')} {host.get('kernel', '')}{paced}",
-            profile=profile,
-            tooltip=(f"profile {profile}: the capture's latencies were reproduced on a simulator" if profile else None))
+        paced = isinstance(pacing, dict) and isinstance(pacing.get("rate_ops_per_s"), (int, float))
+        rate = pacing["rate_ops_per_s"] if isinstance(pacing, dict) and paced else 0.0
+        burst = pacing.get("burst") if isinstance(pacing, dict) else None
+        facts = CaptureFacts(file=self.path.name, created=self.created, hostname=_said(host, "hostname"),
+                             kernel=_said(host, "kernel"), paced=paced, rate=rate,
+                             burst=burst if isinstance(burst, (int, float)) else None)
+        name = TpmName(_said(t, "manufacturer"), _said(t, "vendor"), _said(t, "firmware"))
+        return HeaderInfo(state=SourceState.REPLAY, tcti=self.tcti, simulated=bool(t.get("simulated")),
+                          engine=self.engine, mode=self.mode, op=self.op, name=name,
+                          profile=str(t["profile"]) if t.get("profile") else None, facts=facts)
+
+
+def _said(d: dict[str, Any], key: str) -> str | None:
+    """A capture's string as it has it; None where it has none."""
+    return str(d[key]) if key in d else None

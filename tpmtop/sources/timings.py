@@ -40,16 +40,40 @@ def command_timings(stats: dict[int | None, CommandStats]) -> list[CommandTiming
     return [command_timing(cc, st) for cc, st in sorted(stats.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))]
 
 
+@dataclass(frozen=True)
+class PeriodFacts:
+    """This TPM life, once the TPM restarted: the earlier ones are kept apart."""
+
+    since: float  # time.time() this life began
+    earlier: int  # earlier lives (periods)
+    earlier_ops: int  # operations they ran
+
+
+@dataclass(frozen=True)
+class KernelSessions:
+    """What the kernel's own operations show of its HMAC sessions (tpmtop.kernel.ops)."""
+
+    mode: str | None  # the session behaviour seen (a session mode's name), None: cannot tell yet
+    why: str  # what it was told from (tpmtop.kernel.ops's words)
+    lost: int  # trace events the buffer lost
+    setups_after: dict[str, int] = field(default_factory=dict)  # a kept session's set-ups, by what came before
+    blind: bool = False  # one command per extend and no operation probes: no host time seen
+    estimated: bool = False  # no operation probes: an extend timed from its first command to its last
+    note: str = ""  # the trace file's kind, when it is not tpmtop's probes' (tpmtop.kernel's words)
+
+
 @dataclass
 class TimingsView:
     """What is selected now: its run (the operation's figures, and its commands), or the
-    commands as the wire saw them, and notes for the Latency and Modes panels."""
+    commands as the wire saw them, and the facts the Latency and Modes panels' notes are
+    written from (by the view-model: tpmtop.viewmodel.labels)."""
 
     run: RunView | None = None  # the operation's total/wire/host figures, and its commands unless `commands`
     commands: list[CommandTiming] | None = None  # the wire's commands instead of the run's (live before a run; kernel)
     recent: list[CommandTiming] = field(default_factory=list)  # the wire's newest samples over the run's commands
     host_seen: bool = True  # False: the operation's host time cannot be seen (kernel without operation probes)
-    subtitle: str = ""
-    run_label: str = ""
-    modes_note: str = ""
-    modes_lines: list[str] = field(default_factory=list)  # plain text under the Modes bars (a kernel's verdict)
+    engine: str = ""  # the selected run's engine, mode and op ("" : nothing selected)
+    mode: str = ""
+    op: str = ""
+    period: PeriodFacts | None = None  # live, once the TPM restarted
+    kernel: KernelSessions | None = None  # the kernel's traffic (tpmtop --kernel)

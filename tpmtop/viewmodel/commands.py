@@ -102,7 +102,10 @@ class Commands:
 
     def inspect(self, handle: int, kind: str, ours: bool,
                 created_by: str | None = None) -> tuple[str, list[tuple[str, str]]]:
-        return self._source.inspect(handle, kind, ours, created_by)
+        """The inspector's title and rows: the source's facts, in the view-model's words."""
+        from tpmtop.viewmodel.rows.inspect import inspect_rows
+
+        return inspect_rows(self._source.inspect(handle, kind, ours, created_by))
 
     # -- export ----------------------------------------------------------------------------------
     def export_target(self, directory: str | None) -> Path:

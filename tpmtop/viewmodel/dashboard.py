@@ -35,6 +35,7 @@ from tpmtop.viewmodel.frame import (
     StreamPart,
     TimingsPart,
 )
+from tpmtop.viewmodel.labels import cpu_text, header_text, timing_notes
 from tpmtop.viewmodel.rows.handles import HandleBook, HandleState
 from tpmtop.viewmodel.rows.latency import ErrorBook, timing_rows
 from tpmtop.viewmodel.rows.modes import PER_MODE_WHAT, comparison, headline, projection_summary, vs_none
@@ -48,6 +49,8 @@ SLOW_S = 1.0  # tables of percentiles: once a second, and only when a command ar
 HOLDERS_S = 10.0  # a /proc scan for a device's holders: not every second
 DEFAULT_N = 1000  # the projection's extends when no IMA count is readable
 CONTEXT_CCS = (0x161, 0x162, 0x165)  # ContextLoad, ContextSave, FlushContext: the gap tracker's
+NO_EVENTS = ("this capture holds no per-command events, only each run's summary: "
+             "record them with tpmtop bench --events --json FILE")  # a capture of summaries only
 
 
 class Dashboard:
@@ -221,15 +224,16 @@ class Dashboard:
             return None
         self._replayed = True
         notices += self.alerts.feed(self.source.events())
-        rows = captured_rows(self.source.captured_stream())
-        return StreamPart(rows, keep_all=True, empty_note="" if rows else
-                          (self.source.stream_note() or "the capture has no events"))
+        captured = self.source.captured_stream()
+        rows = captured_rows(captured)
+        empty = NO_EVENTS if not captured.events else "the capture has no events"
+        return StreamPart(rows, keep_all=True, empty_note="" if rows else (self.source.stream_note() or empty))
 
     # -- the parts -----------------------------------------------------------------------------
     def header(self) -> HeaderView:
         live = self.caps.live
-        return HeaderView(self.source.header(), self._ops_per_s if live else None, self.cpu.text() if live else "",
-                          self._vs_none)
+        return HeaderView(header_text(self.source.header()), self._ops_per_s if live else None,
+                          cpu_text(self.cpu) if live else "", self._vs_none)
 
     def stats(self, modes_width: int) -> StatsView | None:
         src = self.source
@@ -241,7 +245,7 @@ class Dashboard:
         if self.caps.live:
             self._ops_per_s = self._run_rate(runs)
         t = src.timings(runs)
-        view = TimingsPart(timing_rows(t), t.subtitle, t.run_label, t.modes_note, t.modes_lines)
+        view = TimingsPart(timing_rows(t), *timing_notes(t))
         engine = self.engine_for_projection()
         comps = boot_components(runs, engine)
         per_mode = boot_per_mode(runs, engine)

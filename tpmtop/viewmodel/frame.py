@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from tpmtop.sources.protocol import HeaderInfo
 from tpmtop.sources.sysfs import SysfsSnapshot
 from tpmtop.sources.timeline import TimelinePoint as TimelinePoint  # a part of StatsView: the widgets take it from here
 from tpmtop.viewmodel.rows.handles import HandleRow
@@ -37,11 +36,30 @@ class Notice:
 
 
 @dataclass(frozen=True)
+class HeaderText:
+    """The header's words for what the source says of itself (tpmtop.viewmodel.labels)."""
+
+    state: str  # a tpmtop.sources.protocol.SourceState
+    identity: str
+    tcti: str
+    simulated: bool
+    engine: str
+    mode: str
+    op: str
+    rate: str = ""
+    simulated_reason: str | None = None  # why a simulator answers: on the first screen
+    extra: str = ""  # the source's own words, most telling first, joined with " · "
+    profile: str | None = None
+    marker: str = ""
+    tooltip: str | None = None
+
+
+@dataclass(frozen=True)
 class HeaderView:
     """What the source says of itself, and what the view-model measured: the rate of
     operations and tpmtop's own CPU (live sources only)."""
 
-    info: HeaderInfo
+    info: HeaderText
     ops_per_s: float | None
     cpu: str = ""
     vs_none: str = ""  # the running mode's ratio to `none`, as the Modes panel says it ("×44.4 vs none")
