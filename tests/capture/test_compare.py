@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers.captures import capture_pair, lognormal, summary
 from tests.helpers.paths import TESTS
-from tpmtop.compare import compare, interval, min_samples, value_at_rank, verdict
+from tpmtop.compare import compare, floor_move, interval, min_samples, value_at_rank, verdict
 
 SAMPLE = TESTS / "captures" / "sample-1.0.json"
 TPMTOP = [sys.executable, "-m", "tpmtop"]
@@ -180,6 +180,43 @@ def test_identical_bench_runs_are_within_noise_on_every_row():
     # faster in the others, as it was
     pc = next(r for r in compare(runs[1], runs[2]) if r["mode"] == "per-command" and r["command"] is None)
     assert pc["p50_verdict"] == "faster"
+    # captures of an older tpmtop carry no floor: judged without one, and said so
+    moves, why = floor_move(runs[1], runs[2])
+    assert moves == {} and why.startswith("no floor in A and B")
+
+
+def test_two_live_identical_benches_are_within_noise_and_a_chip_profile_is_slower(tmp_path):
+    """Issue 55 item 4, live: two identical `bench -n 3000` runs made one after the other on
+    this shared machine, and `compare` must say "within noise" on every row, p50 and p99. A
+    step in the machine's speed between them (every round trip ×2–2.4, for a minute, seen on
+    this VM while the load average fell) moves the floor each capture carries, and a row is
+    judged only beyond what that move explains. Then a bench with the slb9670 chip profile
+    against the first one: every p50 row slower (the floor, never held by a profile, did not
+    move with it)."""
+    a, b, chip = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "slb9670.json"
+    args = ["-n", "3000", "-q"]
+    _finish([_bench(a, *args)])
+    _finish([_bench(b, *args)])
+    proc = subprocess.run(TPMTOP + ["compare", str(a), str(b), "--json"], capture_output=True, text=True, check=True)
+    res = json.loads(proc.stdout)["comparisons"][0]
+    floor = res["floor"]
+    assert floor["used"] and floor["p50"]["a_us"] > 0 and floor["p99"]["b_us"] > 0, floor
+    rows = res["rows"]
+    assert len(rows) == 13  # 4 modes, their 9 commands
+    bad = [(r["mode"], r["command"], r["p50_ratio"], r["p50_verdict"], r["p50_floor_band"], r["p99_ratio"],
+            r["p99_verdict"], r["p99_floor_band"])
+           for r in rows if (r["p50_verdict"], r["p99_verdict"]) != ("within noise", "within noise")]
+    assert not bad, (floor, bad)
+    text = subprocess.run(TPMTOP + ["compare", str(a), str(b)], capture_output=True, text=True, check=True).stdout
+    assert "normalized by the floor: ×" in text
+
+    _finish([_bench(chip, "-n", "20", "-q", "--modes", "none,reuse", "--profile", "slb9670")])
+    proc = subprocess.run(TPMTOP + ["compare", str(a), str(chip), "--json"], capture_output=True, text=True,
+                          check=True)
+    res = json.loads(proc.stdout)["comparisons"][0]
+    assert res["floor"]["p50"]["ratio"] < 3, res["floor"]  # the profile never held the floor
+    rows = res["rows"]
+    assert len(rows) == 4 and all(r["p50_verdict"] == "slower" for r in rows), rows
 
 
 def test_a_chips_latencies_are_judged_slower_and_few_samples_show_no_p99(tmp_path):
