@@ -50,13 +50,13 @@ class BenchResult:
 
 
 # The floor: a 1-byte TPM2_GetRandom with no session, the most trivial TPM round trip there is,
-# sent back to back as one more pair would be (a batch before each round, and one after the
-# last: as many round trips as each pair's operations, so its p99 is as closed as theirs). Sent on the backend itself, below the
-# transport: no chip profile holds it (the floor is the machine's, never a chip's figure) and
-# the recorder does not see it (it is not the workload's). Measured on this project's VM
-# (docs/captures.md, "Run-to-run noise"): when a run's operations stepped ×2–2.4 slower, this
-# round trip stepped with them (×2.3–2.5); a pure-Python work unit and a pipe round trip to a
-# child process did not.
+# sent back to back as one more pair would be: a batch before each round and one after the
+# last, as many round trips as each pair's operations (its p99 is as closed as theirs). Sent
+# on the backend itself, below the transport: no chip profile holds it (the floor is the
+# machine's, never a chip's figure) and the recorder does not see it (it is not the
+# workload's). Measured on this project's VM (docs/captures.md, "Run-to-run noise"): when a
+# run's operations stepped ×2–2.4 slower, this round trip stepped with them (×2.3–2.5); a
+# pure-Python work unit and a pipe round trip to a child process did not.
 GET_RANDOM_1 = bytes.fromhex("80010000000c0000017b0001")
 FLOOR_WHAT = ("TPM2_GetRandom of 1 byte, no session, sent below the transport (no chip profile): "
               "a batch before each round of the bench and after the last")

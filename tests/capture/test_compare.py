@@ -185,6 +185,45 @@ def test_identical_bench_runs_are_within_noise_on_every_row():
     assert moves == {} and why.startswith("no floor in A and B")
 
 
+def test_a_step_in_the_machines_speed_is_explained_by_the_floor():
+    """Two identical `bench --sim --engine native -n 3000` runs recorded here (7 Dec 2026
+    14:06 UTC, load 10.7, under the suite's stress run): between them every TPM round trip
+    stepped ×2.5 (the floor 14.8 → 37.7 µs, none's p50 20 → 45 µs). Judged without the floor,
+    16 p50/p99 figures are "slower"; judged beyond what the floor's move explains, none."""
+    from tpmtop.capture import load_summary
+
+    a, b = (load_summary(NOISE / f"floor-step-{x}.json") for x in "ab")
+    moves, why = floor_move(a, b)
+    assert why == "" and 2.3 < moves[0.5].ratio < 2.8
+    raw = compare(a, b)
+    judged = [r for r in raw for p in ("p50", "p99") if r[f"{p}_verdict"] != "within noise"]
+    assert len(judged) >= 10
+    rows = compare(a, b, moves)
+    assert all((r["p50_verdict"], r["p99_verdict"]) == ("within noise", "within noise") for r in rows), rows
+    # each row's band: from x1 to the floor's ratio at least, wider for a row of several commands
+    none = next(r for r in rows if r["mode"] == "none" and r["command"] is None)
+    assert none["p50_floor_band"][0] <= 1.0 and none["p50_floor_band"][1] >= moves[0.5].ratio * 0.95
+    # the same captures as if of two TPMs: the floor is each one's own round trip, not used
+    other = dict(b, tpm=dict(b["tpm"], firmware="1.2.3"))
+    moves, why = floor_move(a, other)
+    assert moves == {} and "different TPMs" in why
+
+
+def test_a_floor_band_takes_both_a_scaled_row_and_a_row_of_added_round_trips():
+    """Measured across a step (floor ×2.45): a short command moved about ×F, a long one
+    (StartAuthSession) by about +Δ. The band reaches both ends, and the floor's own interval."""
+    from tpmtop.compare import FloorMove, explained
+
+    move = FloorMove(16.0, 40.0, (15.5, 16.5), (39.0, 41.0))
+    lo, hi = explained(move, 20.0)  # a short command: ×F dominates
+    assert lo == 1.0 and hi == pytest.approx(41.0 / 15.5)
+    lo, hi = explained(move, 20.0, commands=4)  # four commands of +Δ each on a 20 µs row
+    assert hi == pytest.approx(1 + 4 * (41.0 - 15.5) / 20.0)
+    lo, hi = explained(FloorMove(40.0, 16.0, (39.0, 41.0), (15.5, 16.5)), 20.0, commands=4)
+    assert lo == 0.0 and hi == 1.0  # a floor that fell by more than the row: no "faster" then
+    assert explained(None, 20.0) == (1.0, 1.0)
+
+
 def test_two_live_identical_benches_are_within_noise_and_a_chip_profile_is_slower(tmp_path):
     """Issue 55 item 4, live: two identical `bench -n 3000` runs made one after the other on
     this shared machine, and `compare` must say "within noise" on every row, p50 and p99. A

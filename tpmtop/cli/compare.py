@@ -27,12 +27,12 @@ so a difference is named only when the whole interval of the ratio B/A also lies
 x{min_effect} (or below its inverse), p50, and x{min_effect99}, p99: above the ratios
 measured between identical `tpmtop bench` runs (docs/captures.md). Smaller changes need
 repeated runs.
-The floor: a bench capture (tpmtop 2026-12, capture minor 2) carries the machine's speed
+The floor: a bench capture (capture minor 2) carries the machine's speed
 through its run, a 1-byte GetRandom's round trip timed between its rounds (never held by a
 chip profile). When both captures have one, of the same TPM, compare prints "normalized by
 the floor: xF" and names a change only beyond what the floor's move explains: from x1 to
 xF on the whole row, or the floor's difference added to each of the row's TPM commands,
-then the minimum effect above. Without a floor on either side (an older capture, an
+then the minimum effect above. When either side has no floor (an older capture, an
 import) the rows are judged as without one, and compare says so.
 
 examples:
