@@ -162,15 +162,16 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def _floor_text(floor: dict[str, Any]) -> str:
     """Lines (80 columns) on the floor: its move and what a row must exceed."""
+    from tpmtop.compare import min_effect
+
     lines = []
-    for pn in ("p50", "p99"):
+    for pn, p in (("p50", 0.5), ("p99", 0.99)):
         f = floor.get(pn)
         if f:
-            delta = f["b_us"] - f["a_us"]
             lo, hi = sorted((1.0, f["ratio"]))
-            lines.append(f"normalized by the floor: ×{f['ratio']:.2f} at {pn} (1-byte GetRandom, "
-                         f"A {_fmt_us(f['a_us'])}, B {_fmt_us(f['b_us'])}):\n  a {pn} is judged beyond "
-                         f"×{lo:.2f}–×{hi:.2f} or {delta:+,.1f} µs a command, then the minimum effect")
+            lines.append(f"normalized by the floor: ×{f['ratio']:.2f} at {pn} (A {_fmt_us(f['a_us'])}, "
+                         f"B {_fmt_us(f['b_us'])})\n  a {pn} is judged beyond ×{lo:.2f}–×{hi:.2f} or "
+                         f"{f['b_us'] - f['a_us']:+,.1f} µs a command, then ×{min_effect(p):g}")
     if floor["why"]:
         lines.append(str(floor["why"]))
     return "\n".join(lines)
