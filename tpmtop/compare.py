@@ -321,7 +321,10 @@ def explained(move: FloorMove | None, a_us: float, commands: float = 1.0) -> tup
     if move is None or not a_us > 0:
         return 1.0, 1.0
     (alo, ahi), (blo, bhi) = move.a_interval, move.b_interval
-    cands = [1.0, blo / ahi, bhi / alo, 1 + commands * (blo - ahi) / a_us, 1 + commands * (bhi - alo) / a_us]
+    # A's interval may start at 0 (a capture's floor of zeros, read from a file): open above
+    up = bhi / alo if alo > 0 else math.inf
+    cands = [1.0, blo / ahi if ahi > 0 else 0.0, up, 1 + commands * (blo - ahi) / a_us,
+             1 + commands * (bhi - alo) / a_us]
     # a floor that fell by more than the whole row explains any speed-up: no "faster" then
     return max(min(cands), 0.0), max(cands)
 

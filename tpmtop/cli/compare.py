@@ -34,6 +34,9 @@ the floor: xF" and names a change only beyond what the floor's move explains: fr
 xF on the whole row, or the floor's difference added to each of the row's TPM commands,
 then the minimum effect above. When either side has no floor (an older capture, an
 import) the rows are judged as without one, and compare says so.
+A p99 is named only when the tail's body (p90) moved the same way too, beyond the floor's
+band and the p50's minimum effect: between identical runs a p99 alone moved x30 when a
+slow event about 1 % of the time came a little more or less often.
 
 examples:
   tpmtop compare kernel-6.10.json kernel-6.12.json
