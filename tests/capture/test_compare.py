@@ -273,7 +273,9 @@ def test_two_live_identical_benches_are_within_noise_and_a_chip_profile_is_slowe
     proc = subprocess.run(TPMTOP + ["compare", str(a), str(chip), "--json"], capture_output=True, text=True,
                           check=True)
     res = json.loads(proc.stdout)["comparisons"][0]
-    assert res["floor"]["p50"]["ratio"] < 3, res["floor"]  # the profile never held the floor
+    # the profile never held the floor: slb9670 prices a GetRandom at 3,195 µs, and a step in
+    # the machine's speed moves the floor ×2–4 on ~16 µs (the ratio itself is not bounded)
+    assert res["floor"]["p50"]["b_us"] < 3195 / 4, res["floor"]
     rows = res["rows"]
     assert len(rows) == 4 and all(r["p50_verdict"] == "slower" for r in rows), rows
 
