@@ -46,6 +46,46 @@ class BenchResult:
     ops_log: list[Any] = field(default_factory=list)
     resets: list[str] = field(default_factory=list)  # why each earlier period ended
     periods: list[list[RunAccount]] = field(default_factory=list)  # accounts before each reset
+    floor: Floor | None = None  # the machine's speed through the run, measured each round
+
+
+# The floor: a 1-byte TPM2_GetRandom with no session, the most trivial TPM round trip there is,
+# sent back to back as one more pair would be: a batch before each round and one after the
+# last, as many round trips as each pair's operations (its p99 is as closed as theirs). Sent
+# on the backend itself, below the transport: no chip profile holds it (the floor is the
+# machine's, never a chip's figure) and the recorder does not see it (it is not the
+# workload's). Measured on this project's VM (docs/captures.md, "Run-to-run noise"): when a
+# run's operations stepped ×2–2.4 slower, this round trip stepped with them (×2.3–2.5); a
+# pure-Python work unit and a pipe round trip to a child process did not.
+GET_RANDOM_1 = bytes.fromhex("80010000000c0000017b0001")
+FLOOR_WHAT = ("TPM2_GetRandom of 1 byte, no session, sent below the transport (no chip profile): "
+              "a batch before each round of the bench and after the last")
+
+
+@dataclass
+class Floor:
+    """The floor's round trips, in µs, one list per round (block) of the bench."""
+
+    blocks: list[list[float]] = field(default_factory=list)
+
+    def probe(self, conn: TpmConnection, k: int) -> None:
+        """One block of ``k`` round trips; runs on the TPM's owner thread, between two batches."""
+        transport = conn.transport
+        if transport is None:
+            raise TpmConnectionError("not connected")
+        backend, now = transport.backend, time.perf_counter_ns
+        block = []
+        for _ in range(k):
+            t0 = now()
+            rsp = backend.transact(GET_RANDOM_1)
+            t = now() - t0
+            if int.from_bytes(rsp[6:10], "big") != 0:
+                return  # an answer that is not the trivial one is no floor (a TPM in failure mode)
+            block.append(round(t / 1000, 3))
+        self.blocks.append(block)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"what": FLOOR_WHAT, "blocks_us": self.blocks}
 
 
 class _Batch:
@@ -116,7 +156,9 @@ def run_bench(conn: TpmConnection, plan: BenchPlan, progress: Callable[[int, int
         if keep_ops:
             wl.ops_log = result.ops_log
         remaining = {p: plan.n for p in plan.pairs}
+        floor = result.floor = Floor()
         while any(remaining.values()):
+            owner.call(floor.probe, conn, plan.batch)
             for pair in plan.pairs:
                 k = min(plan.batch, remaining[pair])
                 if not k:
@@ -128,6 +170,7 @@ def run_bench(conn: TpmConnection, plan: BenchPlan, progress: Callable[[int, int
                     done += 1
                     if progress:
                         progress(done, total)
+        owner.call(floor.probe, conn, plan.batch)  # and after the last round
     except (KeyboardInterrupt, Interrupted):
         batch.stop = True  # the batch in flight ends after its current operation
         result.interrupted = True

@@ -27,13 +27,25 @@ core, caches and frequency differ between runs). So the difference must also exc
 run-to-run variation: the interval of the ratio B/A (B's low bound over A's high bound, B's
 high bound over A's low bound) must lie wholly beyond ×``MIN_EFFECT`` of that percentile (or
 below its inverse): ×1.5 for p50, ×4 for p99, from the ratios found between identical runs
-(docs/compare.md, "Run-to-run noise"); a smaller change needs repeated runs to be told.
+(docs/captures.md, "Run-to-run noise"); a smaller change needs repeated runs to be told.
+
+The floor (capture minor 2, :class:`tpmtop.bench.Floor`): a bench measures the machine's speed
+through its run, a trivial TPM round trip between its rounds. This shared VM steps between
+states where every round trip costs ×2–2.4 more, for a run or a minute, invisible in the load
+average; the floor steps with the operations. When both captures carry a floor of the same TPM,
+the band of ratios the floor's move explains runs from 1 to ×F (the floor's ratio, as if the
+whole row scaled with it) and to 1 + k·Δ/A (as if each of the row's k TPM commands took Δ µs
+more, the floor's difference): measured, a short command moves by about ×F, a long one
+(StartAuthSession) by about +Δ. A row is judged only beyond that whole band (each end at the
+floor's own 95 % interval) by the minimum effect. A capture without a floor (an older tpmtop,
+an import) keeps the judgement without one, and compare says so.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import Any
 
 # A capture's latency summary ({"count", "p50", …, "histogram"}) and its histogram.
@@ -135,7 +147,9 @@ def _samples(summary: Summary) -> int:
     return sum(int(c) for _, c in hist)
 
 
-def verdict(a: Summary, b: Summary, p: float) -> str:
+def verdict(a: Summary, b: Summary, p: float, band: tuple[float, float] = (1.0, 1.0)) -> str:
+    """``band``: the ratios B/A the floor's move explains (:func:`explained`); (1, 1) without
+    a floor. A change is named only beyond it, by the minimum effect."""
     ha, hb = a.get("histogram"), b.get("histogram")
     if not ha or not hb:
         return "no histogram"
@@ -151,11 +165,30 @@ def verdict(a: Summary, b: Summary, p: float) -> str:
     # intervals that meet at an edge do not overlap. Beyond sampling noise, the ratio's whole
     # interval must also be beyond the run-to-run variation (MIN_EFFECT).
     m = min_effect(p)
-    if ib[0] >= ia[1] and ib[0] >= ia[1] * m:
+    if ib[0] >= ia[1] and ib[0] >= ia[1] * m * band[1] and (p <= TAIL or _body_moved(a, b, band, slower=True)):
         return "slower"
-    if ib[1] <= ia[0] and ib[1] * m <= ia[0]:
+    if ib[1] <= ia[0] and ib[1] * m <= ia[0] * band[0] and (p <= TAIL or _body_moved(a, b, band, slower=False)):
         return "faster"
     return "within noise"
+
+
+BODY = 0.9  # where a tail verdict must be confirmed
+
+
+def _body_moved(a: Summary, b: Summary, band: tuple[float, float], slower: bool) -> bool:
+    """For a tail percentile: whether the tail's body (p90) moved the same way beyond its
+    sampling interval, the floor's band and a p50's minimum effect. Measured under load
+    (docs/captures.md, "Run-to-run noise"): between identical runs a command's p99 flipped
+    ×0.03 while its p90 did not — a slow event about 1 % of the time came a little more or
+    less often. A p99 alone moving is that rate, not a change; a tail that moved as a whole is."""
+    ia = interval(a["histogram"], BODY, a.get("p90"))
+    ib = interval(b["histogram"], BODY, b.get("p90"))
+    if ia is None or ib is None:
+        return False
+    m = min_effect(0.5)  # the body's own run-to-run variation, as a p50's
+    if slower:
+        return ib[0] >= ia[1] * band[1] * m
+    return ib[1] * m <= ia[0] * band[0]
 
 
 def min_effect(p: float) -> float:
@@ -177,18 +210,24 @@ def _ratio(a: float, b: float) -> float | None:
     return round(r, 3) if math.isfinite(r) else None
 
 
-def _row(kind: str, key: dict[str, Any], a: Summary, b: Summary) -> dict[str, Any]:
+def _row(kind: str, key: dict[str, Any], a: Summary, b: Summary, moves: FloorMoves | None = None,
+         commands: float = 1.0) -> dict[str, Any]:
     row: dict[str, Any] = {"kind": kind, **key, "count": [a["count"], b["count"]]}
     for name, p in (("p50", 0.5), ("p99", 0.99)):
+        move = (moves or {}).get(p)
+        band = explained(move, a[name], commands)
         row[name] = [a[name], b[name]]
         row[f"{name}_ratio"] = _ratio(a[name], b[name])
-        row[f"{name}_verdict"] = verdict(a, b, p)
+        row[f"{name}_verdict"] = verdict(a, b, p, band)
+        if move is not None:
+            row[f"{name}_floor_band"] = [round(band[0], 3), round(band[1], 3)]
     return row
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+def compare(a: dict[str, Any], b: dict[str, Any], moves: FloorMoves | None = None) -> list[dict[str, Any]]:
     """Rows for every (engine, mode, op) in both captures (the whole operation) and every
-    command code present in both for it. Ratios are B/A: above 1 means B is slower."""
+    command code present in both for it. Ratios are B/A: above 1 means B is slower.
+    ``moves``: the floor's move from A to B (:func:`floor_move`), None to judge without one."""
     runs_b = {(r["engine"], r["mode"], r["op"]): r for r in b["runs"]}
     rows = []
     for ra in a["runs"]:
@@ -197,10 +236,97 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
         if rb is None:
             continue
         key = {"engine": k[0], "mode": k[1], "op": k[2]}
-        rows.append(_row("operation", {**key, "command": None}, ra["op_us"], rb["op_us"]))
+        per_op = sum((ra.get("commands_per_op") or {}).values()) or 1.0
+        rows.append(_row("operation", {**key, "command": None}, ra["op_us"], rb["op_us"], moves, per_op))
         for cc in sorted(set(ra["commands"]) & set(rb["commands"])):
-            rows.append(_row("command", {**key, "command": cc}, ra["commands"][cc], rb["commands"][cc]))
+            rows.append(_row("command", {**key, "command": cc}, ra["commands"][cc], rb["commands"][cc], moves))
     return rows
+
+
+# -- the floor ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FloorMove:
+    """A's and B's floor at one percentile (µs, exact order statistics of their round trips)
+    and their 95 % intervals."""
+
+    a: float
+    b: float
+    a_interval: tuple[float, float]
+    b_interval: tuple[float, float]
+
+    @property
+    def ratio(self) -> float:
+        return self.b / self.a
+
+    def to_json(self) -> dict[str, Any]:
+        return {"a_us": round(self.a, 3), "b_us": round(self.b, 3), "ratio": round(self.ratio, 3),
+                "a_interval_us": [round(x, 3) for x in self.a_interval],
+                "b_interval_us": [round(x, 3) for x in self.b_interval]}
+
+
+# the floor's move at each percentile compare judges (p50, p99); a percentile whose floor
+# interval is open (fewer round trips than min_samples) is left out, and judged without it
+FloorMoves = dict[float, FloorMove]
+
+
+def floor_probes(doc: dict[str, Any]) -> list[float]:
+    """Every round trip of a capture's floor (µs), sorted; empty without one."""
+    floor = doc.get("floor")
+    if not isinstance(floor, dict):
+        return []
+    return sorted(float(x) for block in floor.get("blocks_us") or () for x in block)
+
+
+def exact_interval(xs: list[float], p: float) -> tuple[float, float] | None:
+    """95 % order-statistic interval of percentile ``p`` of sorted ``xs``; None when open."""
+    n = len(xs)
+    if n < min_samples(p):
+        return None
+    half = Z95 * math.sqrt(n * p * (1 - p))
+    lo, hi = math.floor(n * p - half), math.ceil(n * p + half + 1)
+    return xs[max(lo, 1) - 1], xs[min(hi, n) - 1]
+
+
+def _same_tpm(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    ta, tb = a.get("tpm") or {}, b.get("tpm") or {}
+    return all(ta.get(k) == tb.get(k) for k in ("manufacturer", "vendor", "firmware", "simulated"))
+
+
+def floor_move(a: dict[str, Any], b: dict[str, Any]) -> tuple[FloorMoves, str]:
+    """The floor's move from capture A to B at p50 and p99, and why it is not used where it
+    is not ("" when it is used at both)."""
+    fa, fb = floor_probes(a), floor_probes(b)
+    if not fa or not fb:
+        which = " and ".join(x for x, f in (("A", fa), ("B", fb)) if not f)
+        return {}, f"no floor in {which} (an older tpmtop, or not a bench): judged without one"
+    if not _same_tpm(a, b):
+        return {}, "floors not used: two TPMs (the floor is each one's own round trip)"
+    moves: FloorMoves = {}
+    for p in (0.5, 0.99):
+        ia, ib = exact_interval(fa, p), exact_interval(fb, p)
+        if ia is not None and ib is not None and fa[int(len(fa) * p)] > 0:
+            moves[p] = FloorMove(fa[int(len(fa) * p)], fb[int(len(fb) * p)], ia, ib)
+    n = min(len(fa), len(fb))
+    missing = [f"p{round(p * 100)}" for p in (0.5, 0.99) if p not in moves]
+    why = f"floor's {' and '.join(missing)} not used: too few round trips (n={n})" if missing else ""
+    return moves, why
+
+
+def explained(move: FloorMove | None, a_us: float, commands: float = 1.0) -> tuple[float, float]:
+    """The ratios B/A that the floor's move explains for a row whose A value is ``a_us``
+    with ``commands`` TPM commands in it: from 1 to the floor's ratio (the row scaled with it)
+    and to 1 + commands·Δ/A (each command Δ µs slower or faster), each end at the floor's 95 %
+    interval. (1, 1) without a floor."""
+    if move is None or not a_us > 0:
+        return 1.0, 1.0
+    (alo, ahi), (blo, bhi) = move.a_interval, move.b_interval
+    # A's interval may start at 0 (a capture's floor of zeros, read from a file): open above
+    up = bhi / alo if alo > 0 else math.inf
+    cands = [1.0, blo / ahi if ahi > 0 else 0.0, up, 1 + commands * (blo - ahi) / a_us,
+             1 + commands * (bhi - alo) / a_us]
+    # a floor that fell by more than the whole row explains any speed-up: no "faster" then
+    return max(min(cands), 0.0), max(cands)
 
 
 def only_in(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:

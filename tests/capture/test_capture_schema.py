@@ -62,6 +62,23 @@ def test_a_newer_minor_with_unknown_members_loads(tmp_path):
     assert load_capture(tmp_path / "again.json") == got
 
 
+def test_a_bench_capture_carries_its_floor_as_minor_2(bench_captures):
+    """Issue 55 item 4: a bench measures the machine's speed through its run (a 1-byte
+    GetRandom's round trips, a batch before each round and after the last) and writes it as
+    ``floor``, a minor-2 member; the schema refuses a floor that is not round trips."""
+    doc = load_capture(bench_captures.path("extend-none-reuse"))
+    assert doc["minor"] == model.MINOR == 2
+    blocks = doc["floor"]["blocks_us"]
+    # -n 20, --batch 10: two rounds, a block before each and one after the last, 10 round trips each
+    assert len(blocks) == 3 and all(len(b) == 10 and all(t > 0 for t in b) for b in blocks)
+    assert "GetRandom" in doc["floor"]["what"]
+    # the floor is not the workload's: no GetRandom among the recorded commands
+    assert not any(e["command"] == "TPM2_CC_GetRandom" for e in doc["events"])
+    bad = dict(doc, floor={"what": "x", "blocks_us": [[-1.0]]})
+    with pytest.raises(CaptureError, match=r"floor\.blocks_us\[0\]\[0\]"):
+        validate_capture(bad)
+
+
 def test_minor_in_the_schema_string_is_refused_with_advice():
     doc = json.loads(SAMPLE.read_text())
     doc["schema"] = "tpmtop.capture/1.2"

@@ -26,7 +26,9 @@ from tpmtop.errors import UsageError
 
 SCHEMA_ID = "tpmtop.capture/1"
 MAJOR = 1
-MINOR = 0  # what this tpmtop writes; readers accept any minor of MAJOR
+# What this tpmtop writes; readers accept any minor of MAJOR. 1: the proxy's clients, programs
+# and PCR_CHANGED members (tpmtop.proxy.report writes 1); 2: a bench's "floor" (tpmtop.bench).
+MINOR = 2
 
 # The members of one event and one operation, in the order the writer puts them (the reader's
 # fast path expects exactly this order; see read.py).

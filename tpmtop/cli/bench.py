@@ -251,6 +251,10 @@ def run_bench(args: argparse.Namespace) -> int:
                                     extra={"bench": {"n": plan.n, "warmup": plan.warmup, "batch": plan.batch,
                                                      "pcr": plan.pcr, "param_encryption": plan.param_encryption,
                                                      "complete": not (result.interrupted or result.error)}})
+                if result.floor is not None and result.floor.blocks:
+                    from tpmtop.capture.spec import MINOR
+
+                    cap["minor"], cap["floor"] = MINOR, result.floor.to_json()
                 if profile is not None:
                     for run in cap["runs"]:  # in the row itself: which of its commands are not the chip's
                         run["profile_gaps"] = gaps(conn, run.get("commands") or ())

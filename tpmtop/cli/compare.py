@@ -25,8 +25,18 @@ not printed ("-").
 Run-to-run noise: two identical runs on a shared machine differ by more than sampling noise,
 so a difference is named only when the whole interval of the ratio B/A also lies beyond
 x{min_effect} (or below its inverse), p50, and x{min_effect99}, p99: above the ratios
-measured between identical `tpmtop bench` runs (docs/compare.md). Smaller changes need
+measured between identical `tpmtop bench` runs (docs/captures.md). Smaller changes need
 repeated runs.
+The floor: a bench capture (capture minor 2) carries the machine's speed
+through its run, a 1-byte GetRandom's round trip timed between its rounds (never held by a
+chip profile). When both captures have one, of the same TPM, compare prints "normalized by
+the floor: xF" and names a change only beyond what the floor's move explains: from x1 to
+xF on the whole row, or the floor's difference added to each of the row's TPM commands,
+then the minimum effect above. When either side has no floor (an older capture, an
+import) the rows are judged as without one, and compare says so.
+A p99 is named only when the tail's body (p90) moved the same way too, beyond the floor's
+band and the p50's minimum effect: between identical runs a p99 alone moved x30 when a
+slow event about 1 % of the time came a little more or less often.
 
 examples:
   tpmtop compare kernel-6.10.json kernel-6.12.json
@@ -71,7 +81,7 @@ def _print_patterns(label: str, pats: list[dict[str, Any]]) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     from tpmtop.cli.common import print_json, table
-    from tpmtop.compare import compare, judged, only_in
+    from tpmtop.compare import compare, floor_move, judged, only_in
     from tpmtop.errors import UsageError
     from tpmtop.textsafe import safe
 
@@ -95,8 +105,11 @@ def run_compare(args: argparse.Namespace) -> int:
     base = docs[0]
     results = []
     for path, doc in zip(args.captures[1:], docs[1:], strict=False):
-        rows = compare(base, doc)
-        results.append({"baseline": args.captures[0], "capture": path, "rows": rows,
+        moves, why = floor_move(base, doc)
+        rows = compare(base, doc, moves)
+        floor: dict[str, Any] = {"used": bool(moves), "why": why}
+        floor |= {f"p{round(p * 100)}": m.to_json() for p, m in moves.items()}
+        results.append({"baseline": args.captures[0], "capture": path, "floor": floor, "rows": rows,
                         "only_in_baseline": [list(k) for k in only_in(base, doc)],
                         "only_in_capture": [list(k) for k in only_in(doc, base)]})
     if args.plot:
@@ -116,6 +129,7 @@ def run_compare(args: argparse.Namespace) -> int:
     for res, doc in zip(results, docs[1:], strict=False):
         print(f"A: {who(base, res['baseline'])}")
         print(f"B: {who(doc, res['capture'])}")
+        print(_floor_text(res["floor"]))
         if not res["rows"]:
             print("no (engine, mode, op) in common: nothing to compare")
             _print_patterns("A", patterns[res["baseline"]])
@@ -147,6 +161,23 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.hist:
         _print_hists(args.captures, docs, slots)
     return 0
+
+
+def _floor_text(floor: dict[str, Any]) -> str:
+    """Lines (80 columns) on the floor: its move and what a row must exceed."""
+    from tpmtop.compare import min_effect
+
+    lines = []
+    for pn, p in (("p50", 0.5), ("p99", 0.99)):
+        f = floor.get(pn)
+        if f:
+            lo, hi = sorted((1.0, f["ratio"]))
+            lines.append(f"normalized by the floor: ×{f['ratio']:.2f} at {pn} (A {_fmt_us(f['a_us'])}, "
+                         f"B {_fmt_us(f['b_us'])})\n  a {pn} is judged beyond ×{lo:.2f}–×{hi:.2f} or "
+                         f"{f['b_us'] - f['a_us']:+,.1f} µs a command, then ×{min_effect(p):g}")
+    if floor["why"]:
+        lines.append(str(floor["why"]))
+    return "\n".join(lines)
 
 
 def _slots_into(into: dict[tuple[str, str, str], dict[int, int]]) -> Callable[[Any], None]:
