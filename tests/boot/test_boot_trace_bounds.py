@@ -36,8 +36,10 @@ def test_boot_trace_refuses_what_is_no_trace(tmp_path, make, says):
 def test_kernel_trace_does_not_call_random_bytes_an_ftrace_trace(tmp_path):
     """Random bytes hold '|' and '}' somewhere; before, that was an ftrace function_graph trace."""
     path = tmp_path / "random.bin"
-    # lines that hold a '|' and a '}' (what the old sniffer took for ftrace), between random bytes
-    path.write_bytes(b"".join(os.urandom(200).replace(b"\n", b" ") + b" | x } \n" for _ in range(2000)))
+    # lines that hold a '|' and a '}' (what the old sniffer took for ftrace), between random
+    # bytes; each opens with "@ " (what a sniffer that took any "@" line for a bpftrace map,
+    # as this one did until a CI run drew one, calls bpftrace)
+    path.write_bytes(b"".join(b"@ " + os.urandom(200).replace(b"\n", b" ") + b" | x } \n" for _ in range(2000)))
     m = run_measured("kernel", "--trace", str(path))
     assert_refused(m, "holds no tpmtop kprobe events")
     assert "ftrace" not in m.err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import stat
 from collections.abc import Iterable, Iterator
 from typing import IO
@@ -20,6 +21,11 @@ from tpmtop.boundedread import LIMIT_TRACE, FileTooLarge, MiB, open_bounded
 from tpmtop.errors import UsageError
 
 
+# a bpftrace map's first line: "@[" (a stack key), "@name[…", "@name: value" — not any line
+# that opens with "@" (random bytes did, one file in a few hundred, and were called bpftrace)
+_BPF_MAP = re.compile(r"@\w*(\[|: )")
+
+
 def _classify(line: str) -> str | None:
     """One line's say on the format: "ftrace", "bpftrace", "neither", or None (no say)."""
     s = line.strip()
@@ -27,7 +33,7 @@ def _classify(line: str) -> str | None:
         return None
     if s.startswith("# tracer:") or s.startswith("# CPU") or "FUNCTION CALLS" in s:
         return "ftrace"
-    if s.startswith("@") or s.startswith("Attaching ") or s == "^C":
+    if _BPF_MAP.match(s) or s.startswith("Attaching ") or s == "^C":
         return "bpftrace"
     if line.startswith("#"):
         return None
