@@ -20,7 +20,6 @@ from tpmtop.boot.series import TraceResult
 from tpmtop.boundedread import LIMIT_TRACE, FileTooLarge, MiB, open_bounded
 from tpmtop.errors import UsageError
 
-
 # a bpftrace map's first line: "@[" (a stack key), "@name[…", "@name: value" — not any line
 # that opens with "@" (random bytes did, one file in a few hundred, and were called bpftrace)
 _BPF_MAP = re.compile(r"@\w*(\[|: )")
