@@ -317,7 +317,10 @@ class TcpResolver:
             # closed since the accept: no process holds it any more, and looking further would
             # only cost the proxy (a peer that connects, sends a byte and closes, in a loop)
             return Peer(None, "gone before it was named", "", uid, _user(uid))
-        found = self._probe(pids, target) or self._probe(self._older(newest, since, looked), target)
+        found = self._probe(pids, target)
+        if found is None:
+            older = self._older(newest, since, looked)
+            found = self._probe_hint(older, target) or self._probe(older, target)
         if found is not None:
             return self._found(*found, uid)
         if not self._walk_due():

@@ -83,7 +83,11 @@ class Session:
             waited = time.monotonic() - since
             how = (f", named {waited:.1f} s late by a walk of /proc" if peer.pid is not None else
                    f", not named: no process held its connection when /proc was walked {waited:.1f} s later")
-            conn.named(self.client_of(peer, how))
+            try:
+                conn.named(self.client_of(peer, how))
+            except Exception as e:  # one connection's trouble must not leave the others waiting
+                self.state.handler_failed(e)
+                conn.close()
 
     def answered(self, client: ClientStats) -> None:
         """A command of ``client`` is answered and accounted: if its process has exited

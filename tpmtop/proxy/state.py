@@ -41,6 +41,8 @@ class NamedLater(Protocol):
 
     def named(self, client: ClientStats) -> None: ...
 
+    def close(self) -> None: ...
+
 
 class ServerState:
     def __init__(self, *, protocol: str, policy: access.AccessPolicy, log: Callable[[str], None],
