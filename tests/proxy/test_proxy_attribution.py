@@ -198,9 +198,9 @@ def test_a_connect_and_close_flood_costs_no_walk_of_proc_and_few_lines(tcp_swtpm
     finally:
         srv.stop()
         conn.close()
-    # a few, not one per connection (2,001 before): the flooder's first connection if other
-    # processes started between it and its look-up (a shared machine), this test's own (an old
-    # process), and the rare peer that closes between the proxy's looks at it (seen: 3)
+    # a few, not one per connection (2,001 before): listings of /proc for a look-up's window
+    # (the flooder's first connection, this test's own bystander, an old process: a walk,
+    # at most one a second), and the rare peer that closes between the proxy's looks at it
     assert len(walks) <= 10, f"{len(walks)} walks of /proc for {n} connections"
     said = [ln for ln in lines if (" connected: " in ln or " left: " in ln) and "in the last" not in ln]
     # each kind's burst a second, the first at once
