@@ -256,8 +256,11 @@ def test_a_client_whose_look_up_waits_for_a_walk_is_served_as_its_own_process_an
             p.stdin.flush()
             answers.append([p.stdout.readline().strip() for _ in range(2)])
         assert answers == [["00000000"] * 2] * 2
-        first, second = (c for pid in (old[0].pid, old[1].pid) for c in srv.accounts.live() if c.peer.pid == pid)
-        assert (first.commands, second.commands) == (2, 2)  # each process one client, its two commands
+        def per_process() -> list[list[int]]:  # each process's clients' commands
+            return [[c.commands for c in srv.accounts.live() if c.peer.pid == p.pid] for p in old]
+
+        # each process one client, its two commands (an answer leaves before it is accounted)
+        wait_until(lambda: per_process() == [[2], [2]], f"one client of two commands each: {per_process()}")
         assert srv.state.resolver.scans == 2  # the first look-up's walk, then the one the second waited for
     finally:
         if srv is not None:
