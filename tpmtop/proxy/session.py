@@ -82,7 +82,8 @@ class Session:
                 continue
             waited = time.monotonic() - since
             how = (f", named {waited:.1f} s late by a walk of /proc" if peer.pid is not None else
-                   f", not named: no process held its connection when /proc was walked {waited:.1f} s later")
+                   f", not named by a walk of /proc {waited:.1f} s later (no process we may look into held "
+                   "its connection then)")
             try:
                 conn.named(self.client_of(peer, how))
             except Exception as e:  # one connection's trouble must not leave the others waiting
