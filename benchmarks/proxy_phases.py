@@ -7,14 +7,14 @@
           below pid_max, processes until the counter wraps, a block after the wrap, and a block
           through tpm2-abrmd (on a swtpm of its own: the proxy holds the other), its place
           rotating. CPU is the servers' threads' run time (/proc/PID/task/*/schedstat, in ns:
-          /proc/PID/stat counts in 10 ms ticks, ±7 % of a 50-client block). PROCS idle
+          /proc/PID/stat counts 10 ms ticks, 15-20 % of a 50-client block). PROCS idle
           processes stand in for a machine's (a namespace's /proc is otherwise nearly empty,
           and a walk of it would cost nothing).
   flood — a bystander's `tpm2_getrandom` (wall time, p50) idle and while another process
           connects, sends a byte and closes RATE times a second; the proxy's CPU meanwhile.
 
-    python benchmarks/proxy_phases.py wrap  SWTPM_PORT CLIENTS      (inside unshare; prints JSON)
-                                                                    (no abrmd figure without it)
+    python benchmarks/proxy_phases.py wrap  SWTPM_PORT CLIENTS      (inside unshare; prints JSON;
+                                      abrmd blocks where tpm2-abrmd and dbus-daemon are installed)
     python benchmarks/proxy_phases.py flood SWTPM_PORT CLIENTS RATE (prints JSON)
 
 BENCH_PROXY_SRC=DIR runs the proxy from another checkout (benchmarks/proxy.py --baseline).
