@@ -1,15 +1,20 @@
 """Two phases of benchmarks/proxy.py (issue 50), each against a `tpmtop proxy` of its own:
 
-  wrap  — CPU per client process before and after the pid counter wraps. Run in a private
-          pid namespace (`unshare --pid --fork --mount-proc`, root), where the counter may be
-          set (/proc/sys/kernel/ns_last_pid): the first half of the clients get pids just
-          below pid_max, the second half pids after the wrap. PROCS idle processes stand in
-          for a machine's (a namespace's /proc is otherwise nearly empty, and a walk of it
-          would cost nothing).
+  wrap  — CPU per client process before and after the pid counter wraps, and tpm2-abrmd +
+          dbus-daemon's in the same blocks. Run in a private pid namespace (`unshare --pid
+          --fork --mount-proc`, root), where the counter may be set
+          (/proc/sys/kernel/ns_last_pid). WRAP_BLOCKS times: a block of clients with pids just
+          below pid_max, processes until the counter wraps, a block after the wrap, and a block
+          through tpm2-abrmd (on a swtpm of its own: the proxy holds the other), its place
+          rotating. CPU is the servers' threads' run time (/proc/PID/task/*/schedstat, in ns:
+          /proc/PID/stat counts 10 ms ticks, 15-20 % of a 50-client block). PROCS idle
+          processes stand in for a machine's (a namespace's /proc is otherwise nearly empty,
+          and a walk of it would cost nothing).
   flood — a bystander's `tpm2_getrandom` (wall time, p50) idle and while another process
           connects, sends a byte and closes RATE times a second; the proxy's CPU meanwhile.
 
-    python benchmarks/proxy_phases.py wrap  SWTPM_PORT CLIENTS      (inside unshare; prints JSON)
+    python benchmarks/proxy_phases.py wrap  SWTPM_PORT CLIENTS      (inside unshare; prints JSON;
+                                      abrmd blocks where tpm2-abrmd and dbus-daemon are installed)
     python benchmarks/proxy_phases.py flood SWTPM_PORT CLIENTS RATE (prints JSON)
 
 BENCH_PROXY_SRC=DIR runs the proxy from another checkout (benchmarks/proxy.py --baseline).
@@ -34,6 +39,7 @@ from proxy import wait_port  # benchmarks/proxy.py: the same wait for a listener
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.join(HERE, "..")
 PROCS = 300  # idle processes in the wrap phase's namespace
+WRAP_BLOCKS = 3  # before / after / abrmd blocks in the wrap phase
 
 _FLOODER = """
 import socket, sys, time
@@ -85,6 +91,19 @@ def _cpu_s(pid: int) -> float:
     return float(t.user + t.system)
 
 
+def _run_s(pids: list[int]) -> float:
+    """The run time of every thread of ``pids``, in seconds (schedstat: nanoseconds)."""
+    total = 0
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass  # a thread that ended meanwhile
+    return total / 1e9
+
+
 def _getrandom(port: int) -> float:
     """One client process: wall seconds of `tpm2_getrandom 8` through the proxy."""
     env = dict(os.environ, TPM2TOOLS_TCTI=f"mssim:host=127.0.0.1,port={port}", TSS2_LOG="all+NONE")
@@ -93,35 +112,90 @@ def _getrandom(port: int) -> float:
     return time.perf_counter() - t
 
 
-def _per_client(pid: int, port: int, n: int) -> float:
-    before = _cpu_s(pid)
+def _per_client(pids: list[int], tcti: str, n: int) -> float:
+    """Run seconds of the servers ``pids`` per client: ``n`` `tpm2_getrandom 8` processes."""
+    env = dict(os.environ, TPM2TOOLS_TCTI=tcti, TSS2_LOG="all+NONE")
+    before = _run_s(pids)
     for _ in range(n):
-        _getrandom(port)
-    return (_cpu_s(pid) - before) / n
+        subprocess.run(["tpm2_getrandom", "8"], env=env, check=True, capture_output=True, timeout=120)
+    return (_run_s(pids) - before) / n
+
+
+@contextmanager
+def _abrmd() -> Iterator[list[int] | None]:
+    """tpm2-abrmd + dbus-daemon in this namespace, on a swtpm of their own: their pids, or
+    None where they are not installed."""
+    import shutil
+    import tempfile
+
+    from proxy import Abrmd, free_pair
+
+    if not (shutil.which("tpm2-abrmd") and shutil.which("dbus-daemon")):
+        yield None
+        return
+    state = tempfile.mkdtemp(prefix="tpmtop-bench-wrap-")
+    port = free_pair()
+    sw = subprocess.Popen(["swtpm", "socket", "--tpm2", "--tpmstate", f"dir={state}", "--server",
+                           f"type=tcp,port={port}", "--ctrl", f"type=tcp,port={port + 1}", "--flags",
+                           "not-need-init,startup-clear"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ab = None
+    try:
+        wait_port(port)
+        ab = Abrmd(port)
+        yield [ab.proc.pid, ab.bus_pid]
+    finally:
+        if ab is not None:
+            ab.stop()
+        sw.terminate()
+        sw.wait()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _wrap_now(top: int) -> int:
+    """Processes until the counter wraps on its own; the first pid after the wrap."""
+    while True:
+        p = subprocess.Popen(["true"])
+        p.wait()
+        if p.pid < top // 2:
+            return p.pid
 
 
 def wrap(sw_port: int, clients: int) -> dict[str, float]:
     if os.getpid() > 10:
         raise SystemExit("the wrap phase runs in a private pid namespace: unshare --pid --fork --mount-proc")
     idle = [subprocess.Popen(["sleep", "3600"]) for _ in range(PROCS)]
+    m = max(clients // (2 * WRAP_BLOCKS), 5)  # clients per block
+    runs: dict[str, list[float]] = {"before": [], "after": [], "abrmd": []}
     try:
-        with _proxy(sw_port) as (px, port):
+        with _abrmd() as abrmd, _proxy(sw_port) as (px, port):
+            tcti = f"mssim:host=127.0.0.1,port={port}"
             _getrandom(port)  # warm
+            if abrmd:
+                _per_client(abrmd, "tabrmd:bus_type=session", 1)  # warm
             with open("/proc/sys/kernel/pid_max") as f:
                 top = int(f.read())
-            half = clients // 2
-            # the first half's pids end just below pid_max (each client one pid, a few spare)
-            with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-                f.write(str(top - half - 40))
-            before = _per_client(px.pid, port, half)
-            while True:  # processes until the counter wraps on its own
-                p = subprocess.Popen(["true"])
-                p.wait()
-                if p.pid < top // 2:
-                    break
-            after = _per_client(px.pid, port, half)  # low pids now
-            return {"before_ms": before * 1e3, "after_ms": after * 1e3, "pid_after": float(p.pid),
-                    "pid_max": float(top)}
+            pid_after = 0
+            for b in range(WRAP_BLOCKS):
+                def across() -> None:
+                    nonlocal pid_after
+                    # this block's pids end just below pid_max (each client one pid, a few spare)
+                    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+                        f.write(str(top - m - 40))
+                    runs["before"].append(_per_client([px.pid], tcti, m))
+                    pid_after = _wrap_now(top)
+                    runs["after"].append(_per_client([px.pid], tcti, m))  # low pids now
+
+                steps = [across]
+                if abrmd:
+                    steps.append(lambda: runs["abrmd"].append(_per_client(abrmd, "tabrmd:bus_type=session", m)))
+                for step in steps[b % len(steps):] + steps[:b % len(steps)]:
+                    step()
+            out = {"before_ms": statistics.mean(runs["before"]) * 1e3, "after_ms": statistics.mean(runs["after"]) * 1e3,
+                   "pid_after": float(pid_after), "pid_max": float(top), "blocks": float(WRAP_BLOCKS),
+                   "per_block": float(m)}
+            if runs["abrmd"]:
+                out["abrmd_ms"] = statistics.mean(runs["abrmd"]) * 1e3
+            return out
     finally:
         for p in idle:
             p.kill()

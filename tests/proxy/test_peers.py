@@ -145,3 +145,130 @@ def test_a_client_after_the_pid_counter_wraps_is_found_without_a_walk_of_proc():
     assert low < high  # it did wrap
     assert (named_high, named_low) == (high, low)
     assert walks == 0, f"{walks} walk(s) of /proc to name two new clients"
+
+
+# Processes that start between a client's start and its connect (a busy machine, a script
+# that forks): the client is then not among the namespace's 32 newest pids. A private pid
+# namespace, so that the test decides how far the counter moves (and where it wraps).
+_MANY_BETWEEN = r"""
+import os, socket, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+from tpmtop.proxy import peers
+start, between = int(sys.argv[2]), int(sys.argv[3])
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(8)
+port = str(ls.getsockname()[1])
+HOLD = "import socket, sys, time; s = socket.create_connection(('127.0.0.1', int(sys.argv[1]))); time.sleep(60)"
+WAIT = "import sys; sys.stdin.readline(); " + HOLD  # connects when told
+def name(resolver):
+    conn, addr = ls.accept()
+    owner = peers.socket_owner(addr[:2], conn.getsockname()[:2], False)
+    try:
+        return resolver.resolve(conn, owner).pid
+    finally:
+        conn.close()
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+    f.write(str(start))
+resolver = peers.TcpResolver()
+first = subprocess.Popen([sys.executable, "-c", HOLD, port])
+assert name(resolver) == first.pid  # the previous look-up: the window starts there
+client = subprocess.Popen([sys.executable, "-c", WAIT, port], stdin=subprocess.PIPE)
+for _ in range(between):
+    subprocess.run(["true"], check=True)
+last = int(open("/proc/sys/kernel/ns_last_pid").read())
+client.stdin.write(b"go\n")
+client.stdin.flush()
+print(client.pid, name(resolver), last, resolver.scans, flush=True)
+for p in (first, client):
+    p.kill()
+    p.wait()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
+@pytest.mark.parametrize("where", ["mid-range", "across-a-wrap"])
+def test_a_client_with_many_processes_started_before_its_connect_costs_no_walk_of_proc(where):
+    """Issue 50: a new client was looked for among the namespace's 32 newest pids only; when
+    more started between its start and its connect it cost a walk of /proc. The window is
+    now every pid the counter gave since the previous look-up (and 32 below), across a wrap."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    top = 1 << 22  # a new pid namespace's pid_max on Linux 6.14+; read below where it differs
+    script = "import sys; print(open('/proc/sys/kernel/pid_max').read())"
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", script],
+                       capture_output=True, text=True, timeout=120)
+    top = int(r.stdout) if r.returncode == 0 and r.stdout.strip() else top
+    start = 5000 if where == "mid-range" else top - 60
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", _MANY_BETWEEN, repo,
+                        str(start), "100"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    client, named, last, walks = (int(x) for x in r.stdout.split())
+    moved = (last - client) % top
+    assert moved >= 100, f"only {moved} pids between the client's start and its connect"
+    if where == "across-a-wrap":
+        assert last < client  # the counter wrapped between the client's start and its connect
+    assert named == client
+    assert walks == 0, f"{walks} walk(s) of /proc to name a client {moved} pids older than the newest"
+
+
+# Clients that started long before the previous look-up (a daemon that connects late): no
+# window holds them. Their look-ups share one walk of /proc a second, however many connect.
+_OLD_CLIENTS = r"""
+import os, socket, subprocess, sys, time
+sys.path.insert(0, sys.argv[1])
+from tpmtop.proxy import peers
+n = int(sys.argv[2])
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(64)
+port = str(ls.getsockname()[1])
+HOLD = "import socket, sys, time; s = socket.create_connection(('127.0.0.1', int(sys.argv[1]))); time.sleep(60)"
+WAIT = "import sys; sys.stdin.readline(); " + HOLD  # connects when told
+old = [subprocess.Popen([sys.executable, "-c", WAIT, port], stdin=subprocess.PIPE) for _ in range(n)]
+for _ in range(100):
+    subprocess.run(["true"], check=True)
+resolver = peers.TcpResolver()
+resolver.WALK_INTERVAL_S = 2.0
+first = subprocess.Popen([sys.executable, "-c", HOLD, port])
+conn, addr = ls.accept()
+assert resolver.resolve(conn, peers.socket_owner(addr[:2], conn.getsockname()[:2], False)).pid == first.pid
+for p in old:
+    p.stdin.write(b"go\n")
+    p.stdin.flush()
+named, held = {}, []
+for _ in old:
+    conn, addr = ls.accept()
+    held.append(conn)
+    owner = peers.socket_owner(addr[:2], conn.getsockname()[:2], False)
+    peer = resolver.resolve(conn, owner)
+    named[owner[1]] = (peer.pid, peer.waiting)
+at_once = sum(1 for pid, _ in named.values() if pid is not None)
+waited = sum(1 for _, w in named.values() if w)
+walks_then = resolver.scans
+deadline = time.monotonic() + 120
+while any(w for _, w in named.values()) and time.monotonic() < deadline:
+    for inode, peer in resolver.late().items():
+        named[inode] = (peer.pid if peer else None, False)
+    time.sleep(0.05)
+ok = sorted(pid for pid, _ in named.values() if pid is not None) == sorted(p.pid for p in old)
+print(at_once, waited, walks_then, resolver.scans, int(ok), flush=True)
+for p in old + [first]:
+    p.kill()
+    p.wait()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
+def test_old_processes_connecting_at_once_share_one_walk_and_are_named_late():
+    """Twenty processes that started before the previous look-up (outside its window) connect
+    at once: the first look-up walks /proc, the others wait and are named by the next walk
+    (one for all of them), each with its own pid: two walks for twenty connections."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", _OLD_CLIENTS, repo,
+                        "20"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    at_once, waited, walks_then, walks, ok = (int(x) for x in r.stdout.split())
+    assert at_once + waited == 20 and at_once >= 1
+    assert walks_then == 1, f"{walks_then} walks of /proc for 20 look-ups"
+    assert walks == 2 if waited else walks == 1
+    assert ok, "a process named late is not the one that connected"

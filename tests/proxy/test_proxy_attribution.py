@@ -198,10 +198,78 @@ def test_a_connect_and_close_flood_costs_no_walk_of_proc_and_few_lines(tcp_swtpm
     finally:
         srv.stop()
         conn.close()
-    # a few, not one per connection (2,001 before): the flooder's first connection if other
-    # processes started between it and its look-up (a shared machine), this test's own (an old
-    # process), and the rare peer that closes between the proxy's looks at it (seen: 3)
+    # a few, not one per connection (2,001 before): listings of /proc for a look-up's window
+    # (the flooder's first connection, this test's own bystander, an old process: a walk,
+    # at most one a second), and the rare peer that closes between the proxy's looks at it
     assert len(walks) <= 10, f"{len(walks)} walks of /proc for {n} connections"
     said = [ln for ln in lines if (" connected: " in ln or " left: " in ln) and "in the last" not in ln]
     # each kind's burst a second, the first at once
     assert len(said) <= 2 * per_s * (elapsed + 2), (len(said), elapsed)
+
+
+# A process that started long before it connects (a daemon): when told, two GetRandom(8), each
+# on a connection of its own (as the swtpm TCTI does); prints each answer's response code, and
+# lives on until told again
+_LATE_CLIENT = """
+import socket, sys
+sys.stdin.readline()
+port, cmd = int(sys.argv[1]), bytes.fromhex(sys.argv[2])
+for _ in range(2):
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as s:
+        s.sendall(cmd)
+        got = b""
+        while len(got) < 10 or len(got) < int.from_bytes(got[2:6], "big"):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        print(got[6:10].hex(), flush=True)
+sys.stdin.readline()  # alive until the test has looked
+"""
+
+
+def test_a_client_whose_look_up_waits_for_a_walk_is_served_as_its_own_process_and_says_late(
+        tcp_swtpm, monkeypatch):
+    """Issue 50: a look-up that misses every window waits for the next walk of /proc (one per
+    WALK_INTERVAL_S for every look-up that missed) instead of walking at once. Two processes
+    older than the proxy connect one after the other: the first look-up walks, the second
+    waits; its connection is served after the walk, as its own process (both of its
+    connections one client), and its line says it was named late. Never a guess meanwhile."""
+    from tpmtop.proxy import peers
+
+    monkeypatch.setattr(peers.TcpResolver, "WALK_INTERVAL_S", 3.0)
+    port = free_port_pair()
+    old = [subprocess.Popen(["/usr/bin/python3", "-c", _LATE_CLIENT, str(port), GET_RANDOM_8.hex()],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    lines: list[str] = []
+    conn = srv = None
+    try:
+        for _ in range(100):  # they are no longer among the newest pids when the proxy starts
+            subprocess.run(["true"], check=True)
+        conn = open_tpm(tcp_swtpm.tcti)
+        srv = ProxyServer(conn, port=port, log=lines.append)
+        srv.start()
+        answers = []
+        for p in old:
+            assert p.stdin is not None and p.stdout is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            answers.append([p.stdout.readline().strip() for _ in range(2)])
+        assert answers == [["00000000"] * 2] * 2
+        def per_process() -> list[list[int]]:  # each process's clients' commands
+            return [[c.commands for c in srv.accounts.live() if c.peer.pid == p.pid] for p in old]
+
+        # each process one client, its two commands (an answer leaves before it is accounted)
+        wait_until(lambda: per_process() == [[2], [2]], f"one client of two commands each: {per_process()}")
+        assert srv.state.resolver.scans == 2  # the first look-up's walk, then the one the second waited for
+    finally:
+        if srv is not None:
+            srv.stop()
+        if conn is not None:
+            conn.close()
+        for p in old:
+            p.kill()
+            p.wait()
+    late = [ln for ln in map(str, lines) if "late by a walk of /proc" in ln]
+    assert len(late) == 1 and f"pid {old[1].pid}" in late[0], lines
+    assert not any(f"pid {old[0].pid}" in ln and "late" in ln for ln in map(str, lines))

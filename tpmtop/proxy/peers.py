@@ -12,16 +12,22 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 import socket
 import struct
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from tpmtop.proxy import procfs
 
 UNKNOWN_NOT_ROOT = "unknown (not root)"
+# A peer whose look-up waits for the next walk of /proc (TcpResolver.late names it), and one
+# that will not be named (too many wait)
+NOT_NAMED_YET = "not named yet"
+NOT_NAMED = "not named (too many look-ups waiting)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +39,7 @@ class Peer:
     user: str | None
     start_time: float | None = None  # tells a reused pid from the process before it
     exe: str = ""  # the executable (with the name, what a departed client is folded under)
+    waiting: bool = False  # its look-up waits for a walk of /proc (TcpResolver.late)
 
     @property
     def key(self) -> tuple[int | str, float | str | None]:
@@ -184,6 +191,24 @@ def socket_owner(peer: tuple[Any, ...], local: tuple[Any, ...], v6: bool) -> tup
 _GONE = -1  # _holding_fd: the process has exited
 
 
+def _holding_any(pid: int, targets: dict[str, int]) -> list[tuple[int, int]]:
+    """(fd, inode) for each descriptor of ``pid`` that is one of ``targets`` (link -> inode);
+    none if the process is gone or not ours to read."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    out = []
+    for fd in fds:
+        try:
+            inode = targets.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            continue
+        if inode is not None:
+            out.append((int(fd), inode))
+    return out
+
+
 def len_then_text(name: str) -> tuple[int, str]:
     """A descriptor's name ordered as its number, without parsing it ("10" after "9")."""
     return len(name), name
@@ -220,15 +245,22 @@ class TcpResolver:
     """Find the process at the other end of an accepted loopback TCP connection.
 
     In order, each step only if the one before found nothing: the processes found before
-    (the swtpm TCTI connects for every command, from the same process); the PROBE newest
-    pids of this pid namespace (``ns_last_pid`` and below, across a wrap of the counter: a
-    new client is one of the newest processes, wherever the counter is); then, only if the
-    peer's socket is still open, every process, newest first. A peer whose socket has closed
-    meanwhile is named "gone" without that scan: a peer that connects and closes at once
-    cannot make each of its connections cost a walk of /proc (issue 50)."""
+    (the swtpm TCTI connects for every command, from the same process); the pids this pid
+    namespace gave since the previous look-up (``ns_last_pid`` then and now, across a wrap of
+    the counter, and PROBE more below: a new client is one of them however many processes
+    started around it), the PROBE newest by number, the rest from one listing of /proc; then,
+    only if the peer's socket is still open, a walk of /proc, at most one a WALK_INTERVAL_S
+    (a process that started long before it connected). A look-up that misses while a walk is
+    not due waits for the next one, which serves every look-up waiting (:meth:`late`): its
+    connection is not served meanwhile (its uid, which decided access, is the live socket's,
+    from sock_diag; only the process is late). A peer whose socket closed meanwhile is "gone"
+    without a walk. So no peer, pid order or machine load makes each connection cost a walk
+    of /proc (issue 50)."""
 
     RECENT = 16
-    PROBE = 32  # the newest pids looked at before /proc is listed
+    PROBE = 32  # pids looked at by number, and below where the previous look-up's counter was
+    WALK_INTERVAL_S = 1.0  # at most one walk of /proc this often, shared by every look-up that missed
+    MAX_WAITING = 4096  # look-ups waiting for a walk; more are "not named" at once
 
     def __init__(self) -> None:
         # pid -> (Peer, fd of its last connection), most recent first: the swtpm TCTI opens a
@@ -240,6 +272,12 @@ class TcpResolver:
         # are low pids, and a maximum kept every look-up probing above them (issue 50)
         self._last_new = 0
         self._new_fd: int | None = None  # the descriptor through which the last new client held its connection
+        # ns_last_pid at the previous look-up of a new client (at the start: the clients that
+        # start after the proxy are in the first window)
+        self._since = procfs.last_pid()
+        self._walked = -math.inf  # time.monotonic() of the last walk: the first miss walks at once
+        self._waiting: dict[int, int] = {}  # inode -> uid: look-ups waiting for the next walk
+        self._late: dict[int, Peer] = {}  # inode -> what a walk found for a look-up that waited
         self.scans = 0  # walks of /proc (the benchmark and the tests read it)
 
     def resolve(self, sock: socket.socket, owner: tuple[int, int] | None = None) -> Peer:
@@ -267,7 +305,9 @@ class TcpResolver:
         # process to the recent ones meanwhile (1,000 connections of one process resolved at
         # once), and skipping it then named most of them "unknown".
         looked = {pid for pid, _ in recent}
-        newest = procfs.last_pid() or self._last_new
+        now_last = procfs.last_pid()
+        newest = now_last or self._last_new
+        since, self._since = self._since, now_last
         pids = self._newest(newest, looked)
         found = self._probe_hint(pids, target)
         if found is not None:
@@ -278,21 +318,54 @@ class TcpResolver:
             # only cost the proxy (a peer that connects, sends a byte and closes, in a loop)
             return Peer(None, "gone before it was named", "", uid, _user(uid))
         found = self._probe(pids, target)
+        if found is None:
+            older = self._older(newest, since, looked)
+            found = self._probe_hint(older, target) or self._probe(older, target)
         if found is not None:
             return self._found(*found, uid)
-        # newest first, across a wrap: a client is usually a process that just started
+        if not self._walk_due():
+            if len(self._waiting) >= self.MAX_WAITING:
+                return Peer(None, NOT_NAMED, "", uid, _user(uid))
+            self._waiting[inode] = uid
+            return Peer(None, NOT_NAMED_YET, "", uid, _user(uid), waiting=True)
+        got = self._walk({**self._waiting, inode: uid}, newest)
+        self._waiting.clear()
+        mine = got.pop(inode)
+        self._late.update(got)
+        return mine
+
+    def late(self) -> dict[int, Peer]:
+        """The look-ups that waited, by the peer socket's inode, named by a walk of /proc
+        (walked now if some wait and a walk is due; else by one that ran meanwhile for a
+        look-up that could not wait). Called on a timer."""
+        if self._waiting and self._walk_due():
+            self._late.update(self._walk(dict(self._waiting), procfs.last_pid() or self._last_new))
+            self._waiting.clear()
+        got, self._late = self._late, {}
+        return got
+
+    def _walk_due(self) -> bool:
+        return time.monotonic() - self._walked >= self.WALK_INTERVAL_S
+
+    def _walk(self, wanted: dict[int, int], newest: int) -> dict[int, Peer]:
+        """One walk of /proc for every inode of ``wanted`` (inode -> its owner's uid), newest
+        processes first across the wrap (a client is usually a process that just started);
+        an inode no process holds is "unknown" (or "unknown (not root)": another user's
+        process we may not look into), never guessed."""
         self.scans += 1
+        self._walked = time.monotonic()
+        targets = {f"socket:[{inode}]": inode for inode in wanted}
+        out = {inode: _unfound(uid) for inode, uid in wanted.items()}
         top = procfs.pid_max()
-        for pid in sorted((int(n) for n in os.listdir("/proc") if n.isdigit()),
-                          key=lambda p: (newest - p) % top):
-            if pid in looked:
-                continue
-            fd = _holding_fd(pid, target, None)
-            if fd is not None and fd != _GONE:
-                return self._found(pid, fd, uid)
-        if os.geteuid() != 0 and uid != os.geteuid():
-            return Peer(None, UNKNOWN_NOT_ROOT, "", uid, _user(uid))
-        return Peer(None, "unknown", "", uid, _user(uid))
+        left = len(targets)
+        for pid in sorted((int(n) for n in os.listdir("/proc") if n.isdigit()), key=lambda p: (newest - p) % top):
+            for fd, inode in _holding_any(pid, targets):
+                if out[inode].pid is None:
+                    out[inode] = self._found(pid, fd, wanted[inode])
+                    left -= 1
+            if not left:
+                break
+        return out
 
     def _newest(self, newest: int, looked: set[int]) -> list[int]:
         """The PROBE newest pids (``newest`` and below, wrapping at pid_max), less ``looked``.
@@ -302,6 +375,20 @@ class TcpResolver:
             return []
         top = procfs.pid_max()
         return [pid for pid in ((newest - i) % top for i in range(self.PROBE)) if pid > 0 and pid not in looked]
+
+    def _older(self, newest: int, since: int | None, looked: set[int]) -> list[int]:
+        """The rest of the window: the live pids the counter gave after ``since`` - PROBE and
+        before the PROBE newest, newest first across a wrap, found by one listing of /proc (a
+        probe by number would cost a failed open per pid the counter moved). Empty when the
+        counter moved less than PROBE since the previous look-up (nothing to list)."""
+        if newest <= 0 or since is None:
+            return []
+        top = procfs.pid_max()
+        span = (newest - since) % top + self.PROBE  # the window's length, counted from newest
+        if span <= self.PROBE:
+            return []
+        ages = (((newest - int(n)) % top, int(n)) for n in os.listdir("/proc") if n.isdigit())
+        return [pid for age, pid in sorted(a for a in ages if self.PROBE <= a[0] < span) if pid not in looked]
 
     def _probe_hint(self, pids: list[int], target: str) -> tuple[int, int] | None:
         """The process among ``pids`` holding ``target`` through the descriptor number the last
@@ -318,9 +405,10 @@ class TcpResolver:
         return None
 
     def _probe(self, pids: list[int], target: str) -> tuple[int, int] | None:
-        """The process among ``pids`` holding ``target`` through any descriptor."""
+        """The process among ``pids`` holding ``target`` through any descriptor (the one the
+        last new client used first)."""
         for pid in pids:
-            fd = _holding_fd(pid, target, None)
+            fd = _holding_fd(pid, target, self._new_fd)
             if fd is not None and fd != _GONE and procfs.tgid(pid) == pid:
                 return pid, fd
         return None
@@ -344,6 +432,13 @@ class TcpResolver:
             self._recent = {pid: (p, fd), **self._recent}
             while len(self._recent) > self.RECENT:
                 self._recent.pop(next(reversed(self._recent)))
+
+
+def _unfound(uid: int) -> Peer:
+    """A peer whose socket no process we can look into holds."""
+    if os.geteuid() != 0 and uid != os.geteuid():
+        return Peer(None, UNKNOWN_NOT_ROOT, "", uid, _user(uid))
+    return Peer(None, "unknown", "", uid, _user(uid))
 
 
 def _live_owner(sock: socket.socket) -> tuple[int, int] | Peer | None:

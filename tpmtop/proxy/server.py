@@ -210,6 +210,7 @@ class ProxyServer:
         for lsock, role in self._bound or ():  # listen() above bound them
             self.admission.listen_in_loop(lsock, kinds[role])
         st.loop.call_later(REAP_INTERVAL_S, self.departures.tick)
+        st.loop.call_later(REAP_INTERVAL_S, self.session.name_late)
         st.loop.start("proxy-loop")
         return self
 

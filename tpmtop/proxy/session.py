@@ -25,7 +25,7 @@ from tpmtop.proxy.forward import forward
 from tpmtop.proxy.lines import LineKind
 from tpmtop.proxy.loop import EVENT_WRITE as WRITE
 from tpmtop.proxy.pump import TurnPump
-from tpmtop.proxy.serving import TPM_RC_FAILURE, TPM_RC_RETRY, Serving, error_response
+from tpmtop.proxy.serving import REAP_INTERVAL_S, TPM_RC_FAILURE, TPM_RC_RETRY, Serving, error_response
 from tpmtop.proxy.state import ServerState
 from tpmtop.tpm.busypoll import RequestPoll, recv_soon
 
@@ -39,12 +39,23 @@ class Session:
     def __init__(self, state: ServerState, departures: Departures, faults: Faults, pump: TurnPump) -> None:
         self.state, self.departures, self.faults, self.pump = state, departures, faults, pump
 
-    def attach(self, conn: ClientConn) -> ClientStats:
+    def attach(self, conn: ClientConn) -> ClientStats | None:
         """The client a connection belongs to (its process), named at its first byte, while it
         is surely alive (a client killed mid-command must still be named); a connection
-        closed without a byte (the swtpm TCTI's start-up probe) costs no look-up."""
+        closed without a byte (the swtpm TCTI's start-up probe) costs no look-up. None when
+        the look-up waits for the next walk of /proc: the connection is not served until
+        :meth:`name_late` names it (served as another client meanwhile, a process would lose
+        its turn, or its objects behind a resource manager)."""
         sock = conn.sock
         peer = peers.unix_peer(sock) if not conn.tcp else self.state.resolver.resolve(sock, conn.owner)
+        if peer.waiting and conn.owner is not None:
+            self.state.unnamed[conn.owner[1]] = (conn, time.monotonic())
+            return None
+        return self.client_of(peer, "")
+
+    def client_of(self, peer: peers.Peer, how: str) -> ClientStats:
+        """The client of a connection whose process is ``peer``; a new one gets its line
+        (``how``: how it was named, when not at once)."""
         known = peer.pid is not None
         before = self.state.accounts._next
         c = self.state.accounts.client_for(peer, self.state.protocol, shared_key=known)
@@ -55,12 +66,29 @@ class Session:
             if known:
                 self.departures.watch_exit(c)
             who = f"pid {peer.pid}" if known else "pid unknown"
-            self.state.client_log("clients connected",
-                            f"client {c.id} connected: {peer.name} ({who}, uid "
-                            f"{peer.uid if peer.uid is not None else '?'})"
-                            f"{': ' + _short(peer.cmdline) if peer.cmdline and peer.cmdline != peer.name else ''}",
-                            LineKind.INFO)
+            args = f": {_short(peer.cmdline)}" if peer.cmdline and peer.cmdline != peer.name else ""
+            self.state.client_log("clients connected", f"client {c.id} connected: {peer.name} ({who}, uid "
+                                  f"{peer.uid if peer.uid is not None else '?'}){how}{args}", LineKind.INFO)
         return c
+
+    def name_late(self) -> None:
+        """Every REAP_INTERVAL_S on the loop: the connections whose look-up waited for a walk
+        of /proc (:meth:`.peers.TcpResolver.late`) get their client, and their line says that
+        the name was found late, or not at all (never a guess); then they are served."""
+        self.state.loop.call_later(REAP_INTERVAL_S, self.name_late)
+        for inode, peer in self.state.resolver.late().items():
+            conn, since = self.state.unnamed.pop(inode, (None, 0.0))
+            if conn is None or conn.closed:
+                continue
+            waited = time.monotonic() - since
+            how = (f", named {waited:.1f} s late by a walk of /proc" if peer.pid is not None else
+                   f", not named by a walk of /proc {waited:.1f} s later (no process we may look into held "
+                   "its connection then)")
+            try:
+                conn.named(self.client_of(peer, how))
+            except Exception as e:  # one connection's trouble must not leave the others waiting
+                self.state.handler_failed(e)
+                conn.close()
 
     def answered(self, client: ClientStats) -> None:
         """A command of ``client`` is answered and accounted: if its process has exited
@@ -88,7 +116,7 @@ class Session:
 class ClientConn(Conn):
     """One connection on the TPM port (swtpm's raw framing, or mssim's)."""
 
-    __slots__ = ("client", "cmd", "gone_n", "mssim", "next_request", "session")
+    __slots__ = ("client", "cmd", "gone_n", "mssim", "naming", "next_request", "session")
 
     def __init__(self, session: Session, sock: socket.socket, owner: tuple[int, int] | None, tcp: bool,
                  mssim: bool):
@@ -96,6 +124,7 @@ class ClientConn(Conn):
         self.session = session
         self.mssim = mssim
         self.client: ClientStats | None = None
+        self.naming = False  # its look-up waits for a walk of /proc: not served until named
         self.cmd = b""  # the command in flight
         self.gone_n = 0  # its answer's length, when the peer went away before it
         # mssim clients keep their connection; most raw ones (tpm2-tss's swtpm: TCTI) send one
@@ -105,7 +134,13 @@ class ClientConn(Conn):
 
     def process(self) -> None:
         if self.client is None:
-            self.client = self.session.attach(self)
+            if self.naming:
+                return  # its look-up waits for a walk of /proc (Session.name_late)
+            c = self.session.attach(self)
+            if c is None:
+                self.naming = True
+                return
+            self.client = c
             if self.mssim:
                 self.client.locality = 0
         reader = P.mssim_request if self.mssim else P.raw_command
@@ -132,6 +167,15 @@ class ClientConn(Conn):
             if self.mssim:
                 self.client.locality = locality
             self.command(cmd)
+
+    def named(self, client: ClientStats) -> None:
+        """Its process is found (or known not to be) after a walk of /proc: what it sent
+        meanwhile is served now."""
+        self.naming = False
+        self.client = client
+        if self.mssim:
+            client.locality = 0
+        self.received()
 
     def _next_soon(self) -> bool:
         """Poll briefly for a busy client's next request (:class:`RequestPoll`): True if some

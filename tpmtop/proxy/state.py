@@ -34,6 +34,16 @@ class OpenConn(Protocol):
     def close(self) -> None: ...
 
 
+class NamedLater(Protocol):
+    """A connection whose look-up waits for a walk of /proc (:class:`.session.ClientConn`)."""
+
+    closed: bool
+
+    def named(self, client: ClientStats) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class ServerState:
     def __init__(self, *, protocol: str, policy: access.AccessPolicy, log: Callable[[str], None],
                  accounts: Accounts | None, interleave: bool, max_connections: int, max_per_user: int | None,
@@ -73,6 +83,9 @@ class ServerState:
         self.serving = Serving.INTERLEAVE if interleave else Serving.TURNS
         self.turns: Turns | None = None
         self.client_transports: dict[int, InstrumentedTransport] = {}  # per-client upstreams (PER_CLIENT)
+        # connections whose look-up waits for a walk of /proc: the peer socket's inode -> (the
+        # connection, when it began to wait)
+        self.unnamed: dict[int, tuple[NamedLater, float]] = {}
         self.pidfds: dict[int, ClientStats] = {}  # a client process's pidfd (departure watch) -> the client
         self.loop = Loop(self.handler_failed)
         self.upstream = Upstream()  # per-client upstreams' commands (PER_CLIENT)
