@@ -28,8 +28,9 @@ class RunView:
     host_buckets: Callable[[], list[Any]] | list[Any] | None = None
     # spec name -> summary of each command's host time (tpmtop.sessions.accounting); live only
     command_host: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # summary of the session HMAC work timed back to back (RunAccount.hmac_host_hist); live only
-    hmac_host: dict[str, Any] = field(default_factory=dict)
+    # the basis of a kept session not yet run, from the `none` baseline's bursts (summaries by
+    # the projection's letter: Ew, Eb, hEb, hM; tpmtop.sessions.accounting); live only
+    kept_basis: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -60,7 +61,12 @@ def run_from_account(key: tuple[str, str, str], acc: Any) -> RunView:
         commands_per_op={names.cc_name(cc): n / ops for cc, n in cmds.items()} if ops else {},
         commands=commands, op_buckets=op_b, wire_buckets=wire_b, host_buckets=host_b,
         command_host={names.cc_name(cc): summary_of(h) for cc, h in host.items()},
-        hmac_host=summary_of(hm) if (hm := getattr(acc, "hmac_host_hist", None)) is not None else {})
+        kept_basis={letter: summary_of(h) for letter, attr in _KEPT_BASIS.items()
+                    if (h := getattr(acc, attr, None)) is not None and h.count})
+
+
+# the projection's letter -> RunAccount's histogram (the kernel's OpStats has none of them)
+_KEPT_BASIS = {"Ew": "first_wire_hist", "Eb": "b2b_wire_hist", "hEb": "b2b_host_hist", "hM": "hmac_host_hist"}
 
 
 def runs_from_accounts(accounts: dict[tuple[str, str, str], Any]) -> list[RunView]:
@@ -105,11 +111,13 @@ def boot_components(runs: list[RunView], engine: str = "native") -> dict[str, fl
         h = run.command_host.get(cc) if run is not None else None
         if h and h.get("count"):
             out["h" + letter] = float(h["p50"])
-    # hM, the kept session's HMAC work timed back to back (per-command's extends): with E0's
-    # host work, reuse's host basis; hEh follows StartAuthSession's wait (×2 on swtpm)
-    hm = pc_run.hmac_host if (pc_run := by_mode.get("per-command")) is not None else None
-    if hm and hm.get("count"):
-        out["hM"] = float(hm["p50"])
+    # A kept session's extends, back to back, from the baseline's bursts (none's account): Ew,
+    # the first extend's wire time after the mode's operation (Eh's conditions); Eb and hEb,
+    # the following ones' wire and host time; hM, the session's HMAC work between them
+    base = by_mode.get("none")
+    for letter, summ in (base.kept_basis.items() if base is not None else ()):
+        if summ.get("count"):
+            out[letter] = float(summ["p50"])
     # H, the host time of one per-command operation: the fallback basis where the commands'
     # host time is not known apart (a capture)
     pc = by_mode.get("per-command")
