@@ -56,13 +56,14 @@ HOST_COMPONENTS = {"h" + k: f"host work of {v}" for k, v in COMPONENTS.items() i
 # priced from plain extends measured as its would run: the dashboard's `none` baseline comes in
 # short bursts (tpmtop.sources.live_workload), whose first extend follows the mode's operation
 # and the others follow it back to back, each after the session's HMAC work timed on its own.
-# Per extend: Eb + hEb, a plain extend back to back (wire, host); Eh − Ew, the TPM's own work
-# for the HMAC'd extend over the plain one, both after a wait; hM, the session's HMAC work.
-KEPT_BASIS = {"Ew": "PCR_Extend, first of a burst", "Eb": "PCR_Extend, back to back",
-              "hM": "session HMACs, back to back"}
+# Per extend: Eb + hEb, a plain extend back to back (wire, host); Eh10 − Ew10, the TPM's own
+# work for the HMAC'd extend over the plain one, both after an operation, at p10 (where waiting
+# for a CPU adds least: tpmtop.sources.runs); hM, the session's HMAC work.
+KEPT_BASIS = {"Eh10": "PCR_Extend (HMAC), p10", "Ew10": "PCR_Extend, burst's first, p10",
+              "Eb": "PCR_Extend, back to back", "hM": "session HMACs, back to back"}
 HOST_COMPONENTS["hEb"] = "host work of a PCR_Extend, back to back"
 HOST_COMPONENTS["hM"] = "host work of the session's HMACs, back to back"
-KEPT_EXTEND = ("Eb", "Eh", "-Ew", "hEb", "hM")  # "-": subtracted
+KEPT_EXTEND = ("Eb", "Eh10", "-Ew10", "hEb", "hM")  # "-": subtracted
 PUBLISHED_SOURCE = "published SLB9670 figures (last resort)"
 PUBLISHED_ABOUT = ("Infineon SLB9670 via ftrace on kernel 6.11-rc2, Sept 2024: another machine's TPM, "
                    "so the estimates only show the order of magnitude")
@@ -317,8 +318,8 @@ def project(extends: int | None, extends_source: str, components: dict[str, Cost
                 once, each = once + ["h" + x for x in once], list(KEPT_EXTEND)
                 mc.formula = _formula(once, each)
                 mc.note = "; ".join(x for x in (mc.note, "each extend: none's PCR_Extend back to back (Eb, hEb) + the "
-                                                         "TPM's HMAC work on it (Eh − Ew, both after an operation) + "
-                                                         "the session's HMACs timed back to back (hM)") if x)
+                                                         "TPM's HMAC work on it (Eh10 − Ew10, both after an operation, "
+                                                         "at p10) + the session's HMACs timed back to back (hM)") if x)
             elif all("h" + x in components for x in once + each):
                 # each command's own host work: the basis of the modes priced by op p50
                 once, each = once + ["h" + x for x in once], each + ["h" + x for x in each]
