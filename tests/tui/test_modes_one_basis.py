@@ -63,18 +63,13 @@ def test_modes_line_keeps_one_basis_as_each_mode_runs(live):
     assert "TPM time only" not in line
 
 
-def _reuse_estimate_then_measured(live) -> tuple[float, str, str, float]:
+def _reuse_estimate_then_measured(live) -> tuple[float, str, str]:
     """Reuse's not-run estimate as the Modes line shows it after per-command (its `none`
     baseline interleaved in bursts) has run, then reuse itself run on the same private swtpm:
-    (estimate ÷ measured, the estimate's arithmetic, the measured one's, the baseline's p50
-    while reuse ran ÷ while per-command ran: the machine's speed in the two phases)."""
+    (estimate ÷ measured, the estimate's arithmetic, the measured one's)."""
     src = live(start_running=True, rate=0, mode="per-command")
     dash = Dashboard(src)
-    _run(src, dash, "per-command", 1)
-    w = src.driver.workload
-    w.ops_log = []  # each operation's figures: the baseline's p50 in each phase
     _run(src, dash, "per-command", 600)
-    base1 = _baseline_p50(w.ops_log)
     comps = dash.projection("-")[0]
     assert {"hL", "hS", "hF", "Eh10", "Ew10", "Eb", "hEb", "hM"} <= set(comps)
     estimate, line = _projection(dash)
@@ -82,24 +77,10 @@ def _reuse_estimate_then_measured(live) -> tuple[float, str, str, float]:
     assert "reuse" not in dash.projection("-")[5] and "not run, its commands' wire + host time" in line
     assert estimate.formula == "(L + S + F + hL + hS + hF) + N × (Eb + Eh10 − Ew10 + hEb + hM)"
     assert "back to back (Eb, hEb)" in estimate.note and "(Eh10 − Ew10" in estimate.note
-    w.ops_log = []
     _run(src, dash, "reuse", 10_000)
-    base2 = _baseline_p50(w.ops_log)
     measured = _projection(dash)[0].modes["reuse"]
     assert "op p50" in measured.formula
-    src.close()  # the next attempt's swtpm, not this one's, shares the cores
-    return float(estimate.total_s / measured.total_s), estimate.arithmetic, measured.arithmetic, base2 / base1
-
-
-def _baseline_p50(log) -> float:
-    """The p50 of the `none` baseline's operations in ``log`` (Workload.ops_log)."""
-    totals = sorted(o[5] for o in log if o[2] == "none" and o[7])
-    assert totals, "no baseline operation ran"
-    return totals[len(totals) // 2]
-
-
-SAME_SPEED = 1.15  # the baseline's p50 in the two phases within this factor: like with like
-ATTEMPTS = 5
+    return float(estimate.total_s / measured.total_s), estimate.arithmetic, measured.arithmetic
 
 
 def test_a_mode_not_run_is_priced_from_its_own_commands_host_and_wire(live, record_property):
@@ -115,19 +96,10 @@ def test_a_mode_not_run_is_priced_from_its_own_commands_host_and_wire(live, reco
     Eh + hE0 + hM): ×1.21–1.45 in 27 of 30 runs, none within.
 
     The estimate is made before reuse runs, so a change in the shared machine's speed between
-    the two phases (a step the load average does not show: ×2 on a 29 µs extend for seconds to
-    a minute, docs/captures.md) lands in the ratio. The baseline, the same operations measured
-    in both phases, tells: a pair is compared only when its p50 held within ×1.15 between them,
-    else the pair is made again on a fresh swtpm (docs/dashboard.md gives the runs)."""
-    tried = []
-    for _ in range(ATTEMPTS):
-        ratio, est, meas, speed = _reuse_estimate_then_measured(live)
-        tried.append((round(ratio, 3), round(speed, 3)))
-        if 1 / SAME_SPEED <= speed <= SAME_SPEED:
-            break
-    record_property("attempts", tried)  # (estimate ÷ measured, baseline phase 2 ÷ phase 1) each
+    the two phases lands in the ratio: docs/dashboard.md ("How close the estimate gets") gives
+    the runs, quiet and under the suite's stress run, where ±20 % did not always hold."""
+    ratio, est, meas = _reuse_estimate_then_measured(live)
     record_property("estimate_over_measured", round(ratio, 3))  # the figures in docs/dashboard.md
     record_property("estimate", est)
     record_property("measured", meas)
-    assert 1 / SAME_SPEED <= speed <= SAME_SPEED, f"the machine's speed changed between the phases in all: {tried}"
-    assert 0.8 <= ratio <= 1.2, (ratio, est, meas, tried)
+    assert 0.8 <= ratio <= 1.2, (ratio, est, meas)
