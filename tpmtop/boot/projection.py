@@ -59,8 +59,9 @@ HOST_COMPONENTS = {"h" + k: f"host work of {v}" for k, v in COMPONENTS.items() i
 # Per extend: Eb + hEb, a plain extend back to back (wire, host); Eh10 − Ew10, the TPM's own
 # work for the HMAC'd extend over the plain one, both after an operation, at p10 (where waiting
 # for a CPU adds least: tpmtop.sources.runs); hM, the session's HMAC work.
+# (each label fits p's 26-character column: tpmtop.tui.screens.projection)
 KEPT_BASIS = {"Eh10": "PCR_Extend (HMAC), p10", "Ew10": "PCR_Extend, burst 1st, p10",
-              "Eb": "PCR_Extend, back to back", "hM": "session HMACs, back to back"}
+              "Eb": "PCR_Extend, back to back", "hM": "session HMACs back to back"}
 HOST_COMPONENTS["hEb"] = "host work of a PCR_Extend, back to back"
 HOST_COMPONENTS["hM"] = "host work of the session's HMACs, back to back"
 KEPT_EXTEND = ("Eb", "Eh10", "-Ew10", "hEb", "hM")  # "-": subtracted
