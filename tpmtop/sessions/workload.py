@@ -35,7 +35,7 @@ class _Basis(Enum):
     """Where a baseline extend stands in its burst (RunAccount's kept-session basis)."""
 
     FIRST = "first"  # right after the mode's own operation
-    BACK_TO_BACK = "back to back"  # after another baseline extend and the session's HMAC work
+    BACK_TO_BACK = "back to back"  # past the burst's warm-up, each after the session's HMAC work
 
 
 # The workload drives either engine without knowing its session or handle type.
@@ -203,7 +203,7 @@ class Workload:
             self._prepare(e)
         return self._timed(e)
 
-    def run_baseline(self, back_to_back: bool = False) -> int:
+    def run_baseline(self, back_to_back: bool = False, steady: bool = False) -> int:
         """One operation in mode ``none`` between the current mode's own (the dashboard's
         interleaved baseline): counted in the (engine, none, op) account, its commands labelled
         mode ``none`` and origin ``baseline``. The current mode's kept session stays as it is
@@ -211,7 +211,9 @@ class Workload:
 
         ``back_to_back``: it follows another baseline operation (a burst,
         tpmtop.sources.live_workload), and the session's HMAC work is timed first, outside
-        any operation, so that this extend follows the host work a kept session's would."""
+        any operation, so that this extend follows the host work a kept session's would.
+        ``steady``: past the burst's warm-up, so its figures and that HMAC work are recorded
+        as a kept session's basis (RunAccount.b2b_wire_hist …)."""
         e = self.engine()
         mode, origin = self.mode, self.origin
         self.mode, self.origin = Mode.NONE, Origin.BASELINE  # the stream says "baseline"
@@ -220,8 +222,11 @@ class Workload:
             if basis and back_to_back:
                 from tpmtop.sessions.native import session_hmac_host_ns  # loaded with the native engine already
 
-                self.account().hmac_host_hist.record(session_hmac_host_ns(self.pcr))
-            return self._timed(e, (_Basis.BACK_TO_BACK if back_to_back else _Basis.FIRST) if basis else None)
+                hm = session_hmac_host_ns(self.pcr)
+                if steady:
+                    self.account().hmac_host_hist.record(hm)
+            kind = _Basis.FIRST if not back_to_back else _Basis.BACK_TO_BACK if steady else None
+            return self._timed(e, kind if basis else None)
         finally:
             self.mode, self.origin = mode, origin
 

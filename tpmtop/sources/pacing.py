@@ -23,10 +23,12 @@ UNPACED_BURST = 10  # unpaced: operations per job (each hand-off between threads
 # session not yet run is priced (its extends follow each other; one after a wait is slower).
 BASELINE_WARM_OPS = 40  # until `none` has this many operations, a burst after each of the mode's...
 BASELINE_SHARE = 0.02  # ...then one whenever the baseline has had less than this share of the mode's time
-# Operations per baseline burst: the first after the mode's operation, the rest back to back
-# (past BURST_JOB_S only the first two). On swtpm a plain extend's wire time falls over the
-# first four or five of a row (23 -> 16 µs, docs/dashboard.md), towards a kept session's.
+# Operations per baseline burst: the first after the mode's operation, the rest back to back.
+# On swtpm a plain extend's wire and host time fall over the first four of a row (wire 23 ->
+# 17.5 µs, host 10.8 -> 5.2) and level off after (docs/dashboard.md): from the fifth on they are
+# a row's steady part, as a kept session's long row of extends is, and price it not yet run.
 BASELINE_BURST = 8
+BASELINE_STEADY_FROM = 4  # the burst's places (0 = first) recorded as back to back
 
 
 def burst_size(rate: float) -> int:
