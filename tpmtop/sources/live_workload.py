@@ -245,9 +245,9 @@ class WorkloadDriver:
         follow it back to back, as a kept session's extends follow each other, and past the
         burst's warm-up they are the basis of a kept session not yet run
         (tpmtop.sessions.accounting). The whole burst runs even past the job's BURST_JOB_S
-        (a chip's: 8 × 6.4 ms on slb9670, once in about 17 of its 151-ms operations). Not in the per-second series (it follows the mode
-        that runs); an error propagates as the mode's would. False: it did not run (a reset,
-        stopping)."""
+        (a chip's: 8 × 6.4 ms on slb9670, once in about 17 of its 151-ms operations). Not in
+        the per-second series (it follows the mode that runs); an error propagates as the
+        mode's would. False: it did not run (a reset, stopping)."""
         w = self.workload
         if w is None or self.stopping.is_set():
             return False
@@ -257,7 +257,8 @@ class WorkloadDriver:
             for i in range(pacing.BASELINE_BURST):
                 if self.stopping.is_set():
                     break
-                if not self._one(w, baseline=True, back_to_back=i > 0, steady=i >= pacing.BASELINE_STEADY_FROM):
+                steady = i >= pacing.BASELINE_STEADY_FROM
+                if not self._one(w, baseline=True, back_to_back=i > 0, steady=steady):
                     return False  # a reset: the job ends, as after the mode's own operation
                 self.baseline_ops[key] = self.baseline_ops.get(key, 0) + 1
         finally:
