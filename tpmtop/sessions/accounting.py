@@ -35,9 +35,9 @@ class RunAccount:
     # the `none` baseline's bursts (tpmtop.sources.live_workload): the wire time of each
     # burst's first operation, right after the mode's own (as per-command's PCR_Extend follows
     # its other commands: Eh against it is the TPM's own HMAC work); the wire and host time of
-    # the ones after it, back to back, each after the session's HMAC work; and that HMAC work
-    # (command HMAC and response check, tpmtop.sessions.native.session_hmac_host_ns), timed
-    # outside any operation. A kept session's extends run back to back; one measured after a
+    # the ones past the burst's warm-up (back to back, each after the session's HMAC work);
+    # and that HMAC work (command HMAC and response check,
+    # tpmtop.sessions.native.session_hmac_host_ns), timed outside any operation. A kept session's extends run back to back; one measured after a
     # wait costs more, on the wire and on the host (docs/dashboard.md).
     first_wire_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
     b2b_wire_hist: LatencyHistogram = field(default_factory=LatencyHistogram)

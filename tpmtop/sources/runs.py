@@ -125,9 +125,9 @@ def boot_components(runs: list[RunView], engine: str = "native") -> dict[str, fl
         if h and h.get("count"):
             out["h" + letter] = float(h["p50"])
     # A kept session's extends, back to back, from the baseline's bursts (none's account): Eb
-    # and hEb, the wire and host time of the extends after a burst's first; hM, the session's
-    # HMAC work between them; Ew10, the first extend's wire time (after the mode's operation,
-    # as per-command's Eh10 follows its other commands), both at p10
+    # and hEb, the wire and host time of the extends past a burst's warm-up; hM, the session's
+    # HMAC work before them; Ew10, the burst's first extend's wire time at p10 (after the
+    # mode's operation, as per-command's PCR_Extend, Eh10, follows its other commands)
     for mode in ("none", "per-command"):
         run = by_mode.get(mode)
         out |= run.kept_basis if run is not None else {}
