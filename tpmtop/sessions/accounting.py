@@ -37,8 +37,9 @@ class RunAccount:
     # its other commands: Eh against it is the TPM's own HMAC work); the wire and host time of
     # the ones past the burst's warm-up (back to back, each after the session's HMAC work);
     # and that HMAC work (command HMAC and response check,
-    # tpmtop.sessions.native.session_hmac_host_ns), timed outside any operation. A kept session's extends run back to back; one measured after a
-    # wait costs more, on the wire and on the host (docs/dashboard.md).
+    # tpmtop.sessions.native.session_hmac_host_ns), timed outside any operation. A kept
+    # session's extends run back to back; one measured after a wait costs more, on the wire
+    # and on the host (docs/dashboard.md).
     first_wire_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
     b2b_wire_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
     b2b_host_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
