@@ -28,11 +28,11 @@ def test_header_rate_is_the_runs_own(live):
     dash = Dashboard(src)
     now = [0.0]
     dash.ops_rate = RateMeter(clock=lambda: now[0])
-    _ops(src, 5)
+    _ops(src, 1)
     dash.changed()
     dash.stats(80)
     before, none_before = _run_ops(src, "per-command"), _run_ops(src, "none")
-    _ops(src, 30)  # the baseline runs one `none` operation after each (its first 40)
+    _ops(src, 30)  # the baseline runs a burst of `none` operations after each (until 40 ran)
     now[0] = 1.0
     dash.changed()
     dash.stats(80)

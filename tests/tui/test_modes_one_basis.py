@@ -41,8 +41,9 @@ def test_modes_line_keeps_one_basis_as_each_mode_runs(live):
     assert "per-command" in dash.projection("-")[5] and "none" in dash.projection("-")[5]
     assert "TPM time only" not in line and "not run, its commands' wire + host time" in line
     # reuse not run: an estimate on the op basis (its commands' own host work), between the two measured modes
-    assert "hM" in reuse.formula and reuse.total_s is not None
+    assert "Eb + Eh10 − Ew10 + hEb + hM" in reuse.formula and reuse.total_s is not None
     assert none.total_s <= reuse.total_s <= pc.total_s, (none.arithmetic, reuse.arithmetic, pc.arithmetic)
+    estimate = reuse
     # saved not run: no ContextSave measured, so no price rather than one without it
     assert proj.modes["saved"].estimate_s is None and "C (ContextSave)" in proj.modes["saved"].reason
 
@@ -51,6 +52,8 @@ def test_modes_line_keeps_one_basis_as_each_mode_runs(live):
     none, pc, reuse = (proj.modes[m] for m in ("none", "per-command", "reuse"))
     assert "N × op p50" in line and "reuse" in dash.projection("-")[5]
     assert none.total_s <= reuse.total_s <= pc.total_s, (none.arithmetic, reuse.arithmetic, pc.arithmetic)
+    # the chip's HMAC'd extend is ×3.8 its plain one: Eh10 − Ew10 carries it (24.59 s against 24.49 s here)
+    assert 0.8 <= estimate.total_s / reuse.total_s <= 1.2, (estimate.arithmetic, reuse.arithmetic)
 
     _run(src, dash, "saved", 15)
     proj, line = _projection(dash)
@@ -61,35 +64,42 @@ def test_modes_line_keeps_one_basis_as_each_mode_runs(live):
 
 
 def _reuse_estimate_then_measured(live) -> tuple[float, str, str]:
-    """Reuse's not-run estimate as the Modes line shows it after per-command (none interleaved)
-    has run, then reuse itself run on the same private swtpm: (estimate ÷ measured, the
-    estimate's arithmetic, the measured one's)."""
+    """Reuse's not-run estimate as the Modes line shows it after per-command (its `none`
+    baseline interleaved in bursts) has run, then reuse itself run on the same private swtpm:
+    (estimate ÷ measured, the estimate's arithmetic, the measured one's)."""
     src = live(start_running=True, rate=0, mode="per-command")
     dash = Dashboard(src)
-    _run(src, dash, "per-command", 300)
+    _run(src, dash, "per-command", 600)
     comps = dash.projection("-")[0]
-    assert {"hL", "hS", "hF", "hEh", "hE0", "hM"} <= set(comps)
+    assert {"hL", "hS", "hF", "Eh10", "Ew10", "Eb", "hEb", "hM"} <= set(comps)
     estimate, line = _projection(dash)
     estimate = estimate.modes["reuse"]
     assert "reuse" not in dash.projection("-")[5] and "not run, its commands' wire + host time" in line
-    assert estimate.formula == "(L + S + F + hL + hS + hF) + N × (Eh + hE0 + hM)"
-    assert "none's PCR_Extend (hE0)" in estimate.note and "back to back (hM)" in estimate.note
-    _run(src, dash, "reuse", 1000)
+    assert estimate.formula == "(L + S + F + hL + hS + hF) + N × (Eb + Eh10 − Ew10 + hEb + hM)"
+    assert "back to back (Eb, hEb)" in estimate.note and "(Eh10 − Ew10" in estimate.note
+    _run(src, dash, "reuse", 10_000)
     measured = _projection(dash)[0].modes["reuse"]
     assert "op p50" in measured.formula
     return float(estimate.total_s / measured.total_s), estimate.arithmetic, measured.arithmetic
 
 
-def test_a_mode_not_run_is_priced_from_its_own_commands_host_and_wire(live):
-    """Issue 55 item 1: at swtpm speed, reuse not yet run was priced as its commands plus a
-    whole per-command operation's host time (salt, ECDH, key derivation: ~160 µs), ×3–6 what
-    reuse then measured; then from per-command's own PCR_Extend host work (hEh): ×1.49–1.61
-    in ten runs here, because that extend follows StartAuthSession's wait and a command after
-    a wait costs more than one sent back to back, as a kept session's are. Now its host work
-    is priced on the back-to-back basis: none's PCR_Extend host work (hE0) plus the session's
-    HMACs timed back to back (hM). Estimate first (reuse not run), then reuse run. The issue's
-    ±20 % does NOT hold: in thirty runs (12:18–12:27 UTC, load 2–5.5) ×1.21–1.45, none within,
-    and ×0.65–0.90 in the three where load doubled reuse's measured p50; Eh's wire still follows the wait
-    (docs/dashboard.md, "How close the estimate gets"). The bound is what those runs support."""
+def test_a_mode_not_run_is_priced_from_its_own_commands_host_and_wire(live, record_property):
+    """Issue 55 item 1: reuse not yet run, priced from the commands it would send at this
+    sitting's costs, host and wire apart, comes within ±20 % of reuse then measured (swtpm).
+
+    A kept session's extends run back to back; the PCR_Extend inside per-command follows
+    StartAuthSession's wait, and a command after a wait costs more, on the wire and on the
+    host. So the `none` baseline comes in bursts: per extend, a plain extend back to back (Eb
+    wire, hEb host, each after the session's HMAC work, hM, timed on its own) plus the TPM's
+    HMAC work, Eh10 − Ew10 (the HMAC'd extend over the burst's first plain one, both after an
+    operation, at p10: under load their p50s carry the wait for a CPU). Before (priced on
+    Eh + hE0 + hM): ×1.21–1.45 in 27 of 30 runs, none within.
+
+    The estimate is made before reuse runs, so a change in the shared machine's speed between
+    the two phases lands in the ratio: docs/dashboard.md ("How close the estimate gets") gives
+    the runs, quiet and under the suite's stress run, where ±20 % did not always hold."""
     ratio, est, meas = _reuse_estimate_then_measured(live)
-    assert 0.6 <= ratio <= 1.5, (ratio, est, meas)
+    record_property("estimate_over_measured", round(ratio, 3))  # the figures in docs/dashboard.md
+    record_property("estimate", est)
+    record_property("measured", meas)
+    assert 0.8 <= ratio <= 1.2, (ratio, est, meas)

@@ -51,12 +51,20 @@ COMPONENTS = {
 # key derivation, which reuse does once, counted on every extend).
 HOST_COMPONENTS = {"h" + k: f"host work of {v}" for k, v in COMPONENTS.items() if k != "H"}
 # A kept session's extends follow each other; the PCR_Extend measured inside per-command
-# follows StartAuthSession's wait, and its host work (hEh) is ×2 what the same extend costs
-# back to back (docs/dashboard.md). So a kept-session extend not yet run is priced on the
-# back-to-back basis: none's PCR_Extend host work (hE0, one command per operation, as reuse)
-# plus the session's HMAC work timed back to back (hM), beside Eh's wire time.
+# follows StartAuthSession's wait, and a command after a wait is slower, on the wire and on the
+# host, than one back to back (docs/dashboard.md). So a kept-session extend not yet run is
+# priced from plain extends measured as its would run: the dashboard's `none` baseline comes in
+# short bursts (tpmtop.sources.live_workload), whose first extend follows the mode's operation
+# and the others follow it back to back, each after the session's HMAC work timed on its own.
+# Per extend: Eb + hEb, a plain extend back to back (wire, host); Eh10 − Ew10, the TPM's own
+# work for the HMAC'd extend over the plain one, both after an operation, at p10 (where waiting
+# for a CPU adds least: tpmtop.sources.runs); hM, the session's HMAC work.
+# (each label fits p's 26-character column: tpmtop.tui.screens.projection)
+KEPT_BASIS = {"Eh10": "PCR_Extend (HMAC), p10", "Ew10": "PCR_Extend, burst 1st, p10",
+              "Eb": "PCR_Extend, back to back", "hM": "session HMACs back to back"}
+HOST_COMPONENTS["hEb"] = "host work of a PCR_Extend, back to back"
 HOST_COMPONENTS["hM"] = "host work of the session's HMACs, back to back"
-KEPT_EXTEND_HOST = ("hE0", "hM")
+KEPT_EXTEND = ("Eb", "Eh10", "-Ew10", "hEb", "hM")  # "-": subtracted
 PUBLISHED_SOURCE = "published SLB9670 figures (last resort)"
 PUBLISHED_ABOUT = ("Infineon SLB9670 via ftrace on kernel 6.11-rc2, Sept 2024: another machine's TPM, "
                    "so the estimates only show the order of magnitude")
@@ -270,16 +278,25 @@ def capture_costs(data: Any, path: str) -> tuple[dict[str, Cost], list[str]]:
     return {m: c for m, (_, c) in best.items()}, notes
 
 
+def _joined(parts: list[str]) -> str:
+    """``a + b − c`` of terms, a leading "-" meaning subtracted (KEPT_EXTEND)."""
+    out = ""
+    for i, p in enumerate(parts):
+        neg = p.startswith("-")
+        out += (" − " if neg else " + " if i else "") + p.removeprefix("-")
+    return out
+
+
 def _formula(once: list[str], each: list[str]) -> str:
     def group(letters: list[str]) -> str:
-        return f"({' + '.join(letters)})" if len(letters) > 1 else letters[0]
+        return f"({_joined(letters)})" if len(letters) > 1 else letters[0]
 
     per = f"N × {group(each)}"
     return f"{group(once)} + {per}" if once else per
 
 
 def _sum(names: list[str], comps: dict[str, Cost]) -> Decimal:
-    return sum((comps[n].us for n in names), Decimal(0))
+    return sum((-comps[n[1:]].us if n.startswith("-") else comps[n].us for n in names), Decimal(0))
 
 
 def project(extends: int | None, extends_source: str, components: dict[str, Cost],
@@ -297,12 +314,13 @@ def project(extends: int | None, extends_source: str, components: dict[str, Cost
         mc = ModeCost(mode, info.formula, note=info.projection_note)
         if per_mode and mode not in per_mode:
             if each == ["Eh"] and all("h" + x in components for x in once) \
-                    and all(x in components for x in KEPT_EXTEND_HOST):
-                # a kept session's extends, back to back: their host work on that basis (above)
-                once, each = once + ["h" + x for x in once], each + list(KEPT_EXTEND_HOST)
+                    and all(x.removeprefix("-") in components for x in KEPT_EXTEND):
+                # a kept session's extends, back to back: priced on that basis (above)
+                once, each = once + ["h" + x for x in once], list(KEPT_EXTEND)
                 mc.formula = _formula(once, each)
-                mc.note = "; ".join(x for x in (mc.note, "each extend's host work: none's PCR_Extend (hE0) + "
-                                                         "the session's HMACs timed back to back (hM)") if x)
+                mc.note = "; ".join(x for x in (mc.note, "each extend: none's PCR_Extend back to back (Eb, hEb) + the "
+                                                         "TPM's HMAC work on it (Eh10 − Ew10, both after an operation, "
+                                                         "at p10) + the session's HMACs timed back to back (hM)") if x)
             elif all("h" + x in components for x in once + each):
                 # each command's own host work: the basis of the modes priced by op p50
                 once, each = once + ["h" + x for x in once], each + ["h" + x for x in each]
@@ -327,12 +345,12 @@ def project(extends: int | None, extends_source: str, components: dict[str, Cost
             mc.arithmetic = f"{n:,} × {fmt_us(c.us)} µs = {fmt_seconds(mc.total_s)}"
             mc.estimate_s = round_sig(mc.total_s)
             continue
-        missing = [x for x in once + each if x not in components]
+        missing = [x for x in (y.removeprefix("-") for y in once + each) if x not in components]
         if missing:
             mc.reason = "no cost for " + ", ".join(f"{x} ({COMPONENTS.get(x, 'host time')})"
                                                    for x in dict.fromkeys(missing))
             continue
-        mc.sources = sorted({components[x].source for x in once + each})
+        mc.sources = sorted({components[x.removeprefix("-")].source for x in once + each})
         if n is None:
             mc.reason = "number of extends unknown"
             continue
@@ -341,7 +359,7 @@ def project(extends: int | None, extends_source: str, components: dict[str, Cost
         mc.total_s = (first + Decimal(n) * per) / Decimal(10 ** 6)
         mc.estimate_s = round_sig(mc.total_s)
         def terms(names: list[str]) -> str:
-            t = " + ".join(fmt_us(components[x].us) for x in names)
+            t = _joined([x[0] * x.startswith("-") + fmt_us(components[x.removeprefix("-")].us) for x in names])
             return f"({t})" if len(names) > 1 else t
 
         steps = [f"{n:,} × {terms(each)} µs"]

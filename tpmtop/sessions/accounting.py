@@ -31,9 +31,18 @@ class RunAccount:
     # and its check on the HMAC'd command: a mode that was not run is priced from the host
     # work of the commands it would send, not from another mode's whole host time.
     command_host_hists: dict[int | None, LatencyHistogram] = field(default_factory=dict)
-    # The kept session's own HMAC work (command HMAC and response check), timed after each
-    # per-command extend, outside the operation (tpmtop.sessions.native.session_hmac_host_ns):
-    # back to back, as a kept session's extends run, where hEh follows StartAuthSession's wait.
+    # The basis of a kept session's extends not yet run (tpmtop.boot.projection, reuse), from
+    # the `none` baseline's bursts (tpmtop.sources.live_workload): the wire time of each
+    # burst's first operation, right after the mode's own (as per-command's PCR_Extend follows
+    # its other commands: Eh against it is the TPM's own HMAC work); the wire and host time of
+    # the ones past the burst's warm-up (back to back, each after the session's HMAC work);
+    # and that HMAC work (command HMAC and response check,
+    # tpmtop.sessions.native.session_hmac_host_ns), timed outside any operation. A kept
+    # session's extends run back to back; one measured after a wait costs more, on the wire
+    # and on the host (docs/dashboard.md).
+    first_wire_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
+    b2b_wire_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
+    b2b_host_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
     hmac_host_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
 
     def add(self, total_ns: int, wire: list[tuple[int | None, int, int]], t0_ns: int | None = None) -> None:

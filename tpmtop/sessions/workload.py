@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from contextlib import AbstractContextManager
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from tpm2_pytss.constants import TPM2_RC
@@ -28,6 +29,14 @@ from tpmtop.tpm.exchange import Labels, Origin, WireEntry, labelled, wire_log
 
 if TYPE_CHECKING:
     from tpmtop.tpm.commands import Transacts
+
+
+class _Basis(Enum):
+    """Where a baseline extend stands in its burst (RunAccount's kept-session basis)."""
+
+    FIRST = "first"  # right after the mode's own operation
+    BACK_TO_BACK = "back to back"  # past the burst's warm-up, each after the session's HMAC work
+
 
 # The workload drives either engine without knowing its session or handle type.
 AnyEngine = CryptoEngine[Any, Any]
@@ -194,20 +203,34 @@ class Workload:
             self._prepare(e)
         return self._timed(e)
 
-    def run_baseline(self) -> int:
+    def run_baseline(self, back_to_back: bool = False, steady: bool = False) -> int:
         """One operation in mode ``none`` between the current mode's own (the dashboard's
         interleaved baseline): counted in the (engine, none, op) account, its commands labelled
         mode ``none`` and origin ``baseline``. The current mode's kept session stays as it is
-        (a ``none`` operation uses no session), so the mode's next operation pays no set-up."""
+        (a ``none`` operation uses no session), so the mode's next operation pays no set-up.
+
+        ``back_to_back``: it follows another baseline operation (a burst,
+        tpmtop.sources.live_workload), and the session's HMAC work is timed first, outside
+        any operation, so that this extend follows the host work a kept session's would.
+        ``steady``: past the burst's warm-up, so its figures and that HMAC work are recorded
+        as a kept session's basis (RunAccount.b2b_wire_hist …)."""
         e = self.engine()
         mode, origin = self.mode, self.origin
         self.mode, self.origin = Mode.NONE, Origin.BASELINE  # the stream says "baseline"
         try:
-            return self._timed(e)
+            basis = self.engine_name is Engine.NATIVE and self.op is Op.EXTEND
+            if basis and back_to_back:
+                from tpmtop.sessions.native import session_hmac_host_ns  # loaded with the native engine already
+
+                hm = session_hmac_host_ns(self.pcr)
+                if steady:
+                    self.account().hmac_host_hist.record(hm)
+            kind = _Basis.FIRST if not back_to_back else _Basis.BACK_TO_BACK if steady else None
+            return self._timed(e, kind if basis else None)
         finally:
             self.mode, self.origin = mode, origin
 
-    def _timed(self, e: AnyEngine) -> int:
+    def _timed(self, e: AnyEngine, basis: _Basis | None = None) -> int:
         acct = self.account()
         self._op_seq = self.conn.recorder.next_op_seq()
         wire: list[WireEntry] = []
@@ -230,12 +253,13 @@ class Workload:
                 self.ops_log.append((self._op_seq, self.engine_name, self.mode, self.op, t0, total,
                                      sum(w for _, w, _ in wire), ok))
         acct.add(total, wire, t0)
-        if ok and self.engine_name is Engine.NATIVE and self.op is Op.EXTEND and self.mode is Mode.PER_COMMAND:
-            # outside the operation's time: the session HMAC work alone, back to back (hM, the
-            # host basis of reuse not yet run); only here, so the kept modes run as before
-            from tpmtop.sessions.native import session_hmac_host_ns  # loaded with the native engine already
-
-            acct.hmac_host_hist.record(session_hmac_host_ns(self.pcr))
+        if basis is not None and len(wire) == 1:  # a plain extend is one command
+            wire_ns = wire[0][1]
+            if basis is _Basis.FIRST:
+                acct.first_wire_hist.record(wire_ns)
+            else:
+                acct.b2b_wire_hist.record(wire_ns)
+                acct.b2b_host_hist.record(max(total - wire_ns, 0))
         return total
 
     def _run_mode(self, e: AnyEngine) -> None:

@@ -28,8 +28,9 @@ class RunView:
     host_buckets: Callable[[], list[Any]] | list[Any] | None = None
     # spec name -> summary of each command's host time (tpmtop.sessions.accounting); live only
     command_host: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # summary of the session HMAC work timed back to back (RunAccount.hmac_host_hist); live only
-    hmac_host: dict[str, Any] = field(default_factory=dict)
+    # the basis of a kept session not yet run (µs by the projection's letter: Eb, hEb, hM, Ew10
+    # from the `none` baseline's bursts, Eh10 from per-command; tpmtop.sessions.accounting); live only
+    kept_basis: dict[str, float] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -60,7 +61,25 @@ def run_from_account(key: tuple[str, str, str], acc: Any) -> RunView:
         commands_per_op={names.cc_name(cc): n / ops for cc, n in cmds.items()} if ops else {},
         commands=commands, op_buckets=op_b, wire_buckets=wire_b, host_buckets=host_b,
         command_host={names.cc_name(cc): summary_of(h) for cc, h in host.items()},
-        hmac_host=summary_of(hm) if (hm := getattr(acc, "hmac_host_hist", None)) is not None else {})
+        kept_basis=_kept_basis(acc, hists.get(CC_PCR_EXTEND) if mode == "per-command" else None))
+
+
+CC_PCR_EXTEND = 0x182  # TPM2_CC_PCR_Extend
+# the projection's letter -> (RunAccount's histogram, its percentile); the kernel's OpStats has none
+_KEPT_BASIS = {"Eb": ("b2b_wire_hist", 50), "hEb": ("b2b_host_hist", 50), "hM": ("hmac_host_hist", 50),
+               "Ew10": ("first_wire_hist", 10)}
+
+
+def _kept_basis(acc: Any, hmac_extend: Any) -> dict[str, float]:
+    """The TPM's own HMAC work is read where waiting for a CPU adds least, at p10 of both
+    extends measured after an operation (Eh10 − Ew10): their p50s, under load, carry the
+    scheduler's wake-up, which is no TPM work, and swung −11 to +28 µs apart in six runs at
+    load 11 (p10: −1 to +5; docs/dashboard.md)."""
+    out = {letter: h.percentile_ns(q) / 1000 for letter, (attr, q) in _KEPT_BASIS.items()
+           if (h := getattr(acc, attr, None)) is not None and h.count}
+    if hmac_extend is not None and hmac_extend.count:
+        out["Eh10"] = hmac_extend.percentile_ns(10) / 1000
+    return out
 
 
 def runs_from_accounts(accounts: dict[tuple[str, str, str], Any]) -> list[RunView]:
@@ -105,11 +124,13 @@ def boot_components(runs: list[RunView], engine: str = "native") -> dict[str, fl
         h = run.command_host.get(cc) if run is not None else None
         if h and h.get("count"):
             out["h" + letter] = float(h["p50"])
-    # hM, the kept session's HMAC work timed back to back (per-command's extends): with E0's
-    # host work, reuse's host basis; hEh follows StartAuthSession's wait (×2 on swtpm)
-    hm = pc_run.hmac_host if (pc_run := by_mode.get("per-command")) is not None else None
-    if hm and hm.get("count"):
-        out["hM"] = float(hm["p50"])
+    # A kept session's extends, back to back, from the baseline's bursts (none's account): Eb
+    # and hEb, the wire and host time of the extends past a burst's warm-up; hM, the session's
+    # HMAC work before them; Ew10, the burst's first extend's wire time at p10 (after the
+    # mode's operation, as per-command's PCR_Extend, Eh10, follows its other commands)
+    for mode in ("none", "per-command"):
+        run = by_mode.get(mode)
+        out |= run.kept_basis if run is not None else {}
     # H, the host time of one per-command operation: the fallback basis where the commands'
     # host time is not known apart (a capture)
     pc = by_mode.get("per-command")

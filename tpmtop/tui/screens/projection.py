@@ -32,7 +32,7 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
     ran (the Modes panel's numbers), priced as N × that p50 as the Modes line is."""
     import textwrap
 
-    from tpmtop.boot.projection import COMPONENTS, Cost, fmt_estimate, project
+    from tpmtop.boot.projection import COMPONENTS, KEPT_BASIS, Cost, fmt_estimate, project
 
     comps = {k: Cost(Decimal(repr(v)), where) for k, v in components_us.items()}
     per_mode = {m: Cost(Decimal(repr(v)), per_mode_what) for m, v in (per_mode_us or {}).items()}
@@ -46,10 +46,15 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
         lines.append(f"  {letter:<2} {what:<28} " + (f"{v:>{NUM_W},.1f} µs" if v is not None else
                                                       f"[dim]{escape(missing)}[/]")
                      + (f"  [dim]host h{letter:<2}[/] {h:>{NUM_W},.1f} µs" if h is not None else ""))
-    if (hm := components_us.get("hM")) is not None:  # reuse's host basis when it has not run
-        # no wire figure of its own: blank where the others have theirs, the host column aligned
-        lines.append(f"  {'hM':<2} {'session HMACs, back to back':<28} {'':>{NUM_W + 3}}  "
-                     f"[dim]host hM [/] {hm:>{NUM_W},.1f} µs")
+    for letter, what in KEPT_BASIS.items():  # a kept session's basis while it has not run (live only)
+        v, h = components_us.get(letter), components_us.get("h" + letter)
+        if letter == "hM":
+            v, h = None, v  # host work only: blank where the others have their wire figure
+        if v is None and h is None:
+            continue
+        lines.append(f"  {letter:<4} {what:<26} " + (f"{v:>{NUM_W},.1f} µs" if v is not None else " " * (NUM_W + 3))
+                     + (f"  [dim]host {letter if letter == 'hM' else 'h' + letter:<3}[/] {h:>{NUM_W},.1f} µs"
+                        if h is not None else ""))
     lines.append("")
 
     def under(text: str, style: str = "") -> None:
@@ -70,8 +75,9 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
     if per_mode and len(per_mode) < len(proj.modes):
         own = any(k.startswith("h") for k in components_us)
         how = ("the commands it would send, each at its wire p50 plus its own host work (hL, hS …, measured "
-               "apart in this sitting; a kept session's extend: none's hE0 + hM, the session's HMACs timed "
-               "back to back)" if own else "the commands above plus H, per-command's host time per operation")
+               "apart in this sitting; a kept session's extend from the baseline's bursts: a plain extend back "
+               "to back, Eb + hEb, + Eh10 − Ew10, the TPM's HMAC work at p10, + hM, the session's HMACs)" if own
+               else "the commands above plus H, per-command's host time per operation")
         lines += ["", f"[dim]A mode that ran here is N × its {escape(per_mode_what)} (host work included, as in "
                       f"the Modes panel); one that did not is priced from {how}, so that it is operation time too "
                       "(without host time its row says it is TPM time only); saved needs C, ContextSave, measured "
