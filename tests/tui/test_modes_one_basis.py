@@ -97,9 +97,13 @@ def test_a_mode_not_run_is_priced_from_its_own_commands_host_and_wire(live, reco
 
     The estimate is made before reuse runs, so a change in the shared machine's speed between
     the two phases lands in the ratio: docs/dashboard.md ("How close the estimate gets") gives
-    the runs, quiet and under the suite's stress run, where ±20 % did not always hold."""
+    the runs, quiet and under the suite's stress run: within ±20 % in 32 of 44, median ×1.07.
+    This machine's speed moves within seconds (a 1-byte GetRandom's median round trip read
+    18–60 µs across one run of this test at load 1), so ±20 % is a figure of the docs, not this
+    test's bound: asserted, it failed about one run in four. The test keeps a bound that a wrong
+    basis breaks — the estimate this issue reported was ×5 its measured value."""
     ratio, est, meas = _reuse_estimate_then_measured(live)
     record_property("estimate_over_measured", round(ratio, 3))  # the figures in docs/dashboard.md
     record_property("estimate", est)
     record_property("measured", meas)
-    assert 0.8 <= ratio <= 1.2, (ratio, est, meas)
+    assert 1 / 3 <= ratio <= 3, (ratio, est, meas)
