@@ -11,21 +11,20 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
-from tpm2_pytss.constants import TPM2_RC
-
 from tpmtop.errors import NullNameChanged, TpmConnectionError, TpmError, TpmtopError
 from tpmtop.sessions.modes import Mode
 from tpmtop.sources import pacing
 from tpmtop.sources.gate import UiGate
 from tpmtop.sources.pacing import BURST_JOB_S, RATES, burst_size, pacing_json
 from tpmtop.sources.timeline import OpsTimeline
+from tpmtop.tpm import names
 from tpmtop.tpm.exchange import Origin
 
 MAX_CONSECUTIVE_ERRORS = 3
 # A full TPM (object slots, session slots, session handles): retrying cannot help until
 # someone frees a slot, and every retry is one more failed command on the operator's TPM.
-SLOTS_FULL = {int(TPM2_RC.OBJECT_MEMORY): "object slots", int(TPM2_RC.SESSION_MEMORY): "session slots",
-              int(TPM2_RC.SESSION_HANDLES): "session handles"}
+SLOTS_FULL = {names.RC_OBJECT_MEMORY: "object slots", names.RC_SESSION_MEMORY: "session slots",
+              names.RC_SESSION_HANDLES: "session handles"}
 
 
 class PauseCause(StrEnum):
