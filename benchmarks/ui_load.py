@@ -399,16 +399,18 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
     # Full (generation 2) collections stop every thread: their pauses while the workload runs.
     gc_pauses: list[float] = []
     gc_cpu: list[float] = []  # the same collections' CPU time (the thread that ran them): the machine's load left out
-    gc_started = [0.0, 0.0]
+    gc_started: list[float] = []
 
     def on_gc(phase, info):
         if info.get("generation") != 2:
             return
         if phase == "start":
             gc_started[:] = [time.perf_counter(), time.thread_time()]
-        else:
+        elif gc_started:  # not a collection that started before the callback was added (its
+            # finalizers can let this thread run mid-collection): its start was never seen
             gc_pauses.append(time.perf_counter() - gc_started[0])
             gc_cpu.append(time.thread_time() - gc_started[1])
+            gc_started.clear()
     conn = open_tpm(sim=True)
     if profile:  # a slow chip: keys must still act at once (the Pilot test checks that they act)
         from tpmtop.profiles import load_profile
