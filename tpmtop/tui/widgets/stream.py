@@ -284,11 +284,11 @@ class StreamView(ScrollView, can_focus=True):
             highlight = self.has_focus and i == len(self.rows) - self._back - 1
             key: tuple[object, ...] = (row.key, row.t, row.origin, row.command, row.handles, row.sessions, row.rc,
                                        row.us, row.ok, highlight, width, rest, *widths.values())
-            lines = self._line_cache()
-            strip = lines.get(key)
+            cache = self._line_cache()
+            strip = cache.get(key)
             if strip is None:
                 strip = self._strip(self._row_content(row, widths, rest, highlight), width)
-                lines[key] = strip
+                cache[key] = strip
             return strip
         lines = self._page()[0]  # the header, or the note of an empty page: few, not cached
         return self._strip(lines[y], width) if y < len(lines) else Strip.blank(width, self.rich_style)
