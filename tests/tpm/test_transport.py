@@ -316,3 +316,61 @@ def test_a_reset_hands_the_old_events_to_a_thread_that_frees_them(tpm, monkeypat
     read_variable(tpm.transport)  # recording goes on into the new ring
     assert [e.cc for e in rec.events()] == [0x17A] * len(rec.events()) and rec.events()
     assert rec.command_stats("user")[0x17A].hist.count >= 1
+
+
+def test_session_numbers_are_tpm2_pytss_values():
+    """The session engine, its workload and the null primary's template spell their TPM numbers
+    (the dashboard's workload loads them in every mode, and tpm2-pytss with the cryptography
+    it imports is ~10,000 objects every full GC walks); each must stay the TPM's, and the
+    template's bytes must be what tpm2-pytss marshals."""
+    from tpm2_pytss.constants import TPM2_ALG, TPM2_CC, TPM2_RC, TPM2_RH, TPM2_ST, TPMA_OBJECT, TPMA_SESSION
+
+    from tpmtop.sessions import engine, native, templates
+
+    assert (engine.ATTR_CONTINUE, engine.ATTR_DECRYPT, engine.ATTR_ENCRYPT) == (
+        TPMA_SESSION.CONTINUESESSION, TPMA_SESSION.DECRYPT, TPMA_SESSION.ENCRYPT)
+    assert (native.ST_NO_SESSIONS, native.ST_SESSIONS, native.RS_PW) == (
+        TPM2_ST.NO_SESSIONS, TPM2_ST.SESSIONS, TPM2_RH.PW)
+    assert (native.CC_CREATE_PRIMARY, native.CC_CONTEXT_LOAD, native.CC_CONTEXT_SAVE, native.CC_FLUSH_CONTEXT,
+            native.CC_START_AUTH_SESSION, native.CC_GET_RANDOM, native.CC_PCR_EXTEND) == (
+        TPM2_CC.CreatePrimary, TPM2_CC.ContextLoad, TPM2_CC.ContextSave, TPM2_CC.FlushContext,
+        TPM2_CC.StartAuthSession, TPM2_CC.GetRandom, TPM2_CC.PCR_Extend)
+    for alg in ("AES", "SHA256", "CFB", "NULL", "ECC"):
+        assert getattr(native, f"ALG_{alg}") == getattr(TPM2_ALG, alg), alg
+    for rc in ("VALUE", "HIERARCHY", "HANDLE", "INTEGRITY", "REFERENCE_S0", "REFERENCE_S6"):
+        assert getattr(names, f"RC_{rc}") == getattr(TPM2_RC, rc), rc
+    assert templates.TPM_RH_NULL == TPM2_RH.NULL
+    assert templates.NULL_PRIMARY_ATTRS == (
+        TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT | TPMA_OBJECT.SENSITIVEDATAORIGIN | TPMA_OBJECT.USERWITHAUTH
+        | TPMA_OBJECT.NODA | TPMA_OBJECT.RESTRICTED | TPMA_OBJECT.DECRYPT)
+    assert templates.null_primary_public_bytes() == bytes(templates.null_primary_public().marshal())
+
+
+def test_create_primary_answer_is_read_as_tpm2_pytss_reads_it(tpm):
+    """The native engine reads CreatePrimary's name and ECC point itself (no tpm2-pytss import
+    in the dashboard): on the swtpm's real answer, what tpm2-pytss's types read; a cut answer
+    is rejected, never read short."""
+    from tpm2_pytss.types import TPM2B_CREATION_DATA, TPM2B_DIGEST, TPM2B_NAME, TPM2B_PUBLIC, TPMT_TK_CREATION
+
+    from tpmtop.errors import IntegrityError
+    from tpmtop.sessions import native
+
+    e = native.NativeEngine(tpm.transport)
+    handle, rparams = e.execute(native.CC_CREATE_PRIMARY, (native.TPM_RH_NULL,), struct.pack(">I", native.TPM_RH_NULL),
+                                native._create_primary_params(), None, 0, rsp_handle=True)
+    try:
+        off = 0
+        for t in (TPM2B_PUBLIC, TPM2B_CREATION_DATA, TPM2B_DIGEST, TPMT_TK_CREATION):
+            off += t.unmarshal(rparams[off:])[1]
+        name = bytes(TPM2B_NAME.unmarshal(rparams[off:])[0])
+        ecc = TPM2B_PUBLIC.unmarshal(rparams)[0].publicArea.unique.ecc
+        assert len(name) == 34 and native._name_from_create_primary(rparams) == name
+        assert native._ecc_point_from_public(rparams) == (bytes(ecc.x), bytes(ecc.y))
+        assert len(bytes(ecc.x)) == 32
+        for cut in (rparams[:len(rparams) - 1], rparams[:40]):
+            with pytest.raises(IntegrityError):
+                native._name_from_create_primary(cut)
+        with pytest.raises(IntegrityError):
+            native._ecc_point_from_public(rparams[:60])
+    finally:
+        e.flush(handle)

@@ -3,6 +3,10 @@ drivers/char/tpm/tpm2-sessions.c), with `cryptography` for ECDH, HMAC and AES.
 
 Hashing and HMAC go through hashlib/hmac (OpenSSL underneath, but without the per-call
 algorithm look-ups that dominate ESAPI's host time): ~1-2 µs each here.
+
+`cryptography` is imported by the first salted session or parameter encryption, not with this
+module: the dashboard's workload loads it in every mode, and in the modes without a salted
+session (none, the default) its ~6,000 objects would only lengthen each full GC.
 """
 
 from __future__ import annotations
@@ -10,14 +14,6 @@ from __future__ import annotations
 import hashlib
 import hmac as _hmac
 import struct
-
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
-
-try:  # cryptography ≥ 43 keeps CFB among the "decrepit" modes; the TPM spec still mandates it
-    from cryptography.hazmat.decrepit.ciphers.modes import CFB
-except ImportError:  # pragma: no cover - older cryptography
-    from cryptography.hazmat.primitives.ciphers.modes import CFB
 
 _sha256 = hashlib.sha256
 
@@ -49,6 +45,8 @@ def ecdh_salt(tpm_x: bytes, tpm_y: bytes) -> tuple[bytes, bytes, bytes]:
     The ephemeral point is the encryptedSalt the TPM receives; salt = KDFe(Z, "SECRET",
     ephemeral.x, tpmkey.x) where Z is the x coordinate of the ECDH shared point.
     """
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     tpm_pub = ec.EllipticCurvePublicNumbers(int.from_bytes(tpm_x, "big"), int.from_bytes(tpm_y, "big"),
                                             ec.SECP256R1()).public_key()
     eph = ec.generate_private_key(ec.SECP256R1())
@@ -78,6 +76,13 @@ def session_hmac(key: bytes, p_hash: bytes, nonce_newer: bytes, nonce_older: byt
 
 def cfb(key_material: bytes, nonce_newer: bytes, nonce_older: bytes, data: bytes, encrypt: bool) -> bytes:
     """AES-128-CFB parameter encryption (Part 1 §21.3): key ‖ IV = KDFa("CFB", newer, older)."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+    try:  # cryptography ≥ 43 keeps CFB among the "decrepit" modes; the TPM spec still mandates it
+        from cryptography.hazmat.decrepit.ciphers.modes import CFB
+    except ImportError:  # pragma: no cover - older cryptography
+        from cryptography.hazmat.primitives.ciphers.modes import CFB
+
     kiv = kdfa(key_material, b"CFB", nonce_newer, nonce_older, 256)
     c = Cipher(algorithms.AES(kiv[:16]), CFB(kiv[16:32]))
     op = c.encryptor() if encrypt else c.decryptor()

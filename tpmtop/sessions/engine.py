@@ -11,22 +11,22 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Generic, Protocol, TypeVar
 
-from tpm2_pytss.constants import TPM2_RC, TPMA_SESSION
-
 from tpmtop.errors import NullNameChanged, TpmError
 from tpmtop.tpm import names
 
-# Session attribute bits a strategy asks an engine for (TPMA_SESSION).
-ATTR_CONTINUE = int(TPMA_SESSION.CONTINUESESSION)
-ATTR_DECRYPT = int(TPMA_SESSION.DECRYPT)  # the command's first TPM2B parameter is encrypted
-ATTR_ENCRYPT = int(TPMA_SESSION.ENCRYPT)  # the response's first TPM2B parameter is encrypted
+# Session attribute bits a strategy asks an engine for (TPMA_SESSION). Spelled here (spec
+# Part 2), not taken from tpm2_pytss.constants: the dashboard's workload loads this module, and
+# tpm2-pytss (with the cryptography it imports) is ~10,000 objects the cyclic GC walks on every
+# full collection. tests/tpm/test_transport.py pins each to its name there.
+ATTR_CONTINUE = 0x01  # TPMA_SESSION.CONTINUESESSION
+ATTR_DECRYPT = 0x20  # TPMA_SESSION.DECRYPT: the command's first TPM2B parameter is encrypted
+ATTR_ENCRYPT = 0x40  # TPMA_SESSION.ENCRYPT: the response's first TPM2B parameter is encrypted
 
 # What an operation sends, the same through either engine.
 EXTEND_DIGEST = bytes.fromhex("6d3c1f5e3ad2b2f0c0ffee0ddba11ad5e1ec7ed1ab1e5eed0fbadc0ffee15600")
 RANDOM_BYTES = 32
 # ContextLoad failures that mean "this context is from another TPM life".
-CONTEXT_INVALID = frozenset(int(rc) for rc in (TPM2_RC.INTEGRITY, TPM2_RC.HIERARCHY, TPM2_RC.HANDLE,
-                                               TPM2_RC.VALUE))
+CONTEXT_INVALID = frozenset((names.RC_INTEGRITY, names.RC_HIERARCHY, names.RC_HANDLE, names.RC_VALUE))
 
 
 class SavableSession(Protocol):

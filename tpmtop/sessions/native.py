@@ -14,8 +14,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, overload
 
-from tpm2_pytss.constants import TPM2_ALG, TPM2_CC, TPM2_RH, TPM2_ST
-
 from tpmtop.errors import IntegrityError, TpmConnectionError, TpmError
 from tpmtop.sessions import crypto, livekeys
 from tpmtop.sessions.engine import ATTR_DECRYPT, ATTR_ENCRYPT, EXTEND_DIGEST, RANDOM_BYTES, CryptoEngine
@@ -26,19 +24,24 @@ from tpmtop.tpm import names
 if TYPE_CHECKING:
     from tpmtop.tpm.commands import Transacts
 
-ST_NO_SESSIONS = int(TPM2_ST.NO_SESSIONS)
-ST_SESSIONS = int(TPM2_ST.SESSIONS)
-RS_PW = int(TPM2_RH.PW)  # TPM_RS_PW: password authorisation
-CC_CREATE_PRIMARY = int(TPM2_CC.CreatePrimary)
-CC_CONTEXT_LOAD = int(TPM2_CC.ContextLoad)
-CC_CONTEXT_SAVE = int(TPM2_CC.ContextSave)
-CC_FLUSH_CONTEXT = int(TPM2_CC.FlushContext)
-CC_START_AUTH_SESSION = int(TPM2_CC.StartAuthSession)
-CC_GET_RANDOM = int(TPM2_CC.GetRandom)
-CC_PCR_EXTEND = int(TPM2_CC.PCR_Extend)
+# Spelled here (spec Part 2), not taken from tpm2_pytss.constants: the dashboard's workload
+# runs this engine in every mode, and importing tpm2-pytss (with the cryptography it imports)
+# leaves ~10,000 objects the cyclic GC walks on every full collection.
+# tests/tpm/test_transport.py pins each to its name there.
+ST_NO_SESSIONS = 0x8001  # TPM2_ST.NO_SESSIONS
+ST_SESSIONS = 0x8002  # TPM2_ST.SESSIONS
+RS_PW = 0x40000009  # TPM2_RH.PW: TPM_RS_PW, password authorisation
+CC_CREATE_PRIMARY = 0x131  # TPM2_CC.CreatePrimary
+CC_CONTEXT_LOAD = 0x161  # TPM2_CC.ContextLoad
+CC_CONTEXT_SAVE = 0x162  # TPM2_CC.ContextSave
+CC_FLUSH_CONTEXT = 0x165  # TPM2_CC.FlushContext
+CC_START_AUTH_SESSION = 0x176  # TPM2_CC.StartAuthSession
+CC_GET_RANDOM = 0x17B  # TPM2_CC.GetRandom
+CC_PCR_EXTEND = 0x182  # TPM2_CC.PCR_Extend
+ALG_AES, ALG_SHA256, ALG_CFB = 0x0006, 0x000B, 0x0043  # TPM2_ALG.AES, .SHA256, .CFB
 
 _PW_AUTH = struct.pack(">IIHBH", 9, RS_PW, 0, 0, 0)  # size, TPM_RS_PW, empty nonce, attrs 0, empty hmac
-_SYM_AES128_CFB = struct.pack(">HHH", TPM2_ALG.AES, 128, TPM2_ALG.CFB)
+_SYM_AES128_CFB = struct.pack(">HHH", ALG_AES, 128, ALG_CFB)
 
 
 @dataclass
@@ -171,7 +174,7 @@ class NativeEngine(CryptoEngine[Session, int]):
         salt, ex, ey = crypto.ecdh_salt(self.null_x, self.null_y)
         nonce_caller = os.urandom(32)
         body = (struct.pack(">II", tpm_key, TPM_RH_NULL) + _tpm2b(nonce_caller)
-                + _tpm2b(_tpm2b(ex) + _tpm2b(ey)) + b"\x00" + _SYM_AES128_CFB + struct.pack(">H", TPM2_ALG.SHA256))
+                + _tpm2b(_tpm2b(ex) + _tpm2b(ey)) + b"\x00" + _SYM_AES128_CFB + struct.pack(">H", ALG_SHA256))
         rsp = self._plain(CC_START_AUTH_SESSION, body)
         handle = int.from_bytes(rsp[10:14], "big")
         nlen = int.from_bytes(rsp[14:16], "big")
@@ -203,7 +206,7 @@ class NativeEngine(CryptoEngine[Session, int]):
     # -- operations ---------------------------------------------------------------------------
     def op(self, op: str, session: Session | None, attrs: int, pcr: int) -> None:
         if op == Op.EXTEND:
-            params = struct.pack(">IH", 1, TPM2_ALG.SHA256) + EXTEND_DIGEST
+            params = struct.pack(">IH", 1, ALG_SHA256) + EXTEND_DIGEST
             self.execute(CC_PCR_EXTEND, (pcr,), struct.pack(">I", pcr), params, session, attrs)
         elif op == Op.GET_RANDOM:
             _, rparams = self.execute(CC_GET_RANDOM, (), b"", struct.pack(">H", RANDOM_BYTES), session, attrs)
@@ -240,7 +243,7 @@ def session_hmac_host_ns(pcr: int) -> int:
     back with the operation just run, as a kept session's extends follow each other: the
     reuse estimate's host basis (tpmtop.boot.projection, hM), where an extend measured inside
     per-command follows StartAuthSession's wait and its host time is ×2 that."""
-    params = struct.pack(">IH", 1, TPM2_ALG.SHA256) + EXTEND_DIGEST
+    params = struct.pack(">IH", 1, ALG_SHA256) + EXTEND_DIGEST
     t0 = time.perf_counter_ns()
     nonce_caller = os.urandom(32)
     auth = _command_auth(0x02000000, _CALIBRATION_KEY, CC_PCR_EXTEND, struct.pack(">I", pcr), params,
@@ -254,20 +257,55 @@ def _create_primary_params() -> bytes:
     return _tpm2b(b"\0\0\0\0") + null_primary_public_bytes() + b"\0\0" + b"\0\0\0\0"
 
 
-def _name_from_create_primary(rparams: bytes) -> bytes:
-    from tpm2_pytss.types import TPM2B_CREATION_DATA, TPM2B_DIGEST, TPM2B_NAME, TPM2B_PUBLIC, TPMT_TK_CREATION
+# CreatePrimary's answer is read here, not with tpm2-pytss's types: the engine creates the
+# null primary in every mode, and tpm2-pytss would be imported for these two reads alone
+# (see ST_NO_SESSIONS above). Every field on the way is size-prefixed or fixed, and what
+# tpm2-pytss reads from a real answer is what these read (tests/tpm/test_transport.py).
+ALG_NULL, ALG_ECC = 0x0010, 0x0023  # TPM2_ALG.NULL, .ECC
 
-    off = 0
-    for t in (TPM2B_PUBLIC, TPM2B_CREATION_DATA, TPM2B_DIGEST, TPMT_TK_CREATION):
-        _, used = t.unmarshal(rparams[off:])
-        off += used
-    name, _ = TPM2B_NAME.unmarshal(rparams[off:])
-    return bytes(name)
+
+def _tpm2b_at(buf: bytes, off: int) -> tuple[bytes, int]:
+    """The TPM2B at ``off``: (its bytes, the offset after it). IndexError when cut short."""
+    n = int.from_bytes(buf[off:off + 2], "big")
+    end = off + 2 + n
+    if off + 2 > len(buf) or end > len(buf):
+        raise IndexError(off)
+    return buf[off + 2:end], end
+
+
+def _name_from_create_primary(rparams: bytes) -> bytes:
+    """``name``, after outPublic, creationData, creationHash (TPM2Bs) and creationTicket (tag,
+    hierarchy, TPM2B digest): Part 3 §24.1 CreatePrimary's response parameters."""
+    try:
+        off = 0
+        for _ in range(3):
+            _, off = _tpm2b_at(rparams, off)
+        _, off = _tpm2b_at(rparams, off + 6)
+        name, _ = _tpm2b_at(rparams, off)
+    except IndexError:
+        raise IntegrityError("malformed CreatePrimary response; response rejected") from None
+    return name
 
 
 def _ecc_point_from_public(rparams: bytes) -> tuple[bytes, bytes]:
-    from tpm2_pytss.types import TPM2B_PUBLIC
-
-    pub, _ = TPM2B_PUBLIC.unmarshal(rparams)
-    ecc = pub.publicArea.unique.ecc
-    return bytes(ecc.x), bytes(ecc.y)
+    """outPublic's ECC point (unique.x, unique.y): TPMT_PUBLIC (Part 2 §12.2.4) with ECC
+    parameters (§12.2.3.6): symmetric, scheme and kdf each an algorithm id, followed by its
+    details unless it is TPM_ALG_NULL."""
+    try:
+        pub, _ = _tpm2b_at(rparams, 0)
+        kind = int.from_bytes(pub[0:2], "big")
+        _, off = _tpm2b_at(pub, 8)  # after type, nameAlg, objectAttributes: authPolicy
+        sym = int.from_bytes(pub[off:off + 2], "big")
+        off += 2 if sym == ALG_NULL else 6  # keyBits, mode
+        scheme = int.from_bytes(pub[off:off + 2], "big")
+        off += 2 if scheme == ALG_NULL else 4  # hashAlg
+        off += 2  # curveID
+        kdf = int.from_bytes(pub[off:off + 2], "big")
+        off += 2 if kdf == ALG_NULL else 4  # hashAlg
+        x, off = _tpm2b_at(pub, off)
+        y, _ = _tpm2b_at(pub, off)
+    except IndexError:
+        kind = -1
+    if kind != ALG_ECC:
+        raise IntegrityError("malformed CreatePrimary response (no ECC public area); response rejected")
+    return x, y

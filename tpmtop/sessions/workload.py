@@ -17,8 +17,6 @@ from contextlib import AbstractContextManager
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from tpm2_pytss.constants import TPM2_RC
-
 from tpmtop.errors import TpmError
 from tpmtop.sessions.accounting import RunAccount
 from tpmtop.sessions.engine import ATTR_CONTINUE, ATTR_DECRYPT, ATTR_ENCRYPT, CONTEXT_INVALID, CryptoEngine
@@ -43,10 +41,10 @@ AnyEngine = CryptoEngine[Any, Any]
 
 # A kept session the TPM no longer has: TPM_RC_REFERENCE_S0..S6 (0x918…, not loaded), or a
 # format-one error naming the session (TPM_RC_HANDLE/VALUE + session number).
-_SESSION_GONE = set(range(int(TPM2_RC.REFERENCE_S0), int(TPM2_RC.REFERENCE_S6) + 1))
-_HANDLE_OR_VALUE = (int(TPM2_RC.HANDLE), int(TPM2_RC.VALUE))
-CONTEXT_GAP = int(TPM2_RC.CONTEXT_GAP)
-SESSIONS_FULL = (int(TPM2_RC.SESSION_MEMORY), int(TPM2_RC.SESSION_HANDLES))
+_SESSION_GONE = set(range(names.RC_REFERENCE_S0, names.RC_REFERENCE_S6 + 1))
+_HANDLE_OR_VALUE = (names.RC_HANDLE, names.RC_VALUE)
+CONTEXT_GAP = names.RC_CONTEXT_GAP
+SESSIONS_FULL = (names.RC_SESSION_MEMORY, names.RC_SESSION_HANDLES)
 
 
 def session_gone(rc: int | None) -> bool:

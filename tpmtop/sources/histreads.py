@@ -29,6 +29,15 @@ def _cached(h: Any, what: str, compute: Callable[[], Any]) -> Any:
     return value
 
 
+def pairs(buckets: list[list[Any]]) -> list[Any]:
+    """``[[bound, count], …]`` as ``[(bound, count), …]``: a tuple of two numbers is dropped
+    from the cyclic GC's sight at the first collection that sees it, a list never is. A fine
+    histogram (rows/histogram.py's FINE_PER_DECADE) has ~900 buckets, and the dashboard
+    holds a few such reads at once: each full collection (which stops every thread) walked
+    them all."""
+    return [(b, c) for b, c in buckets]
+
+
 def summary_of(h: Any) -> dict[str, Any]:
     """``h``: a :class:`tpmtop.stats.LatencyHistogram` (or anything with its summary/buckets)."""
     summary: dict[str, Any] = _cached(h, "summary", h.summary)
@@ -47,7 +56,7 @@ class LiveBuckets:
 
     def __call__(self, per_decade: int = 4) -> list[Any]:
         h = self._h
-        result: list[Any] = _cached(h, f"buckets{per_decade}", lambda: h.buckets(per_decade))
+        result: list[Any] = _cached(h, f"buckets{per_decade}", lambda: pairs(h.buckets(per_decade)))
         return result
 
     def summary(self) -> dict[str, Any]:
@@ -75,7 +84,7 @@ class FrozenBuckets:
     def __call__(self, per_decade: int = 4) -> list[Any]:
         b = self._buckets.get(per_decade)
         if b is None:
-            b = self._buckets[per_decade] = self._h.buckets(per_decade)
+            b = self._buckets[per_decade] = pairs(self._h.buckets(per_decade))
         return b
 
     def summary(self) -> dict[str, Any]:

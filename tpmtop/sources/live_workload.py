@@ -10,8 +10,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tpm2_pytss.constants import TPM2_RC
-
 from tpmtop.errors import NullNameChanged, TpmConnectionError, TpmError, TpmtopError
 from tpmtop.sessions.modes import Mode
 from tpmtop.sources import pacing
@@ -19,12 +17,13 @@ from tpmtop.sources.gate import UiGate
 from tpmtop.sources.pacing import BURST_JOB_S, RATES, burst_size, pacing_json
 from tpmtop.sources.protocol import PauseCause, PauseReason
 from tpmtop.sources.timeline import OpsTimeline
+from tpmtop.tpm import names
 from tpmtop.tpm.exchange import Origin
 
 MAX_CONSECUTIVE_ERRORS = 3
 # A full TPM (object slots, session slots, session handles): retrying cannot help until
 # someone frees a slot, and every retry is one more failed command on the operator's TPM.
-SLOTS_FULL = frozenset({int(TPM2_RC.OBJECT_MEMORY), int(TPM2_RC.SESSION_MEMORY), int(TPM2_RC.SESSION_HANDLES)})
+SLOTS_FULL = frozenset({names.RC_OBJECT_MEMORY, names.RC_SESSION_MEMORY, names.RC_SESSION_HANDLES})
 
 
 class TpmLink:

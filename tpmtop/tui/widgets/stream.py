@@ -51,8 +51,10 @@ TIGHT_BELOW = 76
 TIGHT = {"µs": 6, "rc": 5}
 LAST = "handles · sessions"
 KEEP = 2000  # rows kept while following; frozen, the whole recorder ring is browsable
-LINE_CACHE = 128  # rendered lines kept: two pages at 200x50. Each Strip holds 7 caches of its own (~20 objects the
-# garbage collector walks): a bigger cache made every full collection longer (benchmarks/ui_load.py --gc-only)
+LINE_CACHE_PAGES = 2  # rendered lines kept: two pages of the view as it is now (at least LINE_CACHE_MIN lines).
+LINE_CACHE_MIN = 16  # Each line is a Strip with 7 caches of its own and the Strips derived from it (~15 objects
+# the garbage collector walks on every full collection): a fixed 128 lines were ~1,900 objects for a view of 20
+# lines, and while following every line shown is new anyway (benchmarks/ui_load.py --gc-only).
 
 
 # What a narrow rc column shows for a word that is no code: "no response" cut at its space
@@ -125,7 +127,7 @@ class StreamView(ScrollView, can_focus=True):
         self.empty_text = EMPTY_TEXT  # the source's word for an empty stream (Source.stream_note)
         # Rendered lines by what they show (the row's text, the column widths, highlighted or not):
         # a refresh that only scrolls or adds rows renders the new lines alone.
-        self._lines: LRUCache[tuple[object, ...], Strip] = LRUCache(LINE_CACHE)
+        self._lines: LRUCache[tuple[object, ...], Strip] = LRUCache(LINE_CACHE_MIN)
 
     # -- which rows are shown ------------------------------------------------------------------
     @property
@@ -289,13 +291,22 @@ class StreamView(ScrollView, can_focus=True):
             highlight = self.has_focus and i == len(self.rows) - self._back - 1
             key: tuple[object, ...] = (row.key, row.t, row.origin, row.command, row.handles, row.sessions, row.rc,
                                        row.us, row.ok, highlight, width, rest, *widths.values())
-            strip = self._lines.get(key)
+            cache = self._line_cache()
+            strip = cache.get(key)
             if strip is None:
                 strip = self._strip(self._row_content(row, widths, rest, highlight), width)
-                self._lines[key] = strip
+                cache[key] = strip
             return strip
         lines = self._page()[0]  # the header, or the note of an empty page: few, not cached
         return self._strip(lines[y], width) if y < len(lines) else Strip.blank(width, self.rich_style)
+
+    def _line_cache(self) -> LRUCache[tuple[object, ...], Strip]:
+        """The rendered lines, sized to LINE_CACHE_PAGES pages of the view now: a new, empty
+        cache when the view's height changed (a full LRUCache keeps its size)."""
+        want = max(LINE_CACHE_MIN, LINE_CACHE_PAGES * self.size.height)
+        if self._lines.maxsize != want:
+            self._lines = LRUCache(want)
+        return self._lines
 
     def _strip(self, content: Content, width: int) -> Strip:
         strips = Visual.to_strips(self, content, width, 1, self.visual_style, pad=True)

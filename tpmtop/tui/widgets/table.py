@@ -210,7 +210,7 @@ class KeyedTable(DataTable[Any]):
         # Taken before any row goes: removing a row above the cursor slides the next row under it
         # (the cursor keeps its index), and `f` then flushed that row's handle, not the one chosen.
         selected = self.selected_key
-        structural = False
+        structural = changed = False
         col_keys = [self._all[i][0] for i in shown]
         for key in [k for k in self._shadow if k not in wanted]:
             self.remove_row(key)
@@ -225,6 +225,7 @@ class KeyedTable(DataTable[Any]):
                 for col, a, b in zip(col_keys, old, cells, strict=False):
                     if a != b:
                         self.update_cell(key, col, b, update_width=False)
+                        changed = True
             self._shadow[key] = cells
         if self.sort_column is not None:
             self._resort()  # values change every second: keep the chosen order
@@ -232,7 +233,19 @@ class KeyedTable(DataTable[Any]):
             self.sort(key=lambda values: order(str(values[0])))
         if structural and selected in self._shadow and self.selected_key != selected:
             self.move_cursor(row=self.get_row_index(selected), animate=False)
+        if changed or structural:
+            self._drop_stale_renders()
         return structural
+
+    def _drop_stale_renders(self) -> None:
+        """DataTable keys each rendered row, cell and line by a count that every change bumps,
+        so after a change its caches hold only lines no frame will draw again; they are LRUs of
+        1,000 rows, 10,000 cells and 1,000 lines, filled a screenful a second by a table that
+        changes every second. Those were thousands of small objects (Strips, Segments, their
+        caches) for every full GC to walk, growing for minutes. Dropped here through
+        DataTable's public hook for "cached renders are stale" (it also refreshes the table,
+        as update_cell already did)."""
+        self.notify_style_update()
 
     def set_filter(self, needle: str) -> None:
         self.needle = needle.strip()
