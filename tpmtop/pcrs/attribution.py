@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from tpmtop.tpm import names
+from tpmtop.tpm.wire import CC_FLUSH_CONTEXT, TPM_ST_SESSIONS
 
 if TYPE_CHECKING:
     from tpmtop.recorder import Event
@@ -35,9 +36,7 @@ CC_PCR_EXTEND = 0x182
 CC_PCR_EVENT = 0x13C
 CC_PCR_RESET = 0x13D
 CC_PCR_READ = 0x17E
-CC_FLUSH_CONTEXT = 0x165
 RC_PCR_CHANGED = 0x128
-TPM_ST_SESSIONS = 0x8002
 EXTENDING = frozenset({CC_PCR_EXTEND, CC_PCR_EVENT, CC_PCR_RESET})
 # every command the watch learns from when it succeeds; any other succeeded command it ignores
 WATCHED = EXTENDING | frozenset({CC_PCR_READ, CC_POLICY_PCR, CC_POLICY_RESTART, CC_FLUSH_CONTEXT})

@@ -20,21 +20,21 @@ from tpmtop.sessions.engine import ATTR_DECRYPT, ATTR_ENCRYPT, EXTEND_DIGEST, RA
 from tpmtop.sessions.modes import Engine, Op
 from tpmtop.sessions.templates import TPM_RH_NULL, null_primary_public_bytes
 from tpmtop.tpm import names
+from tpmtop.tpm.wire import CC_FLUSH_CONTEXT
+from tpmtop.tpm.wire import TPM_RS_PW as RS_PW
+from tpmtop.tpm.wire import TPM_ST_NO_SESSIONS as ST_NO_SESSIONS
+from tpmtop.tpm.wire import TPM_ST_SESSIONS as ST_SESSIONS
 
 if TYPE_CHECKING:
     from tpmtop.tpm.commands import Transacts
 
-# Spelled here (spec Part 2), not taken from tpm2_pytss.constants: the dashboard's workload
-# runs this engine in every mode, and importing tpm2-pytss (with the cryptography it imports)
-# leaves ~10,000 objects the cyclic GC walks on every full collection.
-# tests/tpm/test_transport.py pins each to its name there.
-ST_NO_SESSIONS = 0x8001  # TPM2_ST.NO_SESSIONS
-ST_SESSIONS = 0x8002  # TPM2_ST.SESSIONS
-RS_PW = 0x40000009  # TPM2_RH.PW: TPM_RS_PW, password authorisation
+# Spelled (spec Part 2), not taken from tpm2_pytss.constants: the dashboard's workload runs
+# this engine in every mode, and importing tpm2-pytss (with the cryptography it imports)
+# leaves ~10,000 objects the cyclic GC walks on every full collection. The tags, TPM_RS_PW and
+# FlushContext are tpmtop.tpm.wire's; tests/tpm/test_transport.py pins each to its name there.
 CC_CREATE_PRIMARY = 0x131  # TPM2_CC.CreatePrimary
 CC_CONTEXT_LOAD = 0x161  # TPM2_CC.ContextLoad
 CC_CONTEXT_SAVE = 0x162  # TPM2_CC.ContextSave
-CC_FLUSH_CONTEXT = 0x165  # TPM2_CC.FlushContext
 CC_START_AUTH_SESSION = 0x176  # TPM2_CC.StartAuthSession
 CC_GET_RANDOM = 0x17B  # TPM2_CC.GetRandom
 CC_PCR_EXTEND = 0x182  # TPM2_CC.PCR_Extend

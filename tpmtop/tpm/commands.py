@@ -17,6 +17,7 @@ from typing import NamedTuple, Protocol
 from tpmtop.errors import TpmError
 from tpmtop.tpm import names
 from tpmtop.tpm.names import HR_SHIFT, HT_HMAC_SESSION, HT_POLICY_SESSION
+from tpmtop.tpm.wire import CC_FLUSH_CONTEXT, TPM_ST_NO_SESSIONS
 
 
 class Transacts(Protocol):
@@ -25,11 +26,9 @@ class Transacts(Protocol):
     def transact(self, command: bytes) -> bytes: ...
 
 
-# Spelled here (spec Part 2) rather than taken from tpm2_pytss.constants, for the import;
-# tests/test_transport.py pins each to its name there.
-TPM_ST_NO_SESSIONS = 0x8001  # TPM2_ST.NO_SESSIONS
+# Spelled here (spec Part 2) rather than taken from tpm2_pytss.constants, for the import (the
+# tag and FlushContext are tpmtop.tpm.wire's); tests/test_transport.py pins each to its name there.
 CC_GET_CAPABILITY = 0x17A  # TPM2_CC.GetCapability
-CC_FLUSH_CONTEXT = 0x165  # TPM2_CC.FlushContext
 CC_READ_PUBLIC = 0x173  # TPM2_CC.ReadPublic
 
 TPM_CAP_HANDLES = 0x1  # TPM2_CAP.HANDLES

@@ -16,13 +16,12 @@ from enum import IntFlag
 from tpmtop.errors import TpmError
 from tpmtop.tpm import names
 from tpmtop.tpm.commands import Transacts, build, check, get_handles
+from tpmtop.tpm.wire import TPM_RS_PW, TPM_ST_SESSIONS
 
 CC_READ_CLOCK = 0x181
 CC_GET_TEST_RESULT = 0x17C
 CC_NV_READ_PUBLIC = 0x169
 CC_NV_READ = 0x14E
-TPM_ST_SESSIONS = 0x8002
-TPM_RS_PW = 0x40000009
 NV_FIRST = 0x01000000
 
 
