@@ -199,20 +199,27 @@ def _persist_primary(tcti: str, tmp_path, alg: str) -> None:
         subprocess.run([cmd[0], "-T", tcti, *cmd[1:]], check=True, capture_output=True, timeout=300)
 
 
-def test_a_token_that_records_its_srk_is_held_to_the_key_this_tpm_has_there(tcp_swtpm, tmp_path):
-    # systemd 254+ records the SRK (tpm2_srk: the ESYS_TR as tpm2-tss serializes it); systemd 252,
-    # the one here, does not, so its token gets the SRK tpm2-tools serializes the same way
+def _image_with_srk_token(tcti: str, tmp_path):
+    """An image whose systemd-tpm2 token (PCR 16) records the SRK at 0x81000001, an ECC primary
+    made persistent there. systemd 254+ records the SRK (tpm2_srk: the ESYS_TR as tpm2-tss
+    serializes it); systemd 252, the one here, does not, so the token gets the SRK tpm2-tools
+    serializes the same way."""
     import base64
 
-    _persist_primary(tcp_swtpm.tcti, tmp_path, "ecc")
+    _persist_primary(tcti, tmp_path, "ecc")
     tr = tmp_path / "srk.tr"
-    subprocess.run(["tpm2_readpublic", "-T", tcp_swtpm.tcti, "-c", "0x81000001", "-t", str(tr)], check=True,
+    subprocess.run(["tpm2_readpublic", "-T", tcti, "-c", "0x81000001", "-t", str(tr)], check=True,
                    capture_output=True, timeout=300)
     img = make_image(tmp_path)
-    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=16")
+    enroll_systemd(img, tcti, "--tpm2-pcrs=16")
     tok = dict(luks_tokens(img)["0"], tpm2_srk=base64.b64encode(tr.read_bytes()).decode())
     subprocess.run(["cryptsetup", "token", "remove", "--token-id", "0", img], check=True, timeout=120)
     import_token(img, tok)
+    return img
+
+
+def test_a_token_that_records_its_srk_is_held_to_the_key_this_tpm_has_there(tcp_swtpm, tmp_path):
+    img = _image_with_srk_token(tcp_swtpm.tcti, tmp_path)
 
     r = _unlock(img, "-T", tcp_swtpm.tcti)
     assert r.returncode == 0, r.stderr
@@ -235,22 +242,12 @@ def test_the_panel_holds_a_token_to_its_srk_as_tpmtop_unlock_does(tcp_swtpm, tmp
     """The Unlock panel's reading asks the TPM for the key at the token's SRK handle beside the
     PCRs: another key there is "would not", as in `tpmtop unlock` (it said "would unseal now …
     not checked" while the command said "would not")."""
-    import base64
-
     from tests.helpers.processes import wait_until
     from tpmtop.sources.live import LiveSource
     from tpmtop.unlock.judge import Verdict
     from tpmtop.viewmodel.rows import unlock
 
-    _persist_primary(tcp_swtpm.tcti, tmp_path, "ecc")
-    tr = tmp_path / "srk.tr"
-    subprocess.run(["tpm2_readpublic", "-T", tcp_swtpm.tcti, "-c", "0x81000001", "-t", str(tr)], check=True,
-                   capture_output=True, timeout=300)
-    img = make_image(tmp_path)
-    enroll_systemd(img, tcp_swtpm.tcti, "--tpm2-pcrs=16")
-    tok = dict(luks_tokens(img)["0"], tpm2_srk=base64.b64encode(tr.read_bytes()).decode())
-    subprocess.run(["cryptsetup", "token", "remove", "--token-id", "0", img], check=True, timeout=120)
-    import_token(img, tok)
+    img = _image_with_srk_token(tcp_swtpm.tcti, tmp_path)
     subprocess.run(["tpm2_evictcontrol", "-T", tcp_swtpm.tcti, "-C", "o", "-c", "0x81000001"], check=True,
                    capture_output=True, timeout=300)
     _persist_primary(tcp_swtpm.tcti, tmp_path, "rsa")  # another key where the SRK was
