@@ -18,6 +18,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -308,8 +309,9 @@ class TcpResolver:
         now_last = procfs.last_pid()
         newest = now_last or self._last_new
         since, self._since = self._since, now_last
-        pids = self._newest(newest, looked)
-        found = self._probe_hint(pids, target)
+        # the newest first through the last client's descriptor number: it is usually the
+        # newest pid or the next, so the 32 are generated as probed, not listed first
+        found = self._probe_hint(self._newest(newest, looked), target)
         if found is not None:
             return self._found(*found, uid)
         now = _live_owner(sock)
@@ -317,7 +319,7 @@ class TcpResolver:
             # closed since the accept: no process holds it any more, and looking further would
             # only cost the proxy (a peer that connects, sends a byte and closes, in a loop)
             return Peer(None, "gone before it was named", "", uid, _user(uid))
-        found = self._probe(pids, target)
+        found = self._probe(self._newest(newest, looked), target)
         if found is None:
             older = self._older(newest, since, looked)
             found = self._probe_hint(older, target) or self._probe(older, target)
@@ -367,14 +369,17 @@ class TcpResolver:
                 break
         return out
 
-    def _newest(self, newest: int, looked: set[int]) -> list[int]:
-        """The PROBE newest pids (``newest`` and below, wrapping at pid_max), less ``looked``.
-        Listing /proc costs ~230 µs on this project's VM while a client starts on the other
-        CPU; a pid that does not exist costs one failed open."""
+    def _newest(self, newest: int, looked: set[int]) -> Iterator[int]:
+        """The PROBE newest pids (``newest`` and below, wrapping at pid_max), less ``looked``,
+        newest first. Listing /proc costs ~230 µs on this project's VM while a client starts
+        on the other CPU; a pid that does not exist costs one failed open."""
         if newest <= 0:
-            return []
+            return
         top = procfs.pid_max()
-        return [pid for pid in ((newest - i) % top for i in range(self.PROBE)) if pid > 0 and pid not in looked]
+        for i in range(self.PROBE):
+            pid = (newest - i) % top
+            if pid > 0 and pid not in looked:
+                yield pid
 
     def _older(self, newest: int, since: int | None, looked: set[int]) -> list[int]:
         """The rest of the window: the live pids the counter gave after ``since`` - PROBE and
@@ -390,7 +395,7 @@ class TcpResolver:
         ages = (((newest - int(n)) % top, int(n)) for n in os.listdir("/proc") if n.isdigit())
         return [pid for age, pid in sorted(a for a in ages if self.PROBE <= a[0] < span) if pid not in looked]
 
-    def _probe_hint(self, pids: list[int], target: str) -> tuple[int, int] | None:
+    def _probe_hint(self, pids: Iterable[int], target: str) -> tuple[int, int] | None:
         """The process among ``pids`` holding ``target`` through the descriptor number the last
         new client used, one readlink per pid: a script's tools open their connections alike
         (listing a process's descriptors and reading them newest first cost ~9 system calls
@@ -404,7 +409,7 @@ class TcpResolver:
                 return pid, hint
         return None
 
-    def _probe(self, pids: list[int], target: str) -> tuple[int, int] | None:
+    def _probe(self, pids: Iterable[int], target: str) -> tuple[int, int] | None:
         """The process among ``pids`` holding ``target`` through any descriptor (the one the
         last new client used first)."""
         for pid in pids:
