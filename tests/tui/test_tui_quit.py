@@ -23,7 +23,10 @@ async def test_quit_leaves_no_session_on_an_external_tpm(tcp_swtpm, tmp_path, mo
     try:
         app = app_for(src, tmp_path)
         async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: any(a.ops > 5 for a in src.accounts().values()), what="operations")
+            # the mode's own operations (the interleaved `none` baseline can reach any count first),
+            # so that its session is there to be left behind, or not, at quit
+            await until(pilot, lambda: (a := src.accounts().get(("native", mode, "extend"))) is not None and a.ops > 5,
+                        what=f"{mode} operations")
             if paused:
                 await pilot.press("space")
             await pilot.press("q")
