@@ -1,5 +1,5 @@
 """One line naming the machine a benchmark ran on (every figure in docs/benchmarks.md carries it),
-and what one measured process cost."""
+what one measured process cost, and the end of a process a benchmark started."""
 
 from __future__ import annotations
 
@@ -49,3 +49,13 @@ def measured(argv: list[str], cwd: str | None = None, stdout: int | None = subpr
     err = p.stderr.read().decode(errors="replace").strip()
     p.stderr.close()
     return Measured(wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), err)
+
+
+def end(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM, then SIGKILL if ``proc`` has not exited within ``timeout`` seconds; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -42,7 +42,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
-from machine import describe  # noqa: E402 - benchmarks/machine.py
+from machine import describe, end  # noqa: E402 - benchmarks/machine.py
 
 from tests.helpers.processes import free_port_pair as free_pair  # noqa: E402 - the repository on the path above
 
@@ -90,12 +90,7 @@ class Abrmd:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            end(self.proc, 10)
         try:
             os.kill(self.bus_pid, signal.SIGTERM)
         except ProcessLookupError:
@@ -321,12 +316,7 @@ def main() -> int:
         if abrmd is not None:
             abrmd.stop()
         for p in reversed(procs):
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            end(p, 10)
         shutil.rmtree(state, ignore_errors=True)
     direct, proxied, mssim, via_abrmd = paths["direct"], paths["proxied"], paths["mssim"], paths["abrmd"]
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -31,7 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
-from machine import describe  # noqa: E402 - benchmarks/machine.py
+from machine import describe, end  # noqa: E402 - benchmarks/machine.py
 
 from tests.helpers.processes import free_port_pair as free_pair  # noqa: E402 - the repository on the path above
 
@@ -129,12 +128,7 @@ def main() -> int:
         print(f"proxy memory: +{(rss2 - rss0) / 2**20:.1f} MB after {args.clients} clients, "
               f"{threads_after} threads after close")
     finally:
-        proxy.send_signal(signal.SIGTERM)
-        try:
-            proxy.wait(60)
-        except subprocess.TimeoutExpired:
-            proxy.kill()
-            proxy.wait()
+        end(proxy, 60)
     return 0
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from machine import end  # benchmarks/machine.py
 from proxy import wait_port  # benchmarks/proxy.py: the same wait for a listener
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -76,12 +76,7 @@ def _proxy(sw_port: int) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
         wait_port(port, timeout=60)
         yield px, port
     finally:
-        px.send_signal(signal.SIGTERM)
-        try:
-            px.wait(30)
-        except subprocess.TimeoutExpired:
-            px.kill()
-            px.wait()
+        end(px, 30)
 
 
 def _cpu_s(pid: int) -> float:
