@@ -4,12 +4,14 @@ setpriv), real sockets; what the TPM holds is asked of the swtpm itself afterwar
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import struct
 import subprocess
 import threading
+from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -41,6 +43,22 @@ for _ in range(n):
 """
 
 
+@contextlib.contextmanager
+def _serving(tcti: str) -> Iterator[tuple[ProxyServer, int, list[str]]]:
+    """An in-process proxy on ``tcti``, started: (the server, its port, the lines it logged);
+    stopped and its connection closed after."""
+    lines: list[str] = []
+    port = free_port_pair()
+    conn = open_tpm(tcti)
+    srv = ProxyServer(conn, port=port, log=lines.append)
+    try:
+        srv.start()
+        yield srv, port, lines
+    finally:
+        srv.stop()
+        conn.close()
+
+
 def _closed_peers(port: int) -> set[int]:
     """The ports of peer sockets to ``port`` closed and acknowledged: the kernel keeps them as
     time-wait entries (shown as FIN_WAIT2, then TIME_WAIT), which sock_diag reports as uid 0,
@@ -68,12 +86,7 @@ def test_a_peer_that_closes_before_the_accept_is_refused_never_run_as_root(tcp_s
     None is run, PCR 23 is unchanged, and the log names the refusal. Before the fix 300 of 300
     ran as root."""
     before = _pcr23(tcp_swtpm.tcti)
-    lines: list[str] = []
-    port = free_port_pair()
-    conn = open_tpm(tcp_swtpm.tcti)
-    srv = ProxyServer(conn, port=port, log=lines.append)
-    try:
-        srv.start()
+    with _serving(tcp_swtpm.tcti) as (srv, port, lines):
         for _round in range(6):
             gate = threading.Event()
             held = threading.Event()
@@ -102,9 +115,6 @@ def test_a_peer_that_closes_before_the_accept_is_refused_never_run_as_root(tcp_s
                        "the round's 50 refused or run")
         assert _run_for_others(srv) == 0, f"{_run_for_others(srv)} of 300 hit-and-run commands were run"
         assert srv.refused == srv.unattributed == 300
-    finally:
-        srv.stop()
-        conn.close()
     assert _pcr23(tcp_swtpm.tcti) == before
     said = [ln for ln in lines if "owner cannot be established" in ln]
     assert said and "nothing it sent was run" in said[0]
@@ -114,12 +124,7 @@ def test_a_peer_that_closes_before_the_accept_is_refused_never_run_as_root(tcp_s
 def test_a_live_peer_of_another_user_is_named_by_its_own_socket(tcp_swtpm):
     """The case that must not fire: nobody's connection still open at the accept is known as
     nobody (refused by the policy, by uid), not as an unattributed peer."""
-    lines: list[str] = []
-    port = free_port_pair()
-    conn = open_tpm(tcp_swtpm.tcti)
-    srv = ProxyServer(conn, port=port, log=lines.append)
-    try:
-        srv.start()
+    with _serving(tcp_swtpm.tcti) as (srv, port, lines):
         hold_open = ("import socket, sys, contextlib; s = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"
                      "s.sendall(bytes.fromhex(sys.argv[2]))\n"
                      "with contextlib.suppress(ConnectionResetError): s.recv(1)  # the refusal (a reset: unread bytes)")
@@ -130,9 +135,6 @@ def test_a_live_peer_of_another_user_is_named_by_its_own_socket(tcp_swtpm):
         wait_until(lambda: srv.refused >= 1, "the refusal")
         assert srv.unattributed == 0, lines
         assert any(f"uid {NOBODY}" in ln and "refused" in ln for ln in lines), lines
-    finally:
-        srv.stop()
-        conn.close()
 
 
 def test_socket_owner_is_none_for_a_closed_peer():
@@ -182,22 +184,14 @@ def test_a_connect_and_close_flood_costs_no_walk_of_proc_and_few_lines(tcp_swtpm
         return real(path)
 
     monkeypatch.setattr(os, "listdir", listdir)
-    lines: list[str] = []
-    port = free_port_pair()
-    conn = open_tpm(tcp_swtpm.tcti)
-    srv = ProxyServer(conn, port=port, log=lines.append)
     n = 2000
-    try:
-        srv.start()
+    with _serving(tcp_swtpm.tcti) as (_srv, port, lines):
         t0 = time.monotonic()
         r = subprocess.run(["/usr/bin/python3", "-c", _BYTE_AND_RUN, str(port), str(n)],
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
         assert _ask(port, GET_RANDOM_8, 10)[6:10] == b"\0\0\0\0"  # a bystander is served
         elapsed = time.monotonic() - t0
-    finally:
-        srv.stop()
-        conn.close()
     # a few, not one per connection (2,001 before): listings of /proc for a look-up's window
     # (the flooder's first connection, this test's own bystander, an old process: a walk,
     # at most one a second), and the rare peer that closes between the proxy's looks at it
