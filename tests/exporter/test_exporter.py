@@ -10,7 +10,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -29,17 +28,6 @@ HMAC_TRACE = KERNEL_TRACES / "trace-6.10-ima-hmac.txt"
 # the kernel path words of tpmtop.kernel.trace_pipe.path_label: the only values of `path`
 PATHS = {"extend", "set-up", "end", "hwrng", "trusted", "pcrread", "getcap", "probe", "shutdown", "startup",
          "selftest", "user", "rm", "tpmtop", "kernel"}
-
-
-def wait_for(exp: Exporter, cond, what: str, timeout: float = 120) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        _, text = exp.scrape()
-        if cond(text):
-            return text
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the exporter never served {what}:\n{text[-3000:]}")
-        time.sleep(0.2)
 
 
 @pytest.fixture
@@ -64,7 +52,7 @@ def test_serves_what_the_capture_of_the_same_trace_holds(exporter, tmp_path):
     ops = Counter(o["op"] for o in cap["ops"])
     # every command answered and every operation ended (an operation is counted at its end,
     # which the exporter can read after its last command's answer: seen under load)
-    text = wait_for(exp, lambda t: value(t, "tpmtop_kernel_command_responses_total") == len(events)
+    text = exp.scrape_until(lambda t: value(t, "tpmtop_kernel_command_responses_total") == len(events)
                     and all(value(t, "tpmtop_kernel_operation_duration_seconds_count", operation=op) == n
                             for op, n in ops.items()),
                     f"{len(events)} commands and {sum(ops.values())} operations")
@@ -126,7 +114,7 @@ def test_promtool_accepts_the_exposition(exporter):
         ext = value(t, "tpmtop_kernel_operation_duration_seconds_count", operation="extend")
         return 0 < value(t, "tpmtop_kernel_session_setups_total", operation="extend") < ext
 
-    text = wait_for(exp, kept, "more extends than session set-ups")
+    text = exp.scrape_until(kept, "more extends than session set-ups")
     r = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert value(text, "tpmtop_kernel_session_mode", mode="reuse") == 1
@@ -134,7 +122,7 @@ def test_promtool_accepts_the_exposition(exporter):
 
 def test_a_retry_loop_is_counted_as_a_pattern(exporter):
     exp = exporter("--kernel-trace", str(KERNEL_TRACES / "trace-irqinfo-off-unseal-retry.txt"))
-    text = wait_for(exp, lambda t: value(t, "tpmtop_kernel_command_responses_total") == 4, "4 commands")
+    text = exp.scrape_until(lambda t: value(t, "tpmtop_kernel_command_responses_total") == 4, "4 commands")
     assert value(text, "tpmtop_kernel_command_responses_total", command="Unseal", rc="0x128") == 4
     assert value(text, "tpmtop_kernel_pattern_commands_total", pattern="repeated-failure") == 4
     assert value(text, "tpmtop_kernel_pattern_lost_seconds_total", pattern="repeated-failure") == \
@@ -245,7 +233,7 @@ def test_probe_sends_only_getcapability_and_sees_slots_taken(tcp_swtpm):
 
 def test_probe_serves_identity_and_slots(exporter, tcp_swtpm):
     exp = exporter("--no-kernel", "--probe", "60", "-T", tcp_swtpm.tcti)
-    text = wait_for(exp, lambda t: "tpmtop_tpm_probe_success" in t, "a probe")
+    text = exp.scrape_until(lambda t: "tpmtop_tpm_probe_success" in t, "a probe")
     assert value(text, "tpmtop_tpm_probe_success") == 1
     assert value(text, "tpmtop_tpm_slots_available", kind="transient") >= 1
     assert value(text, "tpmtop_tpm_info", manufacturer="IBM") == 1  # swtpm says it is IBM's

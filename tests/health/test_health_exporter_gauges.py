@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 
 import pytest
 
@@ -15,16 +14,6 @@ from tests.helpers.exporter import Exporter, value
 from tests.helpers.processes import run_tpmtop
 
 pytestmark = pytest.mark.skipif(shutil.which("tpm2_nvdefine") is None, reason="tpm2-tools not installed")
-
-
-def _scrape_until(exp: Exporter, cond, what: str, timeout: float = 120) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        _, text = exp.scrape()
-        if cond(text):
-            return text
-        assert time.monotonic() < deadline, f"the exporter never served {what}:\n{text[-2000:]}"
-        time.sleep(0.2)
 
 
 def _health(s) -> dict:
@@ -39,7 +28,7 @@ def test_reset_count_and_nv_room_gauges_agree_with_health(tcp_swtpm, tmp_path):
     v = _health(tcp_swtpm)
     exp = Exporter("--no-kernel", "--probe", "10", "-T", tcp_swtpm.tcti)
     try:
-        text = _scrape_until(exp, lambda t: all(n in t for n in ("tpmtop_tpm_clock_resets",
+        text = exp.scrape_until(lambda t: all(n in t for n in ("tpmtop_tpm_clock_resets",
                                                                  "tpmtop_tpm_nv_persistent_available")),
                              "the clock and NV gauges")
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -54,6 +55,18 @@ class Exporter:
         req = urllib.request.Request(self.url, headers={"Accept": accept} if accept else {})
         with urllib.request.urlopen(req, timeout=60) as r:
             return r.headers.get("Content-Type", ""), r.read().decode()
+
+    def scrape_until(self, cond, what: str, timeout: float = 120) -> str:
+        """Scrape every 0.2 s until ``cond(text)`` holds; its text. The exposition's tail in
+        the failure when it never does."""
+        deadline = time.monotonic() + timeout
+        while True:
+            _, text = self.scrape()
+            if cond(text):
+                return text
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the exporter never served {what}:\n{text[-3000:]}")
+            time.sleep(0.2)
 
     def stop(self) -> tuple[int, str]:
         if self.proc.poll() is None:
