@@ -24,6 +24,13 @@ async def until(pilot, cond, timeout=30.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def mode_ops(src, mode: str, engine: str = "native", op: str = "extend") -> int:
+    """The operations one mode has run (0 before its first): what a test waits on, since the
+    interleaved `none` baseline, in bursts, can reach any count before the mode does."""
+    acc = src.accounts().get((engine, mode, op))
+    return acc.ops if acc is not None else 0
+
+
 def main_screen(app) -> MainScreen:
     return next(s for s in app.screen_stack if isinstance(s, MainScreen))
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.helpers.paths import TESTS
-from tests.helpers.tui import HIST_LINE, SIZE, app_for, header_text, histogram_counts, main_screen, until
+from tests.helpers.tui import HIST_LINE, SIZE, app_for, header_text, histogram_counts, main_screen, mode_ops, until
 from tpmtop.sources.live import burst_size, pacing_json
 from tpmtop.sources.replay import ReplaySource, load
 from tpmtop.tpm.handles import list_handles
@@ -270,8 +270,7 @@ class TestBootProjection:
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: ("native", "none", "extend") in src.accounts(), what="none ops")
             await pilot.press("m")
-            await until(pilot, lambda: src.accounts().get(("native", "per-command", "extend")) is not None
-                        and src.accounts()[("native", "per-command", "extend")].ops >= 5, what="per-command ops")
+            await until(pilot, lambda: mode_ops(src, "per-command") >= 5, what="per-command ops")
             await until(pilot, lambda: "boot, 1,000 extends" in str(main_screen(app).query_one("#bars").render()),
                         what="projection in Modes")
             src.set_running(False)  # the same p50s for the Modes line and the p screen
@@ -532,10 +531,7 @@ class TestHandles:
             await until(pilot, lambda: src.identity is not None, what="first poll")
             h = await self._primary(src)
             await pilot.press("space")  # reuse: a kept session appears
-            # reuse's own operations: the interleaved `none` baseline (in bursts of 8) can reach
-            # any count first
-            await until(pilot, lambda: src.accounts().get(("native", "reuse", "extend")) is not None
-                        and src.accounts()[("native", "reuse", "extend")].ops >= 2, what="reuse ops")
+            await until(pilot, lambda: mode_ops(src, "reuse") >= 2, what="reuse ops")
             await pilot.press("space")
             table = screen.query_one("#handles-table")
             await until(pilot, lambda: f"0x{h:08x}" in table._shadow and any(
@@ -597,8 +593,7 @@ class TestExportReplay:
         async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
             # reuse's own operations: the interleaved `none` baseline (in bursts of 8) reached 5
             # first in a CI-like run, and the reuse run then held 2
-            await until(pilot, lambda: src.accounts().get(("native", "reuse", "extend")) is not None
-                        and src.accounts()[("native", "reuse", "extend")].ops >= 5, what="reuse ops")
+            await until(pilot, lambda: mode_ops(src, "reuse") >= 5, what="reuse ops")
             await pilot.press("x")
             await until(pilot, lambda: any(isinstance(x, m.CaptureExported) for x in seen), what="export")
         path = next(x.path for x in seen if isinstance(x, m.CaptureExported))
@@ -671,8 +666,7 @@ async def test_p_opens_at_its_top(live, tmp_path, size):
     src = live(start_running=True, rate=0, mode="per-command")
     app = app_for(src, tmp_path)
     async with app.run_test(size=size) as pilot:
-        await until(pilot, lambda: src.accounts().get(("native", "per-command", "extend")) is not None
-                    and src.accounts()[("native", "per-command", "extend")].ops >= 5, what="per-command ops")
+        await until(pilot, lambda: mode_ops(src, "per-command") >= 5, what="per-command ops")
         src.set_running(False)
         await pilot.press("p")
         await until(pilot, lambda: isinstance(app.screen, ProjectionScreen), what="projection screen")

@@ -9,7 +9,7 @@ import re
 import pytest
 from textual.geometry import Region
 
-from tests.helpers.tui import app_for, main_screen, until
+from tests.helpers.tui import app_for, main_screen, mode_ops, until
 
 
 def _visible(app) -> list[str]:
@@ -27,8 +27,7 @@ async def test_p_scrolls_to_its_end_and_aligns_its_numbers(live, tmp_path, size)
     src = live(start_running=True, rate=0, mode="per-command")
     app = app_for(src, tmp_path)
     async with app.run_test(size=size) as pilot:
-        await until(pilot, lambda: (a := src.accounts().get(("native", "per-command", "extend"))) is not None
-                    and a.ops >= 20, what="per-command ops")
+        await until(pilot, lambda: mode_ops(src, "per-command") >= 20, what="per-command ops")
         src.set_running(False)
         await pilot.pause(0.1)
         src.barrier()

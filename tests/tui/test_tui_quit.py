@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from tests.helpers.tui import app_for, until
+from tests.helpers.tui import app_for, mode_ops, until
 from tpmtop.connect import open_tpm
 from tpmtop.sources.live import LiveSource
 from tpmtop.tpm.handles import list_handles
@@ -23,10 +23,8 @@ async def test_quit_leaves_no_session_on_an_external_tpm(tcp_swtpm, tmp_path, mo
     try:
         app = app_for(src, tmp_path)
         async with app.run_test(size=SIZE) as pilot:
-            # the mode's own operations (the interleaved `none` baseline can reach any count first),
-            # so that its session is there to be left behind, or not, at quit
-            await until(pilot, lambda: (a := src.accounts().get(("native", mode, "extend"))) is not None and a.ops > 5,
-                        what=f"{mode} operations")
+            # the mode's own operations, so that its session is there to be left behind, or not
+            await until(pilot, lambda: mode_ops(src, mode) > 5, what=f"{mode} operations")
             if paused:
                 await pilot.press("space")
             await pilot.press("q")
