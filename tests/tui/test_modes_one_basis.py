@@ -10,7 +10,10 @@ reuse within a few hundred µs of each other."""
 
 from __future__ import annotations
 
+import statistics
 import time
+
+import pytest
 
 from tpmtop.viewmodel.dashboard import Dashboard
 from tpmtop.viewmodel.rows.modes import projection_of
@@ -63,29 +66,48 @@ def test_modes_line_keeps_one_basis_as_each_mode_runs(live):
     assert "TPM time only" not in line
 
 
-def _reuse_estimate_then_measured(live) -> tuple[float, str, str]:
-    """Reuse's not-run estimate as the Modes line shows it after per-command (its `none`
-    baseline interleaved in bursts) has run, then reuse itself run on the same private swtpm:
-    (estimate ÷ measured, the estimate's arithmetic, the measured one's)."""
+def _judged_trial(live) -> tuple[float, str | None, str, str, str]:
+    """One trial: reuse's estimate as the Modes line shows it after per-command ran, then,
+    the accounts started again, reuse run and measured on the same swtpm. Returns (estimate ÷
+    measured, why the trial cannot be judged or None, the speeds read, both arithmetics).
+
+    The machine ran at one speed across the trial when the same command — a plain extend,
+    back to back, in the interleaved baseline's bursts (`Eb`, wire p50) — read the same in
+    both phases (±10 %), and reuse's own extends (wire p50) ran at the speed its phase's
+    bursts saw (×0.67–1.5: reuse's carries the TPM's HMAC work, a few µs, on top)."""
     src = live(start_running=True, rate=0, mode="per-command")
-    dash = Dashboard(src)
-    _run(src, dash, "per-command", 600)
-    comps = dash.projection("-")[0]
-    assert {"hL", "hS", "hF", "Eh10", "Ew10", "Eb", "hEb", "hM"} <= set(comps)
-    estimate, line = _projection(dash)
-    estimate = estimate.modes["reuse"]
-    assert "reuse" not in dash.projection("-")[5] and "not run, its commands' wire + host time" in line
-    assert estimate.formula == "(L + S + F + hL + hS + hF) + N × (Eb + Eh10 − Ew10 + hEb + hM)"
-    assert "back to back (Eb, hEb)" in estimate.note and "(Eh10 − Ew10" in estimate.note
-    _run(src, dash, "reuse", 10_000)
-    measured = _projection(dash)[0].modes["reuse"]
-    assert "op p50" in measured.formula
-    return float(estimate.total_s / measured.total_s), estimate.arithmetic, measured.arithmetic
+    try:
+        dash = Dashboard(src)
+        _run(src, dash, "per-command", 600)
+        estimate, line = _projection(dash)
+        estimate = estimate.modes["reuse"]
+        comps = dash.projection("-")[0]  # the runs _projection's stats() read
+        assert {"hL", "hS", "hF", "Eh10", "Ew10", "Eb", "hEb", "hM"} <= set(comps)
+        assert "reuse" not in dash.projection("-")[5] and "not run, its commands' wire + host time" in line
+        assert estimate.formula == "(L + S + F + hL + hS + hF) + N × (Eb + Eh10 − Ew10 + hEb + hM)"
+        assert "back to back (Eb, hEb)" in estimate.note and "(Eh10 − Ew10" in estimate.note
+        src.reset_stats()  # reuse's phase on its own: its op p50 and its baseline's Eb
+        _run(src, dash, "reuse", 10_000)
+        measured = _projection(dash)[0].modes["reuse"]
+        comps_then = dash.projection("-")[0]  # the runs _projection's stats() read
+        assert "op p50" in measured.formula
+        run = next(r for r in src.runs() if r.mode == "reuse" and r.op == "extend")
+        wire = run.commands["TPM2_CC_PCR_Extend"]["p50"]
+    finally:
+        src.close()  # one swtpm at a time (idempotent: the fixture closes it again)
+    probes = ("Eb", "hEb", "hM")  # the same work timed in both phases: wire, and host
+    speeds = ", ".join(f"{k} {comps[k]:.1f} then {comps_then[k]:.1f} µs" for k in probes)
+    speeds += f"; reuse's own extends {wire:.1f} µs on the wire"
+    one_speed = all(0.9 <= comps_then[k] / comps[k] <= 1.1 for k in probes)
+    moved = None if one_speed and 0.67 <= wire / comps_then["Eb"] <= 1.5 else speeds
+    return float(estimate.total_s / measured.total_s), moved, speeds, estimate.arithmetic, measured.arithmetic
 
 
-def test_a_mode_not_run_is_priced_from_its_own_commands_host_and_wire(live, record_property):
+def test_a_mode_not_run_is_priced_from_its_own_commands_within_a_fifth(live, record_property):
     """Issue 55 item 1: reuse not yet run, priced from the commands it would send at this
-    sitting's costs, host and wire apart, comes within ±20 % of reuse then measured (swtpm).
+    sitting's costs, host and wire apart, read from the Modes line before reuse runs, comes
+    within ±20 % of reuse then measured on the same swtpm — judged on a trial in which the
+    machine ran at one speed across both phases.
 
     A kept session's extends run back to back; the PCR_Extend inside per-command follows
     StartAuthSession's wait, and a command after a wait costs more, on the wire and on the
@@ -93,17 +115,37 @@ def test_a_mode_not_run_is_priced_from_its_own_commands_host_and_wire(live, reco
     wire, hEb host, each after the session's HMAC work, hM, timed on its own) plus the TPM's
     HMAC work, Eh10 − Ew10 (the HMAC'd extend over the burst's first plain one, both after an
     operation, at p10: under load their p50s carry the wait for a CPU). Before (priced on
-    Eh + hE0 + hM): ×1.21–1.45 in 27 of 30 runs, none within.
+    Eh + hE0 + hM): ×1.21–1.45 in 27 of 30 runs, none within; the estimate this issue
+    reported was ×5 its measured value.
 
-    The estimate is made before reuse runs, so a change in the shared machine's speed between
-    the two phases lands in the ratio: docs/dashboard.md ("How close the estimate gets") gives
-    the runs, quiet and under the suite's stress run: within ±20 % in 32 of 44, median ×1.07.
-    This machine's speed moves within seconds (a 1-byte GetRandom's median round trip read
-    18–60 µs across one run of this test at load 1), so ±20 % is a figure of the docs, not this
-    test's bound: asserted, it failed about one run in four. The test keeps a bound that a wrong
-    basis breaks — the estimate this issue reported was ×5 its measured value."""
-    ratio, est, meas = _reuse_estimate_then_measured(live)
-    record_property("estimate_over_measured", round(ratio, 3))  # the figures in docs/dashboard.md
-    record_property("estimate", est)
-    record_property("measured", meas)
-    assert 1 / 3 <= ratio <= 3, (ratio, est, meas)
+    On this VM a command's wire time has two regimes: swtpm and the thread that waits for it
+    hand over on one CPU, or wake each other across two (a reschedule interrupt and a halted
+    vCPU's wake-up): ×2–3 on every wire time, flipping for seconds at a time; under busy loops
+    the wait for a CPU adds its own. Reuse measured twice in a row, nothing estimated,
+    disagreed with itself by more than ±20 % in 15 of 138 trials at load 1.8–3.6 (×0.41–2.48,
+    benchmarks/estimate_regimes.py "reuse twice"): no estimate can be held closer to a value
+    than the value holds to itself. So each trial also times the same work in both phases —
+    the baseline's bursts, which run beside per-command and beside reuse alike: `Eb` (a plain
+    extend back to back, wire p50), `hEb` and `hM` (its host work and the session's HMAC work,
+    host p50) — and is judged when each agrees within ±10 % across the phases and reuse's own
+    extends ran at the speed of its phase's bursts (wire ×0.67–1.5 of `Eb`: reuse's carries
+    the TPM's HMAC work on top). Run 16 times under two busy loops (17:29–17:33 UTC, load
+    4.3–4.9): 14 judged, ×0.95–1.16; twice the machine moved in all five trials. Up to five
+    trials; if it moved in every one, the test says so and is skipped, once their median has
+    passed a bound that a wrong basis (the reported ×5) breaks whatever the machine does."""
+    moved: list[str] = []
+    ratios = []
+    for _ in range(5):
+        ratio, moved_by, speeds, est, meas = _judged_trial(live)
+        if moved_by is None:
+            record_property("estimate_over_measured", round(ratio, 3))
+            record_property("estimate", est)
+            record_property("measured", meas)
+            record_property("trials_the_machine_moved_in", len(moved))
+            record_property("speeds", speeds)
+            assert 0.8 <= ratio <= 1.2, (ratio, est, meas, speeds)
+            return
+        moved.append(moved_by)
+        ratios.append(ratio)
+    assert 1 / 3 <= statistics.median(ratios) <= 3, (ratios, moved)
+    pytest.skip("the machine's speed moved between the two phases in each of 5 trials: " + "; ".join(moved))
