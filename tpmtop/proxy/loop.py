@@ -149,6 +149,7 @@ class Loop:
 
     def run(self) -> None:
         poll, handlers, timers, soon, fresh = self._ep.poll, self._handlers, self._timers, self._soon, self._fresh
+        on_error = self._on_error
         while not self._stopping:
             if soon:
                 wait: float | None = 0
@@ -167,7 +168,11 @@ class Loop:
                 handler = handlers.get(fd)
                 if handler is not None:  # else unregistered by an earlier handler of this batch
                     # an error or hang-up is told as readable: the handler's read sees the end
-                    self._call(handler, (mask & EVENT_WRITE) | (EVENT_READ if mask & ~EVENT_WRITE else 0))
+                    # (called here, not through _call: a frame less per event, ~12 per client)
+                    try:
+                        handler((mask & EVENT_WRITE) | (EVENT_READ if mask & ~EVENT_WRITE else 0))
+                    except Exception as e:
+                        on_error(e)
             if timers and timers[0][0] <= time.monotonic():
                 self._run_timers()
             if soon:

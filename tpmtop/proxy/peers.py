@@ -114,25 +114,30 @@ def _hex_addr(ip: str, port: int, v6: bool) -> str:
 
 
 _NL_HDR = struct.Struct("=IHHII")
+# One sock_diag (inet_diag) request, packed in one call: the netlink header, then
+# inet_diag_req_v2 (family, protocol, ext, pad, states) and its inet_diag_sockid (source and
+# destination ports in network order, two 16-byte addresses, interface, cookie)
+_DIAG_REQ = struct.Struct("=IHHIIBBBxIHH16s16sIII")
+_DIAG_OWNER = struct.Struct("=II")  # idiag_uid, idiag_inode of the answer
 _SOCK_DIAG_BY_FAMILY = 20
 _NETLINK_SOCK_DIAG = 4
 _NLMSG_ERROR = 2
 _netlink = threading.local()
 
 
+@functools.lru_cache(maxsize=64)  # the proxy's own address and loopback peers: a handful
+def _packed(family: int, ip: str) -> bytes:
+    return socket.inet_pton(family, ip)
+
+
 def _diag_owner(peer: tuple[Any, ...], local: tuple[Any, ...], v6: bool) -> tuple[int, int] | None:
     """(uid, inode) of the peer's socket by an exact sock_diag (inet_diag) look-up: ~20 µs,
     where reading /proc/net/tcp costs milliseconds on a busy machine."""
     fam = socket.AF_INET6 if v6 else socket.AF_INET
-
-    def addr(ip: str) -> bytes:
-        raw = socket.inet_pton(fam, ip)
-        return raw.ljust(16, b"\0")
-
-    sockid = (struct.pack(">HH", peer[1], local[1]) + addr(peer[0]) + addr(local[0])
-              + struct.pack("=I", 0) + struct.pack("=II", 0xFFFFFFFF, 0xFFFFFFFF))
-    req = struct.pack("=BBBxI", fam, socket.IPPROTO_TCP, 0, 0xFFFFFFFF) + sockid
-    msg = _NL_HDR.pack(_NL_HDR.size + len(req), _SOCK_DIAG_BY_FAMILY, 1, 1, 0) + req  # NLM_F_REQUEST
+    msg = _DIAG_REQ.pack(_DIAG_REQ.size, _SOCK_DIAG_BY_FAMILY, 1, 1, 0,  # NLM_F_REQUEST
+                         fam, socket.IPPROTO_TCP, 0, 0xFFFFFFFF,  # every state
+                         socket.htons(peer[1]), socket.htons(local[1]), _packed(fam, peer[0]),
+                         _packed(fam, local[0]), 0, 0xFFFFFFFF, 0xFFFFFFFF)  # any interface, no cookie
     # One netlink socket per thread, kept: opening one per look-up cost as much as the look-up
     # (a request gets exactly one answer, a diag message or an error, read before the next).
     nl = getattr(_netlink, "sock", None)
@@ -151,7 +156,7 @@ def _diag_owner(peer: tuple[Any, ...], local: tuple[Any, ...], v6: bool) -> tupl
     _len, mtype, _f, _s, _p = _NL_HDR.unpack_from(data, 0)
     if mtype == _NLMSG_ERROR:
         return None
-    uid, inode = struct.unpack_from("=II", data, _NL_HDR.size + 4 + 48 + 12)
+    uid, inode = _DIAG_OWNER.unpack_from(data, _NL_HDR.size + 4 + 48 + 12)
     return uid, inode
 
 
