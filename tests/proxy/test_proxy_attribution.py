@@ -267,3 +267,55 @@ def test_a_client_whose_look_up_waits_for_a_walk_is_served_as_its_own_process_an
     late = [ln for ln in map(str, lines) if "late by a walk of /proc" in ln]
     assert len(late) == 1 and f"pid {old[1].pid}" in late[0], lines
     assert not any(f"pid {old[0].pid}" in ln and "late" in ln for ln in map(str, lines))
+
+
+def _pidfds() -> int:
+    """pidfds open in this process (the in-process proxy's departure watches)."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the listing's own descriptor, closed meanwhile
+        n += link == "anon_inode:[pidfd]" or link.startswith("pidfd:")
+    return n
+
+
+def test_each_new_client_is_watched_through_the_pidfd_its_look_up_opened_and_none_is_left_open(tcp_swtpm):
+    """A new client's look-up tells its process from a thread by opening a pidfd on it, and
+    that pidfd becomes the client's departure watch (one, not a second one opened later). Six
+    tpm2_getrandom processes, one after the other: each is one client of its own, watched by
+    exactly one pidfd while it lives, departs with its "left" line, and no pidfd stays open."""
+    with _serving(tcp_swtpm.tcti) as (srv, port, lines):
+        idle = _pidfds()
+        env = dict(os.environ, TPM2TOOLS_TCTI=f"swtpm:host=127.0.0.1,port={port}", TSS2_LOG="all+NONE")
+        pids = []
+        for _ in range(6):
+            p = subprocess.Popen(["tpm2_getrandom", "8"], env=env, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE)
+            pids.append(p.pid)
+            _out, err = p.communicate(timeout=TIMEOUT)
+            assert p.returncode == 0, err
+        wait_until(lambda: sum(pr.clients for pr in srv.accounts.program_snapshot()) >= 6
+                   and not srv.state.pidfds, "the six clients to depart")
+        assert _pidfds() == idle, "a pidfd was left open"
+        for pid in pids:
+            assert any(f"(pid {pid})" in ln and " left: " in ln for ln in lines), (pid, lines)
+            assert sum(f"connected: tpm2_getrandom (pid {pid}," in ln for ln in lines) == 1, (pid, lines)
+
+
+def test_every_tcp_connection_the_proxy_serves_has_tcp_nodelay(tcp_swtpm):
+    """Set on the listeners and inherited by what they accept (asked of the first connection,
+    else set on each): a command's answer must not wait for Nagle. Connections held open on
+    both ports (the TPM port and the control port), three each."""
+    with _serving(tcp_swtpm.tcti) as (srv, port, _lines):
+        held = [socket.create_connection(("127.0.0.1", p), timeout=TIMEOUT) for p in (port, port + 1) * 3]
+        try:
+            wait_until(lambda: len(srv.state.conns) >= 6, "the six connections accepted")
+            got = {s.getsockname()[1]: s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+                   for s in list(srv.state.conns)}
+            assert set(got) == {port, port + 1}
+            assert all(got.values()), got
+        finally:
+            for s in held:
+                s.close()

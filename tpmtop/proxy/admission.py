@@ -26,11 +26,21 @@ class Admission:
 
     def __init__(self, state: ServerState) -> None:
         self.state = state
+        # TCP listener -> do the connections it accepts carry TCP_NODELAY already? Set on the
+        # listener, Linux copies it to each connection it accepts, which spares a setsockopt
+        # per connection (two per mssim client). Asked of its first connection (getsockopt)
+        # rather than assumed; where it is not inherited, each connection gets it set.
+        self._nodelay_inherited: dict[socket.socket, bool] = {}
 
     def listen_in_loop(self, lsock: socket.socket, make: MakeConn) -> None:
         lsock.setblocking(False)
         local = self._local_address(lsock)
         tcp = lsock.family != socket.AF_UNIX  # asked once (a socket's family is an enum built per call)
+        if tcp:
+            try:
+                lsock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                self._nodelay_inherited[lsock] = False  # each connection then gets its own
 
         def ready(_mask: int) -> None:
             self._accept(lsock, local, tcp, make, ready)
@@ -52,7 +62,10 @@ class Admission:
             self.state.loop.unregister(lsock)
             self.state.loop.call_later(ACCEPT_RETRY_S, lambda: self._listen_again(lsock, ready))
             return
-        ok, owner, uid = self._admit(sock, addr, local, tcp)
+        inherited = self._nodelay_inherited.get(lsock)
+        if inherited is None and tcp:
+            inherited = self._nodelay_inherited[lsock] = _has_nodelay(sock)
+        ok, owner, uid = self._admit(sock, addr, local, tcp, not inherited)
         if ok:
             conn = make(sock, owner, tcp)
             self.state.conns[sock] = conn
@@ -69,9 +82,10 @@ class Admission:
                 pass  # closed meanwhile (the proxy stops)
 
     def _admit(self, sock: socket.socket, peer: tuple[Any, ...] | None, local: tuple[Any, ...] | None,
-               tcp: bool) -> tuple[bool, tuple[int, int] | None, int | None]:
+               tcp: bool, nodelay: bool = True) -> tuple[bool, tuple[int, int] | None, int | None]:
         """(served?, the peer's (uid, inode), None where unknown, its uid); a connection refused
-        or over a limit is closed here."""
+        or over a limit is closed here. ``nodelay``: a TCP connection still needs TCP_NODELAY set
+        (not when it came with it from its listener)."""
         uid, pid, inode = access.peer_owner(sock, peer, local, unix=not tcp)
         if not self.state.policy.allows(uid):
             self._refuse(sock, uid, pid)
@@ -84,7 +98,7 @@ class Admission:
                 and self._open(uid) >= self.state.max_per_user):
             self._over_user_limit(sock, uid)
             return False, None, None
-        if tcp:
+        if tcp and nodelay:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return True, ((uid, inode) if inode is not None else None), uid
 
@@ -178,3 +192,10 @@ class Admission:
                 sock.close()
             except OSError:
                 pass
+
+
+def _has_nodelay(sock: socket.socket) -> bool:
+    try:
+        return bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+    except OSError:
+        return False

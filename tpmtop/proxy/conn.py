@@ -228,7 +228,9 @@ class Conn:
     def close(self) -> None:
         if self.closed:
             return
-        self._want(0)
+        if self.interest:
+            self.srv.loop.closing(self.sock)  # closed below: no EPOLL_CTL_DEL (Loop.closing)
+            self.interest = 0
         self.closed = True
         if self.timer is not None:
             self.timer.cancel()

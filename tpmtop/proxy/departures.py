@@ -24,22 +24,26 @@ class Departures:
         self.state = state
         self.pump = pump
 
-    def watch_exit(self, c: ClientStats) -> None:
+    def watch_exit(self, c: ClientStats, fd: int | None = None) -> None:
         """A pidfd for the client's process: readable when it exits (the loop and a new client
-        look; a departure is noticed when it happens, not on a timer)."""
+        look; a departure is noticed when it happens, not on a timer). ``fd``: the pidfd the
+        look-up opened on that process, if it did (this takes it)."""
         if c.peer.pid is None:
+            if fd is not None:
+                os.close(fd)
             return  # no process known (an anonymous connection): nothing to watch
-        try:
-            fd = os.pidfd_open(c.peer.pid)
-        except (OSError, AttributeError):
-            return  # gone already, or no pidfds: the periodic look covers it
+        if fd is None:
+            try:
+                fd = os.pidfd_open(c.peer.pid)
+            except (OSError, AttributeError):
+                return  # gone already, or no pidfds: the periodic look covers it
         self.state.pidfds[fd] = c
         self.state.loop.register(fd, EVENT_READ, lambda _mask: self.process_exited(fd))
 
     def close_pidfd(self, fd: int) -> None:
         """Out of the loop's set, then closed (its number may be reused)."""
         self.state.pidfds.pop(fd, None)
-        self.state.loop.unregister(fd)
+        self.state.loop.closing(fd)
         os.close(fd)
 
     def has_exited(self, c: ClientStats) -> bool:

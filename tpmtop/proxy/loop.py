@@ -109,6 +109,16 @@ class Loop:
         except (ValueError, OSError):
             pass  # closed already
 
+    def closing(self, fileobj: Any) -> None:
+        """Its descriptor is closed right after this, by the caller: its handler goes, and the
+        kernel takes it out of the epoll set itself when it is closed (the last descriptor of
+        its open file: the proxy's sockets and pidfds are never duplicated, and are opened
+        close-on-exec), so no EPOLL_CTL_DEL is made (three system calls per mssim client: two
+        connections and a pidfd). An event already in the batch being served for its number
+        finds no handler, or a new descriptor's marked fresh (:meth:`register`), as after
+        :meth:`unregister`."""
+        self._handlers.pop(fileobj if isinstance(fileobj, int) else fileobj.fileno(), None)
+
     def call_at(self, when: float, fn: Callable[[], None]) -> Timer:
         t = Timer(when, fn)
         heapq.heappush(self._timers, (when, next(self._seq), t))
@@ -139,6 +149,7 @@ class Loop:
 
     def run(self) -> None:
         poll, handlers, timers, soon, fresh = self._ep.poll, self._handlers, self._timers, self._soon, self._fresh
+        on_error = self._on_error
         while not self._stopping:
             if soon:
                 wait: float | None = 0
@@ -157,7 +168,11 @@ class Loop:
                 handler = handlers.get(fd)
                 if handler is not None:  # else unregistered by an earlier handler of this batch
                     # an error or hang-up is told as readable: the handler's read sees the end
-                    self._call(handler, (mask & EVENT_WRITE) | (EVENT_READ if mask & ~EVENT_WRITE else 0))
+                    # (called here, not through _call: a frame less per event, ~12 per client)
+                    try:
+                        handler((mask & EVENT_WRITE) | (EVENT_READ if mask & ~EVENT_WRITE else 0))
+                    except Exception as e:
+                        on_error(e)
             if timers and timers[0][0] <= time.monotonic():
                 self._run_timers()
             if soon:

@@ -79,11 +79,20 @@ def tgid(pid: int) -> int | None:
         return None
 
 
+_last_pid_fd: list[int] = []  # /proc/sys/kernel/ns_last_pid, opened once
+
+
 def last_pid() -> int | None:
     """The pid this pid namespace gave last (/proc/sys/kernel/ns_last_pid), None if unreadable:
-    a new client is one of the newest processes, wherever the pid counter is (it wraps)."""
+    a new client is one of the newest processes, wherever the pid counter is (it wraps).
+
+    Asked for every new client: the file stays open and each read is one pread at offset 0,
+    which the kernel answers with the counter as it is now (a sysctl file is formatted anew
+    for every read from its start); opening, reading and closing it were three system calls."""
     try:
-        return int(read("/proc/sys/kernel/ns_last_pid", 64))
+        if not _last_pid_fd:
+            _last_pid_fd.append(os.open("/proc/sys/kernel/ns_last_pid", os.O_RDONLY | os.O_CLOEXEC))
+        return int(os.pread(_last_pid_fd[0], 64, 0))
     except (OSError, ValueError):
         return None
 

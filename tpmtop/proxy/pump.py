@@ -25,8 +25,8 @@ class TurnPump:
         can be. Re-entered from a grant (its command answered at once), it runs once more
         after the one in progress instead of inside it."""
         turns = self.state.turns
-        if turns is None:
-            return
+        if turns is None or (turns.quiet and not self._pumping):
+            return  # nothing waits (every answer and departure asks: most find nothing)
         if self._pumping:
             self._again = True
             return

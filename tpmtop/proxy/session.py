@@ -11,6 +11,7 @@ connection is not read until its answer is out; the loop serves everyone else me
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from typing import TYPE_CHECKING, Any
@@ -47,15 +48,20 @@ class Session:
         :meth:`name_late` names it (served as another client meanwhile, a process would lose
         its turn, or its objects behind a resource manager)."""
         sock = conn.sock
-        peer = peers.unix_peer(sock) if not conn.tcp else self.state.resolver.resolve(sock, conn.owner)
+        if not conn.tcp:
+            return self.client_of(peers.unix_peer(sock), "")
+        resolver = self.state.resolver
+        peer = resolver.resolve(sock, conn.owner)
+        pidfd = resolver.take_pidfd(peer.pid)  # opened by the look-up of a new process
         if peer.waiting and conn.owner is not None:
             self.state.unnamed[conn.owner[1]] = (conn, time.monotonic())
             return None
-        return self.client_of(peer, "")
+        return self.client_of(peer, "", pidfd)
 
-    def client_of(self, peer: peers.Peer, how: str) -> ClientStats:
+    def client_of(self, peer: peers.Peer, how: str, pidfd: int | None = None) -> ClientStats:
         """The client of a connection whose process is ``peer``; a new one gets its line
-        (``how``: how it was named, when not at once)."""
+        (``how``: how it was named, when not at once). ``pidfd``: one the look-up opened on
+        that process (this takes it: the new client's departure watch, else closed)."""
         known = peer.pid is not None
         before = self.state.accounts._next
         c = self.state.accounts.client_for(peer, self.state.protocol, shared_key=known)
@@ -64,11 +70,14 @@ class Session:
             # script's next tool cannot change what the previous one is reported to leave.
             self.departures.reap_exited()
             if known:
-                self.departures.watch_exit(c)
+                self.departures.watch_exit(c, pidfd)
+                pidfd = None
             who = f"pid {peer.pid}" if known else "pid unknown"
             args = f": {_short(peer.cmdline)}" if peer.cmdline and peer.cmdline != peer.name else ""
             self.state.client_log("clients connected", f"client {c.id} connected: {peer.name} ({who}, uid "
                                   f"{peer.uid if peer.uid is not None else '?'}){how}{args}", LineKind.INFO)
+        if pidfd is not None:  # a process already known (its watch has its own)
+            os.close(pidfd)
         return c
 
     def name_late(self) -> None:

@@ -163,3 +163,8 @@ class Turns:
     @property
     def waiting(self) -> int:
         return len(self._order)
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing to grant or refuse: :meth:`pump` would return ([], [], None)."""
+        return not self._order and not self._refuse
