@@ -11,8 +11,8 @@ collection about ``N / CHUNK`` visits plus the chunk being filled. Only for reco
 no reference cycle and are themselves untracked (msgspec ``gc=False`` structs, numbers,
 strings): a tuple holding one tracked object stays tracked, and costs what a deque did.
 
-No library found keeps a bounded sequence outside the collector's walk: collections.deque,
-lists and the ring buffers on PyPI are all one tracked container of references.
+Hand-written: collections.deque and list are each one tracked container of references, and so
+is any ring buffer built on them; what keeps the items out of the walk is the untracked tuples.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ CHUNK = 1024  # items per tuple: a full collection visits ~N/CHUNK + CHUNK of a 
 
 class Ring(Generic[T]):
     """At most ``maxlen`` items (None: no bound), oldest first; :meth:`append` past ``maxlen``
-    drops the oldest (``deque(maxlen=...)``'s order and bound). A dropped item is released when the rest of its
-    chunk is: at most CHUNK - 1 items longer than a deque would hold it.
+    drops the oldest (``deque(maxlen=...)``'s order and bound). A dropped item is released with
+    the rest of its chunk: it may outlive a deque's by up to CHUNK - 1 appends.
 
     Not thread-safe, as a deque's compound steps are not: callers that share one hold a lock."""
 
