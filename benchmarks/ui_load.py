@@ -462,7 +462,12 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             out["gc_full_pause_ms_max"] = round(max(gc_pauses) * 1000, 1) if gc_pauses else None
             out["gc_full_pauses_ms"] = [round(x * 1000, 1) for x in gc_pauses]
             out["gc_full_cpu_ms"] = [round(x * 1000, 1) for x in gc_cpu]
-            out["gc_tracked_objects"] = len(gc.get_objects())  # what a full collection walks, at the end
+            tracked = gc.get_objects()
+            out["gc_tracked_objects"] = len(tracked)  # what a full collection walks, at the end
+            # ...and the references it visits in them (every one, to a tracked object or not: an
+            # untracked record in a deque still costs a visit)
+            out["gc_references"] = sum(len(gc.get_referents(o)) for o in tracked)
+            del tracked
             if gc_only:
                 return out
 
@@ -554,7 +559,7 @@ def main() -> int:
             pace = "unpaced" if not r["rate"] else f"{r['rate']:g} ops/s"
             print(f"workload: native/{r['mode']}/extend, {pace}; dashboard 140x44, frames kept by a driver")
             print(f"full GC pauses (ms): {r['gc_full_pauses_ms']}, their CPU (ms): {r['gc_full_cpu_ms']}; "
-                  f"tracked objects at the end {r['gc_tracked_objects']:,}")
+                  f"tracked objects at the end {r['gc_tracked_objects']:,} holding {r['gc_references']:,} references")
         print(gc_line)
         return 0
     keys = r["keys"]

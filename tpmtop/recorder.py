@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from tpmtop.ring import Ring
 from tpmtop.stats import LatencyHistogram
 from tpmtop.tpm import names, wire
 from tpmtop.tpm.exchange import SEEN_ORIGINS
@@ -43,7 +44,8 @@ class Event(msgspec.Struct, kw_only=True, gc=False):
     tuples) made each full collection walk them all, 40-85 ms with every thread stopped, several
     times a minute under an unpaced workload (a key pressed then waited that long). An event
     holds only numbers, strings, bytes and tuples of numbers: it can never be part of a cycle,
-    and reference counting frees it."""
+    and reference counting frees it. The rings that hold events are :class:`~tpmtop.ring.Ring`
+    (tuples the collector untracks), not deques, whose every reference a full collection visits."""
 
     seq: int
     t_ns: int  # perf_counter_ns() when the command was handed to the transport
@@ -108,7 +110,7 @@ FREE_AFTER_S = 0.25  # long enough for the screen that asked to be drawn first
 
 
 def free_later(containers: tuple[Any, ...]) -> None:
-    """Empty ``containers`` (deques, dicts) on a short-lived thread, FREE_AFTER_S from now and
+    """Empty ``containers`` (rings, deques, dicts) on a short-lived thread, FREE_AFTER_S from now and
     one item at a time: each item freed is a step of Python, so the interpreter can hand the
     GIL to another thread between them (one C-level clear of a full ring holds it throughout)."""
     def drain() -> None:
@@ -127,7 +129,7 @@ class Recorder:
         self.keep_buffers = keep_buffers
         self.enabled = True
         self._lock = threading.Lock()
-        self._events: deque[Event] = deque(maxlen=capacity)
+        self._events: Ring[Event] = Ring(capacity)
         self._stats: dict[tuple[str, int | None], CommandStats] = {}
         self._handles: dict[int, HandleUse] = {}
         self._seq = 0
@@ -136,10 +138,10 @@ class Recorder:
         # the transport's hot path: one append, nothing else
         self.put = self._pending.append  # type: ignore[method-assign,assignment]
         self.decoded_on: str | None = None  # the thread that last decoded (tests check it is not a timed one)
-        self._buffered: deque[Event] = deque()  # the events still holding their raw bytes
+        self._buffered: Ring[Event] = Ring()  # the events still holding their raw bytes
         self.started_ns = time.perf_counter_ns()
         self.marks: list[tuple[int, str]] = []  # (t_ns, text): boundaries such as a TPM reset
-        self.failures: deque[Event] = deque(maxlen=FAILURES_KEPT)  # failed commands, oldest first
+        self.failures: Ring[Event] = Ring(FAILURES_KEPT)  # failed commands, oldest first
 
     # -- listening (the transport's sink) ----------------------------------------------------
     # On the round trip the transport only appends an Exchange to ``_pending`` (a deque:
@@ -283,10 +285,10 @@ class Recorder:
         with self._lock:
             self._pending.clear()  # not replaced: the transport holds its append (self.put)
             old = (self._buffered, self._events, self._stats, self.failures)
-            self._buffered = deque()
-            self._events = deque(maxlen=self.capacity)
+            self._buffered = Ring()
+            self._events = Ring(self.capacity)
             self._stats = {}
-            self.failures = deque(maxlen=FAILURES_KEPT)
+            self.failures = Ring(FAILURES_KEPT)
             # The stream's clock starts again: a boundary from before would read as a negative time.
             self.marks = []
             self.started_ns = time.perf_counter_ns()
@@ -298,7 +300,7 @@ class Recorder:
             self._process()
             if last is None or last >= len(self._events):
                 return list(self._events)
-            return [self._events[i] for i in range(len(self._events) - last, len(self._events))]
+            return self._events.newest(last)
 
     def events_since(self, seq: int) -> list[Event]:
         with self._lock:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from tpmtop.ring import Ring
 from tpmtop.tpm import names
 from tpmtop.tpm.wire import CC_FLUSH_CONTEXT, TPM_ST_SESSIONS
 
@@ -157,7 +158,8 @@ def _iso(wall: float) -> str:
 
 @dataclass
 class PcrChangeWatch:
-    extends: deque[Extend] = field(default_factory=lambda: deque(maxlen=KEEP_EXTENDS))
+    # a Ring, not a deque: its 4,096 references are not visited by every full garbage collection
+    extends: Ring[Extend] = field(default_factory=lambda: Ring(KEEP_EXTENDS))
     policies: dict[int, _Policy] = field(default_factory=dict)
     breakages: deque[Breakage] = field(default_factory=lambda: deque(maxlen=KEEP_BREAKAGES))
     by_pcr: Counter[int | None] = field(default_factory=Counter)  # PCR (or None) -> 0x128 failures it is named in

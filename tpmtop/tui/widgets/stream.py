@@ -309,8 +309,15 @@ class StreamView(ScrollView, can_focus=True):
         return self._lines
 
     def _strip(self, content: Content, width: int) -> Strip:
+        """One line, ``width`` cells wide. Extended then cropped (what ``crop_extend`` does)
+        without ``crop_extend``'s cache: a line already ``width`` wide (every padded one)
+        came back as the same Strip, cached in itself, a cycle that only a full garbage
+        collection frees. Kept past a refresh, each such line (a Strip, its 7 caches, its
+        segments) waited for the next full collection and lengthened it."""
         strips = Visual.to_strips(self, content, width, 1, self.visual_style, pad=True)
-        return strips[0].crop_extend(0, width, self.rich_style) if strips else Strip.blank(width, self.rich_style)
+        if not strips:
+            return Strip.blank(width, self.rich_style)
+        return strips[0].extend_cell_length(width, self.rich_style).crop(0, width)
 
 
 class StreamPanel(Panel[StreamPart]):

@@ -3,11 +3,12 @@ polls (:class:`ContextGapTracker`, :class:`SlotPeaks`). No Textual here."""
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
+
+from tpmtop.ring import Ring
 
 if TYPE_CHECKING:
     from tpmtop.recorder import Event
@@ -133,7 +134,9 @@ class SlotPeaks:
     def __init__(self) -> None:
         self.now = {"object": 0, "session": 0}
         self.peak = {"object": 0, "session": 0}
-        self.moves: deque[tuple[int, str, int]] = deque(maxlen=20_000)  # (seq, kind, ±1)
+        # (seq, kind, ±1). A Ring, not a deque: under per-command sessions it fills, and a full
+        # garbage collection would visit its 20,000 references every time (tpmtop.ring)
+        self.moves: Ring[tuple[int, str, int]] = Ring(20_000)
         self.since = 0  # the last baseline's recorder sequence number
 
     @staticmethod
