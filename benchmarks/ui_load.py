@@ -468,6 +468,15 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             # untracked record in a deque still costs a visit)
             out["gc_references"] = sum(len(gc.get_referents(o)) for o in tracked)
             del tracked
+            # The walk alone: three collections in a row, the first freeing what garbage is
+            # left, the next two none — what a full collection costs this heap before any cycle
+            # is freed (the pauses above add the garbage's)
+            walks = []
+            for _ in range(3):
+                w0 = time.perf_counter()
+                gc.collect()
+                walks.append(round((time.perf_counter() - w0) * 1000, 1))
+            out["gc_walk_alone_ms"] = walks[1:]
             if gc_only:
                 return out
 
@@ -559,7 +568,8 @@ def main() -> int:
             pace = "unpaced" if not r["rate"] else f"{r['rate']:g} ops/s"
             print(f"workload: native/{r['mode']}/extend, {pace}; dashboard 140x44, frames kept by a driver")
             print(f"full GC pauses (ms): {r['gc_full_pauses_ms']}, their CPU (ms): {r['gc_full_cpu_ms']}; "
-                  f"tracked objects at the end {r['gc_tracked_objects']:,} holding {r['gc_references']:,} references")
+                  f"tracked objects at the end {r['gc_tracked_objects']:,} holding {r['gc_references']:,} references; "
+                  f"a collection with no garbage left (ms): {r['gc_walk_alone_ms']}")
         print(gc_line)
         return 0
     keys = r["keys"]
