@@ -4,7 +4,6 @@ file), the same bytes as a plain read to the end."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -35,11 +34,34 @@ def test_a_command_line_longer_than_one_read_is_read_whole():
 
 
 def test_a_read_size_smaller_than_the_file_still_reads_it_all():
-    pid = os.getpid()
-    for name in ("status", "stat", "cmdline"):
-        path = f"/proc/{pid}/{name}"
-        small = procfs.read(path, size=16)
-        assert small == procfs.read(path) or name == "stat"  # stat's times move between reads
-        assert len(small) > 16
-    assert procfs.tgid(pid) == pid
-    assert procfs.stat(pid)[0] == _whole(f"/proc/{pid}/comm").decode().strip()
+    # A child asleep on its stdin: its status (context switches, memory) and stat (times) stay
+    # as they are between two reads, where this process's own move (a status once differed in
+    # voluntary_ctxt_switches, 85594 against 85595, under the suite's load)
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        pid = child.pid
+        deadline = time.monotonic() + 60
+        while not (b"sys.stdin.read()" in _whole(f"/proc/{pid}/cmdline") and _asleep(pid)):
+            assert time.monotonic() < deadline, "the child never fell asleep on its stdin"
+            time.sleep(0.05)
+        for name in ("status", "stat", "cmdline"):
+            path = f"/proc/{pid}/{name}"
+            small = procfs.read(path, size=16)
+            assert small == procfs.read(path) == _whole(path)
+            assert len(small) > 16
+        assert procfs.tgid(pid) == pid
+        assert procfs.stat(pid)[0] == _whole(f"/proc/{pid}/comm").decode().strip()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _asleep(pid: int) -> bool:
+    """Asleep in a read for a while: state S, and its context switches the same 0.2 s apart."""
+    def switches() -> list[bytes]:
+        return [ln for ln in _whole(f"/proc/{pid}/status").splitlines() if b"ctxt_switches" in ln]
+
+    before = switches()
+    time.sleep(0.2)
+    state = _whole(f"/proc/{pid}/stat").rsplit(b")", 1)[1].split()[0]
+    return state == b"S" and switches() == before
