@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 
 from machine import describe  # noqa: E402 - benchmarks/machine.py
 
+from tests.helpers.workload import PROBES, one_speed, step_until  # noqa: E402 - the test's judge
 from tpmtop import settings  # noqa: E402
 from tpmtop.connect import open_tpm  # noqa: E402
 from tpmtop.sources.live import LiveSource  # noqa: E402
@@ -46,16 +47,11 @@ from tpmtop.viewmodel.rows.modes import projection_of  # noqa: E402
 
 EXTEND = "TPM2_CC_PCR_Extend"
 READINGS = ("as shown", "reuse twice")
-PROBES = ("Eb", "hEb", "hM")  # the bursts' wire and host work, timed in both phases
-ONE_SPEED = (0.9, 1.1)  # each probe then / before, and...
-REUSE_AT_EB = (0.67, 1.5)  # ...reuse's own extend wire / Eb then: the test's judged trial
 
 
 def _run(src: LiveSource, mode: str, ops: int) -> None:
     src.choose(mode=mode)
-    done = 0
-    while done < ops:
-        done += src.step(ops - done)[0]
+    step_until(src, ops)
 
 
 def _reuse(dash: Dashboard, *, estimate: bool) -> tuple[float, dict[str, float], float]:
@@ -81,12 +77,10 @@ def trial(kind: str, pc_ops: int = 600, reuse_ops: int = 10_000) -> dict[str, An
         src.reset_stats()  # the second phase on its own: its op p50 and its baseline's Eb
         _run(src, "reuse", reuse_ops)
         then, probes_then, wire = _reuse(dash, estimate=False)
-        one_speed = (all(ONE_SPEED[0] <= probes_then[k] / probes[k] <= ONE_SPEED[1] for k in PROBES)
-                     and REUSE_AT_EB[0] <= wire / probes_then["Eb"] <= REUSE_AT_EB[1]
-                     # reuse twice: its first phase's extends at the speed of that phase's bursts too
-                     and (kind == "as shown" or REUSE_AT_EB[0] <= wire_first / probes["Eb"] <= REUSE_AT_EB[1]))
+        # reuse twice: its first phase's extends at the speed of that phase's bursts too
+        held = one_speed(probes, probes_then, wire, None if kind == "as shown" else wire_first)
         return {"ratio": first / then, "Eb": probes["Eb"], "Eb_then": probes_then["Eb"], "reuse_wire": wire,
-                "one_speed": one_speed}
+                "one_speed": held}
     finally:
         src.close()
 

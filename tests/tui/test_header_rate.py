@@ -5,18 +5,9 @@ swtpm; the meter's clock is the test's, so the rate is exact whatever the machin
 
 from __future__ import annotations
 
-import time
-
+from tests.helpers.workload import step_until
 from tpmtop.sources.meters import RateMeter
 from tpmtop.viewmodel.dashboard import Dashboard
-
-
-def _ops(src, ops: int) -> None:
-    deadline = time.monotonic() + 300
-    done = 0
-    while done < ops:
-        assert time.monotonic() < deadline, f"{done} of {ops} operations in 300 s"
-        done += src.step(ops - done)[0]
 
 
 def _run_ops(src, mode: str) -> int:
@@ -28,11 +19,11 @@ def test_header_rate_is_the_runs_own(live):
     dash = Dashboard(src)
     now = [0.0]
     dash.ops_rate = RateMeter(clock=lambda: now[0])
-    _ops(src, 1)
+    step_until(src, 1)
     dash.changed()
     dash.stats(80)
     before, none_before = _run_ops(src, "per-command"), _run_ops(src, "none")
-    _ops(src, 30)  # the baseline runs a burst of `none` operations after each (until 40 ran)
+    step_until(src, 30)  # the baseline runs a burst of `none` operations after each (until 40 ran)
     now[0] = 1.0
     dash.changed()
     dash.stats(80)
@@ -45,7 +36,7 @@ def test_header_rate_is_the_runs_own(live):
     dash.changed()
     dash.stats(80)
     start = _run_ops(src, "reuse")
-    _ops(src, 20)
+    step_until(src, 20)
     now[0] = 3.0
     dash.changed()
     dash.stats(80)

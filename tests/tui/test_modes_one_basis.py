@@ -11,19 +11,15 @@ reuse within a few hundred µs of each other."""
 from __future__ import annotations
 
 import statistics
-import time
 
+from tests.helpers.workload import PROBES, one_speed, step_until
 from tpmtop.viewmodel.dashboard import Dashboard
 from tpmtop.viewmodel.rows.modes import projection_of
 
 
 def _run(src, dash, mode: str, ops: int) -> None:
     src.choose(mode=mode)
-    deadline = time.monotonic() + 300
-    done = 0
-    while done < ops:
-        assert time.monotonic() < deadline, f"{mode}: {done} of {ops} operations in 300 s"
-        done += src.step(ops - done)[0]
+    step_until(src, ops)
     dash.changed()
 
 
@@ -69,10 +65,10 @@ def _judged_trial(live) -> tuple[float, str | None, str, str, str]:
     the accounts started again, reuse run and measured on the same swtpm. Returns (estimate ÷
     measured, why the trial cannot be judged or None, the speeds read, both arithmetics).
 
-    The machine ran at one speed across the trial when the same command — a plain extend,
-    back to back, in the interleaved baseline's bursts (`Eb`, wire p50) — read the same in
-    both phases (±10 %), and reuse's own extends (wire p50) ran at the speed its phase's
-    bursts saw (×0.67–1.5: reuse's carries the TPM's HMAC work, a few µs, on top)."""
+    The machine ran at one speed across the trial when the interleaved baseline's bursts —
+    a plain extend back to back (`Eb`, wire p50), its host work and the session's HMAC work
+    (`hEb`, `hM`) — read the same in both phases, and reuse's own extends ran at the speed
+    its phase's bursts saw (tests/helpers/workload.py, `one_speed`)."""
     src = live(start_running=True, rate=0, mode="per-command")
     try:
         dash = Dashboard(src)
@@ -93,11 +89,9 @@ def _judged_trial(live) -> tuple[float, str | None, str, str, str]:
         wire = run.commands["TPM2_CC_PCR_Extend"]["p50"]
     finally:
         src.close()  # one swtpm at a time (idempotent: the fixture closes it again)
-    probes = ("Eb", "hEb", "hM")  # the same work timed in both phases: wire, and host
-    speeds = ", ".join(f"{k} {comps[k]:.1f} then {comps_then[k]:.1f} µs" for k in probes)
+    speeds = ", ".join(f"{k} {comps[k]:.1f} then {comps_then[k]:.1f} µs" for k in PROBES)
     speeds += f"; reuse's own extends {wire:.1f} µs on the wire"
-    one_speed = all(0.9 <= comps_then[k] / comps[k] <= 1.1 for k in probes)
-    moved = None if one_speed and 0.67 <= wire / comps_then["Eb"] <= 1.5 else speeds
+    moved = None if one_speed(comps, comps_then, wire) else speeds
     return float(estimate.total_s / measured.total_s), moved, speeds, estimate.arithmetic, measured.arithmetic
 
 
