@@ -17,6 +17,22 @@ from tpmtop.proxy import peers
 
 HOLD = "import socket, sys, time; s = socket.create_connection(('127.0.0.1', int(sys.argv[1]))); time.sleep(60)"
 
+# What the scripts below, each run in a private pid namespace, start with: the modules, and a
+# listener with the two kinds of client (HOLD connects at once, WAIT when told on its stdin)
+_IMPORTS = r"""
+import os, socket, subprocess, sys, time
+sys.path.insert(0, sys.argv[1])
+from tpmtop.proxy import peers
+"""
+_LISTENING = f"""
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(64)
+port = str(ls.getsockname()[1])
+HOLD = {HOLD!r}
+WAIT = "import sys; sys.stdin.readline(); " + HOLD  # connects when told
+"""
+
 
 @pytest.fixture
 def listener():
@@ -99,10 +115,7 @@ def test_a_new_thread_of_an_old_process_is_named_by_its_process_not_the_thread(l
 # A real pid namespace (unshare), where the test may set the pid counter: the resolver names
 # a client started at a high pid, then one started after the counter wrapped, and counts its
 # walks of /proc (os.listdir("/proc")).
-_ACROSS_A_WRAP = r"""
-import os, socket, subprocess, sys
-sys.path.insert(0, sys.argv[1])
-from tpmtop.proxy import peers
+_ACROSS_A_WRAP = _IMPORTS + r"""
 walks = []
 real = os.listdir
 def listdir(path="."):
@@ -110,10 +123,7 @@ def listdir(path="."):
         walks.append(path)
     return real(path)
 os.listdir = listdir
-ls = socket.socket()
-ls.bind(("127.0.0.1", 0))
-ls.listen(8)
-HOLD = "import socket, sys, time; s = socket.create_connection(('127.0.0.1', int(sys.argv[1]))); time.sleep(60)"
+""" + _LISTENING + r"""
 resolver = peers.TcpResolver()
 top = int(open("/proc/sys/kernel/pid_max").read())
 for start in (top - 300, 300):  # a high pid, then one after the counter wrapped
@@ -150,17 +160,8 @@ def test_a_client_after_the_pid_counter_wraps_is_found_without_a_walk_of_proc():
 # Processes that start between a client's start and its connect (a busy machine, a script
 # that forks): the client is then not among the namespace's 32 newest pids. A private pid
 # namespace, so that the test decides how far the counter moves (and where it wraps).
-_MANY_BETWEEN = r"""
-import os, socket, subprocess, sys
-sys.path.insert(0, sys.argv[1])
-from tpmtop.proxy import peers
+_MANY_BETWEEN = _IMPORTS + _LISTENING + r"""
 start, between = int(sys.argv[2]), int(sys.argv[3])
-ls = socket.socket()
-ls.bind(("127.0.0.1", 0))
-ls.listen(8)
-port = str(ls.getsockname()[1])
-HOLD = "import socket, sys, time; s = socket.create_connection(('127.0.0.1', int(sys.argv[1]))); time.sleep(60)"
-WAIT = "import sys; sys.stdin.readline(); " + HOLD  # connects when told
 def name(resolver):
     conn, addr = ls.accept()
     owner = peers.socket_owner(addr[:2], conn.getsockname()[:2], False)
@@ -213,17 +214,8 @@ def test_a_client_with_many_processes_started_before_its_connect_costs_no_walk_o
 
 # Clients that started long before the previous look-up (a daemon that connects late): no
 # window holds them. Their look-ups share one walk of /proc a second, however many connect.
-_OLD_CLIENTS = r"""
-import os, socket, subprocess, sys, time
-sys.path.insert(0, sys.argv[1])
-from tpmtop.proxy import peers
+_OLD_CLIENTS = _IMPORTS + _LISTENING + r"""
 n = int(sys.argv[2])
-ls = socket.socket()
-ls.bind(("127.0.0.1", 0))
-ls.listen(64)
-port = str(ls.getsockname()[1])
-HOLD = "import socket, sys, time; s = socket.create_connection(('127.0.0.1', int(sys.argv[1]))); time.sleep(60)"
-WAIT = "import sys; sys.stdin.readline(); " + HOLD  # connects when told
 old = [subprocess.Popen([sys.executable, "-c", WAIT, port], stdin=subprocess.PIPE) for _ in range(n)]
 for _ in range(100):
     subprocess.run(["true"], check=True)
