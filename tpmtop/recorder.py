@@ -37,6 +37,7 @@ RECENT_PER_COMMAND = 120  # samples kept per command for sparklines
 # Failed commands are kept apart from the ring as well: the ring holds a few minutes of a fast
 # workload, the error counters count since the start, and `/ errors` must find what they count.
 FAILURES_KEPT = 10_000
+SHAPES_KEPT = 4_096  # distinct handles/sessions tuples shared among events (Recorder._shared)
 
 
 class Event(msgspec.Struct, kw_only=True, gc=False):
@@ -134,6 +135,7 @@ class Recorder:
         self._handles: dict[int, HandleUse] = {}
         self._seq = 0
         self._op_seq = 0
+        self._shapes: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # see _shared
         self._pending: deque[tuple[Any, ...]] = deque()  # Exchange's fields (Exchange._make names them)
         # the transport's hot path: one append, nothing else
         self.put = self._pending.append  # type: ignore[method-assign,assignment]
@@ -165,6 +167,7 @@ class Recorder:
         buffered = self._buffered
         decode_command, decode_response = wire.decode_command, wire.decode_response
         pop = pending.popleft
+        shared = self._shared
         self.decoded_on = threading.current_thread().name
         while pending:
             t0, wire_ns, cmd, rsp, error, lab = pop()
@@ -175,7 +178,7 @@ class Recorder:
             # handles all the same, so that a capture (and its replay) says what was flushed
             handles = info.handles if info.flush_handle is None else (*info.handles, info.flush_handle)
             ev = Event(
-                seq=self._seq, t_ns=t0, cc=info.cc, handles=handles, sessions=info.sessions,
+                seq=self._seq, t_ns=t0, cc=info.cc, handles=shared(handles), sessions=shared(info.sessions),
                 cmd_size=info.size, rsp_size=r.size, rc=r.rc, rsp_handle=r.handle, wire_ns=wire_ns,
                 origin=lab.origin, engine=lab.engine, mode=lab.mode, op=lab.op, op_seq=lab.op_seq,
                 garbled=info.garbled or (r.garbled and rsp is not None), error=error,
@@ -186,6 +189,22 @@ class Recorder:
                 if len(buffered) > BUFFERS_KEPT:
                     old = buffered.popleft()
                     old.command = old.response = None
+
+    def _shared(self, shape: tuple[Any, ...]) -> tuple[Any, ...]:
+        """One tuple for each distinct handles or sessions tuple the ring holds (caller holds the
+        lock). An event is kept for the ring's lifetime, and a tuple kept that long counts towards
+        the collector's next young collection even after it is untracked: 2-3 per extend (the
+        PCR, the session and its attributes) were most of what the dashboard kept per event, and
+        set the pace of every collection above it. Shared, a workload's few shapes count once.
+        Bounded: a workload of ever-new transient handles starts the table over."""
+        if not shape:
+            return shape  # () is one object already
+        kept = self._shapes.get(shape)
+        if kept is None:
+            if len(self._shapes) >= SHAPES_KEPT:
+                self._shapes.clear()
+            kept = self._shapes[shape] = shape
+        return kept
 
     def observed(self, t_ns: int, cc: int | None, wire_ns: int, *, origin: str, rc: int | None,
                  answered: bool = True, cmd_size: int = 0, rsp_size: int = 0, client: str | None = None,

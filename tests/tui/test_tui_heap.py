@@ -118,7 +118,8 @@ def _visits(kinds: tuple[type, ...]) -> Counter[type]:
 
 async def test_the_recorder_and_the_pcr_watch_keep_their_records_out_of_the_collectors_walk(live, tmp_path):
     """Under the dashboard's unpaced workload, the recorder's ring of events and the PCR
-    watch's last extends are kept in tpmtop.ring.Ring: a full collection (every thread stopped)
+    watch's last extends are kept in tpmtop.ring.Ring, and events with the same handles and
+    sessions share one tuple of each: a full collection (every thread stopped)
     visits a few chunks' worth of their references, not one per record as in a deque (100,000
     events, 16,384 with their bytes, 4,096 extends: a fifth of every full collection's walk).
     What they hold is unchanged: the newest events in order, the extends the watch names."""
@@ -142,6 +143,13 @@ async def test_the_recorder_and_the_pcr_watch_keep_their_records_out_of_the_coll
     # The events in order, none missing: each one the recorder numbered after the one before.
     assert [e.seq for e in events] == list(range(events[0].seq, events[0].seq + len(events)))
     assert {(e.pcr, e.command) for e in extends[-100:]} == {(16, cc_short(0x182))}  # the workload's PCR_Extend
+    # Every extend names PCR 16 under one password session: one tuple of each for all of them,
+    # not two or three new ones per event that each young collection counts (before: 12,000+).
+    workload_extends = [e for e in events if e.cc == 0x182 and e.origin == "workload"]
+    assert len(workload_extends) >= 10_000
+    assert len({id(e.handles) for e in workload_extends}) == 1, workload_extends[0].handles
+    assert len({id(e.sessions) for e in workload_extends}) == 1, workload_extends[0].sessions
+    assert workload_extends[-1].handles == (16,) and workload_extends[-1].sessions[0][0] == 0x40000009
     # Each ring's chunk being filled, and the lists a refresh holds for a moment: not 12,000.
     assert seen[Event] < 4 * CHUNK, (seen[Event], len(events))
     assert seen[Extend] < 2 * CHUNK, (seen[Extend], len(extends))
