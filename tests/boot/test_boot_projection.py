@@ -117,3 +117,33 @@ def test_formatting_never_adds_digits():
     assert pj.fmt_estimate(Decimal("0.55")) == "about 550 ms"
     assert pj.fmt_us(Decimal("36976.99")) == "36,976.99"
     assert pj.fmt_us(Decimal("6360")) == "6,360"
+
+
+# A kept session not run, priced from the baseline's bursts: the measured modes' op p50s and
+# every command's host work, as the Modes panel passes them (tpmtop.viewmodel.rows.modes).
+KEPT = dict(FULL, hL="10", hS="200", hF="5", Eb="30", hEb="6", hM="9")
+MEASURED = {"none": pj.Cost(Decimal(40), "test"), "per-command": pj.Cost(Decimal(500), "test")}
+
+
+def test_a_kept_sessions_tpm_hmac_work_is_priced_where_the_hmacd_extend_is_told_apart():
+    """A chip's HMAC'd extend sits wholly above its plain one (its p25 above the plain one's
+    p75): T = Eh10 − Ew10, in the formula, the arithmetic and the note."""
+    p = pj.project(1000, "test", comps(**KEPT, Eh10="24000", Ew10="6300", Eh25="24100", Ew75="6400"), MEASURED)
+    reuse = p.modes["reuse"]
+    assert reuse.formula == "(L + S + F + hL + hS + hF) + N × (Eb + T + hEb + hM)"
+    assert "T = Eh10 − Ew10 = 17,700 µs" in reuse.note
+    # (36,977 + 84,747 + 3,195 + 10 + 200 + 5 = 125,134) + 1,000 × (30 + 17,700 + 6 + 9 = 17,745)
+    assert reuse.total_s == Decimal("17.870134")
+
+
+def test_an_hmacd_extend_not_told_apart_from_a_plain_one_adds_no_tpm_work():
+    """On swtpm the TPM's HMAC work is about a microsecond and the burst-first extends are few:
+    where the HMAC'd extend's p25 is not above the plain one's p75, Eh10 − Ew10 is their noise,
+    and T is 0, said so with the figures; it must not fire on a difference that small."""
+    p = pj.project(1000, "test", comps(**KEPT, Eh10="64", Ew10="41", Eh25="70", Ew75="82"), MEASURED)
+    reuse = p.modes["reuse"]
+    assert reuse.formula == "(L + S + F + hL + hS + hF) + N × (Eb + T + hEb + hM)"
+    assert "T = 0: the HMAC'd extend is not told apart from the plain one (Eh's p25 70 µs not above " \
+           "Ew's p75 82 µs; Eh10 − Ew10 would be 23 µs)" in reuse.note
+    # 125,134 + 1,000 × (30 + 0 + 6 + 9 = 45)
+    assert reuse.total_s == Decimal("0.170134")

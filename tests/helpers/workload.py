@@ -1,7 +1,7 @@
 """Driving a LiveSource's workload by hand (``start_running=True, rate=0``: the test steps it),
-and the judge of whether the machine ran at one speed across two phases of a trial — used by
-the estimate test (tests/tui/test_modes_one_basis.py) and benchmarks/estimate_regimes.py alike,
-so that the benchmark's "one speed" is the test's."""
+and the judge of whether the machine ran at one speed across two phases of a trial, which
+benchmarks/estimate_regimes.py prints beside each single trial (the estimate test judges
+twenty alternating blocks instead: tests/tui/test_modes_one_basis.py)."""
 
 from __future__ import annotations
 

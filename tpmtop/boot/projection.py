@@ -56,15 +56,37 @@ HOST_COMPONENTS = {"h" + k: f"host work of {v}" for k, v in COMPONENTS.items() i
 # priced from plain extends measured as its would run: the dashboard's `none` baseline comes in
 # short bursts (tpmtop.sources.live_workload), whose first extend follows the mode's operation
 # and the others follow it back to back, each after the session's HMAC work timed on its own.
-# Per extend: Eb + hEb, a plain extend back to back (wire, host); Eh10 − Ew10, the TPM's own
-# work for the HMAC'd extend over the plain one, both after an operation, at p10 (where waiting
-# for a CPU adds least: tpmtop.sources.runs); hM, the session's HMAC work.
+# Per extend: Eb + hEb, a plain extend back to back (wire, host); T, the TPM's own work for the
+# HMAC'd extend over the plain one (Eh10 − Ew10, both after an operation, at p10, where waiting
+# for a CPU adds least: tpmtop.sources.runs; and 0 where the two are not told apart:
+# tpm_hmac_work); hM, the session's HMAC work.
 # (each label fits p's 26-character column: tpmtop.tui.screens.projection)
 KEPT_BASIS = {"Eh10": "PCR_Extend (HMAC), p10", "Ew10": "PCR_Extend, burst 1st, p10",
               "Eb": "PCR_Extend, back to back", "hM": "session HMACs back to back"}
 HOST_COMPONENTS["hEb"] = "host work of a PCR_Extend, back to back"
 HOST_COMPONENTS["hM"] = "host work of the session's HMACs, back to back"
-KEPT_EXTEND = ("Eb", "Eh10", "-Ew10", "hEb", "hM")  # "-": subtracted
+KEPT_EXTEND = ("Eb", "T", "hEb", "hM")
+COMPARED = ("Eh10", "Ew10", "Eh25", "Ew75")  # what T is read from (tpm_hmac_work)
+
+
+def tpm_hmac_work(components: dict[str, Cost]) -> tuple[Cost, str]:
+    """T, the TPM's own work for an HMAC'd extend over a plain one, and how it was read.
+
+    Eh10 − Ew10 only where the HMAC'd extend is told apart from the plain one: its lower
+    quartile (Eh25) above the plain one's upper quartile (Ew75). Ew comes from the first extend
+    of each of the baseline's bursts, one per burst: ~15 samples in 600 per-command operations,
+    whose p10 moved the difference by −12 to +34 µs between trials on swtpm, where the work
+    itself is about a microsecond (docs/dashboard.md, "How close the estimate gets"); there the
+    quartiles overlap and T is priced 0, said so. A chip's is told apart (slb9670: 24.4 ms
+    against 6.4 ms) and priced in full."""
+    eh, ew = components["Eh10"].us, components["Ew10"].us
+    diff = eh - ew
+    if components["Eh25"].us > components["Ew75"].us:
+        return Cost(diff, "", "Eh10 − Ew10"), f"T = Eh10 − Ew10 = {fmt_us(diff)} µs"
+    return Cost(Decimal(0), "", "not told apart"), (
+        f"T = 0: the HMAC'd extend is not told apart from the plain one (Eh's p25 "
+        f"{fmt_us(components['Eh25'].us)} µs not above Ew's p75 {fmt_us(components['Ew75'].us)} µs; "
+        f"Eh10 − Ew10 would be {fmt_us(diff)} µs)")
 PUBLISHED_SOURCE = "published SLB9670 figures (last resort)"
 PUBLISHED_ABOUT = ("Infineon SLB9670 via ftrace on kernel 6.11-rc2, Sept 2024: another machine's TPM, "
                    "so the estimates only show the order of magnitude")
@@ -278,25 +300,16 @@ def capture_costs(data: Any, path: str) -> tuple[dict[str, Cost], list[str]]:
     return {m: c for m, (_, c) in best.items()}, notes
 
 
-def _joined(parts: list[str]) -> str:
-    """``a + b − c`` of terms, a leading "-" meaning subtracted (KEPT_EXTEND)."""
-    out = ""
-    for i, p in enumerate(parts):
-        neg = p.startswith("-")
-        out += (" − " if neg else " + " if i else "") + p.removeprefix("-")
-    return out
-
-
 def _formula(once: list[str], each: list[str]) -> str:
     def group(letters: list[str]) -> str:
-        return f"({_joined(letters)})" if len(letters) > 1 else letters[0]
+        return f"({' + '.join(letters)})" if len(letters) > 1 else letters[0]
 
     per = f"N × {group(each)}"
     return f"{group(once)} + {per}" if once else per
 
 
 def _sum(names: list[str], comps: dict[str, Cost]) -> Decimal:
-    return sum((-comps[n[1:]].us if n.startswith("-") else comps[n].us for n in names), Decimal(0))
+    return sum((comps[n].us for n in names), Decimal(0))
 
 
 def project(extends: int | None, extends_source: str, components: dict[str, Cost],
@@ -309,18 +322,22 @@ def project(extends: int | None, extends_source: str, components: dict[str, Cost
     per_mode = per_mode or {}
     proj = Projection(extends, extends_source, components, {})
     n = extends
+    hmac_work = tpm_hmac_work(components) if all(x in components for x in COMPARED) else None
+    if hmac_work is not None:
+        components = components | {"T": hmac_work[0]}  # derived from the inputs, not one of them
     for mode, info in MODE_INFO.items():  # the formulas are the modes' own (tpmtop.sessions.modes)
         once, each = list(info.once), list(info.each)
         mc = ModeCost(mode, info.formula, note=info.projection_note)
         if per_mode and mode not in per_mode:
             if each == ["Eh"] and all("h" + x in components for x in once) \
-                    and all(x.removeprefix("-") in components for x in KEPT_EXTEND):
+                    and hmac_work is not None and all(x in components for x in KEPT_EXTEND):
                 # a kept session's extends, back to back: priced on that basis (above)
                 once, each = once + ["h" + x for x in once], list(KEPT_EXTEND)
                 mc.formula = _formula(once, each)
                 mc.note = "; ".join(x for x in (mc.note, "each extend: none's PCR_Extend back to back (Eb, hEb) + the "
-                                                         "TPM's HMAC work on it (Eh10 − Ew10, both after an operation, "
-                                                         "at p10) + the session's HMACs timed back to back (hM)") if x)
+                                                         "TPM's HMAC work on it (T: Eh10 − Ew10, both after an "
+                                                         "operation, at p10, where told apart) + the session's HMACs "
+                                                         f"timed back to back (hM); {hmac_work[1]}") if x)
             elif all("h" + x in components for x in once + each):
                 # each command's own host work: the basis of the modes priced by op p50
                 once, each = once + ["h" + x for x in once], each + ["h" + x for x in each]
@@ -345,12 +362,12 @@ def project(extends: int | None, extends_source: str, components: dict[str, Cost
             mc.arithmetic = f"{n:,} × {fmt_us(c.us)} µs = {fmt_seconds(mc.total_s)}"
             mc.estimate_s = round_sig(mc.total_s)
             continue
-        missing = [x for x in (y.removeprefix("-") for y in once + each) if x not in components]
+        missing = [x for x in once + each if x not in components]
         if missing:
             mc.reason = "no cost for " + ", ".join(f"{x} ({COMPONENTS.get(x, 'host time')})"
                                                    for x in dict.fromkeys(missing))
             continue
-        mc.sources = sorted({components[x.removeprefix("-")].source for x in once + each})
+        mc.sources = sorted({components[x].source for x in once + each})
         if n is None:
             mc.reason = "number of extends unknown"
             continue
@@ -359,7 +376,7 @@ def project(extends: int | None, extends_source: str, components: dict[str, Cost
         mc.total_s = (first + Decimal(n) * per) / Decimal(10 ** 6)
         mc.estimate_s = round_sig(mc.total_s)
         def terms(names: list[str]) -> str:
-            t = _joined([x[0] * x.startswith("-") + fmt_us(components[x.removeprefix("-")].us) for x in names])
+            t = " + ".join(fmt_us(components[x].us) for x in names)
             return f"({t})" if len(names) > 1 else t
 
         steps = [f"{n:,} × {terms(each)} µs"]

@@ -76,7 +76,8 @@ def projection_markup(components_us: dict[str, float], n: int, n_source: str, wh
         own = any(k.startswith("h") for k in components_us)
         how = ("the commands it would send, each at its wire p50 plus its own host work (hL, hS …, measured "
                "apart in this sitting; a kept session's extend from the baseline's bursts: a plain extend back "
-               "to back, Eb + hEb, + Eh10 − Ew10, the TPM's HMAC work at p10, + hM, the session's HMACs)" if own
+               "to back, Eb + hEb, + T, the TPM's HMAC work, Eh10 − Ew10 where the two are told apart, + hM, the "
+               "session's HMACs)" if own
                else "the commands above plus H, per-command's host time per operation")
         lines += ["", f"[dim]A mode that ran here is N × its {escape(per_mode_what)} (host work included, as in "
                       f"the Modes panel); one that did not is priced from {how}, so that it is operation time too "
