@@ -79,14 +79,16 @@ def tpm_hmac_work(components: dict[str, Cost]) -> tuple[Cost, str]:
     itself is about a microsecond (docs/dashboard.md, "How close the estimate gets"); there the
     quartiles overlap and T is priced 0, said so. A chip's is told apart (slb9670: 24.4 ms
     against 6.4 ms) and priced in full."""
-    eh, ew = components["Eh10"].us, components["Ew10"].us
-    diff = eh - ew
+    diff = components["Eh10"].us - components["Ew10"].us
+    source = components["Eh10"].source  # the sitting its inputs were measured in
     if components["Eh25"].us > components["Ew75"].us:
-        return Cost(diff, "", "Eh10 − Ew10"), f"T = Eh10 − Ew10 = {fmt_us(diff)} µs"
-    return Cost(Decimal(0), "", "not told apart"), (
+        return Cost(diff, source, "Eh10 − Ew10"), f"T = Eh10 − Ew10 = {fmt_us(diff)} µs"
+    return Cost(Decimal(0), source, "not told apart"), (
         f"T = 0: the HMAC'd extend is not told apart from the plain one (Eh's p25 "
         f"{fmt_us(components['Eh25'].us)} µs not above Ew's p75 {fmt_us(components['Ew75'].us)} µs; "
         f"Eh10 − Ew10 would be {fmt_us(diff)} µs)")
+
+
 PUBLISHED_SOURCE = "published SLB9670 figures (last resort)"
 PUBLISHED_ABOUT = ("Infineon SLB9670 via ftrace on kernel 6.11-rc2, Sept 2024: another machine's TPM, "
                    "so the estimates only show the order of magnitude")
