@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 
 from machine import describe  # noqa: E402 - benchmarks/machine.py
 
-from tests.helpers.workload import PROBES, one_speed, step_until  # noqa: E402 - one judge of one speed
+from tests.helpers.workload import BLOCKS, PROBES, block, one_speed, step_until  # noqa: E402 - the test's
 from tpmtop import settings  # noqa: E402
 from tpmtop.connect import open_tpm  # noqa: E402
 from tpmtop.sources.live import LiveSource  # noqa: E402
@@ -51,7 +51,6 @@ from tpmtop.viewmodel.rows.modes import projection_of  # noqa: E402
 
 EXTEND = "TPM2_CC_PCR_Extend"
 READINGS = ("as shown", "reuse twice", "blocks")
-BLOCKS, BLOCK_PC_OPS, BLOCK_REUSE_OPS = 20, 100, 1_000  # the test's
 
 
 def _run(src: LiveSource, mode: str, ops: int) -> None:
@@ -73,23 +72,16 @@ def _reuse(dash: Dashboard, *, estimate: bool) -> tuple[float, dict[str, float],
 
 
 def blocks_trial() -> dict[str, Any]:
-    """The test's twenty alternating blocks on one swtpm."""
+    """The test's twenty alternating blocks on one swtpm (tests/helpers/workload.py, block)."""
     src = LiveSource(open_tpm(sim=True), start_running=True, rate=0, mode="per-command", poll_interval=0.3)
     dash = Dashboard(src)
-    pairs = []
     try:
-        for _ in range(BLOCKS):
-            src.reset_stats()
-            _run(src, "per-command", BLOCK_PC_OPS)
-            estimated = _reuse(dash, estimate=True)[0]
-            src.reset_stats()
-            _run(src, "reuse", BLOCK_REUSE_OPS)
-            pairs.append((estimated, _reuse(dash, estimate=False)[0]))
+        blocks = [block(src, dash) for _ in range(BLOCKS)]
     finally:
         src.close()
-    ratios = sorted(e / m for e, m in pairs)
-    return {"ratio": statistics.median(ratios), "sum": sum(e for e, _ in pairs) / sum(m for _, m in pairs),
-            "lowest": ratios[0], "highest": ratios[-1]}
+    ratios = sorted(b.ratio for b in blocks)
+    return {"ratio": statistics.median(ratios), "lowest": ratios[0], "highest": ratios[-1],
+            "sum": sum(float(b.estimate.total_s) for b in blocks) / sum(float(b.measured.total_s) for b in blocks)}
 
 
 def trial(kind: str, pc_ops: int = 600, reuse_ops: int = 10_000) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 
-from tests.helpers.workload import step_until
+from tests.helpers.workload import BLOCKS, block, step_until
 from tpmtop.viewmodel.dashboard import Dashboard
 from tpmtop.viewmodel.rows.modes import projection_of
 
@@ -62,30 +62,6 @@ def test_modes_line_keeps_one_basis_as_each_mode_runs(live):
     assert "TPM time only" not in line
 
 
-def _block(src, dash) -> tuple[float, float, str, str]:
-    """One block on a running source, its accounts started again: per-command runs, reuse's
-    estimate is read as the Modes line shows it (reuse not run), then, the accounts started
-    again, reuse runs and is measured. Returns (estimate, measured, both arithmetics)."""
-    src.reset_stats()
-    _run(src, dash, "per-command", PC_OPS)
-    estimate, line = _projection(dash)
-    estimate = estimate.modes["reuse"]
-    comps = dash.projection("-")[0]  # the runs _projection's stats() read
-    assert {"hL", "hS", "hF", "Eh10", "Ew10", "Eh25", "Ew75", "Eb", "hEb", "hM"} <= set(comps)
-    assert "reuse" not in dash.projection("-")[5] and "not run, its commands' wire + host time" in line
-    assert estimate.formula == "(L + S + F + hL + hS + hF) + N × (Eb + T + hEb + hM)"
-    assert "back to back (Eb, hEb)" in estimate.note and "T: Eh10 − Ew10" in estimate.note
-    assert ("T = 0: " if comps["Eh25"] <= comps["Ew75"] else "T = Eh10 − Ew10 = ") in estimate.note
-    src.reset_stats()  # reuse's phase on its own: its op p50
-    _run(src, dash, "reuse", REUSE_OPS)
-    measured = _projection(dash)[0].modes["reuse"]
-    assert "op p50" in measured.formula
-    return float(estimate.total_s), float(measured.total_s), estimate.arithmetic, measured.arithmetic
-
-
-BLOCKS, PC_OPS, REUSE_OPS = 20, 100, 1_000
-
-
 def test_a_mode_not_run_is_priced_from_its_own_commands_host_and_wire(live, record_property):
     """Issue 55 item 1: reuse not yet run, priced from the commands it would send at this
     sitting's costs, host and wire apart, read from the Modes line before reuse runs, against
@@ -109,10 +85,19 @@ def test_a_mode_not_run_is_priced_from_its_own_commands_host_and_wire(live, reco
     wrong basis (the reported ×5, a term counted twice) moves every block, a regime some."""
     src = live(start_running=True, rate=0, mode="per-command")
     dash = Dashboard(src)
-    blocks = [_block(src, dash) for _ in range(BLOCKS)]
-    ratios = sorted(e / m for e, m, _, _ in blocks)
+    blocks = [block(src, dash) for _ in range(BLOCKS)]
+    for b in blocks:  # each estimate made as the Modes line makes it, reuse not run
+        assert {"hL", "hS", "hF", "Eh10", "Ew10", "Eh25", "Ew75", "Eb", "hEb", "hM"} <= set(b.comps)
+        assert "reuse" not in b.measured_modes and "not run, its commands' wire + host time" in b.line
+        assert b.estimate.formula == "(L + S + F + hL + hS + hF) + N × (Eb + T + hEb + hM)"
+        assert "back to back (Eb, hEb)" in b.estimate.note and "T: Eh10 − Ew10" in b.estimate.note
+        assert ("T = 0: " if b.comps["Eh25"] <= b.comps["Ew75"] else "T = Eh10 − Ew10 = ") in b.estimate.note
+        assert "op p50" in b.measured.formula
+    ratios = sorted(b.ratio for b in blocks)
     median = statistics.median(ratios)
     record_property("estimate_over_measured", [round(r, 3) for r in ratios])
     record_property("median", round(median, 3))
-    record_property("sum_ratio", round(sum(b[0] for b in blocks) / sum(b[1] for b in blocks), 3))
-    assert 0.8 <= median <= 1.2, (median, [round(r, 3) for r in ratios], blocks[0][2:])
+    record_property("sum_ratio", round(sum(float(b.estimate.total_s) for b in blocks)
+                                       / sum(float(b.measured.total_s) for b in blocks), 3))
+    assert 0.8 <= median <= 1.2, (median, [round(r, 3) for r in ratios],
+                                  blocks[0].estimate.arithmetic, blocks[0].measured.arithmetic)
