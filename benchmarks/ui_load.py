@@ -22,7 +22,12 @@ swtpm with the workload unpaced (``rate 0``) and reports:
   what the key cost, nearly independent of what else the machine runs;
 - **stats worker, full GCs**: while events are ingested, the thread CPU of each once-a-second
   table computation (a worker: Python that holds the GIL against the keys and the workload)
-  and the pauses of full (generation-2) cyclic collections, which stop every thread;
+  and the pauses of full (generation-2) cyclic collections, which stop every thread. With
+  ``--gc-only``, after the window: collections with no garbage left (the walk of the heap alone),
+  then, the workload paused, the same alternated with Textual's floor: the modules any Textual
+  app with these widgets imports, alone in a fresh interpreter (the walk no app of this screen
+  goes below, in the same minute). ``--freeze`` calls ``gc.freeze()`` at the window's start: a GC
+  control issue 54 rules out and tpmtop does not use, there to show what it would give;
 - **CPU while paused**: the process's CPU time (all threads, psutil) over a window with the
   workload paused and polling on. Target ≤ 5 % of one core.
 - **live ratio**: the Modes panel's per-command/none p50 ratio (what the user reads: per-command
@@ -42,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -91,6 +97,40 @@ async def live_ratios(src, pilot, default_rate: float, seconds: float, rounds: i
             out.setdefault("rounds_" + name, []).append(
                 (detail.get("per-command", {}).get("p50_us"), detail.get("none", {}).get("p50_us")))
     return out
+
+
+# Textual's floor for a full collection: the modules any Textual app with the dashboard's widgets
+# imports (those benchmarks/textual_floor.py builds its copy of the screen from), alone in a fresh
+# interpreter, and collections of them with no garbage: the walk no Textual app of this screen
+# goes below, timed in the same minute as the dashboard's own (this VM's speed per object changes
+# by x3 or more from one minute to the next).
+FLOOR_WALK = """
+import gc, json, time
+import textual.app, textual.binding, textual.containers, textual.screen, textual.widget
+from textual.widgets import DataTable, Input, Sparkline, Static, Tab, Tabs
+gc.collect()
+walks = []
+for _ in range(2):
+    t0 = time.perf_counter()
+    gc.collect()
+    walks.append((time.perf_counter() - t0) * 1000)
+print(json.dumps({"objects": len(gc.get_objects()), "walks_ms": walks}))
+"""
+
+
+def floor_walk() -> tuple[int, float]:
+    """Tracked objects of Textual's imports alone, and the faster of two collections of them."""
+    done = subprocess.run([sys.executable, "-c", FLOOR_WALK], capture_output=True, text=True, timeout=120,
+                          check=True)
+    got = json.loads(done.stdout)
+    return got["objects"], min(got["walks_ms"])
+
+
+def walk_ms() -> float:
+    """One full collection of a heap with no garbage left: the walk alone."""
+    t0 = time.perf_counter()
+    gc.collect()
+    return (time.perf_counter() - t0) * 1000
 
 
 PENDING = object()  # a probe's "not drawn yet" (a theme whose styles are still being applied)
@@ -358,7 +398,7 @@ def floor_ratio(ours: dict, floor: dict) -> tuple[float, str, float, dict]:
 
 async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_seconds: float = 1.5,
               ratio_rounds: int = 5, profile: str | None = None, only: set[str] | None = None,
-              gc_only: bool = False) -> dict:
+              gc_only: bool = False, freeze: bool = False) -> dict:
     from tpmtop.connect import open_tpm
     from tpmtop.sources.live import DEFAULT_RATE, LiveSource
     from tpmtop.tui.app import TpmtopApp
@@ -442,11 +482,17 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             stats_cpu.clear()
             import gc
 
+            if freeze:  # what the GC control issue 54 rules out would give: not tpmtop's, for comparison
+                gc.collect()
+                gc.freeze()
             gc.callbacks.append(on_gc)
             try:
                 await pilot.pause(seconds)
             finally:
                 gc.callbacks.remove(on_gc)
+                if freeze:
+                    out["gc_frozen_objects"] = gc.get_freeze_count()
+                    gc.unfreeze()  # the walks below are of the whole heap, as without --freeze
             n1, t1 = rec.total, time.perf_counter()
             out["events_per_s"] = round((n1 - n0) / (t1 - t0))
             out["events_read_by_ui_per_s"] = round((main.dash._seen_seq - seen0) / (t1 - t0))
@@ -471,13 +517,22 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             # The walk alone: three collections in a row, the first freeing what garbage is
             # left, the next two none — what a full collection costs this heap before any cycle
             # is freed (the pauses above add the garbage's)
-            walks = []
-            for _ in range(3):
-                w0 = time.perf_counter()
-                gc.collect()
-                walks.append(round((time.perf_counter() - w0) * 1000, 1))
+            walks = [round(walk_ms(), 1) for _ in range(3)]
             out["gc_walk_alone_ms"] = walks[1:]
             if gc_only:
+                # Against Textual's floor: the workload paused (the floor has none, and two cores
+                # are not shared three ways), the dashboard's walk and the floor's alternated
+                if src.running:
+                    await pilot.press("space")
+                await pilot.pause(0.5)
+                ours, floor = [], []
+                for _ in range(3):
+                    ours.append(round(walk_ms(), 1))
+                    objects, ms = floor_walk()
+                    floor.append(round(ms, 1))
+                out["gc_walk_paused_ms"], out["floor_walk_ms"] = ours, floor
+                out["floor_objects"], out["gc_objects_paused"] = objects, len(gc.get_objects())
+                out["walk_over_floor"] = round(statistics.median(ours) / statistics.median(floor), 2)
                 return out
 
             # key -> screen, under load: every key in the help, each with the state it changes
@@ -538,6 +593,9 @@ def main() -> int:
     ap.add_argument("--gc-only", action="store_true",
                     help="only the ingestion and its full-GC pauses (give --rate 8000: the issue's 8,000 events/s "
                          "in mode none, one command per operation); no key timing, ratios or floor")
+    ap.add_argument("--freeze", action="store_true",
+                    help="with --gc-only: gc.freeze() at the window's start, the GC control issue 54 rules out "
+                         "(tpmtop does not use it): what it would give, for comparison")
     ap.add_argument("--busy", type=int, default=2, metavar="N",
                     help="busy loops (`while 1: pass` processes) run for the whole benchmark (default 2: the "
                          "loaded machine the targets are set for; 0: none)")
@@ -548,7 +606,8 @@ def main() -> int:
     try:
         load0 = os.getloadavg()
         r = asyncio.run(run(args.seconds, args.mode, args.presses, args.rate, args.ratio_seconds, args.ratio_rounds,
-                            args.profile, set(args.keys.split()) if args.keys else None, args.gc_only))
+                            args.profile, set(args.keys.split()) if args.keys else None, args.gc_only,
+                            args.freeze))
         load1 = os.getloadavg()
     finally:
         for p in loops:
@@ -570,6 +629,12 @@ def main() -> int:
             print(f"full GC pauses (ms): {r['gc_full_pauses_ms']}, their CPU (ms): {r['gc_full_cpu_ms']}; "
                   f"tracked objects at the end {r['gc_tracked_objects']:,} holding {r['gc_references']:,} references; "
                   f"a collection with no garbage left (ms): {r['gc_walk_alone_ms']}")
+            if args.freeze:
+                print(f"gc.freeze() at the window's start ({r['gc_frozen_objects']:,} objects frozen; a GC control "
+                      f"tpmtop does not use, for comparison only)")
+            print(f"walk alone, workload paused, alternated with Textual's floor (its imports alone in a fresh "
+                  f"interpreter): tpmtop {r['gc_objects_paused']:,} objects {r['gc_walk_paused_ms']} ms, "
+                  f"floor {r['floor_objects']:,} objects {r['floor_walk_ms']} ms: x{r['walk_over_floor']}")
         print(gc_line)
         return 0
     keys = r["keys"]

@@ -172,3 +172,34 @@ def test_one_user_cannot_take_every_connection_slot():
     finally:
         _stop(srv, socks)
     assert any("one peer's limit" in ln for ln in log.lines), log.lines
+
+
+def _told_the_end(s: socket.socket) -> bool:
+    """The client reads the end of its stream (a close, or a reset), not silence."""
+    s.settimeout(30)
+    try:
+        return s.recv(64) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_shutdown_ends_every_connection_it_holds():
+    """shutdown() ends each connection it holds, half-sent requests included: none is counted open
+    after it and every client reads the end of its stream. (It stopped the loop right after
+    cancelling the handlers, before they ran their cancellation: one or two of three stayed
+    counted open, their clients never told, their transports never closed.)"""
+    srv, _log, port = _server(max_connections=8, max_per_peer=8, read_deadline_s=60.0)
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", port), timeout=30)
+            s.sendall(b"GET /metr")
+            socks.append(s)
+        wait_until(lambda: srv.open == 3, "the 3 connections to be held", 60)
+        srv.shutdown()
+        assert srv.open == 0
+        assert [_told_the_end(s) for s in socks] == [True, True, True]
+    finally:
+        _stop(srv, socks)

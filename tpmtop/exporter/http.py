@@ -61,6 +61,7 @@ MAX_HEAD = 16384  # bytes of request line and headers
 TLS_READ = 16384  # bytes taken from the socket, or decrypted, at a time (one TLS record)
 LISTEN_BACKLOG = 1024
 TICK_S = 0.25  # the rate-limited log's summaries
+STOP_WAIT_S = 5.0  # for the handlers to end at shutdown (within the 10 s shutdown() waits for the thread)
 
 
 def tls_context(certfile: str, keyfile: str, client_cafile: str | None) -> ssl.SSLContext:
@@ -271,9 +272,14 @@ class HttpServer:
         async def stop() -> None:
             if self._server is not None:
                 self._server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in handlers:
+                task.cancel()
+            # Each handler runs its cancellation (its finally closes its connection and its
+            # count) before the loop stops: stopped at once, the loop left some of them for
+            # good, their clients never told and their transports never closed.
+            if handlers:
+                await asyncio.wait(handlers, timeout=STOP_WAIT_S)
             self._loop.stop()
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop)
