@@ -258,6 +258,10 @@ class HttpServer:
 
     def _loop_error(self, _loop: asyncio.AbstractEventLoop, ctx: dict[str, Any]) -> None:
         exc = ctx.get("exception")
+        if isinstance(exc, asyncio.CancelledError):
+            # A handler cancelled by shutdown(): Python 3.11's stream callback asks the task
+            # for its exception, which raises CancelledError, and the loop calls that an error
+            return
         self.log("errors", f"{ctx.get('message')}{': ' + str(exc) if exc else ''}")
 
     def _tick(self) -> None:
