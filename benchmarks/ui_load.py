@@ -480,8 +480,6 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
             n0, t0 = rec.total, time.perf_counter()
             seen0 = main.dash._seen_seq
             stats_cpu.clear()
-            import gc
-
             if freeze:  # what the GC control issue 54 rules out would give: not tpmtop's, for comparison
                 gc.collect()
                 gc.freeze()
@@ -525,14 +523,14 @@ async def run(seconds: float, mode: str, presses: int, rate: float = 0.0, ratio_
                 if src.running:
                     await pilot.press("space")
                 await pilot.pause(0.5)
-                ours, floor = [], []
+                ours_ms, floor_ms = [], []
                 for _ in range(3):
-                    ours.append(round(walk_ms(), 1))
-                    objects, ms = floor_walk()
-                    floor.append(round(ms, 1))
-                out["gc_walk_paused_ms"], out["floor_walk_ms"] = ours, floor
-                out["floor_objects"], out["gc_objects_paused"] = objects, len(gc.get_objects())
-                out["walk_over_floor"] = round(statistics.median(ours) / statistics.median(floor), 2)
+                    ours_ms.append(round(walk_ms(), 1))
+                    floor_objects, ms = floor_walk()
+                    floor_ms.append(round(ms, 1))
+                out["gc_walk_paused_ms"], out["floor_walk_ms"] = ours_ms, floor_ms
+                out["floor_objects"], out["gc_objects_paused"] = floor_objects, len(gc.get_objects())
+                out["walk_over_floor"] = round(statistics.median(ours_ms) / statistics.median(floor_ms), 2)
                 return out
 
             # key -> screen, under load: every key in the help, each with the state it changes
