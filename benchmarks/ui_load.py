@@ -24,9 +24,9 @@ swtpm with the workload unpaced (``rate 0``) and reports:
   table computation (a worker: Python that holds the GIL against the keys and the workload)
   and the pauses of full (generation-2) cyclic collections, which stop every thread. With
   ``--gc-only``, after the window: collections with no garbage left (the walk of the heap alone),
-  then, the workload paused, the same alternated with Textual's floor: the modules any Textual
-  app with these widgets imports, alone in a fresh interpreter (the walk no app of this screen
-  goes below, in the same minute). ``--freeze`` calls ``gc.freeze()`` at the window's start: a GC
+  then, the workload paused, the same alternated with Textual's floor: textual_floor.py (a plain
+  Textual app of this screen's widgets) imported alone in a fresh interpreter (the walk no app
+  of this screen goes below, in the same minute). ``--freeze`` calls ``gc.freeze()`` at the window's start: a GC
   control issue 54 rules out and tpmtop does not use, there to show what it would give;
 - **CPU while paused**: the process's CPU time (all threads, psutil) over a window with the
   workload paused and polling on. Target ≤ 5 % of one core.
@@ -99,15 +99,14 @@ async def live_ratios(src, pilot, default_rate: float, seconds: float, rounds: i
     return out
 
 
-# Textual's floor for a full collection: the modules any Textual app with the dashboard's widgets
-# imports (those benchmarks/textual_floor.py builds its copy of the screen from), alone in a fresh
-# interpreter, and collections of them with no garbage: the walk no Textual app of this screen
-# goes below, timed in the same minute as the dashboard's own (this VM's speed per object changes
-# by x3 or more from one minute to the next).
+# Textual's floor for a full collection: benchmarks/textual_floor.py (a plain Textual app of this
+# screen's widgets) imported alone in a fresh interpreter, and collections of it with no garbage:
+# the walk no Textual app of this screen goes below, timed in the same minute as the dashboard's
+# own (this VM's speed per object changes by x3 or more from one minute to the next).
 FLOOR_WALK = """
-import gc, json, time
-import textual.app, textual.binding, textual.containers, textual.screen, textual.widget
-from textual.widgets import DataTable, Input, Sparkline, Static, Tab, Tabs
+import gc, json, sys, time
+sys.path.insert(0, sys.argv[1])
+import textual_floor
 gc.collect()
 walks = []
 for _ in range(2):
@@ -119,9 +118,9 @@ print(json.dumps({"objects": len(gc.get_objects()), "walks_ms": walks}))
 
 
 def floor_walk() -> tuple[int, float]:
-    """Tracked objects of Textual's imports alone, and the faster of two collections of them."""
-    done = subprocess.run([sys.executable, "-c", FLOOR_WALK], capture_output=True, text=True, timeout=120,
-                          check=True)
+    """Tracked objects of textual_floor.py's interpreter, and the faster of two collections of them."""
+    done = subprocess.run([sys.executable, "-c", FLOOR_WALK, str(Path(__file__).resolve().parent)],
+                          capture_output=True, text=True, timeout=120, check=True)
     got = json.loads(done.stdout)
     return got["objects"], min(got["walks_ms"])
 
@@ -630,8 +629,8 @@ def main() -> int:
             if args.freeze:
                 print(f"gc.freeze() at the window's start ({r['gc_frozen_objects']:,} objects frozen; a GC control "
                       f"tpmtop does not use, for comparison only)")
-            print(f"walk alone, workload paused, alternated with Textual's floor (its imports alone in a fresh "
-                  f"interpreter): tpmtop {r['gc_objects_paused']:,} objects {r['gc_walk_paused_ms']} ms, "
+            print(f"walk alone, workload paused, alternated with Textual's floor (textual_floor.py alone in a "
+                  f"fresh interpreter): tpmtop {r['gc_objects_paused']:,} objects {r['gc_walk_paused_ms']} ms, "
                   f"floor {r['floor_objects']:,} objects {r['floor_walk_ms']} ms: x{r['walk_over_floor']}")
         print(gc_line)
         return 0
