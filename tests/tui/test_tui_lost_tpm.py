@@ -77,3 +77,25 @@ class TestLostTpm:
             assert want
             await until(pilot, lambda: want <= {r.key for r in _stream_rows(screen)}, what="the failure found")
             assert all(r.origin == "mark" or not r.ok for r in _stream_rows(screen))
+
+    async def test_a_tpm_lost_while_the_workload_is_stopped_is_found_again(self, live, tmp_path):
+        """With the workload stopped, only the poll sees the loss. Its own Disconnected once
+        reached the screen while its worker still counted as running, so nobody re-armed the
+        poll and the dashboard said "lost" for ever (CI, 2026-12-07: the same race, with the
+        workload running, left the first test here waiting)."""
+        src = live(start_running=False)
+        seen: list = []
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
+            await until(pilot, lambda: any(isinstance(x, m.PollDone) for x in seen), what="a first poll")
+            src.conn.sim.kill()
+            await until(pilot, lambda: any(isinstance(x, m.Disconnected) for x in seen), what="the loss")
+            await until(pilot, lambda: any(isinstance(x, m.Reconnected) for x in seen), what="reconnected")
+            lost_at = next(i for i, x in enumerate(seen) if isinstance(x, m.Disconnected))
+            await until(pilot, lambda: any(isinstance(x, m.PollDone) for x in seen[lost_at:]),
+                        what="a poll answered by the new swtpm")
+            assert src.connected
+            assert src.conn.sim.proc.poll() is None  # the new swtpm runs
+            marks = [text for _, text in src.recorder.marks]
+            assert any("new private swtpm" in t and "killed by SIGKILL" in t for t in marks), marks
+

@@ -23,9 +23,10 @@ class PollFailed(Message):
 
 
 class Disconnected(Message):
-    def __init__(self, error: str) -> None:
+    def __init__(self, error: str, from_poll: bool = False) -> None:
         super().__init__()
         self.error = error
+        self.from_poll = from_poll  # the poll chain's outcome (its next poll is armed on it)
 
 
 class Reconnected(Message):

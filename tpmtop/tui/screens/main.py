@@ -19,6 +19,7 @@ from tpmtop.tui.availability import KEY_ACTIONS, allowed, refused_why
 from tpmtop.tui.panels import PANELS, available
 from tpmtop.tui.screens.layout import apply_layout, compose_main, focus_first
 from tpmtop.tui.screens.main_actions import KeyActions, key_action, main_bindings
+from tpmtop.tui.screens.poller import PollChain
 from tpmtop.tui.screens.refresh import RefreshClock
 from tpmtop.tui.screens.workers import TpmWorkers
 from tpmtop.tui.widgets.backdrop import BackdropScreen
@@ -56,7 +57,7 @@ class MainScreen(BackdropScreen):
         # is a poor first screen), then what the source has.
         self.active_panel = "latency" if "latency" in self.panels else self.panels[0]
         self.compact = False
-        self._retry_armed = False
+        self.polls = PollChain(self, self.jobs.poll_tpm)
 
     # -- the keys' actions: Textual looks a binding's action up on the screen; each is KeyActions' --
     action_toggle_workload = key_action(KeyActions.action_toggle_workload)
@@ -109,7 +110,7 @@ class MainScreen(BackdropScreen):
         self.query_one(StatusHeader).tooltip = self.dash.header().info.tooltip
         self.set_class(self.panels == ["system"], "-sysfs-only")
         if caps.handles:
-            self.jobs.poll_tpm()
+            self.polls.now()
         if caps.workload:
             self.jobs.run_workload()
         if caps.live:
@@ -221,7 +222,7 @@ class MainScreen(BackdropScreen):
 
     # -- worker results ---------------------------------------------------------------------------
     def on_poll_done(self, message: m.PollDone) -> None:
-        self.set_timer(self.dash.commands.poll_interval, self.jobs.poll_tpm)
+        self.polls.finished(self.dash.commands.poll_interval)
         self.clock.apply_or_wait(message)
 
     def on_stats_ready(self, message: m.StatsReady) -> None:
@@ -229,18 +230,16 @@ class MainScreen(BackdropScreen):
 
     def on_poll_failed(self, message: m.PollFailed) -> None:
         self.notify(message.error, title="poll failed", severity="warning", timeout=5)
-        self.set_timer(max(self.dash.commands.poll_interval, RETRY_S), self.jobs.poll_tpm)
+        self.polls.finished(max(self.dash.commands.poll_interval, RETRY_S))
 
     def on_disconnected(self, message: m.Disconnected) -> None:
         self.show(self.dash.on_lost(message.error))
-        # Both the poller and the workload may report the same loss: re-arm the poller once.
-        if not self.jobs.running("poll") and not self._retry_armed:
-            self._retry_armed = True
-            self.set_timer(RETRY_S, self._retry)
-
-    def _retry(self) -> None:
-        self._retry_armed = False
-        self.jobs.poll_tpm()
+        # Both the poller and the workload may report the same loss; the poll chain tries
+        # again (reconnecting) once, RETRY_S on.
+        if message.from_poll:
+            self.polls.finished(RETRY_S)
+        else:
+            self.polls.later(RETRY_S)
 
     def on_reconnected(self, message: m.Reconnected) -> None:
         self.show(self.dash.on_reconnected())
@@ -253,7 +252,7 @@ class MainScreen(BackdropScreen):
 
     def on_handles_flushed(self, message: m.HandlesFlushed) -> None:
         self.show(self.dash.on_flushed(message.handles, message.only_ours))
-        self.jobs.poll_tpm()  # confirm from the TPM's own list
+        self.polls.now()  # confirm from the TPM's own list
 
     def on_action_failed(self, message: m.ActionFailed) -> None:
         self.notify(message.error, title=f"{message.what} failed", severity="error", timeout=8)

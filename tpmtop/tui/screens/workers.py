@@ -1,8 +1,8 @@
 """The main screen's thread workers: every TPM (and sysfs) access happens here, never on the
 UI thread. Workers touch no widget; they post past-tense messages (``tpmtop.tui.messages``)
-and the screen's handlers change state. Each group is exclusive, and the poller is re-armed
-by a one-shot timer only after a poll finished, so polls can never overlap (Dolphie's loop)
-even when the TPM answers slower than the poll interval.
+and the screen's handlers change state. Each group is exclusive; when polls start is the
+poll chain's decision (``tpmtop.tui.screens.poller``): one at a time, each armed by the
+outcome of the last (Dolphie's loop), even when the TPM answers slower than the interval.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class TpmWorkers:
                 self.post_message(m.Reconnected())
             self.post_message(m.PollDone(cmds.poll()))
         except TpmConnectionError as e:
-            self.post_message(m.Disconnected(str(e)))
+            self.post_message(m.Disconnected(str(e), from_poll=True))
         except Exception as e:
             self.post_message(m.PollFailed(f"{type(e).__name__}: {e}"))
 
