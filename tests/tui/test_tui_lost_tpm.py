@@ -5,6 +5,8 @@ private swtpm, the one cause of a lost private TPM tpmtop can bring about at wil
 
 from __future__ import annotations
 
+import time
+
 from tests.helpers.tui import SIZE, app_for, main_screen, until
 from tpmtop.tui import messages as m
 
@@ -98,4 +100,31 @@ class TestLostTpm:
             assert src.conn.sim.proc.poll() is None  # the new swtpm runs
             marks = [text for _, text in src.recorder.marks]
             assert any("new private swtpm" in t and "killed by SIGKILL" in t for t in marks), marks
+
+    async def test_flushes_do_not_start_polls_beside_the_chain(self, live, tmp_path):
+        """F polls once to confirm the flush. It once started a second poll chain each time,
+        which went on beside the first for the rest of the run: after three, polls came four
+        times as often (13 a second at a 0.3-s interval). One chain makes at most one poll per
+        interval however slow the machine is, plus one in flight and one confirmation asked for
+        meanwhile when the window opens."""
+        interval = 0.5
+        src = live(start_running=False, poll_interval=interval)
+        seen: list = []
+        app = app_for(src, tmp_path)
+        async with app.run_test(size=SIZE, message_hook=seen.append) as pilot:
+            await until(pilot, lambda: any(isinstance(x, m.PollDone) for x in seen), what="a first poll")
+            for n in range(1, 4):
+                await pilot.press("F")
+                await until(pilot, lambda n=n: len(_unique(seen, m.HandlesFlushed)) >= n, what=f"flush {n}")
+            polls_before, t0 = len(_unique(seen, m.PollDone)), time.monotonic()
+            await pilot.pause(4 * interval)
+            await until(pilot, lambda: len(_unique(seen, m.PollDone)) > polls_before + 1, what="polls go on")
+            polls = len(_unique(seen, m.PollDone)) - polls_before
+            elapsed = time.monotonic() - t0
+            assert polls <= elapsed / interval + 2, (polls, elapsed)
+
+
+def _unique(seen: list, kind: type) -> list:
+    """Each message once (the hook sees a message again as it bubbles to the app)."""
+    return list({id(x): x for x in seen if isinstance(x, kind)}.values())
 
