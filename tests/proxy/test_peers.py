@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import warnings
 
 import psutil
 import pytest
@@ -264,3 +265,33 @@ def test_old_processes_connecting_at_once_share_one_walk_and_are_named_late():
     assert walks_then == 1, f"{walks_then} walks of /proc for 20 look-ups"
     assert walks == 2 if waited else walks == 1
     assert ok, "a process named late is not the one that connected"
+
+
+def test_a_threads_netlink_socket_is_closed_by_tpmtop_when_the_thread_ends(listener):
+    """The sock_diag socket a thread keeps is closed when that thread ends (the exporter's and
+    the proxy's loop threads end with their servers). It was left to the socket's finalizer,
+    which closed it with a ResourceWarning; with a reference to it held, never."""
+    client = socket.create_connection(listener.getsockname())
+    conn, addr = listener.accept()
+    kept: list[socket.socket] = []
+
+    def look_up() -> None:
+        owner = peers.socket_owner(addr[:2], conn.getsockname()[:2], False)
+        assert owner is not None and owner[0] == os.geteuid()
+        kept.append(peers._threads.diag.sock)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        t = threading.Thread(target=look_up)
+        t.start()
+        t.join(timeout=60)
+        assert not t.is_alive()
+    try:
+        assert len(kept) == 1, "the look-up failed in its thread"
+        assert kept[0].family == socket.AF_NETLINK
+        assert kept[0].fileno() == -1, "the thread ended and its netlink socket is still open"
+        assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]
+    finally:
+        kept.clear()
+        client.close()
+        conn.close()

@@ -122,7 +122,39 @@ _DIAG_OWNER = struct.Struct("=II")  # idiag_uid, idiag_inode of the answer
 _SOCK_DIAG_BY_FAMILY = 20
 _NETLINK_SOCK_DIAG = 4
 _NLMSG_ERROR = 2
-_netlink = threading.local()
+
+
+class _DiagSocket:
+    """One thread's netlink socket for sock_diag, kept: opening one per look-up cost as much as
+    the look-up. Held by that thread alone (``_threads``), it goes when the thread ends and
+    closes its socket then: left to the socket's own finalizer, it was closed with a
+    ResourceWarning."""
+
+    def __init__(self) -> None:
+        self.sock: socket.socket | None = None
+
+    def open(self) -> socket.socket:
+        if self.sock is None:
+            self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG)
+        return self.sock
+
+    def drop(self) -> None:
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            sock.close()
+
+    def __del__(self) -> None:
+        self.drop()
+
+
+_threads = threading.local()
+
+
+def _netlink() -> _DiagSocket:
+    held: _DiagSocket | None = getattr(_threads, "diag", None)
+    if held is None:
+        held = _threads.diag = _DiagSocket()
+    return held
 
 
 @functools.lru_cache(maxsize=64)  # the proxy's own address and loopback peers: a handful
@@ -138,18 +170,15 @@ def _diag_owner(peer: tuple[Any, ...], local: tuple[Any, ...], v6: bool) -> tupl
                          fam, socket.IPPROTO_TCP, 0, 0xFFFFFFFF,  # every state
                          socket.htons(peer[1]), socket.htons(local[1]), _packed(fam, peer[0]),
                          _packed(fam, local[0]), 0, 0xFFFFFFFF, 0xFFFFFFFF)  # any interface, no cookie
-    # One netlink socket per thread, kept: opening one per look-up cost as much as the look-up
-    # (a request gets exactly one answer, a diag message or an error, read before the next).
-    nl = getattr(_netlink, "sock", None)
+    # The thread's netlink socket (a request gets exactly one answer, a diag message or an
+    # error, read before the next).
+    diag = _netlink()
     try:
-        if nl is None:
-            nl = _netlink.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG)
+        nl = diag.open()
         nl.sendto(msg, (0, 0))
         data = nl.recv(8192)
     except OSError:
-        if nl is not None:
-            nl.close()
-        _netlink.sock = None
+        diag.drop()
         return None
     if len(data) < _NL_HDR.size + 72:
         return None
