@@ -28,10 +28,6 @@ class PollChain:
         self._again = False  # asked for while one was in flight: the next starts at its outcome
         self._timer: Timer | None = None
 
-    @property
-    def in_flight(self) -> bool:
-        return self._in_flight
-
     def now(self) -> None:
         """A poll as soon as possible: at once, or at the outcome of the one in flight."""
         if self._timer is not None:
